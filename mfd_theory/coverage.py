@@ -1,0 +1,121 @@
+"""Coverage of a draft tree: the expected number of accepted draft tokens.
+
+Under lossless tree verification the walk passes through node s exactly when the target's own
+continuation starts with s, so ``E[accepted] = sum_{s in T} P(s)`` - the target mass the tree
+covers (bonus token excluded). The target is either a :class:`MixtureOfProducts` (synthetic
+world) or the per-node conditionals a real verifier's forward returns
+(``node_log_cond[n] = log p(token_n | path to n's parent)``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._kernels.coverage import _cumulative_log, _simulate_acceptance, _splice_mask
+from .distributions import MixtureOfProducts, _as_sequences
+from .trees import DraftTree
+
+__all__ = [
+    "chimera_mask",
+    "coverage",
+    "depth_profile",
+    "node_log_probs",
+    "simulate_acceptance",
+    "splice_mask",
+]
+
+
+def _check_tree(tree) -> DraftTree:
+    if not isinstance(tree, DraftTree):
+        raise ValueError(f"tree: expected a DraftTree, got {type(tree).__name__}")
+    return tree
+
+
+def node_log_probs(tree: DraftTree, target: MixtureOfProducts | None = None, *, node_log_cond=None) -> np.ndarray:
+    """[N] log P(s) of each node's prefix, from a target distribution or from node conditionals."""
+    tree = _check_tree(tree)
+    if (target is None) == (node_log_cond is None):
+        raise ValueError("target: pass exactly one of target or node_log_cond")
+    if target is not None:
+        if not isinstance(target, MixtureOfProducts):
+            raise ValueError(f"target: expected a MixtureOfProducts, got {type(target).__name__}")
+        return target.node_log_probs(tree)
+    c = np.asarray(node_log_cond, dtype=np.float64).reshape(-1)
+    if c.shape[0] != len(tree):
+        raise ValueError(f"node_log_cond: has {c.shape[0]} entries but the tree has {len(tree)} nodes")
+    if np.isnan(c).any() or np.isposinf(c).any():
+        raise ValueError("node_log_cond: contains NaN or +inf")
+    if (c > 1e-6).any():
+        raise ValueError("node_log_cond: has entries above 0 (a conditional probability > 1)")
+    return _cumulative_log(tree.parent, np.minimum(c, 0.0))
+
+
+def coverage(tree: DraftTree, target: MixtureOfProducts | None = None, *, node_log_cond=None) -> float:
+    """C(T) = sum over nodes of P(prefix) = expected accepted draft tokens (bonus excluded)."""
+    lp = node_log_probs(tree, target, node_log_cond=node_log_cond)
+    return float(np.exp(lp).sum())
+
+
+def depth_profile(tree: DraftTree, target: MixtureOfProducts | None = None, *, node_log_cond=None, L: int | None = None) -> np.ndarray:
+    """float [L]: entry d-1 is P(accepted >= d); the nodes of one depth are disjoint events.
+
+    ``L`` defaults to the target's block length (or the tree's depth for ``node_log_cond``).
+    Its sum is the coverage.
+    """
+    lp = node_log_probs(tree, target, node_log_cond=node_log_cond)
+    if L is None:
+        L = target.L if target is not None else tree.max_depth
+    if L < tree.max_depth:
+        raise ValueError(f"L: {L} is shorter than the tree's depth {tree.max_depth}")
+    out = np.zeros(int(L))
+    np.add.at(out, tree.depth - 1, np.exp(lp))
+    return out
+
+
+def simulate_acceptance(tree: DraftTree, target: MixtureOfProducts, n: int, seed: int = 0) -> np.ndarray:
+    """Monte Carlo of the lossless verification walk: int64 [n] accepted lengths.
+
+    Each walk samples a block from the target and follows it down the tree until it leaves it;
+    the mean converges to :func:`coverage`.
+    """
+    tree = _check_tree(tree)
+    if not isinstance(target, MixtureOfProducts):
+        raise ValueError(f"target: expected a MixtureOfProducts, got {type(target).__name__}")
+    if isinstance(n, bool) or int(n) != n or n < 0:
+        raise ValueError(f"n: must be a non-negative integer, got {n}")
+    target._check_tree(tree)
+    N = len(tree)
+    slots = tree.parent + 1  # 0 = root
+    order = np.lexsort((tree.token, slots))  # by parent slot, then token
+    child_start = np.zeros(N + 2, dtype=np.int64)
+    np.add.at(child_start, slots + 1, 1)
+    child_start = np.cumsum(child_start)
+    child_tok = np.ascontiguousarray(tree.token[order])
+    child_idx = np.ascontiguousarray(order.astype(np.int64))
+    pi_cdf = np.cumsum(np.exp(target.log_pi))
+    cdf = np.cumsum(np.exp(target.log_q), axis=2)  # [K, L, V]
+    return _simulate_acceptance(child_start, child_tok, child_idx, pi_cdf, cdf, int(n), int(seed) % (2**32))
+
+
+def chimera_mask(tree: DraftTree, target: MixtureOfProducts, eps: float = 0.0) -> np.ndarray:
+    """bool [N]: nodes whose target prefix probability is <= eps (eps = 0: exactly zero)."""
+    if not np.isfinite(eps) or eps < 0:
+        raise ValueError(f"eps: must be finite and >= 0, got {eps}")
+    lp = node_log_probs(tree, target)
+    if eps == 0:
+        return lp == -np.inf
+    return lp <= np.log(eps)
+
+
+def splice_mask(tree: DraftTree, sequences) -> np.ndarray:
+    """bool [N]: nodes whose every token agrees with the same position of some sequence."""
+    tree = _check_tree(tree)
+    seqs = _as_sequences("sequences", sequences)  # [F, L]
+    if seqs.min() < 0:
+        raise ValueError("sequences: contains negative token ids")
+    if tree.max_depth > seqs.shape[1]:
+        raise ValueError(f"sequences: length {seqs.shape[1]} is shorter than the tree's depth {tree.max_depth}")
+    V = int(max(seqs.max(), tree.token.max() if len(tree) else 0)) + 1
+    allowed = np.zeros((seqs.shape[1], V), dtype=np.bool_)  # [L, V]
+    allowed[np.arange(seqs.shape[1])[None, :], seqs] = True
+    return _splice_mask(tree.parent, tree.token, tree.depth, allowed)

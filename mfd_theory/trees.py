@@ -1,0 +1,398 @@
+"""Draft trees and their exact builders.
+
+A draft tree is a prefix-closed set of N prefixes of a block (the empty root prefix is implicit).
+Builders return the top-N prefixes under a score that never increases along a path, so the
+top-N set is always prefix-closed:
+
+* :func:`product_tree` - DDTree's ranking, ``prod_i q_i(s_i)``;
+* :func:`mixture_tree` - the mixture DDTree, ``sum_k pi_k prod_i q_{k,i}(s_i)``, exact;
+* :func:`oracle_tree` - the target's own prefix probability (the coverage ceiling);
+* :func:`chain_tree` - one path (DFlash's verification).
+
+Builders read each vocabulary row once (a top-M selection, never a full sort) and then run an
+exact best-first search (see ``_kernels/trees.py``). They also accept candidates already cut to
+top-k per position (values plus token ids, as a GPU drafter hands them over) and are then exact
+within that candidate set. Nodes come out in best-first order: parents before children and
+scores non-increasing. With ties the top-N set is not unique; the returned one is deterministic.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ._kernels import trees as _k
+
+__all__ = [
+    "DraftTree",
+    "chain_tree",
+    "mixture_tree",
+    "oracle_tree",
+    "product_tree",
+    "sequoia_tree",
+    "total_prefixes",
+]
+
+POS_TOL = 1e-6  # float32 log_softmax can round a certain token's 0 up to ~1e-7
+
+
+class DraftTree:
+    """A prefix-closed set of prefixes stored as node arrays (parents precede children).
+
+    Attributes
+    ----------
+    parent : int64 [N]   index of the parent node, -1 for children of the root
+    token : int64 [N]    token at the node
+    depth : int64 [N]    1-based depth (prefix length)
+    log_score : float64 [N]  the ranking score the builder used (0 when none)
+    """
+
+    __slots__ = ("parent", "token", "depth", "log_score")
+
+    def __init__(self, parent, token, depth=None, log_score=None, *, validate: bool = True):
+        parent = np.asarray(parent, dtype=np.int64).reshape(-1)
+        token = np.asarray(token, dtype=np.int64).reshape(-1)
+        N = parent.shape[0]
+        if token.shape[0] != N:
+            raise ValueError(f"token: has {token.shape[0]} entries but parent has {N}")
+        if depth is None:
+            depth = _depths(parent)
+        depth = np.asarray(depth, dtype=np.int64).reshape(-1)
+        if log_score is None:
+            log_score = np.zeros(N)
+        log_score = np.asarray(log_score, dtype=np.float64).reshape(-1)
+        if depth.shape[0] != N or log_score.shape[0] != N:
+            raise ValueError(f"depth/log_score: must have N = {N} entries like parent")
+        if validate:
+            _validate_tree(parent, token, depth, log_score)
+        self.parent = parent
+        self.token = token
+        self.depth = depth
+        self.log_score = log_score
+
+    def __len__(self) -> int:
+        return int(self.parent.shape[0])
+
+    def __repr__(self) -> str:
+        d = int(self.depth.max()) if len(self) else 0
+        return f"DraftTree(N={len(self)}, max_depth={d})"
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, DraftTree):
+            return NotImplemented
+        return (
+            np.array_equal(self.parent, other.parent)
+            and np.array_equal(self.token, other.token)
+            and np.array_equal(self.depth, other.depth)
+            and np.array_equal(self.log_score, other.log_score)
+        )
+
+    @property
+    def max_depth(self) -> int:
+        return int(self.depth.max()) if len(self) else 0
+
+    def children(self, i: int) -> np.ndarray:
+        """Indices of the children of node ``i`` (``-1`` for the root), in storage order."""
+        if not -1 <= i < len(self):
+            raise ValueError(f"i: node index {i} outside [-1, {len(self)})")
+        return np.flatnonzero(self.parent == i)
+
+    def paths(self) -> list[tuple[int, ...]]:
+        """The prefix of every node, as token tuples, in node order."""
+        out: list[tuple[int, ...]] = []
+        for n in range(len(self)):
+            p = self.parent[n]
+            out.append((out[p] if p >= 0 else ()) + (int(self.token[n]),))
+        return out
+
+    @classmethod
+    def from_paths(cls, paths, log_score=None) -> "DraftTree":
+        """Build a tree from a prefix-closed collection of token sequences.
+
+        Paths are stored shortest first (stable), so parents precede children.
+        """
+        tups = [tuple(int(t) for t in p) for p in paths]
+        if any(len(t) == 0 for t in tups):
+            raise ValueError("paths: the empty prefix is the implicit root, not a node")
+        if len(set(tups)) != len(tups):
+            raise ValueError("paths: contains duplicates")
+        order = sorted(range(len(tups)), key=lambda i: len(tups[i]))
+        index: dict[tuple[int, ...], int] = {}
+        parent = np.empty(len(tups), dtype=np.int64)
+        token = np.empty(len(tups), dtype=np.int64)
+        for n, i in enumerate(order):
+            t = tups[i]
+            if len(t) > 1:
+                if t[:-1] not in index:
+                    raise ValueError(f"paths: not prefix-closed, {t} lacks its parent {t[:-1]}")
+                parent[n] = index[t[:-1]]
+            else:
+                parent[n] = -1
+            token[n] = t[-1]
+            index[t] = n
+        scores = None
+        if log_score is not None:
+            ls = np.asarray(log_score, dtype=np.float64).reshape(-1)
+            if ls.shape[0] != len(tups):
+                raise ValueError(f"log_score: expected {len(tups)} entries, got {ls.shape[0]}")
+            scores = ls[order]
+        return cls(parent, token, None, scores)
+
+    def ancestor_mask(self) -> np.ndarray:
+        """bool [N+1, N+1], root first: ``mask[i, j]`` is True when j is i or an ancestor of i.
+
+        Row = query. Ready for tree attention over [root, nodes...]: every node sees the root,
+        its ancestors and itself.
+        """
+        N = len(self)
+        mask = np.zeros((N + 1, N + 1), dtype=bool)
+        mask[0, 0] = True
+        for n in range(N):
+            p = self.parent[n]
+            mask[n + 1] = mask[p + 1]  # p = -1 -> row 0 (the root)
+            mask[n + 1, n + 1] = True
+        return mask
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Save as .npz (atomically)."""
+        import io
+
+        from .results import atomic_write_bytes
+
+        buf = io.BytesIO()
+        np.savez(buf, parent=self.parent, token=self.token, depth=self.depth, log_score=self.log_score)
+        path = Path(path)
+        if path.suffix != ".npz":
+            path = path.with_suffix(path.suffix + ".npz") if path.suffix else path.with_suffix(".npz")
+        atomic_write_bytes(path, buf.getvalue())
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "DraftTree":
+        path = Path(path)
+        if not path.is_file():
+            raise ValueError(f"path: no tree file at {path}")
+        try:
+            with np.load(path) as z:
+                missing = {"parent", "token", "depth", "log_score"} - set(z.files)
+                if missing:
+                    raise ValueError(f"path: {path} lacks the arrays {sorted(missing)}")
+                return cls(z["parent"], z["token"], z["depth"], z["log_score"])
+        except (OSError, EOFError) as exc:
+            raise ValueError(f"path: {path} is not a readable .npz tree ({exc})") from exc
+
+
+def _depths(parent: np.ndarray) -> np.ndarray:
+    depth = np.empty(parent.shape[0], dtype=np.int64)
+    for n, p in enumerate(parent):
+        if p >= n:
+            raise ValueError(f"parent: node {n} has parent {p}; parents must precede children")
+        depth[n] = 1 if p < 0 else depth[p] + 1
+    return depth
+
+
+def _validate_tree(parent, token, depth, log_score) -> None:
+    N = parent.shape[0]
+    if N == 0:
+        return
+    idx = np.arange(N)
+    if (parent < -1).any() or (parent >= idx).any():
+        raise ValueError("parent: every parent must be -1 (root) or an earlier node index")
+    if (token < 0).any():
+        raise ValueError("token: token ids must be non-negative")
+    expected = np.where(parent < 0, 1, depth[np.maximum(parent, 0)] + 1)
+    if not np.array_equal(depth, expected):
+        raise ValueError("depth: must equal the parent's depth + 1 (1 for children of the root)")
+    if np.isnan(log_score).any():
+        raise ValueError("log_score: contains NaN")
+    pairs = parent * (int(token.max()) + 1) + token
+    if np.unique(pairs).shape[0] != N:
+        raise ValueError("token: two children of the same parent carry the same token")
+
+
+# ------------------------------------------------------------------------------------ builders
+def total_prefixes(sizes, cap: int) -> int:
+    """sum_d prod_{i<=d} sizes[i], capped at ``cap`` (avoids huge integers for V**L)."""
+    total, prod = 0, 1
+    for s in sizes:
+        prod *= int(s)
+        total += prod
+        if total >= cap or prod == 0:
+            return min(total, cap)
+    return min(total, cap)
+
+
+def _check_budget(budget) -> int:
+    if isinstance(budget, bool) or int(budget) != budget:
+        raise ValueError(f"budget: must be an integer, got {budget!r}")
+    if budget < 1:
+        raise ValueError(f"budget: must be >= 1, got {budget}")
+    return int(budget)
+
+
+def _check_scores(name: str, a) -> np.ndarray:
+    a = np.asarray(a)
+    if not np.issubdtype(a.dtype, np.floating):
+        if np.issubdtype(a.dtype, np.integer):
+            a = a.astype(np.float64)
+        else:
+            raise ValueError(f"{name}: expected a float array of log-probabilities, got dtype {a.dtype}")
+    return np.ascontiguousarray(a)
+
+
+def _raise_status(name: str, status: int) -> None:
+    if status == _k.HAS_NAN:
+        raise ValueError(f"{name}: contains NaN")
+    if status == _k.HAS_POSINF:
+        raise ValueError(f"{name}: contains +inf (a probability of infinity)")
+    if status == _k.HAS_POSITIVE:
+        raise ValueError(f"{name}: has entries above 0 (probability > 1); pass log-probabilities, not logits")
+
+
+def _check_log_pi(log_pi, K: int) -> np.ndarray:
+    lp = np.asarray(log_pi, dtype=np.float64).reshape(-1)
+    if lp.shape[0] != K:
+        raise ValueError(f"log_pi: has {lp.shape[0]} weights but log_q has K = {K} modes")
+    if np.isnan(lp).any() or np.isposinf(lp).any():
+        raise ValueError("log_pi: contains NaN or +inf")
+    if (lp > POS_TOL).any():
+        raise ValueError("log_pi: has entries above 0 (weight > 1)")
+    total = np.exp(lp).sum()
+    if abs(total - 1.0) > 1e-6:
+        raise ValueError(f"log_pi: weights sum to {total:.9g} in probability space, not 1")
+    return lp
+
+
+def _build(log_pi: np.ndarray, log_q: np.ndarray, budget: int, token_ids, name: str) -> DraftTree:
+    """Shared path of product_tree and mixture_tree. log_q [K, L, V] or candidates [K, L, k]."""
+    K, L, W = log_q.shape
+    if L < 1 or W < 1:
+        raise ValueError(f"{name}: needs at least one position and one token, got shape {log_q.shape}")
+    if token_ids is None:
+        V = W
+        N = min(budget, total_prefixes([V] * L, budget))
+        M = min(V, max(N, 1))
+        while True:
+            vals, ids, status = _k._topk_rows(log_q, M, POS_TOL)
+            _raise_status(name, status)
+            lens = np.full((K, L), M, dtype=np.int64)
+            tok_u, U, list_u, rank = _k._universe(ids, lens)
+            G = _k._gather_full(log_q, tok_u, U, tok_u.shape[1])
+            closed = np.full(L, M >= V)
+            bound = np.full((K, L), -np.inf) if M >= V else vals[:, :, M - 1].copy()
+            out = _k._mixture_tree(log_pi, G, list_u, vals, lens, rank, tok_u, closed, bound, N)
+            if out[4] != _k.NEEDS_MORE:
+                break
+            M = min(V, 2 * M)  # a parent needed tokens beyond every mode's top-M list
+    else:
+        ids = np.asarray(token_ids)
+        if ids.shape != log_q.shape:
+            raise ValueError(f"token_ids: shape {ids.shape} does not match the candidate values' {log_q.shape}")
+        if not np.issubdtype(ids.dtype, np.integer):
+            raise ValueError(f"token_ids: must be integers, got dtype {ids.dtype}")
+        ids = ids.astype(np.int64)
+        if ids.min() < 0:
+            raise ValueError("token_ids: contains negative token ids")
+        srt = np.sort(ids, axis=2)
+        if (srt[:, :, 1:] == srt[:, :, :-1]).any():
+            raise ValueError("token_ids: a token appears twice in one mode's candidate list at one position")
+        vals = log_q.astype(np.float64)
+        if np.isnan(vals).any():
+            raise ValueError(f"{name}: contains NaN")
+        if np.isposinf(vals).any():
+            raise ValueError(f"{name}: contains +inf (a probability of infinity)")
+        if (vals > POS_TOL).any():
+            raise ValueError(f"{name}: has entries above 0 (probability > 1); pass log-probabilities, not logits")
+        order = np.lexsort((ids, -vals), axis=2)  # descending value, then ascending id
+        vals = np.ascontiguousarray(np.take_along_axis(vals, order, axis=2))
+        ids = np.ascontiguousarray(np.take_along_axis(ids, order, axis=2))
+        lens = np.full((K, L), W, dtype=np.int64)
+        tok_u, U, list_u, rank = _k._universe(ids, lens)
+        N = min(budget, total_prefixes(U, budget))
+        G = _k._gather_candidates(vals, list_u, lens, tok_u.shape[1])
+        closed = np.ones(L, dtype=np.bool_)
+        bound = np.full((K, L), -np.inf)
+        out = _k._mixture_tree(log_pi, G, list_u, vals, lens, rank, tok_u, closed, bound, N)
+    parent, token, depth, score, _ = out
+    return DraftTree(parent.copy(), token.copy(), depth.copy(), score.copy(), validate=False)
+
+
+def product_tree(log_q, budget: int, token_ids=None) -> DraftTree:
+    """Top-``budget`` prefixes by the product ``prod_i q_i(s_i)`` (DDTree's ranking).
+
+    Parameters
+    ----------
+    log_q : array [L, V]
+        Per-position log-probabilities (float32 or float64). With ``token_ids``, the candidate
+        log-probabilities [L, k] instead.
+    budget : int
+        N, the number of nodes (root excluded); capped at the number of prefixes that exist.
+    token_ids : int array [L, k], optional
+        Token ids of the candidates; the tree is then exact within them.
+    """
+    budget = _check_budget(budget)
+    log_q = _check_scores("log_q", log_q)
+    if log_q.ndim != 2:
+        raise ValueError(f"log_q: expected shape [L, V], got {log_q.shape}")
+    ids = None
+    if token_ids is not None:
+        ids = np.asarray(token_ids)
+        if ids.ndim != 2:
+            raise ValueError(f"token_ids: expected shape [L, k], got {ids.shape}")
+        ids = ids[None]
+    return _build(np.zeros(1), log_q[None], budget, ids, "log_q")
+
+
+def mixture_tree(log_pi, log_q, budget: int, token_ids=None) -> DraftTree:
+    """Exact top-``budget`` prefixes by the mixture ``sum_k pi_k prod_i q_{k,i}(s_i)``.
+
+    Parameters
+    ----------
+    log_pi : array [K]
+        Log mode weights (sum to one).
+    log_q : array [K, L, V]
+        Per-mode log-probabilities, or candidate values [K, L, k] with ``token_ids``.
+    token_ids : int array [K, L, k], optional
+        Candidate ids per mode; a token missing from mode k's list has q_k = 0 there.
+    """
+    budget = _check_budget(budget)
+    log_q = _check_scores("log_q", log_q)
+    if log_q.ndim != 3:
+        raise ValueError(f"log_q: expected shape [K, L, V], got {log_q.shape}")
+    lp = _check_log_pi(log_pi, log_q.shape[0])
+    if token_ids is not None and np.asarray(token_ids).ndim != 3:
+        raise ValueError(f"token_ids: expected shape [K, L, k], got {np.asarray(token_ids).shape}")
+    return _build(lp, log_q, budget, token_ids, "log_q")
+
+
+def oracle_tree(target, budget: int) -> DraftTree:
+    """Top-``budget`` prefixes by the target's own prefix probability: the coverage ceiling."""
+    from .distributions import MixtureOfProducts
+
+    if not isinstance(target, MixtureOfProducts):
+        raise ValueError(f"target: expected a MixtureOfProducts, got {type(target).__name__}")
+    return mixture_tree(target.log_pi, target.log_q, budget)
+
+
+def chain_tree(tokens, log_score=None) -> DraftTree:
+    """One path through ``tokens`` (DFlash's chain verification)."""
+    t = np.asarray(tokens).reshape(-1)
+    if t.shape[0] == 0:
+        raise ValueError("tokens: is empty")
+    if not np.issubdtype(t.dtype, np.integer):
+        raise ValueError(f"tokens: must be integers, got dtype {t.dtype}")
+    if (t < 0).any():
+        raise ValueError("tokens: contains negative token ids")
+    n = t.shape[0]
+    return DraftTree(np.arange(n) - 1, t, np.arange(1, n + 1), log_score)
+
+
+def __getattr__(name):
+    # sequoia_tree lives in its own module (it builds rank trees, not token trees)
+    if name == "sequoia_tree":
+        from .sequoia import sequoia_tree
+
+        return sequoia_tree
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
