@@ -1,0 +1,412 @@
+"""Seeded families of multi-future targets.
+
+Each family imitates one situation in real text where a target model's next L tokens have
+several likely continuations ("futures"). A family function returns a :class:`SyntheticTarget`:
+the target as a :class:`~mfd_theory.distributions.MixtureOfProducts` (one mode per future) plus
+the future sequences themselves and their weights, so chimera counts and coverage can be computed
+against the exact futures.
+
+==================  ==================================================================  =========
+family              real-text situation it imitates                                     function
+==================  ==================================================================  =========
+``two_futures``     two phrasings that differ in a few scattered words ("the big red    (a)
+                    car" / "the small red truck"): futures differ in m chosen positions
+``branching``       a fork after a shared prefix (a list item, a choice of argument, a  (b)
+                    variable name): F futures agree up to ``branch_at`` and then go
+                    their own way
+``shifted``         one inserted or deleted token ("lots of farmers" / "a lot of        (c)
+                    farmers"): every position after the shift disagrees, although the
+                    two futures say the same thing
+``noisy_futures``   futures the target is not sure of token by token: each future is a  (d)
+                    peaked product with a temperature rather than a point mass
+``zipf_futures``    futures over a Zipf-distributed background vocabulary, with         (e)
+                    per-position confidence decaying like real drafters' accuracy
+                    (Medusa's heads on Vicuna-7B: 0.56, 0.32, 0.20, 0.15, 0.12)
+==================  ==================================================================  =========
+
+All functions take ``seed`` and are deterministic given their arguments. Future weights default
+to a seeded draw from a Dirichlet(4, ..., 4) so that the product drafter built from the target's
+marginals has no exact ties (ties make the top-N product tree ambiguous); pass ``weights`` to fix
+them. :data:`FAMILIES` maps each family name to its function; :func:`make` builds one by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import numpy as np
+
+from mfd_theory.distributions import MixtureOfProducts
+
+__all__ = [
+    "FAMILIES",
+    "MEDUSA_HEAD_ACCURACY",
+    "SyntheticTarget",
+    "branching",
+    "decaying_confidence",
+    "make",
+    "noisy_futures",
+    "shifted",
+    "two_futures",
+    "zipf_futures",
+]
+
+#: Top-1 accuracies of Medusa's five heads on Vicuna-7B (ANCHORS.md): a realistic profile of how a
+#: drafter's per-position confidence decays with distance.
+MEDUSA_HEAD_ACCURACY = (0.56, 0.32, 0.20, 0.15, 0.12)
+
+
+@dataclasses.dataclass(frozen=True)
+class SyntheticTarget:
+    """A multi-future target and the futures it was built from.
+
+    Attributes
+    ----------
+    target : MixtureOfProducts
+        K = F modes, mode k centred on ``futures[k]``; ``target.log_pi = log(weights)``.
+    futures : np.ndarray
+        int64 [F, L], the future token sequences (distinct rows).
+    weights : np.ndarray
+        float64 [F], the probability of each future (sums to 1).
+    family : str
+        Name of the family in :data:`FAMILIES`.
+    params : dict
+        The arguments that built it (seed included), for results files.
+    """
+
+    target: MixtureOfProducts
+    futures: np.ndarray
+    weights: np.ndarray
+    family: str
+    params: dict[str, Any]
+
+    @property
+    def F(self) -> int:
+        return int(self.futures.shape[0])
+
+    @property
+    def L(self) -> int:
+        return int(self.futures.shape[1])
+
+    @property
+    def V(self) -> int:
+        return int(self.target.V)
+
+    @property
+    def exact(self) -> bool:
+        """True when every mode is a point mass on its future (chimeras are P(s) == 0)."""
+        return bool(np.all(np.isneginf(self.target.log_q) | (self.target.log_q == 0.0)))
+
+    def disagreements(self) -> np.ndarray:
+        """int64 [F, F]: number of positions where futures j and k disagree."""
+        f = self.futures
+        return (f[:, None, :] != f[None, :, :]).sum(axis=2).astype(np.int64)
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _check_int(name: str, value: Any, lo: int, hi: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name}: expected an integer, got {value!r}")
+    value = int(value)
+    if value < lo or (hi is not None and value > hi):
+        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ValueError(f"{name}: must be {rng}, got {value}")
+    return value
+
+
+def _check_prob(name: str, value: Any, lo: float = 0.0, hi: float = 1.0, open_lo: bool = False) -> float:
+    try:
+        value = float(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name}: expected a number, got {value!r}") from exc
+    if not np.isfinite(value) or value > hi or value < lo or (open_lo and value == lo):
+        side = "(" if open_lo else "["
+        raise ValueError(f"{name}: must be in {side}{lo}, {hi}], got {value}")
+    return value
+
+
+def _weights(weights: Any, F: int, rng: np.random.Generator) -> np.ndarray:
+    if weights is None:
+        return rng.dirichlet(np.full(F, 4.0))  # [F]; generic, so marginals have no exact ties
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != (F,):
+        raise ValueError(f"weights: expected shape ({F},), got {w.shape}")
+    if not np.all(np.isfinite(w)) or np.any(w <= 0):
+        raise ValueError("weights: every weight must be finite and > 0")
+    return w / w.sum()
+
+
+def _point_modes(futures: np.ndarray, V: int) -> np.ndarray:
+    """log_q [F, L, V] with a point mass (log 1 = 0) on each future's token."""
+    F, L = futures.shape
+    log_q = np.full((F, L, V), -np.inf)  # [F, L, V]
+    log_q[np.arange(F)[:, None], np.arange(L)[None, :], futures] = 0.0
+    return log_q
+
+
+def _uniform_noise_modes(futures: np.ndarray, V: int, noise: float) -> np.ndarray:
+    """(1 - noise) on the future's token plus noise / V spread uniformly (noise = 0: point mass)."""
+    if noise == 0.0:
+        return _point_modes(futures, V)
+    F, L = futures.shape
+    q = np.full((F, L, V), noise / V)  # [F, L, V]
+    q[np.arange(F)[:, None], np.arange(L)[None, :], futures] += 1.0 - noise
+    return np.log(q)
+
+
+def _build(futures, weights, log_q, family, params) -> SyntheticTarget:
+    futures = np.ascontiguousarray(futures, dtype=np.int64)
+    if len({tuple(r) for r in futures.tolist()}) != futures.shape[0]:
+        raise AssertionError("internal: futures are not distinct")  # generators guarantee this
+    target = MixtureOfProducts(np.log(weights), log_q)
+    return SyntheticTarget(target, futures, np.asarray(weights, dtype=np.float64), family, params)
+
+
+def _distinct_tokens(rng: np.random.Generator, V: int, k: int) -> np.ndarray:
+    """k distinct tokens in [0, V)."""
+    return rng.choice(V, size=k, replace=False).astype(np.int64)
+
+
+# ----------------------------------------------------------------------------- families
+
+
+def two_futures(
+    m: int = 4,
+    L: int = 15,
+    V: int = 32,
+    seed: int = 0,
+    positions: Any = None,
+    weights: Any = None,
+    noise: float = 0.0,
+) -> SyntheticTarget:
+    """(a) Two futures that disagree in exactly ``m`` positions.
+
+    Imitates two phrasings that differ in a few scattered words. ``positions`` (0-based, m
+    distinct values in [0, L)) fixes where they disagree; by default m positions are drawn. With
+    ``noise > 0`` each mode puts (1 - noise) on its future's token and noise / V on every token.
+
+    Defaults: m=4, L=15, V=32, weights ~ Dirichlet(4, 4), noise=0 (exact futures).
+    """
+    L = _check_int("L", L, 1)
+    V = _check_int("V", V, 2)
+    m = _check_int("m", m, 1, L)
+    noise = _check_prob("noise", noise)
+    rng = np.random.default_rng(_check_int("seed", seed, 0))
+    if positions is None:
+        pos = np.sort(rng.choice(L, size=m, replace=False)).astype(np.int64)
+    else:
+        pos = np.asarray(positions, dtype=np.int64).ravel()
+        if pos.size != m or len(set(pos.tolist())) != m or pos.min() < 0 or pos.max() >= L:
+            raise ValueError(f"positions: need {m} distinct positions in [0, {L}), got {positions!r}")
+        pos = np.sort(pos)
+    a = rng.integers(0, V, size=L).astype(np.int64)  # [L]
+    b = a.copy()
+    b[pos] = (a[pos] + rng.integers(1, V, size=m)) % V  # a different token at each chosen position
+    futures = np.stack([a, b])  # [2, L]
+    w = _weights(weights, 2, rng)
+    params = dict(m=m, L=L, V=V, seed=seed, positions=pos.tolist(), noise=noise)
+    return _build(futures, w, _uniform_noise_modes(futures, V, noise), "two_futures", params)
+
+
+def branching(
+    F: int = 3,
+    L: int = 15,
+    V: int = 32,
+    branch_at: int = 3,
+    seed: int = 0,
+    weights: Any = None,
+    noise: float = 0.0,
+) -> SyntheticTarget:
+    """(b) F futures that share the first ``branch_at`` tokens and then branch.
+
+    Imitates a fork after a shared prefix (which list item comes next, which argument a function
+    gets). At position ``branch_at`` (0-based) all F futures take distinct tokens; after it each
+    future draws its tokens independently, so later positions mostly disagree (they agree by
+    chance with probability about 1/V, as unrelated continuations sometimes do).
+
+    Defaults: F=3, L=15, V=32, branch_at=3, weights ~ Dirichlet(4, ..., 4), noise=0.
+    """
+    F = _check_int("F", F, 2)
+    L = _check_int("L", L, 1)
+    V = _check_int("V", V, 2)
+    if F > V:
+        raise ValueError(f"F: at most V = {V} futures can branch at one position, got {F}")
+    branch_at = _check_int("branch_at", branch_at, 0, L - 1)
+    noise = _check_prob("noise", noise)
+    rng = np.random.default_rng(_check_int("seed", seed, 0))
+    futures = np.empty((F, L), dtype=np.int64)  # [F, L]
+    futures[:, :branch_at] = rng.integers(0, V, size=branch_at)[None, :]
+    futures[:, branch_at] = _distinct_tokens(rng, V, F)
+    futures[:, branch_at + 1:] = rng.integers(0, V, size=(F, L - branch_at - 1))
+    w = _weights(weights, F, rng)
+    params = dict(F=F, L=L, V=V, branch_at=branch_at, seed=seed, noise=noise)
+    return _build(futures, w, _uniform_noise_modes(futures, V, noise), "branching", params)
+
+
+def shifted(
+    F: int = 2,
+    L: int = 15,
+    V: int = 32,
+    shift_at: int = 3,
+    seed: int = 0,
+    weights: Any = None,
+    noise: float = 0.0,
+) -> SyntheticTarget:
+    """(c) Futures that say the same thing but one of them has an inserted or deleted token.
+
+    Imitates "lots of farmers" / "a lot of farmers": a single extra or missing token shifts the
+    rest of the text by one, so every position from ``shift_at`` on disagrees although the futures
+    share all their words. Future 0 is the base text x[:L]; future 1 inserts a token at
+    ``shift_at``; future 2 (F >= 3) deletes the token at ``shift_at``; future 3 (F = 4) inserts two
+    tokens there. The base text never repeats a token in consecutive positions, so every shifted
+    position really disagrees.
+
+    Defaults: F=2, L=15, V=32, shift_at=3, weights ~ Dirichlet(4, ..., 4), noise=0.
+    """
+    F = _check_int("F", F, 2, 4)
+    L = _check_int("L", L, 1)
+    V = _check_int("V", V, 3)
+    shift_at = _check_int("shift_at", shift_at, 0, L - 1)
+    noise = _check_prob("noise", noise)
+    rng = np.random.default_rng(_check_int("seed", seed, 0))
+    # Base text of length L + 2 with no token equal to its predecessor or the one two back, so a
+    # shift by one or two positions disagrees everywhere after the shift.
+    x = np.empty(L + 2, dtype=np.int64)
+    for i in range(L + 2):
+        banned = {int(x[j]) for j in (i - 1, i - 2) if j >= 0}
+        choices = [v for v in range(V) if v not in banned]
+        x[i] = choices[int(rng.integers(0, len(choices)))]
+    # Inserted tokens differ from the two base tokens they push aside, so the shift really
+    # disagrees at shift_at too.
+    pool = [v for v in range(V) if v not in (int(x[shift_at]), int(x[shift_at + 1]))]
+    if F >= 4 and len(pool) < 2:
+        raise ValueError(f"V: shifted with F = 4 needs V >= 4, got {V}")
+    ins = rng.choice(pool, size=2 if F >= 4 else 1, replace=False).astype(np.int64)
+    rows = [x[:L]]
+    rows.append(np.concatenate([x[:shift_at], ins[:1], x[shift_at:]])[:L])  # one token inserted
+    if F >= 3:
+        rows.append(np.concatenate([x[:shift_at], x[shift_at + 1:]])[:L])  # one token deleted
+    if F >= 4:
+        rows.append(np.concatenate([x[:shift_at], ins, x[shift_at:]])[:L])  # two tokens inserted
+    futures = np.stack(rows)  # [F, L]
+    w = _weights(weights, F, rng)
+    params = dict(F=F, L=L, V=V, shift_at=shift_at, seed=seed, noise=noise)
+    return _build(futures, w, _uniform_noise_modes(futures, V, noise), "shifted", params)
+
+
+def noisy_futures(
+    F: int = 2,
+    L: int = 15,
+    V: int = 32,
+    temperature: float = 0.5,
+    seed: int = 0,
+    branch_at: int = 0,
+    peak: float = 4.0,
+    weights: Any = None,
+) -> SyntheticTarget:
+    """(d) Branching futures, each a peaked product with a temperature rather than a point mass.
+
+    Imitates a target that is unsure token by token even within one continuation. Mode k at
+    position i has logits ``peak * onehot(futures[k, i]) + z`` with z ~ N(0, 1) (seeded), divided
+    by ``temperature`` and normalised: low temperature gives nearly exact futures, high
+    temperature nearly uniform ones. The futures come from :func:`branching` with the same seed.
+
+    Defaults: F=2, L=15, V=32, temperature=0.5, branch_at=0, peak=4, weights ~ Dirichlet(4, 4).
+    """
+    temperature = float(temperature)
+    if not np.isfinite(temperature) or temperature <= 0:
+        raise ValueError(f"temperature: must be finite and > 0, got {temperature}")
+    peak = float(peak)
+    if not np.isfinite(peak) or peak < 0:
+        raise ValueError(f"peak: must be finite and >= 0, got {peak}")
+    base = branching(F, L, V, branch_at, seed, weights=weights)
+    futures, w = base.futures, base.weights
+    rng = np.random.default_rng([int(seed), 4])
+    logits = rng.standard_normal((F, L, V))  # [F, L, V]
+    logits[np.arange(F)[:, None], np.arange(L)[None, :], futures] += peak
+    logits /= temperature
+    log_q = logits - np.logaddexp.reduce(logits, axis=2, keepdims=True)  # [F, L, V]
+    params = dict(F=F, L=L, V=V, temperature=temperature, seed=seed, branch_at=branch_at, peak=peak)
+    return _build(futures, w, log_q, "noisy_futures", params)
+
+
+def decaying_confidence(L: int, accuracies=MEDUSA_HEAD_ACCURACY) -> np.ndarray:
+    """float64 [L]: per-position confidence following ``accuracies``, extended by a power law.
+
+    The first ``len(accuracies)`` positions take the given values; later ones follow
+    c_i = c_1 * i^(-alpha), with alpha fitted by least squares in log-log to the given values
+    (alpha = 0.93 for Medusa's heads: c_15 = 0.045).
+    """
+    L = _check_int("L", L, 1)
+    acc = np.asarray(accuracies, dtype=np.float64)
+    if acc.ndim != 1 or acc.size == 0 or np.any(acc <= 0) or np.any(acc > 1):
+        raise ValueError("accuracies: need a non-empty 1-D sequence of values in (0, 1]")
+    i = np.arange(1, acc.size + 1, dtype=np.float64)
+    if acc.size > 1:
+        alpha = -np.polyfit(np.log(i), np.log(acc / acc[0]), 1)[0]
+    else:
+        alpha = 1.0
+    pos = np.arange(1, L + 1, dtype=np.float64)
+    conf = acc[0] * pos ** (-alpha)  # [L]
+    k = min(L, acc.size)
+    conf[:k] = acc[:k]
+    return conf
+
+
+def zipf_futures(
+    F: int = 2,
+    L: int = 15,
+    V: int = 64,
+    seed: int = 0,
+    branch_at: int = 0,
+    zipf_s: float = 1.1,
+    accuracies=MEDUSA_HEAD_ACCURACY,
+    weights: Any = None,
+) -> SyntheticTarget:
+    """(e) Branching futures over a Zipf background, with confidence decaying per position.
+
+    Imitates what a real drafter sees: at position i each future's own token has probability
+    c_i (Medusa's head accuracies 0.56, 0.32, 0.20, 0.15, 0.12, then a fitted power law, see
+    :func:`decaying_confidence`) and the remaining 1 - c_i is spread over the vocabulary by a Zipf
+    law with exponent ``zipf_s`` (rank r gets weight r^-s; one seeded ranking of the vocabulary
+    shared by all positions and futures, like a language's word frequencies).
+
+    Defaults: F=2, L=15, V=64, branch_at=0, zipf_s=1.1, Medusa accuracies, weights ~ Dirichlet(4).
+    """
+    zipf_s = float(zipf_s)
+    if not np.isfinite(zipf_s) or zipf_s < 0:
+        raise ValueError(f"zipf_s: must be finite and >= 0, got {zipf_s}")
+    conf = decaying_confidence(L, accuracies)  # [L]
+    base = branching(F, L, V, branch_at, seed, weights=weights)
+    futures, w = base.futures, base.weights
+    rng = np.random.default_rng([int(seed), 5])
+    ranks = rng.permutation(V) + 1  # [V], rank of each token in the background
+    bg = ranks.astype(np.float64) ** (-zipf_s)
+    bg /= bg.sum()  # [V]
+    q = (1.0 - conf)[None, :, None] * bg[None, None, :]  # [1, L, V]
+    q = np.repeat(q, F, axis=0)  # [F, L, V]
+    q[np.arange(F)[:, None], np.arange(L)[None, :], futures] += conf[None, :]
+    params = dict(F=F, L=L, V=V, seed=seed, branch_at=branch_at, zipf_s=zipf_s,
+                  accuracies=[float(a) for a in np.atleast_1d(accuracies)])
+    return _build(futures, w, np.log(q), "zipf_futures", params)
+
+
+#: Family name -> function. Every function takes keyword arguments with the defaults documented
+#: in its docstring and a ``seed``, and returns a :class:`SyntheticTarget`.
+FAMILIES: dict[str, Callable[..., SyntheticTarget]] = {
+    "two_futures": two_futures,
+    "branching": branching,
+    "shifted": shifted,
+    "noisy_futures": noisy_futures,
+    "zipf_futures": zipf_futures,
+}
+
+
+def make(family: str, seed: int = 0, **kwargs: Any) -> SyntheticTarget:
+    """Build a target of the named family: ``make("branching", seed=1, F=4)``."""
+    if family not in FAMILIES:
+        raise ValueError(f"family: unknown family {family!r}; known: {sorted(FAMILIES)}")
+    return FAMILIES[family](seed=seed, **kwargs)
