@@ -1,0 +1,463 @@
+"""Block drafters in DFlash's architecture and checkpoint format, and the MFD mixture drafter.
+
+Architecture (DESIGN.md section 3). A few Qwen3 decoder layers with no embedding and no LM head of
+their own: the block's input embeddings come from the target's ``embed_tokens`` and the drafted
+logits from the target's ``lm_head``. Both are *referenced*, not owned: they are not parameters of
+the drafter, do not appear in its ``state_dict`` and are never trained (the target is frozen).
+Conditioning is on the target's hidden states of layers ``target_layer_ids`` (HF
+``hidden_states[layer_id + 1]``), concatenated, projected by ``fc`` (no bias) and normalised by
+``hidden_norm``: these are the *context features*. In every draft layer the keys and values are
+projections of [context features ; block states], the queries come from the block only, and
+attention is non-causal; q_norm / k_norm and RoPE as in Qwen3. The context occupies positions
+0..T-1 and the block (``[last committed token, MASK x (block_size - 1)]``) positions
+T..T+block_size-1. A final ``norm`` and the target's ``lm_head`` give L = block_size - 1
+per-position distributions for block positions 1..block_size-1.
+
+MFD (Multi-Future Drafting) adds K+1 vectors: ``mode_embeddings`` [K, H], added to every input
+embedding of the block (K copies of the block run in one batched forward that shares the context
+keys/values), and ``weight_readout`` [H]: ``log pi = log_softmax_k(weight_readout . mean_j h_{k,j})``
+over the final normalised block states of each mode. With K = 1 (and a zero mode embedding) it is
+exactly the block drafter.
+
+Interface (used by decoding in :mod:`mfd_theory.llm.decode` and by training):
+
+``drafter.fuse_hidden(hidden_states)``
+    context features [B, T, H] from the target's HF ``hidden_states`` tuple (differentiable with
+    respect to the drafter's ``fc`` / ``hidden_norm``).
+``drafter.train_forward(ctx_feats [B, T, H], block_ids [B, block_size], ctx_valid [B, T] | None)``
+    differentiable; ``block_ids[:, 0]`` is the last committed token, the rest are
+    ``mask_token_id``. ``ctx_valid`` (bool) marks real context rows; padding must be on the left,
+    and each row's positions then start at its first valid row. Returns
+    BlockDrafter: log-probs [B, block_size - 1, V] for block positions 1..block_size - 1;
+    MFDDrafter: ``(log_pi [B, K], log_q [B, K, block_size - 1, V])``.
+``drafter.reset()`` / ``drafter.draft_modes(new_ctx_feats [1, t, H], root_token)``
+    inference with the drafter's own cache of context keys/values across rounds: the new context
+    rows are appended at the next positions, the block is drafted after them. Returns
+    ``(log_pi [K], log_q [K, L, V])`` (float32). ``draft(...)`` returns ``log_q [L, V]`` for a
+    BlockDrafter and ``(log_pi, log_q)`` for an MFD drafter.
+Attributes: ``block_size``, ``mask_token_id``, ``num_modes`` (1 for BlockDrafter),
+``target_layer_ids``, ``config`` (a Qwen3Config in DFlash's layout). Drafters are ``nn.Module``.
+
+Checkpoints: ``save_pretrained(dir)`` writes ``config.json`` (a Qwen3 config with ``block_size``,
+``num_target_layers`` and ``dflash_config: {target_layer_ids, mask_token_id[, num_modes]}``) and
+``model.safetensors`` with DFlash's parameter names (``layers.{i}.self_attn.q_proj.weight``, ...,
+``norm.weight``, ``fc.weight``, ``hidden_norm.weight``) plus, for MFD, ``mode_embeddings`` and
+``weight_readout``. ``from_pretrained(dir, target)`` reads that layout (single or sharded
+safetensors) and returns the right class.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import Qwen3Config
+from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding
+
+__all__ = ["BlockDrafter", "MFDDrafter", "build_drafter", "load_drafter", "default_target_layer_ids"]
+
+_CONFIG_COPY_KEYS = (
+    "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "hidden_act", "rms_norm_eps", "max_position_embeddings", "vocab_size", "attention_bias",
+    "rope_parameters", "rope_theta", "rope_scaling",
+)
+
+
+def default_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:
+    """DFlash's default: one draft layer -> [n // 2]; otherwise evenly spaced over 1..n-3, rounded."""
+    n = int(num_target_layers)
+    if num_draft_layers == 1:
+        return [n // 2]
+    lo, hi = 1, max(1, n - 3)
+    ids = [round(lo + i * (hi - lo) / (num_draft_layers - 1)) for i in range(num_draft_layers)]
+    return [min(max(0, i), n - 1) for i in ids]
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x [B, heads, T, d]; cos/sin [B, T, d]
+    return x * cos[:, None] + _rotate_half(x) * sin[:, None]
+
+
+class _DraftAttention(nn.Module):
+    def __init__(self, config: Qwen3Config):
+        super().__init__()
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        bias = bool(getattr(config, "attention_bias", False))
+        h, d = config.hidden_size, self.head_dim
+        self.q_proj = nn.Linear(h, self.num_heads * d, bias=bias)
+        self.k_proj = nn.Linear(h, self.num_kv_heads * d, bias=bias)
+        self.v_proj = nn.Linear(h, self.num_kv_heads * d, bias=bias)
+        self.o_proj = nn.Linear(self.num_heads * d, h, bias=bias)
+        self.q_norm = Qwen3RMSNorm(d, eps=config.rms_norm_eps)
+        self.k_norm = Qwen3RMSNorm(d, eps=config.rms_norm_eps)
+
+    def context_kv(self, ctx: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """Keys/values of context features: they depend on the features only, so they are cacheable."""
+        b, t, _ = ctx.shape
+        k = self.k_norm(self.k_proj(ctx).view(b, t, self.num_kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(ctx).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        return _rope(k, cos, sin), v  # [B, kvh, t, d] each
+
+    def forward(self, x, cos, sin, ctx_k, ctx_v, mask):
+        # x [B, S, H] (normalised block states); ctx_k/ctx_v [B, kvh, T, d]
+        b, s, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(b, s, self.num_heads, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(b, s, self.num_kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+        k = torch.cat([ctx_k, k], dim=2)  # [B, kvh, T+S, d]
+        v = torch.cat([ctx_v, v], dim=2)
+        rep = self.num_heads // self.num_kv_heads
+        if rep > 1:
+            k = k.repeat_interleave(rep, dim=1)
+            v = v.repeat_interleave(rep, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim ** -0.5)
+        return self.o_proj(out.transpose(1, 2).reshape(b, s, -1))  # [B, S, H]
+
+
+class _DraftLayer(nn.Module):
+    def __init__(self, config: Qwen3Config):
+        super().__init__()
+        self.self_attn = _DraftAttention(config)
+        self.mlp = Qwen3MLP(config)
+        self.input_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(self, h, cos, sin, ctx_k, ctx_v, mask):
+        h = h + self.self_attn(self.input_layernorm(h), cos, sin, ctx_k, ctx_v, mask)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+def _hf_model(target: Any) -> nn.Module:
+    """Accept a TargetModel or a bare HF causal LM."""
+    return getattr(target, "model", target) if not isinstance(target, nn.Module) else target
+
+
+def _draft_value(cfg: Any, name: str, default: Any = None) -> Any:
+    sub = getattr(cfg, "dflash_config", None) or {}
+    if name in sub:
+        return sub[name]
+    return getattr(cfg, name, default)
+
+
+class BlockDrafter(nn.Module):
+    """DFlash-architecture block drafter (K = 1). See the module docstring for the interface."""
+
+    num_modes = 1
+
+    def __init__(self, config: Qwen3Config, target: Any):
+        super().__init__()
+        hf = _hf_model(target)
+        tcfg = hf.config.get_text_config() if hasattr(hf.config, "get_text_config") else hf.config
+        self.config = config
+        self.block_size = int(_draft_value(config, "block_size", 16))
+        self.mask_token_id = _draft_value(config, "mask_token_id")
+        ids = _draft_value(config, "target_layer_ids")
+        n_target = int(getattr(config, "num_target_layers", None) or tcfg.num_hidden_layers)
+        if ids is None:
+            ids = default_target_layer_ids(n_target, config.num_hidden_layers)
+        self.target_layer_ids = [int(i) for i in ids]
+        _check_compatible(self, config, tcfg)
+        self.layers = nn.ModuleList([_DraftLayer(config) for _ in range(config.num_hidden_layers)])
+        self.norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.fc = nn.Linear(len(self.target_layer_ids) * config.hidden_size, config.hidden_size, bias=False)
+        self.hidden_norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.rotary_emb = Qwen3RotaryEmbedding(config)
+        # Referenced, not owned: object.__setattr__ keeps them out of parameters() and state_dict().
+        object.__setattr__(self, "_embed_tokens", hf.get_input_embeddings())
+        object.__setattr__(self, "_lm_head", hf.get_output_embeddings())
+        self.reset()
+
+    # ------------------------------------------------------------------ shared pieces
+    @property
+    def L(self) -> int:
+        return self.block_size - 1
+
+    def fuse_hidden(self, hidden_states) -> torch.Tensor:
+        """Context features [B, T, H] from the target's HF ``hidden_states`` tuple."""
+        n = len(hidden_states) - 1
+        bad = [i for i in self.target_layer_ids if not 0 <= i < n]
+        if bad:
+            raise ValueError(f"hidden_states: has {n} layers, target_layer_ids {bad} are out of range")
+        cat = torch.cat([hidden_states[i + 1] for i in self.target_layer_ids], dim=-1)
+        cat = cat.to(self.fc.weight.dtype)
+        return self.hidden_norm(self.fc(cat))  # [B, T, H]
+
+    def _block_embeddings(self, block_ids: torch.Tensor) -> torch.Tensor:
+        """[B, S] -> [B*K, S, H]: the target's embeddings (plus the mode embeddings for MFD)."""
+        return self._embed_tokens(block_ids).to(self.fc.weight.dtype)
+
+    def _run(self, block_h, ctx_k, ctx_v, blk_pos, mask):
+        """Run the draft layers over block states with given per-layer context keys/values."""
+        cos, sin = self.rotary_emb(block_h, blk_pos)
+        h = block_h
+        for layer, k, v in zip(self.layers, ctx_k, ctx_v):
+            h = layer(h, cos, sin, k, v, mask)
+        return self.norm(h)  # [B*K, S, H]
+
+    def _context_kv(self, ctx, ctx_pos):
+        cos, sin = self.rotary_emb(ctx, ctx_pos)
+        kv = [layer.self_attn.context_kv(ctx, cos, sin) for layer in self.layers]
+        return [k for k, _ in kv], [v for _, v in kv]
+
+    def _log_probs(self, h: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(self._lm_head(h).float(), dim=-1)
+
+    def _readout(self, h: torch.Tensor, batch: int) -> torch.Tensor:
+        """log pi [batch, K] from final block states [batch*K, S, H]."""
+        return h.new_zeros(batch, 1, dtype=torch.float32)
+
+    # ------------------------------------------------------------------ training
+    def train_forward(self, ctx_feats: torch.Tensor, block_ids: torch.Tensor, ctx_valid: torch.Tensor | None = None):
+        """Differentiable forward; see the module docstring."""
+        log_pi, log_q = self._train_modes(ctx_feats, block_ids, ctx_valid)
+        return log_q[:, 0]  # [B, S-1, V]
+
+    def _train_modes(self, ctx_feats, block_ids, ctx_valid):
+        if ctx_feats.dim() != 3 or block_ids.dim() != 2 or ctx_feats.shape[0] != block_ids.shape[0]:
+            raise ValueError("ctx_feats must be [B, T, H] and block_ids [B, block_size] with the same B")
+        if block_ids.shape[1] < 2:
+            raise ValueError("block_ids: a block needs at least 2 positions")
+        b, t, _ = ctx_feats.shape
+        s, k = block_ids.shape[1], self.num_modes
+        dev = ctx_feats.device
+        if ctx_valid is None:
+            start = torch.zeros(b, dtype=torch.long, device=dev)
+        else:
+            if ctx_valid.shape != (b, t):
+                raise ValueError(f"ctx_valid: expected shape {(b, t)}, got {tuple(ctx_valid.shape)}")
+            start = t - ctx_valid.long().sum(dim=1)  # number of left-padding rows per sample
+        ctx_pos = (torch.arange(t, device=dev)[None] - start[:, None]).clamp_min(0)  # [B, T]
+        blk_pos = (t - start)[:, None] + torch.arange(s, device=dev)[None]  # [B, S]
+        ctx_k, ctx_v = self._context_kv(ctx_feats, ctx_pos)
+        ctx_k = [x.repeat_interleave(k, dim=0) for x in ctx_k]  # [B*K, kvh, T, d]
+        ctx_v = [x.repeat_interleave(k, dim=0) for x in ctx_v]
+        mask = None
+        if ctx_valid is not None:
+            keep = torch.cat([ctx_valid.bool(), torch.ones(b, s, dtype=torch.bool, device=dev)], dim=1)
+            mask = torch.zeros(keep.shape, dtype=self.fc.weight.dtype, device=dev)
+            mask = mask.masked_fill(~keep, torch.finfo(mask.dtype).min)  # [B, T+S]
+            mask = mask.repeat_interleave(k, dim=0)[:, None, None, :]  # [B*K, 1, 1, T+S]
+        h = self._run(self._block_embeddings(block_ids), ctx_k, ctx_v, blk_pos.repeat_interleave(k, dim=0), mask)
+        log_q = self._log_probs(h[:, 1:]).view(b, k, s - 1, -1)  # [B, K, S-1, V]
+        return self._readout(h, b), log_q
+
+    # ------------------------------------------------------------------ inference
+    def reset(self) -> None:
+        """Forget the cached context (start of a new sequence)."""
+        self._cache_k: list[torch.Tensor] | None = None
+        self._cache_v: list[torch.Tensor] | None = None
+        self._cache_len = 0
+
+    @property
+    def context_length(self) -> int:
+        return self._cache_len
+
+    @torch.no_grad()
+    def draft_modes(self, new_ctx_feats: torch.Tensor, root_token: int):
+        """Append new context features, draft one block after them: (log_pi [K], log_q [K, L, V])."""
+        if new_ctx_feats.dim() != 3 or new_ctx_feats.shape[0] != 1:
+            raise ValueError("new_ctx_feats: expected [1, t, H]")
+        t = new_ctx_feats.shape[1]
+        dev = new_ctx_feats.device
+        if t > 0:
+            pos = torch.arange(self._cache_len, self._cache_len + t, device=dev)[None]
+            ks, vs = self._context_kv(new_ctx_feats, pos)
+            if self._cache_k is None:
+                self._cache_k, self._cache_v = ks, vs
+            else:
+                self._cache_k = [torch.cat([a, b], dim=2) for a, b in zip(self._cache_k, ks)]
+                self._cache_v = [torch.cat([a, b], dim=2) for a, b in zip(self._cache_v, vs)]
+            self._cache_len += t
+        if self._cache_k is None:
+            raise ValueError("new_ctx_feats: the drafter has no context yet (feed the prompt's features first)")
+        k, s = self.num_modes, self.block_size
+        block_ids = torch.full((1, s), int(self.mask_token_id), dtype=torch.long, device=dev)
+        block_ids[0, 0] = int(root_token)
+        blk_pos = (self._cache_len + torch.arange(s, device=dev))[None].expand(k, s)  # [K, S]
+        ctx_k = [x.expand(k, -1, -1, -1) for x in self._cache_k]  # shared context, no copy
+        ctx_v = [x.expand(k, -1, -1, -1) for x in self._cache_v]
+        h = self._run(self._block_embeddings(block_ids), ctx_k, ctx_v, blk_pos, None)  # [K, S, H]
+        return self._readout(h, 1)[0], self._log_probs(h[:, 1:])  # [K], [K, L, V]
+
+    def draft(self, new_ctx_feats: torch.Tensor, root_token: int):
+        """Block drafter: per-position log-probs [L, V]."""
+        return self.draft_modes(new_ctx_feats, root_token)[1][0]
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_pretrained(self, directory) -> Path:
+        from safetensors.torch import save_file
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        cfg = self.config.to_dict()
+        cfg["architectures"] = ["DFlashDraftModel"] if self.num_modes == 1 else ["MFDDraftModel"]
+        cfg["block_size"] = self.block_size
+        dcfg = dict(cfg.get("dflash_config") or {})
+        dcfg.update(target_layer_ids=list(self.target_layer_ids), mask_token_id=int(self.mask_token_id),
+                    block_size=self.block_size)
+        if self.num_modes > 1:
+            dcfg["num_modes"] = self.num_modes
+        else:
+            dcfg.pop("num_modes", None)
+        cfg["dflash_config"] = dcfg
+        state = {name: p.detach().contiguous().cpu() for name, p in self.state_dict().items()
+                 if not name.startswith("rotary_emb.")}
+        save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
+        (directory / "config.json").write_text(json.dumps(cfg, indent=2, default=str) + "\n")
+        return directory
+
+    @classmethod
+    def from_pretrained(cls, directory, target: Any, dtype: torch.dtype | None = None) -> "BlockDrafter":
+        """Load a DFlash-layout checkpoint (or an MFD one) from a local directory."""
+        return load_drafter(directory, target, dtype=dtype)
+
+
+class MFDDrafter(BlockDrafter):
+    """Mixture drafter: the block drafter's backbone plus K mode embeddings and a weight readout."""
+
+    def __init__(self, config: Qwen3Config, target: Any, num_modes: int | None = None):
+        super().__init__(config, target)
+        k = int(num_modes if num_modes is not None else _draft_value(config, "num_modes", 1))
+        if k < 1:
+            raise ValueError(f"num_modes: must be >= 1, got {k}")
+        self.num_modes = k
+        self.mode_embeddings = nn.Parameter(torch.zeros(k, config.hidden_size))  # [K, H]
+        self.weight_readout = nn.Parameter(torch.zeros(config.hidden_size))  # [H]
+
+    def _block_embeddings(self, block_ids):
+        b, s = block_ids.shape
+        emb = super()._block_embeddings(block_ids)  # [B, S, H]
+        emb = emb[:, None] + self.mode_embeddings[None, :, None, :].to(emb.dtype)  # [B, K, S, H]
+        return emb.reshape(b * self.num_modes, s, -1)  # [B*K, S, H]
+
+    def _readout(self, h, batch):
+        pooled = h.float().mean(dim=1).view(batch, self.num_modes, -1)  # [B, K, H]
+        return torch.log_softmax(pooled @ self.weight_readout.float(), dim=-1)  # [B, K]
+
+    def train_forward(self, ctx_feats, block_ids, ctx_valid=None):
+        """(log_pi [B, K], log_q [B, K, block_size - 1, V])."""
+        return self._train_modes(ctx_feats, block_ids, ctx_valid)
+
+    def draft(self, new_ctx_feats, root_token):
+        return self.draft_modes(new_ctx_feats, root_token)
+
+
+def _check_compatible(drafter: BlockDrafter, config, tcfg) -> None:
+    if drafter.block_size < 2:
+        raise ValueError(f"block_size: must be >= 2 (one committed token plus drafts), got {drafter.block_size}")
+    if config.hidden_size != tcfg.hidden_size:
+        raise ValueError(f"hidden_size: drafter has {config.hidden_size}, target has {tcfg.hidden_size}")
+    if config.vocab_size != tcfg.vocab_size:
+        raise ValueError(f"vocab_size: drafter has {config.vocab_size}, target has {tcfg.vocab_size}")
+    if drafter.mask_token_id is None or not 0 <= int(drafter.mask_token_id) < tcfg.vocab_size:
+        raise ValueError(f"mask_token_id: {drafter.mask_token_id} is not a token of the target's vocabulary")
+    n = tcfg.num_hidden_layers
+    bad = [i for i in drafter.target_layer_ids if not 0 <= i < n]
+    if bad or not drafter.target_layer_ids:
+        raise ValueError(f"target_layer_ids: {drafter.target_layer_ids} must be non-empty layer ids in [0, {n})")
+
+
+def _drafter_config(tcfg, block_size: int, num_layers: int, target_layer_ids, mask_token_id, num_modes: int):
+    src = tcfg.to_dict()
+    kw = {key: src[key] for key in _CONFIG_COPY_KEYS if key in src and src[key] is not None}
+    dcfg = {"target_layer_ids": list(target_layer_ids), "mask_token_id": int(mask_token_id), "block_size": block_size}
+    if num_modes > 1:
+        dcfg["num_modes"] = num_modes
+    cfg = Qwen3Config(num_hidden_layers=num_layers, **kw)
+    cfg.block_size = block_size
+    cfg.num_target_layers = tcfg.num_hidden_layers
+    cfg.dflash_config = dcfg
+    cfg.use_sliding_window = False
+    return cfg
+
+
+def build_drafter(target: Any, block_size: int, num_layers: int, num_modes: int = 1, seed: int = 0, *,
+                  mask_token_id: int | None = None, target_layer_ids: list[int] | None = None) -> BlockDrafter:
+    """A randomly initialised drafter sized to ``target`` (BlockDrafter if num_modes == 1, else MFD).
+
+    ``mask_token_id`` defaults to the last id of the vocabulary (real Qwen3 drafters use 151669).
+    Placed on the target's device and dtype.
+    """
+    hf = _hf_model(target)
+    tcfg = hf.config.get_text_config() if hasattr(hf.config, "get_text_config") else hf.config
+    if int(block_size) < 2:
+        raise ValueError(f"block_size: must be >= 2, got {block_size}")
+    if int(num_layers) < 1:
+        raise ValueError(f"num_layers: must be >= 1, got {num_layers}")
+    if int(num_modes) < 1:
+        raise ValueError(f"num_modes: must be >= 1, got {num_modes}")
+    ids = target_layer_ids or default_target_layer_ids(tcfg.num_hidden_layers, int(num_layers))
+    mask_id = tcfg.vocab_size - 1 if mask_token_id is None else int(mask_token_id)
+    cfg = _drafter_config(tcfg, int(block_size), int(num_layers), ids, mask_id, int(num_modes))
+    param = next(hf.parameters())
+    gen = torch.Generator().manual_seed(int(seed))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))
+        drafter = MFDDrafter(cfg, hf, int(num_modes)) if num_modes > 1 else BlockDrafter(cfg, hf)
+    std = float(getattr(cfg, "initializer_range", 0.02))
+    for name, p in drafter.named_parameters():
+        if name.endswith("norm.weight"):
+            continue
+        if name == "weight_readout":
+            continue
+        p.data.copy_(torch.randn(p.shape, generator=gen) * std)
+    return drafter.to(device=param.device, dtype=param.dtype)
+
+
+def load_drafter(directory, target: Any, dtype: torch.dtype | None = None) -> BlockDrafter:
+    """Read config.json + safetensors (DFlash names) from ``directory``; MFD if it has mode tensors."""
+    from safetensors.torch import load_file
+
+    directory = Path(directory)
+    cfg_path = directory / "config.json"
+    if not cfg_path.is_file():
+        raise FileNotFoundError(f"directory: no config.json in {directory}")
+    raw = json.loads(cfg_path.read_text())
+    arch = (raw.get("architectures") or ["DFlashDraftModel"])[0]
+    if arch not in ("DFlashDraftModel", "MFDDraftModel"):
+        raise ValueError(f"directory: architecture {arch!r} is not a DFlash block drafter")
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"directory: no .safetensors files in {directory}")
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        state.update(load_file(str(f)))
+    state = {k[len("model."):] if k.startswith("model.") else k: v for k, v in state.items()}
+    block_size = raw.get("block_size", (raw.get("dflash_config") or {}).get("block_size", 16))
+    cfg = Qwen3Config(**{k: v for k, v in raw.items() if k not in ("architectures",)})
+    cfg.block_size = int(block_size)
+    cfg.dflash_config = dict(raw.get("dflash_config") or {})
+    if "num_target_layers" in raw:
+        cfg.num_target_layers = raw["num_target_layers"]
+    hf = _hf_model(target)
+    num_modes = int(cfg.dflash_config.get("num_modes", 1))
+    if "mode_embeddings" in state:
+        num_modes = state["mode_embeddings"].shape[0]
+        drafter: BlockDrafter = MFDDrafter(cfg, hf, num_modes)
+    else:
+        drafter = BlockDrafter(cfg, hf)
+    state = {k: v for k, v in state.items() if not k.startswith("rotary_emb.")}
+    missing, unexpected = drafter.load_state_dict(state, strict=False)
+    missing = [m for m in missing if not m.startswith("rotary_emb.")]
+    if missing or unexpected:
+        raise ValueError(f"directory: checkpoint does not match DFlash's layout (missing {missing}, "
+                         f"unexpected {unexpected})")
+    param = next(hf.parameters())
+    return drafter.to(device=param.device, dtype=dtype or param.dtype)
+
+
+def _num_params(module: nn.Module) -> int:
+    return sum(math.prod(p.shape) for p in module.parameters())

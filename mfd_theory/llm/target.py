@@ -1,0 +1,179 @@
+"""The target model adapter: prefill, one tree-verification forward, KV compaction.
+
+``TargetModel`` wraps any Hugging Face causal LM whose forward accepts a 4D attention mask
+(Qwen3ForCausalLM first) and keeps its own ``DynamicCache``. A decoding round is
+
+    logits, hidden = target.verify(root_token, tree)   # [N+1, V]: root first, then the nodes
+    ... walk the tree with the logits ...
+    target.commit(path)                                # keep the rows of root + accepted nodes
+
+Verification input is ``[root, node tokens...]`` at positions ``start + depth`` (the root has
+depth 0), and every query sees all cached context plus its own ancestors and itself. The mask is a
+*float additive* mask (0 visible, dtype minimum hidden): transformers 5.x passes a 4D mask through
+unchanged, and the eager kernel adds it to the scores, so a bool mask would be silently wrong.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = ["TargetModel", "VerifyOutput", "tree_attention_mask"]
+
+
+@dataclass
+class VerifyOutput:
+    logits: torch.Tensor  # [N+1, V] float32: the target's next-token logits at the root and every node
+    hidden_states: tuple | None  # HF hidden_states tuple, each [1, N+1, H] (None when not requested)
+
+
+def tree_attention_mask(ancestor: np.ndarray | torch.Tensor, past_len: int, dtype: torch.dtype,
+                        device: torch.device | str) -> torch.Tensor:
+    """Float additive mask [1, 1, N+1, past_len + N+1] from an ancestor mask [N+1, N+1] (root first)."""
+    anc = torch.as_tensor(np.asarray(ancestor, dtype=bool), device=device)
+    n1 = anc.shape[0]
+    mask = torch.zeros((n1, past_len + n1), dtype=dtype, device=device)
+    mask[:, past_len:].masked_fill_(~anc, torch.finfo(dtype).min)
+    return mask[None, None]  # [1, 1, N+1, past+N+1]
+
+
+def _cache_kwarg(model: nn.Module) -> str:
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+class TargetModel:
+    """A frozen HF causal LM with a KV cache that tree verification can compact in place.
+
+    ``hf_model`` must accept a 4D float attention mask (checked by a two-token probe at
+    construction: a model that ignores or rejects the mask raises ``ValueError``).
+    """
+
+    def __init__(self, hf_model: nn.Module, check_mask: bool = True):
+        if not isinstance(hf_model, nn.Module) or not hasattr(hf_model, "config"):
+            raise ValueError("hf_model: expected a Hugging Face causal LM (an nn.Module with a config)")
+        self.model = hf_model.eval()
+        cfg = hf_model.config.get_text_config() if hasattr(hf_model.config, "get_text_config") else hf_model.config
+        self.config = cfg
+        self.vocab_size = int(cfg.vocab_size)
+        self.hidden_size = int(cfg.hidden_size)
+        self.num_layers = int(cfg.num_hidden_layers)
+        self.max_positions = int(getattr(cfg, "max_position_embeddings", 0) or 0) or None
+        param = next(hf_model.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        self._cache_name = _cache_kwarg(hf_model)
+        attn = getattr(cfg, "_attn_implementation", None) or getattr(hf_model.config, "_attn_implementation", None)
+        if attn is not None and "flash" in str(attn):
+            raise ValueError(f"hf_model: attention implementation {attn!r} cannot take a 4D tree mask; "
+                             "load the model with attn_implementation='eager' or 'sdpa'")
+        self.cache = None
+        self.length = 0  # committed tokens held in the cache
+        self._pending = 0  # rows appended by the last verify, not yet committed
+        if check_mask:
+            self._probe_4d_mask()
+
+    # ------------------------------------------------------------------ helpers
+    def _new_cache(self):
+        from transformers import DynamicCache
+
+        try:
+            return DynamicCache(config=self.model.config)
+        except TypeError:
+            return DynamicCache()
+
+    @torch.no_grad()
+    def _forward(self, ids, positions, mask, cache, hidden: bool):
+        kwargs = {self._cache_name: cache}
+        return self.model(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True,
+                          output_hidden_states=hidden, **kwargs)
+
+    def _probe_4d_mask(self) -> None:
+        """Two tokens; hiding token 0 from token 1 must change token 1's logits."""
+        ids = torch.tensor([[0, 1]], device=self.device)
+        pos = torch.arange(2, device=self.device)[None]
+        outs = []
+        for anc in (np.array([[1, 0], [1, 1]], bool), np.array([[1, 0], [0, 1]], bool)):
+            mask = tree_attention_mask(anc, 0, self.dtype, self.device)
+            try:
+                out = self._forward(ids, pos, mask, self._new_cache(), hidden=False)
+            except Exception as exc:  # the model rejected the 4D mask
+                raise ValueError(f"hf_model: cannot take a 4D attention mask ({type(exc).__name__}: {exc})") from exc
+            outs.append(out.logits[0, 1].float())
+        if torch.equal(outs[0], outs[1]):
+            raise ValueError("hf_model: ignores a 4D attention mask (tree verification needs one)")
+
+    def _check_positions(self, end: int) -> None:
+        if self.max_positions is not None and end > self.max_positions:
+            raise ValueError(f"input_ids: sequence would reach {end} positions, beyond the target's "
+                             f"context of {self.max_positions}")
+
+    # ------------------------------------------------------------------ API
+    @torch.no_grad()
+    def prefill(self, input_ids: torch.Tensor, hidden: bool = True):
+        """Start a sequence: returns (next-token logits [V] float32, hidden_states tuple or None)."""
+        ids = torch.as_tensor(input_ids, device=self.device)
+        if ids.dim() == 1:
+            ids = ids[None]
+        if ids.dim() != 2 or ids.shape[0] != 1:
+            raise ValueError(f"input_ids: expected one sequence [T] or [1, T], got shape {tuple(ids.shape)}")
+        t = ids.shape[1]
+        if t == 0:
+            raise ValueError("input_ids: the prompt is empty")
+        if int(ids.min()) < 0 or int(ids.max()) >= self.vocab_size:
+            raise ValueError(f"input_ids: token ids must lie in [0, {self.vocab_size})")
+        self._check_positions(t)
+        self.cache = self._new_cache()
+        pos = torch.arange(t, device=self.device)[None]
+        out = self._forward(ids, pos, None, self.cache, hidden)
+        self.length, self._pending = t, 0
+        return out.logits[0, -1].float(), (out.hidden_states if hidden else None)
+
+    @torch.no_grad()
+    def verify(self, root_token: int, tree: Any = None, hidden: bool = True) -> VerifyOutput:
+        """One forward over [root, tree nodes]; ``tree=None`` (or empty) is a plain AR step."""
+        if self.cache is None:
+            raise ValueError("verify: call prefill first")
+        if self._pending:
+            raise ValueError("verify: the previous verification was not committed")
+        n = 0 if tree is None else len(tree)
+        self._check_positions(self.length + 1 + (int(np.max(tree.depth)) if n else 0))
+        ids = torch.empty((1, n + 1), dtype=torch.long)
+        ids[0, 0] = int(root_token)
+        depth = torch.zeros(n + 1, dtype=torch.long)
+        if n:
+            ids[0, 1:] = torch.as_tensor(np.asarray(tree.token, dtype=np.int64))
+            depth[1:] = torch.as_tensor(np.asarray(tree.depth, dtype=np.int64))
+            mask = tree_attention_mask(tree.ancestor_mask(), self.length, self.dtype, self.device)
+        else:
+            mask = torch.zeros((1, 1, 1, self.length + 1), dtype=self.dtype, device=self.device)
+        pos = (self.length + depth).to(self.device)[None]
+        out = self._forward(ids.to(self.device), pos, mask, self.cache, hidden)
+        self._pending = n + 1
+        return VerifyOutput(out.logits[0].float(), out.hidden_states if hidden else None)
+
+    @torch.no_grad()
+    def commit(self, path: list[int] | np.ndarray = ()) -> None:
+        """Keep the cache rows of the root and of the accepted nodes ``path`` (node indices, in order)."""
+        if not self._pending:
+            raise ValueError("commit: nothing to commit (call verify first)")
+        path = [int(i) for i in path]
+        if any(not 0 <= i < self._pending - 1 for i in path):
+            raise ValueError(f"path: node indices must lie in [0, {self._pending - 1})")
+        keep_rel = [0] + [i + 1 for i in path]
+        if keep_rel != list(range(len(keep_rel))):  # rows already in place when the path is a prefix
+            keep = torch.tensor([self.length + r for r in keep_rel], device=self.device)
+            for layer in self.cache.layers:
+                k, v = layer.keys, layer.values  # [B, kvh, length + pending, d]
+                layer.keys = torch.cat([k[:, :, : self.length], k.index_select(2, keep)], dim=2)
+                layer.values = torch.cat([v[:, :, : self.length], v.index_select(2, keep)], dim=2)
+        else:
+            drop = self._pending - len(keep_rel)
+            if drop:
+                self.cache.crop(-drop)
+        self.length += len(keep_rel)
+        self._pending = 0
