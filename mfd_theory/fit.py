@@ -1,0 +1,382 @@
+"""Fitting K-mode mixture-of-products drafters to a target, by EM.
+
+A mixture-of-products drafter ``Q(x) = sum_k pi_k prod_i q_{k,i}(x_i)`` is a latent-class model:
+given which mode k produced a block, the positions are independent. Two ways to fit it:
+
+* :func:`fit_mixture` from target samples ``[n, L]`` (the realistic case: a drafter only ever sees
+  the target's outputs). ``K = 1`` gives the per-position marginals, which is what a product
+  (single-mode, DFlash-style) drafter trained by cross-entropy converges to.
+* :func:`fit_mixture_exact` from an exact :class:`~mfd_theory.distributions.MixtureOfProducts`
+  target (no sampling noise): weighted EM over the target's support when it is small enough to
+  enumerate, otherwise EM over the target's own components (each component moves as one unit).
+
+Both run soft EM (maximum likelihood) or a hard, winner-take-all variant: every block trains only
+the mode that explains it best, which is how a network trained with a min-over-modes loss
+behaves. Several restarts from k-means++-style seeds; the best objective wins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Literal
+
+import numpy as np
+
+from mfd_theory._kernels.fit import _em, _log_likelihood
+from mfd_theory.distributions import MixtureOfProducts
+
+__all__ = ["FitInfo", "fit_mixture", "fit_mixture_exact", "log_likelihood"]
+
+Assignment = Literal["soft", "hard"]
+
+
+@dataclasses.dataclass(frozen=True)
+class FitInfo:
+    """Diagnostics of a fit: the objective of every restart and the trace of the winner.
+
+    ``objective`` is the weighted mean log-likelihood of the mixture (soft) or the weighted mean
+    log-likelihood of each block's best mode (hard), per block.
+    """
+
+    assignment: str
+    objectives: tuple[float, ...]  # one per restart
+    best_restart: int
+    trace: tuple[float, ...]  # objective per iteration of the best restart
+    n_iter: int
+    n_unique: int  # distinct rows EM actually ran on
+
+    @property
+    def objective(self) -> float:
+        return self.objectives[self.best_restart]
+
+
+def _check_int(name: str, value, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name}: expected an integer, got {value!r}")
+    if value < low:
+        raise ValueError(f"{name}: must be >= {low}, got {value}")
+    return int(value)
+
+
+def _check_common(K, smoothing, n_restarts, max_iter, tol, assignment):
+    K = _check_int("K", K, 1)
+    if not (isinstance(smoothing, (int, float, np.floating)) and 0.0 <= float(smoothing) < 1.0):
+        raise ValueError(f"smoothing: must be a number in [0, 1), got {smoothing!r}")
+    n_restarts = _check_int("n_restarts", n_restarts, 1)
+    max_iter = _check_int("max_iter", max_iter, 1)
+    if not (isinstance(tol, (int, float, np.floating)) and float(tol) >= 0.0):
+        raise ValueError(f"tol: must be a non-negative number, got {tol!r}")
+    if assignment not in ("soft", "hard"):
+        raise ValueError(f"assignment: must be 'soft' or 'hard', got {assignment!r}")
+    return K, float(smoothing), n_restarts, max_iter, float(tol)
+
+
+def _check_samples(samples, vocab_size) -> np.ndarray:
+    V = _check_int("vocab_size", vocab_size, 1)
+    x = np.asarray(samples)
+    if x.ndim != 2:
+        raise ValueError(f"samples: expected a 2-D array [n, L], got shape {x.shape}")
+    if x.shape[0] < 1 or x.shape[1] < 1:
+        raise ValueError(f"samples: need at least one row and one position, got shape {x.shape}")
+    if not np.issubdtype(x.dtype, np.integer):
+        if np.issubdtype(x.dtype, np.floating) and np.all(np.isfinite(x)) and np.all(x == np.round(x)):
+            x = x.astype(np.int64)
+        else:
+            raise ValueError(f"samples: expected integer token ids, got dtype {x.dtype}")
+    lo, hi = int(x.min()), int(x.max())
+    if lo < 0 or hi >= V:
+        raise ValueError(f"samples: token ids must lie in [0, vocab_size={V}), found range [{lo}, {hi}]")
+    return np.ascontiguousarray(x, dtype=np.int64)
+
+
+def _check_weights(weights, n: int) -> np.ndarray:
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != (n,):
+        raise ValueError(f"weights: expected shape ({n},), got {w.shape}")
+    if not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise ValueError("weights: must be finite and non-negative")
+    if w.sum() <= 0:
+        raise ValueError("weights: must not all be zero")
+    return w
+
+
+def _unique_rows(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Collapse duplicate rows, summing their weights (EM's cost then scales with distinct rows)."""
+    uniq, inverse = np.unique(x, axis=0, return_inverse=True)  # [U, L], [n]
+    wu = np.bincount(inverse.ravel(), weights=w, minlength=uniq.shape[0])  # [U]
+    keep = wu > 0
+    return np.ascontiguousarray(uniq[keep]), np.ascontiguousarray(wu[keep])
+
+
+def _seed_rows(x: np.ndarray, w: np.ndarray, K: int, rng: np.random.Generator) -> np.ndarray:
+    """k-means++ seeding under Hamming distance: K row indices, spread across the modes."""
+    U = x.shape[0]
+    p = w / w.sum()
+    chosen = [int(rng.choice(U, p=p))]
+    dist = np.sum(x != x[chosen[0]], axis=1).astype(np.float64)  # [U]
+    for _ in range(1, K):
+        score = w * dist**2
+        if score.sum() <= 0:  # fewer distinct rows than modes: repeat by weight
+            chosen.append(int(rng.choice(U, p=p)))
+        else:
+            chosen.append(int(rng.choice(U, p=score / score.sum())))
+        dist = np.minimum(dist, np.sum(x != x[chosen[-1]], axis=1))
+    return np.asarray(chosen)
+
+
+def _marginal_counts(x: np.ndarray, w: np.ndarray, V: int) -> np.ndarray:
+    L = x.shape[1]
+    out = np.zeros((L, V))  # [L, V]
+    for i in range(L):
+        out[i] = np.bincount(x[:, i], weights=w, minlength=V)
+    return out / w.sum()
+
+
+def _init(x, w, K, V, rng, blend: float = 0.5):
+    """Each mode starts half on one seed row, half on the smoothed marginals."""
+    marg = _marginal_counts(x, w, V)  # [L, V]
+    marg = 0.9 * marg + 0.1 / V
+    rows = _seed_rows(x, w, K, rng)
+    L = x.shape[1]
+    q = np.broadcast_to(blend * marg, (K, L, V)).copy()  # [K, L, V]
+    for k, r in enumerate(rows):
+        q[k, np.arange(L), x[r]] += 1.0 - blend
+    return np.full(K, -math.log(K)), np.log(q)
+
+
+def _run_restarts(x, w, K, V, seed, smoothing, n_restarts, max_iter, tol, hard):
+    rng = np.random.default_rng(seed)
+    best = None
+    objectives = []
+    if K == 1:
+        n_restarts = 1  # the marginals are the unique optimum
+    for r in range(n_restarts):
+        log_pi, log_q = _init(x, w, K, V, rng)
+        trace, n_iter = _em(x, w, log_pi, log_q, max_iter, tol, smoothing, hard)
+        obj = float(trace[n_iter])
+        objectives.append(obj)
+        if best is None or obj > best[0]:
+            best = (obj, r, log_pi, log_q, trace[: n_iter + 1], n_iter)
+    _, r, log_pi, log_q, trace, n_iter = best
+    info = FitInfo(
+        assignment="hard" if hard else "soft",
+        objectives=tuple(objectives),
+        best_restart=r,
+        trace=tuple(float(t) for t in trace),
+        n_iter=int(n_iter),
+        n_unique=int(x.shape[0]),
+    )
+    return log_pi, log_q, info
+
+
+def fit_mixture(
+    samples,
+    K: int,
+    vocab_size: int,
+    seed: int = 0,
+    *,
+    weights=None,
+    assignment: Assignment = "soft",
+    smoothing: float = 1e-4,
+    n_restarts: int = 4,
+    max_iter: int = 200,
+    tol: float = 1e-7,
+    return_info: bool = False,
+):
+    """Fit a K-mode mixture-of-products drafter to target blocks by EM.
+
+    Parameters
+    ----------
+    samples : int array [n, L]
+        Target blocks, token ids in ``[0, vocab_size)``.
+    K : int
+        Number of modes (>= 1). ``K = 1`` returns the smoothed per-position marginals.
+    vocab_size : int
+        V; the fitted ``log_q`` has shape [K, L, V].
+    seed : int
+        Seeds the k-means++ initialisation of every restart.
+    weights : float array [n], optional
+        Per-row weights (e.g. probabilities of distinct sequences); default all ones.
+    assignment : "soft" or "hard"
+        Soft: maximum-likelihood EM. Hard: winner-take-all (each block trains only its best mode;
+        pi is the share of blocks each mode wins).
+    smoothing : float in [0, 1)
+        Every fitted distribution is ``(1 - smoothing) * estimate + smoothing * uniform``, so a
+        token no sample shows keeps probability ``smoothing / V`` (and a mode ``smoothing / K``).
+    n_restarts, max_iter, tol
+        Restarts (best objective kept), iteration cap, and the stopping threshold on the change of
+        the mean log-likelihood per block (soft; hard stops when no block changes mode).
+    return_info : bool
+        Also return a :class:`FitInfo`.
+
+    Returns
+    -------
+    MixtureOfProducts, or (MixtureOfProducts, FitInfo) when ``return_info``.
+    """
+    K, smoothing, n_restarts, max_iter, tol = _check_common(
+        K, smoothing, n_restarts, max_iter, tol, assignment
+    )
+    x = _check_samples(samples, vocab_size)  # [n, L]
+    w = np.ones(x.shape[0]) if weights is None else _check_weights(weights, x.shape[0])  # [n]
+    xu, wu = _unique_rows(x, w)  # [U, L], [U]
+    log_pi, log_q, info = _run_restarts(
+        xu, wu, K, int(vocab_size), seed, smoothing, n_restarts, max_iter, tol, assignment == "hard"
+    )
+    model = MixtureOfProducts(log_pi, log_q)
+    return (model, info) if return_info else model
+
+
+def _support_rows(target: MixtureOfProducts, max_support: int) -> np.ndarray | None:
+    """All sequences with P > 0 (union over components), or None when there are too many."""
+    q = np.exp(target.log_q)  # [F, L, V]
+    pi = np.exp(target.log_pi)  # [F]
+    blocks = []
+    total = 0
+    for f in range(target.K):
+        if pi[f] == 0:
+            continue
+        supports = [np.flatnonzero(q[f, i] > 0) for i in range(target.L)]
+        size = math.prod(len(s) for s in supports)
+        total += size
+        if total > max_support:
+            return None
+        grids = np.meshgrid(*supports, indexing="ij")
+        blocks.append(np.stack([g.ravel() for g in grids], axis=1))  # [size, L]
+    rows = np.unique(np.concatenate(blocks, axis=0), axis=0)
+    return np.ascontiguousarray(rows, dtype=np.int64)
+
+
+def _component_em(target, K, seed, smoothing, n_restarts, max_iter, tol, hard):
+    """EM whose units are the target's components (weight pi_f, distribution P_f).
+
+    E-step: a component's responsibility for mode k is proportional to
+    pi_k exp(E_{x~P_f} log Q_k(x)); M-step: each mode becomes the responsibility-weighted average
+    of its components' per-position distributions. With K >= F this recovers the target; with
+    K < F it merges components. Used when the target's support is too large to enumerate.
+    """
+    p = np.exp(target.log_q)  # [F, L, V]
+    pf = np.exp(target.log_pi)  # [F]
+    F, L, V = p.shape
+    rng = np.random.default_rng(seed)
+    best = None
+    objectives = []
+    for r in range(1 if K == 1 else n_restarts):
+        # seed modes on distinct components (k-means++ on total-variation distance)
+        first = int(rng.choice(F, p=pf / pf.sum()))
+        rows = [first]
+        dist = 0.5 * np.abs(p - p[first]).sum(axis=(1, 2))  # [F]
+        for _ in range(1, K):
+            score = pf * dist**2
+            nxt = int(rng.choice(F, p=score / score.sum())) if score.sum() > 0 else int(rng.choice(F, p=pf / pf.sum()))
+            rows.append(nxt)
+            dist = np.minimum(dist, 0.5 * np.abs(p - p[nxt]).sum(axis=(1, 2)))
+        marg = np.einsum("f,fiv->iv", pf, p)  # [L, V]
+        q = 0.5 * p[rows] + 0.5 * (0.9 * marg + 0.1 / V)  # [K, L, V]
+        log_pi = np.full(K, -math.log(K))
+        trace = []
+        for _ in range(max_iter + 1):
+            log_q = np.log(q)
+            # expected log-likelihood of component f under mode k
+            ell = np.einsum("fiv,kiv->fk", p, np.maximum(log_q, -1e30))  # [F, K] (0 * log 0 -> 0)
+            if hard:
+                a = np.argmax(ell, axis=1)
+                resp = np.zeros((F, K))
+                resp[np.arange(F), a] = 1.0
+                obj = float(np.sum(pf * ell.max(axis=1)) / pf.sum())
+            else:
+                lj = ell + log_pi  # [F, K]
+                m = lj.max(axis=1, keepdims=True)
+                resp = np.exp(lj - m)
+                z = resp.sum(axis=1, keepdims=True)
+                resp /= z
+                obj = float(np.sum(pf * (m[:, 0] + np.log(z[:, 0]))) / pf.sum())
+            trace.append(obj)
+            if len(trace) > 1 and abs(trace[-1] - trace[-2]) <= tol * max(1.0, abs(obj)):
+                break
+            wk = pf[:, None] * resp  # [F, K]
+            nk = wk.sum(axis=0)  # [K]
+            new_q = np.einsum("fk,fiv->kiv", wk, p) / np.maximum(nk, 1e-300)[:, None, None]
+            new_q[nk == 0] = 1.0 / V
+            q = (1.0 - smoothing) * new_q + smoothing / V
+            pk = (1.0 - smoothing) * nk / nk.sum() + smoothing / K
+            with np.errstate(divide="ignore"):
+                log_pi = np.log(pk)
+        objectives.append(trace[-1])
+        if best is None or trace[-1] > best[0]:
+            best = (trace[-1], r, log_pi.copy(), np.log(q), trace)
+    _, r, log_pi, log_q, trace = best
+    info = FitInfo(
+        assignment="hard" if hard else "soft",
+        objectives=tuple(objectives),
+        best_restart=r,
+        trace=tuple(trace),
+        n_iter=len(trace) - 1,
+        n_unique=F,
+    )
+    return log_pi, log_q, info
+
+
+def fit_mixture_exact(
+    target: MixtureOfProducts,
+    K: int,
+    seed: int = 0,
+    *,
+    method: Literal["auto", "support", "components"] = "auto",
+    max_support: int = 200_000,
+    assignment: Assignment = "soft",
+    smoothing: float = 1e-4,
+    n_restarts: int = 4,
+    max_iter: int = 200,
+    tol: float = 1e-9,
+    return_info: bool = False,
+):
+    """Fit a K-mode drafter to an exact target, with no sampling noise.
+
+    ``method="support"`` runs EM over every sequence the target gives positive probability,
+    weighted by that probability (the infinite-sample limit of :func:`fit_mixture`); it needs the
+    support to hold at most ``max_support`` sequences (true for exact futures, false for noisy
+    ones). ``method="components"`` runs EM whose units are the target's own components (see
+    :func:`_component_em`); ``"auto"`` picks the support when it fits. Other arguments as in
+    :func:`fit_mixture`.
+    """
+    if not isinstance(target, MixtureOfProducts):
+        raise ValueError(f"target: expected a MixtureOfProducts, got {type(target).__name__}")
+    K, smoothing, n_restarts, max_iter, tol = _check_common(
+        K, smoothing, n_restarts, max_iter, tol, assignment
+    )
+    if method not in ("auto", "support", "components"):
+        raise ValueError(f"method: must be 'auto', 'support' or 'components', got {method!r}")
+    max_support = _check_int("max_support", max_support, 1)
+    hard = assignment == "hard"
+    rows = None if method == "components" else _support_rows(target, max_support)
+    if method == "support" and rows is None:
+        raise ValueError(
+            f"target: its support has more than max_support={max_support} sequences; "
+            "use method='components' or sample it"
+        )
+    if rows is None:
+        log_pi, log_q, info = _component_em(target, K, seed, smoothing, n_restarts, max_iter, tol, hard)
+    else:
+        w = np.empty(rows.shape[0])
+        _log_likelihood(rows, np.ascontiguousarray(target.log_pi), np.ascontiguousarray(target.log_q), w)
+        w = np.exp(w)  # [U] exact probabilities
+        log_pi, log_q, info = _run_restarts(
+            rows, w, K, target.V, seed, smoothing, n_restarts, max_iter, tol, hard
+        )
+    model = MixtureOfProducts(log_pi, log_q)
+    return (model, info) if return_info else model
+
+
+def log_likelihood(model: MixtureOfProducts, samples, weights=None) -> float:
+    """Weighted mean log Q(x) per block of ``samples`` [n, L] under a mixture drafter."""
+    if not isinstance(model, MixtureOfProducts):
+        raise ValueError(f"model: expected a MixtureOfProducts, got {type(model).__name__}")
+    x = _check_samples(samples, model.V)
+    if x.shape[1] != model.L:
+        raise ValueError(f"samples: expected {model.L} positions, got {x.shape[1]}")
+    w = np.ones(x.shape[0]) if weights is None else _check_weights(weights, x.shape[0])
+    out = np.empty(x.shape[0])
+    _log_likelihood(x, np.ascontiguousarray(model.log_pi), np.ascontiguousarray(model.log_q), out)
+    with np.errstate(invalid="ignore"):
+        return float(np.sum(w * out) / w.sum()) if np.all(np.isfinite(out[w > 0])) else -math.inf
