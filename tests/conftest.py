@@ -1,0 +1,30 @@
+"""Test-suite settings shared by every test module.
+
+Hypothesis profiles: "mfd" (default) has no deadline, because the first call of a numba kernel
+compiles it and takes seconds, and a modest example count so the whole suite stays fast on two
+cores; "mfd-thorough" runs many more examples (HYPOTHESIS_PROFILE=mfd-thorough).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+from hypothesis import HealthCheck, settings
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+_ROOT = Path(__file__).resolve().parent.parent
+if importlib.util.find_spec("mfd_theory") is None:
+    sys.path.insert(0, str(_ROOT))  # run from a checkout that was not pip-installed
+
+_SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+settings.register_profile(
+    "mfd", deadline=None, max_examples=30, suppress_health_check=_SUPPRESS, print_blob=True
+)
+settings.register_profile(
+    "mfd-thorough", deadline=None, max_examples=500, suppress_health_check=_SUPPRESS
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "mfd"))

@@ -1,0 +1,129 @@
+"""MixtureOfProducts against the enumerating twins in tests/reference.py."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import reference as ref
+import strategies as mst
+from mfd_theory.distributions import MixtureOfProducts
+
+# log-probs of <= 4 factors and <= 3 modes, summed in another order: float64 rounding is ~1e-15.
+LOG_TOL = 1e-9
+# probabilities summed over <= 340 prefixes: accumulated rounding stays far below this.
+PROB_TOL = 1e-9
+
+
+@given(mst.mixtures())
+def test_attributes(mix):
+    m = mix.build()
+    assert (m.K, m.L, m.V) == mix.log_q.shape
+    assert m.log_q.dtype == np.float64 and m.log_pi.dtype == np.float64
+    ref.assert_log_close(m.log_pi, mix.log_pi, LOG_TOL, "log_pi")
+    ref.assert_log_close(m.log_q, mix.log_q, LOG_TOL, "log_q")
+
+
+@given(mst.mixtures(), st.data())
+def test_log_prefix_prob_matches_reference(mix, data):
+    m = mix.build()
+    d = data.draw(st.integers(0, mix.L))
+    prefix = data.draw(st.lists(st.integers(0, mix.V - 1), min_size=d, max_size=d))
+    got = m.log_prefix_prob(prefix)
+    ref.assert_log_close(got, ref.log_prefix_prob(mix.log_pi, mix.log_q, prefix), LOG_TOL, str(prefix))
+
+
+@given(mst.targets())
+def test_prefix_probs_are_consistent(spec):
+    """Children's probabilities add up to their parent's; depth-1 prefixes sum to one."""
+    m = spec.build()
+    parents = [()] + [p for p in ref.all_prefixes(m.L - 1, m.V)] if m.L > 1 else [()]
+    for p in parents:
+        kids = math.fsum(ref.exp_or_zero(m.log_prefix_prob(list(p) + [v])) for v in range(m.V))
+        assert abs(kids - ref.exp_or_zero(m.log_prefix_prob(list(p)))) <= PROB_TOL, p
+
+
+@given(mst.mixtures())
+def test_marginals_match_reference(mix):
+    marg = mix.build().marginals()
+    assert isinstance(marg, MixtureOfProducts) and marg.K == 1
+    ref.assert_log_close(marg.log_q[0], ref.marginals(mix.log_pi, mix.log_q), LOG_TOL, "marginals")
+    ref.assert_log_close(marg.log_pi, [0.0], LOG_TOL, "log_pi")
+
+
+@given(mst.mixtures(), st.data())
+def test_node_log_probs_matches_reference(mix, data):
+    from mfd_theory.trees import DraftTree
+
+    paths = data.draw(mst.prefix_closed_paths(mix.L, mix.V))
+    got = mix.build().node_log_probs(DraftTree.from_paths(paths))
+    ref.assert_log_close(got, ref.node_log_probs(paths, mix.log_pi, mix.log_q), LOG_TOL, "nodes")
+
+
+@given(mst.mixtures(max_K=1))
+def test_product_constructor(mix):
+    m = MixtureOfProducts.product(mix.log_q[0])
+    assert m.K == 1
+    ref.assert_log_close(m.log_pi, [0.0], LOG_TOL, "log_pi")
+    ref.assert_log_close(m.log_q, mix.log_q, LOG_TOL, "log_q")
+
+
+@given(mst.futures())
+def test_futures_constructor(fut):
+    m = fut.build()
+    log_pi, log_q = ref.futures_log_params(fut.sequences, fut.weights, fut.V, fut.noise)
+    ref.assert_log_close(m.log_pi, log_pi, LOG_TOL, "log_pi")
+    ref.assert_log_close(m.log_q, log_q, LOG_TOL, "log_q")
+
+
+def test_futures_default_weights_are_uniform():
+    m = MixtureOfProducts.futures([[0, 1], [1, 0], [1, 1]], vocab_size=3)
+    ref.assert_log_close(m.log_pi, np.log(np.full(3, 1 / 3)), LOG_TOL, "log_pi")
+    assert m.V == 3 and m.L == 2
+
+
+@given(mst.targets(), st.integers(0, 2**31 - 1))
+def test_sample_shape_support_and_seed(spec, seed):
+    m = spec.build()
+    x = m.sample(200, seed)
+    assert x.dtype == np.int64 and x.shape == (200, m.L)
+    assert x.min() >= 0 and x.max() < m.V
+    for row in np.unique(x, axis=0)[:20]:
+        assert m.log_prefix_prob(row) > -np.inf, f"sampled a zero-probability sequence {row}"
+    np.testing.assert_array_equal(x, m.sample(200, seed))
+
+
+def test_sample_frequencies():
+    """Empirical prefix frequencies within 5 standard errors of the exact probabilities."""
+    log_pi = np.log([0.3, 0.7])
+    log_q = np.log(
+        np.array(
+            [
+                [[0.5, 0.5, 0.0], [0.1, 0.2, 0.7]],
+                [[0.0, 0.2, 0.8], [0.6, 0.3, 0.1]],
+            ]
+        )
+    )
+    m = MixtureOfProducts(log_pi, log_q)
+    n = 40_000
+    x = m.sample(n, seed=7)
+    for prefix in ref.all_prefixes(2, 3):
+        p = ref.exp_or_zero(ref.log_prefix_prob(log_pi, log_q, prefix))
+        freq = np.mean(np.all(x[:, : len(prefix)] == prefix, axis=1))
+        se = math.sqrt(p * (1 - p) / n)
+        assert abs(freq - p) <= 5 * se + 1e-12, (prefix, freq, p)
+
+
+def test_sample_with_vocabulary_in_the_tens_of_thousands():
+    """A row with one heavy token must not be lost to float rounding at a realistic V."""
+    V = 50_000
+    q = np.full(V, 0.5 / (V - 1))
+    q[123] = 0.5
+    m = MixtureOfProducts.product(np.log(q)[None, :].repeat(2, axis=0))
+    x = m.sample(4000, seed=3)
+    share = np.mean(x == 123)
+    assert 0.45 < share < 0.55

@@ -1,0 +1,272 @@
+"""Tree builders and DraftTree against the enumerating twins in tests/reference.py.
+
+The top-N set is not unique under ties, so a built tree is checked against the rule itself
+(reference.top_n_violations) and against the twin's sorted score vector, which *is* unique.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import reference as ref
+import strategies as mst
+from mfd_theory.distributions import MixtureOfProducts
+from mfd_theory.trees import DraftTree, chain_tree, mixture_tree, oracle_tree, product_tree
+
+# Scores are sums of <= 4 log-probs (and a logsumexp over <= 3 modes) taken in another order
+# than the twin's math.fsum: float64 rounding differs by ~1e-15, so 1e-9 only absorbs rounding.
+SCORE_TOL = 1e-9
+# float32 input: each log-prob is exact after upcasting, but a float32 accumulator would round
+# each of the <= 4 partial sums to ~6e-8 relative; scores here are O(10), hence 1e-5.
+FLOAT32_TOL = 1e-5
+
+
+# ----------------------------------------------------------------------------- shared checks
+
+def check_structure(t: DraftTree, L: int | None = None) -> list[tuple[int, ...]]:
+    """Array types, parent-before-child order, depths, distinct paths; returns the paths."""
+    n = len(t)
+    for name in ("parent", "token", "depth"):
+        arr = getattr(t, name)
+        assert arr.dtype == np.int64 and arr.shape == (n,), (name, arr.dtype, arr.shape)
+    assert t.log_score.dtype == np.float64 and t.log_score.shape == (n,)
+    idx = np.arange(n)
+    assert np.all(t.parent < idx), "a parent must precede its children"
+    assert np.all(t.parent >= -1)
+    want_depth = np.where(t.parent == -1, 1, t.depth[np.maximum(t.parent, 0)] + 1)
+    np.testing.assert_array_equal(t.depth, want_depth, err_msg="depth != parent's depth + 1")
+    paths = ref.tree_paths(t)
+    assert len(set(paths)) == n, "two nodes share a path"
+    assert [tuple(p) for p in t.paths()] == paths
+    if L is not None:
+        assert n == 0 or t.depth.max() <= L
+    return paths
+
+
+def check_top_n(t, score, prefixes, budget, twin, tol=SCORE_TOL, L=None):
+    """The tree obeys the top-N rule, reports the right scores, and matches the twin's scores."""
+    paths = check_structure(t, L)
+    problems = ref.top_n_violations(paths, score, prefixes, budget, tol)
+    assert not problems, problems
+    ref.assert_log_close(t.log_score, [score(p) for p in paths], tol, "log_score vs twin score")
+    _, twin_scores = twin
+    ref.assert_log_close(
+        np.sort(t.log_score)[::-1], np.sort(np.array(twin_scores))[::-1], tol, "sorted scores"
+    )
+    # best-first emission: scores never increase along the node order (up to rounding)
+    assert np.all(np.diff(t.log_score[np.isfinite(t.log_score)]) <= tol)
+    return paths
+
+
+# ----------------------------------------------------------------------------- builders vs twins
+
+@given(mst.products(), mst.budgets())
+def test_product_tree_top_n(mix, budget):
+    log_q = mix.log_q[0]  # [L, V]
+    t = product_tree(log_q, budget)
+    check_top_n(
+        t, lambda p: ref.product_score(log_q, p), ref.all_prefixes(mix.L, mix.V), budget,
+        ref.product_tree(log_q, budget), L=mix.L,
+    )
+
+
+@given(mst.products(), mst.budgets())
+def test_product_tree_float32_input(mix, budget):
+    log_q32 = mix.log_q[0].astype(np.float32)  # [L, V] as a GPU hands it over
+    log_q = log_q32.astype(np.float64)
+    t = product_tree(log_q32, budget)
+    check_top_n(
+        t, lambda p: ref.product_score(log_q, p), ref.all_prefixes(mix.L, mix.V), budget,
+        ref.product_tree(log_q, budget), tol=FLOAT32_TOL, L=mix.L,
+    )
+
+
+@given(mst.mixtures(), mst.budgets())
+def test_mixture_tree_top_n(mix, budget):
+    t = mixture_tree(mix.log_pi, mix.log_q, budget)
+    check_top_n(
+        t, lambda p: ref.log_prefix_prob(mix.log_pi, mix.log_q, p),
+        ref.all_prefixes(mix.L, mix.V), budget, ref.mixture_tree(mix.log_pi, mix.log_q, budget),
+        L=mix.L,
+    )
+
+
+@given(mst.targets(), mst.budgets())
+def test_oracle_tree_top_n(spec, budget):
+    target = spec.build()
+    t = oracle_tree(target, budget)
+    lp, lq = target.log_pi, target.log_q
+    check_top_n(
+        t, lambda p: ref.log_prefix_prob(lp, lq, p), ref.all_prefixes(target.L, target.V), budget,
+        ref.oracle_tree(lp, lq, budget), L=target.L,
+    )
+
+
+@given(mst.candidates(K=1), mst.budgets())
+def test_product_tree_from_candidates(cand, budget):
+    values, ids = cand.values[0], cand.token_ids[0]  # [L, k], [L, k]
+    t = product_tree(values, budget, token_ids=ids)
+    tables = ref.candidate_tables(values, ids)
+    prefixes = ref.candidate_prefixes([list(tab) for tab in tables[0]])
+    check_top_n(
+        t, lambda p: ref.candidate_score([0.0], tables, p), prefixes, budget,
+        ref.product_tree_candidates(values, ids, budget), L=values.shape[0],
+    )
+
+
+@given(mst.candidates(), mst.budgets())
+def test_mixture_tree_from_candidates(cand, budget):
+    t = mixture_tree(cand.log_pi, cand.values, budget, token_ids=cand.token_ids)
+    tables = ref.candidate_tables(cand.values, cand.token_ids)
+    K, L, _ = cand.values.shape
+    token_sets = [sorted(set().union(*(tables[k][i] for k in range(K)))) for i in range(L)]
+    check_top_n(
+        t, lambda p: ref.candidate_score(cand.log_pi, tables, p),
+        ref.candidate_prefixes(token_sets), budget,
+        ref.mixture_tree_candidates(cand.log_pi, cand.values, cand.token_ids, budget), L=L,
+    )
+
+
+@given(mst.products(), mst.budgets())
+def test_candidates_equal_dense_when_complete(mix, budget):
+    """Handing over every token as a candidate gives the dense builder's scores."""
+    log_q = mix.log_q[0]
+    ids = np.tile(np.arange(mix.V), (mix.L, 1))  # [L, V]
+    a = product_tree(log_q, budget)
+    b = product_tree(log_q, budget, token_ids=ids)
+    ref.assert_log_close(a.log_score, b.log_score, SCORE_TOL, "dense vs complete candidates")
+
+
+@given(mst.products(), mst.budgets())
+def test_mixture_with_one_mode_equals_product(mix, budget):
+    a = product_tree(mix.log_q[0], budget)
+    b = mixture_tree(np.zeros(1), mix.log_q, budget)
+    ref.assert_log_close(a.log_score, b.log_score, SCORE_TOL, "K=1 mixture vs product")
+
+
+# ----------------------------------------------------------------------------- properties
+
+@given(mst.mixtures(), mst.budgets(), mst.budgets())
+def test_trees_of_increasing_budget_are_nested_in_score(mix, n1, n2):
+    small, big = sorted((n1, n2))
+    for build in (
+        lambda n: product_tree(mix.log_q[0], n),
+        lambda n: mixture_tree(mix.log_pi, mix.log_q, n),
+        lambda n: oracle_tree(mix.build(), n),
+    ):
+        a, b = build(small), build(big)
+        sa = np.sort(a.log_score)[::-1]
+        sb = np.sort(b.log_score)[::-1][: len(sa)]
+        ref.assert_log_close(sa, sb, SCORE_TOL, f"top-{small} vs top-{big} scores")
+
+
+@given(mst.mixtures(), mst.budgets())
+def test_builders_are_deterministic(mix, budget):
+    for build in (
+        lambda: product_tree(mix.log_q[0], budget),
+        lambda: mixture_tree(mix.log_pi, mix.log_q, budget),
+        lambda: oracle_tree(mix.build(), budget),
+    ):
+        a, b = build(), build()
+        for name in ("parent", "token", "depth", "log_score"):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+
+
+@given(st.integers(0, 2**32 - 1), st.integers(1, 3), st.integers(1, 4), st.integers(2, 6),
+       mst.budgets(60))
+def test_permuting_the_vocabulary_permutes_the_tree(seed, K, L, V, budget):
+    """Without ties the top-N set is unique, so relabelling tokens relabels the tree exactly."""
+    log_q = mst.generic_log_q(seed, (K, L, V))  # [K, L, V]
+    log_pi = mst.generic_log_q(seed + 1, (K,))
+    perm = np.random.default_rng(seed).permutation(V)  # new id of old token v is perm[v]
+    inv = np.argsort(perm)
+    permuted = log_q[:, :, inv]  # permuted[..., perm[v]] == log_q[..., v]
+    for a, b in (
+        (product_tree(log_q[0], budget), product_tree(permuted[0], budget)),
+        (mixture_tree(log_pi, log_q, budget), mixture_tree(log_pi, permuted, budget)),
+        (oracle_tree(MixtureOfProducts(log_pi, log_q), budget),
+         oracle_tree(MixtureOfProducts(log_pi, permuted), budget)),
+    ):
+        relabelled = {tuple(int(perm[v]) for v in p) for p in ref.tree_paths(a)}
+        assert relabelled == set(ref.tree_paths(b))
+
+
+@given(mst.mixtures(ties=True), mst.budgets(), st.randoms(use_true_random=False))
+def test_permutation_with_ties_keeps_the_scores(mix, budget, rnd):
+    perm = list(range(mix.V))
+    rnd.shuffle(perm)
+    inv = np.argsort(perm)
+    a = mixture_tree(mix.log_pi, mix.log_q, budget)
+    b = mixture_tree(mix.log_pi, mix.log_q[:, :, inv], budget)
+    ref.assert_log_close(np.sort(a.log_score), np.sort(b.log_score), SCORE_TOL, "scores")
+
+
+def test_ties_and_zeros_by_hand():
+    """Uniform rows: every prefix of a depth ties; the tree fills depth by depth, then -inf."""
+    log_q = np.log(np.full((2, 2), 0.5))  # [L=2, V=2]
+    t = product_tree(log_q, 5)
+    assert len(t) == 5 and sorted(t.depth.tolist()) == [1, 1, 2, 2, 2]
+    with np.errstate(divide="ignore"):
+        log_q0 = np.log(np.array([[1.0, 0.0], [0.0, 1.0]]))
+    t0 = product_tree(log_q0, 6)  # all 6 prefixes, four of them of probability zero
+    assert len(t0) == 6
+    assert [tuple(p) for p in t0.paths()[:2]] == [(0,), (0, 1)]
+    assert np.isneginf(t0.log_score).sum() == 4
+
+
+def test_budget_larger_than_the_prefix_space():
+    log_q = np.log(np.array([[0.7, 0.3], [0.4, 0.6]]))
+    t = product_tree(log_q, 100)
+    assert len(t) == 6
+
+
+# ----------------------------------------------------------------------------- DraftTree
+
+@given(st.integers(1, 4), st.integers(1, 4), st.data())
+def test_from_paths_round_trip_and_structure(L, V, data):
+    paths = data.draw(mst.prefix_closed_paths(L, V))
+    t = DraftTree.from_paths(paths)
+    got = check_structure(t, L)
+    assert set(got) == set(paths) and len(t) == len(paths)
+    again = DraftTree.from_paths(t.paths())
+    assert ref.tree_paths(again) == got
+
+
+@given(st.integers(1, 4), st.integers(1, 4), st.data())
+def test_children_and_ancestor_mask(L, V, data):
+    t = DraftTree.from_paths(data.draw(mst.prefix_closed_paths(L, V)))
+    paths = ref.tree_paths(t)
+    for i in range(-1, len(t)):
+        assert sorted(np.asarray(t.children(i)).tolist()) == ref.children(paths, i), i
+    mask = t.ancestor_mask()
+    assert mask.dtype == np.bool_
+    np.testing.assert_array_equal(mask, ref.ancestor_mask(paths))
+
+
+def test_from_paths_keeps_scores():
+    t = DraftTree.from_paths([(1,), (1, 0), (2,)], log_score=[-0.1, -0.5, -0.7])
+    order = [tuple(p) for p in t.paths()]
+    scores = dict(zip(order, t.log_score.tolist()))
+    assert scores == {(1,): -0.1, (1, 0): -0.5, (2,): -0.7}
+
+
+def test_chain_tree():
+    t = chain_tree([5, 3, 9])
+    assert [tuple(p) for p in t.paths()] == [(5,), (5, 3), (5, 3, 9)]
+    np.testing.assert_array_equal(t.parent, [-1, 0, 1])
+    np.testing.assert_array_equal(t.depth, [1, 2, 3])
+
+
+@given(mst.mixtures(), mst.budgets())
+def test_save_load_round_trip(tmp_path_factory, mix, budget):
+    t = mixture_tree(mix.log_pi, mix.log_q, budget)
+    path = tmp_path_factory.mktemp("trees") / "tree.npz"
+    t.save(path)
+    back = DraftTree.load(path)
+    for name in ("parent", "token", "depth", "log_score"):
+        a, b = getattr(t, name), getattr(back, name)
+        assert a.dtype == b.dtype, name
+        np.testing.assert_array_equal(a, b, err_msg=name)
