@@ -1,0 +1,36 @@
+# Two commands on a fresh machine with Python 3.11 and make:
+#   make reproduce   - create .venv, install, run the main job (results/, paper_figs/)
+#   make test        - create .venv, install, run every test
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export MPLBACKEND := Agg
+
+.PHONY: install test reproduce bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[all]"
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -n 2 --dist loadfile -q
+
+reproduce: $(STAMP)
+	$(BIN)/mfd reproduce
+
+bench: $(STAMP)
+	$(BIN)/mfd bench trees
+	$(BIN)/mfd bench fit
+	$(BIN)/mfd bench decode
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,59 @@
+"""The ``mfd`` command (also ``python -m mfd_theory.cli``).
+
+Each subcommand forwards its remaining arguments to an experiment module's ``main(argv)``, whose
+argparse options are generated from that experiment's frozen config dataclass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand -> (module, function, one-line help)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "reproduce": ("mfd_theory.reproduce", "main", "run the main job on embedded defaults (results/, paper_figs/)"),
+    "core-table": ("mfd_theory.experiments.core_table", "main", "coverage and dead share of chain/product/mixture/oracle trees"),
+    "chimera-bound": ("mfd_theory.experiments.chimera_bound", "main", "verify the 2^(m-1)-1 chimera bound on random instances"),
+    "chimera-share": ("mfd_theory.experiments.chimera_share", "main", "chimera share of product trees across synthetic families"),
+    "mixture-gain": ("mfd_theory.experiments.mixture_gain", "main", "fitted K-mode drafters vs product vs oracle, predicted speedup"),
+    "e2e": ("mfd_theory.experiments.e2e", "main", "train a small Qwen3 target and drafters, measure acceptance and speedup"),
+}
+BENCHES: dict[str, tuple[str, str, str]] = {
+    "trees": ("mfd_theory.experiments.bench_trees", "main", "tree builders vs argpartition at DFlash scale"),
+    "fit": ("mfd_theory.experiments.bench_fit", "main", "EM fitting speed"),
+    "decode": ("mfd_theory.experiments.bench_decode", "main", "per-component decoding time split, verify latency profile"),
+}
+
+
+def _call(target: tuple[str, str, str], argv: list[str]) -> int:
+    module, func, _ = target
+    getattr(importlib.import_module(module), func)(argv)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="mfd", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, _, help_) in COMMANDS.items():
+        sub.add_parser(name, help=help_, add_help=False)
+    bench = sub.add_parser("bench", help="benchmarks: " + ", ".join(BENCHES))
+    bench.add_argument("which", choices=sorted(BENCHES))
+    if not argv or argv[0] in ("-h", "--help"):
+        parser.print_help()
+        return 0 if argv else 2
+    cmd, rest = argv[0], argv[1:]
+    if cmd in COMMANDS:
+        return _call(COMMANDS[cmd], rest)
+    if cmd == "bench":
+        if not rest or rest[0] not in BENCHES:
+            parser.parse_args(argv)  # prints the usage error for a missing/unknown benchmark
+            return 2
+        return _call(BENCHES[rest[0]], rest[1:])
+    parser.parse_args(argv)  # unknown command: argparse reports it
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
