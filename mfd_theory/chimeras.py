@@ -1,0 +1,475 @@
+"""Chimeras in product-ranked draft trees: the 2^(m-1) - 1 bound, made checkable.
+
+A product drafter scores a prefix s by Q(s) = prod_i q_i(s_i) and DDTree keeps the top-N
+prefixes. Let the target have two futures a, b (full length L) that disagree in m positions. A
+*splice* of a and b takes, at every position, the token of a or the token of b: there are 2^m of
+them, a and b included; the other 2^m - 2 are *chimeras*, prefixes the target never produces.
+
+**Theorem.** Barring ties, every product-ranked tree that holds both a and b holds at least
+2^(m-1) - 1 full-length chimeras.
+
+*Proof.* Pair each splice s with its complement s' (s' takes b's token wherever s takes a's and
+vice versa). At a position where a and b agree both s and s' carry the shared token, and at a
+disagreement position one carries a's token and the other b's, so
+Q(s) * Q(s') = Q(a) * Q(b) and max(Q(s), Q(s')) >= sqrt(Q(a) Q(b)) >= t := min(Q(a), Q(b)).
+A top-N tree holding a and b holds every prefix scoring above t (scores never increase along
+a path, and the tree holds whichever of a, b scores t); barring ties (a splice scoring exactly
+t) it therefore holds at least one splice of each of the 2^(m-1) complementary pairs. One pair
+is {a, b}; each of the other 2^(m-1) - 1 pairs contributes a distinct chimera. QED
+
+The bound is tight: when a and b nearly tie and no proper sub-sum of the log-ratios
+log q_i(a_i) / q_i(b_i) falls between 0 and log Q(a)/Q(b), exactly one splice of each pair is
+kept (:func:`tight_instance`). When a beats b at every disagreement position, every splice
+outscores b and all 2^m - 2 chimeras are kept (:func:`worst_instance`). With exact ties the
+bound can fail: if q_i(a_i) = q_i(b_i) at every disagreement position, all splices tie with a and
+b and a tie-break that favours the futures keeps no chimera at all (:func:`verify_bound` with
+``grid`` reports how often this happens).
+
+For F >= 3 futures the same argument applies to any set of splices whose columns rearrange the
+columns of some of the futures (their scores multiply to the futures' product, so one of them
+scores at least t). :func:`multi_future_lower_bound` turns these constraints into a proven lower
+bound (a minimum hitting set, solved exactly), and :func:`min_chimeras_search` searches drafters
+for the observed minimum; see docs/chimeras.md for what is proven and what is only observed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import time
+from typing import Any
+
+import numpy as np
+
+from ._kernels import chimeras as _k
+from .coverage import splice_mask
+from .trees import DraftTree
+
+__all__ = [
+    "BoundCheck",
+    "ChimeraCount",
+    "chimera_lower_bound",
+    "count_chimeras",
+    "min_product_tree_containing",
+    "splices",
+    "tight_instance",
+    "verify_bound",
+    "worst_instance",
+]
+
+#: Relative tolerance below which two log-scores count as tied (sums of ~10 float64 logs are
+#: exact to ~1e-15 relative; anything closer than 1e-9 is a tie by construction, not by chance).
+TIE_TOL = 1e-9
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _as_tokens(name: str, x: Any, V: int | None = None) -> np.ndarray:
+    arr = np.asarray(x)
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.integer) or arr.size == 0):
+        if np.issubdtype(arr.dtype, np.floating) and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+            arr = arr.astype(np.int64)
+        else:
+            raise ValueError(f"{name}: expected integer token ids, got dtype {arr.dtype}")
+    arr = arr.astype(np.int64)
+    if arr.size and arr.min() < 0:
+        raise ValueError(f"{name}: contains negative token ids")
+    if V is not None and arr.size and arr.max() >= V:
+        raise ValueError(f"{name}: token {int(arr.max())} lies outside the vocabulary [0, {V})")
+    return arr
+
+
+def _check_pair(a: Any, b: Any, V: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    a = _as_tokens("a", a, V)
+    b = _as_tokens("b", b, V)
+    if a.ndim != 1 or b.ndim != 1:
+        raise ValueError(f"a, b: expected 1-D sequences, got shapes {a.shape} and {b.shape}")
+    if a.shape != b.shape:
+        raise ValueError(f"a, b: sequences of unequal length ({a.shape[0]} and {b.shape[0]})")
+    pos = np.flatnonzero(a != b)  # [m]
+    if pos.size == 0:
+        raise ValueError("a, b: the futures are identical (m = 0); there is nothing to splice")
+    return a, b, pos
+
+
+def _check_sequences(sequences: Any, L: int | None = None, V: int | None = None) -> np.ndarray:
+    try:
+        seqs = np.asarray(sequences)
+    except ValueError as exc:  # ragged input
+        raise ValueError(f"sequences: sequences of unequal length ({exc})") from exc
+    if seqs.dtype == object:
+        raise ValueError("sequences: sequences of unequal length (or not integer tokens)")
+    seqs = _as_tokens("sequences", seqs, V)
+    if seqs.ndim == 1:
+        seqs = seqs[None, :]
+    if seqs.ndim != 2 or seqs.shape[0] == 0 or seqs.shape[1] == 0:
+        raise ValueError(f"sequences: expected a non-empty [F, L] array, got shape {seqs.shape}")
+    if L is not None and seqs.shape[1] != L:
+        raise ValueError(f"sequences: have length {seqs.shape[1]} but the drafter has L = {L} positions")
+    return seqs
+
+
+def _check_log_q(log_q: Any) -> np.ndarray:
+    lq = np.asarray(log_q, dtype=np.float64)
+    if lq.ndim != 2 or lq.shape[0] < 1 or lq.shape[1] < 1:
+        raise ValueError(f"log_q: expected a [L, V] array of log-probabilities, got shape {lq.shape}")
+    if np.isnan(lq).any():
+        raise ValueError("log_q: contains NaN")
+    if np.isposinf(lq).any() or (lq > 1e-9).any():
+        raise ValueError("log_q: has entries above 0 (probability > 1); pass log-probabilities")
+    return np.minimum(lq, 0.0)  # round-off above 0 would let a child outscore its parent
+
+
+def _check_int(name: str, value: Any, lo: int, hi: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name}: expected an integer, got {value!r}")
+    value = int(value)
+    if value < lo or (hi is not None and value > hi):
+        span = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ValueError(f"{name}: must be {span}, got {value}")
+    return value
+
+
+# ----------------------------------------------------------------------------- two futures
+
+
+def chimera_lower_bound(m: int) -> int:
+    """2^(m-1) - 1: full-length chimeras any product tree holding two m-disagreeing futures holds."""
+    m = _check_int("m", m, 1)
+    return (1 << (m - 1)) - 1
+
+
+def splices(a: Any, b: Any, V: int | None = None) -> np.ndarray:
+    """The 2^m full-length sequences that agree with ``a`` or ``b`` at every position.
+
+    Row k takes a's token at the j-th disagreement position when bit j of k is set, so row 0 is
+    b, row 2^m - 1 is a, and rows k and (2^m - 1) ^ k are complements. int64 [2^m, L].
+    """
+    a, b, pos = _check_pair(a, b, V)
+    m = pos.size
+    if m > 24:
+        raise ValueError(f"a, b: m = {m} disagreements give 2^{m} splices, too many to list")
+    bits = (np.arange(1 << m)[:, None] >> np.arange(m)[None, :]) & 1  # [2^m, m]
+    out = np.repeat(b[None, :], 1 << m, axis=0)  # [2^m, L]
+    out[:, pos] = np.where(bits == 1, a[pos][None, :], b[pos][None, :])
+    return out
+
+
+def _sequence_scores(lq: np.ndarray, seqs: np.ndarray) -> np.ndarray:
+    return lq[np.arange(lq.shape[0])[None, :], seqs].sum(axis=1)  # [F]
+
+
+def min_product_tree_containing(
+    log_q: Any, sequences: Any, max_nodes: int = 2_000_000, tie_tol: float = TIE_TOL
+) -> DraftTree:
+    """The smallest top-N product tree (DDTree's ranking) that holds every given sequence.
+
+    Parameters
+    ----------
+    log_q : array [L, V]
+        The drafter's per-position log-probabilities.
+    sequences : int array [F, L]
+        Full-length sequences (the target's futures) that the tree must hold.
+    max_nodes : int
+        Refuse (ValueError) instead of building a larger tree.
+    tie_tol : float
+        Log-scores within ``tie_tol * (1 + |t|)`` of the threshold t count as tied with it.
+
+    Returns
+    -------
+    DraftTree
+        Every prefix scoring above t = min over the sequences of Q(s), plus the sequences and
+        their prefixes, in best-first order (score descending, shallower first on ties). Prefixes
+        that tie with t but lead to no sequence are left out: the smallest tree any tie-break can
+        give. Barring ties this is exactly ``product_tree(log_q, N)`` with N = its size.
+    """
+    lq = _check_log_q(log_q)
+    L, V = lq.shape
+    seqs = _check_sequences(sequences, L=L, V=V)
+    max_nodes = _check_int("max_nodes", max_nodes, 1)
+    scores = _sequence_scores(lq, seqs)  # [F]
+    if np.isneginf(scores).any():
+        k = int(np.flatnonzero(np.isneginf(scores))[0])
+        i = int(np.flatnonzero(np.isneginf(lq[np.arange(L), seqs[k]]))[0])
+        raise ValueError(
+            f"sequences: sequence {k} has probability zero under the drafter (log_q[{i}, {int(seqs[k, i])}]"
+            " = -inf); no finite product tree holds it"
+        )
+    t = float(scores.min())
+    tol = tie_tol * (1.0 + abs(t))
+    order = np.argsort(-lq, axis=1, kind="stable")  # [L, V]
+    vals = np.ascontiguousarray(np.take_along_axis(lq, order, axis=1))
+    ids = np.ascontiguousarray(order.astype(np.int64))
+    cap = max_nodes + 1
+    parent = np.empty(cap, dtype=np.int64)
+    token = np.empty(cap, dtype=np.int64)
+    depth = np.empty(cap, dtype=np.int64)
+    score = np.empty(cap, dtype=np.float64)
+    n = _k._prefixes_above(vals, ids, t - tol, cap, parent, token, depth, score)
+    if n == _k.OVERFLOW:
+        raise ValueError(
+            f"max_nodes: more than {max_nodes} prefixes score at least the weakest sequence; "
+            "raise max_nodes or give the sequences more drafter probability"
+        )
+    parent, token, depth, score = parent[:n], token[:n], depth[:n], score[:n]
+    on_path = _on_sequence_paths(parent, token, depth, seqs).any(axis=0)  # [n]
+    keep = (score > t + tol) | on_path  # tied prefixes off every sequence are left out
+    return _subtree(parent, token, depth, score, keep)
+
+
+def _on_sequence_paths(parent, token, depth, seqs) -> np.ndarray:
+    """bool [F, N]: node n's prefix is a prefix of sequence f (parents must precede children)."""
+    F = seqs.shape[0]
+    N = parent.shape[0]
+    on = np.zeros((F, N), dtype=np.bool_)
+    if N == 0:
+        return on
+    for d in range(1, int(depth.max()) + 1):
+        idx = np.flatnonzero(depth == d)
+        match = seqs[:, d - 1][:, None] == token[idx][None, :]  # [F, n_d]
+        par = parent[idx]
+        up = np.where(par[None, :] >= 0, on[:, np.maximum(par, 0)], True)  # [F, n_d]
+        on[:, idx] = match & up
+    return on
+
+
+def _subtree(parent, token, depth, score, keep) -> DraftTree:
+    """Keep the marked nodes (a prefix-closed subset) and store them best-first."""
+    idx = np.flatnonzero(keep)
+    order = idx[np.lexsort((depth[idx], -score[idx]))]  # score descending, shallower first
+    new = np.full(parent.shape[0], -1, dtype=np.int64)
+    new[order] = np.arange(order.size)
+    par = parent[order]
+    new_par = np.where(par >= 0, new[np.maximum(par, 0)], -1)
+    return DraftTree(new_par, token[order], depth[order], score[order])
+
+
+@dataclasses.dataclass(frozen=True)
+class ChimeraCount:
+    """Chimeras of a tree for the target made of the given sequences (exact futures).
+
+    A node is a chimera when its prefix is not a prefix of any sequence (target probability 0),
+    and a splice when each of its tokens agrees with the same position of some sequence.
+    """
+
+    n_nodes: int
+    n_full_length: int  # nodes of depth L
+    full_length: int  # chimeras of depth L
+    shorter: int  # chimeras of depth < L
+    full_length_splices: int  # chimeras of depth L that are splices (what the bound counts)
+    shorter_splices: int
+
+    @property
+    def total(self) -> int:
+        return self.full_length + self.shorter
+
+    @property
+    def share(self) -> float:
+        return self.total / self.n_nodes if self.n_nodes else 0.0
+
+
+def count_chimeras(tree: DraftTree, sequences: Any) -> ChimeraCount:
+    """Count the chimeras of ``tree`` for the target whose futures are ``sequences`` [F, L]."""
+    if not isinstance(tree, DraftTree):
+        raise ValueError(f"tree: expected a DraftTree, got {type(tree).__name__}")
+    seqs = _check_sequences(sequences)
+    L = seqs.shape[1]
+    if tree.max_depth > L:
+        raise ValueError(f"sequences: length {L} is shorter than the tree's depth {tree.max_depth}")
+    chim = ~_on_sequence_paths(tree.parent, tree.token, tree.depth, seqs).any(axis=0)  # [N]
+    spl = splice_mask(tree, seqs) if len(tree) else np.zeros(0, dtype=np.bool_)
+    full = tree.depth == L
+    return ChimeraCount(
+        n_nodes=len(tree),
+        n_full_length=int(full.sum()),
+        full_length=int((chim & full).sum()),
+        shorter=int((chim & ~full).sum()),
+        full_length_splices=int((chim & full & spl).sum()),
+        shorter_splices=int((chim & ~full & spl).sum()),
+    )
+
+
+def _two_future_setup(m: int, L: int, V: int, seed: int):
+    m = _check_int("m", m, 1)
+    L = _check_int("L", L, m)
+    V = _check_int("V", V, 2)
+    seed = _check_int("seed", seed, 0)
+    if m > 30:
+        raise ValueError(f"m: at most 30 supported (2^m splices), got {m}")
+    rng = np.random.default_rng(seed)
+    pos = np.sort(rng.choice(L, size=m, replace=False))
+    a = rng.integers(0, V, size=L).astype(np.int64)
+    b = a.copy()
+    b[pos] = (a[pos] + rng.integers(1, V, size=m)) % V
+    return m, L, V, rng, pos, a, b
+
+
+def _marginals_from_ratios(L, V, pos, a, b, d, other_mass=1e-3) -> np.ndarray:
+    """log_q [L, V]: q(a_i) / q(b_i) = exp(d_j) at disagreement positions, a's token near 1 elsewhere.
+
+    Tokens that are neither a's nor b's share ``other_mass`` per position, small enough that no
+    non-splice sequence reaches the weaker future's score.
+    """
+    q = np.zeros((L, V))  # [L, V]
+    other = other_mass if V > 2 else 0.0
+    agree = np.setdiff1d(np.arange(L), pos)
+    q[agree, :] = other_mass / (V - 1)
+    q[agree, a[agree]] = 1.0 - other_mass
+    if pos.size:
+        q[pos, :] = other / max(V - 2, 1)
+        share = 1.0 / (1.0 + np.exp(-d))  # q(a) / (q(a) + q(b))
+        q[pos, a[pos]] = (1.0 - other) * share
+        q[pos, b[pos]] = (1.0 - other) * (1.0 - share)
+    return np.log(q)
+
+
+def tight_instance(m: int, L: int = 15, V: int = 8, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A drafter and two futures for which the bound is attained exactly.
+
+    Returns ``(log_q [L, V], a [L], b [L])``: a and b disagree in m positions and the smallest
+    product tree holding both has exactly 2^(m-1) - 1 full-length chimeras. Construction: the
+    log-ratios d_j = log q(a_j)/q(b_j) at m - 1 of the positions are delta * (+-2^k) (distinct
+    powers of two with random signs, so distinct subsets have distinct non-zero sums), and the
+    last one makes the futures nearly tie, sum_j d_j = +-delta / 2. Then no proper sub-sum lies
+    between 0 and the futures' log-ratio, and exactly one splice of each complementary pair
+    clears the threshold.
+    """
+    m, L, V, rng, pos, a, b = _two_future_setup(m, L, V, seed)
+    delta = 2.0 / (1 << (m - 1))  # keeps sum |d_j| <= ~4 nats whatever m
+    d = np.zeros(m)
+    if m > 1:
+        exps = rng.permutation(m - 1)
+        signs = rng.choice([-1.0, 1.0], size=m - 1)
+        d[1:] = delta * signs * (2.0 ** exps)
+    eps = delta / 2 * rng.choice([-1.0, 1.0])
+    d[0] = eps - d[1:].sum()
+    perm = rng.permutation(m)  # which disagreement position gets the balancing ratio
+    return _marginals_from_ratios(L, V, pos, a, b, d[perm]), a, b
+
+
+def worst_instance(m: int, L: int = 15, V: int = 8, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A drafter and two futures whose smallest product tree holds all 2^m - 2 splice chimeras.
+
+    Future a beats b at every disagreement position (d_j > 0, generic values), so every splice
+    outscores b, the weaker future. Returns ``(log_q [L, V], a, b)``.
+    """
+    m, L, V, rng, pos, a, b = _two_future_setup(m, L, V, seed)
+    d = rng.uniform(0.5, 1.5, size=m) * (2.0 / m)  # [m], sum ~2 nats
+    return _marginals_from_ratios(L, V, pos, a, b, d), a, b
+
+
+# ----------------------------------------------------------------------------- verification
+
+
+@dataclasses.dataclass
+class BoundCheck:
+    """Outcome of :func:`verify_bound`.
+
+    ``instances`` counts instances checked against the bound (with ``grid = 0`` those with a tie
+    are set aside and counted in ``ties`` instead); ``violations`` counts checked instances with
+    fewer than 2^(m-1) - 1 full-length splice chimeras. ``by_m[m]`` holds, per m: ``bound``,
+    ``instances``, ``min`` and ``max`` observed chimeras, ``min_slack`` (min - bound),
+    ``violations`` and ``ties``, and, for tied instances, ``tie_min`` / ``tie_max`` (chimeras
+    when every tie is broken for / against the futures) and ``tie_violations``.
+    """
+
+    instances: int
+    violations: int
+    ties: int
+    by_m: dict[int, dict[str, Any]]
+    seconds: float
+    config: dict[str, Any]
+
+    @property
+    def rate(self) -> float:
+        """Instances drawn per second."""
+        total = self.instances + (self.ties if not self.config.get("grid") else 0)
+        return total / self.seconds if self.seconds > 0 else float("inf")
+
+    @property
+    def min_slack(self) -> dict[int, int]:
+        return {m: row["min_slack"] for m, row in self.by_m.items() if row["instances"]}
+
+    def table(self) -> list[dict[str, Any]]:
+        """The tightness table: one row per m (m, bound, observed minimum, observed maximum)."""
+        return [dict(m=m, **row) for m, row in sorted(self.by_m.items())]
+
+
+def verify_bound(
+    n_instances: int = 100_000,
+    seed: int = 0,
+    m_min: int = 1,
+    m_max: int = 10,
+    L_max: int = 12,
+    V_max: int = 8,
+    alpha: float = 1.0,
+    near_tie_frac: float = 0.5,
+    grid: int = 0,
+) -> BoundCheck:
+    """Check the bound on random instances; returns a :class:`BoundCheck`.
+
+    Each instance draws m in [m_min, m_max], L in [m, max(m, L_max)], V in [2, V_max], drafter
+    marginals per position from Dirichlet(alpha), and two futures differing in m random
+    positions; a fraction ``near_tie_frac`` re-weights one disagreement position so the futures
+    nearly tie (where the bound is tight). It then counts the full-length splices that score at
+    least t = min(Q(a), Q(b)), i.e. the full-length splice chimeras of the smallest product tree
+    holding both futures (:func:`min_product_tree_containing`, which the tests compare this count
+    with). Instances where a splice ties with t are set aside (``ties``).
+
+    With ``grid > 0`` the marginals are drawn from integer weights 1..grid instead, so exact
+    ties are frequent; then every instance is reported, with its chimera count when ties are
+    broken in favour of the futures (``tie_min``) and against them (``tie_max``).
+    """
+    n = _check_int("n_instances", n_instances, 1)
+    seed = _check_int("seed", seed, 0)
+    m_min = _check_int("m_min", m_min, 1, 20)
+    m_max = _check_int("m_max", m_max, m_min, 20)
+    L_max = _check_int("L_max", L_max, 1)
+    V_max = _check_int("V_max", V_max, 2)
+    grid = _check_int("grid", grid, 0)
+    if not (np.isfinite(alpha) and alpha > 0):
+        raise ValueError(f"alpha: must be finite and > 0, got {alpha}")
+    if not 0.0 <= near_tie_frac <= 1.0:
+        raise ValueError(f"near_tie_frac: must lie in [0, 1], got {near_tie_frac}")
+    out_m = np.empty(n, dtype=np.int64)
+    out_above = np.empty(n, dtype=np.int64)
+    out_tied = np.empty(n, dtype=np.int64)
+    out_kind = np.empty(n, dtype=np.int64)
+    # compile outside the timed region so the rate measures the check, not numba
+    _k._verify_kernel(1, 1, 1, 1, 2, 1.0, 0.0, 0, TIE_TOL, 0, out_m[:1], out_above[:1], out_tied[:1], out_kind[:1])
+    t0 = time.perf_counter()
+    _k._verify_kernel(n, m_min, m_max, L_max, V_max, float(alpha), float(near_tie_frac), grid, TIE_TOL,
+                      seed, out_m, out_above, out_tied, out_kind)
+    seconds = time.perf_counter() - t0
+    by_m: dict[int, dict[str, Any]] = {}
+    total_checked = total_viol = total_ties = 0
+    for m in range(m_min, m_max + 1):
+        sel = out_m == m
+        bound = chimera_lower_bound(m)
+        tied = sel & (out_tied > 0)
+        clean = sel & (out_tied == 0)
+        checked = sel if grid else clean
+        low = out_above[checked]  # ties broken for the futures: only strictly-above splices
+        row: dict[str, Any] = dict(
+            bound=bound,
+            instances=int(checked.sum()),
+            min=int(low.min()) if low.size else None,
+            max=int((out_above + (out_tied if grid else 0))[checked].max()) if low.size else None,
+            min_slack=int(low.min()) - bound if low.size else None,
+            violations=int((low < bound).sum()),
+            ties=int(tied.sum()),
+            near_tie_instances=int((checked & (out_kind == 1)).sum()),
+            min_generic=int(out_above[checked & (out_kind == 0)].min()) if (checked & (out_kind == 0)).any() else None,
+        )
+        if tied.any():
+            row["tie_min"] = int(out_above[tied].min())
+            row["tie_max"] = int((out_above + out_tied)[tied].max())
+            row["tie_violations"] = int((out_above[tied] < bound).sum())
+        by_m[m] = row
+        total_checked += row["instances"]
+        total_viol += row["violations"]
+        total_ties += row["ties"]
+    config = dict(n_instances=n, seed=seed, m_min=m_min, m_max=m_max, L_max=L_max, V_max=V_max,
+                  alpha=float(alpha), near_tie_frac=float(near_tie_frac), grid=grid, tie_tol=TIE_TOL)
+    return BoundCheck(total_checked, total_viol, total_ties, by_m, seconds, config)
