@@ -28,3 +28,53 @@ def tiny_qwen3(vocab_size: int = 64, hidden_size: int = 32, num_layers: int = 4,
     model.generation_config.eos_token_id = eos_token_id
     model.generation_config.pad_token_id = eos_token_id if eos_token_id is not None else 0
     return model
+
+
+class OracleDrafter:
+    """A test drafter that knows the target: it drafts the target's greedy continuation, with one
+    position per block corrupted in mode 0 (so paths are partly accepted) and the true chain as a
+    lower-weight mode 1 (K = 2) or as the second choice (K = 1). Implements the drafter protocol of
+    :mod:`mfd_theory.llm.decode` plus the optional ``observe_tokens`` hook."""
+
+    def __init__(self, hf_model, block_size: int = 6, num_modes: int = 2, seed: int = 0, corrupt: float = 0.5):
+        self.model = hf_model
+        self.block_size = block_size
+        self.num_modes = num_modes
+        self.mask_token_id = 0
+        self.target_layer_ids = [0]
+        self.config = None
+        self.corrupt = corrupt
+        self.rng = torch.Generator().manual_seed(seed)
+        self.seq: list[int] = []
+
+    def reset(self):
+        self.seq = []
+
+    def observe_tokens(self, toks):
+        self.seq.extend(int(t) for t in toks)
+
+    def fuse_hidden(self, hidden_states):
+        return hidden_states[-1]
+
+    @torch.no_grad()
+    def draft_modes(self, ctx, root):
+        L, V = self.block_size - 1, self.model.config.vocab_size
+        ids = torch.tensor([self.seq + [int(root)]])
+        chain = []
+        for _ in range(L):
+            nxt = int(self.model(ids).logits[0, -1].argmax())
+            chain.append(nxt)
+            ids = torch.cat([ids, torch.tensor([[nxt]])], dim=1)
+        wrong = list(chain)
+        if float(torch.rand(1, generator=self.rng)) < self.corrupt:
+            j = int(torch.randint(0, L, (1,), generator=self.rng))
+            wrong[j] = (chain[j] + 1 + int(torch.randint(0, V - 1, (1,), generator=self.rng))) % V
+        noise = 0.5 * torch.randn(self.num_modes, L, V, generator=self.rng)
+        modes = [wrong, chain][: self.num_modes]
+        logits = noise.clone()
+        for k, toks in enumerate(modes):
+            logits[k, torch.arange(L), torch.tensor(toks)] += 6.0
+            if self.num_modes == 1:
+                logits[k, torch.arange(L), torch.tensor(chain)] += 4.0
+        log_pi = torch.log_softmax(torch.tensor([0.8, 0.2][: self.num_modes]).log(), dim=0)
+        return log_pi, torch.log_softmax(logits, dim=-1)

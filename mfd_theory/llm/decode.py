@@ -1,0 +1,402 @@
+"""Tree-verified speculative decoding: one loop for "ar", "chain", "ddtree" and "mfd".
+
+A round (after a prefill that yields the first token, the *root*):
+
+1. draft   - the drafter appends the newly committed context features and drafts one block:
+             ``(log_pi [K], log_q [K, L, V])``;
+2. tree    - the method's builder turns it into a DraftTree (the only place methods differ):
+             "ar" no tree, "chain" DFlash's argmax chain, "ddtree" the product tree over the
+             (marginal) per-position distributions, "mfd" the mixture tree;
+3. verify  - one target forward over [root, nodes] with the ancestor-plus-context mask;
+4. walk    - the lossless rule (DESIGN.md section 3): at the current node draw x from the
+             target's conditional (argmax when greedy); if x is a child move there, otherwise
+             emit x (the bonus token) and stop;
+5. commit  - keep the KV rows of the root and the accepted nodes; the bonus is the next root.
+
+Every round is recorded (:class:`StepRecord`) with the tree's exact predicted acceptance from the
+verify forward's own conditionals: ``sum over nodes of prod of the target's conditionals along the
+path`` (accepted tokens = covered mass). Greedy decoding's conditionals are one-hot, so there the
+prediction is exact per step; ``covered_mass`` is the same sum under the target's temperature-1
+softmax, the quantity the paper's coverage argument is about.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from mfd_theory.trees import DraftTree, chain_tree, mixture_tree, product_tree
+
+from .target import TargetModel
+
+__all__ = ["METHODS", "DEAD_EPS", "StepRecord", "DecodeResult", "speculative_generate", "sampling_probs",
+           "walk_tree", "build_tree"]
+
+METHODS = ("ar", "chain", "ddtree", "mfd")
+DEAD_EPS = 1e-3  # a node is "dead" when the target's prefix probability is below this
+
+
+@dataclass
+class StepRecord:
+    """One round of drafting, tree building, verification and commit (times in seconds)."""
+
+    tree_size: int
+    accepted: int  # draft tokens accepted (bonus excluded)
+    emitted: int  # tokens this round added to the output (after EOS / max_new_tokens truncation)
+    predicted: float  # exact E[accepted] for this tree under the decoding rule's conditionals
+    covered_mass: float  # sum over nodes of the target's (temperature-1 when greedy) prefix probability
+    dead_share: float  # share of nodes whose target prefix probability is below DEAD_EPS
+    dead_splices: int  # dead nodes whose every token agrees with the same depth of a live branch
+    t_draft: float
+    t_tree: float
+    t_verify: float
+    t_walk: float
+    t_commit: float
+    tree: DraftTree | None = None  # kept with keep_trees=True
+    node_log_cond: np.ndarray | None = None  # [N] decoding-rule conditionals, with keep_trees=True
+
+    @property
+    def t_step(self) -> float:
+        return self.t_draft + self.t_tree + self.t_verify + self.t_walk + self.t_commit
+
+    @property
+    def t_overhead(self) -> float:
+        """Time outside the two forwards: tree build + mask, walk, compaction."""
+        return self.t_tree + self.t_walk + self.t_commit
+
+
+@dataclass
+class DecodeResult:
+    tokens: list[int]
+    method: str
+    steps: list[StepRecord] = field(default_factory=list)
+    prompt_len: int = 0
+    t_prefill: float = 0.0
+    t_total: float = 0.0
+    stopped_by: str = "max_new_tokens"  # or "eos"
+
+    @property
+    def target_calls(self) -> int:
+        return 1 + len(self.steps)
+
+    @property
+    def tau(self) -> float:
+        """Mean tokens per verification call, bonus included (the field's tau)."""
+        return float(np.mean([s.accepted + 1 for s in self.steps])) if self.steps else float("nan")
+
+    @property
+    def mean_accepted(self) -> float:
+        return float(np.mean([s.accepted for s in self.steps])) if self.steps else float("nan")
+
+    @property
+    def mean_predicted(self) -> float:
+        return float(np.mean([s.predicted for s in self.steps])) if self.steps else float("nan")
+
+    @property
+    def mean_covered_mass(self) -> float:
+        return float(np.mean([s.covered_mass for s in self.steps])) if self.steps else float("nan")
+
+    @property
+    def tokens_per_s(self) -> float:
+        return len(self.tokens) / self.t_total if self.t_total > 0 else float("nan")
+
+    def time_split(self) -> dict[str, float]:
+        """Total seconds per component over all rounds (plus prefill)."""
+        keys = ("t_draft", "t_tree", "t_verify", "t_walk", "t_commit")
+        out = {k[2:]: float(sum(getattr(s, k) for s in self.steps)) for k in keys}
+        out["prefill"] = self.t_prefill
+        return out
+
+    def overhead_share(self) -> float:
+        """Share of round time spent outside the draft and verify forwards."""
+        tot = sum(s.t_step for s in self.steps)
+        return float(sum(s.t_overhead for s in self.steps) / tot) if tot > 0 else float("nan")
+
+    def speedup_over(self, ar: "DecodeResult") -> float:
+        """AR time per output token / this method's time per output token (same harness)."""
+        return (ar.t_total / len(ar.tokens)) / (self.t_total / len(self.tokens))
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "method": self.method, "new_tokens": len(self.tokens), "rounds": len(self.steps),
+            "tau": self.tau, "mean_accepted": self.mean_accepted, "mean_predicted": self.mean_predicted,
+            "mean_covered_mass": self.mean_covered_mass, "tokens_per_s": self.tokens_per_s,
+            "mean_tree_size": float(np.mean([s.tree_size for s in self.steps])) if self.steps else 0.0,
+            "dead_share": float(np.mean([s.dead_share for s in self.steps if s.tree_size])) if any(
+                s.tree_size for s in self.steps) else float("nan"),
+            "overhead_share": self.overhead_share(), "time_split": self.time_split(),
+            "stopped_by": self.stopped_by,
+        }
+
+
+# ---------------------------------------------------------------------------------------- sampling
+def sampling_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> torch.Tensor:
+    """The distribution the target samples from: softmax(logits / T), cut to the top-p nucleus."""
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        keep = sorted_p.cumsum(dim=-1) - sorted_p < top_p  # the top token is always kept
+        sorted_p = sorted_p * keep
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    return probs
+
+
+def walk_tree(children: dict[tuple[int, int], int], draw: Callable[[int], int]) -> tuple[list[int], int]:
+    """The lossless walk. ``children[(parent, token)] = node`` (parent -1 is the root); ``draw(row)``
+    samples the target's next token at verify row ``row`` (0 = root, node i -> i + 1).
+    Returns (accepted node indices, bonus token)."""
+    path: list[int] = []
+    node = -1
+    while True:
+        x = draw(node + 1)
+        nxt = children.get((node, x))
+        if nxt is None:
+            return path, x
+        path.append(nxt)
+        node = nxt
+
+
+def children_map(tree: DraftTree | None) -> dict[tuple[int, int], int]:
+    if tree is None:
+        return {}
+    return {(int(p), int(t)): i for i, (p, t) in enumerate(zip(tree.parent.tolist(), tree.token.tolist()))}
+
+
+# ---------------------------------------------------------------------------------------- trees
+def _topk(log_q: torch.Tensor, k: int):
+    vals, ids = torch.topk(log_q, k, dim=-1)
+    return vals.double().cpu().numpy(), ids.cpu().numpy()
+
+
+def build_tree(method: str, log_pi: torch.Tensor, log_q: torch.Tensor, budget: int) -> DraftTree | None:
+    """The method's tree from a drafted block (log_pi [K], log_q [K, L, V]); None for "ar"."""
+    if method == "ar":
+        return None
+    k_cand = min(int(budget), log_q.shape[-1])
+    if method == "chain":
+        best = int(torch.argmax(log_pi))
+        toks = torch.argmax(log_q[best], dim=-1)[: int(budget)]  # [<=L]
+        return chain_tree(toks.cpu().numpy())
+    if method == "ddtree":
+        if log_q.shape[0] == 1:
+            marg = log_q[0]
+        else:  # a product tree over the mixture's per-position marginals
+            marg = torch.logsumexp(log_pi[:, None, None] + log_q, dim=0)  # [L, V]
+        vals, ids = _topk(marg, k_cand)
+        return product_tree(np.minimum(vals, 0.0), budget, token_ids=ids)
+    if method == "mfd":
+        vals, ids = _topk(log_q, k_cand)  # [K, L, k]: exact within each mode's top-k candidates
+        lp = log_pi.double().cpu().numpy()
+        lp = lp - np.logaddexp.reduce(lp)
+        return mixture_tree(lp, np.minimum(vals, 0.0), budget, token_ids=ids)
+    raise ValueError(f"method: must be one of {METHODS}, got {method!r}")
+
+
+# ---------------------------------------------------------------------------------------- metrics
+def _node_conditionals(tree: DraftTree, logits: torch.Tensor, temperature: float, top_p: float):
+    """(decoding-rule log conditionals [N], metric log conditionals [N]) of each node's token given
+    its parent's path, read from the verify forward's own logits [N+1, V]."""
+    dev = logits.device
+    parent_row = torch.as_tensor(tree.parent + 1, device=dev)
+    tok = torch.as_tensor(tree.token, device=dev)
+    rows = torch.unique(parent_row)
+    if temperature == 0:
+        lsm = torch.log_softmax(logits[rows], dim=-1)  # only rows that are parents
+        greedy = torch.argmax(logits[rows], dim=-1)
+        where = torch.searchsorted(rows, parent_row)
+        metric = lsm[where, tok]
+        dec = torch.where(greedy[where] == tok, 0.0, float("-inf"))
+    else:
+        probs = sampling_probs(logits[rows], temperature, top_p)
+        where = torch.searchsorted(rows, parent_row)
+        dec = torch.log(probs[where, tok])
+        metric = dec
+    return dec.double().cpu().numpy(), metric.double().cpu().numpy()
+
+
+def _prefix_log_probs(parent: np.ndarray, depth: np.ndarray, cond: np.ndarray) -> np.ndarray:
+    """log P(path) of every node: cumulative sum of the conditionals, one vector step per depth."""
+    lp = cond.copy()
+    for d in range(2, int(depth.max()) + 1 if len(depth) else 0):
+        at = np.flatnonzero(depth == d)
+        lp[at] += lp[parent[at]]
+    return lp
+
+
+def _dead_and_splices(tree: DraftTree, metric_lp: np.ndarray) -> tuple[float, int]:
+    """Share of dead nodes, and how many dead nodes splice the live branches' tokens by depth."""
+    n = len(tree)
+    dead = metric_lp < np.log(DEAD_EPS)
+    if not dead.any():
+        return 0.0, 0
+    live = ~dead
+    live_pairs = set(zip(tree.depth[live].tolist(), tree.token[live].tolist()))
+    ok = np.array([(d, t) in live_pairs for d, t in zip(tree.depth.tolist(), tree.token.tolist())], dtype=bool)
+    splice = ok.copy()
+    for i in range(n):  # parents precede children
+        p = tree.parent[i]
+        if p >= 0:
+            splice[i] &= splice[p]
+    return float(dead.mean()), int((dead & splice).sum())
+
+
+# ---------------------------------------------------------------------------------------- loop
+def _clock(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def _eos_set(target: TargetModel, eos_token_id) -> set[int]:
+    if eos_token_id is None:
+        gc = getattr(target.model, "generation_config", None)
+        eos_token_id = getattr(gc, "eos_token_id", None) if gc is not None else None
+        if eos_token_id is None:
+            eos_token_id = getattr(target.config, "eos_token_id", None)
+    if eos_token_id is None:
+        return set()
+    if isinstance(eos_token_id, (list, tuple, set)):
+        return {int(e) for e in eos_token_id}
+    return {int(eos_token_id)}
+
+
+def _validate(target: TargetModel, drafter, method, budget, temperature, top_p, max_new_tokens) -> None:
+    if method not in METHODS:
+        raise ValueError(f"method: must be one of {METHODS}, got {method!r}")
+    if isinstance(budget, bool) or int(budget) != budget or budget < 1:
+        raise ValueError(f"budget: must be an integer >= 1, got {budget!r}")
+    if isinstance(max_new_tokens, bool) or int(max_new_tokens) != max_new_tokens or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens: must be an integer >= 1, got {max_new_tokens!r}")
+    if not np.isfinite(temperature) or temperature < 0:
+        raise ValueError(f"temperature: must be finite and >= 0, got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p: must lie in (0, 1], got {top_p}")
+    if method == "ar":
+        return
+    if drafter is None:
+        raise ValueError(f"drafter: method {method!r} needs a drafter")
+    if int(drafter.block_size) < 2:
+        raise ValueError(f"drafter: block_size must be >= 2, got {drafter.block_size}")
+    cfg = getattr(drafter, "config", None)
+    if cfg is not None:
+        if int(cfg.vocab_size) != target.vocab_size:
+            raise ValueError(f"drafter: vocabulary of {cfg.vocab_size} tokens, the target's has {target.vocab_size}")
+        if int(cfg.hidden_size) != target.hidden_size:
+            raise ValueError(f"drafter: hidden size {cfg.hidden_size}, the target's is {target.hidden_size}")
+    bad = [i for i in drafter.target_layer_ids if not 0 <= int(i) < target.num_layers]
+    if bad:
+        raise ValueError(f"drafter: target_layer_ids {bad} do not exist in a {target.num_layers}-layer target")
+
+
+@torch.no_grad()
+def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method: str, budget: int = 64,
+                         temperature: float = 0.0, top_p: float = 1.0, seed: int = 0, *,
+                         eos_token_id=None, keep_trees: bool = False, metrics: bool = True) -> DecodeResult:
+    """Generate up to ``max_new_tokens`` tokens for one prompt; lossless for every method.
+
+    ``target`` is a :class:`TargetModel` (or an HF model, wrapped on the fly); ``drafter`` any
+    drafter from :mod:`mfd_theory.llm.drafter` (unused for "ar"). ``eos_token_id`` defaults to the
+    target's generation config. Greedy when ``temperature == 0``; otherwise the walk samples from
+    softmax(logits / temperature) cut to ``top_p``, with a CPU generator seeded by ``seed``.
+    ``metrics=False`` skips the per-step coverage bookkeeping (for timing runs); ``keep_trees``
+    stores each step's tree and decoding-rule node conditionals in its record.
+    """
+    if not isinstance(target, TargetModel):
+        target = TargetModel(target)
+    _validate(target, drafter, method, budget, temperature, top_p, max_new_tokens)
+    ids = torch.as_tensor(input_ids)
+    if ids.dim() == 2 and ids.shape[0] == 1:
+        ids = ids[0]
+    if ids.dim() != 1:
+        raise ValueError(f"input_ids: expected one sequence [T] or [1, T], got shape {tuple(ids.shape)}")
+    if ids.numel() == 0:
+        raise ValueError("input_ids: the prompt is empty")
+    target._check_positions(ids.numel() + int(max_new_tokens))
+    eos = _eos_set(target, eos_token_id)
+    gen = torch.Generator().manual_seed(int(seed))
+    dev = target.device
+    use_draft = method != "ar"
+
+    def draw_from(logits_row: torch.Tensor) -> int:
+        if temperature == 0:
+            return int(torch.argmax(logits_row))
+        p = sampling_probs(logits_row, temperature, top_p).cpu()
+        return int(torch.multinomial(p, 1, generator=gen))
+
+    result = DecodeResult(tokens=[], method=method, prompt_len=int(ids.numel()))
+    t0 = _clock(dev)
+    logits0, hidden = target.prefill(ids, hidden=use_draft)
+    tokens = result.tokens
+    root = draw_from(logits0)
+    ctx = None
+    if use_draft:
+        drafter.reset()
+        if hasattr(drafter, "observe_tokens"):
+            drafter.observe_tokens(ids.tolist())
+        ctx = drafter.fuse_hidden(hidden)  # [1, T, H]
+    result.t_prefill = _clock(dev) - t0
+    tokens.append(root)
+    done = root in eos
+    if done:
+        result.stopped_by = "eos"
+    while not done and len(tokens) < max_new_tokens:
+        ta = _clock(dev)
+        if use_draft:
+            log_pi, log_q = drafter.draft_modes(ctx, root)  # [K], [K, L, V]
+        tb = _clock(dev)
+        tree = build_tree(method, log_pi, log_q, int(budget)) if use_draft else None
+        n = 0 if tree is None else len(tree)
+        tc = _clock(dev)
+        out = target.verify(root, tree, hidden=use_draft)  # logits [N+1, V]
+        td = _clock(dev)
+        children = children_map(tree)
+        if temperature == 0:
+            greedy = torch.argmax(out.logits, dim=-1).tolist()  # one transfer for the whole tree
+            path, bonus = walk_tree(children, lambda r: greedy[r])
+        else:
+            path, bonus = walk_tree(children, lambda r: draw_from(out.logits[r]))
+        emitted = [int(tree.token[i]) for i in path] + [bonus]
+        te = _clock(dev)
+        if n and metrics:
+            dec, metric = _node_conditionals(tree, out.logits, temperature, top_p)
+            dec_lp = _prefix_log_probs(tree.parent, tree.depth, dec)
+            met_lp = _prefix_log_probs(tree.parent, tree.depth, metric)
+            predicted, covered = float(np.exp(dec_lp).sum()), float(np.exp(met_lp).sum())
+            dead_share, dead_splices = _dead_and_splices(tree, met_lp)
+        else:
+            nan = float("nan") if n else 0.0
+            dec, predicted, covered, dead_share, dead_splices = None, nan, nan, nan, 0
+        tf = _clock(dev)
+        count = 0
+        for tok in emitted:
+            tokens.append(tok)
+            count += 1
+            if tok in eos:
+                done, result.stopped_by = True, "eos"
+                break
+            if len(tokens) >= max_new_tokens:
+                done = True
+                break
+        if not done:
+            target.commit(path)
+            if use_draft:
+                keep = torch.tensor([0] + [i + 1 for i in path], device=dev)
+                rows = tuple(h.index_select(1, keep) for h in out.hidden_states)
+                if hasattr(drafter, "observe_tokens"):
+                    drafter.observe_tokens([root] + emitted[:-1])
+                ctx = drafter.fuse_hidden(rows)
+            root = bonus
+        tg = _clock(dev)
+        result.steps.append(StepRecord(
+            tree_size=n, accepted=len(path), emitted=count, predicted=predicted, covered_mass=covered,
+            dead_share=dead_share, dead_splices=dead_splices, t_draft=tb - ta, t_tree=tc - tb,
+            t_verify=td - tc, t_walk=te - td, t_commit=tg - tf,
+            tree=tree if keep_trees else None, node_log_cond=dec if keep_trees else None,
+        ))
+    result.t_total = _clock(dev) - t0
+    return result
