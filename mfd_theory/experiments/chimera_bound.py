@@ -1,0 +1,172 @@
+"""Experiment: check the 2^(m-1) - 1 chimera bound on many random instances.
+
+Three parts, all written to ``results/chimera_bound.json``:
+
+1. ``verify``: :func:`mfd_theory.chimeras.verify_bound` on ``n_instances`` random instances with
+   m in [1, m_max], instances with ties set aside; violations must be 0. Includes the tightness
+   table (m, bound, observed minimum, observed maximum) and the rate in instances per second.
+2. ``ties``: the same on marginals drawn from a coarse integer grid, where exact ties are common:
+   how often a tie-break that favours the futures gets below the bound.
+3. ``constructed`` and ``cross_check``: the tight and worst instances for each m, counted on
+   explicit trees, and a sample of random small instances whose count from scores is compared
+   with the chimeras of ``product_tree(log_q, N)`` built by the core builder.
+
+Run: ``python experiments/chimera_bound.py`` (about 10 s with the defaults).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mfd_theory import chimeras as ch
+from mfd_theory.results import Result
+from mfd_theory.trees import product_tree
+
+NAME = "chimera_bound"
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    n_instances: int = 1_000_000  # random instances checked against the bound
+    n_tie_instances: int = 100_000  # instances on the tie-prone grid
+    seed: int = 0
+    m_max: int = 10
+    L_max: int = 12
+    V_max: int = 8
+    alpha: float = 1.0  # Dirichlet concentration of the random drafter marginals
+    near_tie_frac: float = 0.5  # share of instances whose futures nearly tie
+    grid: int = 3  # integer weights 1..grid for the tie run
+    constructed_L: int = 15  # block length of the tight / worst instances
+    constructed_V: int = 8
+    n_cross_check: int = 300  # random small instances re-counted on explicit trees
+
+
+def _check_row(check: ch.BoundCheck) -> dict[str, Any]:
+    return dict(
+        instances=check.instances,
+        violations=check.violations,
+        ties=check.ties,
+        seconds=check.seconds,
+        rate_per_s=check.rate,
+        config=check.config,
+        table=check.table(),
+    )
+
+
+def constructed_table(m_max: int, L: int, V: int, seed: int = 0) -> list[dict[str, Any]]:
+    """Tight and worst instances for m = 1..m_max, counted on explicit smallest trees."""
+    rows = []
+    for m in range(1, m_max + 1):
+        row: dict[str, Any] = dict(m=m, bound=ch.chimera_lower_bound(m), worst_possible=(1 << m) - 2)
+        for kind, make in (("tight", ch.tight_instance), ("worst", ch.worst_instance)):
+            log_q, a, b = make(m, L=max(L, m), V=V, seed=seed + m)
+            tree = ch.min_product_tree_containing(log_q, [a, b])
+            c = ch.count_chimeras(tree, [a, b])
+            row[kind] = dict(nodes=len(tree), full_length_chimeras=c.full_length,
+                             full_length_splices=c.full_length_splices, shorter_chimeras=c.shorter)
+        rows.append(row)
+    return rows
+
+
+def random_pair_instance(rng: np.random.Generator, m: int, L: int, V: int, alpha: float = 1.0):
+    """Dirichlet(alpha) marginals [L, V] and two futures differing in m random positions."""
+    q = rng.dirichlet(np.full(V, alpha), size=L)  # [L, V]
+    pos = rng.choice(L, size=m, replace=False)
+    a = rng.integers(0, V, size=L)
+    b = a.copy()
+    b[pos] = (a[pos] + rng.integers(1, V, size=m)) % V
+    return np.log(q), a, b
+
+
+def score_count(log_q: np.ndarray, a: np.ndarray, b: np.ndarray) -> int:
+    """Full-length splices (a, b excluded) scoring at least min(Q(a), Q(b)), from the scores."""
+    sp = ch.splices(a, b)  # [2^m, L]
+    sc = log_q[np.arange(log_q.shape[0])[None, :], sp].sum(axis=1)  # [2^m]
+    t = min(sc[0], sc[-1])
+    return int((sc[1:-1] >= t).sum())
+
+
+def cross_check(n: int, seed: int) -> dict[str, Any]:
+    """Random small instances: the count from scores vs chimeras of the core product_tree."""
+    rng = np.random.default_rng([seed, 7])
+    agree = 0
+    same_tree = 0
+    for _ in range(n):
+        L = int(rng.integers(1, 8))
+        V = int(rng.integers(2, 5))
+        m = int(rng.integers(1, L + 1))
+        log_q, a, b = random_pair_instance(rng, m, L, V)
+        tree = ch.min_product_tree_containing(log_q, [a, b])
+        built = product_tree(log_q, len(tree))  # DDTree's ranking at the same budget
+        c = ch.count_chimeras(built, [a, b])
+        same_tree += set(built.paths()) == set(tree.paths())
+        agree += c.full_length_splices == score_count(log_q, a, b)
+    return dict(instances=n, count_agrees=agree, same_tree=same_tree)
+
+
+def run(config: Config = Config(), out_dir: str | Path = "results", progress: bool = True) -> Result:
+    say = print if progress else (lambda *a, **k: None)
+    t0 = time.perf_counter()
+    verify = ch.verify_bound(config.n_instances, seed=config.seed, m_max=config.m_max, L_max=config.L_max,
+                             V_max=config.V_max, alpha=config.alpha, near_tie_frac=config.near_tie_frac)
+    say(f"verify: {verify.instances} instances (m = 1..{config.m_max}), {verify.violations} violations, "
+        f"{verify.ties} tied instances set aside, {verify.rate:,.0f} instances/s")
+    ties = ch.verify_bound(config.n_tie_instances, seed=config.seed + 1, m_max=config.m_max,
+                           L_max=config.L_max, V_max=config.V_max, grid=config.grid)
+    say(f"ties (grid 1..{config.grid}): {ties.ties} of {ties.instances} instances have ties; "
+        f"{ties.violations} fall below the bound when ties favour the futures")
+    constructed = constructed_table(config.m_max, config.constructed_L, config.constructed_V, config.seed)
+    xc = cross_check(config.n_cross_check, config.seed)
+    say(f"cross-check on explicit product trees: {xc['count_agrees']}/{xc['instances']} counts agree, "
+        f"{xc['same_tree']}/{xc['instances']} trees identical")
+    say(" m | bound | observed min | observed max | tight | worst")
+    for row, c in zip(verify.table(), constructed):
+        say(f"{row['m']:2d} | {row['bound']:5d} | {row['min']:12d} | {row['max']:12d} | "
+            f"{c['tight']['full_length_splices']:5d} | {c['worst']['full_length_splices']:5d}")
+    data = dict(verify=_check_row(verify), ties=_check_row(ties), constructed=constructed, cross_check=xc,
+                seconds_total=time.perf_counter() - t0)
+    res = Result(NAME, dataclasses.asdict(config), data, seed=config.seed)
+    path = res.save(Path(out_dir) / f"{NAME}.json")
+    say(f"wrote {path}")
+    return res
+
+
+def build_parser(cls: type, description: str) -> argparse.ArgumentParser:
+    """An argparse CLI with one --option per field of the frozen config dataclass ``cls``."""
+    p = argparse.ArgumentParser(description=description)
+    for f in dataclasses.fields(cls):
+        default = f.default
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(default, bool):
+            p.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=default)
+        elif isinstance(default, tuple):
+            kind = type(default[0]) if default else str
+            p.add_argument(flag, type=kind, nargs="+", default=default)
+        else:
+            p.add_argument(flag, type=type(default), default=default)
+    p.add_argument("--out-dir", default="results")
+    p.add_argument("--quiet", action="store_true")
+    return p
+
+
+def parse_config(cls: type, argv) -> tuple[Any, argparse.Namespace]:
+    args = build_parser(cls, (sys.modules[cls.__module__].__doc__ or "").split("\n")[0]).parse_args(argv)
+    kwargs = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)}
+    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.items()}
+    return cls(**kwargs), args
+
+
+def main(argv=None) -> Result:
+    config, args = parse_config(Config, argv)
+    return run(config, args.out_dir, progress=not args.quiet)
+
+
+if __name__ == "__main__":
+    main()
