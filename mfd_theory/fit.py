@@ -247,13 +247,14 @@ def _support_rows(target: MixtureOfProducts, max_support: int) -> np.ndarray | N
     return np.ascontiguousarray(rows, dtype=np.int64)
 
 
-def _component_em(target, K, seed, smoothing, n_restarts, max_iter, tol, hard):
+def _component_em(target, K, seed, smoothing, n_restarts, max_iter, tol):
     """EM whose units are the target's components (weight pi_f, distribution P_f).
 
-    E-step: a component's responsibility for mode k is proportional to
-    pi_k exp(E_{x~P_f} log Q_k(x)); M-step: each mode becomes the responsibility-weighted average
-    of its components' per-position distributions. With K >= F this recovers the target; with
-    K < F it merges components. Used when the target's support is too large to enumerate.
+    E-step: each component goes wholly to the mode with the highest expected log-likelihood
+    E_{x~P_f} log Q_k(x) (the limit of EM on n -> infinity samples when a component's blocks move
+    together); M-step: each mode becomes the weight-averaged per-position distribution of its
+    components. With K >= F this recovers the target; with K < F it merges components. Used when
+    the target's support is too large to enumerate.
     """
     p = np.exp(target.log_q)  # [F, L, V]
     pf = np.exp(target.log_pi)  # [F]
@@ -279,18 +280,12 @@ def _component_em(target, K, seed, smoothing, n_restarts, max_iter, tol, hard):
             log_q = np.log(q)
             # expected log-likelihood of component f under mode k
             ell = np.einsum("fiv,kiv->fk", p, np.maximum(log_q, -1e30))  # [F, K] (0 * log 0 -> 0)
-            if hard:
-                a = np.argmax(ell, axis=1)
-                resp = np.zeros((F, K))
-                resp[np.arange(F), a] = 1.0
-                obj = float(np.sum(pf * ell.max(axis=1)) / pf.sum())
-            else:
-                lj = ell + log_pi  # [F, K]
-                m = lj.max(axis=1, keepdims=True)
-                resp = np.exp(lj - m)
-                z = resp.sum(axis=1, keepdims=True)
-                resp /= z
-                obj = float(np.sum(pf * (m[:, 0] + np.log(z[:, 0]))) / pf.sum())
+            # the infinite-sample limit: a component's blocks are so many that they all go to
+            # the mode with the best expected log-likelihood (soft or hard alike)
+            a = np.argmax(ell, axis=1)  # [F]
+            resp = np.zeros((F, K))
+            resp[np.arange(F), a] = 1.0
+            obj = float(np.sum(pf * ell.max(axis=1)) / pf.sum())
             trace.append(obj)
             if len(trace) > 1 and abs(trace[-1] - trace[-2]) <= tol * max(1.0, abs(obj)):
                 break
@@ -307,7 +302,7 @@ def _component_em(target, K, seed, smoothing, n_restarts, max_iter, tol, hard):
             best = (trace[-1], r, log_pi.copy(), np.log(q), trace)
     _, r, log_pi, log_q, trace = best
     info = FitInfo(
-        assignment="hard" if hard else "soft",
+        assignment="components",
         objectives=tuple(objectives),
         best_restart=r,
         trace=tuple(trace),
@@ -336,9 +331,9 @@ def fit_mixture_exact(
     ``method="support"`` runs EM over every sequence the target gives positive probability,
     weighted by that probability (the infinite-sample limit of :func:`fit_mixture`); it needs the
     support to hold at most ``max_support`` sequences (true for exact futures, false for noisy
-    ones). ``method="components"`` runs EM whose units are the target's own components (see
-    :func:`_component_em`); ``"auto"`` picks the support when it fits. Other arguments as in
-    :func:`fit_mixture`.
+    ones). ``method="components"`` runs EM whose units are the target's own components, each
+    moving to one mode as a whole (see :func:`_component_em`; ``assignment`` does not apply);
+    ``"auto"`` picks the support when it fits. Other arguments as in :func:`fit_mixture`.
     """
     if not isinstance(target, MixtureOfProducts):
         raise ValueError(f"target: expected a MixtureOfProducts, got {type(target).__name__}")
@@ -356,7 +351,7 @@ def fit_mixture_exact(
             "use method='components' or sample it"
         )
     if rows is None:
-        log_pi, log_q, info = _component_em(target, K, seed, smoothing, n_restarts, max_iter, tol, hard)
+        log_pi, log_q, info = _component_em(target, K, seed, smoothing, n_restarts, max_iter, tol)
     else:
         w = np.empty(rows.shape[0])
         _log_likelihood(rows, np.ascontiguousarray(target.log_pi), np.ascontiguousarray(target.log_q), w)

@@ -43,3 +43,22 @@ def greedy_sequoia(p, budget: int, max_depth: int) -> float:
             for r in range(len(p)):
                 heapq.heappush(heap, (negv * p[r], path + (r,)))
     return total
+
+
+def speedup_by_hand(cov: float, n: int, t_target: float, t_draft: float, sizes, times) -> float:
+    """(1 + C) t_target / (t_draft + t_verify(n)) with t_verify read off the table (n in it)."""
+    t_verify = dict(zip(sizes, times))[n]
+    return (1.0 + cov) * t_target / (t_draft + t_verify)
+
+
+def per_step_budget_loop(gains, step_ms) -> int:
+    """Add nodes one at a time; stop before the first node that does not raise throughput."""
+    n, covered = 1, gains[0]
+    while n < len(gains):
+        now = (1 + covered) / step_ms(n)
+        nxt = (1 + covered + gains[n]) / step_ms(n + 1)
+        if nxt <= now:
+            break
+        covered += gains[n]
+        n += 1
+    return n

@@ -1,0 +1,56 @@
+"""Slow, obviously correct twins for mfd_theory.fit (one EM step written out sample by sample)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def em_step(x, w, log_pi, log_q, smoothing: float, hard: bool):
+    """One E-step + M-step from (log_pi, log_q); returns (objective before the step, log_pi, log_q).
+
+    Soft: r_uk = pi_k Q_k(x_u) / sum_j pi_j Q_j(x_u). Hard: r_uk = 1 for the k with the largest
+    Q_k(x_u) (first on ties). Every re-estimate is mixed with the uniform distribution:
+    (1 - smoothing) * estimate + smoothing * uniform.
+    """
+    K, L, V = log_q.shape
+    counts = np.zeros((K, L, V))
+    nk = np.zeros(K)
+    obj = 0.0
+    for u in range(x.shape[0]):
+        joint = [sum(log_q[k, i, x[u, i]] for i in range(L)) for k in range(K)]
+        if hard:
+            best = max(range(K), key=lambda k: (joint[k], -k))
+            r = [1.0 if k == best else 0.0 for k in range(K)]
+            obj += w[u] * joint[best]
+        else:
+            lj = [log_pi[k] + joint[k] for k in range(K)]
+            m = max(lj)
+            z = sum(math.exp(a - m) for a in lj)
+            r = [math.exp(a - m) / z for a in lj]
+            obj += w[u] * (m + math.log(z))
+        for k in range(K):
+            nk[k] += w[u] * r[k]
+            for i in range(L):
+                counts[k, i, x[u, i]] += w[u] * r[k]
+    total = sum(w)
+    new_pi = (1 - smoothing) * nk / total + smoothing / K
+    new_q = np.empty_like(log_q)
+    for k in range(K):
+        for i in range(L):
+            for v in range(V):
+                est = counts[k, i, v] / nk[k] if nk[k] > 0 else 1.0 / V
+                new_q[k, i, v] = (1 - smoothing) * est + smoothing / V if nk[k] > 0 else 1.0 / V
+    with np.errstate(divide="ignore"):
+        return obj / total, np.log(new_pi), np.log(new_q)
+
+
+def smoothed_marginals(x, V: int, smoothing: float) -> np.ndarray:
+    """[L, V]: per-position token frequencies mixed with the uniform distribution."""
+    L = x.shape[1]
+    out = np.zeros((L, V))
+    for row in x:
+        for i, t in enumerate(row):
+            out[i, t] += 1
+    return (1 - smoothing) * out / x.shape[0] + smoothing / V
