@@ -51,6 +51,7 @@ __all__ = [
     "chimera_lower_bound",
     "count_chimeras",
     "min_product_tree_containing",
+    "splice_chimeras_from_scores",
     "splices",
     "tight_instance",
     "verify_bound",
@@ -357,6 +358,29 @@ def worst_instance(m: int, L: int = 15, V: int = 8, seed: int = 0) -> tuple[np.n
     m, L, V, rng, pos, a, b = _two_future_setup(m, L, V, seed)
     d = rng.uniform(0.5, 1.5, size=m) * (2.0 / m)  # [m], sum ~2 nats
     return _marginals_from_ratios(L, V, pos, a, b, d), a, b
+
+
+def splice_chimeras_from_scores(log_q: Any, a: Any, b: Any) -> tuple[int, int]:
+    """Full-length splice chimeras of the smallest product tree holding a and b, from scores alone.
+
+    Returns ``(above, tied)``: splices other than a and b scoring strictly above
+    t = min(Q(a), Q(b)) (always in the tree) and those tied with t (in it or not depending on the
+    tie-break). This is the O(2^m) count :func:`verify_bound` runs on every instance.
+    """
+    lq = _check_log_q(log_q)
+    L, V = lq.shape
+    a, b, pos = _check_pair(a, b, V)
+    if a.shape[0] != L:
+        raise ValueError(f"a, b: have length {a.shape[0]} but the drafter has L = {L} positions")
+    if pos.size > 30:
+        raise ValueError(f"a, b: m = {pos.size} is too large to enumerate 2^m splices")
+    la, lb = lq[pos, a[pos]], lq[pos, b[pos]]
+    if np.isneginf(lq[np.arange(L), a]).any() or np.isneginf(lq[np.arange(L), b]).any():
+        raise ValueError("a, b: a future has probability zero under the drafter; no finite tree holds it")
+    d = la - lb  # [m] log-ratio of a's token to b's at each disagreement position
+    sums = np.empty(1 << pos.size)
+    above, tied = _k._count_two_future_splices(d, TIE_TOL, sums)
+    return int(above), int(tied)
 
 
 # ----------------------------------------------------------------------------- verification

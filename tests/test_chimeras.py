@@ -1,0 +1,242 @@
+"""Tests of the chimera bound (mfd_theory.chimeras): reference twins, exhaustive and properties."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mfd_theory import chimeras as ch
+from mfd_theory.trees import product_tree
+
+import reference_chimeras as ref
+
+
+def _dirichlet_log_q(rng, L, V, alpha=1.0):
+    return np.log(rng.dirichlet(np.full(V, alpha), size=L))  # [L, V]
+
+
+# ----------------------------------------------------------------------------- basics
+
+
+def test_lower_bound_values():
+    assert [ch.chimera_lower_bound(m) for m in range(1, 7)] == [0, 1, 3, 7, 15, 31]
+
+
+def test_splices_match_reference_and_pair_complements():
+    a = np.array([0, 1, 2, 3, 1])
+    b = np.array([0, 2, 2, 1, 0])
+    sp = ch.splices(a, b)
+    assert sp.shape == (8, 5)
+    assert {tuple(r) for r in sp.tolist()} == ref.splices(a, b)
+    np.testing.assert_array_equal(sp[0], b)
+    np.testing.assert_array_equal(sp[-1], a)
+    full = sp.shape[0] - 1
+    for k in range(sp.shape[0]):  # complements carry a's token exactly where row k carries b's
+        comp = sp[full ^ k]
+        diff = a != b
+        assert np.all((sp[k][diff] == a[diff]) == (comp[diff] == b[diff]))
+
+
+def test_min_tree_matches_reference_and_core_builder():
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        L, V = int(rng.integers(1, 5)), int(rng.integers(2, 4))
+        log_q = _dirichlet_log_q(rng, L, V)
+        seqs = rng.integers(0, V, size=(int(rng.integers(1, 4)), L))
+        tree = ch.min_product_tree_containing(log_q, seqs)
+        assert set(tree.paths()) == ref.min_tree_paths(log_q, seqs)
+        # generic marginals have no ties, so DDTree's top-N at the same N is the same tree
+        assert set(product_tree(log_q, len(tree)).paths()) == set(tree.paths())
+        got = ch.count_chimeras(tree, seqs)
+        want = ref.chimera_counts(tree.paths(), seqs)
+        assert (got.full_length, got.shorter, got.full_length_splices, got.shorter_splices) == (
+            want["full_length"], want["shorter"], want["full_length_splices"], want["shorter_splices"])
+        assert np.all(np.diff(tree.log_score) <= 1e-12)  # best-first order
+
+
+def test_score_count_kernel_matches_reference():
+    # tolerance: both sides use the same 1e-9 tie rule; differences would be real disagreements
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        L, V = int(rng.integers(1, 8)), int(rng.integers(2, 5))
+        m = int(rng.integers(1, L + 1))
+        log_q = _dirichlet_log_q(rng, L, V)
+        a = rng.integers(0, V, size=L)
+        b = a.copy()
+        pos = rng.choice(L, size=m, replace=False)
+        b[pos] = (a[pos] + rng.integers(1, V, size=m)) % V
+        assert ch.splice_chimeras_from_scores(log_q, a, b) == ref.splice_chimeras_above(log_q, a, b)
+
+
+# ----------------------------------------------------------------------------- exhaustive
+
+
+def test_bound_exhaustive_over_every_disagreement_pattern_small():
+    """Every (positions, b-tokens) pattern for L <= 6, V <= 3 with a fixed a, random marginals."""
+    rng = np.random.default_rng(2)
+    checked = 0
+    for L in range(1, 7):
+        for V in (2, 3):
+            a = rng.integers(0, V, size=L)
+            choices = [[t for t in range(V)] for _ in range(L)]  # b_i = a_i (agree) or another token
+            for b_tuple in itertools.product(*choices):
+                b = np.array(b_tuple)
+                m = int((a != b).sum())
+                if m == 0:
+                    continue
+                log_q = _dirichlet_log_q(rng, L, V)
+                above, tied = ch.splice_chimeras_from_scores(log_q, a, b)
+                assert tied == 0  # continuous marginals: ties have probability zero
+                assert ch.chimera_lower_bound(m) <= above <= (1 << m) - 2
+                if L <= 4:  # explicit trees for the smaller cases (V^L prefixes each)
+                    tree = ch.min_product_tree_containing(log_q, [a, b])
+                    assert ch.count_chimeras(tree, [a, b]).full_length_splices == above
+                checked += 1
+    assert checked == sum(2**L - 1 + 3**L - 1 for L in range(1, 7))
+
+
+# ----------------------------------------------------------------------------- properties
+
+
+@st.composite
+def pair_instances(draw, L_max=12, V_max=5):
+    L = draw(st.integers(1, L_max))
+    V = draw(st.integers(2, V_max))
+    m = draw(st.integers(1, min(L, 10)))
+    seed = draw(st.integers(0, 2**31 - 1))
+    rng = np.random.default_rng(seed)
+    log_q = _dirichlet_log_q(rng, L, V, alpha=draw(st.sampled_from([0.3, 1.0, 5.0])))
+    a = rng.integers(0, V, size=L)
+    b = a.copy()
+    pos = rng.choice(L, size=m, replace=False)
+    b[pos] = (a[pos] + rng.integers(1, V, size=m)) % V
+    return log_q, a, b, m
+
+
+@settings(deadline=None, max_examples=60)
+@given(pair_instances())
+def test_property_bound_holds_and_is_symmetric(inst):
+    log_q, a, b, m = inst
+    above, tied = ch.splice_chimeras_from_scores(log_q, a, b)
+    if tied:
+        return  # the theorem is stated barring ties
+    assert ch.chimera_lower_bound(m) <= above <= (1 << m) - 2
+    assert ch.splice_chimeras_from_scores(log_q, b, a) == (above, tied)  # swapping the futures
+    # metamorphic: relabelling the vocabulary at every position leaves the count unchanged
+    rng = np.random.default_rng(m)
+    perms = np.stack([rng.permutation(log_q.shape[1]) for _ in range(log_q.shape[0])])  # [L, V]
+    lq2 = np.empty_like(log_q)
+    np.put_along_axis(lq2, perms, log_q, axis=1)  # token v at position i becomes perms[i, v]
+    a2 = perms[np.arange(len(a)), a]
+    b2 = perms[np.arange(len(b)), b]
+    assert ch.splice_chimeras_from_scores(lq2, a2, b2) == (above, tied)
+
+
+@settings(deadline=None, max_examples=40)
+@given(pair_instances(L_max=12, V_max=3))
+def test_property_one_splice_of_every_complementary_pair_is_kept(inst):
+    log_q, a, b, m = inst
+    sp = ch.splices(a, b)  # [2^m, L]
+    sc = log_q[np.arange(len(a))[None, :], sp].sum(axis=1)
+    t = min(sc[0], sc[-1])
+    full = sp.shape[0] - 1
+    # tolerance: 1e-9 relative, the module's tie rule
+    kept = sc >= t - 1e-9 * (1 + abs(t))
+    assert all(kept[k] or kept[full ^ k] for k in range(sp.shape[0]))
+    np.testing.assert_allclose(sc + sc[::-1], sc[0] + sc[-1], rtol=0, atol=1e-9)  # Q(s) Q(s') = Q(a) Q(b)
+
+
+@settings(deadline=None, max_examples=30)
+@given(st.integers(1, 9), st.integers(0, 6), st.integers(2, 6), st.integers(0, 10_000))
+def test_property_tight_and_worst_instances(m, extra, V, seed):
+    L = m + extra
+    for make, want in ((ch.tight_instance, ch.chimera_lower_bound(m)), (ch.worst_instance, (1 << m) - 2)):
+        log_q, a, b = make(m, L=L, V=V, seed=seed)
+        assert int((a != b).sum()) == m
+        np.testing.assert_allclose(np.exp(log_q).sum(axis=1), 1.0, atol=1e-12)
+        assert ch.splice_chimeras_from_scores(log_q, a, b) == (want, 0)
+        if m <= 7:
+            c = ch.count_chimeras(ch.min_product_tree_containing(log_q, [a, b]), [a, b])
+            assert c.full_length_splices == want
+            assert c.full_length == want  # no non-splice sequence reaches the weaker future
+
+
+def test_verify_bound_reports_zero_violations_and_ties_can_break_it():
+    res = ch.verify_bound(20_000, seed=3)
+    assert res.instances + res.ties == 20_000
+    assert res.violations == 0
+    assert all(v >= 0 for v in res.min_slack.values())
+    table = res.table()
+    assert [r["m"] for r in table] == list(range(1, 11))
+    assert all(r["min"] == r["bound"] for r in table)  # near-tied instances reach the bound
+    tie = ch.verify_bound(5_000, seed=4, grid=2)
+    assert tie.ties > 0 and tie.violations > 0  # exact ties let a favourable tie-break go below
+
+
+def test_equal_ratio_ties_leave_no_chimera():
+    # q(a_i) = q(b_i) everywhere they differ: every splice ties with both futures
+    log_q = np.log(np.full((4, 2), 0.5))
+    a, b = np.array([0, 0, 0, 0]), np.array([1, 1, 1, 0])
+    assert ch.splice_chimeras_from_scores(log_q, a, b) == (0, 6)
+    tree = ch.min_product_tree_containing(log_q, [a, b])
+    assert ch.count_chimeras(tree, [a, b]).full_length == 0
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def test_unequal_lengths_raise():
+    with pytest.raises(ValueError, match="unequal length"):
+        ch.splices([0, 1, 2], [0, 1])
+    with pytest.raises(ValueError, match="unequal length"):
+        ch.min_product_tree_containing(np.log(np.full((3, 2), 0.5)), [[0, 1, 0], [0, 1]])
+
+
+def test_sequences_shorter_than_drafter_raise():
+    with pytest.raises(ValueError, match="L = 3"):
+        ch.min_product_tree_containing(np.log(np.full((3, 2), 0.5)), [[0, 1]])
+
+
+def test_identical_futures_raise():
+    with pytest.raises(ValueError, match="m = 0"):
+        ch.splices([0, 1, 2], [0, 1, 2])
+    with pytest.raises(ValueError, match="m = 0"):
+        ch.splice_chimeras_from_scores(np.log(np.full((3, 2), 0.5)), [0, 1, 1], [0, 1, 1])
+
+
+def test_tokens_outside_vocabulary_raise():
+    log_q = np.log(np.full((3, 2), 0.5))
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        ch.min_product_tree_containing(log_q, [[0, 1, 2]])
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        ch.splices([0, 1, 5], [0, 1, 0], V=3)
+    with pytest.raises(ValueError, match="negative"):
+        ch.splices([0, -1], [0, 1])
+
+
+def test_zero_probability_future_raises():
+    q = np.array([[1.0, 0.0], [0.5, 0.5]])
+    with np.errstate(divide="ignore"):
+        log_q = np.log(q)
+    with pytest.raises(ValueError, match="probability zero"):
+        ch.min_product_tree_containing(log_q, [[0, 0], [1, 1]])
+    with pytest.raises(ValueError, match="probability zero"):
+        ch.splice_chimeras_from_scores(log_q, [0, 0], [1, 1])
+
+
+def test_other_bad_arguments_raise():
+    with pytest.raises(ValueError, match="m"):
+        ch.chimera_lower_bound(0)
+    with pytest.raises(ValueError, match="log_q"):
+        ch.min_product_tree_containing(np.zeros((2, 2)) + 0.5, [[0, 0]])
+    with pytest.raises(ValueError, match="max_nodes"):
+        ch.min_product_tree_containing(np.log(np.full((12, 2), 0.5)) + np.array([0, -1e-3]), [[1] * 12],
+                                       max_nodes=10)
+    with pytest.raises(ValueError, match="L"):
+        ch.tight_instance(5, L=3)
+    with pytest.raises(ValueError, match="n_instances"):
+        ch.verify_bound(0)
