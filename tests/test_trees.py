@@ -73,6 +73,20 @@ def test_product_tree_top_n(mix, budget):
     )
 
 
+@given(mst.mixtures(max_L=3, max_V=8, min_V=5), st.integers(1, 6))
+def test_builders_when_the_vocabulary_exceeds_the_budget(mix, budget):
+    """V > N: the dense builders must look past each row's top-N when a parent needs it."""
+    score = lambda p: ref.log_prefix_prob(mix.log_pi, mix.log_q, p)
+    prefixes = ref.all_prefixes(mix.L, mix.V)
+    t = mixture_tree(mix.log_pi, mix.log_q, budget)
+    check_top_n(t, score, prefixes, budget, ref.mixture_tree(mix.log_pi, mix.log_q, budget), L=mix.L)
+    log_q = mix.log_q[0]
+    t = product_tree(log_q, budget)
+    check_top_n(
+        t, lambda p: ref.product_score(log_q, p), prefixes, budget, ref.product_tree(log_q, budget), L=mix.L
+    )
+
+
 @given(mst.products(), mst.budgets())
 def test_product_tree_float32_input(mix, budget):
     log_q32 = mix.log_q[0].astype(np.float32)  # [L, V] as a GPU hands it over
