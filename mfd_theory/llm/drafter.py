@@ -197,7 +197,8 @@ class BlockDrafter(nn.Module):
 
     def _block_embeddings(self, block_ids: torch.Tensor) -> torch.Tensor:
         """[B, S] -> [B*K, S, H]: the target's embeddings (plus the mode embeddings for MFD)."""
-        return self._embed_tokens(block_ids).to(self.fc.weight.dtype)
+        # detached: the target is frozen, gradients stop at its (shared) embedding table
+        return F.embedding(block_ids, self._embed_tokens.weight.detach()).to(self.fc.weight.dtype)
 
     def _run(self, block_h, ctx_k, ctx_v, blk_pos, mask):
         """Run the draft layers over block states with given per-layer context keys/values."""
@@ -213,7 +214,10 @@ class BlockDrafter(nn.Module):
         return [k for k, _ in kv], [v for _, v in kv]
 
     def _log_probs(self, h: torch.Tensor) -> torch.Tensor:
-        return torch.log_softmax(self._lm_head(h).float(), dim=-1)
+        head = self._lm_head  # the target's, frozen: gradients reach h but never the head
+        bias = head.bias.detach() if getattr(head, "bias", None) is not None else None
+        logits = F.linear(h.to(head.weight.dtype), head.weight.detach(), bias)
+        return torch.log_softmax(logits.float(), dim=-1)
 
     def _readout(self, h: torch.Tensor, batch: int) -> torch.Tensor:
         """log pi [batch, K] from final block states [batch*K, S, H]."""
