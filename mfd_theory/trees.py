@@ -113,9 +113,14 @@ class DraftTree:
 
         Paths are stored shortest first (stable), so parents precede children.
         """
-        tups = [tuple(int(t) for t in p) for p in paths]
+        try:
+            tups = [tuple(int(t) for t in p) for p in paths]
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"paths: expected a collection of integer token sequences ({exc})") from exc
         if any(len(t) == 0 for t in tups):
             raise ValueError("paths: the empty prefix is the implicit root, not a node")
+        if any(min(t) < 0 for t in tups):
+            raise ValueError("paths: contains negative token ids")
         if len(set(tups)) != len(tups):
             raise ValueError("paths: contains duplicates")
         order = sorted(range(len(tups)), key=lambda i: len(tups[i]))
