@@ -46,6 +46,13 @@ class Config:
     constructed_L: int = 15  # block length of the tight / worst instances
     constructed_V: int = 8
     n_cross_check: int = 300  # random small instances re-counted on explicit trees
+    multi_F3_columns: int = 5  # F = 3: every pattern with up to this many disagreement positions
+    multi_F4_columns: int = 3  # F = 4: likewise
+    multi_all_distinct_F3: int = 6  # F = 3, every position distinct: m = 1..this
+    multi_all_distinct_F4: int = 4
+    multi_trials: int = 500  # drafters searched per pattern
+    multi_retry_trials: int = 4000  # when the search misses the lower bound, retry with more
+    multi_retries: int = 3
 
 
 def _check_row(check: ch.BoundCheck) -> dict[str, Any]:
@@ -111,6 +118,40 @@ def cross_check(n: int, seed: int) -> dict[str, Any]:
     return dict(instances=n, count_agrees=agree, same_tree=same_tree)
 
 
+def multi_future_rows(config: Config, progress: bool = False) -> list[dict[str, Any]]:
+    """Minimum full-length chimeras for F = 3, 4 futures per disagreement pattern."""
+    todo: list[tuple[int, dict[str, int]]] = []
+    for F, cols, distinct in ((3, config.multi_F3_columns, config.multi_all_distinct_F3),
+                              (4, config.multi_F4_columns, config.multi_all_distinct_F4)):
+        pats = ch.all_patterns(F, cols) if cols > 0 else []
+        keys = {tuple(sorted(p.items())) for p in pats}
+        all_distinct = "|".join(str(f) for f in range(F))
+        for m in range(cols + 1, distinct + 1):
+            if ((all_distinct, m),) not in keys:
+                pats.append({all_distinct: m})
+        todo.extend((F, p) for p in pats)
+    rows = []
+    it = todo
+    if progress:
+        from tqdm import tqdm
+
+        it = tqdm(todo, desc="F = 3, 4 patterns", leave=False)
+    for F, pat in it:
+        fut = ch.futures_from_pattern(pat, F)
+        r = ch.min_chimeras_multi(fut, n_trials=config.multi_trials, seed=config.seed)
+        tries = 0
+        while not r.proven and tries < config.multi_retries:
+            tries += 1
+            again = ch.min_chimeras_multi(fut, n_trials=config.multi_retry_trials, seed=config.seed + tries)
+            if again.observed_min < r.observed_min:
+                r = again
+        m_pairs = {f"{j}{k}": int((fut[j] != fut[k]).sum()) for j in range(F) for k in range(j + 1, F)}
+        rows.append(dict(F=F, pattern=pat, columns=int(fut.shape[1]), m_pairs=m_pairs, splices=r.splices,
+                         pairwise_bound=r.pairwise_bound, lower_bound=r.lower_bound,
+                         observed_min=r.observed_min, proven=r.proven))
+    return rows
+
+
 def run(config: Config = Config(), out_dir: str | Path = "results", progress: bool = True) -> Result:
     say = print if progress else (lambda *a, **k: None)
     t0 = time.perf_counter()
@@ -126,11 +167,15 @@ def run(config: Config = Config(), out_dir: str | Path = "results", progress: bo
     xc = cross_check(config.n_cross_check, config.seed)
     say(f"cross-check on explicit product trees: {xc['count_agrees']}/{xc['instances']} counts agree, "
         f"{xc['same_tree']}/{xc['instances']} trees identical")
+    multi = multi_future_rows(config, progress)
+    n_proven = sum(r["proven"] for r in multi)
+    say(f"F = 3, 4: {len(multi)} disagreement patterns, minimum proven exact for {n_proven}")
     say(" m | bound | observed min | observed max | tight | worst")
     for row, c in zip(verify.table(), constructed):
         say(f"{row['m']:2d} | {row['bound']:5d} | {row['min']:12d} | {row['max']:12d} | "
             f"{c['tight']['full_length_splices']:5d} | {c['worst']['full_length_splices']:5d}")
     data = dict(verify=_check_row(verify), ties=_check_row(ties), constructed=constructed, cross_check=xc,
+                multi_future=multi,
                 seconds_total=time.perf_counter() - t0)
     res = Result(NAME, dataclasses.asdict(config), data, seed=config.seed)
     path = res.save(Path(out_dir) / f"{NAME}.json")
