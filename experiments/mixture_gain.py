@@ -1,0 +1,6 @@
+"""Mixture drafters vs the product drafter and the oracle (see mfd_theory.experiments.mixture_gain)."""
+
+from mfd_theory.experiments.mixture_gain import main
+
+if __name__ == "__main__":
+    main()

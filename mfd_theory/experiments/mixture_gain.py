@@ -1,0 +1,390 @@
+"""Experiment: how much of the oracle's coverage a fitted K-mode mixture drafter recovers, and
+what that is worth in predicted speed, on the synthetic target families.
+
+For every family (two futures with m disagreements, branching, shifted, noisy, Zipf background),
+number of futures F (F = 1: the family's first future alone, a product target) and seed:
+
+1. draw ``n_samples`` blocks from the target and fit drafters by EM (:func:`mfd_theory.fit.
+   fit_mixture`): K = 1 (the marginals: the best product drafter a cross-entropy-trained
+   single-mode network converges to) and K in ``Ks`` (soft EM and the winner-take-all variant);
+   also, with no sampling noise, :func:`~mfd_theory.fit.fit_mixture_exact` for the same K;
+2. build each drafter's best-first tree (``product_tree`` for K = 1, ``mixture_tree`` otherwise)
+   and the oracle tree at the largest budget; best-first emission makes the first N nodes the
+   N-node tree, so one tree gives the whole coverage curve C(T_N), N = 1..max budget;
+3. record coverage, the fraction of the oracle's coverage, the chimera share (nodes that splice
+   the futures' tokens but are no prefix of any single future), and the predicted speedup under
+   each latency profile (:mod:`mfd_theory.speedup`): best fixed budget, and the per-step choice
+   (the drafter's own Q as the predicted gain of each node, as CaDDTree does).
+
+A Sequoia baseline per cell: the product drafter's positional acceptance vector (chance the
+r-th ranked token of a position's marginal is the target's, averaged over positions) fed to
+:func:`mfd_theory.speedup.sequoia_choice`.
+
+Cells are stored one per file under ``<out_dir>/mixture_gain/`` (a rerun resumes); the merged
+result with a per-family summary goes to ``<out_dir>/mixture_gain.json``.
+
+Run: ``python experiments/mixture_gain.py`` (about 3 minutes on 2 cores with the defaults).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mfd_theory.distributions import MixtureOfProducts
+from mfd_theory.experiments._config import add_dataclass_args, config_from_args
+from mfd_theory.fit import fit_mixture, fit_mixture_exact, log_likelihood
+from mfd_theory.results import Result, ResultStore, to_jsonable
+from mfd_theory.speedup import (
+    best_fixed_budget,
+    default_profile,
+    load_latency_profile,
+    per_step_budget,
+    sequoia_choice,
+    speedup,
+)
+from mfd_theory.synthetic import make
+from mfd_theory.trees import mixture_tree, oracle_tree, product_tree
+
+NAME = "mixture_gain"
+HEADLINE_K = 4  # the summary's "mixture" column: a fixed K, as a trained MFD drafter has
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    families: tuple[str, ...] = ("two_futures", "branching", "shifted", "noisy_futures", "zipf_futures")
+    Fs: tuple[int, ...] = (1, 2, 3, 4)  # futures per target (two_futures: F in {1, 2}, m varies)
+    two_futures_ms: tuple[int, ...] = (2, 4, 8)  # disagreeing positions of the two futures
+    Ks: tuple[int, ...] = (1, 2, 4, 8)  # drafter modes (K = 1: product drafter)
+    budgets: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024)  # reported budgets
+    seeds: tuple[int, ...] = (0, 1, 2)
+    L: int = 15
+    n_samples: int = 10_000  # target blocks the drafters are fitted to
+    n_restarts: int = 2
+    max_iter: int = 100
+    tol: float = 1e-6
+    smoothing: float = 1e-4
+    hard: bool = True  # also fit the winner-take-all variant
+    exact_fit: bool = True  # also fit from the exact target (no sampling noise)
+    profiles: tuple[str, ...] = ("h100_qwen3-8b", "cpu_small")  # shipped profiles (ASSUMED)
+    profile_path: str = ""  # a measured profile (results/verify_latency*.json), added when given
+    sequoia_ranks: int = 8
+    sequoia_depth: int = 15
+
+
+def _single_future(t):
+    """The family's first future alone (F = 1): a product target with one mode."""
+    target = MixtureOfProducts(np.zeros(1), t.target.log_q[:1])
+    return target, t.futures[:1]
+
+
+def make_target(family: str, F: int, m: int | None, seed: int, L: int):
+    """(target MixtureOfProducts, futures [F, L], params) for one cell."""
+    if family == "two_futures":
+        t = make(family, seed=seed, L=L, m=m if m is not None else 4)
+    else:
+        t = make(family, seed=seed, L=L, F=max(F, 2))
+    if F == 1:
+        target, futures = _single_future(t)
+    else:
+        target, futures = t.target, t.futures
+    return target, futures, dict(t.params)
+
+
+def _future_prefix_mask(tree, futures: np.ndarray) -> np.ndarray:
+    """bool [N]: the node's prefix is a prefix of some single future."""
+    N = len(tree)
+    match = np.zeros((N, futures.shape[0]), dtype=bool)  # [N, F]
+    for n in range(N):
+        p = tree.parent[n]
+        here = futures[:, tree.depth[n] - 1] == tree.token[n]  # [F]
+        match[n] = here if p < 0 else (match[p] & here)
+    return match.any(axis=1)
+
+
+def _chimera_share(tree, futures: np.ndarray) -> np.ndarray:
+    """float [N]: share of the first N nodes that splice the futures but follow none of them."""
+    from mfd_theory.coverage import splice_mask
+
+    chim = splice_mask(tree, futures) & ~_future_prefix_mask(tree, futures)  # [N]
+    return np.cumsum(chim) / np.arange(1, len(tree) + 1)
+
+
+def _curve(tree, target: MixtureOfProducts) -> np.ndarray:
+    """[N + 1]: C(T_n) for n = 0..N, the first n nodes of a best-first tree being T_n."""
+    p = np.exp(target.node_log_probs(tree))  # [N]
+    return np.concatenate([[0.0], np.cumsum(p)])
+
+
+def _acceptance_vector(product: MixtureOfProducts, target: MixtureOfProducts, ranks: int) -> np.ndarray:
+    """Chance that the r-th ranked token of the product drafter's marginal is the target's token,
+    averaged over positions (Sequoia's positional model, which ignores where the walk stands)."""
+    tm = np.exp(target.marginals().log_q[0])  # [L, V]
+    order = np.argsort(-product.log_q[0], axis=1, kind="stable")[:, :ranks]  # [L, r]
+    acc = np.take_along_axis(tm, order, axis=1).mean(axis=0)  # [r]
+    return np.minimum(acc, 1.0) / max(1.0, acc.sum())
+
+
+def curve_grid(max_n: int) -> np.ndarray:
+    """Budgets at which whole coverage curves are stored: every N to 32, then every 8 to 256,
+    then every 32 (enough to draw curves and pick a fixed budget without storing every N)."""
+    grid = np.concatenate([np.arange(1, 33), np.arange(40, 257, 8), np.arange(288, max_n + 1, 32)])
+    return np.unique(np.append(grid[grid <= max_n], max_n)).astype(np.int64)
+
+
+def _profiles(config: Config):
+    profs = [default_profile(name) for name in config.profiles]
+    if config.profile_path:
+        profs.append(load_latency_profile(config.profile_path))
+    return profs
+
+
+def run_cell(config: Config, family: str, F: int, m: int | None, seed: int) -> dict[str, Any]:
+    target, futures, params = make_target(family, F, m, seed, config.L)
+    V = target.V
+    max_n = max(config.budgets)
+    bidx = np.asarray(config.budgets)
+    grid = curve_grid(max_n)
+    profiles = _profiles(config)
+    x = target.sample(config.n_samples, seed=10_000 + seed)  # [n, L]
+
+    oracle = oracle_tree(target, max_n)
+    oc = _curve(oracle, target)  # [n + 1]
+    oc = np.concatenate([oc, np.full(max_n + 1 - oc.shape[0], oc[-1])])  # the support ran out
+    out: dict[str, Any] = dict(
+        family=family, F=F, m=m, seed=seed, L=config.L, V=V, params=params,
+        exact=bool(np.all(np.isneginf(target.log_q) | (target.log_q == 0.0))),
+        oracle=dict(coverage=oc[bidx].tolist(), curve=oc[grid].tolist(),
+                    n_nodes=len(oracle)),
+        curve_n=grid.tolist(),
+        drafters=[],
+    )
+    fixed = {p.name: best_fixed_budget(oc, p) for p in profiles}
+    out["oracle"]["best"] = {k: dict(budget=v.budget, speedup=v.speedup) for k, v in fixed.items()}
+
+    fits = []
+    for K in config.Ks:
+        fits.append((K, "soft", "samples"))
+        if K > 1 and config.hard:
+            fits.append((K, "hard", "samples"))
+        if K > 1 and config.exact_fit:
+            fits.append((K, "soft", "exact"))
+    product_model = None
+    for K, assignment, source in fits:
+        t0 = time.perf_counter()
+        kw = dict(smoothing=config.smoothing, n_restarts=config.n_restarts,
+                  max_iter=config.max_iter, tol=config.tol, assignment=assignment)
+        if source == "samples":
+            model = fit_mixture(x, K, V, seed=seed, **kw)
+        else:
+            model = fit_mixture_exact(target, K, seed=seed, **{**kw, "tol": 1e-9})
+        fit_s = time.perf_counter() - t0
+        if K == 1:
+            tree = product_tree(model.log_q[0], max_n)
+            product_model = model
+        else:
+            tree = mixture_tree(model.log_pi, model.log_q, max_n)
+        cov = _curve(tree, target)  # [n + 1], n = len(tree) <= max_n
+        cov = np.concatenate([cov, np.full(max_n + 1 - cov.shape[0], cov[-1])])  # no node to add
+        q_gain = np.exp(model.node_log_probs(tree))  # [n]: the drafter's own predicted gains
+        chim = _chimera_share(tree, futures)
+        chim = np.concatenate([chim, np.full(max_n - chim.shape[0], chim[-1])])
+        row = dict(
+            K=K, assignment=assignment, source=source, fit_seconds=fit_s,
+            log_lik=log_likelihood(model, x),
+            coverage=cov[bidx].tolist(),
+            curve=cov[grid].tolist(),
+            frac_oracle=(cov[bidx] / oc[bidx]).tolist(),
+            chimera_share=chim[bidx - 1].tolist(),
+            best={}, per_step={}, speedup_at={},
+        )
+        for p in profiles:
+            b = best_fixed_budget(cov, p)
+            row["best"][p.name] = dict(budget=b.budget, speedup=b.speedup)
+            n_step = per_step_budget(q_gain, p, max_budget=max_n)
+            row["per_step"][p.name] = dict(budget=n_step, coverage=float(cov[n_step]),
+                                           step_ms=float(p.step_ms(n_step)))
+            row["speedup_at"][p.name] = speedup(cov[bidx], bidx, p).tolist()
+        out["drafters"].append(row)
+
+    acc = _acceptance_vector(product_model, target, config.sequoia_ranks)
+    out["sequoia"] = dict(acceptance=acc.tolist(), choice={})
+    for p in profiles:
+        ch = sequoia_choice(acc, p, min(max_n, 256), config.sequoia_depth)
+        out["sequoia"]["choice"][p.name] = dict(
+            budget=ch.budget, max_depth=ch.max_depth, predicted_accepted=ch.expected_accepted,
+            predicted_speedup=ch.speedup)
+    return out
+
+
+def cells(config: Config):
+    for family in config.families:
+        for seed in config.seeds:
+            if family == "two_futures":
+                if 1 in config.Fs:
+                    yield family, 1, None, seed
+                if 2 in config.Fs or any(F > 2 for F in config.Fs):
+                    for m in config.two_futures_ms:
+                        yield family, 2, m, seed
+            else:
+                for F in config.Fs:
+                    yield family, F, None, seed
+
+
+def _cell_key(family, F, m, seed) -> str:
+    return f"{family},F={F},m={m if m is not None else 0},seed={seed}"
+
+
+def _pick(cell, K, assignment="soft", source="samples"):
+    for d in cell["drafters"]:
+        if d["K"] == K and d["assignment"] == assignment and d["source"] == source:
+            return d
+    return None
+
+
+def summarize(cell_rows: list[dict], config: Config) -> dict[str, Any]:
+    """Per family: mean fraction of the oracle (product vs mixture, multi-future and F = 1 cells),
+    predicted gain of the best-budget mixture tree over the best-budget product tree, the
+    per-step vs fixed budget comparison, and the F = 1 sampling-noise check."""
+    summary: dict[str, Any] = {}
+    budgets = list(config.budgets)
+    profiles = [p.name for p in _profiles(config)]
+    for family in config.families:
+        rows = [c for c in cell_rows if c["family"] == family]
+        fam: dict[str, Any] = {}
+        for label, sel in (("multi", [c for c in rows if c["F"] >= 2]), ("single", [c for c in rows if c["F"] == 1])):
+            if not sel:
+                continue
+            entry: dict[str, Any] = dict(n_cells=len(sel), budgets=budgets, K=HEADLINE_K)
+            for name, K, assignment, source in (
+                ("product", 1, "soft", "samples"), ("mixture", HEADLINE_K, "soft", "samples"),
+                ("mixture_hard", HEADLINE_K, "hard", "samples"), ("mixture_exact", HEADLINE_K, "soft", "exact"),
+                ("mixture_K=F", None, "soft", "samples"),
+            ):
+                picked = [_pick(c, K if K is not None else max(c["F"], 1), assignment, source) for c in sel]
+                if any(p is None for p in picked):
+                    continue
+                frac = np.array([p["frac_oracle"] for p in picked])  # [cells, budgets]
+                chim = np.array([p["chimera_share"] for p in picked])
+                entry[name] = dict(
+                    frac_oracle_mean=frac.mean(axis=0).tolist(),
+                    frac_oracle_std=frac.std(axis=0).tolist(),
+                    chimera_share_mean=chim.mean(axis=0).tolist(),
+                    best_speedup={pn: float(np.mean([p["best"][pn]["speedup"] for p in picked])) for pn in profiles},
+                )
+            prod = [_pick(c, 1) for c in sel]
+            for name in ("mixture", "mixture_hard", "mixture_exact", "mixture_K=F"):
+                if name not in entry:
+                    continue
+                K = HEADLINE_K if name != "mixture_K=F" else None
+                assignment = "hard" if name == "mixture_hard" else "soft"
+                source = "exact" if name == "mixture_exact" else "samples"
+                mix = [_pick(c, K if K is not None else max(c["F"], 1), assignment, source) for c in sel]
+                entry[name]["predicted_gain"] = {
+                    pn: float(np.mean([mm["best"][pn]["speedup"] / pp["best"][pn]["speedup"] - 1
+                                       for mm, pp in zip(mix, prod)]))
+                    for pn in profiles
+                }
+                diff = np.array([mm["frac_oracle"] for mm in mix]) - np.array([pp["frac_oracle"] for pp in prod])
+                entry[name]["frac_gap_vs_product_mean"] = diff.mean(axis=0).tolist()
+                entry[name]["frac_gap_vs_product_min"] = diff.min(axis=0).tolist()
+            # budget choice: one fixed budget for all the family's cells vs each cell's own
+            entry["budget_choice"] = {}
+            for pn in profiles:
+                prof = next(p for p in _profiles(config) if p.name == pn)
+                choice = {}
+                for name, K in (("product", 1), ("mixture", HEADLINE_K)):
+                    picked = [_pick(c, K) for c in sel]
+                    if any(p is None for p in picked):
+                        continue
+                    steps = [p["per_step"][pn] for p in picked]
+                    per_step = prof.t_target_ms * sum(1 + s["coverage"] for s in steps) / sum(s["step_ms"] for s in steps)
+                    cov = np.array([p["curve"] for p in picked])  # [cells, grid]
+                    grid = np.asarray(sel[0]["curve_n"])
+                    s_fixed = speedup(cov.mean(axis=0), grid, prof)  # [grid]
+                    i = int(np.argmax(s_fixed))
+                    choice[name] = dict(per_step_speedup=float(per_step),
+                                        per_step_budgets=[s["budget"] for s in steps],
+                                        fixed_budget=int(grid[i]), fixed_speedup=float(s_fixed[i]))
+                entry["budget_choice"][pn] = choice
+            entry["sequoia"] = {
+                pn: float(np.mean([c["sequoia"]["choice"][pn]["predicted_speedup"] for c in sel])) for pn in profiles
+            }
+            fam[label] = entry
+        summary[family] = fam
+    return summary
+
+
+def run(config: Config = Config(), out_dir: str | Path = "results", progress: bool = True) -> Result:
+    from tqdm.auto import tqdm
+
+    store = ResultStore(Path(out_dir) / NAME)
+    todo = list(cells(config))
+    cfg_dict = dataclasses.asdict(config)
+    rows = []
+    t0 = time.perf_counter()
+    for family, F, m, seed in tqdm(todo, desc=NAME, disable=not progress):
+        key = _cell_key(family, F, m, seed)
+        res = store.get_or_compute(
+            key, lambda: Result(f"{NAME}/{key}", cfg_dict, run_cell(config, family, F, m, seed), seed=seed)
+        )
+        if res.config != to_jsonable(cfg_dict):
+            res = Result(f"{NAME}/{key}", cfg_dict, run_cell(config, family, F, m, seed), seed=seed)
+            store.save(key, res)  # a cell from a different config is recomputed
+        rows.append(res.data)
+    data = dict(cells=rows, summary=summarize(rows, config), seconds=time.perf_counter() - t0,
+                profiles={p.name: p.to_dict() for p in _profiles(config)})
+    result = Result(NAME, cfg_dict, data, seed=None)
+    result.save(Path(out_dir) / f"{NAME}.json")
+    return result
+
+
+def format_summary(result: Result, budgets=(64, 256), profile: str | None = None) -> str:
+    """A Markdown table: per family, the fraction of the oracle's coverage at two budgets for the
+    product drafter and the fitted K-mode mixture, and the predicted speed gain."""
+    s = result.data["summary"]
+    cfg_budgets = list(result.config["budgets"])
+    profile = profile or result.config["profiles"][0]
+    idx = [cfg_budgets.index(b) for b in budgets]
+    head = " | ".join(f"product N={b} | mixture N={b}" for b in budgets)
+    lines = [
+        f"| family (F >= 2) | {head} | chimeras N=64 (product) | predicted gain ({profile}) |",
+        "|---" * (2 + 2 * len(budgets) + 1) + "|",
+    ]
+    for family, fam in s.items():
+        for label in ("multi", "single"):
+            if label not in fam or "mixture" not in fam[label]:
+                continue
+            e = fam[label]
+            cells = " | ".join(
+                f"{e['product']['frac_oracle_mean'][i]:.3f} | {e['mixture']['frac_oracle_mean'][i]:.3f}" for i in idx
+            )
+            i64 = cfg_budgets.index(64) if 64 in cfg_budgets else idx[0]
+            name = family if label == "multi" else f"{family} (F = 1)"
+            lines.append(
+                f"| {name} | {cells} | {e['product']['chimera_share_mean'][i64]:.2f} | "
+                f"{100 * e['mixture']['predicted_gain'][profile]:+.1f}% |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> Result:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_dataclass_args(parser, Config)
+    parser.add_argument("--out-dir", default="results")
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    config = config_from_args(Config, args)
+    result = run(config, args.out_dir, progress=not args.quiet)
+    print(format_summary(result))
+    print(f"({result.data['seconds']:.0f} s; written to {Path(args.out_dir) / (NAME + '.json')})")
+    return result
+
+
+if __name__ == "__main__":
+    main()
