@@ -1,0 +1,71 @@
+"""An outside baseline: Hugging Face's own assisted generation with a small draft LM.
+
+``target.generate(..., assistant_model=draft_lm)`` is transformers' speculative decoding (chain
+drafts from a separate autoregressive draft model, with its own adaptive draft length). We time it
+against the same target's plain ``generate`` in one harness, per temperature, on the same prompts.
+Generation is forced to ``max_new_tokens`` (EOS does not stop it) so every run emits the same
+number of tokens, as in our own decoding loop.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+import torch
+
+__all__ = ["hf_assisted_baseline"]
+
+
+def _generation_config(model, temperature: float, max_new_tokens: int):
+    gc = copy.deepcopy(model.generation_config)
+    gc.max_new_tokens = int(max_new_tokens)
+    gc.min_new_tokens = int(max_new_tokens)
+    gc.do_sample = temperature > 0
+    gc.temperature = float(temperature) if temperature > 0 else 1.0
+    gc.top_k = 0 if temperature > 0 else None
+    gc.top_p = 1.0
+    return gc
+
+
+@torch.no_grad()
+def hf_assisted_baseline(target, draft_lm, prompts: np.ndarray, max_new_tokens: int,
+                         temperatures=(0.0,), seed: int = 0) -> list[dict]:
+    """Rows ``{method: "hf_ar" | "hf_assisted", temperature, tokens, seconds, tokens_per_s, speedup}``.
+
+    ``speedup`` is hf_ar's time per token over the row's (so 1.0 for hf_ar). ``target`` and
+    ``draft_lm`` are HF causal LMs sharing a vocabulary; ``prompts`` int64 [n, P].
+    """
+    prompts = np.asarray(prompts, dtype=np.int64)
+    if prompts.ndim != 2:
+        raise ValueError(f"prompts: need int array [n, P], got shape {prompts.shape}")
+    if target.config.vocab_size != draft_lm.config.vocab_size:
+        raise ValueError("draft_lm: vocabulary differs from the target's")
+    target.eval()
+    draft_lm.eval()
+    rows = []
+    for temp in temperatures:
+        gc = _generation_config(target, temp, max_new_tokens)
+        warm = torch.from_numpy(prompts[:1])
+        target.generate(warm, generation_config=gc, attention_mask=torch.ones_like(warm))
+        target.generate(warm, generation_config=gc, assistant_model=draft_lm,
+                        attention_mask=torch.ones_like(warm))
+        per = {}
+        for name, extra in (("hf_ar", {}), ("hf_assisted", {"assistant_model": draft_lm})):
+            tokens, secs = 0, 0.0
+            for i, p in enumerate(prompts):
+                ids = torch.from_numpy(p[None])                        # [1, P]
+                torch.manual_seed(seed + i)
+                t0 = time.perf_counter()
+                out = target.generate(ids, generation_config=gc, attention_mask=torch.ones_like(ids),
+                                      **extra)
+                secs += time.perf_counter() - t0
+                tokens += int(out.shape[1] - ids.shape[1])
+            per[name] = (tokens, secs)
+        ar_tpt = per["hf_ar"][1] / max(1, per["hf_ar"][0])
+        for name, (tokens, secs) in per.items():
+            rows.append({"method": name, "temperature": float(temp), "tokens": tokens, "seconds": secs,
+                         "tokens_per_s": tokens / secs if secs > 0 else float("nan"),
+                         "speedup": ar_tpt / (secs / max(1, tokens)) if secs > 0 else float("nan")})
+    return rows

@@ -1,0 +1,564 @@
+"""Training: the small Qwen3 target, a plain draft LM, and block drafters (product and MFD).
+
+All runs share one resumable loop (:func:`run_training`):
+
+* batches are a pure function of ``(seed, step)``, so a resumed run sees exactly the batches an
+  uninterrupted one would, without storing a data-loader state;
+* every ``ckpt_every`` steps (and on Ctrl-C) the trainable weights, the optimizer state, the step
+  and the loss curve are written to ``<run_dir>/train_state`` through a temporary directory and a
+  rename, so a kill at any moment leaves the previous checkpoint intact;
+* the run directory records its config (``train_config.json``); a directory made with another
+  config is refused rather than silently mixed;
+* a finished run writes its final artefact (``model/`` via ``save_pretrained`` for LMs, the
+  drafter in DFlash's format for drafters) plus ``loss_curve.json``, and a rerun loads it.
+
+Drafter losses (self-distillation on the target's own sampled continuations, as DFlash does):
+
+* product drafter: DFlash's per-position cross-entropy with weights ``w_i = exp(-(i-1)/gamma)``;
+* MFD drafter: the mixture likelihood of the target's block under the same weights,
+  ``-log sum_k pi_k exp(sum_i w_i log q_{k,i}(x_i))``. We optimise this exact log-sum-exp, whose
+  gradient is the EM gradient (each mode is pulled by its posterior responsibility), rather than
+  min-over-modes: winner-take-all starves modes that lose early and is the classic route to dead
+  modes, while soft responsibilities keep every mode in play. As a further guard against mode
+  collapse we add a small load-balancing penalty ``KL(uniform || mean responsibility)`` over the
+  batch and log each mode's usage.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from mfd_theory.results import atomic_write_text
+
+__all__ = [
+    "LMConfig",
+    "LMTrainConfig",
+    "DrafterTrainConfig",
+    "config_hash",
+    "run_training",
+    "train_lm",
+    "load_lm",
+    "make_distill_data",
+    "train_drafter",
+    "block_loss",
+    "position_weights",
+    "default_gamma",
+    "left_align_context",
+    "target_fingerprint",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# configs
+
+
+@dataclasses.dataclass(frozen=True)
+class LMConfig:
+    """Architecture of a small Qwen3ForCausalLM (the target, or a draft LM for HF assisted generation)."""
+
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int = 32
+    intermediate_size: int = 384
+    max_position_embeddings: int = 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class LMTrainConfig:
+    seq_len: int = 128
+    batch_size: int = 16
+    steps: int = 400
+    lr: float = 3e-3
+    warmup: int = 20
+    weight_decay: float = 0.0
+    ckpt_every: int = 100
+    seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class DrafterTrainConfig:
+    block_size: int = 8
+    num_layers: int = 1
+    num_modes: int = 1
+    batch_size: int = 16            # sequences per step
+    blocks_per_seq: int = 4         # block starts drawn per sequence (they share one target pass)
+    steps: int = 400
+    lr: float = 3e-3
+    warmup: int = 20
+    gamma: float | None = None      # position-weight decay; None: DFlash's choice for the block size
+    balance: float = 0.1            # MFD load-balancing weight (0 disables)
+    ckpt_every: int = 100
+    seed: int = 0
+
+
+def config_hash(*parts: Any) -> str:
+    """Short stable hash of JSON-able parts, used to name cache directories."""
+    blob = json.dumps([dataclasses.asdict(p) if dataclasses.is_dataclass(p) else p for p in parts],
+                      sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:10]
+
+
+# ---------------------------------------------------------------------------------------------
+# the resumable loop
+
+
+def _lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    frac = (step - warmup) / max(1, steps - warmup)
+    return lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, frac))))
+
+
+def _trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def _write_state_dir(run_dir: Path, model, optimizer, step: int, curve: list) -> None:
+    from safetensors.torch import save_file
+
+    final = run_dir / "train_state"
+    tmp = run_dir / f"train_state.tmp-{os.getpid()}"
+    old = run_dir / "train_state.old"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    save_file({k: v.contiguous() for k, v in _trainable_state(model).items()},
+              str(tmp / "weights.safetensors"))
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    (tmp / "state.json").write_text(json.dumps({"step": step, "loss_curve": curve}))
+    # Swap in: the previous checkpoint survives as .old until the new one is in place.
+    if final.exists():
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(final, old)
+    os.replace(tmp, final)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def _read_state_dir(run_dir: Path, model, optimizer) -> tuple[int, list]:
+    from safetensors.torch import load_file
+
+    for name in ("train_state", "train_state.old"):
+        d = run_dir / name
+        if not (d / "state.json").is_file():
+            continue
+        try:
+            state = json.loads((d / "state.json").read_text())
+            weights = load_file(str(d / "weights.safetensors"))
+            opt_state = torch.load(d / "optimizer.pt", weights_only=False)
+        except Exception as exc:  # noqa: BLE001 - any unreadable file means a corrupt checkpoint
+            raise ValueError(f"run_dir: corrupt training checkpoint in {d}: {exc}") from exc
+        expected = {n for n, p in model.named_parameters() if p.requires_grad}
+        if set(weights) != expected:
+            raise ValueError(
+                f"run_dir: checkpoint {d} holds parameters {sorted(set(weights) ^ expected)[:4]}... "
+                "that do not match the model being trained"
+            )
+        model.load_state_dict(weights, strict=False)
+        optimizer.load_state_dict(opt_state)
+        return int(state["step"]), list(state["loss_curve"])
+    return 0, []
+
+
+def _check_run_config(run_dir: Path, config: dict) -> None:
+    p = run_dir / "train_config.json"
+    if p.is_file():
+        try:
+            saved = json.loads(p.read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"run_dir: corrupt {p}: {exc}") from exc
+        if saved != json.loads(json.dumps(config, default=str)):
+            raise ValueError(f"run_dir: {run_dir} holds a run with a different config; use another directory")
+    else:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(p, json.dumps(config, default=str, indent=1))
+
+
+def run_training(
+    run_dir: str | Path,
+    model: torch.nn.Module,
+    loss_fn: Callable[[int], tuple[torch.Tensor, dict]],
+    *,
+    steps: int,
+    lr: float,
+    warmup: int,
+    ckpt_every: int,
+    config: dict,
+    weight_decay: float = 0.0,
+    progress: bool = True,
+    desc: str = "train",
+    stop_after: int | None = None,
+) -> list[dict]:
+    """Train ``model``'s trainable parameters with AdamW, resuming from ``run_dir/train_state``.
+
+    ``loss_fn(step)`` returns the loss and a dict of scalars to log; it must derive its batch
+    from ``step`` alone. ``stop_after`` stops (with a checkpoint) after that many steps of this
+    call, which is how the tests simulate an interruption. Returns the loss curve (one dict per
+    step: step, loss, lr and whatever loss_fn logged).
+    """
+    from tqdm.auto import tqdm
+
+    run_dir = Path(run_dir)
+    if steps < 1:
+        raise ValueError(f"steps: must be >= 1, got {steps}")
+    try:
+        _check_run_config(run_dir, config)
+    except OSError as exc:
+        raise ValueError(f"run_dir: cannot write {run_dir}: {exc}") from exc
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("model: has no trainable parameters")
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=(0.9, 0.98))
+    start, curve = _read_state_dir(run_dir, model, opt)
+    model.train()
+    bar = tqdm(total=steps, initial=start, desc=desc, disable=not progress, leave=False)
+    step = start
+    try:
+        while step < steps:
+            if stop_after is not None and step - start >= stop_after:
+                break
+            cur_lr = _lr_at(step, steps, lr, warmup)
+            for g in opt.param_groups:
+                g["lr"] = cur_lr
+            loss, logs = loss_fn(step)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            step += 1
+            curve.append({"step": step, "loss": float(loss.detach()), "lr": cur_lr,
+                          **{k: float(v) for k, v in logs.items()}})
+            bar.update(1)
+            bar.set_postfix(loss=f"{curve[-1]['loss']:.3f}")
+            if step % ckpt_every == 0 and step < steps:
+                _write_state_dir(run_dir, model, opt, step, curve)
+    except KeyboardInterrupt:
+        _write_state_dir(run_dir, model, opt, step, curve)
+        raise
+    finally:
+        bar.close()
+        model.eval()
+    if step < steps:
+        _write_state_dir(run_dir, model, opt, step, curve)
+    return curve
+
+
+def _finish(run_dir: Path, curve: list) -> None:
+    atomic_write_text(run_dir / "loss_curve.json", json.dumps(curve))
+    for name in ("train_state", "train_state.old"):
+        if (run_dir / name).exists():
+            shutil.rmtree(run_dir / name)
+
+
+# ---------------------------------------------------------------------------------------------
+# language models (target, draft LM)
+
+
+def _qwen3_config(arch: LMConfig, vocab_size: int, eos_id: int):
+    from transformers import Qwen3Config
+
+    return Qwen3Config(
+        vocab_size=vocab_size, hidden_size=arch.hidden_size, intermediate_size=arch.intermediate_size,
+        num_hidden_layers=arch.num_layers, num_attention_heads=arch.num_heads,
+        num_key_value_heads=arch.num_kv_heads, head_dim=arch.head_dim,
+        max_position_embeddings=arch.max_position_embeddings, rope_theta=10000.0,
+        tie_word_embeddings=False, eos_token_id=eos_id, pad_token_id=eos_id, bos_token_id=eos_id,
+        use_cache=True,
+    )
+
+
+def load_lm(path: str | Path):
+    """Load a finished LM saved by :func:`train_lm` (``path`` is the run dir or its ``model/``)."""
+    from transformers import Qwen3ForCausalLM
+
+    path = Path(path)
+    if (path / "model").is_dir():
+        path = path / "model"
+    if not (path / "config.json").is_file():
+        raise ValueError(f"path: no model checkpoint (config.json) in {path}")
+    try:
+        model = Qwen3ForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    except Exception as exc:  # noqa: BLE001 - surface any loader failure as a clear error
+        raise ValueError(f"path: corrupt model checkpoint in {path}: {exc}") from exc
+    model.eval()
+    return model
+
+
+def _windows(stream: np.ndarray, step: int, seed: int, batch: int, seq_len: int) -> torch.Tensor:
+    rng = np.random.default_rng([seed, step])
+    starts = rng.integers(0, len(stream) - seq_len - 1, size=batch)
+    return torch.from_numpy(np.stack([stream[s: s + seq_len] for s in starts]))  # [B, S]
+
+
+def train_lm(
+    corpus,
+    run_dir: str | Path,
+    arch: LMConfig = LMConfig(),
+    train: LMTrainConfig = LMTrainConfig(),
+    progress: bool = True,
+    desc: str = "target",
+    stop_after: int | None = None,
+):
+    """Train a Qwen3ForCausalLM on ``corpus`` (next-token CE on random windows); cached in run_dir.
+
+    Returns ``(model, loss_curve)``; the model is saved with ``save_pretrained`` in run_dir/model.
+    """
+    from transformers import Qwen3ForCausalLM
+
+    run_dir = Path(run_dir)
+    if (run_dir / "model" / "config.json").is_file() and (run_dir / "loss_curve.json").is_file():
+        _check_run_config(run_dir, _lm_run_config(corpus, arch, train))
+        return load_lm(run_dir), json.loads((run_dir / "loss_curve.json").read_text())
+    stream = corpus.stream()
+    if len(stream) <= train.seq_len + 1:
+        raise ValueError(f"train.seq_len: corpus has only {len(stream)} tokens")
+    torch.manual_seed(train.seed)
+    model = Qwen3ForCausalLM._from_config(
+        _qwen3_config(arch, corpus.vocab_size, corpus.eos_id), attn_implementation="sdpa"
+    )
+
+    def loss_fn(step):
+        ids = _windows(stream, step, train.seed, train.batch_size, train.seq_len)  # [B, S]
+        return model(input_ids=ids, labels=ids).loss, {}
+
+    curve = run_training(
+        run_dir, model, loss_fn, steps=train.steps, lr=train.lr, warmup=train.warmup,
+        ckpt_every=train.ckpt_every, weight_decay=train.weight_decay,
+        config=_lm_run_config(corpus, arch, train), progress=progress, desc=desc,
+        stop_after=stop_after,
+    )
+    if len(curve) < train.steps:
+        return model, curve
+    model.save_pretrained(str(run_dir / "model.tmp"))
+    if (run_dir / "model").exists():
+        shutil.rmtree(run_dir / "model")
+    os.replace(run_dir / "model.tmp", run_dir / "model")
+    _finish(run_dir, curve)
+    return model, curve
+
+
+def _lm_run_config(corpus, arch, train) -> dict:
+    return {"kind": "lm", "arch": dataclasses.asdict(arch), "train": dataclasses.asdict(train),
+            "corpus": dataclasses.asdict(corpus.config), "vocab_size": corpus.vocab_size}
+
+
+# ---------------------------------------------------------------------------------------------
+# self-distillation data
+
+
+@torch.no_grad()
+def make_distill_data(
+    target, prompts: np.ndarray, gen_len: int, temperature: float = 1.0, seed: int = 0,
+    batch: int = 64, progress: bool = True,
+) -> np.ndarray:
+    """The target's own continuations of ``prompts`` (int64 [n, P]) -> int64 [n, P + gen_len].
+
+    Sampled at ``temperature`` (T = 1 keeps all the target's futures, which the MFD drafter is
+    meant to learn; 0 means greedy) with a KV cache, full vocabulary (no top-k/top-p).
+    """
+    from tqdm.auto import tqdm
+
+    if gen_len < 1:
+        raise ValueError(f"gen_len: must be >= 1, got {gen_len}")
+    prompts = np.asarray(prompts, dtype=np.int64)
+    if prompts.ndim != 2 or prompts.shape[1] < 1:
+        raise ValueError(f"prompts: need int array [n, P>=1], got shape {prompts.shape}")
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    target.eval()
+    for lo in tqdm(range(0, len(prompts), batch), desc="distill", disable=not progress, leave=False):
+        ids = torch.from_numpy(prompts[lo: lo + batch])  # [b, P]
+        res = target(input_ids=ids, use_cache=True)
+        past, logits = res.cache, res.logits[:, -1]
+        toks = [ids]
+        for _ in range(gen_len):
+            if temperature > 0:
+                nxt = torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=gen)
+            else:
+                nxt = logits.argmax(-1, keepdim=True)  # [b, 1]
+            toks.append(nxt)
+            res = target(input_ids=nxt, cache=past, use_cache=True)
+            past, logits = res.cache, res.logits[:, -1]
+        out.append(torch.cat(toks, 1).numpy())
+    return np.concatenate(out).astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------------
+# block drafters
+
+
+def default_gamma(block_size: int) -> float:
+    """DFlash's position-weight decay: 7 for block 16, 5 for 10, 4 for 8; linear in between."""
+    table = {16: 7.0, 10: 5.0, 8: 4.0}
+    return table.get(block_size, max(1.0, 0.45 * block_size))
+
+
+def position_weights(n: int, gamma: float) -> torch.Tensor:
+    """``w_i = exp(-(i - 1) / gamma)`` for drafted positions i = 1..n: float [n]."""
+    if gamma <= 0:
+        raise ValueError(f"gamma: must be > 0, got {gamma}")
+    return torch.exp(-torch.arange(n, dtype=torch.float32) / gamma)
+
+
+def block_loss(out, labels: torch.Tensor, weights: torch.Tensor, balance: float = 0.0):
+    """Loss of a drafter's training output against the target's block ``labels`` [B, L].
+
+    ``out`` is log-probs [B, L, V] (product drafter: weighted per-position cross-entropy) or
+    ``(log_pi [B, K], log_q [B, K, L, V])`` (MFD: weighted mixture negative log-likelihood plus
+    ``balance * KL(uniform || mean responsibility)``). Both are normalised by ``sum(weights)`` so
+    the numbers are per weighted position and comparable across K. Returns (loss, logs).
+    """
+    wsum = weights.sum()
+    if isinstance(out, torch.Tensor):
+        ll = out.gather(-1, labels.unsqueeze(-1)).squeeze(-1)          # [B, L]
+        loss = -(ll * weights).sum(-1).mean() / wsum
+        acc = (out.argmax(-1) == labels).float().mean(0)               # [L]
+        return loss, {"acc1": float(acc[0]), "nll": float(loss.detach())}
+    log_pi, log_q = out
+    K = log_q.shape[1]
+    idx = labels[:, None, :, None].expand(-1, K, -1, 1)                # [B, K, L, 1]
+    ll = log_q.gather(-1, idx).squeeze(-1)                             # [B, K, L]
+    joint = log_pi + (ll * weights).sum(-1)                            # [B, K]
+    nll = -torch.logsumexp(joint, -1).mean() / wsum
+    resp = torch.softmax(joint, -1)                                    # [B, K] posterior per block
+    usage = resp.mean(0)                                               # [K]
+    kl = -(torch.log(usage.clamp_min(1e-8) * K)).mean()               # KL(uniform || usage)
+    loss = nll + balance * kl
+    logs = {"nll": float(nll.detach()), "kl_usage": float(kl.detach())}
+    for k in range(K):
+        logs[f"usage{k}"] = float(usage[k].detach())
+    return loss, logs
+
+
+def left_align_context(ctx: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keep the first ``t[b]`` context rows of each sample, right-aligned (left padding).
+
+    The drafter's ``train_forward`` expects padding on the left (each row's positions start at its
+    first valid row), while a block starting at t sees positions 0..t-1 of the sequence. ctx
+    [B, S, H], t [B] -> (ctx [B, T, H], valid [B, T]) with T = max(t).
+    """
+    T = int(t.max())
+    src = torch.arange(T)[None, :] - (T - t)[:, None]                  # [B, T] source row, <0 = pad
+    valid = src >= 0
+    idx = src.clamp_min(0)[:, :, None].expand(-1, -1, ctx.shape[-1])  # [B, T, H]
+    return ctx.gather(1, idx), valid
+
+
+def _hf_model(target):
+    """The Hugging Face causal LM behind ``target`` (a TargetModel or the HF model itself)."""
+    for attr in ("model", "hf_model", "hf"):
+        inner = getattr(target, attr, None)
+        if inner is not None and hasattr(inner, "lm_head"):
+            return inner
+    if hasattr(target, "lm_head"):
+        return target
+    raise ValueError("target: expected a TargetModel or a Hugging Face causal LM")
+
+
+def target_fingerprint(target) -> str:
+    """A short hash of the target's config and weights, stored with drafters trained for it."""
+    hf = _hf_model(target)
+    # Architecture numbers and weights only: loader-dependent config fields (name, dtype,
+    # attention implementation) must not change the fingerprint of the same model.
+    cfg = hf.config
+    arch = [getattr(cfg, k, None) for k in ("vocab_size", "hidden_size", "num_hidden_layers",
+                                             "num_attention_heads", "num_key_value_heads",
+                                             "intermediate_size")]
+    h = hashlib.sha256(json.dumps(arch).encode())
+    for name in ("lm_head.weight", "model.embed_tokens.weight", "model.norm.weight"):
+        t = dict(hf.named_parameters()).get(name)
+        if t is not None:
+            h.update(t.detach().float().cpu().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def train_drafter(
+    target,
+    drafter,
+    data: np.ndarray,
+    prompt_len: int,
+    run_dir: str | Path,
+    config: DrafterTrainConfig = DrafterTrainConfig(),
+    progress: bool = True,
+    desc: str | None = None,
+    stop_after: int | None = None,
+) -> list[dict]:
+    """Self-distil ``drafter`` on the target's own sequences ``data`` (int64 [n, S]).
+
+    Each step draws ``batch_size`` sequences and ``blocks_per_seq`` block starts t in the
+    generated part (t >= prompt_len); the block is [x_t, MASK...], the labels are the target's
+    next ``block_size - 1`` tokens, and the context is the target's hidden states of positions
+    < t. The target is frozen. Returns the loss curve; the finished drafter is saved in DFlash's
+    format under ``run_dir/drafter`` with ``target_fingerprint.json`` beside it.
+    """
+    run_dir = Path(run_dir)
+    data = np.asarray(data, dtype=np.int64)
+    bs = int(drafter.block_size)
+    if data.ndim != 2:
+        raise ValueError(f"data: need int array [n, S], got shape {data.shape}")
+    S = data.shape[1]
+    if not 1 <= prompt_len <= S - bs:
+        raise ValueError(f"prompt_len: need 1 <= prompt_len <= S - block_size = {S - bs}, got {prompt_len}")
+    hf = _hf_model(target)
+    for p in hf.parameters():
+        p.requires_grad_(False)
+    hf.eval()
+    gamma = config.gamma if config.gamma is not None else default_gamma(bs)
+    weights = position_weights(bs - 1, gamma)                          # [L]
+    mask_id = int(drafter.mask_token_id)
+    data_t = torch.from_numpy(data)
+    fp = target_fingerprint(target)
+
+    def loss_fn(step):
+        rng = np.random.default_rng([config.seed, 7, step])
+        rows = rng.integers(0, len(data), size=config.batch_size)
+        ids = data_t[rows]                                             # [B, S]
+        with torch.no_grad():
+            hs = hf(input_ids=ids, output_hidden_states=True).hidden_states
+        ctx = drafter.fuse_hidden(hs)                                  # [B, S, H]
+        nb = config.blocks_per_seq
+        t = torch.from_numpy(rng.integers(prompt_len, S - bs + 1, size=(config.batch_size, nb)))
+        t = t.reshape(-1)                                              # [B*nb]
+        ctx, valid = left_align_context(ctx.repeat_interleave(nb, 0), t)  # [B*nb, T, H], [B*nb, T]
+        seq = ids.repeat_interleave(nb, 0)                             # [B*nb, S]
+        offs = t[:, None] + torch.arange(bs)[None, :]                  # [B*nb, bs]
+        block_tokens = seq.gather(1, offs)                             # [B*nb, bs]
+        block_ids = torch.full_like(block_tokens, mask_id)
+        block_ids[:, 0] = block_tokens[:, 0]
+        out = drafter.train_forward(ctx, block_ids, valid)
+        return block_loss(out, block_tokens[:, 1:], weights, config.balance)
+
+    run_cfg = {"kind": "drafter", "train": dataclasses.asdict(config), "target": fp,
+               "data_shape": list(data.shape), "prompt_len": prompt_len,
+               "data_hash": hashlib.sha256(data.tobytes()).hexdigest()[:16]}
+    curve = run_training(
+        run_dir, drafter, loss_fn, steps=config.steps, lr=config.lr, warmup=config.warmup,
+        ckpt_every=config.ckpt_every, config=run_cfg, progress=progress,
+        desc=desc or f"drafter K={config.num_modes}", stop_after=stop_after,
+    )
+    if len(curve) < config.steps:
+        return curve
+    tmp = run_dir / "drafter.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    drafter.save_pretrained(str(tmp))
+    atomic_write_text(tmp / "target_fingerprint.json", json.dumps({"target": fp}))
+    if (run_dir / "drafter").exists():
+        shutil.rmtree(run_dir / "drafter")
+    os.replace(tmp, run_dir / "drafter")
+    _finish(run_dir, curve)
+    return curve
