@@ -1,0 +1,6 @@
+"""Speed of the tree builders and the Monte Carlo walk (see mfd_theory.experiments.bench_trees)."""
+
+from mfd_theory.experiments.bench_trees import main
+
+if __name__ == "__main__":
+    main()
