@@ -41,6 +41,7 @@ from mfd_theory.distributions import MixtureOfProducts
 
 __all__ = [
     "FAMILIES",
+    "ACCURACY_PROFILES",
     "MEDUSA_HEAD_ACCURACY",
     "SyntheticTarget",
     "branching",
@@ -55,6 +56,12 @@ __all__ = [
 #: Top-1 accuracies of Medusa's five heads on Vicuna-7B (ANCHORS.md): a realistic profile of how a
 #: drafter's per-position confidence decays with distance.
 MEDUSA_HEAD_ACCURACY = (0.56, 0.32, 0.20, 0.15, 0.12)
+
+#: Named confidence profiles for :func:`zipf_futures`. "medusa": Medusa's head accuracies with a
+#: fitted power-law tail. "dflash": a constant 0.85 per position, the per-token acceptance that
+#: gives DFlash's tau of about 6.5 with 15 drafted positions (1 + sum_{d=1..15} 0.85^d = 6.4;
+#: Qwen3-8B on GSM8K, ANCHORS.md).
+ACCURACY_PROFILES = {"medusa": MEDUSA_HEAD_ACCURACY, "dflash": (0.85,)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -338,9 +345,14 @@ def decaying_confidence(L: int, accuracies=MEDUSA_HEAD_ACCURACY) -> np.ndarray:
 
     The first ``len(accuracies)`` positions take the given values; later ones follow
     c_i = c_1 * i^(-alpha), with alpha fitted by least squares in log-log to the given values
-    (alpha = 0.93 for Medusa's heads: c_15 = 0.045).
+    (alpha = 0.93 for Medusa's heads: c_15 = 0.045); a single value is held constant.
+    ``accuracies`` may also name a profile in :data:`ACCURACY_PROFILES`.
     """
     L = _check_int("L", L, 1)
+    if isinstance(accuracies, str):
+        if accuracies not in ACCURACY_PROFILES:
+            raise ValueError(f"accuracies: unknown profile {accuracies!r}; known: {sorted(ACCURACY_PROFILES)}")
+        accuracies = ACCURACY_PROFILES[accuracies]
     acc = np.asarray(accuracies, dtype=np.float64)
     if acc.ndim != 1 or acc.size == 0 or np.any(acc <= 0) or np.any(acc > 1):
         raise ValueError("accuracies: need a non-empty 1-D sequence of values in (0, 1]")
@@ -348,7 +360,7 @@ def decaying_confidence(L: int, accuracies=MEDUSA_HEAD_ACCURACY) -> np.ndarray:
     if acc.size > 1:
         alpha = -np.polyfit(np.log(i), np.log(acc / acc[0]), 1)[0]
     else:
-        alpha = 1.0
+        alpha = 0.0  # one value: constant confidence
     pos = np.arange(1, L + 1, dtype=np.float64)
     conf = acc[0] * pos ** (-alpha)  # [L]
     k = min(L, acc.size)
@@ -374,6 +386,8 @@ def zipf_futures(
     law with exponent ``zipf_s`` (rank r gets weight r^-s; one seeded ranking of the vocabulary
     shared by all positions and futures, like a language's word frequencies).
 
+    ``accuracies`` may name a profile in :data:`ACCURACY_PROFILES` ("medusa", "dflash").
+
     Defaults: F=2, L=15, V=64, branch_at=0, zipf_s=1.1, Medusa accuracies, weights ~ Dirichlet(4).
     """
     zipf_s = float(zipf_s)
@@ -390,7 +404,8 @@ def zipf_futures(
     q = np.repeat(q, F, axis=0)  # [F, L, V]
     q[np.arange(F)[:, None], np.arange(L)[None, :], futures] += conf[None, :]
     params = dict(F=F, L=L, V=V, seed=seed, branch_at=branch_at, zipf_s=zipf_s,
-                  accuracies=[float(a) for a in np.atleast_1d(accuracies)])
+                  accuracies=accuracies if isinstance(accuracies, str)
+                  else [float(a) for a in np.atleast_1d(accuracies)])
     return _build(futures, w, np.log(q), "zipf_futures", params)
 
 

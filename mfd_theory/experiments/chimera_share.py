@@ -1,0 +1,192 @@
+"""Experiment: how much of a product-ranked tree do chimeras take, family by family?
+
+For every synthetic family (:mod:`mfd_theory.synthetic`) on a grid of F, m, branch point and
+noise, with L = 15, the product drafter is the target's per-position marginals (the best product
+approximation, min KL(P || Q)); the experiment builds its product tree and, for comparison, the
+mixture tree with the target's exact modes and the oracle tree, at N = 16..1024 nodes, and
+records per budget:
+
+* ``chimeras``: nodes that splice the futures but are a prefix of none of them (the paper's
+  count; for exact futures these are exactly the nodes with P(s) = 0);
+* ``eps_chimeras``: nodes with P(s) <= eps (eps = 0 for exact futures, ``eps`` otherwise);
+* ``splices``: nodes whose every token agrees with some future at that position;
+* ``nodes``: nodes actually in the tree (a drafter with exact zeros has fewer positive-score
+  prefixes than large budgets ask for; zero-score nodes are not counted);
+* ``cov_product``, ``cov_mixture``, ``cov_oracle``: expected accepted tokens C(T).
+
+Raw counts per seed are stored (one ResultStore cell per setting, so the sweep resumes) and the
+summary ``results/chimera_share.json`` holds the per-setting means. Best-first builders emit
+nodes in score order, so the first N nodes of the N = 1024 tree are the top-N tree for every N.
+
+Run: ``python experiments/chimera_share.py`` (about 30 s with the defaults).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mfd_theory import synthetic as syn
+from mfd_theory.chimeras import _on_sequence_paths
+from mfd_theory.coverage import splice_mask
+from mfd_theory.experiments.chimera_bound import parse_config
+from mfd_theory.results import Result, ResultStore
+from mfd_theory.trees import mixture_tree, oracle_tree, product_tree
+
+NAME = "chimera_share"
+PAPER_RANGE = (0.27, 0.33)  # chimeras in a 64-node product tree, as the paper reports
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    L: int = 15
+    V: int = 32
+    budgets: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024)
+    n_seeds: int = 8
+    seed: int = 0
+    eps: float = 1e-6  # P(s) <= eps marks a chimera of a noisy target (exact targets: P(s) == 0)
+    two_futures_m: tuple[int, ...] = (1, 2, 4, 8, 15)
+    F_values: tuple[int, ...] = (2, 3, 4)
+    branch_points: tuple[int, ...] = (0, 3, 7)
+    noisy_F: tuple[int, ...] = (2, 3)
+    temperatures: tuple[float, ...] = (0.25, 0.5, 0.75, 0.85, 1.0)
+    zipf_F: tuple[int, ...] = (2, 3)
+    zipf_profiles: tuple[str, ...] = ("medusa", "dflash")  # see synthetic.ACCURACY_PROFILES
+    zipf_V: int = 64
+
+
+def settings(config: Config) -> list[tuple[str, dict[str, Any]]]:
+    """The (family, keyword arguments) grid of the sweep."""
+    L, V = config.L, config.V
+    out: list[tuple[str, dict[str, Any]]] = []
+    out += [("two_futures", dict(m=m, L=L, V=V)) for m in config.two_futures_m if m <= L]
+    out += [("branching", dict(F=F, L=L, V=V, branch_at=b)) for F in config.F_values for b in config.branch_points]
+    out += [("shifted", dict(F=F, L=L, V=V, shift_at=b)) for F in config.F_values if F <= 4
+            for b in config.branch_points]
+    out += [("noisy_futures", dict(F=F, L=L, V=V, temperature=t)) for F in config.noisy_F
+            for t in config.temperatures]
+    out += [("zipf_futures", dict(F=F, L=L, V=config.zipf_V, branch_at=b, accuracies=prof))
+            for prof in config.zipf_profiles for F in config.zipf_F for b in config.branch_points[:2]]
+    return out
+
+
+def setting_key(family: str, kwargs: dict[str, Any]) -> str:
+    return family + "," + ",".join(f"{k}={v}" for k, v in sorted(kwargs.items()))
+
+
+def measure(st: syn.SyntheticTarget, budgets: tuple[int, ...], eps: float) -> dict[str, list[float]]:
+    """Per-budget chimera, splice and coverage numbers for one target (see the module doc)."""
+    target = st.target
+    n_max = max(budgets)
+    log_m = target.marginals().log_q[0]  # [L, V] the product drafter
+    prod = product_tree(log_m, n_max)
+    finite = np.isfinite(prod.log_score)  # zero-score nodes are budget no drafter would spend
+    lp = target.node_log_probs(prod)  # [N]
+    on_future = _on_sequence_paths(prod.parent, prod.token, prod.depth, st.futures).any(axis=0)
+    spl = splice_mask(prod, st.futures)
+    chim = spl & ~on_future
+    eps_chim = (lp == -np.inf) if st.exact else (lp <= np.log(eps))
+    mix = mixture_tree(target.log_pi, target.log_q, n_max)
+    orc = oracle_tree(target, n_max)
+    p_prod = np.exp(lp)
+    p_mix = np.exp(target.node_log_probs(mix))
+    p_orc = np.exp(target.node_log_probs(orc))
+    out: dict[str, list[float]] = {k: [] for k in ("nodes", "chimeras", "eps_chimeras", "splices",
+                                                   "chimera_mass", "cov_product", "cov_mixture", "cov_oracle")}
+    for N in budgets:
+        sel = slice(0, N)
+        f = finite[sel]
+        out["nodes"].append(int(f.sum()))
+        out["chimeras"].append(int((chim[sel] & f).sum()))
+        out["eps_chimeras"].append(int((eps_chim[sel] & f).sum()))
+        out["splices"].append(int((spl[sel] & f).sum()))
+        out["chimera_mass"].append(float(p_prod[sel][chim[sel] & f].sum()))
+        out["cov_product"].append(float(p_prod[sel][f].sum()))
+        out["cov_mixture"].append(float(p_mix[sel].sum()))
+        out["cov_oracle"].append(float(p_orc[sel].sum()))
+    return out
+
+
+def run_setting(family: str, kwargs: dict[str, Any], config: Config) -> Result:
+    per_seed = []
+    for s in range(config.n_seeds):
+        st = syn.make(family, seed=config.seed + s, **kwargs)
+        row = measure(st, config.budgets, config.eps)
+        row["disagreements"] = st.disagreements().tolist()
+        per_seed.append(row)
+    return Result(NAME + "_cell", dict(family=family, kwargs=kwargs, budgets=list(config.budgets),
+                                       eps=config.eps, n_seeds=config.n_seeds), dict(per_seed=per_seed),
+                  seed=config.seed)
+
+
+def summarize(cell: Result) -> dict[str, Any]:
+    """Means over seeds: shares of the tree's nodes and coverages per budget."""
+    rows = cell.data["per_seed"]
+    arr = {k: np.array([r[k] for r in rows], dtype=np.float64) for k in rows[0] if k != "disagreements"}
+    nodes = np.maximum(arr["nodes"], 1)
+    return dict(
+        family=cell.config["family"],
+        kwargs=cell.config["kwargs"],
+        budgets=cell.config["budgets"],
+        nodes=arr["nodes"].mean(0).tolist(),
+        chimera_share=(arr["chimeras"] / nodes).mean(0).tolist(),
+        chimera_share_std=(arr["chimeras"] / nodes).std(0).tolist(),
+        eps_chimera_share=(arr["eps_chimeras"] / nodes).mean(0).tolist(),
+        splice_share=(arr["splices"] / nodes).mean(0).tolist(),
+        chimera_mass=arr["chimera_mass"].mean(0).tolist(),
+        cov_product=arr["cov_product"].mean(0).tolist(),
+        cov_mixture=arr["cov_mixture"].mean(0).tolist(),
+        cov_oracle=arr["cov_oracle"].mean(0).tolist(),
+    )
+
+
+def run(config: Config = Config(), out_dir: str | Path = "results", progress: bool = True) -> Result:
+    t0 = time.perf_counter()
+    store = ResultStore(Path(out_dir) / NAME)
+    grid = settings(config)
+    fingerprint = f"n{config.n_seeds},s{config.seed},L{config.L},V{config.V},e{config.eps:g}"
+    it = grid
+    if progress:
+        from tqdm import tqdm
+
+        it = tqdm(grid, desc="chimera share", leave=False)
+    summary = []
+    for family, kwargs in it:
+        key = setting_key(family, kwargs) + "," + fingerprint + ",N" + "+".join(map(str, config.budgets))
+        cell = store.get_or_compute(key, lambda: run_setting(family, kwargs, config))
+        summary.append(summarize(cell))
+    at = list(config.budgets).index(64) if 64 in config.budgets else None
+    in_paper_range = []
+    if at is not None:
+        for row in summary:
+            share = row["chimera_share"][at]
+            row["share_at_64"] = share
+            row["in_paper_range"] = bool(PAPER_RANGE[0] <= share <= PAPER_RANGE[1])
+            in_paper_range.append(row["in_paper_range"])
+    data = dict(settings=summary, paper_range=list(PAPER_RANGE), seconds=time.perf_counter() - t0)
+    res = Result(NAME, dataclasses.asdict(config), data, seed=config.seed)
+    path = res.save(Path(out_dir) / f"{NAME}.json")
+    if progress:
+        print(f"{len(summary)} settings x {config.n_seeds} seeds in {data['seconds']:.1f} s; wrote {path}")
+        if at is not None:
+            print("chimera share of a 64-node product tree (paper: 27-33%):")
+            for row in summary:
+                kw = ",".join(f"{k}={v}" for k, v in row["kwargs"].items() if k not in ("L", "V"))
+                mark = "  <- in the paper's range" if row["in_paper_range"] else ""
+                print(f"  {row['family']:14s} {kw:28s} {100 * row['share_at_64']:5.1f}%"
+                      f"  cov product {row['cov_product'][at]:5.2f} mixture {row['cov_mixture'][at]:5.2f}"
+                      f" oracle {row['cov_oracle'][at]:5.2f}{mark}")
+    return res
+
+
+def main(argv=None) -> Result:
+    config, args = parse_config(Config, argv)
+    return run(config, args.out_dir, progress=not args.quiet)
+
+
+if __name__ == "__main__":
+    main()
