@@ -1,0 +1,172 @@
+"""Figures for the chimera bound and the chimera share (results of the two chimera experiments).
+
+Each function takes a :class:`~mfd_theory.results.Result` (or its dict / data dict) and returns a
+matplotlib Figure; matplotlib is imported lazily with the Agg backend.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["bound_figure", "share_figure"]
+
+FAMILY_COLORS = {
+    "two_futures": "#1f77b4",
+    "branching": "#2ca02c",
+    "shifted": "#d62728",
+    "noisy_futures": "#9467bd",
+    "zipf_futures": "#ff7f0e",
+}
+
+
+def _data(res: Any) -> dict[str, Any]:
+    if hasattr(res, "data"):
+        return res.data
+    if isinstance(res, dict) and "data" in res and isinstance(res["data"], dict):
+        return res["data"]
+    if isinstance(res, dict):
+        return res
+    raise ValueError(f"res: expected a Result or a dict, got {type(res).__name__}")
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def bound_figure(res: Any):
+    """Three panels: (a) the tightness table, (b) what ties do, (c) F = 3, 4 futures.
+
+    (a) full-length chimeras vs m: the bound 2^(m-1) - 1, observed minimum and maximum over the
+    random instances, and 2^m - 2; (b) share of tied instances that fall below the bound when
+    ties favour the futures; (c) for futures that differ at every disagreement position, the
+    minimum number of chimeras as a share of all splices, F = 2 (the bound), 3 and 4.
+    """
+    d = _data(res)
+    plt = _plt()
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+    table = d["verify"]["table"]
+    m = np.array([r["m"] for r in table])
+    bound = np.array([r["bound"] for r in table])
+    lo = np.array([r["min"] for r in table], dtype=float)
+    hi = np.array([r["max"] for r in table], dtype=float)
+    ax = axes[0]
+    ax.plot(m, np.maximum(bound, 0.5), "k-", lw=2, label=r"bound $2^{m-1}-1$")
+    ax.plot(m, np.maximum(lo, 0.5), "o", color="#1f77b4", ms=7, mfc="none", label="observed min")
+    ax.plot(m, np.maximum(hi, 0.5), "s", color="#d62728", ms=6, mfc="none", label="observed max")
+    ax.plot(m, np.maximum(2.0 ** m - 2, 0.5), "k--", lw=1, label=r"all splices $2^m-2$")
+    ax.set_yscale("log")
+    ax.set_xlabel("m (positions where the two futures disagree)")
+    ax.set_ylabel("full-length chimeras in the smallest product tree")
+    v = d["verify"]
+    ax.set_title(f"(a) {v['instances']:,} instances, {v['violations']} violations", fontsize=10)
+    ax.legend(fontsize=8)
+
+    ax = axes[1]
+    tt = d["ties"]["table"]
+    tm = np.array([r["m"] for r in tt])
+    tied = np.array([r["ties"] for r in tt], dtype=float)
+    below = np.array([r.get("tie_violations", 0) for r in tt], dtype=float)
+    inst = np.array([r["instances"] for r in tt], dtype=float)
+    ax.bar(tm - 0.2, tied / np.maximum(inst, 1), width=0.4, color="#7f7f7f", label="instances with a tie")
+    ax.bar(tm + 0.2, below / np.maximum(inst, 1), width=0.4, color="#d62728", label="below the bound (ties for futures)")
+    ax.set_xlabel("m")
+    ax.set_ylabel("share of instances")
+    grid = d["ties"]["config"].get("grid")
+    ax.set_title(f"(b) ties: marginals on the grid 1..{grid}", fontsize=10)
+    ax.legend(fontsize=8)
+
+    ax = axes[2]
+    mm = np.arange(2, int(m.max()) + 1)
+    ax.plot(mm, [(2 ** (k - 1) - 1) / max(2 ** k - 2, 1) for k in mm], "k-", label="F = 2 (proven)")
+    for F, color in ((3, "#2ca02c"), (4, "#9467bd")):
+        lab = "|".join(str(f) for f in range(F))
+        rows = [r for r in d.get("multi_future", [])
+                if r["F"] == F and list(r["pattern"]) == [lab] and r["splices"] > 0]
+        rows.sort(key=lambda r: r["columns"])
+        if not rows:
+            continue
+        x = [r["columns"] for r in rows]
+        y = [r["observed_min"] / max(r["splices"], 1) for r in rows]
+        proven = [r["proven"] for r in rows]
+        ax.plot(x, y, "-", color=color, label=f"F = {F}, all positions distinct")
+        ax.plot([a for a, p in zip(x, proven) if p], [b for b, p in zip(y, proven) if p], "o", color=color)
+        ax.plot([a for a, p in zip(x, proven) if not p], [b for b, p in zip(y, proven) if not p], "o",
+                color=color, mfc="none")
+    ax.set_xlabel("disagreement positions")
+    ax.set_ylabel("minimum chimeras / all splices")
+    n_rows = len(d.get("multi_future", []))
+    n_proven = sum(r["proven"] for r in d.get("multi_future", []))
+    ax.set_title(f"(c) F futures: {n_proven}/{n_rows} patterns proven exact (filled)", fontsize=10)
+    ax.set_ylim(0, 0.6)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _label(row: dict[str, Any]) -> str:
+    kw = {k: v for k, v in row["kwargs"].items() if k not in ("L", "V")}
+    short = {"temperature": "T", "branch_at": "b", "shift_at": "b", "accuracies": ""}
+    return ",".join(f"{short.get(k, k)}{'=' if short.get(k, k) else ''}{v}" for k, v in kw.items())
+
+
+def share_figure(res: Any, budget: int = 64):
+    """Three panels: (a) chimera share vs N per setting, (b) share at N = ``budget`` per setting
+    against the paper's 27-33%, (c) coverage of product vs mixture vs oracle trees vs N."""
+    d = _data(res)
+    plt = _plt()
+    rows = d["settings"]
+    lo, hi = d.get("paper_range", (0.27, 0.33))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8), gridspec_kw=dict(width_ratios=[1, 1.4, 1]))
+    ax = axes[0]
+    seen = set()
+    for r in rows:
+        fam = r["family"]
+        ax.plot(r["budgets"], r["chimera_share"], "-", color=FAMILY_COLORS.get(fam, "k"), alpha=0.6, lw=1,
+                label=fam if fam not in seen else None)
+        seen.add(fam)
+    ax.errorbar([64], [(lo + hi) / 2], yerr=[[(hi - lo) / 2]], fmt="D", color="k", ms=5, capsize=4,
+                label=f"paper: {100 * lo:.0f}-{100 * hi:.0f}% at N = 64", zorder=5)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("N (tree budget)")
+    ax.set_ylabel("chimeras / nodes of the product tree")
+    ax.set_title("(a) chimera share vs budget", fontsize=10)
+    ax.legend(fontsize=7)
+
+    ax = axes[1]
+    budgets = rows[0]["budgets"]
+    at = budgets.index(budget) if budget in budgets else len(budgets) // 2
+    shares = [r["chimera_share"][at] for r in rows]
+    ys = np.arange(len(rows))
+    ax.barh(ys, shares, color=[FAMILY_COLORS.get(r["family"], "k") for r in rows], alpha=0.8)
+    ax.axvspan(lo, hi, color="k", alpha=0.12)
+    ax.set_yticks(ys)
+    ax.set_yticklabels([f"{r['family'].split('_')[0]} {_label(r)}" for r in rows], fontsize=6)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"chimera share at N = {budgets[at]}")
+    ax.set_title(f"(b) N = {budgets[at]}: shaded = paper's {100 * lo:.0f}-{100 * hi:.0f}%", fontsize=10)
+
+    ax = axes[2]
+    for fam, color in FAMILY_COLORS.items():
+        fr = [r for r in rows if r["family"] == fam]
+        if not fr:
+            continue
+        prod = np.mean([r["cov_product"] for r in fr], axis=0)
+        mix = np.mean([r["cov_mixture"] for r in fr], axis=0)
+        orc = np.mean([r["cov_oracle"] for r in fr], axis=0)
+        ax.plot(budgets, prod / orc, "-", color=color, label=f"{fam}: product")
+        ax.plot(budgets, mix / orc, ":", color=color)  # equals 1: exact modes make the mixture the target
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("N (tree budget)")
+    ax.set_ylabel("coverage / oracle coverage")
+    ax.set_title("(c) product (solid) vs mixture with exact modes (dotted)", fontsize=10)
+    ax.set_ylim(0, 1.05)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
