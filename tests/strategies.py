@@ -164,7 +164,7 @@ def candidates(draw, K=None, max_K=MAX_K, max_L=MAX_L, max_k=MAX_V, id_pool=6, l
         order = np.argsort(-vals, axis=-1, kind="stable")  # sorted descending, like torch.topk
         vals = np.take_along_axis(vals, order, axis=-1)
         ids = np.take_along_axis(ids, order, axis=-1)
-    log_pi = _normalise_log(draw(weight_arrays((K,), zeros=False)))
+    log_pi = _normalise_log(draw(weight_arrays((K,))))  # zero-weight modes are legal
     return Candidates(log_pi, vals, ids)
 
 

@@ -141,16 +141,7 @@ CASES = {
 }
 
 
-# Known deviations in the implementation, kept visible: strict xfail flips to a failure once fixed.
-KNOWN = {
-    "from_paths_negative_token": "DraftTree.from_paths names 'token' (the internal array), not its argument 'paths'",
-}
-
-
-@pytest.mark.parametrize(
-    "case",
-    [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=KNOWN[c])) if c in KNOWN else c for c in CASES],
-)
+@pytest.mark.parametrize("case", list(CASES))
 def test_bad_input_raises_value_error_naming_the_argument(case):
     call, name = CASES[case]
     with pytest.raises(ValueError, match=name):

@@ -284,3 +284,24 @@ def test_save_load_round_trip(tmp_path_factory, mix, budget):
         a, b = getattr(t, name), getattr(back, name)
         assert a.dtype == b.dtype, name
         np.testing.assert_array_equal(a, b, err_msg=name)
+
+
+def test_dense_mixture_child_outside_every_modes_top_list():
+    """The best child can lie outside every mode's top-N list: token 10 has q = 0.1 in both modes,
+    while each mode's top five (0..4 resp. 5..9) get 0.15 there and ~0 in the other mode, so under
+    pi = (1/2, 1/2) token 10 (0.1) beats them all (0.075). The dense builder must look past its
+    first top-M pass and still be exact."""
+    V, N = 50, 5
+    rows = np.full((2, V), 1e-3)
+    rows[0, :5] = 0.15
+    rows[1, 5:10] = 0.15
+    rows[:, 10] = 0.1
+    rows /= rows.sum(axis=1, keepdims=True)
+    first = np.full(V, 0.2 / (V - 1))
+    first[7] = 0.8
+    log_q = np.log(np.stack([np.stack([first, rows[k]]) for k in range(2)]))  # [K=2, L=2, V]
+    log_pi = np.log([0.5, 0.5])
+    t = mixture_tree(log_pi, log_q, N)
+    score = lambda p: ref.log_prefix_prob(log_pi, log_q, p)
+    check_top_n(t, score, ref.all_prefixes(2, V), N, ref.mixture_tree(log_pi, log_q, N), L=2)
+    assert (7, 10) in [tuple(p) for p in t.paths()]
