@@ -1,0 +1,88 @@
+"""The multi-future corpus and its BPE tokenizer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tokenizers")
+pytest.importorskip("transformers")
+
+from mfd_theory.llm.data import (  # noqa: E402
+    EOS_TOKEN, MASK_TOKEN, Corpus, CorpusConfig, build_corpus, generate_documents,
+)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return build_corpus(CorpusConfig(n_train=300, n_heldout=20, vocab_size=200, seed=3))
+
+
+def test_documents_are_deterministic_in_the_seed():
+    assert generate_documents(20, seed=1) == generate_documents(20, seed=1)
+    assert generate_documents(20, seed=1) != generate_documents(20, seed=2)
+
+
+def test_grammar_has_multiple_futures_after_a_shared_prefix():
+    docs = generate_documents(2000, seed=0)
+    q = "How many apples does Tom have now? "
+    nexts = {d.split(q, 1)[1].split(" ")[0] for d in docs if q in d}
+    # Several answer styles follow the same question: "The", "Tom", "We", a digit.
+    assert len(nexts) >= 3
+
+
+def test_heldout_is_disjoint_from_train(corpus):
+    assert not set(corpus.heldout_docs) & set(corpus.train_docs)
+    assert len(corpus.heldout_docs) == 20
+
+
+def test_tokenizer_round_trips_and_is_small(corpus):
+    tok = corpus.tokenizer
+    for doc in corpus.heldout_docs[:10]:
+        assert tok.decode(tok(doc, add_special_tokens=False)["input_ids"]) == doc
+    assert corpus.vocab_size <= 200
+    assert tok.convert_ids_to_tokens(corpus.eos_id) == EOS_TOKEN
+    assert tok.convert_ids_to_tokens(corpus.mask_id) == MASK_TOKEN
+    # Every document ends with EOS; the mask token never occurs in the data.
+    assert all(ids[-1] == corpus.eos_id for ids in corpus.train_ids)
+    assert corpus.mask_id not in set(corpus.stream().tolist())
+
+
+def test_prompts_have_fixed_length(corpus):
+    p = corpus.prompts(5, 8, "heldout", seed=0)
+    assert p.shape == (5, 8) and p.dtype == np.int64
+    np.testing.assert_array_equal(p, corpus.prompts(5, 8, "heldout", seed=0))
+
+
+def test_prompts_bad_split(corpus):
+    with pytest.raises(ValueError, match="split"):
+        corpus.prompts(2, 8, "dev")
+
+
+def test_prompts_too_long(corpus):
+    with pytest.raises(ValueError, match="length"):
+        corpus.prompts(2, 10_000)
+
+
+def test_save_load_round_trip(corpus, tmp_path):
+    corpus.save(tmp_path / "c")
+    back = Corpus.load(tmp_path / "c")
+    assert back.train_docs == corpus.train_docs
+    for a, b in zip(back.train_ids[:20], corpus.train_ids[:20]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_load_missing_corpus(tmp_path):
+    with pytest.raises(ValueError, match="corpus.json"):
+        Corpus.load(tmp_path)
+
+
+def test_load_corrupt_corpus(tmp_path):
+    (tmp_path / "corpus.json").write_text("{not json")
+    with pytest.raises(ValueError, match="corrupt"):
+        Corpus.load(tmp_path)
+
+
+def test_bad_document_count():
+    with pytest.raises(ValueError, match="n"):
+        generate_documents(-1, seed=0)

@@ -1,0 +1,106 @@
+"""``mfd e2e``: the micro preset end to end (training included), presets, gains, bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from mfd_theory.experiments.e2e import PRESETS, E2EConfig, main, preset_config  # noqa: E402
+from mfd_theory.llm.e2e import mfd_gains  # noqa: E402
+
+REQUIRED = ("method", "budget", "temperature", "tau", "accepted_mean", "accepted_std",
+            "predicted_accepted_mean", "n_steps", "speedup", "dead_share")
+
+
+@pytest.fixture(scope="module")
+def micro(tmp_path_factory):
+    out = tmp_path_factory.mktemp("e2e")
+    main(["--preset", "micro", "--out", str(out), "--quiet"])
+    return out, json.loads((out / "end_to_end.json").read_text())
+
+
+def test_micro_preset_writes_the_table(micro):
+    out, res = micro
+    rows = res["data"]["rows"]
+    cfg = PRESETS["micro"]
+    for r in rows:
+        assert all(k in r for k in REQUIRED), r
+    methods = {(r["method"], r["drafter"]) for r in rows}
+    assert {("ar", "none"), ("chain", "product"), ("ddtree", "product"), ("mfd", "mfd-k2")} <= methods
+    assert {r["temperature"] for r in rows} == set(cfg["temperatures"])
+    assert {r["budget"] for r in rows if r["method"] == "mfd"} == set(cfg["budgets"])
+    assert res["provenance"]["git_sha"] is not None or res["provenance"]["git_sha"] is None
+    assert res["data"]["hf_assisted"], "the HF assisted-generation baseline is missing"
+    assert set(res["data"]["loss_curves"]) >= {"target", "product", "mfd-k2", "draft_lm"}
+
+
+def test_micro_decoding_is_lossless_and_prediction_holds(micro):
+    _, res = micro
+    for r in res["data"]["rows"]:
+        assert r["tau"] >= 1.0 and r["n_steps"] > 0
+        if r["temperature"] == 0:
+            # Greedy: every method emits exactly ar's tokens, and the one-hot prediction is exact.
+            assert r["matches_ar"], r
+            assert r["predicted_accepted_mean"] == pytest.approx(r["accepted_mean"], abs=1e-9)
+        elif r["method"] != "ar" and not math.isnan(r["pred_gap_z"]):
+            # T = 1: E[accepted] = covered mass; a generous 5-sigma band for a tiny sample.
+            assert abs(r["pred_gap_z"]) < 5, r
+
+
+def test_rerun_skips_training(micro):
+    out, _ = micro
+    cache = out / "cache"
+    stamp = {p: p.stat().st_mtime for p in cache.glob("*/loss_curve.json")}
+    assert len(stamp) >= 4  # target, draft LM, two drafters
+    main(["--preset", "micro", "--out", str(out), "--quiet", "--hf-assisted", "false",
+          "--temperatures", "0", "--budgets", "8"])
+    assert {p: p.stat().st_mtime for p in cache.glob("*/loss_curve.json")} == stamp
+
+
+def test_unknown_preset_cli(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["--preset", "huge", "--out", str(tmp_path)])
+    assert "huge" in capsys.readouterr().err
+
+
+def test_unknown_preset_config():
+    with pytest.raises(ValueError, match="preset"):
+        preset_config("huge")
+
+
+def test_unwritable_out_dir(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ValueError, match="out_dir"):
+        main(["--preset", "micro", "--out", str(blocker / "sub"), "--quiet"])
+
+
+def test_bad_modes(tmp_path):
+    from mfd_theory.experiments.e2e import run
+
+    with pytest.raises(ValueError, match="modes"):
+        run(preset_config("micro", modes=(1,)), tmp_path, progress=False)
+
+
+def test_default_preset_is_the_dataclass_default():
+    assert preset_config("default") == E2EConfig()
+
+
+def test_mfd_gains_against_best_single_mode_tree():
+    rows = [
+        {"temperature": 0.0, "method": "ar", "drafter": "none", "budget": 0, "tau": 1.0, "speedup": 1.0},
+        {"temperature": 0.0, "method": "chain", "drafter": "product", "budget": 7, "tau": 2.0, "speedup": 1.5},
+        {"temperature": 0.0, "method": "ddtree", "drafter": "product", "budget": 16, "tau": 3.0, "speedup": 2.0},
+        {"temperature": 0.0, "method": "mfd", "drafter": "mfd-k2", "budget": 16, "tau": 3.3, "speedup": 2.1},
+    ]
+    g = mfd_gains(rows)
+    at16 = next(x for x in g if x["budget"] == 16 and x["method"] == "mfd")
+    assert at16["tau_gain"] == pytest.approx(0.1)
+    assert at16["speedup_gain"] == pytest.approx(0.05)
+    best = next(x for x in g if x["budget"] == "best")
+    assert best["single_best_budget"] == 16
