@@ -9,6 +9,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 from transformers import Qwen3Config, Qwen3ForCausalLM  # noqa: E402
 
+# Tiny models gain nothing from threads, and on a busy 2-core machine intra-op threads contend
+# badly (a 4 ms forward becomes 100 ms).
+torch.set_num_threads(1)
+
 
 def tiny_qwen3(vocab_size: int = 64, hidden_size: int = 32, num_layers: int = 4, seed: int = 0,
                attn: str = "eager", init_std: float = 0.2, eos_token_id: int | None = None,
