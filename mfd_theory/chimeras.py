@@ -54,6 +54,7 @@ __all__ = [
     "chimera_lower_bound",
     "column_pattern",
     "column_types",
+    "conjectured_min_all_distinct",
     "count_chimeras",
     "futures_from_pattern",
     "min_chimeras_multi",
@@ -771,6 +772,18 @@ def min_chimeras_multi(
         n_sets=len(_rearrangement_sets(grid, max_sets)) if lower else 0,
         witness_log_q=_witness_log_q(grid, w) if witness else None,
     )
+
+
+def conjectured_min_all_distinct(F: int, m: int) -> int:
+    """CONJECTURE (not proven): sum_{k=2..F} (k^(m-1) - 1) full-length chimeras at least, and
+    exactly, when F futures take F distinct tokens at each of their m disagreement positions.
+
+    F = 2 is the theorem. Computed exactly (proven lower bound met by a drafter) for F = 3,
+    m <= 7; F = 4, m <= 4; F = 5, m <= 3 - see docs/chimeras.md.
+    """
+    F = _check_int("F", F, 2)
+    m = _check_int("m", m, 1)
+    return sum(k ** (m - 1) - 1 for k in range(2, F + 1))
 
 
 def column_types(F: int) -> list[str]:

@@ -253,3 +253,39 @@ def test_notebook_runs_at_small_size(name):
     from mfd_theory.reproduce import run_notebook
 
     run_notebook(Path(__file__).resolve().parent.parent / "notebooks" / name, small=True, timeout=120)
+
+
+# ----------------------------------------------------------------------------- F >= 3 futures
+
+
+def test_patterns_round_trip_and_canonical_form():
+    fut = ch.futures_from_pattern({"01|2": 2, "0|1|2": 1})
+    assert fut.shape == (3, 3)
+    assert ch.column_pattern(fut) == {"01|2": 2, "0|1|2": 1}
+    assert ch.canonical_pattern({"0|12": 1, "01|2": 1}, 3) == ch.canonical_pattern({"01|2": 1, "02|1": 1}, 3)
+    assert len(ch.column_types(3)) == 4 and len(ch.column_types(4)) == 14
+    with pytest.raises(ValueError, match="identical"):
+        ch.futures_from_pattern({"01|2": 1})  # futures 0 and 1 never separated
+
+
+def test_multi_future_two_futures_reduce_to_the_theorem():
+    for m in range(1, 6):
+        r = ch.min_chimeras_multi(ch.futures_from_pattern({"0|1": m}), n_trials=200)
+        assert r.lower_bound == r.observed_min == ch.chimera_lower_bound(m)
+
+
+def test_multi_future_lower_bound_never_exceeds_a_witness():
+    # the witness drafter, built into a real tree, keeps exactly observed_min full-length chimeras
+    for pat in ({"0|1|2": 3}, {"01|2": 2, "0|12": 2}, {"01|2": 1, "0|1|2": 2}, {"0|1|2|3": 2}):
+        fut = ch.futures_from_pattern(pat)
+        r = ch.min_chimeras_multi(fut, n_trials=300, witness=True)
+        assert r.pairwise_bound <= r.lower_bound <= r.observed_min <= r.splices
+        tree = ch.min_product_tree_containing(r.witness_log_q, fut)
+        assert ch.count_chimeras(tree, fut).full_length == r.observed_min
+
+
+def test_all_distinct_minimum_matches_the_conjectured_formula_small():
+    for F, m in ((3, 2), (3, 3), (4, 2), (4, 3)):
+        lab = "|".join(str(f) for f in range(F))
+        r = ch.min_chimeras_multi(ch.futures_from_pattern({lab: m}), n_trials=500)
+        assert r.proven and r.observed_min == ch.conjectured_min_all_distinct(F, m)

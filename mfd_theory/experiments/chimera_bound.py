@@ -146,9 +146,12 @@ def multi_future_rows(config: Config, progress: bool = False) -> list[dict[str, 
             if again.observed_min < r.observed_min:
                 r = again
         m_pairs = {f"{j}{k}": int((fut[j] != fut[k]).sum()) for j in range(F) for k in range(j + 1, F)}
-        rows.append(dict(F=F, pattern=pat, columns=int(fut.shape[1]), m_pairs=m_pairs, splices=r.splices,
-                         pairwise_bound=r.pairwise_bound, lower_bound=r.lower_bound,
-                         observed_min=r.observed_min, proven=r.proven))
+        row = dict(F=F, pattern=pat, columns=int(fut.shape[1]), m_pairs=m_pairs, splices=r.splices,
+                   pairwise_bound=r.pairwise_bound, lower_bound=r.lower_bound,
+                   observed_min=r.observed_min, proven=r.proven)
+        if list(pat) == ["|".join(str(f) for f in range(F))]:
+            row["conjecture"] = ch.conjectured_min_all_distinct(F, int(fut.shape[1]))
+        rows.append(row)
     return rows
 
 
