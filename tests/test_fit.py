@@ -194,3 +194,28 @@ def test_log_likelihood_wrong_length():
     m = MixtureOfProducts.futures([[0, 1, 2]], vocab_size=5)
     with pytest.raises(ValueError, match="samples"):
         log_likelihood(m, np.zeros((2, 4), dtype=np.int64))
+
+
+# ------------------------------------------------------------------------------ experiment
+def test_mixture_gain_small_run_and_resume(tmp_path):
+    from mfd_theory.experiments import mixture_gain as mg
+    from mfd_theory.results import Result
+
+    cfg = mg.Config(families=("two_futures", "branching"), Fs=(1, 2), two_futures_ms=(4,), Ks=(1, 2),
+                    budgets=(16, 64), seeds=(0,), n_samples=500, sequoia_depth=4,
+                    confidences=(0.9,), confidence_Fs=(2,))
+    res = mg.run(cfg, tmp_path, progress=False)
+    assert Result.load(tmp_path / "mixture_gain.json").data["summary"].keys() == {"two_futures", "branching"}
+    for cell in res.data["cells"]:
+        prod = mg._pick(cell, 1)["frac_oracle"]
+        mix = mg._pick(cell, 2)["frac_oracle"]
+        if cell["F"] == 1:
+            assert min(np.subtract(mix, prod)) >= -0.01  # F = 1: no loss beyond sampling noise
+        else:
+            assert mix == pytest.approx([1.0, 1.0], abs=1e-9)  # exact futures, K = F: the oracle
+            assert mg._pick(cell, 1)["chimera_share"][1] > 0
+    again = mg.run(cfg, tmp_path, progress=False)  # every cell is loaded from disk
+    assert again.data["cells"] == res.data["cells"]
+    assert "mixture" in mg.format_summary(again, budgets=(16, 64))
+    (conf,) = res.data["confidence_summary"]
+    assert conf["mixture_frac"][1] > conf["product_frac"][1]  # c = 0.9, two futures: chimeras cost

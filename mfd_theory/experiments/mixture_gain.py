@@ -75,6 +75,15 @@ class Config:
     profile_path: str = ""  # a measured profile (results/verify_latency*.json), added when given
     sequoia_ranks: int = 8
     sequoia_depth: int = 15
+    # zipf_futures with a constant per-position confidence c (the target's own token gets c, a Zipf
+    # background the rest): how the gain moves from Medusa-like (tau ~ 2) to DFlash-like (tau ~ 7)
+    # acceptance. Fitted K = 1 and K = HEADLINE_K only, for F in confidence_Fs.
+    confidences: tuple[float, ...] = (0.3, 0.5, 0.7, 0.85, 0.95)
+    confidence_Fs: tuple[int, ...] = (2, 3, 4)
+
+
+# fields that only choose which cells run; a stored cell stays valid when they change
+_SWEEP_FIELDS = ("families", "Fs", "two_futures_ms", "seeds", "confidences", "confidence_Fs")
 
 
 def _single_future(t):
@@ -83,9 +92,11 @@ def _single_future(t):
     return target, t.futures[:1]
 
 
-def make_target(family: str, F: int, m: int | None, seed: int, L: int):
+def make_target(family: str, F: int, m: int | None, seed: int, L: int, confidence: float | None = None):
     """(target MixtureOfProducts, futures [F, L], params) for one cell."""
-    if family == "two_futures":
+    if confidence is not None:
+        t = make("zipf_futures", seed=seed, L=L, F=max(F, 2), accuracies=np.full(L, confidence))
+    elif family == "two_futures":
         t = make(family, seed=seed, L=L, m=m if m is not None else 4)
     else:
         t = make(family, seed=seed, L=L, F=max(F, 2))
@@ -144,8 +155,9 @@ def _profiles(config: Config):
     return profs
 
 
-def run_cell(config: Config, family: str, F: int, m: int | None, seed: int) -> dict[str, Any]:
-    target, futures, params = make_target(family, F, m, seed, config.L)
+def run_cell(config: Config, family: str, F: int, m: int | None, seed: int,
+             confidence: float | None = None) -> dict[str, Any]:
+    target, futures, params = make_target(family, F, m, seed, config.L, confidence)
     V = target.V
     max_n = max(config.budgets)
     bidx = np.asarray(config.budgets)
@@ -157,7 +169,7 @@ def run_cell(config: Config, family: str, F: int, m: int | None, seed: int) -> d
     oc = _curve(oracle, target)  # [n + 1]
     oc = np.concatenate([oc, np.full(max_n + 1 - oc.shape[0], oc[-1])])  # the support ran out
     out: dict[str, Any] = dict(
-        family=family, F=F, m=m, seed=seed, L=config.L, V=V, params=params,
+        family=family, F=F, m=m, seed=seed, L=config.L, V=V, params=params, confidence=confidence,
         exact=bool(np.all(np.isneginf(target.log_q) | (target.log_q == 0.0))),
         oracle=dict(coverage=oc[bidx].tolist(), curve=oc[grid].tolist(),
                     n_nodes=len(oracle)),
@@ -168,11 +180,11 @@ def run_cell(config: Config, family: str, F: int, m: int | None, seed: int) -> d
     out["oracle"]["best"] = {k: dict(budget=v.budget, speedup=v.speedup) for k, v in fixed.items()}
 
     fits = []
-    for K in config.Ks:
+    for K in config.Ks if confidence is None else (1, HEADLINE_K):
         fits.append((K, "soft", "samples"))
-        if K > 1 and config.hard:
+        if K > 1 and config.hard and confidence is None:
             fits.append((K, "hard", "samples"))
-        if K > 1 and config.exact_fit:
+        if K > 1 and config.exact_fit and confidence is None:
             fits.append((K, "soft", "exact"))
     product_model = None
     for K, assignment, source in fits:
@@ -205,7 +217,7 @@ def run_cell(config: Config, family: str, F: int, m: int | None, seed: int) -> d
         )
         for p in profiles:
             b = best_fixed_budget(cov, p)
-            row["best"][p.name] = dict(budget=b.budget, speedup=b.speedup)
+            row["best"][p.name] = dict(budget=b.budget, speedup=b.speedup, coverage=float(cov[b.budget]))
             n_step = per_step_budget(q_gain, p, max_budget=max_n)
             row["per_step"][p.name] = dict(budget=n_step, coverage=float(cov[n_step]),
                                            step_ms=float(p.step_ms(n_step)))
@@ -223,21 +235,59 @@ def run_cell(config: Config, family: str, F: int, m: int | None, seed: int) -> d
 
 
 def cells(config: Config):
+    """(family, F, m, seed, confidence) of every cell; confidence is set for the confidence sweep."""
     for family in config.families:
         for seed in config.seeds:
             if family == "two_futures":
                 if 1 in config.Fs:
-                    yield family, 1, None, seed
+                    yield family, 1, None, seed, None
                 if 2 in config.Fs or any(F > 2 for F in config.Fs):
                     for m in config.two_futures_ms:
-                        yield family, 2, m, seed
+                        yield family, 2, m, seed, None
             else:
                 for F in config.Fs:
-                    yield family, F, None, seed
+                    yield family, F, None, seed, None
+    for c in config.confidences:
+        for seed in config.seeds:
+            for F in config.confidence_Fs:
+                yield f"zipf_conf={c:g}", F, None, seed, float(c)
 
 
 def _cell_key(family, F, m, seed) -> str:
     return f"{family},F={F},m={m if m is not None else 0},seed={seed}"
+
+
+def _cell_config(config: Config) -> dict[str, Any]:
+    d = to_jsonable(dataclasses.asdict(config))
+    return {k: v for k, v in d.items() if k not in _SWEEP_FIELDS}
+
+
+def summarize_confidence(cell_rows: list[dict], config: Config) -> list[dict[str, Any]]:
+    """Per confidence: mean oracle coverage, fractions of the oracle and predicted gain (K = 4 vs
+    K = 1, both fitted to samples), over the sweep's F and seeds."""
+    out = []
+    profiles = [p.name for p in _profiles(config)]
+    budgets = list(config.budgets)
+    for c in config.confidences:
+        sel = [r for r in cell_rows if r.get("confidence") == float(c)]
+        if not sel:
+            continue
+        prod = [_pick(r, 1) for r in sel]
+        mix = [_pick(r, HEADLINE_K) for r in sel]
+        out.append(dict(
+            confidence=float(c), n_cells=len(sel), budgets=budgets,
+            oracle_coverage=np.mean([r["oracle"]["coverage"] for r in sel], axis=0).tolist(),
+            product_frac=np.mean([p["frac_oracle"] for p in prod], axis=0).tolist(),
+            mixture_frac=np.mean([m["frac_oracle"] for m in mix], axis=0).tolist(),
+            product_chimera_share=np.mean([p["chimera_share"] for p in prod], axis=0).tolist(),
+            product_best={pn: dict(
+                speedup=float(np.mean([p["best"][pn]["speedup"] for p in prod])),
+                tau=float(np.mean([1 + p["best"][pn]["coverage"] for p in prod])),
+            ) for pn in profiles},
+            predicted_gain={pn: float(np.mean([m["best"][pn]["speedup"] / p["best"][pn]["speedup"] - 1
+                                               for m, p in zip(mix, prod)])) for pn in profiles},
+        ))
+    return out
 
 
 def _pick(cell, K, assignment="soft", source="samples"):
@@ -326,18 +376,25 @@ def run(config: Config = Config(), out_dir: str | Path = "results", progress: bo
     store = ResultStore(Path(out_dir) / NAME)
     todo = list(cells(config))
     cfg_dict = dataclasses.asdict(config)
-    rows = []
+    rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
-    for family, F, m, seed in tqdm(todo, desc=NAME, disable=not progress):
+    cell_cfg = _cell_config(config)
+    for family, F, m, seed, conf in tqdm(todo, desc=NAME, disable=not progress):
         key = _cell_key(family, F, m, seed)
-        res = store.get_or_compute(
-            key, lambda: Result(f"{NAME}/{key}", cfg_dict, run_cell(config, family, F, m, seed), seed=seed)
-        )
-        if res.config != to_jsonable(cfg_dict):
-            res = Result(f"{NAME}/{key}", cfg_dict, run_cell(config, family, F, m, seed), seed=seed)
-            store.save(key, res)  # a cell from a different config is recomputed
+
+        def compute():
+            return Result(f"{NAME}/{key}", cell_cfg, run_cell(config, family, F, m, seed, conf), seed=seed)
+
+        res = store.get_or_compute(key, compute)
+        if res.config != cell_cfg:  # a cell stored under different settings is recomputed
+            res = compute()
+            store.save(key, res)
         rows.append(res.data)
-    data = dict(cells=rows, summary=summarize(rows, config), seconds=time.perf_counter() - t0,
+    main_rows = [r for r in rows if r.get("confidence") is None]
+    conf_rows = [r for r in rows if r.get("confidence") is not None]
+    data = dict(cells=main_rows, summary=summarize(main_rows, config),
+                confidence_cells=conf_rows, confidence_summary=summarize_confidence(conf_rows, config),
+                seconds=time.perf_counter() - t0,
                 profiles={p.name: p.to_dict() for p in _profiles(config)})
     result = Result(NAME, cfg_dict, data, seed=None)
     result.save(Path(out_dir) / f"{NAME}.json")
@@ -369,6 +426,22 @@ def format_summary(result: Result, budgets=(64, 256), profile: str | None = None
             lines.append(
                 f"| {name} | {cells} | {e['product']['chimera_share_mean'][i64]:.2f} | "
                 f"{100 * e['mixture']['predicted_gain'][profile]:+.1f}% |"
+            )
+    conf = result.data.get("confidence_summary") or []
+    if conf:
+        lines += [
+            "",
+            f"| zipf, constant confidence c (F = {','.join(map(str, result.config['confidence_Fs']))}) | "
+            f"oracle C at N={budgets[0]} | product N={budgets[0]} | mixture N={budgets[0]} | "
+            f"product tau at best N | predicted gain ({profile}) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for e in conf:
+            i0 = idx[0]
+            lines.append(
+                f"| c = {e['confidence']:g} | {e['oracle_coverage'][i0]:.2f} | {e['product_frac'][i0]:.3f} | "
+                f"{e['mixture_frac'][i0]:.3f} | {e['product_best'][profile]['tau']:.2f} | "
+                f"{100 * e['predicted_gain'][profile]:+.1f}% |"
             )
     return "\n".join(lines)
 
