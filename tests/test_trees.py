@@ -177,6 +177,19 @@ def test_trees_of_increasing_budget_are_nested_in_score(mix, n1, n2):
         ref.assert_log_close(sa, sb, SCORE_TOL, f"top-{small} vs top-{big} scores")
 
 
+@given(mst.mixtures(max_V=8), mst.budgets(), mst.budgets())
+def test_smaller_budget_is_a_prefix_of_the_emission(mix, n1, n2):
+    """Best-first emission with a budget-independent tie order: the tree of budget N is the
+    first N nodes of any larger tree (a caller may truncate instead of rebuilding)."""
+    small, big = sorted((n1, n2))
+    for build in (
+        lambda n: product_tree(mix.log_q[0], n),
+        lambda n: mixture_tree(mix.log_pi, mix.log_q, n),
+    ):
+        a, b = build(small), build(big)
+        assert ref.tree_paths(a) == ref.tree_paths(b)[: len(a)]
+
+
 @given(mst.mixtures(), mst.budgets())
 def test_builders_are_deterministic(mix, budget):
     for build in (
