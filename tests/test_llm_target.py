@@ -8,7 +8,7 @@ pytest.importorskip("transformers")
 
 from llm_helpers import tiny_qwen3  # noqa: E402
 
-from mfd_theory.llm.target import TargetModel, tree_attention_mask  # noqa: E402
+from mfd_theory.llm.target import TargetModel, ancestor_mask, tree_attention_mask  # noqa: E402
 from mfd_theory.trees import DraftTree  # noqa: E402
 
 ATOL = 1e-4  # float32 forwards over differently shaped batches differ in rounding only
@@ -139,3 +139,13 @@ def test_commit_without_verify_and_double_verify(model):
         t.verify(3, None)
     with pytest.raises(ValueError, match="path"):
         t.commit([0])
+
+
+def test_vectorised_ancestor_mask_equals_the_tree_s():
+    from mfd_theory.trees import product_tree
+
+    g = np.random.default_rng(0)
+    for n in (1, 7, 64, 300):
+        lq = np.log(g.dirichlet(np.ones(9), size=6))
+        tree = product_tree(lq, n)
+        assert np.array_equal(ancestor_mask(tree.parent, tree.depth, "cpu").numpy(), tree.ancestor_mask())

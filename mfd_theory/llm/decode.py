@@ -351,8 +351,9 @@ def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method
         tb = _clock(dev)
         tree = build_tree(method, log_pi, log_q, int(budget)) if use_draft else None
         n = 0 if tree is None else len(tree)
+        mask = target.tree_mask(tree)  # [1, 1, N+1, P+N+1] float additive
         tc = _clock(dev)
-        out = target.verify(root, tree, hidden=use_draft)  # logits [N+1, V]
+        out = target.verify(root, tree, hidden=use_draft, mask=mask)  # logits [N+1, V]
         td = _clock(dev)
         children = children_map(tree)
         if temperature == 0:

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["TargetModel", "VerifyOutput", "tree_attention_mask"]
+__all__ = ["TargetModel", "VerifyOutput", "ancestor_mask", "tree_attention_mask"]
 
 
 @dataclass
@@ -35,11 +35,27 @@ class VerifyOutput:
 def tree_attention_mask(ancestor: np.ndarray | torch.Tensor, past_len: int, dtype: torch.dtype,
                         device: torch.device | str) -> torch.Tensor:
     """Float additive mask [1, 1, N+1, past_len + N+1] from an ancestor mask [N+1, N+1] (root first)."""
-    anc = torch.as_tensor(np.asarray(ancestor, dtype=bool), device=device)
+    anc = ancestor.to(device) if isinstance(ancestor, torch.Tensor) else torch.as_tensor(
+        np.asarray(ancestor, dtype=bool), device=device)
     n1 = anc.shape[0]
     mask = torch.zeros((n1, past_len + n1), dtype=dtype, device=device)
     mask[:, past_len:].masked_fill_(~anc, torch.finfo(dtype).min)
     return mask[None, None]  # [1, 1, N+1, past+N+1]
+
+
+def ancestor_mask(parent: np.ndarray, depth: np.ndarray, device) -> torch.Tensor:
+    """bool [N+1, N+1] (root first, row = query), one vectorised step per depth instead of per node.
+
+    Equal to ``DraftTree.ancestor_mask()``; built directly on ``device``."""
+    n = len(parent)
+    anc = torch.eye(n + 1, dtype=torch.bool, device=device)
+    anc[:, 0] = True  # everyone sees the root
+    par = torch.as_tensor(np.asarray(parent) + 1, device=device)  # row of each node's parent
+    dep = np.asarray(depth)
+    for d in range(2, int(dep.max()) + 1 if n else 0):
+        rows = torch.as_tensor(np.flatnonzero(dep == d) + 1, device=device)
+        anc[rows] |= anc[par[rows - 1]]  # parents (depth d-1) are already complete
+    return anc
 
 
 def _cache_kwarg(model: nn.Module) -> str:
@@ -133,9 +149,19 @@ class TargetModel:
         self.length, self._pending = t, 0
         return out.logits[0, -1].float(), (out.hidden_states if hidden else None)
 
+    def tree_mask(self, tree: Any = None) -> torch.Tensor:
+        """The float additive mask [1, 1, N+1, length + N+1] for verifying ``tree`` next."""
+        if tree is None or len(tree) == 0:
+            return torch.zeros((1, 1, 1, self.length + 1), dtype=self.dtype, device=self.device)
+        anc = ancestor_mask(tree.parent, tree.depth, self.device)
+        return tree_attention_mask(anc, self.length, self.dtype, self.device)
+
     @torch.no_grad()
-    def verify(self, root_token: int, tree: Any = None, hidden: bool = True) -> VerifyOutput:
-        """One forward over [root, tree nodes]; ``tree=None`` (or empty) is a plain AR step."""
+    def verify(self, root_token: int, tree: Any = None, hidden: bool = True,
+               mask: torch.Tensor | None = None) -> VerifyOutput:
+        """One forward over [root, tree nodes]; ``tree=None`` (or empty) is a plain AR step.
+
+        ``mask`` may be passed precomputed by :meth:`tree_mask` (decoding times it separately)."""
         if self.cache is None:
             raise ValueError("verify: call prefill first")
         if self._pending:
@@ -148,9 +174,10 @@ class TargetModel:
         if n:
             ids[0, 1:] = torch.as_tensor(np.asarray(tree.token, dtype=np.int64))
             depth[1:] = torch.as_tensor(np.asarray(tree.depth, dtype=np.int64))
-            mask = tree_attention_mask(tree.ancestor_mask(), self.length, self.dtype, self.device)
-        else:
-            mask = torch.zeros((1, 1, 1, self.length + 1), dtype=self.dtype, device=self.device)
+        if mask is None:
+            mask = self.tree_mask(tree)
+        if mask.shape != (1, 1, n + 1, self.length + n + 1):
+            raise ValueError(f"mask: expected shape {(1, 1, n + 1, self.length + n + 1)}, got {tuple(mask.shape)}")
         pos = (self.length + depth).to(self.device)[None]
         out = self._forward(ids.to(self.device), pos, mask, self.cache, hidden)
         self._pending = n + 1

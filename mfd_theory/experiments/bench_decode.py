@@ -1,0 +1,274 @@
+"""Decoding benchmark: per-component time split and tokens/s of every method, and the target's
+verify-latency-vs-tree-size profile that the speedup cost model reads.
+
+Side by side in one run (never a timed test):
+
+1. every method ("ar", "chain", "ddtree", "mfd") decodes the same prompts with the same target and
+   drafter; printed: tokens/s, speedup over "ar", tau, predicted vs measured acceptance, and the
+   time split (draft, tree build + mask, verify, walk, commit). The share of a round spent outside
+   the two forwards (tree build, mask, walk, compaction) is printed for the N = ``budget`` trees;
+2. the verify forward timed over tree sizes N = 1..1024 after a prompt of ``prompt_len`` tokens,
+   written to ``results/verify_latency_<device>.json`` as
+   ``{name, device, model, assumption, t_target_ms, t_draft_ms, tree_sizes, verify_ms}``.
+
+By default the target and drafter are random (no downloads): the time split and the latency
+profile are meaningful, acceptance is not (a random drafter is rarely right). Pass
+``--target-dir`` / ``--drafter-dir`` for real local checkpoints. ``--preset qwen3-8b`` builds a
+random target with Qwen3-8B's shape (for GPU profiles).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from mfd_theory.results import Result, atomic_write_text, provenance
+
+PRESETS = {
+    # name: (vocab, hidden, layers, heads, kv_heads, head_dim, intermediate)
+    "tiny": (2048, 256, 4, 4, 2, 64, 768),
+    "qwen3-0.6b": (151936, 1024, 28, 16, 8, 128, 3072),
+    "qwen3-4b": (151936, 2560, 36, 32, 8, 128, 9728),
+    "qwen3-8b": (151936, 4096, 36, 32, 8, 128, 12288),
+}
+
+
+@dataclass(frozen=True)
+class BenchDecodeConfig:
+    preset: str = "tiny"  # random target shape, ignored with target_dir
+    target_dir: str = ""  # a local HF Qwen3 directory (optional)
+    drafter_dir: str = ""  # a local DFlash/MFD drafter directory (optional)
+    device: str = "auto"  # auto | cpu | cuda
+    dtype: str = "auto"  # auto (float32 on CPU, bfloat16 on CUDA) | float32 | bfloat16 | float16
+    attn: str = "sdpa"
+    block_size: int = 16
+    draft_layers: int = 1
+    num_modes: int = 4
+    budget: int = 64
+    prompt_len: int = 64
+    max_new_tokens: int = 48
+    prompts: int = 3
+    temperature: float = 0.0
+    profile_sizes: str = "1,2,4,8,16,32,64,128,256,512,1024"
+    profile_repeats: int = 5
+    threads: int = 0  # torch CPU threads (0: leave torch's default)
+    seed: int = 0
+    out: str = "results"
+
+
+def _torch_setup(cfg: BenchDecodeConfig):
+    import torch
+
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
+    dev = torch.device("cuda" if cfg.device == "auto" and torch.cuda.is_available() else
+                       ("cpu" if cfg.device == "auto" else cfg.device))
+    if cfg.dtype == "auto":
+        dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    else:
+        dtype = getattr(torch, cfg.dtype)
+    return torch, dev, dtype
+
+
+def _device_tag(torch, dev) -> str:
+    if dev.type != "cuda":
+        return "cpu"
+    name = torch.cuda.get_device_name(dev).lower()
+    name = re.sub(r"^nvidia\s+", "", name)
+    return re.sub(r"[^a-z0-9]+", "-", name).strip("-") or "cuda"
+
+
+def build_target(cfg: BenchDecodeConfig, torch, dev, dtype):
+    """(hf_model, description): a local checkpoint, or a random model of the preset's shape."""
+    from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    if cfg.target_dir:
+        model = AutoModelForCausalLM.from_pretrained(cfg.target_dir, dtype=dtype, attn_implementation=cfg.attn,
+                                                     local_files_only=True)
+        return model.to(dev).eval(), Path(cfg.target_dir).name
+    if cfg.preset not in PRESETS:
+        raise ValueError(f"preset: must be one of {sorted(PRESETS)}, got {cfg.preset!r}")
+    v, h, n, nh, kv, hd, inter = PRESETS[cfg.preset]
+    qcfg = Qwen3Config(vocab_size=v, hidden_size=h, num_hidden_layers=n, num_attention_heads=nh,
+                       num_key_value_heads=kv, head_dim=hd, intermediate_size=inter,
+                       max_position_embeddings=32768, tie_word_embeddings=False, use_sliding_window=False)
+    qcfg._attn_implementation = cfg.attn
+    torch.manual_seed(cfg.seed)
+    with torch.device("meta"):
+        model = Qwen3ForCausalLM(qcfg)
+    model = model.to_empty(device=dev).to(dtype)  # random weights suffice for timing
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+            else:
+                p.normal_(0.0, 0.02 if p.dim() > 1 else 0.0)
+    _reset_rope(model, qcfg, dev)
+    return model.eval(), f"random-{cfg.preset}"
+
+
+def _reset_rope(model, qcfg, dev):
+    """Meta-device construction leaves RoPE's inv_freq empty: rebuild the rotary module on ``dev``."""
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
+
+    model.model.rotary_emb = Qwen3RotaryEmbedding(qcfg).to(dev)
+
+
+def _prompts(cfg: BenchDecodeConfig, torch, vocab: int, dev):
+    g = torch.Generator().manual_seed(cfg.seed)
+    return [torch.randint(0, vocab - 1, (cfg.prompt_len,), generator=g).to(dev) for _ in range(cfg.prompts)]
+
+
+def _sync(torch, dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def verify_profile(target, drafter, cfg: BenchDecodeConfig, torch, dev) -> dict:
+    """Median verify time per tree size (a product tree from a random block), AR step, draft time."""
+    from mfd_theory.trees import product_tree
+
+    sizes = [int(s) for s in cfg.profile_sizes.split(",") if s.strip()]
+    prompt = _prompts(cfg, torch, target.vocab_size, dev)[0]
+    g = torch.Generator().manual_seed(cfg.seed + 1)
+    L = cfg.block_size - 1
+    log_q = torch.log_softmax(3.0 * torch.randn(L, 64, generator=g), dim=-1).double().numpy()
+
+    def timed(fn):
+        out = []
+        for _ in range(cfg.profile_repeats + 1):
+            _sync(torch, dev)
+            t0 = time.perf_counter()
+            fn()
+            _sync(torch, dev)
+            out.append(time.perf_counter() - t0)
+        return 1e3 * statistics.median(out[1:])  # the first call warms up
+
+    target.prefill(prompt, hidden=False)
+
+    def step(tree):
+        def run():
+            target.verify(1, tree, hidden=drafter is not None)
+            target.commit([])
+            target.cache.crop(-1)  # back to the prompt: every size sees the same context
+            target.length -= 1
+        return run
+
+    t_target = timed(step(None))
+    verify_ms = [timed(step(product_tree(log_q, n))) for n in sizes]
+    t_draft = float("nan")
+    if drafter is not None:
+        _, hidden = target.prefill(prompt, hidden=True)
+        feats = drafter.fuse_hidden(hidden)
+
+        def draft():
+            drafter.reset()
+            drafter.draft_modes(feats, 1)
+        with torch.no_grad():
+            t_draft = timed(draft)
+    return {"t_target_ms": t_target, "t_draft_ms": t_draft, "tree_sizes": sizes, "verify_ms": verify_ms}
+
+
+def run(config: BenchDecodeConfig = BenchDecodeConfig(), out_dir: str | None = None, progress: bool = True) -> Result:
+    from tqdm import tqdm
+
+    from mfd_theory.llm import TargetModel, build_drafter, load_drafter
+    from mfd_theory.llm.decode import METHODS, speculative_generate
+
+    torch, dev, dtype = _torch_setup(config)
+    out_dir = Path(out_dir or config.out)
+    hf, model_name = build_target(config, torch, dev, dtype)
+    target = TargetModel(hf)
+    if config.drafter_dir:
+        drafter = load_drafter(config.drafter_dir, target)
+    else:
+        drafter = build_drafter(hf, config.block_size, config.draft_layers, num_modes=config.num_modes,
+                                seed=config.seed)
+    prompts = _prompts(config, torch, target.vocab_size, dev)
+    runs: dict[str, list] = {m: [] for m in METHODS}
+    for prompt in tqdm(prompts, desc="prompts", disable=not progress):
+        for method in METHODS:  # interleaved so drift in machine load hits every method alike
+            speculative_generate(target, drafter, prompt, 4, method, budget=config.budget, metrics=False)  # warm
+            timing = speculative_generate(target, drafter, prompt, config.max_new_tokens, method,
+                                          budget=config.budget, temperature=config.temperature,
+                                          seed=config.seed, metrics=False)
+            stats = speculative_generate(target, drafter, prompt, config.max_new_tokens, method,
+                                         budget=config.budget, temperature=config.temperature, seed=config.seed)
+            runs[method].append((timing, stats))
+    methods = {}
+    ar_time = sum(t.t_total for t, _ in runs["ar"]) / sum(len(t.tokens) for t, _ in runs["ar"])
+    for method, pairs in runs.items():
+        timings = [t for t, _ in pairs]
+        steps = [s for _, st in pairs for s in st.steps]
+        n_tok = sum(len(t.tokens) for t in timings)
+        t_tot = sum(t.t_total for t in timings)
+        split = {k: sum(t.time_split()[k] for t in timings) for k in timings[0].time_split()}
+        step_time = sum(s.t_step for t in timings for s in t.steps)
+        overhead = sum(s.t_overhead for t in timings for s in t.steps)
+        methods[method] = {
+            "new_tokens": n_tok, "seconds": t_tot, "tokens_per_s": n_tok / t_tot,
+            "speedup_vs_ar": ar_time / (t_tot / n_tok),
+            "tau": sum(s.accepted + 1 for s in steps) / len(steps),
+            "mean_accepted": sum(s.accepted for s in steps) / len(steps),
+            "mean_predicted": sum(s.predicted for s in steps) / len(steps),
+            "mean_covered_mass": sum(s.covered_mass for s in steps) / len(steps),
+            "mean_tree_size": sum(s.tree_size for s in steps) / len(steps),
+            "dead_share": (sum(s.dead_share for s in steps if s.tree_size) / max(1, sum(1 for s in steps if s.tree_size))),
+            "time_split_s": split, "overhead_share": overhead / step_time if step_time else float("nan"),
+        }
+    profile = verify_profile(target, drafter, config, torch, dev)
+    tag = _device_tag(torch, dev)
+    latency = {"name": f"verify_latency_{tag}", "device": tag, "model": model_name, "assumption": False,
+               **profile, "provenance": provenance()}
+    atomic_write_text(out_dir / f"verify_latency_{tag}.json", json.dumps(latency, indent=1) + "\n")
+    result = Result("bench_decode", dataclasses.asdict(config),
+                    {"device": tag, "model": model_name, "methods": methods, "verify_profile": profile},
+                    seed=config.seed)
+    result.save(out_dir / "bench_decode.json")
+    return result
+
+
+def report(result: Result) -> str:
+    d = result.data
+    lines = [f"device {d['device']}, target {d['model']}, budget {result.config['budget']}, "
+             f"block {result.config['block_size']}, K {result.config['num_modes']}",
+             f"{'method':8s} {'tok/s':>8s} {'speedup':>8s} {'tau':>6s} {'acc':>6s} {'pred':>6s} {'N':>6s} "
+             f"{'draft':>7s} {'tree':>7s} {'verify':>7s} {'walk':>7s} {'commit':>7s} {'outside':>8s}"]
+    for m, r in d["methods"].items():
+        s = r["time_split_s"]
+        tot = sum(s[k] for k in ("draft", "tree", "verify", "walk", "commit")) or 1.0
+        pct = {k: 100 * s[k] / tot for k in s}
+        lines.append(f"{m:8s} {r['tokens_per_s']:8.1f} {r['speedup_vs_ar']:8.2f} {r['tau']:6.2f} "
+                     f"{r['mean_accepted']:6.2f} {r['mean_predicted']:6.2f} {r['mean_tree_size']:6.1f} "
+                     f"{pct['draft']:6.1f}% {pct['tree']:6.1f}% {pct['verify']:6.1f}% {pct['walk']:6.1f}% "
+                     f"{pct['commit']:6.1f}% {100 * r['overhead_share']:7.1f}%")
+    p = d["verify_profile"]
+    lines.append(f"AR target step {p['t_target_ms']:.2f} ms, draft {p['t_draft_ms']:.2f} ms; verify ms by N: "
+                 + ", ".join(f"{n}:{t:.2f}" for n, t in zip(p["tree_sizes"], p["verify_ms"])))
+    for m in ("ddtree", "mfd"):
+        lines.append(f"outside the two forwards at N = {result.config['budget']} ({m}): "
+                     f"{100 * d['methods'][m]['overhead_share']:.1f}% of a round (target < 10%)")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> Result:
+    parser = argparse.ArgumentParser(prog="mfd bench decode", description=__doc__.split("\n\n")[0])
+    for f in dataclasses.fields(BenchDecodeConfig):
+        parser.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default)
+    parser.add_argument("--no-progress", action="store_true")
+    args = vars(parser.parse_args(argv))
+    progress = not args.pop("no_progress")
+    cfg = BenchDecodeConfig(**args)
+    result = run(cfg, progress=progress)
+    print(report(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()
