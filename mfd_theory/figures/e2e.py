@@ -1,0 +1,148 @@
+"""Figures for the end-to-end run (``end_to_end.json``): tau and speedup against budget per method,
+predicted against measured acceptance, dead-node share, training curves.
+
+Every function takes the result's ``data`` dict (or the whole saved result) and returns a Figure.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["tau_vs_budget", "predicted_vs_measured", "dead_share", "loss_curves"]
+
+_STYLE = {
+    ("ddtree", "product"): dict(color="C0", marker="o", label="ddtree (product drafter)"),
+    ("mfd", "mfd-k2"): dict(color="C3", marker="s", label="mfd K=2"),
+    ("mfd", "mfd-k4"): dict(color="C1", marker="D", label="mfd K=4"),
+    ("ddtree", "mfd-k2"): dict(color="C3", marker="s", ls=":", mfc="none", label="ddtree on K=2 marginals"),
+    ("ddtree", "mfd-k4"): dict(color="C1", marker="D", ls=":", mfc="none", label="ddtree on K=4 marginals"),
+}
+
+
+def _data(res) -> dict:
+    return res["data"] if "data" in res and "rows" in res["data"] else res
+
+
+def _series(rows, temp):
+    out: dict = {}
+    for r in rows:
+        if r["temperature"] == temp and r["method"] not in ("ar", "chain"):
+            out.setdefault((r["method"], r["drafter"]), []).append(r)
+    return {k: sorted(v, key=lambda r: r["budget"]) for k, v in out.items()}
+
+
+def _style(key):
+    return _STYLE.get(key, dict(marker="x", label=f"{key[0]} ({key[1]})"))
+
+
+def tau_vs_budget(res):
+    """Top row tau, bottom row speedup vs ar, against the tree budget N; one column per temperature."""
+    import matplotlib.pyplot as plt
+
+    rows = _data(res)["rows"]
+    temps = sorted({r["temperature"] for r in rows})
+    fig, axes = plt.subplots(2, len(temps), figsize=(5.2 * len(temps), 7), squeeze=False)
+    for j, temp in enumerate(temps):
+        for key, rs in _series(rows, temp).items():
+            x = [r["budget"] for r in rs]
+            axes[0, j].plot(x, [r["tau"] for r in rs], **_style(key))
+            axes[1, j].plot(x, [r["speedup"] for r in rs], **_style(key))
+        for r in rows:
+            if r["temperature"] == temp and r["method"] == "chain":
+                axes[0, j].axhline(r["tau"], color="gray", ls="--", lw=1, label=f"chain (L={r['budget']})")
+                axes[1, j].axhline(r["speedup"], color="gray", ls="--", lw=1, label="chain")
+        axes[1, j].axhline(1.0, color="k", lw=0.8, label="ar")
+        for i, name in enumerate(("tau (tokens per target call)", "speedup vs ar")):
+            ax = axes[i, j]
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("tree budget N")
+            ax.set_ylabel(name)
+            ax.grid(alpha=0.3)
+        axes[0, j].set_title(f"T = {temp:g}" + (" (greedy)" if temp == 0 else ""))
+    axes[0, 0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def predicted_vs_measured(res):
+    """Measured mean accepted length vs the tree's predicted acceptance (its covered mass).
+
+    T = 1: prediction = covered mass under the sampling distribution; error bars are 2 standard
+    errors of the per-round difference. T = 0: the greedy prediction is exact by construction, so
+    the soft (T = 1) covered mass is drawn instead, against the greedy accepted length.
+    """
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in _data(res)["rows"] if r["method"] != "ar"]
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    hi = 0.0
+    for temp, marker in ((1.0, "o"), (0.0, "^")):
+        rs = [r for r in rows if r["temperature"] == temp]
+        if not rs:
+            continue
+        if temp == 1.0:
+            x = [r["predicted_accepted_mean"] for r in rs]
+            err = [2 * r["pred_gap_se"] if not _nan(r["pred_gap_se"]) else 0.0 for r in rs]
+            ax.errorbar(x, [r["accepted_mean"] for r in rs], yerr=err, fmt=marker, ms=5, capsize=2,
+                        label="T = 1: predicted = covered mass (±2 s.e.)")
+        else:
+            x = [r["covered_mass_mean"] for r in rs]
+            ax.plot(x, [r["accepted_mean"] for r in rs], marker, ms=5, mfc="none",
+                    label="T = 0: soft covered mass vs greedy accepted")
+        hi = max(hi, max(x), max(r["accepted_mean"] for r in rs))
+    ax.plot([0, hi * 1.05], [0, hi * 1.05], "k--", lw=1, label="measured = predicted")
+    ax.set_xlabel("predicted accepted tokens per round")
+    ax.set_ylabel("measured accepted tokens per round")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def dead_share(res, eps_label: str = "1e-3"):
+    """Share of tree nodes whose target prefix probability is below eps, against the budget."""
+    import matplotlib.pyplot as plt
+
+    rows = _data(res)["rows"]
+    temps = sorted({r["temperature"] for r in rows})
+    fig, axes = plt.subplots(1, len(temps), figsize=(5.2 * len(temps), 4), squeeze=False)
+    for j, temp in enumerate(temps):
+        ax = axes[0, j]
+        for key, rs in _series(rows, temp).items():
+            ax.plot([r["budget"] for r in rs], [100 * r["dead_share"] for r in rs], **_style(key))
+        ax.axhspan(27, 33, color="gray", alpha=0.15, label="paper: 27-33% at N = 64")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("tree budget N")
+        ax.set_ylabel(f"dead nodes (P(s) < {eps_label}), %")
+        ax.set_title(f"T = {temp:g}")
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def loss_curves(res):
+    """Training loss of the target, the draft LM and every block drafter."""
+    import matplotlib.pyplot as plt
+
+    curves = _data(res)["loss_curves"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for name, c in curves.items():
+        if not c:
+            continue
+        ax = axes[0] if name in ("target", "draft_lm") else axes[1]
+        ax.plot([p["step"] for p in c], [p["loss"] for p in c], label=name, lw=1)
+    axes[0].set_title("language models (next-token CE)")
+    axes[1].set_title("block drafters (weighted block NLL per position)")
+    for ax in axes:
+        ax.set_xlabel("step")
+        ax.set_ylabel("loss")
+        ax.set_yscale("log")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def _nan(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v)) or v == "nan"
