@@ -760,7 +760,8 @@ def min_chimeras_multi(
     grid = _Grid(seqs)
     if grid.G > 200_000:
         raise ValueError(f"futures: the splice grid has {grid.G} points; too many to search")
-    lower = _min_hitting_set(_rearrangement_sets(grid, max_sets), grid.G)
+    sets = _rearrangement_sets(grid, max_sets)
+    lower = _min_hitting_set(sets, grid.G)
     observed, w = _search(grid, _check_int("n_trials", n_trials, 1), _check_int("seed", seed, 0))
     return MultiFutureMinimum(
         F=seqs.shape[0],
@@ -769,7 +770,7 @@ def min_chimeras_multi(
         lower_bound=lower,
         observed_min=observed,
         pairwise_bound=pairwise_bound(seqs),
-        n_sets=len(_rearrangement_sets(grid, max_sets)) if lower else 0,
+        n_sets=len(sets),
         witness_log_q=_witness_log_q(grid, w) if witness else None,
     )
 

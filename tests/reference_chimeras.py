@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import itertools
 
-import numpy as np
-
 
 def splices(a, b) -> set[tuple[int, ...]]:
     """Every sequence whose i-th token is a[i] or b[i]."""
