@@ -214,6 +214,8 @@ def test_mixture_gain_small_run_and_resume(tmp_path):
         else:
             assert mix == pytest.approx([1.0, 1.0], abs=1e-9)  # exact futures, K = F: the oracle
             assert mg._pick(cell, 1)["chimera_share"][1] > 0
+    noise = res.data["summary"]["branching"]["single"]["sampling_noise"]
+    assert min(noise["mixture_minus_product_worst"]) >= -0.01
     again = mg.run(cfg, tmp_path, progress=False)  # every cell is loaded from disk
     assert again.data["cells"] == res.data["cells"]
     assert "mixture" in mg.format_summary(again, budgets=(16, 64))

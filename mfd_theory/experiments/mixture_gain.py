@@ -80,6 +80,9 @@ class Config:
     # acceptance. Fitted K = 1 and K = HEADLINE_K only, for F in confidence_Fs.
     confidences: tuple[float, ...] = (0.3, 0.5, 0.7, 0.85, 0.95)
     confidence_Fs: tuple[int, ...] = (2, 3, 4)
+    # F = 1 cells: refit K = 1 and K = HEADLINE_K on this many fresh sample draws, to size the
+    # sampling noise the mixture's loss (if any) is compared with
+    noise_repeats: int = 4
 
 
 # fields that only choose which cells run; a stored cell stays valid when they change
@@ -224,6 +227,19 @@ def run_cell(config: Config, family: str, F: int, m: int | None, seed: int,
             row["speedup_at"][p.name] = speedup(cov[bidx], bidx, p).tolist()
         out["drafters"].append(row)
 
+    if F == 1 and config.noise_repeats > 0 and confidence is None:
+        reps: dict[str, list] = {"product": [], "mixture": []}
+        for r in range(config.noise_repeats):
+            xr = target.sample(config.n_samples, seed=20_000 + 100 * seed + r)
+            for name, K in (("product", 1), ("mixture", HEADLINE_K)):
+                mr = fit_mixture(xr, K, V, seed=r, smoothing=config.smoothing, n_restarts=config.n_restarts,
+                                 max_iter=config.max_iter, tol=config.tol)
+                tr = product_tree(mr.log_q[0], max_n) if K == 1 else mixture_tree(mr.log_pi, mr.log_q, max_n)
+                c = _curve(tr, target)
+                c = np.concatenate([c, np.full(max_n + 1 - c.shape[0], c[-1])])
+                reps[name].append((c[bidx] / oc[bidx]).tolist())
+        out["sampling_repeats"] = reps  # [repeats, budgets] fractions of the oracle
+
     acc = _acceptance_vector(product_model, target, config.sequoia_ranks)
     out["sequoia"] = dict(acceptance=acc.tolist(), choice={})
     for p in profiles:
@@ -365,6 +381,15 @@ def summarize(cell_rows: list[dict], config: Config) -> dict[str, Any]:
             entry["sequoia"] = {
                 pn: float(np.mean([c["sequoia"]["choice"][pn]["predicted_speedup"] for c in sel])) for pn in profiles
             }
+            reps = [c["sampling_repeats"] for c in sel if "sampling_repeats" in c]
+            if reps:
+                prod_r = np.array([r["product"] for r in reps])  # [cells, repeats, budgets]
+                gap_r = np.array([r["mixture"] for r in reps]) - prod_r
+                entry["sampling_noise"] = dict(
+                    product_frac_std=prod_r.std(axis=1).mean(axis=0).tolist(),  # per target, then mean
+                    mixture_minus_product_mean=gap_r.mean(axis=(0, 1)).tolist(),
+                    mixture_minus_product_worst=gap_r.min(axis=(0, 1)).tolist(),
+                )
             fam[label] = entry
         summary[family] = fam
     return summary
