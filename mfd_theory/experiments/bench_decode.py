@@ -33,6 +33,7 @@ from mfd_theory.results import Result, atomic_write_text, provenance
 PRESETS = {
     # name: (vocab, hidden, layers, heads, kv_heads, head_dim, intermediate)
     "tiny": (2048, 256, 4, 4, 2, 64, 768),
+    "small": (4096, 512, 8, 8, 4, 64, 1536),
     "qwen3-0.6b": (151936, 1024, 28, 16, 8, 128, 3072),
     "qwen3-4b": (151936, 2560, 36, 32, 8, 128, 9728),
     "qwen3-8b": (151936, 4096, 36, 32, 8, 128, 12288),
@@ -41,7 +42,7 @@ PRESETS = {
 
 @dataclass(frozen=True)
 class BenchDecodeConfig:
-    preset: str = "tiny"  # random target shape, ignored with target_dir
+    preset: str = "small"  # random target shape, ignored with target_dir
     target_dir: str = ""  # a local HF Qwen3 directory (optional)
     drafter_dir: str = ""  # a local DFlash/MFD drafter directory (optional)
     device: str = "auto"  # auto | cpu | cuda

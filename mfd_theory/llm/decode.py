@@ -333,7 +333,7 @@ def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method
     logits0, hidden = target.prefill(ids, hidden=use_draft)
     tokens = result.tokens
     root = draw_from(logits0)
-    ctx = None
+    ctx = pending_hidden = keep_rows = None
     if use_draft:
         drafter.reset()
         if hasattr(drafter, "observe_tokens"):
@@ -347,7 +347,10 @@ def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method
     while not done and len(tokens) < max_new_tokens:
         ta = _clock(dev)
         if use_draft:
+            if ctx is None:
+                ctx = drafter.fuse_hidden(tuple(h.index_select(1, keep_rows) for h in pending_hidden))
             log_pi, log_q = drafter.draft_modes(ctx, root)  # [K], [K, L, V]
+            ctx = pending_hidden = None
         tb = _clock(dev)
         tree = build_tree(method, log_pi, log_q, int(budget)) if use_draft else None
         n = 0 if tree is None else len(tree)
@@ -385,12 +388,11 @@ def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method
                 break
         if not done:
             target.commit(path)
-            if use_draft:
-                keep = torch.tensor([0] + [i + 1 for i in path], device=dev)
-                rows = tuple(h.index_select(1, keep) for h in out.hidden_states)
+            if use_draft:  # fused into context features at the next draft (drafter time)
+                keep_rows = torch.tensor([0] + [i + 1 for i in path], device=dev)
+                pending_hidden = out.hidden_states
                 if hasattr(drafter, "observe_tokens"):
                     drafter.observe_tokens([root] + emitted[:-1])
-                ctx = drafter.fuse_hidden(rows)
             root = bonus
         tg = _clock(dev)
         result.steps.append(StepRecord(
