@@ -57,6 +57,7 @@ class Config:
     zipf_F: tuple[int, ...] = (2, 3)
     zipf_profiles: tuple[str, ...] = ("medusa", "dflash")  # see synthetic.ACCURACY_PROFILES
     zipf_V: int = 64
+    noise_levels: tuple[float, ...] = (0.1, 0.2, 0.3)  # uniform noise on one setting per exact family
 
 
 def settings(config: Config) -> list[tuple[str, dict[str, Any]]]:
@@ -71,6 +72,10 @@ def settings(config: Config) -> list[tuple[str, dict[str, Any]]]:
             for t in config.temperatures]
     out += [("zipf_futures", dict(F=F, L=L, V=config.zipf_V, branch_at=b, accuracies=prof))
             for prof in config.zipf_profiles for F in config.zipf_F for b in config.branch_points[:2]]
+    for noise in config.noise_levels:
+        out += [("two_futures", dict(m=4, L=L, V=V, noise=noise)),
+                ("branching", dict(F=3, L=L, V=V, branch_at=3, noise=noise)),
+                ("shifted", dict(F=2, L=L, V=V, shift_at=3, noise=noise))]
     return out
 
 
