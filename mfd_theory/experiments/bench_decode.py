@@ -32,6 +32,7 @@ from mfd_theory.results import Result, atomic_write_text, provenance
 
 PRESETS = {
     # name: (vocab, hidden, layers, heads, kv_heads, head_dim, intermediate)
+    "micro": (64, 32, 2, 4, 2, 8, 64),  # for the smoke test
     "tiny": (2048, 256, 4, 4, 2, 64, 768),
     "small": (4096, 512, 8, 8, 4, 64, 1536),
     "qwen3-0.6b": (151936, 1024, 28, 16, 8, 128, 3072),

@@ -1,0 +1,24 @@
+"""bench_decode runs end to end at a micro size and writes the latency profile format."""
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import llm_helpers  # noqa: E402,F401  (single-threaded torch)
+
+from mfd_theory.experiments.bench_decode import BenchDecodeConfig, report, run  # noqa: E402
+
+
+def test_bench_decode_micro(tmp_path):
+    cfg = BenchDecodeConfig(preset="micro", block_size=4, num_modes=2, budget=8, prompt_len=8, max_new_tokens=6,
+                            prompts=1, profile_sizes="1,4,16", profile_repeats=1)
+    res = run(cfg, out_dir=tmp_path, progress=False)
+    assert set(res.data["methods"]) == {"ar", "chain", "ddtree", "mfd"}
+    prof = json.loads((tmp_path / "verify_latency_cpu.json").read_text())
+    assert {"name", "device", "model", "assumption", "t_target_ms", "t_draft_ms", "tree_sizes", "verify_ms"} <= set(prof)
+    assert prof["tree_sizes"] == [1, 4, 16] and len(prof["verify_ms"]) == 3 and prof["assumption"] is False
+    assert (tmp_path / "bench_decode.json").is_file()
+    assert "outside the two forwards" in report(res)
