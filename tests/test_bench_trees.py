@@ -22,7 +22,8 @@ def test_bench_main_tiny(tmp_path, capsys):
     ]
     result = main(argv)
     out = capsys.readouterr().out
-    assert "| K | N | builder |" in out and "walks/s" in out
+    assert "| K | N | builder |" in out and "walks/s" in out and "| target |" in out
+    assert len(back_targets := result.data["targets"]) == 3 and all(isinstance(t["met"], bool) for t in back_targets)
     back = Result.load(tmp_path / "bench_trees.json")
     assert back.config["V"] == 64 and back.config["budgets"] == [4, 16]
     assert [(r["K"], r["N"]) for r in back.data["dense"]] == [(1, 4), (1, 16), (3, 4), (3, 16)]

@@ -210,13 +210,40 @@ def run(config: BenchTreesConfig, out_dir: str | Path = "results", progress: boo
     bar.update()
     bar.close()
 
-    result = Result(NAME, dataclasses.asdict(cfg), dict(dense=dense, candidates=cand, monte_carlo=mc, notes=notes),
-                    seed=cfg.seed)
+    data = dict(dense=dense, candidates=cand, monte_carlo=mc, notes=notes)
+    data["targets"] = targets(data)
+    result = Result(NAME, dataclasses.asdict(cfg), data, seed=cfg.seed)
     result.save(Path(out_dir) / f"{NAME}.json")
     return result
 
 
 # ----------------------------------------------------------------------------- report
+
+def targets(data: dict) -> list[dict]:
+    """The issue's speed targets, judged at the largest budget measured (1024 in the full run)."""
+    out = []
+    dense = data["dense"]
+    if dense:
+        n_max = max(r["N"] for r in dense)
+        for r in dense:
+            if r["N"] == n_max and r["K"] in (1, 4):
+                out.append(dict(
+                    what=f"{r['builder']} K={r['K']} N={n_max}: build / argpartition <= 1",
+                    value=r["build_over_argpartition"], met=r["build_over_argpartition"] <= 1.0,
+                ))
+    if data["candidates"]:
+        r = max(data["candidates"], key=lambda r: r["N"])
+        out.append(dict(
+            what=f"top-k product_tree N={r['N']}: heapq twin / builder >= 30",
+            value=r["heapq_over_build"], met=r["heapq_over_build"] >= 30.0,
+        ))
+    mc = data["monte_carlo"]
+    out.append(dict(
+        what=f"simulate_acceptance N={mc['N']}: >= 1e6 walks/s (per-call setup included)",
+        value=mc["walks_per_s"], met=mc["walks_per_s"] >= 1e6,
+    ))
+    return out
+
 
 def markdown(result: Result) -> str:
     d = result.data
@@ -253,6 +280,9 @@ def markdown(result: Result) -> str:
         f"{_median(mc['setup_s']) * 1e3:.1f} ms, {mc['walks_per_s_after_setup']:,.0f} walks/s after it "
         f"(mean accepted {mc['mean_accepted']:.3f}).",
     ]
+    lines += ["", "| target | measured | met |", "|---|---|---|"]
+    for t in d.get("targets", []):
+        lines.append(f"| {t['what']} | {t['value']:,.2f} | {'yes' if t['met'] else 'NO'} |")
     for n in d.get("notes", []):
         lines.append(f"NOTE: {n}")
     return "\n".join(lines)
