@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import heapq
+import os
 import time
 from pathlib import Path
 from typing import Callable
@@ -135,6 +136,14 @@ def time_call(fn: Callable[[], object], repeats: int) -> list[float]:
     return out
 
 
+def _load_avg() -> list[float] | None:
+    """1/5/15-minute load averages: timings on a shared machine are only as good as its quiet."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
 def _median(xs) -> float:
     return float(np.median(xs))
 
@@ -210,7 +219,7 @@ def run(config: BenchTreesConfig, out_dir: str | Path = "results", progress: boo
     bar.update()
     bar.close()
 
-    data = dict(dense=dense, candidates=cand, monte_carlo=mc, notes=notes)
+    data = dict(dense=dense, candidates=cand, monte_carlo=mc, notes=notes, load_avg=_load_avg())
     data["targets"] = targets(data)
     result = Result(NAME, dataclasses.asdict(cfg), data, seed=cfg.seed)
     result.save(Path(out_dir) / f"{NAME}.json")
@@ -249,6 +258,8 @@ def markdown(result: Result) -> str:
     d = result.data
     ms = lambda xs: f"{_median(xs) * 1e3:.2f}"  # noqa: E731
     lines = [
+        f"Load average at the end of the run: {d.get('load_avg')} (cores: {os.cpu_count()}).",
+        "",
         "Dense input (float32 [K, L, V]); times in ms, median; ratio < 1 means the builder is faster.",
         "",
         "| K | N | builder | build | argpartition | max | build/argpartition | build/max |",
