@@ -169,6 +169,14 @@ class BlockDrafter(nn.Module):
         if ids is None:
             ids = default_target_layer_ids(n_target, config.num_hidden_layers)
         self.target_layer_ids = [int(i) for i in ids]
+        # optional DFlash scalars (absent in the Qwen3 b16 drafters, where they are 1 / none)
+        self.input_embedding_scale = float(_draft_value(config, "input_embedding_scale", 1.0) or 1.0)
+        self.output_multiplier = float(_draft_value(config, "output_multiplier", 1.0) or 1.0)
+        self.logit_softcap = float(_draft_value(config, "final_logit_softcapping", 0.0) or 0.0)
+        layer_types = getattr(config, "layer_types", None) or []
+        if getattr(config, "is_causal", False) or (
+                getattr(config, "use_sliding_window", False) and "sliding_attention" in layer_types):
+            raise ValueError("config: causal or sliding-window draft layers (DFlash2-style) are not supported")
         _check_compatible(self, config, tcfg)
         self.layers = nn.ModuleList([_DraftLayer(config) for _ in range(config.num_hidden_layers)])
         self.norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
@@ -198,7 +206,8 @@ class BlockDrafter(nn.Module):
     def _block_embeddings(self, block_ids: torch.Tensor) -> torch.Tensor:
         """[B, S] -> [B*K, S, H]: the target's embeddings (plus the mode embeddings for MFD)."""
         # detached: the target is frozen, gradients stop at its (shared) embedding table
-        return F.embedding(block_ids, self._embed_tokens.weight.detach()).to(self.fc.weight.dtype)
+        emb = F.embedding(block_ids, self._embed_tokens.weight.detach()).to(self.fc.weight.dtype)
+        return emb * self.input_embedding_scale if self.input_embedding_scale != 1.0 else emb
 
     def _run(self, block_h, ctx_k, ctx_v, blk_pos, mask):
         """Run the draft layers over block states with given per-layer context keys/values."""
@@ -216,8 +225,12 @@ class BlockDrafter(nn.Module):
     def _log_probs(self, h: torch.Tensor) -> torch.Tensor:
         head = self._lm_head  # the target's, frozen: gradients reach h but never the head
         bias = head.bias.detach() if getattr(head, "bias", None) is not None else None
-        logits = F.linear(h.to(head.weight.dtype), head.weight.detach(), bias)
-        return torch.log_softmax(logits.float(), dim=-1)
+        logits = F.linear(h.to(head.weight.dtype), head.weight.detach(), bias).float()
+        if self.output_multiplier != 1.0:
+            logits = logits * self.output_multiplier
+        if self.logit_softcap > 0:
+            logits = torch.tanh(logits / self.logit_softcap) * self.logit_softcap
+        return torch.log_softmax(logits, dim=-1)
 
     def _readout(self, h: torch.Tensor, batch: int) -> torch.Tensor:
         """log pi [batch, K] from final block states [batch*K, S, H]."""
