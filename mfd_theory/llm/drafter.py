@@ -49,7 +49,6 @@ safetensors) and returns the right class.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -474,7 +473,3 @@ def load_drafter(directory, target: Any, dtype: torch.dtype | None = None) -> Bl
                          f"unexpected {unexpected})")
     param = next(hf.parameters())
     return drafter.to(device=param.device, dtype=dtype or param.dtype)
-
-
-def _num_params(module: nn.Module) -> int:
-    return sum(math.prod(p.shape) for p in module.parameters())
