@@ -40,7 +40,7 @@ class FitInfo:
     """
 
     assignment: str
-    objectives: tuple[float, ...]  # one per restart
+    objectives: tuple[float, ...]  # one per restart (after screening; the winner's when done)
     best_restart: int
     trace: tuple[float, ...]  # objective per iteration of the best restart
     n_iter: int
@@ -145,23 +145,29 @@ def _init(x, w, K, V, rng, blend: float = 0.5):
     return np.full(K, -math.log(K)), np.log(q)
 
 
-def _run_restarts(x, w, K, V, seed, smoothing, n_restarts, max_iter, tol, hard):
+def _run_restarts(x, w, K, V, seed, smoothing, n_restarts, max_iter, tol, hard, screen_iter):
+    """Restarts from k-means++ seeds; with ``screen_iter`` > 0 every restart first runs that many
+    iterations and only the best one continues to convergence (EM's early iterations already
+    separate good starts from bad ones, so the losers need not be run to the end)."""
     rng = np.random.default_rng(seed)
-    best = None
-    objectives = []
     if K == 1:
         n_restarts = 1  # the marginals are the unique optimum
+    first = max_iter if (screen_iter <= 0 or n_restarts == 1) else min(screen_iter, max_iter)
+    runs = []
     for r in range(n_restarts):
         log_pi, log_q = _init(x, w, K, V, rng)
-        trace, n_iter = _em(x, w, log_pi, log_q, max_iter, tol, smoothing, hard)
-        obj = float(trace[n_iter])
-        objectives.append(obj)
-        if best is None or obj > best[0]:
-            best = (obj, r, log_pi, log_q, trace[: n_iter + 1], n_iter)
+        trace, n_iter = _em(x, w, log_pi, log_q, first, tol, smoothing, hard)
+        runs.append([float(trace[n_iter]), r, log_pi, log_q, trace[: n_iter + 1], n_iter])
+    best = max(runs, key=lambda run: run[0])
     _, r, log_pi, log_q, trace, n_iter = best
+    if n_iter == first and first < max_iter:  # stopped by the screening cap, not by convergence
+        more, n_more = _em(x, w, log_pi, log_q, max_iter - first, tol, smoothing, hard)
+        trace = np.concatenate([trace, more[1 : n_more + 1]])  # more[0] repeats trace[-1]
+        n_iter += n_more
+        best[0] = float(trace[-1])
     info = FitInfo(
         assignment="hard" if hard else "soft",
-        objectives=tuple(objectives),
+        objectives=tuple(run[0] for run in runs),
         best_restart=r,
         trace=tuple(float(t) for t in trace),
         n_iter=int(n_iter),
@@ -182,6 +188,7 @@ def fit_mixture(
     n_restarts: int = 4,
     max_iter: int = 200,
     tol: float = 1e-7,
+    screen_iter: int = 10,
     return_info: bool = False,
 ):
     """Fit a K-mode mixture-of-products drafter to target blocks by EM.
@@ -207,6 +214,9 @@ def fit_mixture(
     n_restarts, max_iter, tol
         Restarts (best objective kept), iteration cap, and the stopping threshold on the change of
         the mean log-likelihood per block (soft; hard stops when no block changes mode).
+    screen_iter : int
+        Every restart runs this many iterations, then only the best continues (0: run every
+        restart to convergence).
     return_info : bool
         Also return a :class:`FitInfo`.
 
@@ -220,8 +230,9 @@ def fit_mixture(
     x = _check_samples(samples, vocab_size)  # [n, L]
     w = np.ones(x.shape[0]) if weights is None else _check_weights(weights, x.shape[0])  # [n]
     xu, wu = _unique_rows(x, w)  # [U, L], [U]
+    screen_iter = _check_int("screen_iter", screen_iter, 0)
     log_pi, log_q, info = _run_restarts(
-        xu, wu, K, int(vocab_size), seed, smoothing, n_restarts, max_iter, tol, assignment == "hard"
+        xu, wu, K, int(vocab_size), seed, smoothing, n_restarts, max_iter, tol, assignment == "hard", screen_iter
     )
     model = MixtureOfProducts(log_pi, log_q)
     return (model, info) if return_info else model
@@ -324,6 +335,7 @@ def fit_mixture_exact(
     n_restarts: int = 4,
     max_iter: int = 200,
     tol: float = 1e-9,
+    screen_iter: int = 10,
     return_info: bool = False,
 ):
     """Fit a K-mode drafter to an exact target, with no sampling noise.
@@ -343,6 +355,7 @@ def fit_mixture_exact(
     if method not in ("auto", "support", "components"):
         raise ValueError(f"method: must be 'auto', 'support' or 'components', got {method!r}")
     max_support = _check_int("max_support", max_support, 1)
+    screen_iter = _check_int("screen_iter", screen_iter, 0)
     hard = assignment == "hard"
     rows = None if method == "components" else _support_rows(target, max_support)
     if method == "support" and rows is None:
@@ -357,7 +370,7 @@ def fit_mixture_exact(
         _log_likelihood(rows, np.ascontiguousarray(target.log_pi), np.ascontiguousarray(target.log_q), w)
         w = np.exp(w)  # [U] exact probabilities
         log_pi, log_q, info = _run_restarts(
-            rows, w, K, target.V, seed, smoothing, n_restarts, max_iter, tol, hard
+            rows, w, K, target.V, seed, smoothing, n_restarts, max_iter, tol, hard, screen_iter
         )
     model = MixtureOfProducts(log_pi, log_q)
     return (model, info) if return_info else model

@@ -62,6 +62,7 @@ def test_soft_em_never_lowers_likelihood():
     _, info = fit_mixture(x, 3, 16, seed=0, smoothing=0.0, n_restarts=2, max_iter=50, tol=0.0,
                           return_info=True)
     assert np.all(np.diff(info.trace) >= -1e-9)  # EM's ascent property (round-off slack)
+    assert info.n_iter == len(info.trace) - 1 and info.objective == info.trace[-1]
 
 
 def test_recovers_planted_futures_and_oracle_coverage():

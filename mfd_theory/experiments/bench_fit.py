@@ -80,11 +80,11 @@ def run(config: BenchFitConfig) -> dict:
 
 
 def main(argv=None) -> dict:
+    from mfd_theory.experiments._config import add_dataclass_args, config_from_args
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for f in dataclasses.fields(BenchFitConfig):
-        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
-    args = parser.parse_args(argv)
-    cfg = BenchFitConfig(**vars(args))
+    add_dataclass_args(parser, BenchFitConfig)
+    cfg = config_from_args(BenchFitConfig, parser.parse_args(argv))
     r = run(cfg)
     print(f"EM benchmark: n={cfg.n}, L={cfg.L}, V={cfg.V}, K={cfg.K}, restarts={cfg.n_restarts} "
           f"({r['n_unique']} distinct rows)")

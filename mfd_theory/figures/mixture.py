@@ -89,7 +89,7 @@ def mixture_coverage_vs_budget(result, families=None):
         ax.set_title(f"{fam} (F>=2, {len(cells)} targets)", fontsize=9)
         ax.set_xlabel("budget N (nodes)")
     axes[0].set_ylabel("coverage = E[accepted tokens]")
-    axes[0].legend(fontsize=7, loc="upper left")
+    axes[0].legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     return fig
 
