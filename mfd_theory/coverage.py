@@ -92,8 +92,7 @@ def simulate_acceptance(tree: DraftTree, target: MixtureOfProducts, n: int, seed
     child_start = np.cumsum(child_start)
     child_tok = np.ascontiguousarray(tree.token[order])
     child_idx = np.ascontiguousarray(order.astype(np.int64))
-    pi_cdf = np.cumsum(np.exp(target.log_pi))
-    cdf = np.cumsum(np.exp(target.log_q), axis=2)  # [K, L, V]
+    pi_cdf, cdf = target.sampling_cdfs()
     return _simulate_acceptance(child_start, child_tok, child_idx, pi_cdf, cdf, int(n), int(seed) % (2**32))
 
 

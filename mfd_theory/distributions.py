@@ -66,7 +66,7 @@ class MixtureOfProducts:
         Per-mode, per-position log-probabilities; each ``exp(log_q[k, i])`` sums to one within 1e-9.
     """
 
-    __slots__ = ("log_pi", "log_q")
+    __slots__ = ("log_pi", "log_q", "_cdf")
 
     def __init__(self, log_pi, log_q):
         log_q = check_log_probs("log_q", log_q, ndim=3)
@@ -90,6 +90,7 @@ class MixtureOfProducts:
         self.log_q = np.ascontiguousarray(log_q)
         self.log_pi.setflags(write=False)
         self.log_q.setflags(write=False)
+        self._cdf = None
 
     # ---------------------------------------------------------------- shape
     @property
@@ -190,6 +191,20 @@ class MixtureOfProducts:
         if int(tree.token.max()) >= self.V:
             raise ValueError(f"tree: has token {int(tree.token.max())} outside the target's V = {self.V}")
 
+    def sampling_cdfs(self) -> tuple[np.ndarray, np.ndarray]:
+        """Cumulative mode weights [K] and per-position cumulative probabilities [K, L, V].
+
+        Computed once and cached (the distribution is immutable); sampling and the Monte Carlo
+        walk search them.
+        """
+        if self._cdf is None:
+            pi_cdf = np.cumsum(np.exp(self.log_pi))
+            cdf = np.cumsum(np.exp(self.log_q), axis=2)  # [K, L, V]
+            pi_cdf.setflags(write=False)
+            cdf.setflags(write=False)
+            self._cdf = (pi_cdf, cdf)
+        return self._cdf
+
     def marginals(self) -> "MixtureOfProducts":
         """The best product approximation (min KL(P || Q) over products): per-position marginals."""
         log_m = logsumexp(self.log_pi[:, None, None] + self.log_q, axis=0)  # [L, V]
@@ -204,13 +219,12 @@ class MixtureOfProducts:
         rng = np.random.default_rng(seed)
         modes = rng.choice(self.K, size=n, p=_probs(self.log_pi))  # [n]
         out = np.empty((n, self.L), dtype=np.int64)
-        cdf = np.cumsum(np.exp(self.log_q), axis=2)  # [K, L, V]
-        cdf /= cdf[:, :, -1:]
+        cdf = self.sampling_cdfs()[1]  # [K, L, V]
         u = rng.random((n, self.L))
         for k in range(self.K):
             rows = np.flatnonzero(modes == k)
             for i in range(self.L):
-                out[rows, i] = np.searchsorted(cdf[k, i], u[rows, i], side="right")
+                out[rows, i] = np.searchsorted(cdf[k, i], u[rows, i] * cdf[k, i, -1], side="right")
         np.minimum(out, self.V - 1, out=out)
         return out
 

@@ -229,11 +229,18 @@ def total_prefixes(sizes, cap: int) -> int:
     return min(total, cap)
 
 
+MAX_BUDGET = 1 << 24  # 16.7M nodes; beyond this the node arrays alone would not fit in memory
+
+
 def _check_budget(budget) -> int:
-    if isinstance(budget, bool) or int(budget) != budget:
+    if isinstance(budget, (bool, np.bool_)) or not isinstance(budget, (int, np.integer, float, np.floating)):
+        raise ValueError(f"budget: must be an integer, got {budget!r}")
+    if not np.isfinite(budget) or int(budget) != budget:
         raise ValueError(f"budget: must be an integer, got {budget!r}")
     if budget < 1:
         raise ValueError(f"budget: must be >= 1, got {budget}")
+    if budget > MAX_BUDGET:
+        raise ValueError(f"budget: {budget} exceeds the supported maximum of {MAX_BUDGET} nodes")
     return int(budget)
 
 
@@ -271,23 +278,26 @@ def _check_log_pi(log_pi, K: int) -> np.ndarray:
 
 
 def _build(log_pi: np.ndarray, log_q: np.ndarray, budget: int, token_ids, name: str) -> DraftTree:
-    """Shared path of product_tree and mixture_tree. log_q [K, L, V] or candidates [K, L, k]."""
+    """Shared path of product_tree and mixture_tree. log_q [K, L, V] or candidates [K, L, k].
+
+    K = 1 runs DDTree's lattice over per-depth sorted lists; K > 1 runs the threshold-algorithm
+    search (both exact; the tests compare them with each other and with enumeration).
+    """
     K, L, W = log_q.shape
     if L < 1 or W < 1:
         raise ValueError(f"{name}: needs at least one position and one token, got shape {log_q.shape}")
     if token_ids is None:
         V = W
         N = min(budget, total_prefixes([V] * L, budget))
-        M = min(V, max(N, 1))
+        M = min(V, N)  # a parent never has more than N children in the tree
         while True:
             vals, ids, status = _k._topk_rows(log_q, M, POS_TOL)
             _raise_status(name, status)
+            if K == 1:
+                out = _k._product_lattice(vals[0], ids[0], N)
+                break
             lens = np.full((K, L), M, dtype=np.int64)
-            tok_u, U, list_u, rank = _k._universe(ids, lens)
-            G = _k._gather_full(log_q, tok_u, U, tok_u.shape[1])
-            closed = np.full(L, M >= V)
-            bound = np.full((K, L), -np.inf) if M >= V else vals[:, :, M - 1].copy()
-            out = _k._mixture_tree(log_pi, G, list_u, vals, lens, rank, tok_u, closed, bound, N)
+            out = _search(log_pi, vals, ids, lens, N, full_rows=log_q, closed=M >= V)
             if out[4] != _k.NEEDS_MORE:
                 break
             M = min(V, 2 * M)  # a parent needed tokens beyond every mode's top-M list
@@ -297,31 +307,37 @@ def _build(log_pi: np.ndarray, log_q: np.ndarray, budget: int, token_ids, name: 
             raise ValueError(f"token_ids: shape {ids.shape} does not match the candidate values' {log_q.shape}")
         if not np.issubdtype(ids.dtype, np.integer):
             raise ValueError(f"token_ids: must be integers, got dtype {ids.dtype}")
-        ids = ids.astype(np.int64)
-        if ids.min() < 0:
+        vals, ids, status = _k._prepare_candidates(log_q, ids, POS_TOL)
+        if status == 5:
             raise ValueError("token_ids: contains negative token ids")
-        srt = np.sort(ids, axis=2)
-        if (srt[:, :, 1:] == srt[:, :, :-1]).any():
-            raise ValueError("token_ids: a token appears twice in one mode's candidate list at one position")
-        vals = log_q.astype(np.float64)
-        if np.isnan(vals).any():
-            raise ValueError(f"{name}: contains NaN")
-        if np.isposinf(vals).any():
-            raise ValueError(f"{name}: contains +inf (a probability of infinity)")
-        if (vals > POS_TOL).any():
-            raise ValueError(f"{name}: has entries above 0 (probability > 1); pass log-probabilities, not logits")
-        order = np.lexsort((ids, -vals), axis=2)  # descending value, then ascending id
-        vals = np.ascontiguousarray(np.take_along_axis(vals, order, axis=2))
-        ids = np.ascontiguousarray(np.take_along_axis(ids, order, axis=2))
+        _raise_status(name, status)
         lens = np.full((K, L), W, dtype=np.int64)
-        tok_u, U, list_u, rank = _k._universe(ids, lens)
+        if K == 1:
+            N = min(budget, total_prefixes([W] * L, budget))
+            out = _k._product_lattice(vals[0], ids[0], N)
+            dup_rows = out[4][None]  # only the list entries the tree used can matter
+        else:
+            dup_rows = lens
+        if _k._lists_have_duplicates(ids, dup_rows):
+            raise ValueError("token_ids: a token appears twice in one mode's candidate list at one position")
+        if K > 1:
+            out = _search(log_pi, vals, ids, lens, budget, full_rows=None, closed=True)
+    parent, token, depth, score = out[0], out[1], out[2], out[3]
+    return DraftTree(parent.copy(), token.copy(), depth.copy(), score.copy(), validate=False)
+
+
+def _search(log_pi, vals, ids, lens, budget, full_rows, closed: bool):
+    """The K > 1 threshold-algorithm search over sorted per-mode lists vals / ids [K, L, M]."""
+    K, L, M = vals.shape
+    tok_u, U, list_u, rank = _k._universe(ids, lens)
+    if full_rows is None:
         N = min(budget, total_prefixes(U, budget))
         G = _k._gather_candidates(vals, list_u, lens, tok_u.shape[1])
-        closed = np.ones(L, dtype=np.bool_)
-        bound = np.full((K, L), -np.inf)
-        out = _k._mixture_tree(log_pi, G, list_u, vals, lens, rank, tok_u, closed, bound, N)
-    parent, token, depth, score, _ = out
-    return DraftTree(parent.copy(), token.copy(), depth.copy(), score.copy(), validate=False)
+    else:
+        N = budget
+        G = _k._gather_full(full_rows, tok_u, U, tok_u.shape[1])
+    bound = np.full((K, L), -np.inf) if closed else vals[:, :, M - 1].copy()
+    return _k._mixture_tree(log_pi, G, list_u, vals, lens, rank, tok_u, np.full(L, closed), bound, N)
 
 
 def product_tree(log_q, budget: int, token_ids=None) -> DraftTree:

@@ -161,6 +161,24 @@ def test_mixture_with_one_mode_equals_product(mix, budget):
     ref.assert_log_close(a.log_score, b.log_score, SCORE_TOL, "K=1 mixture vs product")
 
 
+@given(mst.products(), mst.budgets())
+def test_threshold_search_with_one_mode_equals_the_lattice(mix, budget):
+    """The two exact kernels (DDTree's lattice for K = 1, the threshold search for K > 1) agree
+    when the search is run on one mode: same score sequence, node for node."""
+    from mfd_theory import trees as trees_mod
+    from mfd_theory._kernels import trees as kern
+
+    V = mix.V
+    lattice = product_tree(mix.log_q[0], budget)
+    vals, ids, status = kern._topk_rows(mix.log_q, V, trees_mod.POS_TOL)  # complete lists
+    assert status == kern.OK
+    lens = np.full((1, mix.L), V, dtype=np.int64)
+    N = len(lattice)
+    parent, token, depth, score, st_ = trees_mod._search(np.zeros(1), vals, ids, lens, N, None, True)
+    assert st_ == kern.OK and len(score) == N
+    ref.assert_log_close(score, lattice.log_score, SCORE_TOL, "threshold search vs lattice")
+
+
 # ----------------------------------------------------------------------------- properties
 
 @given(mst.mixtures(), mst.budgets(), mst.budgets())

@@ -388,3 +388,153 @@ def _mixture_tree(log_pi, G, list_u, list_val, lens, rank, tok_u, closed, bound,
             hs[j] = seq
             seq += 1
     return parent[:n], token[:n], depth[:n], score[:n], status
+
+
+@njit(cache=True)
+def _prepare_candidates(values, ids, pos_tol):
+    """Validate and sort candidate lists values/ids [K, L, k] -> float64 values, int64 ids, status.
+
+    Rows already sorted by descending value (torch.topk's order; equal values in any order) are
+    copied as they are; other rows are sorted (descending value, ascending id among ties). Status: NaN, +inf, positive log-prob, or 5 for
+    a negative token id.
+    """
+    K, L, k = values.shape
+    vals = np.empty((K, L, k))
+    out_ids = np.empty((K, L, k), dtype=np.int64)
+    for a in range(K):
+        for d in range(L):
+            ok = True
+            for i in range(k):
+                v = np.float64(values[a, d, i])
+                t = np.int64(ids[a, d, i])
+                if v != v:
+                    return vals, out_ids, HAS_NAN
+                if v > pos_tol:
+                    return vals, out_ids, HAS_POSINF if v == np.inf else HAS_POSITIVE
+                if t < 0:
+                    return vals, out_ids, 5
+                vals[a, d, i] = v
+                out_ids[a, d, i] = t
+                if i > 0 and vals[a, d, i - 1] < v:
+                    ok = False
+            if not ok:
+                o1 = np.argsort(out_ids[a, d])
+                v1 = vals[a, d][o1]
+                t1 = out_ids[a, d][o1]
+                o2 = np.argsort(-v1, kind="mergesort")
+                for i in range(k):
+                    vals[a, d, i] = v1[o2[i]]
+                    out_ids[a, d, i] = t1[o2[i]]
+    return vals, out_ids, OK
+
+
+@njit(cache=True)
+def _has_duplicates(row):
+    s = np.sort(row)
+    for i in range(1, s.shape[0]):
+        if s[i] == s[i - 1]:
+            return True
+    return False
+
+
+@njit(cache=True)
+def _lists_have_duplicates(ids, lens):
+    """True when some mode's list at some depth repeats a token id (ids [K, L, M], lens [K, L])."""
+    K, L, M = ids.shape
+    for a in range(K):
+        for d in range(L):
+            if _has_duplicates(ids[a, d, : lens[a, d]]):
+                return True
+    return False
+
+
+@njit(cache=True)
+def _product_lattice(vals, ids, budget):
+    """DDTree's builder for a product score: exact top-``budget`` prefixes.
+
+    vals / ids [L, k]: each depth's candidates sorted descending. A lattice cell (parent, depth,
+    rank) is the rank-th best token of that depth under that parent; every parent shares the
+    depth's list, so popping a cell and pushing its next sibling (rank + 1) and first child
+    (depth + 1, rank 0) emits prefixes in exactly decreasing score (ties first-in-first-out).
+    Returns parent, token, depth, log_score and the number of list entries used per depth (so
+    the caller can check for duplicate ids where they matter).
+    """
+    L, k = vals.shape
+    N = budget
+    parent = np.empty(N, dtype=np.int64)
+    token = np.empty(N, dtype=np.int64)
+    depth = np.empty(N, dtype=np.int64)
+    score = np.empty(N)
+    used = np.zeros(L, dtype=np.int64)
+    cap = 2 * N + 2
+    # cells live in a pool (written once); the heap moves only (key, cell index)
+    cp = np.empty(cap, dtype=np.int64)  # parent node
+    cd = np.empty(cap, dtype=np.int64)  # depth index
+    cr = np.empty(cap, dtype=np.int64)  # rank
+    cb = np.empty(cap)  # parent's score
+    hk = np.empty(cap)
+    hi = np.empty(cap, dtype=np.int64)  # cell index; also the FIFO tie-break
+    cp[0], cd[0], cr[0], cb[0] = -1, 0, 0, 0.0
+    hk[0] = vals[0, 0]
+    hi[0] = 0
+    size = 1
+    ncell = 1
+    n = 0
+    while n < N and size > 0:
+        key = hk[0]
+        c0 = hi[0]
+        size -= 1
+        if size > 0:
+            lk = hk[size]
+            li = hi[size]
+            j = 0
+            while True:
+                c = 2 * j + 1
+                if c >= size:
+                    break
+                if c + 1 < size and (hk[c + 1] > hk[c] or (hk[c + 1] == hk[c] and hi[c + 1] < hi[c])):
+                    c += 1
+                if hk[c] > lk or (hk[c] == lk and hi[c] < li):
+                    hk[j] = hk[c]
+                    hi[j] = hi[c]
+                    j = c
+                else:
+                    break
+            hk[j] = lk
+            hi[j] = li
+        p = cp[c0]
+        d = cd[c0]
+        r = cr[c0]
+        parent[n] = p
+        token[n] = ids[d, r]
+        depth[n] = d + 1
+        score[n] = key
+        if r + 1 > used[d]:
+            used[d] = r + 1
+        node = n
+        n += 1
+        for which in range(2):
+            if which == 0:
+                if r + 1 >= k:
+                    continue
+                nk = cb[c0] + vals[d, r + 1]
+                cp[ncell], cd[ncell], cr[ncell], cb[ncell] = p, d, r + 1, cb[c0]
+            else:
+                if d + 1 >= L:
+                    continue
+                nk = key + vals[d + 1, 0]
+                cp[ncell], cd[ncell], cr[ncell], cb[ncell] = node, d + 1, 0, key
+            j = size
+            size += 1
+            while j > 0:
+                par = (j - 1) >> 1
+                if nk > hk[par] or (nk == hk[par] and ncell < hi[par]):
+                    hk[j] = hk[par]
+                    hi[j] = hi[par]
+                    j = par
+                else:
+                    break
+            hk[j] = nk
+            hi[j] = ncell
+            ncell += 1
+    return parent[:n], token[:n], depth[:n], score[:n], used
