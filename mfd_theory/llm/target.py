@@ -90,6 +90,11 @@ class TargetModel:
         self.cache = None
         self.length = 0  # committed tokens held in the cache
         self._pending = 0  # rows appended by the last verify, not yet committed
+        from transformers.cache_utils import DynamicLayer
+
+        odd = {type(layer).__name__ for layer in self._new_cache().layers if type(layer) is not DynamicLayer}
+        if odd:  # sliding-window / linear-attention layers cannot be compacted row by row
+            raise ValueError(f"hf_model: cache layers {sorted(odd)} are not supported (full attention only)")
         if check_mask:
             self._probe_4d_mask()
 
