@@ -67,6 +67,8 @@ def _positive_time(name: str, value) -> float:
         v = float(value)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{name}: expected a number of milliseconds, got {value!r}") from exc
+    if math.isnan(v):
+        raise ValueError(f"{name}: is NaN (was it timed? write a measured value, or 0 to leave it out)")
     if not math.isfinite(v) or v < 0:
         raise ValueError(f"{name}: must be finite and >= 0 ms, got {value!r}")
     return v
@@ -196,8 +198,13 @@ class LatencyProfile:
         return f"{self.name} ({'ASSUMED' if self.assumption else 'measured'})"
 
 
-def load_latency_profile(path: str | os.PathLike) -> LatencyProfile:
-    """Read and validate a latency profile JSON file (format in the module docstring)."""
+def load_latency_profile(path: str | os.PathLike, make_monotone: bool = False) -> LatencyProfile:
+    """Read and validate a latency profile JSON file (format in the module docstring).
+
+    Extra keys (e.g. ``provenance``) are ignored. A measured table can dip by timing noise (a
+    larger tree timed a hair faster); ``make_monotone=True`` replaces ``verify_ms`` by its running
+    maximum and says so in the profile's ``note``; by default such a table is an error.
+    """
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"path: no latency profile at {path}")
@@ -205,6 +212,16 @@ def load_latency_profile(path: str | os.PathLike) -> LatencyProfile:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise ValueError(f"path: {path} is not valid JSON ({exc})") from exc
+    if make_monotone and isinstance(raw, dict) and isinstance(raw.get("verify_ms"), list):
+        try:
+            times = [float(t) for t in raw["verify_ms"]]
+        except (TypeError, ValueError):
+            times = None
+        if times and all(math.isfinite(t) for t in times):
+            fixed = np.maximum.accumulate(times).tolist()
+            if fixed != times:
+                raw = {**raw, "verify_ms": fixed,
+                       "note": (raw.get("note", "") + " verify_ms replaced by its running maximum on load.").strip()}
     return LatencyProfile.from_dict(raw, source=str(path))
 
 

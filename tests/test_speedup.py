@@ -166,3 +166,17 @@ def test_negative_coverage():
 def test_sequoia_choice_bad_acceptance():
     with pytest.raises(ValueError, match="acceptance"):
         sequoia_choice([0.8, 0.5], toy(), 10, 3)
+
+
+def test_make_monotone_on_load(tmp_path):
+    d = {**TABLE, "verify_ms": [10.0, 9.9, 14.0, 30.0], "provenance": {"git_sha": "x"}}
+    (tmp_path / "p.json").write_text(json.dumps(d))
+    with pytest.raises(ValueError, match="not monotone"):
+        load_latency_profile(tmp_path / "p.json")
+    prof = load_latency_profile(tmp_path / "p.json", make_monotone=True)
+    assert prof.verify_ms == (10.0, 10.0, 14.0, 30.0) and "running maximum" in prof.note
+
+
+def test_nan_draft_time():
+    with pytest.raises(ValueError, match="t_draft_ms.*NaN"):
+        toy(t_draft_ms=float("nan"))
