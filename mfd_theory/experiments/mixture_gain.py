@@ -72,7 +72,7 @@ class Config:
     hard: bool = True  # also fit the winner-take-all variant
     exact_fit: bool = True  # also fit from the exact target (no sampling noise)
     profiles: tuple[str, ...] = ("h100_qwen3-8b", "cpu_small")  # shipped profiles (ASSUMED)
-    profile_path: str = ""  # a measured profile (results/verify_latency*.json), added when given
+    profile_path: str = ""  # a measured profile (results/verify_latency*.json), added when given (running max applied)
     sequoia_ranks: int = 8
     sequoia_depth: int = 15
     # zipf_futures with a constant per-position confidence c (the target's own token gets c, a Zipf
@@ -154,7 +154,7 @@ def curve_grid(max_n: int) -> np.ndarray:
 def _profiles(config: Config):
     profs = [default_profile(name) for name in config.profiles]
     if config.profile_path:
-        profs.append(load_latency_profile(config.profile_path))
+        profs.append(load_latency_profile(config.profile_path, make_monotone=True))  # timing noise
     return profs
 
 
