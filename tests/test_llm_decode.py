@@ -222,3 +222,23 @@ def test_bad_input_leaves_the_target_usable(model, target, block):
     with pytest.raises(ValueError):
         speculative_generate(target, block, [1, 2], 4, "ddtree", budget=0)
     assert speculative_generate(target, block, PROMPTS[0], 6, "ddtree").tokens == _hf_greedy(model, PROMPTS[0], 6)
+
+
+def test_tree_builders_are_the_core_s():
+    """One code path: mfd with K = 1 is ddtree, and with V <= budget the candidates are the whole
+    vocabulary, so the trees equal the core's builders on the full distributions."""
+    from mfd_theory.llm.decode import build_tree
+    from mfd_theory.trees import mixture_tree, product_tree
+
+    g = torch.Generator().manual_seed(0)
+    lq1 = torch.log_softmax(2 * torch.randn(1, 4, 6, generator=g), -1)
+    assert build_tree("mfd", torch.zeros(1), lq1, 10) == build_tree("ddtree", torch.zeros(1), lq1, 10)
+    assert build_tree("ddtree", torch.zeros(1), lq1, 10) == product_tree(lq1[0].double().numpy(), 10)
+    lq = torch.log_softmax(2 * torch.randn(3, 4, 6, generator=g), -1)
+    lp = torch.log_softmax(torch.randn(3, generator=g), 0)
+    ref = mixture_tree(lp.double().numpy() - np.logaddexp.reduce(lp.double().numpy()), lq.double().numpy(), 12)
+    got = build_tree("mfd", lp, lq, 12)
+    assert got.paths() == ref.paths()
+    assert np.allclose(got.log_score, ref.log_score, atol=1e-6)
+    chain = build_tree("chain", lp, lq, 3)
+    assert chain.paths()[-1] == tuple(lq[int(lp.argmax())].argmax(-1)[:3].tolist())
