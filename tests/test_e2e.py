@@ -96,11 +96,16 @@ def test_mfd_gains_against_best_single_mode_tree():
         {"temperature": 0.0, "method": "ar", "drafter": "none", "budget": 0, "tau": 1.0, "speedup": 1.0},
         {"temperature": 0.0, "method": "chain", "drafter": "product", "budget": 7, "tau": 2.0, "speedup": 1.5},
         {"temperature": 0.0, "method": "ddtree", "drafter": "product", "budget": 16, "tau": 3.0, "speedup": 2.0},
+        {"temperature": 0.0, "method": "ddtree", "drafter": "product", "budget": 32, "tau": 3.2, "speedup": 1.8},
         {"temperature": 0.0, "method": "mfd", "drafter": "mfd-k2", "budget": 16, "tau": 3.3, "speedup": 2.1},
+        {"temperature": 0.0, "method": "mfd", "drafter": "mfd-k2", "budget": 32, "tau": 3.2, "speedup": 1.8},
     ]
     g = mfd_gains(rows)
     at16 = next(x for x in g if x["budget"] == 16 and x["method"] == "mfd")
     assert at16["tau_gain"] == pytest.approx(0.1)
     assert at16["speedup_gain"] == pytest.approx(0.05)
+    at32 = next(x for x in g if x["budget"] == 32 and x["method"] == "mfd")
+    assert at32["tau_gain"] == pytest.approx(0.0)
     best = next(x for x in g if x["budget"] == "best")
     assert best["single_best_budget"] == 16
+    assert best["tau_gain"] == pytest.approx(3.3 / 3.2 - 1)

@@ -46,7 +46,7 @@ class E2EConfig:
     target_heads: int = 4
     target_kv_heads: int = 2
     target_intermediate: int = 384
-    target_steps: int = 700
+    target_steps: int = 600
     target_batch: int = 16
     seq_len: int = 128
     target_lr: float = 3e-3
@@ -61,14 +61,14 @@ class E2EConfig:
     # block drafters: identical data, steps and sizes for every K
     block_size: int = 8
     drafter_layers: int = 1
-    drafter_steps: int = 500
+    drafter_steps: int = 400
     drafter_batch: int = 16
     blocks_per_seq: int = 4
     drafter_lr: float = 3e-3
     modes: tuple[int, ...] = (2, 4)
     balance: float = 0.1
     # evaluation on held-out prompts
-    eval_prompts: int = 8
+    eval_prompts: int = 12
     max_new_tokens: int = 64
     budgets: tuple[int, ...] = (16, 32, 64, 128, 256)
     temperatures: tuple[float, ...] = (0.0, 1.0)
