@@ -17,8 +17,17 @@ ROOT = Path(__file__).resolve().parent.parent
 # (label, module, argv) in order; each module exposes main(argv)
 STEPS: list[tuple[str, str, list[str]]] = [
     ("core table", "mfd_theory.experiments.core_table", []),
+    ("chimera bound", "mfd_theory.experiments.chimera_bound", []),
+    ("chimera share", "mfd_theory.experiments.chimera_share", []),
+    ("mixture gain", "mfd_theory.experiments.mixture_gain", []),
+    ("end to end", "mfd_theory.experiments.e2e", ["--preset", "default", "--out", "results"]),
 ]
-NOTEBOOKS: list[str] = []
+NOTEBOOKS: list[str] = [
+    "notebooks/01_chimera_bound.ipynb",
+    "notebooks/02_chimera_share.ipynb",
+    "notebooks/03_mixture_gain.ipynb",
+    "notebooks/04_end_to_end.ipynb",
+]
 
 
 def run_notebook(path: Path, small: bool = False, timeout: int = 1800) -> None:
