@@ -780,7 +780,7 @@ def conjectured_min_all_distinct(F: int, m: int) -> int:
     exactly, when F futures take F distinct tokens at each of their m disagreement positions.
 
     F = 2 is the theorem. Computed exactly (proven lower bound met by a drafter) for F = 3,
-    m <= 7; F = 4, m <= 4; F = 5, m <= 3 - see docs/chimeras.md.
+    m <= 7; F = 4, m <= 5; F = 5, m <= 3 - see docs/chimeras.md.
     """
     F = _check_int("F", F, 2)
     m = _check_int("m", m, 1)
