@@ -289,3 +289,42 @@ def test_all_distinct_minimum_matches_the_conjectured_formula_small():
         lab = "|".join(str(f) for f in range(F))
         r = ch.min_chimeras_multi(ch.futures_from_pattern({lab: m}), n_trials=500)
         assert r.proven and r.observed_min == ch.conjectured_min_all_distinct(F, m)
+
+
+# ----------------------------------------------------------------------------- experiment CLIs
+
+
+def test_chimera_bound_cli_writes_a_result(tmp_path):
+    from mfd_theory.experiments import chimera_bound as cb
+    from mfd_theory.results import Result
+
+    cb.main(["--n-instances", "5000", "--n-tie-instances", "1000", "--n-cross-check", "5",
+             "--multi-F3-columns", "2", "--multi-F4-columns", "1", "--multi-all-distinct-F3", "3",
+             "--multi-all-distinct-F4", "2", "--multi-trials", "100", "--out-dir", str(tmp_path), "--quiet"])
+    res = Result.load(tmp_path / "chimera_bound.json")
+    assert res.config["n_instances"] == 5000
+    assert res.data["verify"]["violations"] == 0
+    assert res.data["cross_check"]["count_agrees"] == 5
+    assert all(r["proven"] for r in res.data["multi_future"])
+
+
+def test_chimera_share_cli_writes_a_result_and_resumes(tmp_path):
+    from mfd_theory.experiments import chimera_share as cs
+    from mfd_theory.results import Result
+
+    argv = ["--n-seeds", "1", "--budgets", "16", "64", "--two-futures-m", "2", "--F-values", "2",
+            "--branch-points", "1", "--noisy-F", "2", "--temperatures", "0.5", "--zipf-F", "2",
+            "--zipf-profiles", "medusa", "--noise-levels", "0.2", "--out-dir", str(tmp_path), "--quiet"]
+    cs.main(argv)
+    res = Result.load(tmp_path / "chimera_share.json")
+    rows = res.data["settings"]
+    assert {r["family"] for r in rows} == set(cs.syn.FAMILIES)
+    for r in rows:
+        assert r["budgets"] == [16, 64]
+        assert all(0.0 <= x <= 1.0 for x in r["chimera_share"])
+        assert all(p <= o + 1e-9 for p, o in zip(r["cov_product"], r["cov_oracle"]))  # oracle is the ceiling
+        # exact modes make the mixture tree the oracle; 1e-9: sums of the same probabilities
+        np.testing.assert_allclose(r["cov_mixture"], r["cov_oracle"], rtol=1e-9)
+    n_cells = len(list((tmp_path / "chimera_share").glob("*.json")))
+    cs.main(argv)  # the second run loads every cell from the store
+    assert len(list((tmp_path / "chimera_share").glob("*.json"))) == n_cells
