@@ -109,3 +109,14 @@ def test_mfd_gains_against_best_single_mode_tree():
     best = next(x for x in g if x["budget"] == "best")
     assert best["single_best_budget"] == 16
     assert best["tau_gain"] == pytest.approx(3.3 / 3.2 - 1)
+
+
+def test_cuda_requested_without_cuda(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    from mfd_theory.experiments.e2e import run
+
+    with pytest.raises(ValueError, match="device"):
+        run(preset_config("micro", device="cuda"), tmp_path, progress=False)

@@ -44,10 +44,17 @@ def hf_assisted_baseline(target, draft_lm, prompts: np.ndarray, max_new_tokens: 
         raise ValueError("draft_lm: vocabulary differs from the target's")
     target.eval()
     draft_lm.eval()
+    dev = next(target.parameters()).device
+
+    def clock() -> float:
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        return time.perf_counter()
+
     rows = []
     for temp in temperatures:
         gc = _generation_config(target, temp, max_new_tokens)
-        warm = torch.from_numpy(prompts[:1])
+        warm = torch.from_numpy(prompts[:1]).to(dev)
         target.generate(warm, generation_config=gc, attention_mask=torch.ones_like(warm))
         target.generate(warm, generation_config=gc, assistant_model=draft_lm,
                         attention_mask=torch.ones_like(warm))
@@ -55,12 +62,12 @@ def hf_assisted_baseline(target, draft_lm, prompts: np.ndarray, max_new_tokens: 
         for name, extra in (("hf_ar", {}), ("hf_assisted", {"assistant_model": draft_lm})):
             tokens, secs = 0, 0.0
             for i, p in enumerate(prompts):
-                ids = torch.from_numpy(p[None])                        # [1, P]
+                ids = torch.from_numpy(p[None]).to(dev)                # [1, P]
                 torch.manual_seed(seed + i)
-                t0 = time.perf_counter()
+                t0 = clock()
                 out = target.generate(ids, generation_config=gc, attention_mask=torch.ones_like(ids),
                                       **extra)
-                secs += time.perf_counter() - t0
+                secs += clock() - t0
                 tokens += int(out.shape[1] - ids.shape[1])
             per[name] = (tokens, secs)
         ar_tpt = per["hf_ar"][1] / max(1, per["hf_ar"][0])

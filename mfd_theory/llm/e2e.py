@@ -351,10 +351,10 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
     if any(k < 2 for k in cfg.modes):
         raise ValueError(f"modes: MFD drafters need K >= 2, got {cfg.modes}")
     torch.set_num_threads(cfg.threads)
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device: {cfg.device!r} requested but CUDA is not available")
     if cfg.eval_threads < 1 or cfg.threads < 1:
         raise ValueError(f"threads/eval_threads: must be >= 1, got {cfg.threads}/{cfg.eval_threads}")
-    if cfg.device != "cpu":
-        raise ValueError(f"device: only 'cpu' is wired in this version, got {cfg.device!r}")
     times: dict[str, float] = {}
     t0 = time.perf_counter()
 
@@ -363,7 +363,8 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
     arch, train = _lm_configs(cfg, draft=False)
     tdir = cache / f"target-{config_hash(arch, train, corpus.config)}"
     t = time.perf_counter()
-    target_hf, target_curve = train_lm(corpus, tdir, arch, train, progress=progress, desc="target")
+    target_hf, target_curve = train_lm(corpus, tdir, arch, train, progress=progress, desc="target",
+                                       device=cfg.device)
     times["target"] = time.perf_counter() - t
     for p in target_hf.parameters():
         p.requires_grad_(False)
@@ -373,7 +374,8 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
         darch, dtrain = _lm_configs(cfg, draft=True)
         t = time.perf_counter()
         draft_lm, draft_curve = train_lm(corpus, cache / f"draftlm-{config_hash(darch, dtrain, corpus.config)}",
-                                         darch, dtrain, progress=progress, desc="draft LM")
+                                         darch, dtrain, progress=progress, desc="draft LM",
+                                         device=cfg.device)
         times["draft_lm"] = time.perf_counter() - t
 
     t = time.perf_counter()

@@ -159,7 +159,7 @@ def _read_state_dir(run_dir: Path, model, optimizer) -> tuple[int, list]:
         try:
             state = json.loads((d / "state.json").read_text())
             weights = load_file(str(d / "weights.safetensors"))
-            opt_state = torch.load(d / "optimizer.pt", weights_only=False)
+            opt_state = torch.load(d / "optimizer.pt", weights_only=False, map_location="cpu")
         except Exception as exc:  # noqa: BLE001 - any unreadable file means a corrupt checkpoint
             raise ValueError(f"run_dir: corrupt training checkpoint in {d}: {exc}") from exc
         expected = {n for n, p in model.named_parameters() if p.requires_grad}
@@ -281,7 +281,7 @@ def _qwen3_config(arch: LMConfig, vocab_size: int, eos_id: int):
     )
 
 
-def load_lm(path: str | Path):
+def load_lm(path: str | Path, device: str = "cpu"):
     """Load a finished LM saved by :func:`train_lm` (``path`` is the run dir or its ``model/``)."""
     from transformers import Qwen3ForCausalLM
 
@@ -294,8 +294,7 @@ def load_lm(path: str | Path):
         model = Qwen3ForCausalLM.from_pretrained(str(path), dtype=torch.float32)
     except Exception as exc:  # noqa: BLE001 - surface any loader failure as a clear error
         raise ValueError(f"path: corrupt model checkpoint in {path}: {exc}") from exc
-    model.eval()
-    return model
+    return model.to(device).eval()
 
 
 def _windows(stream: np.ndarray, step: int, seed: int, batch: int, seq_len: int) -> torch.Tensor:
@@ -312,6 +311,7 @@ def train_lm(
     progress: bool = True,
     desc: str = "target",
     stop_after: int | None = None,
+    device: str = "cpu",
 ):
     """Train a Qwen3ForCausalLM on ``corpus`` (next-token CE on random windows); cached in run_dir.
 
@@ -322,17 +322,17 @@ def train_lm(
     run_dir = Path(run_dir)
     if (run_dir / "model" / "config.json").is_file() and (run_dir / "loss_curve.json").is_file():
         _check_run_config(run_dir, _lm_run_config(corpus, arch, train))
-        return load_lm(run_dir), json.loads((run_dir / "loss_curve.json").read_text())
+        return load_lm(run_dir, device), json.loads((run_dir / "loss_curve.json").read_text())
     stream = corpus.stream()
     if len(stream) <= train.seq_len + 1:
         raise ValueError(f"train.seq_len: corpus has only {len(stream)} tokens")
     torch.manual_seed(train.seed)
     model = Qwen3ForCausalLM._from_config(
         _qwen3_config(arch, corpus.vocab_size, corpus.eos_id), attn_implementation="sdpa"
-    )
+    ).to(device)
 
     def loss_fn(step):
-        ids = _windows(stream, step, train.seed, train.batch_size, train.seq_len)  # [B, S]
+        ids = _windows(stream, step, train.seed, train.batch_size, train.seq_len).to(device)  # [B, S]
         return model(input_ids=ids, labels=ids).loss, {}
 
     curve = run_training(
@@ -380,20 +380,23 @@ def make_distill_data(
     gen = torch.Generator().manual_seed(seed)
     out = []
     target.eval()
+    dev = next(target.parameters()).device
     for lo in tqdm(range(0, len(prompts), batch), desc="distill", disable=not progress, leave=False):
-        ids = torch.from_numpy(prompts[lo: lo + batch])  # [b, P]
+        ids = torch.from_numpy(prompts[lo: lo + batch]).to(dev)  # [b, P]
         res = target(input_ids=ids, use_cache=True)
         past, logits = res.cache, res.logits[:, -1]
         toks = [ids]
         for _ in range(gen_len):
             if temperature > 0:
-                nxt = torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=gen)
+                # Sampled on the CPU with a CPU generator: the same draws on any device.
+                probs = torch.softmax(logits.float().cpu() / temperature, -1)
+                nxt = torch.multinomial(probs, 1, generator=gen).to(dev)
             else:
                 nxt = logits.argmax(-1, keepdim=True)  # [b, 1]
             toks.append(nxt)
             res = target(input_ids=nxt, cache=past, use_cache=True)
             past, logits = res.cache, res.logits[:, -1]
-        out.append(torch.cat(toks, 1).numpy())
+        out.append(torch.cat(toks, 1).cpu().numpy())
     return np.concatenate(out).astype(np.int64)
 
 
@@ -452,7 +455,7 @@ def left_align_context(ctx: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor
     [B, S, H], t [B] -> (ctx [B, T, H], valid [B, T]) with T = max(t).
     """
     T = int(t.max())
-    src = torch.arange(T)[None, :] - (T - t)[:, None]                  # [B, T] source row, <0 = pad
+    src = torch.arange(T, device=t.device)[None, :] - (T - t)[:, None]                  # [B, T] source row, <0 = pad
     valid = src >= 0
     idx = src.clamp_min(0)[:, :, None].expand(-1, -1, ctx.shape[-1])  # [B, T, H]
     return ctx.gather(1, idx), valid
@@ -518,7 +521,8 @@ def train_drafter(
         p.requires_grad_(False)
     hf.eval()
     gamma = config.gamma if config.gamma is not None else default_gamma(bs)
-    weights = position_weights(bs - 1, gamma)                          # [L]
+    dev = next(hf.parameters()).device
+    weights = position_weights(bs - 1, gamma).to(dev)                  # [L]
     mask_id = int(drafter.mask_token_id)
     data_t = torch.from_numpy(data)
     fp = target_fingerprint(target)
@@ -526,16 +530,16 @@ def train_drafter(
     def loss_fn(step):
         rng = np.random.default_rng([config.seed, 7, step])
         rows = rng.integers(0, len(data), size=config.batch_size)
-        ids = data_t[rows]                                             # [B, S]
+        ids = data_t[rows].to(dev)                                     # [B, S]
         with torch.no_grad():
             hs = hf(input_ids=ids, output_hidden_states=True).hidden_states
         ctx = drafter.fuse_hidden(hs)                                  # [B, S, H]
         nb = config.blocks_per_seq
-        t = torch.from_numpy(rng.integers(prompt_len, S - bs + 1, size=(config.batch_size, nb)))
+        t = torch.from_numpy(rng.integers(prompt_len, S - bs + 1, size=(config.batch_size, nb))).to(dev)
         t = t.reshape(-1)                                              # [B*nb]
         ctx, valid = left_align_context(ctx.repeat_interleave(nb, 0), t)  # [B*nb, T, H], [B*nb, T]
         seq = ids.repeat_interleave(nb, 0)                             # [B*nb, S]
-        offs = t[:, None] + torch.arange(bs)[None, :]                  # [B*nb, bs]
+        offs = t[:, None] + torch.arange(bs, device=dev)[None, :]      # [B*nb, bs]
         block_tokens = seq.gather(1, offs)                             # [B*nb, bs]
         block_ids = torch.full_like(block_tokens, mask_id)
         block_ids[:, 0] = block_tokens[:, 0]
