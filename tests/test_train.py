@@ -15,7 +15,7 @@ from mfd_theory.llm.data import CorpusConfig, build_corpus  # noqa: E402
 from mfd_theory.llm.e2e import load_trained_drafter  # noqa: E402
 from mfd_theory.llm.train import (  # noqa: E402
     DrafterTrainConfig, LMConfig, LMTrainConfig, block_loss, left_align_context, load_lm,
-    make_distill_data, position_weights, train_drafter, train_lm,
+    make_distill_data, mode_diagnostics, position_weights, train_drafter, train_lm,
 )
 
 from reference_e2e import block_loss_mixture, block_loss_product, left_align  # noqa: E402
@@ -136,6 +136,10 @@ def test_drafter_training_saves_dflash_checkpoint_and_checks_target(corpus, targ
     assert cfg_json["dflash_config"]["mask_token_id"] == corpus.mask_id
     back = load_trained_drafter(tmp_path / "drafter", target)
     assert back.num_modes == 2
+    diag = mode_diagnostics(target, back, data, 6, n_blocks=8)
+    assert sum(diag["pi_mean"]) == pytest.approx(1.0, abs=1e-5)
+    assert 0.5 <= diag["resp_max_mean"] <= 1.0
+    assert len(diag["mode_tv_per_position"]) == 3
     other, _ = train_lm(corpus, tmp_path / "other", ARCH,
                         LMTrainConfig(**{**TRAIN.__dict__, "seed": 1, "steps": 1}), progress=False)
     with pytest.raises(ValueError, match="another target"):

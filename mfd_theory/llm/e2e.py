@@ -42,7 +42,7 @@ from . import target as _target  # noqa: F401
 from .data import Corpus, CorpusConfig, build_corpus
 from .train import (
     DrafterTrainConfig, LMConfig, LMTrainConfig, config_hash, load_lm, make_distill_data,
-    target_fingerprint, train_drafter, train_lm,
+    mode_diagnostics, target_fingerprint, train_drafter, train_lm,
 )
 
 __all__ = ["run_e2e", "evaluate", "mfd_gains", "format_table", "load_trained_drafter", "check_writable"]
@@ -307,11 +307,31 @@ def mfd_gains(rows: list[dict]) -> list[dict]:
     return out
 
 
+def prediction_summary(rows: list[dict]) -> dict:
+    """How well measured acceptance matches the trees' predicted (covered) mass at T > 0.
+
+    Each row's z is (measured - predicted) / s.e. of the per-round difference; if the theory
+    holds they are roughly standard normal: about 95% within +-2, sum of z^2 near the row count.
+    """
+    zs = [r["pred_gap_z"] for r in rows if r["temperature"] > 0 and r["method"] != "ar"
+          and isinstance(r.get("pred_gap_z"), float) and not math.isnan(r["pred_gap_z"])]
+    if not zs:
+        return {"n_rows": 0}
+    z = np.asarray(zs)
+    return {"n_rows": len(zs), "mean_z": float(z.mean()), "max_abs_z": float(np.abs(z).max()),
+            "share_abs_z_below_2": float((np.abs(z) < 2).mean()), "sum_z2": float((z ** 2).sum())}
+
+
 def format_table(data: dict) -> str:
     """A markdown table of the rows (what the README reports)."""
     lines = ["| T | method | drafter | N | tau | accepted (mean +- std) | predicted | covered@T1 | "
              "z | speedup | dead share |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    f = lambda v, p=2: "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{p}f}"  # noqa: E731
+    def f(v, p=2):
+        # Saved results hold NaN as the string "nan"; missing values print as "-".
+        if not isinstance(v, (int, float)) or (isinstance(v, float) and math.isnan(v)):
+            return "-"
+        return f"{v:.{p}f}"
+
     for r in data["rows"]:
         lines.append(
             f"| {r['temperature']:g} | {r['method']} | {r['drafter']} | {r['budget']} | {f(r['tau'])} | "
@@ -326,6 +346,11 @@ def format_table(data: dict) -> str:
             lines.append(f"| {g['temperature']:g} | {g['method']} | {g['drafter']} | {f(g['tau'])} | "
                          f"{f(g['single_tau'])} | {100 * g['tau_gain']:+.1f}% | {f(g['speedup'])} | "
                          f"{f(g['single_speedup'])} | {100 * g['speedup_gain']:+.1f}% |")
+    pc = data.get("prediction_check") or {}
+    if pc.get("n_rows"):
+        lines += ["", f"T > 0, measured vs predicted acceptance over {pc['n_rows']} rows: mean z "
+                  f"{pc['mean_z']:+.2f}, max |z| {pc['max_abs_z']:.2f}, {100 * pc['share_abs_z_below_2']:.0f}% "
+                  f"within +-2, sum z^2 = {pc['sum_z2']:.1f}"]
     hf = data.get("hf_assisted") or []
     if hf:
         lines += ["", "| T | HF method | tokens/s | speedup vs HF AR |", "|---|---|---|---|"]
@@ -387,6 +412,12 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
         drafters[K], curves[K] = _drafter(cfg, K, target_hf, corpus, data, dpath, cache, progress)
         times[f"drafter_k{K}"] = time.perf_counter() - t
 
+    # Held-out self-distillation blocks (other prompts, other seed) for the mode diagnostics.
+    held = make_distill_data(target_hf, corpus.prompts(32, cfg.prompt_len, "heldout", seed=cfg.seed + 3),
+                             cfg.distill_gen_len, cfg.distill_temperature, seed=cfg.seed + 3,
+                             progress=False)
+    modes_diag = {f"mfd-k{K}": mode_diagnostics(target_hf, drafters[K], held, cfg.prompt_len, seed=cfg.seed)
+                  for K in cfg.modes}
     target = TargetModel(target_hf)
     prompts = corpus.prompts(cfg.eval_prompts, cfg.prompt_len, "heldout", seed=cfg.seed + 2)
     # Decoding a small model is a chain of tiny kernels: one thread avoids OpenMP barriers, which
@@ -409,6 +440,8 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
     payload = {
         "rows": rows,
         "mfd_gains": mfd_gains(rows),
+        "prediction_check": prediction_summary(rows),
+        "mode_diagnostics": modes_diag,
         "hf_assisted": hf_rows,
         "loss_curves": {"target": thin(target_curve), "draft_lm": thin(draft_curve),
                         **{("product" if K == 1 else f"mfd-k{K}"): thin(c) for K, c in curves.items()}},

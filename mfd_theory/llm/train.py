@@ -56,6 +56,7 @@ __all__ = [
     "default_gamma",
     "left_align_context",
     "target_fingerprint",
+    "mode_diagnostics",
 ]
 
 
@@ -566,3 +567,43 @@ def train_drafter(
     os.replace(tmp, run_dir / "drafter")
     _finish(run_dir, curve)
     return curve
+
+
+@torch.no_grad()
+def mode_diagnostics(target, drafter, data: np.ndarray, prompt_len: int, n_blocks: int = 128,
+                     seed: int = 0) -> dict:
+    """Is a trained MFD drafter using distinct modes? Measured on blocks of ``data`` [n, S].
+
+    Returns the mean mixture weights, the mean largest weight (how context-dependent pi is), the
+    mean largest posterior responsibility of the target's actual block (1/K when the modes are
+    interchangeable, 1 when one mode explains each block), and the mean total-variation distance
+    between two modes' distributions per drafted position (0 = collapsed modes).
+    """
+    hf = _hf_model(target)
+    dev = next(hf.parameters()).device
+    bs, K = int(drafter.block_size), int(drafter.num_modes)
+    data = np.asarray(data, dtype=np.int64)
+    rng = np.random.default_rng([seed, 11])
+    rows = rng.integers(0, len(data), size=n_blocks)
+    ids = torch.from_numpy(data[rows]).to(dev)                         # [n, S]
+    S = ids.shape[1]
+    t = torch.from_numpy(rng.integers(prompt_len, S - bs + 1, size=n_blocks)).to(dev)
+    ctx = drafter.fuse_hidden(hf(input_ids=ids, output_hidden_states=True).hidden_states)
+    ctx, valid = left_align_context(ctx, t)
+    blk = ids.gather(1, t[:, None] + torch.arange(bs, device=dev)[None, :])  # [n, bs]
+    block_ids = torch.full_like(blk, int(drafter.mask_token_id))
+    block_ids[:, 0] = blk[:, 0]
+    out = drafter.train_forward(ctx, block_ids, valid)
+    if K == 1:
+        return {"K": 1}
+    log_pi, log_q = out
+    labels = blk[:, 1:]
+    ll = log_q.gather(-1, labels[:, None, :, None].expand(-1, K, -1, 1)).squeeze(-1)  # [n, K, L]
+    resp = torch.softmax(log_pi + ll.sum(-1), -1)                      # [n, K]
+    q = log_q.exp()
+    tv = torch.stack([0.5 * (q[:, a] - q[:, b]).abs().sum(-1).mean(0)
+                      for a in range(K) for b in range(a + 1, K)]).mean(0)  # [L]
+    return {"K": K, "pi_mean": log_pi.exp().mean(0).tolist(),
+            "pi_max_mean": float(log_pi.exp().max(-1).values.mean()),
+            "resp_max_mean": float(resp.max(-1).values.mean()),
+            "mode_tv_per_position": tv.tolist()}
