@@ -172,13 +172,62 @@ def _lse(a):
 
 
 @njit(cache=True)
-def _heap_before(k1, c1, s1, k2, c2, s2):
-    """True when entry 1 must pop before entry 2 (max key, concrete first, then FIFO)."""
-    if k1 != k2:
-        return k1 > k2
-    if c1 != c2:
-        return c1 < c2
-    return s1 < s2
+def _heap_push(hk, ht, size, key, tb):
+    """Insert into a max-heap of ``size`` entries ordered by key, then by the smaller tie-break
+    ``tb`` (class << ENTRY_BITS | entry index: older entries and lower classes first)."""
+    j = size
+    while j > 0:
+        par = (j - 1) >> 1
+        if key > hk[par] or (key == hk[par] and tb < ht[par]):
+            hk[j] = hk[par]
+            ht[j] = ht[par]
+            j = par
+        else:
+            break
+    hk[j] = key
+    ht[j] = tb
+    return size + 1
+
+
+@njit(cache=True)
+def _heap_pop(hk, ht, size):
+    """Remove the top entry; returns its key and tie-break, and the new size."""
+    key, tb = hk[0], ht[0]
+    size -= 1
+    if size > 0:
+        lk, lt = hk[size], ht[size]
+        j = 0
+        while True:
+            c = 2 * j + 1
+            if c >= size:
+                break
+            if c + 1 < size and (hk[c + 1] > hk[c] or (hk[c + 1] == hk[c] and ht[c + 1] < ht[c])):
+                c += 1
+            if hk[c] > lk or (hk[c] == lk and ht[c] < lt):
+                hk[j] = hk[c]
+                ht[j] = ht[c]
+                j = c
+            else:
+                break
+        hk[j] = lk
+        ht[j] = lt
+    return key, tb, size
+
+
+@njit(cache=True)
+def _grown(a, n):
+    """A copy of ``a`` with room for ``n`` entries (n > len(a))."""
+    out = np.empty(n, dtype=a.dtype)
+    out[: a.shape[0]] = a
+    return out
+
+
+# entry classes of the mixture search, in the order they pop at equal keys
+CONCRETE = 0
+THRESHOLD = 1
+EXHAUSTED = 2
+ENTRY_BITS = 40
+ENTRY_MASK = (1 << ENTRY_BITS) - 1
 
 
 @njit(cache=True)
@@ -201,192 +250,89 @@ def _mixture_tree(log_pi, G, list_u, list_val, lens, rank, tok_u, closed, bound,
     token = np.empty(N, dtype=np.int64)
     depth = np.empty(N, dtype=np.int64)
     score = np.empty(N)
-    for k in range(K):
-        W[0, k] = log_pi[k]
+    W[0, :] = log_pi
 
     cap = 4 * (N + 1) * (K + 1) + 16
-    hk = np.empty(cap)  # key
-    hc = np.empty(cap, dtype=np.int64)  # 0 concrete, 1 threshold, 2 exhausted threshold
-    hp = np.empty(cap, dtype=np.int64)  # parent slot
-    hu = np.empty(cap, dtype=np.int64)  # universe index (concrete only)
-    hs = np.empty(cap, dtype=np.int64)  # insertion order
+    hk = np.empty(cap)  # heap: key
+    ht = np.empty(cap, dtype=np.int64)  # heap: class << ENTRY_BITS | entry index
+    ep = np.empty(cap, dtype=np.int64)  # entry: parent slot
+    eu = np.empty(cap, dtype=np.int64)  # entry: universe index of a concrete child
     size = 0
-    seq = 0
+    nent = 0
     tmp = np.empty(K)
 
-    # the root's first threshold entry
-    if L > 0:
-        for k in range(K):
-            nv = list_val[k, 0, 0] if lens[k, 0] > 0 else bound[k, 0]
-            tmp[k] = W[0, k] + nv
-        key = _lse(tmp)
-        hk[0] = key
-        hc[0] = 1
-        hp[0] = 0
-        hu[0] = -1
-        hs[0] = seq
-        seq += 1
-        size = 1
+    for k in range(K):
+        tmp[k] = W[0, k] + (list_val[k, 0, 0] if lens[k, 0] > 0 else bound[k, 0])
+    ep[0], eu[0] = 0, -1
+    size = _heap_push(hk, ht, size, _lse(tmp), (THRESHOLD << ENTRY_BITS) | 0)
+    nent = 1
 
     n = 0
     status = OK
     while n < N and size > 0:
-        # pop the top
-        key = hk[0]
-        kind = hc[0]
-        p = hp[0]
-        u0 = hu[0]
-        size -= 1
-        if size > 0:
-            lk = hk[size]
-            lc = hc[size]
-            lp = hp[size]
-            lu = hu[size]
-            ls = hs[size]
-            j = 0
-            while True:
-                c = 2 * j + 1
-                if c >= size:
-                    break
-                if c + 1 < size and _heap_before(hk[c + 1], hc[c + 1], hs[c + 1], hk[c], hc[c], hs[c]):
-                    c += 1
-                if _heap_before(hk[c], hc[c], hs[c], lk, lc, ls):
-                    hk[j] = hk[c]
-                    hc[j] = hc[c]
-                    hp[j] = hp[c]
-                    hu[j] = hu[c]
-                    hs[j] = hs[c]
-                    j = c
-                else:
-                    break
-            hk[j] = lk
-            hc[j] = lc
-            hp[j] = lp
-            hu[j] = lu
-            hs[j] = ls
-
-        d = ndepth[p]  # depth of the parent; children live at list depth d
-        npush = 0
-        if kind == 0:
-            # emit the node
-            n += 1
-            node = n
-            parent[n - 1] = p - 1
-            token[n - 1] = tok_u[d, u0]
-            depth[n - 1] = d + 1
-            score[n - 1] = key
-            ndepth[node] = d + 1
-            for k in range(K):
-                W[node, k] = W[p, k] + G[k, d, u0]
-                pos[node, k] = 0
-            if d + 1 < L and n < N:
-                for k in range(K):
-                    nv = list_val[k, d + 1, 0] if lens[k, d + 1] > 0 else bound[k, d + 1]
-                    tmp[k] = W[node, k] + nv
-                npush = 1
-                push_key0 = _lse(tmp)
-                push_kind0 = 1
-                push_p0 = node
-                push_u0 = -1
-            else:
-                continue
-        elif kind == 2:
+        if nent + K + 2 > ep.shape[0]:
+            ep = _grown(ep, 2 * ep.shape[0])
+            eu = _grown(eu, 2 * eu.shape[0])
+        if size + K + 2 > hk.shape[0]:
+            hk = _grown(hk, 2 * hk.shape[0])
+            ht = _grown(ht, 2 * ht.shape[0])
+        key, tb, size = _heap_pop(hk, ht, size)
+        cls = tb >> ENTRY_BITS
+        e = tb & ENTRY_MASK
+        p = ep[e]
+        d = ndepth[p]  # depth of the parent; its children live at list depth d
+        if cls == EXHAUSTED:
             status = NEEDS_MORE
             break
-        else:
-            npush = 0
-            push_key0 = 0.0
-            push_kind0 = 0
-            push_p0 = 0
-            push_u0 = 0
-        # make room for up to K + 1 pushes
-        if size + K + 2 > cap:
-            ncap = 2 * cap
-            nhk = np.empty(ncap)
-            nhc = np.empty(ncap, dtype=np.int64)
-            nhp = np.empty(ncap, dtype=np.int64)
-            nhu = np.empty(ncap, dtype=np.int64)
-            nhs = np.empty(ncap, dtype=np.int64)
-            nhk[:size] = hk[:size]
-            nhc[:size] = hc[:size]
-            nhp[:size] = hp[:size]
-            nhu[:size] = hu[:size]
-            nhs[:size] = hs[:size]
-            hk, hc, hp, hu, hs = nhk, nhc, nhp, nhu, nhs
-            cap = ncap
-        if kind == 1:
-            # one round of sorted access for parent p
+        if cls == CONCRETE:
+            u = eu[e]
+            n += 1
+            parent[n - 1] = p - 1
+            token[n - 1] = tok_u[d, u]
+            depth[n - 1] = d + 1
+            score[n - 1] = key
+            ndepth[n] = d + 1
             for k in range(K):
-                i = pos[p, k]
-                if i >= lens[k, d]:
-                    continue
-                u = list_u[k, d, i]
-                seen = False
-                for j2 in range(K):
-                    if j2 != k and rank[j2, d, u] < pos[p, j2]:
-                        seen = True
-                        break
-                pos[p, k] = i + 1
-                if not seen:
-                    for j2 in range(K):
-                        tmp[j2] = W[p, j2] + G[j2, d, u]
-                    ck = _lse(tmp)
-                    # push concrete
-                    j = size
-                    size += 1
-                    while j > 0:
-                        par = (j - 1) >> 1
-                        if _heap_before(ck, 0, seq, hk[par], hc[par], hs[par]):
-                            hk[j] = hk[par]
-                            hc[j] = hc[par]
-                            hp[j] = hp[par]
-                            hu[j] = hu[par]
-                            hs[j] = hs[par]
-                            j = par
-                        else:
-                            break
-                    hk[j] = ck
-                    hc[j] = 0
-                    hp[j] = p
-                    hu[j] = u
-                    hs[j] = seq
-                    seq += 1
-            # the parent's new threshold
-            exhausted = True
-            for k in range(K):
-                i = pos[p, k]
-                if i < lens[k, d]:
-                    exhausted = False
-                    tmp[k] = W[p, k] + list_val[k, d, i]
-                else:
-                    tmp[k] = W[p, k] + bound[k, d]
-            if exhausted and closed[d]:
+                W[n, k] = W[p, k] + G[k, d, u]
+            if d + 1 < L and n < N:
+                for k in range(K):
+                    tmp[k] = W[n, k] + (list_val[k, d + 1, 0] if lens[k, d + 1] > 0 else bound[k, d + 1])
+                ep[nent], eu[nent] = n, -1
+                size = _heap_push(hk, ht, size, _lse(tmp), (THRESHOLD << ENTRY_BITS) | nent)
+                nent += 1
+            continue
+        # THRESHOLD: one round of sorted access for parent p (one step down each mode's list)
+        for k in range(K):
+            i = pos[p, k]
+            if i >= lens[k, d]:
                 continue
-            npush = 1
-            push_key0 = _lse(tmp)
-            push_kind0 = 2 if exhausted else 1
-            push_p0 = p
-            push_u0 = -1
-        if npush == 1:
-            j = size
-            size += 1
-            while j > 0:
-                par = (j - 1) >> 1
-                if _heap_before(push_key0, push_kind0, seq, hk[par], hc[par], hs[par]):
-                    hk[j] = hk[par]
-                    hc[j] = hc[par]
-                    hp[j] = hp[par]
-                    hu[j] = hu[par]
-                    hs[j] = hs[par]
-                    j = par
-                else:
+            u = list_u[k, d, i]
+            seen = False
+            for j in range(K):
+                if j != k and rank[j, d, u] < pos[p, j]:
+                    seen = True  # already reached through mode j's list
                     break
-            hk[j] = push_key0
-            hc[j] = push_kind0
-            hp[j] = push_p0
-            hu[j] = push_u0
-            hs[j] = seq
-            seq += 1
+            pos[p, k] = i + 1
+            if not seen:
+                for j in range(K):
+                    tmp[j] = W[p, j] + G[j, d, u]
+                ep[nent], eu[nent] = p, u
+                size = _heap_push(hk, ht, size, _lse(tmp), (CONCRETE << ENTRY_BITS) | nent)
+                nent += 1
+        exhausted = True
+        for k in range(K):
+            i = pos[p, k]
+            if i < lens[k, d]:
+                exhausted = False
+                tmp[k] = W[p, k] + list_val[k, d, i]
+            else:
+                tmp[k] = W[p, k] + bound[k, d]
+        if exhausted and closed[d]:
+            continue  # every child of p has been seen
+        ep[nent], eu[nent] = p, -1
+        cls = EXHAUSTED if exhausted else THRESHOLD
+        size = _heap_push(hk, ht, size, _lse(tmp), (cls << ENTRY_BITS) | nent)
+        nent += 1
     return parent[:n], token[:n], depth[:n], score[:n], status
 
 
@@ -467,74 +413,33 @@ def _product_lattice(vals, ids, budget):
     score = np.empty(N)
     used = np.zeros(L, dtype=np.int64)
     cap = 2 * N + 2
-    # cells live in a pool (written once); the heap moves only (key, cell index)
+    # cells live in a pool written once; the heap moves only (key, cell index)
     cp = np.empty(cap, dtype=np.int64)  # parent node
     cd = np.empty(cap, dtype=np.int64)  # depth index
     cr = np.empty(cap, dtype=np.int64)  # rank
-    cb = np.empty(cap)  # parent's score
+    cb = np.empty(cap)  # the parent's score
     hk = np.empty(cap)
-    hi = np.empty(cap, dtype=np.int64)  # cell index; also the FIFO tie-break
+    ht = np.empty(cap, dtype=np.int64)  # the cell index: first-in-first-out among ties
     cp[0], cd[0], cr[0], cb[0] = -1, 0, 0, 0.0
-    hk[0] = vals[0, 0]
-    hi[0] = 0
-    size = 1
+    size = _heap_push(hk, ht, 0, vals[0, 0], 0)
     ncell = 1
     n = 0
     while n < N and size > 0:
-        key = hk[0]
-        c0 = hi[0]
-        size -= 1
-        if size > 0:
-            lk = hk[size]
-            li = hi[size]
-            j = 0
-            while True:
-                c = 2 * j + 1
-                if c >= size:
-                    break
-                if c + 1 < size and (hk[c + 1] > hk[c] or (hk[c + 1] == hk[c] and hi[c + 1] < hi[c])):
-                    c += 1
-                if hk[c] > lk or (hk[c] == lk and hi[c] < li):
-                    hk[j] = hk[c]
-                    hi[j] = hi[c]
-                    j = c
-                else:
-                    break
-            hk[j] = lk
-            hi[j] = li
-        p = cp[c0]
-        d = cd[c0]
-        r = cr[c0]
+        key, c0, size = _heap_pop(hk, ht, size)
+        p, d, r = cp[c0], cd[c0], cr[c0]
         parent[n] = p
         token[n] = ids[d, r]
         depth[n] = d + 1
         score[n] = key
-        if r + 1 > used[d]:
-            used[d] = r + 1
+        used[d] = max(used[d], r + 1)
         node = n
         n += 1
-        for which in range(2):
-            if which == 0:
-                if r + 1 >= k:
-                    continue
-                nk = cb[c0] + vals[d, r + 1]
-                cp[ncell], cd[ncell], cr[ncell], cb[ncell] = p, d, r + 1, cb[c0]
-            else:
-                if d + 1 >= L:
-                    continue
-                nk = key + vals[d + 1, 0]
-                cp[ncell], cd[ncell], cr[ncell], cb[ncell] = node, d + 1, 0, key
-            j = size
-            size += 1
-            while j > 0:
-                par = (j - 1) >> 1
-                if nk > hk[par] or (nk == hk[par] and ncell < hi[par]):
-                    hk[j] = hk[par]
-                    hi[j] = hi[par]
-                    j = par
-                else:
-                    break
-            hk[j] = nk
-            hi[j] = ncell
+        if r + 1 < k:  # next sibling
+            cp[ncell], cd[ncell], cr[ncell], cb[ncell] = p, d, r + 1, cb[c0]
+            size = _heap_push(hk, ht, size, cb[c0] + vals[d, r + 1], ncell)
+            ncell += 1
+        if d + 1 < L:  # first child
+            cp[ncell], cd[ncell], cr[ncell], cb[ncell] = node, d + 1, 0, key
+            size = _heap_push(hk, ht, size, key + vals[d + 1, 0], ncell)
             ncell += 1
     return parent[:n], token[:n], depth[:n], score[:n], used
