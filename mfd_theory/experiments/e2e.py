@@ -68,7 +68,7 @@ class E2EConfig:
     modes: tuple[int, ...] = (2, 4)
     balance: float = 0.1
     # evaluation on held-out prompts
-    eval_prompts: int = 12
+    eval_prompts: int = 24
     max_new_tokens: int = 64
     budgets: tuple[int, ...] = (16, 32, 64, 128, 256)
     temperatures: tuple[float, ...] = (0.0, 1.0)

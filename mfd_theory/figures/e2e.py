@@ -110,7 +110,7 @@ def dead_share(res, eps_label: str = "1e-3"):
         ax = axes[0, j]
         for key, rs in _series(rows, temp).items():
             ax.plot([r["budget"] for r in rs], [100 * r["dead_share"] for r in rs], **_style(key))
-        ax.axhspan(27, 33, color="gray", alpha=0.15, label="paper: 27-33% at N = 64")
+        ax.vlines(64, 27, 33, color="gray", lw=8, alpha=0.4, label="paper: 27-33% at N = 64")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("tree budget N")
         ax.set_ylabel(f"dead nodes (P(s) < {eps_label}), %")
