@@ -267,6 +267,15 @@ def evaluate(cfg, target, drafters: dict[int, Any], prompts: np.ndarray, progres
     return rows
 
 
+def _diff_z(a: dict, b: dict) -> float:
+    """(tau_a - tau_b) over the standard error of the difference of two independent round means."""
+    try:
+        var = a["accepted_std"] ** 2 / a["n_steps"] + b["accepted_std"] ** 2 / b["n_steps"]
+        return float((a["tau"] - b["tau"]) / math.sqrt(var)) if var > 0 else float("nan")
+    except (KeyError, TypeError, ZeroDivisionError):
+        return float("nan")
+
+
 def mfd_gains(rows: list[dict]) -> list[dict]:
     """MFD (and ddtree over an MFD drafter's marginals) against the single-mode product drafter.
 
@@ -289,6 +298,7 @@ def mfd_gains(rows: list[dict]) -> list[dict]:
                         "budget": r["budget"], "tau": r["tau"], "speedup": r["speedup"],
                         "single_tau": base["tau"], "single_speedup": base["speedup"],
                         "tau_gain": r["tau"] / base["tau"] - 1,
+                        "tau_diff_z": _diff_z(r, base),
                         "speedup_gain": r["speedup"] / base["speedup"] - 1})
         for label in sorted({r["drafter"] for r in at if r["drafter"] not in ("product", "none")}):
             for method in ("mfd", "ddtree"):
@@ -346,6 +356,14 @@ def format_table(data: dict) -> str:
             lines.append(f"| {g['temperature']:g} | {g['method']} | {g['drafter']} | {f(g['tau'])} | "
                          f"{f(g['single_tau'])} | {100 * g['tau_gain']:+.1f}% | {f(g['speedup'])} | "
                          f"{f(g['single_speedup'])} | {100 * g['speedup_gain']:+.1f}% |")
+    per = [g for g in data.get("mfd_gains", []) if g["budget"] != "best"]
+    if per:
+        lines += ["", "| T | method | drafter | N | tau | product ddtree tau | tau gain | z | speedup gain |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for g in per:
+            lines.append(f"| {g['temperature']:g} | {g['method']} | {g['drafter']} | {g['budget']} | "
+                         f"{f(g['tau'])} | {f(g['single_tau'])} | {100 * g['tau_gain']:+.1f}% | "
+                         f"{f(g.get('tau_diff_z'), 1)} | {100 * g['speedup_gain']:+.1f}% |")
     pc = data.get("prediction_check") or {}
     if pc.get("n_rows"):
         lines += ["", f"T > 0, measured vs predicted acceptance over {pc['n_rows']} rows: mean z "
