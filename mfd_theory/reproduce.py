@@ -30,8 +30,12 @@ NOTEBOOKS: list[str] = [
 ]
 
 
-def run_notebook(path: Path, small: bool = False, timeout: int = 1800) -> None:
-    """Execute a notebook in place of its outputs (the file on disk is not modified)."""
+def run_notebook(path: Path, small: bool = False, timeout: int = 1800):
+    """Execute a notebook from its own folder and return the executed copy.
+
+    The file on disk is not modified (notebooks are committed without outputs). ``small`` sets
+    MFD_NOTEBOOK_SMALL=1, which the notebooks read to run a tiny version into a temp folder.
+    """
     import nbformat
     from nbclient import NotebookClient
 
@@ -41,6 +45,7 @@ def run_notebook(path: Path, small: bool = False, timeout: int = 1800) -> None:
     try:
         NotebookClient(nb, timeout=timeout, kernel_name="python3",
                        resources={"metadata": {"path": str(path.parent)}}).execute()
+        return nb
     finally:
         if env_before is None:
             os.environ.pop("MFD_NOTEBOOK_SMALL", None)

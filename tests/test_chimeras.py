@@ -242,19 +242,6 @@ def test_other_bad_arguments_raise():
         ch.verify_bound(0)
 
 
-# ----------------------------------------------------------------------------- notebooks
-
-
-@pytest.mark.parametrize("name", ["01_chimera_bound.ipynb", "02_chimera_share.ipynb"])
-def test_notebook_runs_at_small_size(name):
-    pytest.importorskip("nbclient")
-    from pathlib import Path
-
-    from mfd_theory.reproduce import run_notebook
-
-    run_notebook(Path(__file__).resolve().parent.parent / "notebooks" / name, small=True, timeout=120)
-
-
 # ----------------------------------------------------------------------------- F >= 3 futures
 
 
