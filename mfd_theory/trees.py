@@ -31,7 +31,6 @@ __all__ = [
     "mixture_tree",
     "oracle_tree",
     "product_tree",
-    "sequoia_tree",
     "total_prefixes",
 ]
 
@@ -411,7 +410,8 @@ def chain_tree(tokens, log_score=None) -> DraftTree:
 
 
 def __getattr__(name):
-    # sequoia_tree lives in its own module (it builds rank trees, not token trees)
+    # mfd_theory.trees.sequoia_tree: it lives in mfd_theory.sequoia (it builds trees of child
+    # ranks, not tokens) and is loaded on first use to keep the import graph acyclic
     if name == "sequoia_tree":
         from .sequoia import sequoia_tree
 

@@ -53,7 +53,7 @@ CASES = {
         lambda: MixtureOfProducts(LOG_PI2, with_entry(LOG_Q2, (0, 0, 0), 0.5)), "log_q"),
     "log_pi_vs_log_q_modes": (lambda: MixtureOfProducts(np.log([1 / 3] * 3), LOG_Q2), "log_pi|log_q"),
     "log_q_ndim": (lambda: MixtureOfProducts(np.zeros(1), LOG_Q2[0]), "log_q"),
-    "product_log_q_ndim": (lambda: MixtureOfProducts.product(LOG_Q2), "log_q"),
+    "mop_product_log_q_ndim": (lambda: MixtureOfProducts.product(LOG_Q2), "log_q"),
     "futures_empty": (lambda: MixtureOfProducts.futures([], vocab_size=3), "sequences"),
     "futures_ragged": (lambda: MixtureOfProducts.futures([[0, 1], [1]], vocab_size=3), "sequences"),
     "futures_token_too_large": (lambda: MixtureOfProducts.futures([[0, 3]], vocab_size=3), "sequences"),

@@ -7,7 +7,6 @@ The top-N set is not unique under ties, so a built tree is checked against the r
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
