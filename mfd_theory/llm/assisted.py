@@ -58,18 +58,17 @@ def hf_assisted_baseline(target, draft_lm, prompts: np.ndarray, max_new_tokens: 
         target.generate(warm, generation_config=gc, attention_mask=torch.ones_like(warm))
         target.generate(warm, generation_config=gc, assistant_model=draft_lm,
                         attention_mask=torch.ones_like(warm))
-        per = {}
-        for name, extra in (("hf_ar", {}), ("hf_assisted", {"assistant_model": draft_lm})):
-            tokens, secs = 0, 0.0
-            for i, p in enumerate(prompts):
-                ids = torch.from_numpy(p[None]).to(dev)                # [1, P]
+        # Prompts outer, methods inner: both are timed interleaved, so drift hits them alike.
+        per = {"hf_ar": [0, 0.0], "hf_assisted": [0, 0.0]}
+        for i, p in enumerate(prompts):
+            ids = torch.from_numpy(p[None]).to(dev)                    # [1, P]
+            for name, extra in (("hf_ar", {}), ("hf_assisted", {"assistant_model": draft_lm})):
                 torch.manual_seed(seed + i)
                 t0 = clock()
                 out = target.generate(ids, generation_config=gc, attention_mask=torch.ones_like(ids),
                                       **extra)
-                secs += clock() - t0
-                tokens += int(out.shape[1] - ids.shape[1])
-            per[name] = (tokens, secs)
+                per[name][1] += clock() - t0
+                per[name][0] += int(out.shape[1] - ids.shape[1])
         ar_tpt = per["hf_ar"][1] / max(1, per["hf_ar"][0])
         for name, (tokens, secs) in per.items():
             rows.append({"method": name, "temperature": float(temp), "tokens": tokens, "seconds": secs,
