@@ -23,6 +23,7 @@ over the method's, same harness, same temperature).
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import math
 import os
@@ -35,13 +36,15 @@ import torch
 
 from mfd_theory.results import Result, atomic_write_bytes
 
-from . import assisted as _assisted  # noqa: F401 - imported up front: a long run must not pick
-from . import decode as _decode  # noqa: F401    up a half-edited module halfway through
-from . import drafter as _drafter_mod  # noqa: F401
-from . import target as _target  # noqa: F401
+# Everything imported up front (not inside the functions): a long run must not pick up a module
+# that was edited while it was training.
+from .assisted import hf_assisted_baseline
 from .data import Corpus, CorpusConfig, build_corpus
+from .decode import speculative_generate
+from .drafter import build_drafter, load_drafter
+from .target import TargetModel
 from .train import (
-    DrafterTrainConfig, LMConfig, LMTrainConfig, config_hash, load_lm, make_distill_data,
+    DrafterTrainConfig, LMConfig, LMTrainConfig, config_hash, make_distill_data,
     mode_diagnostics, target_fingerprint, train_drafter, train_lm,
 )
 
@@ -64,8 +67,6 @@ def check_writable(out_dir: Path) -> Path:
 def load_trained_drafter(directory: str | Path, target):
     """Load a drafter saved by :func:`~mfd_theory.llm.train.train_drafter`, refusing one trained
     for another target (``target_fingerprint.json`` beside the checkpoint must match)."""
-    from .drafter import load_drafter
-
     directory = Path(directory)
     if not directory.is_dir():
         raise ValueError(f"directory: drafter checkpoint {directory} does not exist")
@@ -129,8 +130,6 @@ def _distill(cfg, corpus, target_hf, tdir: Path, cache: Path, progress: bool) ->
     prompts = corpus.prompts(cfg.distill_prompts, cfg.prompt_len, "train", seed=cfg.seed + 1)
     data = make_distill_data(target_hf, prompts, cfg.distill_gen_len, cfg.distill_temperature,
                              seed=cfg.seed, progress=progress)
-    import io
-
     buf = io.BytesIO()
     np.save(buf, data)
     atomic_write_bytes(path, buf.getvalue())
@@ -138,8 +137,6 @@ def _distill(cfg, corpus, target_hf, tdir: Path, cache: Path, progress: bool) ->
 
 
 def _drafter(cfg, K: int, target_hf, corpus, data, dpath: Path, cache: Path, progress: bool):
-    from .drafter import build_drafter
-
     dcfg = DrafterTrainConfig(
         block_size=cfg.block_size, num_layers=cfg.drafter_layers, num_modes=K,
         batch_size=cfg.drafter_batch, blocks_per_seq=cfg.blocks_per_seq, steps=cfg.drafter_steps,
@@ -235,8 +232,6 @@ def evaluate(cfg, target, drafters: dict[int, Any], prompts: np.ndarray, progres
     At T = 0 each row also records whether its outputs equal ar's (``matches_ar``: lossless).
     """
     from tqdm.auto import tqdm
-
-    from .decode import speculative_generate
 
     cells = [("ar", "none", 1, None)] + _cells(cfg, drafters)
     # Warm-up: numba compiles the tree builders and torch picks its kernels before any timing.
@@ -382,9 +377,6 @@ def format_table(data: dict) -> str:
 
 def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
     """Train (cached) and evaluate per ``cfg`` (an :class:`~mfd_theory.experiments.e2e.E2EConfig`)."""
-    from .assisted import hf_assisted_baseline
-    from .target import TargetModel
-
     out_dir = check_writable(Path(out_dir))
     cache = check_writable(Path(cfg.cache_dir) if cfg.cache_dir else out_dir / "cache")
     if cfg.block_size < 2:

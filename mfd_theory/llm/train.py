@@ -32,7 +32,6 @@ import json
 import math
 import os
 import shutil
-import time
 from pathlib import Path
 from typing import Any, Callable
 
