@@ -33,6 +33,9 @@ __all__ = [
     "to_jsonable",
 ]
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
 _PACKAGES = ("mfd_theory", "numpy", "scipy", "numba", "torch", "transformers", "matplotlib")
 
 
@@ -110,6 +113,7 @@ def _atomic_write(path: Path, payload: bytes) -> None:
         raise ValueError(f"path: directory {path.parent} is not writable")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the file the usual mode
         with os.fdopen(fd, "wb") as fh:
             fh.write(payload)
             fh.flush()
