@@ -197,15 +197,16 @@ class TargetModel:
         if any(not 0 <= i < self._pending - 1 for i in path):
             raise ValueError(f"path: node indices must lie in [0, {self._pending - 1})")
         keep_rel = [0] + [i + 1 for i in path]
-        if keep_rel != list(range(len(keep_rel))):  # rows already in place when the path is a prefix
+        n_keep = len(keep_rel)
+        if keep_rel != list(range(n_keep)):  # rows already in place when the path is a prefix
             keep = torch.tensor([self.length + r for r in keep_rel], device=self.device)
+            dst = slice(self.length, self.length + n_keep)
             for layer in self.cache.layers:
-                k, v = layer.keys, layer.values  # [B, kvh, length + pending, d]
-                layer.keys = torch.cat([k[:, :, : self.length], k.index_select(2, keep)], dim=2)
-                layer.values = torch.cat([v[:, :, : self.length], v.index_select(2, keep)], dim=2)
-        else:
-            drop = self._pending - len(keep_rel)
-            if drop:
-                self.cache.crop(-drop)
-        self.length += len(keep_rel)
+                # [B, kvh, length + pending, d]: move the kept rows down in place (index_select
+                # copies them out first, so source and destination may overlap)
+                layer.keys[:, :, dst] = layer.keys.index_select(2, keep)
+                layer.values[:, :, dst] = layer.values.index_select(2, keep)
+        if self._pending > n_keep:
+            self.cache.crop(n_keep - self._pending)  # drop the rest; a view, no copy of the cache
+        self.length += n_keep
         self._pending = 0
