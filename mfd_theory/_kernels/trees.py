@@ -29,71 +29,96 @@ NEEDS_MORE = 4
 
 
 @njit(cache=True)
+def _row_status(row, pos_tol):
+    """Classify a row that failed the fast check: NaN first, then +inf, then positive entries."""
+    status = OK
+    for t in range(row.shape[0]):
+        v = row[t]
+        if v != v:
+            return HAS_NAN
+        if v == np.inf:
+            status = HAS_POSINF
+        elif v > pos_tol and status == OK:
+            status = HAS_POSITIVE
+    return status
+
+
+@njit(cache=True)
 def _topk_rows(x, M, pos_tol):
-    """Top-M entries of each row of x [K, L, V] (any float dtype) in one read.
+    """Top-M entries of each row of x [K, L, V] (any float dtype), without sorting a row.
 
     Returns vals [K, L, M] float64 sorted descending (ties: lower token id first), ids
     [K, L, M] int64, and a status code (NaN / +inf / positive log-prob found).
-    A size-M min-heap per row: an element is compared with the heap's minimum and, for a peaked
-    row, almost always rejected, so the pass costs little more than reading the row.
+
+    Two light passes per row. Pass 1 takes the maximum of each of M equal chunks (and a running
+    sum, which turns NaN if any entry is NaN): the smallest chunk maximum t0 is a lower bound on
+    the M-th largest value, because the M chunk maxima are M distinct entries >= t0. Pass 2
+    gathers the entries >= t0 (for a peaked row a small fraction) and a quickselect over them
+    finds the M-th largest value; ties at that value are taken by ascending id.
     """
     K, L, V = x.shape
     vals = np.empty((K, L, M))
     ids = np.empty((K, L, M), dtype=np.int64)
-    hv = np.empty(M)
-    hi = np.empty(M, dtype=np.int64)
+    cv = np.empty(V)  # candidates of one row
+    ci = np.empty(V, dtype=np.int64)
+    sv = np.empty(M)  # the M selected
+    si = np.empty(M, dtype=np.int64)
     status = OK
+    chunk = V // M
     for k in range(K):
         for d in range(L):
             row = x[k, d]
-            size = 0
+            # pass 1: chunk maxima, the row's maximum, and a NaN / +inf detector
+            t0 = np.inf
+            rmax = -np.inf
+            acc = 0.0
+            for c in range(M):
+                m = row[c * chunk]
+                for t in range(c * chunk, (c + 1) * chunk):
+                    v = row[t]
+                    acc += v
+                    m = max(m, v)
+                t0 = min(t0, np.float64(m))
+                rmax = max(rmax, np.float64(m))
+            for t in range(M * chunk, V):
+                acc += row[t]
+                rmax = max(rmax, np.float64(row[t]))
+            if acc != acc or acc == np.inf or rmax > pos_tol:
+                st = _row_status(row, pos_tol)
+                if st == HAS_NAN or st == HAS_POSINF:
+                    return vals, ids, st
+                status = st
+            # pass 2: gather the entries that can be in the top M (in index order), then select
+            n = 0
             for t in range(V):
                 v = np.float64(row[t])
-                if v != v:
-                    return vals, ids, HAS_NAN
-                if v > pos_tol:
-                    if v == np.inf:
-                        return vals, ids, HAS_POSINF
-                    status = HAS_POSITIVE
-                if size < M:
-                    # sift up into the min-heap (key: value, then larger id = smaller)
-                    j = size
+                if v >= t0:
+                    cv[n] = v
+                    ci[n] = t
+                    n += 1
+            kth = np.partition(cv[:n], n - M)[n - M]  # the M-th largest value
+            size = 0
+            for j in range(n):  # everything above kth, then ties at kth by ascending id
+                if cv[j] > kth:
+                    sv[size] = cv[j]
+                    si[size] = ci[j]
                     size += 1
-                    while j > 0:
-                        par = (j - 1) >> 1
-                        if hv[par] > v or (hv[par] == v and hi[par] < t):
-                            hv[j] = hv[par]
-                            hi[j] = hi[par]
-                            j = par
-                        else:
-                            break
-                    hv[j] = v
-                    hi[j] = t
-                elif v > hv[0]:
-                    # replace the minimum and sift down
-                    j = 0
-                    while True:
-                        c = 2 * j + 1
-                        if c >= M:
-                            break
-                        if c + 1 < M and (hv[c + 1] < hv[c] or (hv[c + 1] == hv[c] and hi[c + 1] > hi[c])):
-                            c += 1
-                        if hv[c] < v or (hv[c] == v and hi[c] > t):
-                            hv[j] = hv[c]
-                            hi[j] = hi[c]
-                            j = c
-                        else:
-                            break
-                    hv[j] = v
-                    hi[j] = t
-            # sort the M survivors: descending value, ascending id
-            order = np.argsort(hi[:size])
-            sv = hv[:size][order]
-            si = hi[:size][order]
-            order2 = np.argsort(-sv, kind="mergesort")  # stable: equal values keep id order
-            for i in range(size):
-                vals[k, d, i] = sv[order2[i]]
-                ids[k, d, i] = si[order2[i]]
+            for j in range(n):
+                if size == M:
+                    break
+                if cv[j] == kth:
+                    sv[size] = cv[j]
+                    si[size] = ci[j]
+                    size += 1
+            # sort the M survivors: descending value, ascending id (a stable sort of an id-ordered
+            # list; the two gathers above are each in id order, so restore it first)
+            o1 = np.argsort(si)
+            v1 = sv[o1]
+            i1 = si[o1]
+            o2 = np.argsort(-v1, kind="mergesort")
+            for j in range(M):
+                vals[k, d, j] = v1[o2[j]]
+                ids[k, d, j] = i1[o2[j]]
     return vals, ids, status
 
 
