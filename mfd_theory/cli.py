@@ -26,9 +26,13 @@ BENCHES: dict[str, tuple[str, str, str]] = {
 }
 
 
-def _call(target: tuple[str, str, str], argv: list[str]) -> int:
+def _call(name: str, target: tuple[str, str, str], argv: list[str]) -> int:
     module, func, _ = target
-    getattr(importlib.import_module(module), func)(argv)
+    try:
+        getattr(importlib.import_module(module), func)(argv)
+    except ValueError as exc:  # bad input: say which argument and why, without a traceback
+        print(f"mfd {name}: error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -45,12 +49,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
     if cmd in COMMANDS:
-        return _call(COMMANDS[cmd], rest)
+        return _call(cmd, COMMANDS[cmd], rest)
     if cmd == "bench":
         if not rest or rest[0] not in BENCHES:
             parser.parse_args(argv)  # prints the usage error for a missing/unknown benchmark
             return 2
-        return _call(BENCHES[rest[0]], rest[1:])
+        return _call(f"bench {rest[0]}", BENCHES[rest[0]], rest[1:])
     parser.parse_args(argv)  # unknown command: argparse reports it
     return 2
 
