@@ -150,14 +150,7 @@ class DraftTree:
         Row = query. Ready for tree attention over [root, nodes...]: every node sees the root,
         its ancestors and itself.
         """
-        N = len(self)
-        mask = np.zeros((N + 1, N + 1), dtype=bool)
-        mask[0, 0] = True
-        for n in range(N):
-            p = self.parent[n]
-            mask[n + 1] = mask[p + 1]  # p = -1 -> row 0 (the root)
-            mask[n + 1, n + 1] = True
-        return mask
+        return _k._ancestor_mask(self.parent)
 
     def save(self, path: str | os.PathLike) -> Path:
         """Save as .npz (atomically)."""

@@ -141,11 +141,21 @@ def test_commit_without_verify_and_double_verify(model):
         t.commit([0])
 
 
-def test_vectorised_ancestor_mask_equals_the_tree_s():
+def test_float_tree_mask_opens_exactly_the_context_and_the_ancestors():
+    """tree_attention_mask: 0 over the whole context and over ancestor-or-self columns, the dtype's
+    minimum elsewhere (checked against ancestry recomputed from the token paths)."""
     from mfd_theory.trees import product_tree
 
     g = np.random.default_rng(0)
-    for n in (1, 7, 64, 300):
+    past = 5
+    for n in (1, 7, 64):
         lq = np.log(g.dirichlet(np.ones(9), size=6))
         tree = product_tree(lq, n)
-        assert np.array_equal(ancestor_mask(tree.parent, tree.depth, "cpu").numpy(), tree.ancestor_mask())
+        mask = tree_attention_mask(ancestor_mask(tree, "cpu"), past, torch.float32, "cpu")[0, 0].numpy()
+        assert mask.shape == (n + 1, past + n + 1)
+        assert (mask[:, :past] == 0).all()
+        paths = [()] + [tuple(p) for p in tree.paths()]
+        for i, pi in enumerate(paths):
+            for j, pj in enumerate(paths):
+                is_anc = pi[: len(pj)] == pj
+                assert mask[i, past + j] == (0 if is_anc else torch.finfo(torch.float32).min)

@@ -468,3 +468,18 @@ def _product_lattice(vals, ids, budget):
             size = _heap_push(hk, ht, size, key + vals[d + 1, 0], ncell)
             ncell += 1
     return parent[:n], token[:n], depth[:n], score[:n], used
+
+
+@njit(cache=True)
+def _ancestor_mask(parent):
+    """bool [N+1, N+1], root first: row i+1 marks node i, its ancestors and the root."""
+    N = parent.shape[0]
+    mask = np.zeros((N + 1, N + 1), dtype=np.bool_)
+    mask[0, 0] = True
+    for n in range(N):
+        mask[n + 1, 0] = True
+        a = n
+        while a >= 0:
+            mask[n + 1, a + 1] = True
+            a = parent[a]
+    return mask
