@@ -29,6 +29,18 @@ NEEDS_MORE = 4
 
 
 @njit(cache=True)
+def _sort_by_value_then_id(v, t, out_v, out_t):
+    """Write (v, t) into (out_v, out_t) by descending value, ascending id among equal values."""
+    o1 = np.argsort(t)  # id order first, then a stable sort by value keeps it among ties
+    v1 = v[o1]
+    t1 = t[o1]
+    o2 = np.argsort(-v1, kind="mergesort")
+    for j in range(v.shape[0]):
+        out_v[j] = v1[o2[j]]
+        out_t[j] = t1[o2[j]]
+
+
+@njit(cache=True)
 def _row_status(row, pos_tol):
     """Classify a row that failed the fast check: NaN first, then +inf, then positive entries."""
     status = OK
@@ -110,15 +122,7 @@ def _topk_rows(x, M, pos_tol):
                     sv[size] = cv[j]
                     si[size] = ci[j]
                     size += 1
-            # sort the M survivors: descending value, ascending id (a stable sort of an id-ordered
-            # list; the two gathers above are each in id order, so restore it first)
-            o1 = np.argsort(si)
-            v1 = sv[o1]
-            i1 = si[o1]
-            o2 = np.argsort(-v1, kind="mergesort")
-            for j in range(M):
-                vals[k, d, j] = v1[o2[j]]
-                ids[k, d, j] = i1[o2[j]]
+            _sort_by_value_then_id(sv, si, vals[k, d], ids[k, d])
     return vals, ids, status
 
 
@@ -389,13 +393,7 @@ def _prepare_candidates(values, ids, pos_tol):
                 if i > 0 and vals[a, d, i - 1] < v:
                     ok = False
             if not ok:
-                o1 = np.argsort(out_ids[a, d])
-                v1 = vals[a, d][o1]
-                t1 = out_ids[a, d][o1]
-                o2 = np.argsort(-v1, kind="mergesort")
-                for i in range(k):
-                    vals[a, d, i] = v1[o2[i]]
-                    out_ids[a, d, i] = t1[o2[i]]
+                _sort_by_value_then_id(vals[a, d].copy(), out_ids[a, d].copy(), vals[a, d], out_ids[a, d])
     return vals, out_ids, OK
 
 
