@@ -16,9 +16,7 @@ Run: ``python experiments/chimera_bound.py`` (about 10 s with the defaults).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from mfd_theory import chimeras as ch
+from mfd_theory.experiments._config import parse_config
 from mfd_theory.results import Result
 from mfd_theory.trees import product_tree
 
@@ -186,33 +185,8 @@ def run(config: Config = Config(), out_dir: str | Path = "results", progress: bo
     return res
 
 
-def build_parser(cls: type, description: str) -> argparse.ArgumentParser:
-    """An argparse CLI with one --option per field of the frozen config dataclass ``cls``."""
-    p = argparse.ArgumentParser(description=description)
-    for f in dataclasses.fields(cls):
-        default = f.default
-        flag = "--" + f.name.replace("_", "-")
-        if isinstance(default, bool):
-            p.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=default)
-        elif isinstance(default, tuple):
-            kind = type(default[0]) if default else str
-            p.add_argument(flag, type=kind, nargs="+", default=default)
-        else:
-            p.add_argument(flag, type=type(default), default=default)
-    p.add_argument("--out-dir", default="results")
-    p.add_argument("--quiet", action="store_true")
-    return p
-
-
-def parse_config(cls: type, argv) -> tuple[Any, argparse.Namespace]:
-    args = build_parser(cls, (sys.modules[cls.__module__].__doc__ or "").split("\n")[0]).parse_args(argv)
-    kwargs = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)}
-    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.items()}
-    return cls(**kwargs), args
-
-
 def main(argv=None) -> Result:
-    config, args = parse_config(Config, argv)
+    config, args = parse_config(Config, argv, description=__doc__.splitlines()[0])
     return run(config, args.out_dir, progress=not args.quiet)
 
 

@@ -33,7 +33,7 @@ import numpy as np
 from mfd_theory import synthetic as syn
 from mfd_theory.chimeras import _on_sequence_paths
 from mfd_theory.coverage import splice_mask
-from mfd_theory.experiments.chimera_bound import parse_config
+from mfd_theory.experiments._config import parse_config
 from mfd_theory.results import Result, ResultStore
 from mfd_theory.trees import mixture_tree, oracle_tree, product_tree
 
@@ -189,7 +189,7 @@ def run(config: Config = Config(), out_dir: str | Path = "results", progress: bo
 
 
 def main(argv=None) -> Result:
-    config, args = parse_config(Config, argv)
+    config, args = parse_config(Config, argv, description=__doc__.splitlines()[0])
     return run(config, args.out_dir, progress=not args.quiet)
 
 

@@ -28,7 +28,6 @@ Run: ``python experiments/mixture_gain.py`` (about 3 minutes on 2 cores with the
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import time
 from pathlib import Path
@@ -37,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from mfd_theory.distributions import MixtureOfProducts
-from mfd_theory.experiments._config import add_dataclass_args, config_from_args
+from mfd_theory.experiments._config import parse_config
 from mfd_theory.fit import fit_mixture, fit_mixture_exact, log_likelihood
 from mfd_theory.results import Result, ResultStore, to_jsonable
 from mfd_theory.speedup import (
@@ -472,12 +471,7 @@ def format_summary(result: Result, budgets=(64, 256), profile: str | None = None
 
 
 def main(argv=None) -> Result:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_dataclass_args(parser, Config)
-    parser.add_argument("--out-dir", default="results")
-    parser.add_argument("--quiet", action="store_true")
-    args = parser.parse_args(argv)
-    config = config_from_args(Config, args)
+    config, args = parse_config(Config, argv, description=__doc__.splitlines()[0])
     result = run(config, args.out_dir, progress=not args.quiet)
     print(format_summary(result))
     print(f"({result.data['seconds']:.0f} s; written to {Path(args.out_dir) / (NAME + '.json')})")
