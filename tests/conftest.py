@@ -2,7 +2,8 @@
 
 Hypothesis profiles: "mfd" (default) has no deadline, because the first call of a numba kernel
 compiles it and takes seconds, and a modest example count so the whole suite stays fast on two
-cores; "mfd-thorough" runs many more examples (HYPOTHESIS_PROFILE=mfd-thorough).
+cores, with the examples fixed (derandomized); "mfd-thorough" runs many more random examples
+(HYPOTHESIS_PROFILE=mfd-thorough).
 """
 
 from __future__ import annotations
@@ -21,8 +22,11 @@ if importlib.util.find_spec("mfd_theory") is None:
     sys.path.insert(0, str(_ROOT))  # run from a checkout that was not pip-installed
 
 _SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+# derandomize: the default run draws the same examples every time, so the statistical checks
+# (Monte Carlo within 4 standard errors) cannot flake in CI; the thorough profile stays random.
 settings.register_profile(
-    "mfd", deadline=None, max_examples=30, suppress_health_check=_SUPPRESS, print_blob=True
+    "mfd", deadline=None, max_examples=30, suppress_health_check=_SUPPRESS, print_blob=True,
+    derandomize=True, database=None,
 )
 settings.register_profile(
     "mfd-thorough", deadline=None, max_examples=500, suppress_health_check=_SUPPRESS
