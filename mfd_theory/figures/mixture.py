@@ -70,9 +70,8 @@ def _mean_curves(cells, K):
     return grid, prod, mix, orc
 
 
-def mixture_coverage_vs_budget(result, families=None):
-    """Coverage C(T_N) (expected accepted tokens) vs budget N, one panel per family."""
-    config, data = _parts(result)
+def _curves_by_family(config, data, families, transform, ylabel, with_counts):
+    """One panel per family: product, mixture and oracle curves of ``transform(coverage, N)``."""
     families = list(families or config["families"])
     K = _headline_K(data)
     fig, axes = _axes(len(families))
@@ -82,14 +81,22 @@ def mixture_coverage_vs_budget(result, families=None):
             ax.set_visible(False)
             continue
         grid, prod, mix, orc = _mean_curves(cells, K)
-        ax.plot(grid, mix, color=_STYLE["mixture"]["color"], label=_STYLE["mixture"]["label"].format(K=K))
-        ax.plot(grid, prod, **_STYLE["product"])
-        ax.plot(grid, orc, **_STYLE["oracle"])  # last, dashed: visible where the mixture meets it
+        ax.plot(grid, transform(mix, grid), color=_STYLE["mixture"]["color"],
+                label=_STYLE["mixture"]["label"].format(K=K))
+        ax.plot(grid, transform(prod, grid), **_STYLE["product"])
+        ax.plot(grid, transform(orc, grid), **_STYLE["oracle"])  # last, dashed: visible where the mixture meets it
         ax.set_xscale("log", base=2)
-        ax.set_title(f"{fam} (F>=2, {len(cells)} targets)", fontsize=9)
+        ax.set_title(f"{fam} (F>=2, {len(cells)} targets)" if with_counts else fam, fontsize=9)
         ax.set_xlabel("budget N (nodes)")
-    axes[0].set_ylabel("coverage = E[accepted tokens]")
+    axes[0].set_ylabel(ylabel)
     axes[0].legend(fontsize=7, loc="lower right")
+    return fig
+
+
+def mixture_coverage_vs_budget(result, families=None):
+    """Coverage C(T_N) (expected accepted tokens) vs budget N, one panel per family."""
+    config, data = _parts(result)
+    fig = _curves_by_family(config, data, families, lambda c, n: c, "coverage = E[accepted tokens]", True)
     fig.tight_layout()
     return fig
 
@@ -99,26 +106,9 @@ def mixture_speedup_vs_budget(result, profile: str | None = None, families=None)
     from mfd_theory.speedup import LatencyProfile, speedup
 
     config, data = _parts(result)
-    families = list(families or config["families"])
     profile = profile or config["profiles"][0]
     prof = LatencyProfile.from_dict(data["profiles"][profile])
-    K = _headline_K(data)
-    fig, axes = _axes(len(families))
-    for ax, fam in zip(axes, families):
-        cells = _multi(data, fam)
-        if not cells:
-            ax.set_visible(False)
-            continue
-        grid, prod, mix, orc = _mean_curves(cells, K)
-        ax.plot(grid, speedup(mix, grid, prof), color=_STYLE["mixture"]["color"],
-                label=_STYLE["mixture"]["label"].format(K=K))
-        ax.plot(grid, speedup(prod, grid, prof), **_STYLE["product"])
-        ax.plot(grid, speedup(orc, grid, prof), **_STYLE["oracle"])
-        ax.set_xscale("log", base=2)
-        ax.set_title(fam, fontsize=9)
-        ax.set_xlabel("budget N (nodes)")
-    axes[0].set_ylabel("predicted speedup")
-    axes[0].legend(fontsize=7, loc="lower right")
+    fig = _curves_by_family(config, data, families, lambda c, n: speedup(c, n, prof), "predicted speedup", False)
     fig.suptitle(f"latency profile: {prof.label}", fontsize=9)
     fig.tight_layout()
     return fig
