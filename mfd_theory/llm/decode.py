@@ -22,6 +22,7 @@ softmax, the quantity the paper's coverage argument is about.
 
 from __future__ import annotations
 
+import numbers
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -38,6 +39,9 @@ __all__ = ["METHODS", "DEAD_EPS", "StepRecord", "DecodeResult", "speculative_gen
 
 METHODS = ("ar", "chain", "ddtree", "mfd")
 DEAD_EPS = 1e-3  # a node is "dead" when the target's prefix probability is below this
+# Below float32's smallest normal number, T itself is subnormal or rounds to 0 in the float32
+# division, and softmax(z / T) turns to 0/0; such temperatures are refused (0 means greedy).
+MIN_TEMPERATURE = float(torch.finfo(torch.float32).tiny)
 
 
 @dataclass
@@ -135,8 +139,13 @@ class DecodeResult:
 
 # ---------------------------------------------------------------------------------------- sampling
 def sampling_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> torch.Tensor:
-    """The distribution the target samples from: softmax(logits / T), cut to the top-p nucleus."""
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    """The distribution the target samples from: softmax(logits / T), cut to the top-p nucleus.
+
+    The row maximum is subtracted before dividing, so (logits - max) / T <= 0 never overflows: any
+    T down to float32's smallest normal number (``MIN_TEMPERATURE``) gives a proper distribution,
+    the argmax (ties shared) as T -> 0."""
+    z = logits.float()
+    probs = torch.softmax((z - z.max(dim=-1, keepdim=True).values) / temperature, dim=-1)
     if top_p < 1.0:
         sorted_p, order = probs.sort(dim=-1, descending=True)
         keep = sorted_p.cumsum(dim=-1) - sorted_p < top_p  # the top token is always kept
@@ -265,17 +274,28 @@ def _eos_set(target: TargetModel, eos_token_id) -> set[int]:
     return {int(eos_token_id)}
 
 
+def _is_real(x) -> bool:
+    """A finite real number (bools excluded): what every numeric argument must be first."""
+    return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_)) and bool(np.isfinite(x))
+
+
+def _check_count(name: str, value, low: int, high: int | None = None) -> None:
+    """An integer in [low, high] (integral floats such as 64.0 count as integers)."""
+    if not _is_real(value) or int(value) != value or value < low or (high is not None and value > high):
+        span = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise ValueError(f"{name}: must be an integer {span}, got {value!r}")
+
+
 def _validate(target: TargetModel, drafter, method, budget, temperature, top_p, max_new_tokens) -> None:
     if method not in METHODS:
         raise ValueError(f"method: must be one of {METHODS}, got {method!r}")
-    if isinstance(budget, bool) or int(budget) != budget or budget < 1:
-        raise ValueError(f"budget: must be an integer >= 1, got {budget!r}")
-    if isinstance(max_new_tokens, bool) or int(max_new_tokens) != max_new_tokens or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens: must be an integer >= 1, got {max_new_tokens!r}")
-    if not np.isfinite(temperature) or temperature < 0:
-        raise ValueError(f"temperature: must be finite and >= 0, got {temperature}")
-    if not 0 < top_p <= 1:
-        raise ValueError(f"top_p: must lie in (0, 1], got {top_p}")
+    _check_count("budget", budget, 1)
+    _check_count("max_new_tokens", max_new_tokens, 1)
+    if not _is_real(temperature) or temperature < 0 or 0 < temperature < MIN_TEMPERATURE:
+        raise ValueError(f"temperature: must be 0 (greedy) or a finite number >= {MIN_TEMPERATURE:.3g}, "
+                         f"got {temperature!r}")
+    if not _is_real(top_p) or not 0 < top_p <= 1:
+        raise ValueError(f"top_p: must lie in (0, 1], got {top_p!r}")
     if method == "ar":
         return
     if drafter is None:
@@ -305,18 +325,30 @@ def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method
     softmax(logits / temperature) cut to ``top_p``, with a CPU generator seeded by ``seed``.
     ``metrics=False`` skips the per-step coverage bookkeeping (for timing runs); ``keep_trees``
     stores each step's tree and decoding-rule node conditionals in its record.
+
+    Context limit: T prompt tokens plus n new ones occupy T + n - 1 positions (the last emitted
+    token is never fed to the target), which must fit the target's ``max_position_embeddings``.
+    Each round's tree is cut to the depth that the positions and the new tokens left allow, so
+    generation ends exactly where AR decoding (and HF ``generate``) ends.
+
+    On return the target holds the *committed state*: its cache is the prompt plus every output
+    token but the last, exactly what a prefill of ``prompt + tokens[:-1]`` gives (the same state
+    HF ``generate`` leaves); ``target.verify(tokens[-1], ...)`` continues the sequence.
     """
     if not isinstance(target, TargetModel):
         target = TargetModel(target)
     _validate(target, drafter, method, budget, temperature, top_p, max_new_tokens)
+    _check_count("seed", seed, 0, 2 ** 64 - 1)  # the range torch.Generator.manual_seed takes
     ids = torch.as_tensor(input_ids)
+    if ids.numel() and (ids.dtype == torch.bool or ids.dtype.is_floating_point or ids.dtype.is_complex):
+        raise ValueError(f"input_ids: token ids must be integers, got dtype {ids.dtype}")
     if ids.dim() == 2 and ids.shape[0] == 1:
         ids = ids[0]
     if ids.dim() != 1:
         raise ValueError(f"input_ids: expected one sequence [T] or [1, T], got shape {tuple(ids.shape)}")
     if ids.numel() == 0:
         raise ValueError("input_ids: the prompt is empty")
-    target._check_positions(ids.numel() + int(max_new_tokens))
+    target._check_positions(ids.numel() + int(max_new_tokens) - 1)
     eos = _eos_set(target, eos_token_id)
     gen = torch.Generator().manual_seed(int(seed))
     dev = target.device
@@ -351,8 +383,14 @@ def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method
                 ctx = drafter.fuse_hidden(tuple(h.index_select(1, keep_rows) for h in pending_hidden))
             log_pi, log_q = drafter.draft_modes(ctx, root)  # [K], [K, L, V]
             ctx = pending_hidden = None
+            # deeper nodes could only emit tokens past max_new_tokens or sit beyond the context:
+            # the root sits at position target.length, a depth-d node at target.length + d
+            depth = int(max_new_tokens) - len(tokens) - 1
+            if target.max_positions is not None:
+                depth = min(depth, target.max_positions - 1 - target.length)
+            log_q = log_q[:, :max(depth, 0)]  # [K, <=L, V]
         tb = _clock(dev)
-        tree = build_tree(method, log_pi, log_q, int(budget)) if use_draft else None
+        tree = build_tree(method, log_pi, log_q, int(budget)) if use_draft and log_q.shape[1] else None
         n = 0 if tree is None else len(tree)
         mask = target.tree_mask(tree)  # [1, 1, N+1, P+N+1] float additive
         tc = _clock(dev)
@@ -386,7 +424,9 @@ def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method
             if len(tokens) >= max_new_tokens:
                 done = True
                 break
-        if not done:
+        if done:  # leave the committed state: every emitted token but the last has been fed
+            target.commit(path[: count - 1])
+        else:
             target.commit(path)
             if use_draft:  # fused into context features at the next draft (drafter time)
                 keep_rows = torch.tensor([0] + [i + 1 for i in path], device=dev)

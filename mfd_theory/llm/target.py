@@ -49,6 +49,20 @@ def ancestor_mask(tree, device) -> torch.Tensor:
     return torch.from_numpy(tree.ancestor_mask()).to(device)
 
 
+def _check_one_device(model: nn.Module) -> None:
+    """Refuse a model spread over several devices (``device_map="auto"`` over GPUs, or with CPU /
+    disk offload): cache compaction, hidden-state fusion and the step clock assume one device."""
+    placed = getattr(model, "hf_device_map", None) or {}
+    # accelerate records GPU i as the int i; "cuda:i" is the same device. The map and the
+    # parameters are checked apart: a one-device map goes stale when the model is moved later.
+    mapped = {f"cuda:{d}" if isinstance(d, int) else str(d) for d in placed.values()}
+    held = {str(p.device) for p in model.parameters()}
+    where = mapped if len(mapped) > 1 else held
+    if len(where) > 1:
+        raise ValueError(f"hf_model: spread over devices {sorted(where)} (device_map); tree verification "
+                         "needs the whole target on one device: load it with device_map=None and .to(device)")
+
+
 def _cache_kwarg(model: nn.Module) -> str:
     params = inspect.signature(model.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
@@ -71,16 +85,20 @@ class TargetModel:
         self.hidden_size = int(cfg.hidden_size)
         self.num_layers = int(cfg.num_hidden_layers)
         self.max_positions = int(getattr(cfg, "max_position_embeddings", 0) or 0) or None
+        _check_one_device(hf_model)
         param = next(hf_model.parameters())
         self.device, self.dtype = param.device, param.dtype
         self._cache_name = _cache_kwarg(hf_model)
         attn = getattr(cfg, "_attn_implementation", None) or getattr(hf_model.config, "_attn_implementation", None)
-        if attn is not None and "flash" in str(attn):
+        # flash kernels take no 4D mask; flex attention compiles a block mask of its own and aborts
+        # the process on a tree mask (refused before the probe below ever runs it)
+        if attn is not None and ("flash" in str(attn) or "flex" in str(attn)):
             raise ValueError(f"hf_model: attention implementation {attn!r} cannot take a 4D tree mask; "
                              "load the model with attn_implementation='eager' or 'sdpa'")
         self.cache = None
         self.length = 0  # committed tokens held in the cache
         self._pending = 0  # rows appended by the last verify, not yet committed
+        self._pending_parent = np.empty(0, dtype=np.int64)  # the verified tree's parents (-1 = root)
         from transformers.cache_utils import DynamicLayer
 
         odd = {type(layer).__name__ for layer in self._new_cache().layers if type(layer) is not DynamicLayer}
@@ -129,6 +147,8 @@ class TargetModel:
     def prefill(self, input_ids: torch.Tensor, hidden: bool = True):
         """Start a sequence: returns (next-token logits [V] float32, hidden_states tuple or None)."""
         ids = torch.as_tensor(input_ids, device=self.device)
+        if ids.numel() and (ids.dtype == torch.bool or ids.dtype.is_floating_point or ids.dtype.is_complex):
+            raise ValueError(f"input_ids: token ids must be integers, got dtype {ids.dtype}")
         if ids.dim() == 1:
             ids = ids[None]
         if ids.dim() != 2 or ids.shape[0] != 1:
@@ -177,16 +197,28 @@ class TargetModel:
         pos = (self.length + depth).to(self.device)[None]
         out = self._forward(ids.to(self.device), pos, mask, self.cache, hidden)
         self._pending = n + 1
+        self._pending_parent = np.asarray(tree.parent, dtype=np.int64) if n else np.empty(0, dtype=np.int64)
         return VerifyOutput(out.logits[0].float(), out.hidden_states if hidden else None)
 
     @torch.no_grad()
     def commit(self, path: list[int] | np.ndarray = ()) -> None:
-        """Keep the cache rows of the root and of the accepted nodes ``path`` (node indices, in order)."""
+        """Keep the cache rows of the root and of the accepted nodes ``path`` (node indices, in order).
+
+        ``path`` must be a chain from the root of the verified tree: the first node a child of the
+        root, each next node a child of the one before (so no node twice). Anything else would
+        splice unrelated rows into the cache, so it is refused and the verification stays pending."""
         if not self._pending:
             raise ValueError("commit: nothing to commit (call verify first)")
         path = [int(i) for i in path]
         if any(not 0 <= i < self._pending - 1 for i in path):
             raise ValueError(f"path: node indices must lie in [0, {self._pending - 1})")
+        prev = -1
+        for i in path:
+            if int(self._pending_parent[i]) != prev:
+                where = "the root" if prev < 0 else f"node {prev}"
+                raise ValueError(f"path: node {i} is not a child of {where}; commit takes the accepted "
+                                 f"chain from the root, in order, got {path}")
+            prev = i
         keep_rel = [0] + [i + 1 for i in path]
         n_keep = len(keep_rel)
         if keep_rel != list(range(n_keep)):  # rows already in place when the path is a prefix
