@@ -180,12 +180,14 @@ def test_cache_holds_exactly_the_committed_sequence_at_return(model, method):
     to the target), whether generation stopped at max_new_tokens or at EOS, mid-path or on a bonus."""
     prompt = [3, 7, 1, 9, 4]
     free = _hf_greedy(model, prompt, 12)
-    cases = [(n, []) for n in (1, 2, 5, 9, 12)] + [(12, free[j]) for j in (0, 3, 6) if free[j] not in free[:j]]
+    cases = [(n, []) for n in (1, 2, 5, 9, 12)] + [(12, free[j]) for j in range(10) if free[j] not in free[:j]]
+    mid_path = 0
     for n, eos in cases:
         t = TargetModel(model, check_mask=False)
         res = speculative_generate(t, OracleDrafter(model, 6, 2, seed=n), prompt, n, method, budget=12,
                                    eos_token_id=eos)
         fed = prompt + res.tokens[:-1]
+        mid_path += bool(res.steps) and res.steps[-1].emitted <= res.steps[-1].accepted  # EOS on a draft token
         assert t.length == len(fed) and t.cache.get_seq_length() == len(fed), (n, eos)
         ref = TargetModel(model, check_mask=False)
         ref.prefill(torch.tensor(fed))
@@ -196,3 +198,4 @@ def test_cache_holds_exactly_the_committed_sequence_at_return(model, method):
         nxt = int(t.verify(res.tokens[-1]).logits[0].argmax())
         t.commit([])
         assert nxt == _hf_greedy(model, prompt + res.tokens, 1)[0]
+    assert mid_path > 0 or method == "ar"  # the last round's path was cut short, and still committed
