@@ -73,7 +73,7 @@ def test_a_full_context_prompt_plus_one_token(short, method):
     assert res.tokens == _hf_greedy(short, prompt, 1)
     res = speculative_generate(TargetModel(short), drafter, prompt[:60], 5, method, budget=16)
     assert res.tokens == _hf_greedy(short, prompt[:60], 5)
-    with pytest.raises(ValueError, match="context"):
+    with pytest.raises(ValueError, match="max_new_tokens: a 64-token prompt plus 2 new tokens needs 65 positions"):
         speculative_generate(TargetModel(short), drafter, prompt, 2, method, budget=16)
 
 
@@ -108,7 +108,7 @@ def test_parameters_on_two_devices_are_refused():
     ("max_new_tokens", None), ("max_new_tokens", math.nan), ("max_new_tokens", math.inf),
     ("temperature", None), ("temperature", math.nan), ("temperature", "1"), ("temperature", 1e-40),
     ("top_p", None), ("top_p", math.nan),
-    ("seed", None), ("seed", 1.5), ("seed", -1), ("seed", "3"),
+    ("seed", None), ("seed", 1.5), ("seed", -1), ("seed", "3"), ("seed", 2 ** 64),
 ])
 def test_bad_arguments_name_themselves(target, block, name, value):
     kw = dict(max_new_tokens=4, method="mfd", budget=8, temperature=0.5, top_p=1.0, seed=0)
@@ -129,7 +129,7 @@ def test_non_integer_input_ids_are_refused(target, block, ids):
 def test_integral_values_of_other_types_are_accepted(model, target, block):
     ref = _hf_greedy(model, [1, 2, 3], 4)
     res = speculative_generate(target, block, np.array([1, 2, 3], dtype=np.int32), np.int64(4), "mfd",
-                               budget=8.0, seed=np.int64(5))
+                               budget=8.0, seed=2 ** 64 - 1)
     assert res.tokens == ref
 
 

@@ -22,6 +22,7 @@ softmax, the quantity the paper's coverage argument is about.
 
 from __future__ import annotations
 
+import math
 import numbers
 import time
 from dataclasses import dataclass, field
@@ -276,7 +277,8 @@ def _eos_set(target: TargetModel, eos_token_id) -> set[int]:
 
 def _is_real(x) -> bool:
     """A finite real number (bools excluded): what every numeric argument must be first."""
-    return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_)) and bool(np.isfinite(x))
+    return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_)) and (
+        isinstance(x, numbers.Integral) or math.isfinite(x))  # ints of any size are finite
 
 
 def _check_count(name: str, value, low: int, high: int | None = None) -> None:
@@ -348,7 +350,11 @@ def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method
         raise ValueError(f"input_ids: expected one sequence [T] or [1, T], got shape {tuple(ids.shape)}")
     if ids.numel() == 0:
         raise ValueError("input_ids: the prompt is empty")
-    target._check_positions(ids.numel() + int(max_new_tokens) - 1)
+    target._check_positions(ids.numel())  # the prompt alone
+    need = ids.numel() + int(max_new_tokens) - 1  # the last new token is never fed back
+    if target.max_positions is not None and need > target.max_positions:
+        raise ValueError(f"max_new_tokens: a {ids.numel()}-token prompt plus {int(max_new_tokens)} new tokens "
+                         f"needs {need} positions, beyond the target's context of {target.max_positions}")
     eos = _eos_set(target, eos_token_id)
     gen = torch.Generator().manual_seed(int(seed))
     dev = target.device
