@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from . import __version__
@@ -43,6 +44,9 @@ def _call(name: str, target: tuple[str, str, str], argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # The CLI only writes figures to files: Agg needs no display. The library leaves the backend
+    # alone so that notebooks draw inline; MPLBACKEND set by the user still wins.
+    os.environ.setdefault("MPLBACKEND", "Agg")
     parser = argparse.ArgumentParser(prog="mfd", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"mfd {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -410,7 +410,7 @@ def summarize(cell_rows: list[dict], config: Config) -> dict[str, Any]:
 
 
 def run(config: Config = Config(), out_dir: str | Path = "results", progress: bool = True) -> Result:
-    from tqdm.auto import tqdm
+    from tqdm import tqdm  # text bars: tqdm.auto wants ipywidgets in a notebook and warns without it
 
     store = ResultStore(Path(out_dir) / NAME)
     todo = list(cells(config))
