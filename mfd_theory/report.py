@@ -75,24 +75,19 @@ def value_with_spread(row: dict, key: str, fmt: str = "{:.2f}", suffix: str = ""
 def gain_with_spread(a: dict, b: dict, key: str = "speedup") -> str:
     """a's ``key`` over b's, minus one, in percent, with its spread over timing passes.
 
-    Paired passes (same count on both rows, pass i of each timed in the same sweep) give one
-    ratio per pass, whose mean and standard deviation are reported; otherwise the two rows'
-    standard deviations are combined to first order. Inside the spread: "no measurable difference".
+    The spread combines the two rows' standard deviations over passes to first order
+    (ratio * sqrt((s_a / a)^2 + (s_b / b)^2)); passes are not treated as paired, which would
+    hide load changes that hit one method's pass and not the other's. A difference no larger
+    than the spread reads "no measurable difference".
     """
     va, vb = _num(a.get(key)), _num(b.get(key))
     if va is None or vb is None or vb == 0:
         return "-"
-    pa, pb = _passes(a, key), _passes(b, key)
-    if pa is not None and pb is not None and len(pa) == len(pb):
-        g = [x / y - 1 for x, y in zip(pa, pb)]
-        gain = sum(g) / len(g)
-        spread = math.sqrt(sum((x - gain) ** 2 for x in g) / (len(g) - 1))
-    else:
-        gain = va / vb - 1
-        sa, sb = _std(a, key), _std(b, key)
-        if sa is None or sb is None:
-            return f"{100 * gain:+.1f}% (1 pass)"
-        spread = (va / vb) * math.sqrt((sa / va) ** 2 + (sb / vb) ** 2)
+    gain = va / vb - 1
+    sa, sb = _std(a, key), _std(b, key)
+    if sa is None or sb is None:
+        return f"{100 * gain:+.1f}% (1 pass)"
+    spread = (va / vb) * math.sqrt((sa / va) ** 2 + (sb / vb) ** 2)
     text = f"{100 * gain:+.1f}% ± {100 * spread:.1f}%"
     if abs(gain) <= spread:
         text += " (no measurable difference)"
