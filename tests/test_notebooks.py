@@ -25,8 +25,9 @@ def test_notebook_runs_at_small_size(name):
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     # figures render as images (not as "<Figure size ...>" text), once per figure the notebook saves
     images = [o for o in outputs if "image/png" in o.get("data", {})]
-    saved = sum(c.source.count("save_figure(") for c in nb.cells if c.cell_type == "code")
-    assert saved and len(images) == saved, (len(images), saved)
+    stdout = "".join(o.get("text", "") for o in outputs if o.get("name") == "stdout")
+    saved = [ln for ln in stdout.splitlines() if ln.startswith("wrote ") and ln.endswith(".png")]
+    assert saved and len(images) == len(saved), (len(images), saved)
     stderr = "".join(o.get("text", "") for o in outputs if o.get("name") == "stderr")
     assert "IProgress not found" not in stderr and "Warning" not in stderr, stderr
 
