@@ -174,3 +174,12 @@ def test_quiet_e2e_silences_transformers_bars(monkeypatch):
         assert os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"
     finally:
         transformers.utils.logging.enable_progress_bar()
+        import huggingface_hub
+
+        huggingface_hub.utils.enable_progress_bars()
+    # before transformers is imported (what `mfd e2e --quiet` meets): the environment decides
+    code = ("from mfd_theory.experiments.e2e import _quiet_transformers; _quiet_transformers(); "
+            "import transformers; print(transformers.utils.logging.is_progress_bar_enabled())")
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0 and res.stdout.strip() == "False", res.stderr[-500:]

@@ -123,6 +123,8 @@ def _quiet_transformers() -> None:
 
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    if "huggingface_hub" in sys.modules:
+        sys.modules["huggingface_hub"].utils.disable_progress_bars()
     if "transformers" in sys.modules:
         sys.modules["transformers"].utils.logging.disable_progress_bar()
 
