@@ -267,7 +267,10 @@ def e2e_gains_block(res: Result) -> str:
     its spread over timing passes, per budget and at each method's best budget."""
     d = res.data
     rows, gains = d["rows"], d.get("mfd_gains") or []
-    lines = ["| T | method (drafter) | N | tau | product tau | tau gain (z) | speedup | product speedup | speed gain |",
+    lines = ["N = best (a vs b): each side at its fastest budget (a: this method's, b: the best product-drafter "
+             "tree's, chain or ddtree); tau there is each side's highest tau at any budget. z: the tau difference over "
+             "its standard error.", "",
+             "| T | method (drafter) | N | tau | product tau | tau gain (z) | speedup | product speedup | speed gain |",
              "|---|---|---|---|---|---|---|---|---|"]
     for g in gains:
         best = _is_best(g)
