@@ -164,10 +164,11 @@ def chimera_share_block(res: Result) -> str:
 
 
 def mixture_gain_block(res: Result) -> str:
-    from .experiments.mixture_gain import HEADLINE_K, format_summary
+    from .experiments.mixture_gain import format_summary, headline_k
 
     lines = [format_summary(res)]
     s, cfg = res.data["summary"], res.config
+    HEADLINE_K = headline_k(cfg["Ks"])
     profile = cfg["profiles"][0]
     budgets = list(cfg["budgets"])
     i64 = budgets.index(64) if 64 in budgets else 0

@@ -75,7 +75,7 @@ BAD_VALUES = [
     (["e2e", "--max-new-tokens", "0"], "--max-new-tokens"),
     (["e2e", "--modes", "0"], "--modes"),
     (["e2e", "--preset", "micro", "--budgets", "8,0"], "--budgets"),
-    (["mixture-gain", "--Ks", "1,2"], "--Ks"),
+    (["mixture-gain", "--Ks", "2,4"], "--Ks"),
     (["mixture-gain", "--families", "nope"], "--families"),
     (["bench", "trees", "--repeats", "0"], "--repeats"),
     (["bench", "fit", "--K", "0"], "--K"),
@@ -151,14 +151,15 @@ def test_core_table_writes_only_under_out_and_says_so(tmp_path, capsys, monkeypa
     assert fig.is_file()
 
 
-def test_mixture_gain_with_other_budgets_summarises(tmp_path, capsys):
+def test_mixture_gain_with_other_budgets_and_modes_summarises(tmp_path, capsys):
+    # --budgets without 256 crashed in the summary; --Ks without 4 printed a table with no rows
     argv = ["mixture-gain", "--families", "two_futures", "--Fs", "1,2", "--two-futures-ms", "2", "--seeds", "0",
-            "--Ks", "1,4", "--budgets", "16,64", "--L", "5", "--n-samples", "300", "--n-restarts", "1",
+            "--Ks", "1,2", "--budgets", "16,64", "--L", "5", "--n-samples", "300", "--n-restarts", "1",
             "--max-iter", "5", "--hard", "false", "--exact-fit", "false", "--confidences", "",
             "--noise-repeats", "0", "--out", str(tmp_path), "--quiet"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "| two_futures |" in out and "product N=64" in out
+    assert "| two_futures |" in out and "product N=64" in out and "mixture K=2 N=64" in out
     assert f"wrote {tmp_path / 'mixture_gain.json'}" in out and "cell files under" in out
 
 

@@ -55,6 +55,12 @@ NAME = "mixture_gain"
 HEADLINE_K = 4  # the summary's "mixture" column: a fixed K, as a trained MFD drafter has
 
 
+def headline_k(Ks) -> int:
+    """The K of the summary's "mixture" column: HEADLINE_K when the sweep fits it, else the
+    largest K it fits (so a sweep over other K still gets a full summary)."""
+    return HEADLINE_K if HEADLINE_K in Ks else max(Ks)
+
+
 _FAMILIES = ("two_futures", "branching", "shifted", "noisy_futures", "zipf_futures")
 
 
@@ -63,8 +69,8 @@ class Config(Checked):
     families: tuple[str, ...] = opt(_FAMILIES, "synthetic target families", choices=_FAMILIES)
     Fs: tuple[int, ...] = opt((1, 2, 3, 4), "futures per target (two_futures: F in {1, 2}, m varies)", ge=1)
     two_futures_ms: tuple[int, ...] = opt((2, 4, 8), "disagreeing positions of the two futures", ge=1)
-    Ks: tuple[int, ...] = opt((1, 2, 4, 8), f"drafter modes (must include 1, the product drafter, and "
-                              f"{HEADLINE_K}, the summary's mixture)", ge=1)
+    Ks: tuple[int, ...] = opt((1, 2, 4, 8), f"drafter modes; must include 1 (the product drafter) and one K > 1 "
+                              f"(the summary's mixture: {HEADLINE_K} when present, else the largest)", ge=1)
     budgets: tuple[int, ...] = opt((16, 32, 64, 128, 256, 512, 1024), "reported budgets N", ge=1)
     seeds: tuple[int, ...] = opt((0, 1, 2), "seeds (one target per seed and cell)", ge=0)
     L: int = opt(15, "block length", ge=1)
@@ -92,9 +98,9 @@ class Config(Checked):
     noise_repeats: int = opt(4, "F = 1 cells: refits on fresh samples that size the sampling noise", ge=0)
 
     def validate(self) -> None:
-        if 1 not in self.Ks or HEADLINE_K not in self.Ks:
-            raise ValueError(f"--Ks: must include 1 (the product drafter) and {HEADLINE_K} (the summary's "
-                             f"mixture), got {','.join(map(str, self.Ks))}")
+        if 1 not in self.Ks or max(self.Ks) < 2:
+            raise ValueError(f"--Ks: must include 1 (the product drafter) and a K > 1 (the mixture), "
+                             f"got {','.join(map(str, self.Ks))}")
         if self.profile_path and not Path(self.profile_path).is_file():
             raise ValueError(f"--profile-path: no file at {self.profile_path}")
 
@@ -197,7 +203,8 @@ def run_cell(config: Config, family: str, F: int, m: int | None, seed: int,
     out["oracle"]["best"] = {k: dict(budget=v.budget, speedup=v.speedup) for k, v in fixed.items()}
 
     fits = []
-    for K in config.Ks if confidence is None else (1, HEADLINE_K):
+    hk = headline_k(config.Ks)
+    for K in config.Ks if confidence is None else (1, hk):
         fits.append((K, "soft", "samples"))
         if K > 1 and config.hard and confidence is None:
             fits.append((K, "hard", "samples"))
@@ -245,7 +252,7 @@ def run_cell(config: Config, family: str, F: int, m: int | None, seed: int,
         reps: dict[str, list] = {"product": [], "mixture": []}
         for r in range(config.noise_repeats):
             xr = target.sample(config.n_samples, seed=20_000 + 100 * seed + r)
-            for name, K in (("product", 1), ("mixture", HEADLINE_K)):
+            for name, K in (("product", 1), ("mixture", hk)):
                 mr = fit_mixture(xr, K, V, seed=r, smoothing=config.smoothing, n_restarts=config.n_restarts,
                                  max_iter=config.max_iter, tol=config.tol)
                 tr = product_tree(mr.log_q[0], max_n) if K == 1 else mixture_tree(mr.log_pi, mr.log_q, max_n)
@@ -303,7 +310,7 @@ def summarize_confidence(cell_rows: list[dict], config: Config) -> list[dict[str
         if not sel:
             continue
         prod = [_pick(r, 1) for r in sel]
-        mix = [_pick(r, HEADLINE_K) for r in sel]
+        mix = [_pick(r, headline_k(config.Ks)) for r in sel]
         out.append(dict(
             confidence=float(c), n_cells=len(sel), budgets=budgets,
             oracle_coverage=np.mean([r["oracle"]["coverage"] for r in sel], axis=0).tolist(),
@@ -334,16 +341,17 @@ def summarize(cell_rows: list[dict], config: Config) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     budgets = list(config.budgets)
     profiles = [p.name for p in _profiles(config)]
+    hk = headline_k(config.Ks)
     for family in config.families:
         rows = [c for c in cell_rows if c["family"] == family]
         fam: dict[str, Any] = {}
         for label, sel in (("multi", [c for c in rows if c["F"] >= 2]), ("single", [c for c in rows if c["F"] == 1])):
             if not sel:
                 continue
-            entry: dict[str, Any] = dict(n_cells=len(sel), budgets=budgets, K=HEADLINE_K)
+            entry: dict[str, Any] = dict(n_cells=len(sel), budgets=budgets, K=hk)
             for name, K, assignment, source in (
-                ("product", 1, "soft", "samples"), ("mixture", HEADLINE_K, "soft", "samples"),
-                ("mixture_hard", HEADLINE_K, "hard", "samples"), ("mixture_exact", HEADLINE_K, "soft", "exact"),
+                ("product", 1, "soft", "samples"), ("mixture", hk, "soft", "samples"),
+                ("mixture_hard", hk, "hard", "samples"), ("mixture_exact", hk, "soft", "exact"),
                 ("mixture_K=F", None, "soft", "samples"),
             ):
                 picked = [_pick(c, K if K is not None else max(c["F"], 1), assignment, source) for c in sel]
@@ -361,7 +369,7 @@ def summarize(cell_rows: list[dict], config: Config) -> dict[str, Any]:
             for name in ("mixture", "mixture_hard", "mixture_exact", "mixture_K=F"):
                 if name not in entry:
                     continue
-                K = HEADLINE_K if name != "mixture_K=F" else None
+                K = hk if name != "mixture_K=F" else None
                 assignment = "hard" if name == "mixture_hard" else "soft"
                 source = "exact" if name == "mixture_exact" else "samples"
                 mix = [_pick(c, K if K is not None else max(c["F"], 1), assignment, source) for c in sel]
@@ -378,7 +386,7 @@ def summarize(cell_rows: list[dict], config: Config) -> dict[str, Any]:
             for pn in profiles:
                 prof = next(p for p in _profiles(config) if p.name == pn)
                 choice = {}
-                for name, K in (("product", 1), ("mixture", HEADLINE_K)):
+                for name, K in (("product", 1), ("mixture", hk)):
                     picked = [_pick(c, K) for c in sel]
                     if any(p is None for p in picked):
                         continue
@@ -456,7 +464,8 @@ def format_summary(result: Result, budgets=(64, 256), profile: str | None = None
     budgets = [b for b in budgets if b in cfg_budgets] or sorted({cfg_budgets[len(cfg_budgets) // 2],
                                                                   cfg_budgets[-1]})
     idx = [cfg_budgets.index(b) for b in budgets]
-    head = " | ".join(f"product N={b} | mixture N={b}" for b in budgets)
+    hk = headline_k(result.config["Ks"])
+    head = " | ".join(f"product N={b} | mixture K={hk} N={b}" for b in budgets)
     i64 = cfg_budgets.index(64) if 64 in cfg_budgets else idx[0]
     lines = [
         f"| family (F >= 2) | {head} | chimeras N={cfg_budgets[i64]} (product) | predicted gain ({profile}) |",
