@@ -213,6 +213,7 @@ def e2e_block(res: Result) -> str:
     d, c = res.data, res.config
     rows = [r for r in d["rows"] if r["method"] != "ar"]
     budgets = sorted({r["budget"] for r in rows if r["method"] != "chain"})
+    n_dead = 64 if 64 in budgets else budgets[-1]
     n_steps = [r["n_steps"] for r in rows if isinstance(r.get("n_steps"), int)]
     passes = {len(r["speedup_passes"]) for r in rows if isinstance(r.get("speedup_passes"), list)}
     lines = [
@@ -223,7 +224,7 @@ def e2e_block(res: Result) -> str:
         "",
         "tau (speedup vs AR):",
         "",
-        "| T | method (drafter) | " + " | ".join(f"N = {b}" for b in budgets) + " | dead share N = 64 |",
+        "| T | method (drafter) | " + " | ".join(f"N = {b}" for b in budgets) + f" | dead share N = {n_dead} |",
         "|---|---|" + "---|" * len(budgets) + "---|",
     ]
     order = {"chain": 0, "ddtree": 1, "mfd": 2}
@@ -235,16 +236,20 @@ def e2e_block(res: Result) -> str:
         temp, method, drafter = k
         return (temp, drafter != "product", order.get(method, 9), drafter)
 
+    def cell(r):
+        sp = value_with_spread(r, "speedup", suffix="x")
+        sp = sp[:-len(" (1 pass)")] + ", 1 pass" if sp.endswith(" (1 pass)") else sp
+        return f"{r['tau']:.2f} ({sp})"
+
     for key in sorted(groups, key=sort_key):
         rs = {r["budget"]: r for r in groups[key]}
         first = next(iter(rs.values()))
         if key[1] == "chain":
-            cells = [f"{first['tau']:.2f} ({value_with_spread(first, 'speedup', suffix='x')})"] + [""] * (len(budgets) - 1)
+            cells = [cell(first)] + [""] * (len(budgets) - 1)
             dead = first.get("dead_share")
         else:
-            cells = [f"{rs[b]['tau']:.2f} ({value_with_spread(rs[b], 'speedup', suffix='x')})" if b in rs else ""
-                     for b in budgets]
-            dead = rs[64].get("dead_share") if 64 in rs else None
+            cells = [cell(rs[b]) if b in rs else "" for b in budgets]
+            dead = rs[n_dead].get("dead_share") if n_dead in rs else None
         dead_s = f"{100 * dead:.0f}%" if _num(dead) is not None else "-"
         lines.append(f"| {key[0]:g} | {_label(first)} | " + " | ".join(cells) + f" | {dead_s} |")
     pc = d.get("prediction_check") or {}
