@@ -23,7 +23,7 @@ import math
 import re
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from .results import Result, atomic_write_text
 

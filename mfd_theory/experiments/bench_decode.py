@@ -19,7 +19,6 @@ random target with Qwen3-8B's shape (for GPU profiles).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import re
