@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(BIN)/mfd bench trees
 	$(BIN)/mfd bench fit
 	$(BIN)/mfd bench decode
+	$(BIN)/mfd report
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+
+from . import __version__
 
 # subcommand -> (module, function, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -18,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "chimera-share": ("mfd_theory.experiments.chimera_share", "main", "chimera share of product trees across synthetic families"),
     "mixture-gain": ("mfd_theory.experiments.mixture_gain", "main", "fitted K-mode drafters vs product vs oracle, predicted speedup"),
     "e2e": ("mfd_theory.experiments.e2e", "main", "train a small Qwen3 target and drafters, measure acceptance and speedup"),
+    "report": ("mfd_theory.report", "main", "rewrite the README's result tables from results/*.json (--check: compare only)"),
 }
 BENCHES: dict[str, tuple[str, str, str]] = {
     "trees": ("mfd_theory.experiments.bench_trees", "main", "tree builders vs argpartition at DFlash scale"),
@@ -29,21 +33,29 @@ BENCHES: dict[str, tuple[str, str, str]] = {
 def _call(name: str, target: tuple[str, str, str], argv: list[str]) -> int:
     module, func, _ = target
     try:
-        getattr(importlib.import_module(module), func)(argv)
+        out = getattr(importlib.import_module(module), func)(argv)
     except ValueError as exc:  # bad input: say which argument and why, without a traceback
         print(f"mfd {name}: error: {exc}", file=sys.stderr)
         return 2
-    return 0
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    return out if isinstance(out, int) and not isinstance(out, bool) else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # The CLI only writes figures to files: Agg needs no display. The library leaves the backend
+    # alone so that notebooks draw inline; MPLBACKEND set by the user still wins.
+    os.environ.setdefault("MPLBACKEND", "Agg")
     parser = argparse.ArgumentParser(prog="mfd", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"mfd {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, _, help_) in COMMANDS.items():
         sub.add_parser(name, help=help_, add_help=False)
     bench = sub.add_parser("bench", help="benchmarks: " + ", ".join(BENCHES))
     bench.add_argument("which", choices=sorted(BENCHES))
+    if argv and argv[0] == "--version":
+        parser.parse_args(argv)  # prints the version and exits 0
     if not argv or argv[0] in ("-h", "--help"):
         parser.print_help()
         return 0 if argv else 2

@@ -1,7 +1,8 @@
 """``mfd reproduce``: the main job on embedded defaults.
 
 Runs every experiment with its default config into ``results/`` (each skips work already saved),
-then executes the notebooks, which draw the figures into ``paper_figs/``.
+executes the notebooks, which draw the figures into ``paper_figs/``, and finally runs
+``mfd report``, which rewrites the README's result tables from the new ``results/*.json``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # (label, module, argv) in order; each module exposes main(argv)
 STEPS: list[tuple[str, str, list[str]]] = [
-    ("core table", "mfd_theory.experiments.core_table", []),
+    ("core table", "mfd_theory.experiments.core_table", ["--figure", "paper_figs/coverage_vs_budget.png"]),
     ("chimera bound", "mfd_theory.experiments.chimera_bound", []),
     ("chimera share", "mfd_theory.experiments.chimera_share", []),
     ("mixture gain", "mfd_theory.experiments.mixture_gain", []),
@@ -40,29 +41,34 @@ def run_notebook(path: Path, small: bool = False, timeout: int = 1800):
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
-    env_before = os.environ.get("MFD_NOTEBOOK_SMALL")
+    # the kernel inherits the environment: MFD_NOTEBOOK_SMALL picks the size, and MPLBACKEND is
+    # removed so the kernel uses its inline backend and the executed copy holds the images
+    saved = {k: os.environ.get(k) for k in ("MFD_NOTEBOOK_SMALL", "MPLBACKEND")}
     os.environ["MFD_NOTEBOOK_SMALL"] = "1" if small else "0"
+    os.environ.pop("MPLBACKEND", None)
     try:
         NotebookClient(nb, timeout=timeout, kernel_name="python3",
                        resources={"metadata": {"path": str(path.parent)}}).execute()
         return nb
     finally:
-        if env_before is None:
-            os.environ.pop("MFD_NOTEBOOK_SMALL", None)
-        else:
-            os.environ["MFD_NOTEBOOK_SMALL"] = env_before
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="mfd reproduce", description=__doc__.splitlines()[0])
-    parser.add_argument("--skip-notebooks", action="store_true")
+    parser.add_argument("--skip-notebooks", action="store_true", help="run the experiments only, draw no figures")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     os.chdir(ROOT)
     t_all = time.perf_counter()
     for label, module, step_argv in STEPS:
         print(f"\n=== {label} ({module})", flush=True)
         t0 = time.perf_counter()
-        importlib.import_module(module).main(list(step_argv))
+        importlib.import_module(module).main(list(step_argv) + (["--quiet"] if args.quiet else []))
         print(f"--- {label}: {time.perf_counter() - t0:.1f} s", flush=True)
     if not args.skip_notebooks:
         for nb in NOTEBOOKS:
@@ -70,4 +76,8 @@ def main(argv=None) -> None:
             t0 = time.perf_counter()
             run_notebook(ROOT / nb)
             print(f"--- {nb}: {time.perf_counter() - t0:.1f} s", flush=True)
+    print("\n=== report (README result tables from results/)", flush=True)
+    from .report import main as report
+
+    report(["--results", "results"])
     print(f"\nreproduce finished in {time.perf_counter() - t_all:.0f} s; results/ and paper_figs/ are up to date")

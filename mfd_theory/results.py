@@ -78,7 +78,12 @@ def provenance() -> dict[str, Any]:
 
 
 def to_jsonable(obj: Any) -> Any:
-    """Convert numpy scalars/arrays, dataclasses, paths and tuples into plain JSON types."""
+    """Convert numpy scalars/arrays, dataclasses, paths and tuples into plain JSON types.
+
+    A missing value (NaN) becomes ``None`` (JSON ``null``), so a column read by pandas or any other
+    JSON reader stays numeric. Infinities have no JSON number either: they are stored as the
+    strings ``"inf"`` / ``"-inf"`` (rare in results; a value that can be infinite says so).
+    """
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, dict):
@@ -94,7 +99,7 @@ def to_jsonable(obj: Any) -> Any:
     if isinstance(obj, (np.floating, float)):
         f = float(obj)
         if np.isnan(f):
-            return "nan"
+            return None
         if np.isinf(f):
             return "inf" if f > 0 else "-inf"
         return f
@@ -155,7 +160,8 @@ class Result:
 
     def save(self, path: str | os.PathLike) -> Path:
         path = Path(path)
-        atomic_write_text(path, json.dumps(self.to_dict(), indent=1, sort_keys=False) + "\n")
+        # allow_nan=False: the file is standard JSON (NaN was turned into null above)
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=1, sort_keys=False, allow_nan=False) + "\n")
         return path
 
     @classmethod

@@ -53,14 +53,14 @@ __all__ = [
     "zipf_futures",
 ]
 
-#: Top-1 accuracies of Medusa's five heads on Vicuna-7B (ANCHORS.md): a realistic profile of how a
+#: Top-1 accuracies of Medusa's five heads on Vicuna-7B (docs/background.md): a realistic profile of how a
 #: drafter's per-position confidence decays with distance.
 MEDUSA_HEAD_ACCURACY = (0.56, 0.32, 0.20, 0.15, 0.12)
 
 #: Named confidence profiles for :func:`zipf_futures`. "medusa": Medusa's head accuracies with a
 #: fitted power-law tail. "dflash": a constant 0.85 per position, the per-token acceptance that
 #: gives DFlash's tau of about 6.5 with 15 drafted positions (1 + sum_{d=1..15} 0.85^d = 6.4;
-#: Qwen3-8B on GSM8K, ANCHORS.md).
+#: Qwen3-8B on GSM8K, docs/background.md).
 ACCURACY_PROFILES = {"medusa": MEDUSA_HEAD_ACCURACY, "dflash": (0.85,)}
 
 

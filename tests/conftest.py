@@ -16,6 +16,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, settings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("MPLBACKEND", "Agg")  # no display in tests; the library leaves the backend alone
 
 _ROOT = Path(__file__).resolve().parent.parent
 if importlib.util.find_spec("mfd_theory") is None:

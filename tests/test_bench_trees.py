@@ -17,8 +17,8 @@ SCORE_TOL = 1e-9
 def test_bench_main_tiny(tmp_path, capsys):
     argv = [
         "--quick", "--V", "64", "--L", "4", "--budgets", "4,16", "--modes", "1,3", "--repeats", "1",
-        "--mc-walks", "2000", "--mc-budget", "8", "--mc-modes", "2", "--out-dir", str(tmp_path),
-        "--no-progress",
+        "--mc-walks", "2000", "--mc-budget", "8", "--mc-modes", "2", "--out", str(tmp_path),
+        "--quiet",
     ]
     result = main(argv)
     out = capsys.readouterr().out

@@ -287,7 +287,7 @@ def test_chimera_bound_cli_writes_a_result(tmp_path):
 
     cb.main(["--n-instances", "5000", "--n-tie-instances", "1000", "--n-cross-check", "5",
              "--multi-F3-columns", "2", "--multi-F4-columns", "1", "--multi-all-distinct-F3", "3",
-             "--multi-all-distinct-F4", "2", "--multi-trials", "100", "--out-dir", str(tmp_path), "--quiet"])
+             "--multi-all-distinct-F4", "2", "--multi-trials", "100", "--out", str(tmp_path), "--quiet"])
     res = Result.load(tmp_path / "chimera_bound.json")
     assert res.config["n_instances"] == 5000
     assert res.data["verify"]["violations"] == 0
@@ -301,7 +301,7 @@ def test_chimera_share_cli_writes_a_result_and_resumes(tmp_path):
 
     argv = ["--n-seeds", "1", "--budgets", "16", "64", "--two-futures-m", "2", "--F-values", "2",
             "--branch-points", "1", "--noisy-F", "2", "--temperatures", "0.5", "--zipf-F", "2",
-            "--zipf-profiles", "medusa", "--noise-levels", "0.2", "--out-dir", str(tmp_path), "--quiet"]
+            "--zipf-profiles", "medusa", "--noise-levels", "0.2", "--out", str(tmp_path), "--quiet"]
     cs.main(argv)
     res = Result.load(tmp_path / "chimera_share.json")
     rows = res.data["settings"]

@@ -28,15 +28,15 @@ def test_unknown_command_and_missing_benchmark_fail(capsys):
 
 
 def test_bad_value_is_reported_by_argument_name(capsys, tmp_path):
-    rc = main(["core-table", "--budget", "0", "--out", str(tmp_path / "t.json"), "--figure", ""])
+    rc = main(["core-table", "--budget", "0", "--out", str(tmp_path / "o")])
     assert rc == 2
-    assert "budget" in capsys.readouterr().err
-    assert not (tmp_path / "t.json").exists()
+    assert "--budget" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
 
 
 def test_core_table_writes_a_result_with_provenance(tmp_path, capsys):
-    out = tmp_path / "core.json"
-    rc = main(["core-table", "--V", "50", "--budgets", "4,16", "--out", str(out), "--figure", ""])
+    rc = main(["core-table", "--V", "50", "--budgets", "4,16", "--out", str(tmp_path)])
+    out = tmp_path / "core_table.json"
     assert rc == 0
     table = capsys.readouterr().out
     assert "| product |" in table and "| oracle |" in table
@@ -52,3 +52,135 @@ def test_core_table_writes_a_result_with_provenance(tmp_path, capsys):
 def test_module_entry_point_runs():
     res = subprocess.run([sys.executable, "-m", "mfd_theory.cli", "--help"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and "core-table" in res.stdout
+
+
+# ---------------------------------------------------------------- options are checked before work
+
+import argparse  # noqa: E402
+import os  # noqa: E402
+
+import pytest  # noqa: E402
+
+from mfd_theory.cli import BENCHES, COMMANDS  # noqa: E402
+
+BAD_VALUES = [
+    (["mixture-gain", "--hard", "maybe"], "--hard"),
+    (["core-table", "--disagree-prob", "1.5"], "--disagree-prob"),
+    (["core-table", "--L", "-3"], "--L"),
+    (["core-table", "--V", "0"], "--V"),
+    (["core-table", "--weights", "0.5,0.5"], "--weights"),
+    (["chimera-bound", "--m-max", "0"], "--m-max"),
+    (["chimera-share", "--eps", "nan"], "--eps"),
+    (["e2e", "--temperatures", "-1"], "--temperatures"),
+    (["e2e", "--max-new-tokens", "0"], "--max-new-tokens"),
+    (["e2e", "--modes", "0"], "--modes"),
+    (["e2e", "--preset", "micro", "--budgets", "8,0"], "--budgets"),
+    (["mixture-gain", "--Ks", "2,4"], "--Ks"),
+    (["mixture-gain", "--families", "nope"], "--families"),
+    (["bench", "trees", "--repeats", "0"], "--repeats"),
+    (["bench", "fit", "--K", "0"], "--K"),
+]
+
+
+@pytest.mark.parametrize("argv,flag", BAD_VALUES, ids=[" ".join(a) for a, _ in BAD_VALUES])
+def test_bad_option_exits_2_naming_the_flag_and_writes_nothing(argv, flag, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # anything written by mistake would land here
+    out = tmp_path / "out"
+    assert main([*argv, "--out", str(out)]) == 2
+    assert flag in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("cmd", ["core-table", "chimera-share", "e2e", "mixture-gain"])
+def test_out_at_a_file_or_under_a_file_is_a_usage_error(cmd, tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    for out in (blocker, blocker / "sub"):
+        assert main([cmd, "--out", str(out)]) == 2
+        assert "--out" in capsys.readouterr().err
+    assert blocker.read_text() == "x" and sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def _all_commands():
+    return [[c] for c in COMMANDS if c != "reproduce"] + [["reproduce"]] + [["bench", b] for b in BENCHES]
+
+
+@pytest.mark.parametrize("cmd", _all_commands(), ids=" ".join)
+def test_every_command_has_mfd_usage_and_a_help_line_per_option(cmd, capsys, monkeypatch):
+    seen = {}
+    original = argparse.ArgumentParser.parse_args
+
+    def spy(self, args=None, namespace=None):
+        if self.prog.startswith("mfd "):
+            seen[self.prog] = [a for a in self._actions if not a.help and a.dest != "help"]
+        return original(self, args, namespace)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", spy)
+    assert main([*cmd, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: mfd {' '.join(cmd)} ")
+    assert "--out-dir" not in out and "--no-progress" not in out
+    if cmd != ["report"]:
+        assert "--quiet" in out
+    if cmd not in (["reproduce"],):
+        assert "--out" in out
+    prog = f"mfd {' '.join(cmd)}"
+    assert seen.get(prog) == [], f"options without a help line: {[a.dest for a in seen.get(prog, [])]}"
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip().startswith("mfd ")
+
+
+def test_core_table_writes_only_under_out_and_says_so(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "o"
+    assert main(["core-table", "--V", "40", "--budgets", "4,8", "--out", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert files == [out / "core_table.json"]  # no paper_figs/ unless asked
+    assert f"wrote {out / 'core_table.json'}" in stdout
+    # a rerun replaces the file and says so; a figure is written only when asked, and announced
+    fig = tmp_path / "figs" / "cov.png"
+    assert main(["core-table", "--V", "40", "--budgets", "4,8", "--out", str(out), "--figure", str(fig)]) == 0
+    stdout = capsys.readouterr().out
+    assert f"wrote {out / 'core_table.json'} (replaced)" in stdout and f"wrote {fig}" in stdout
+    assert fig.is_file()
+
+
+def test_mixture_gain_with_other_budgets_and_modes_summarises(tmp_path, capsys):
+    # --budgets without 256 crashed in the summary; --Ks without 4 printed a table with no rows
+    argv = ["mixture-gain", "--families", "two_futures", "--Fs", "1,2", "--two-futures-ms", "2", "--seeds", "0",
+            "--Ks", "1,2", "--budgets", "16,64", "--L", "5", "--n-samples", "300", "--n-restarts", "1",
+            "--max-iter", "5", "--hard", "false", "--exact-fit", "false", "--confidences", "",
+            "--noise-repeats", "0", "--out", str(tmp_path), "--quiet"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "| two_futures |" in out and "product N=64" in out and "mixture K=2 N=64" in out
+    assert f"wrote {tmp_path / 'mixture_gain.json'}" in out and "cell files under" in out
+
+
+def test_quiet_e2e_silences_transformers_bars(monkeypatch):
+    transformers = pytest.importorskip("transformers")
+    from mfd_theory.experiments.e2e import _quiet_transformers
+
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
+    transformers.utils.logging.enable_progress_bar()
+    try:
+        _quiet_transformers()
+        assert not transformers.utils.logging.is_progress_bar_enabled()
+        assert os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"
+    finally:
+        transformers.utils.logging.enable_progress_bar()
+        import huggingface_hub
+
+        huggingface_hub.utils.enable_progress_bars()
+    # before transformers is imported (what `mfd e2e --quiet` meets): the environment decides
+    code = ("from mfd_theory.experiments.e2e import _quiet_transformers; _quiet_transformers(); "
+            "import transformers; print(transformers.utils.logging.is_progress_bar_enabled())")
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0 and res.stdout.strip() == "False", res.stderr[-500:]

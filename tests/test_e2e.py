@@ -74,11 +74,12 @@ def test_unknown_preset_config():
         preset_config("huge")
 
 
-def test_unwritable_out_dir(tmp_path):
+def test_unwritable_out_dir(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    with pytest.raises(ValueError, match="out_dir"):
+    with pytest.raises(SystemExit) as exc:
         main(["--preset", "micro", "--out", str(blocker / "sub"), "--quiet"])
+    assert exc.value.code == 2 and "--out" in capsys.readouterr().err
 
 
 def test_bad_modes(tmp_path):

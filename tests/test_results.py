@@ -35,8 +35,26 @@ def test_result_json_round_trip(tmp_path_factory, data, seed):
 
 def test_numpy_and_special_floats_are_stored():
     d = to_jsonable({"a": np.arange(3), "b": np.float32(0.5), "c": -np.inf, "d": np.nan, "e": (1, 2)})
-    assert d == {"a": [0, 1, 2], "b": 0.5, "c": "-inf", "d": "nan", "e": [1, 2]}
-    json.dumps(d)  # strict JSON, no NaN tokens
+    assert d == {"a": [0, 1, 2], "b": 0.5, "c": "-inf", "d": None, "e": [1, 2]}
+    json.dumps(d, allow_nan=False)  # strict JSON, no NaN tokens
+
+
+def _strict_load(path):
+    def refuse(token):
+        raise ValueError(f"non-standard JSON constant {token}")
+
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+def test_missing_values_are_null_and_columns_stay_numeric(tmp_path):
+    rows = [{"budget": 16, "speedup": 1.25}, {"budget": 32, "speedup": float("nan")},
+            {"budget": 64, "speedup": np.float64("nan")}]
+    Result("rows", {}, {"rows": rows}).save(tmp_path / "r.json")
+    raw = _strict_load(tmp_path / "r.json")  # standard JSON: no NaN token, no "nan" string
+    assert [r["speedup"] for r in raw["data"]["rows"]] == [1.25, None, None]
+    back = Result.load(tmp_path / "r.json")
+    col = np.array([r["speedup"] for r in back.data["rows"]], dtype=float)  # what a column reader does
+    assert col.dtype == np.float64 and col[0] == 1.25 and np.isnan(col[1:]).all()
 
 
 def test_no_temporary_files_left(tmp_path):

@@ -19,7 +19,6 @@ random target with Qwen3-8B's shape (for GPU profiles).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import re
@@ -28,6 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mfd_theory.experiments._config import Checked, add_common, add_dataclass_args, finish, make_parser, opt, wrote
 from mfd_theory.results import Result, atomic_write_text, provenance
 
 PRESETS = {
@@ -42,26 +42,37 @@ PRESETS = {
 
 
 @dataclass(frozen=True)
-class BenchDecodeConfig:
-    preset: str = "small"  # random target shape, ignored with target_dir
-    target_dir: str = ""  # a local HF Qwen3 directory (optional)
-    drafter_dir: str = ""  # a local DFlash/MFD drafter directory (optional)
-    device: str = "auto"  # auto | cpu | cuda
-    dtype: str = "auto"  # auto (float32 on CPU, bfloat16 on CUDA) | float32 | bfloat16 | float16
-    attn: str = "sdpa"
-    block_size: int = 16
-    draft_layers: int = 1
-    num_modes: int = 4
-    budget: int = 64
-    prompt_len: int = 64
-    max_new_tokens: int = 48
-    prompts: int = 3
-    temperature: float = 0.0
-    profile_sizes: str = "1,2,4,8,16,32,64,128,256,512,1024"
-    profile_repeats: int = 5
-    threads: int = 0  # torch CPU threads (0: leave torch's default)
-    seed: int = 0
-    out: str = "results"
+class BenchDecodeConfig(Checked):
+    preset: str = opt("small", "random target shape, ignored with --target-dir", choices=tuple(PRESETS))
+    target_dir: str = opt("", "a local HF Qwen3 directory (optional)")
+    drafter_dir: str = opt("", "a local DFlash/MFD drafter directory (optional)")
+    device: str = opt("auto", "auto, cpu or cuda")
+    dtype: str = opt("auto", "auto (float32 on CPU, bfloat16 on CUDA), float32, bfloat16 or float16",
+                     choices=("auto", "float32", "bfloat16", "float16"))
+    attn: str = opt("sdpa", "attention implementation of the target", choices=("sdpa", "eager"))
+    block_size: int = opt(16, "drafter block size", ge=2)
+    draft_layers: int = opt(1, "drafter decoder layers", ge=1)
+    num_modes: int = opt(4, "modes K of the random MFD drafter", ge=1)
+    budget: int = opt(64, "tree budget N", ge=1)
+    prompt_len: int = opt(64, "prompt length in tokens", ge=1)
+    max_new_tokens: int = opt(48, "new tokens per prompt", ge=1)
+    prompts: int = opt(3, "prompts per method", ge=1)
+    temperature: float = opt(0.0, "sampling temperature (0 = greedy)", ge=0)
+    profile_sizes: str = opt("1,2,4,8,16,32,64,128,256,512,1024", "tree sizes of the verify-latency profile")
+    profile_repeats: int = opt(5, "timed verify calls per tree size", ge=1)
+    threads: int = opt(0, "torch CPU threads (0: leave torch's default)", ge=0)
+    seed: int = opt(0, "random seed", ge=0)
+    out: str = opt("results", "output directory (the --out option)")
+
+    def validate(self) -> None:
+        if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
+            raise ValueError(f"--device: must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        try:
+            sizes = [int(x) for x in self.profile_sizes.split(",") if x.strip()]
+        except ValueError:
+            raise ValueError(f"--profile-sizes: expected comma-separated integers, got {self.profile_sizes!r}")
+        if not sizes or min(sizes) < 1:
+            raise ValueError(f"--profile-sizes: need positive sizes, got {self.profile_sizes!r}")
 
 
 def _torch_setup(cfg: BenchDecodeConfig):
@@ -228,11 +239,15 @@ def run(config: BenchDecodeConfig = BenchDecodeConfig(), out_dir: str | None = N
     tag = _device_tag(torch, dev)
     latency = {"name": f"verify_latency_{tag}", "device": tag, "model": model_name, "assumption": False,
                **profile, "provenance": provenance()}
-    atomic_write_text(out_dir / f"verify_latency_{tag}.json", json.dumps(latency, indent=1) + "\n")
+    lat_path = out_dir / f"verify_latency_{tag}.json"
+    existed = lat_path.exists()
+    atomic_write_text(lat_path, json.dumps(latency, indent=1) + "\n")
+    wrote(lat_path, existed)
     result = Result("bench_decode", dataclasses.asdict(config),
                     {"device": tag, "model": model_name, "methods": methods, "verify_profile": profile},
                     seed=config.seed)
-    result.save(out_dir / "bench_decode.json")
+    existed = (out_dir / "bench_decode.json").exists()
+    wrote(result.save(out_dir / "bench_decode.json"), existed)
     return result
 
 
@@ -260,14 +275,12 @@ def report(result: Result) -> str:
 
 
 def main(argv=None) -> Result:
-    parser = argparse.ArgumentParser(prog="mfd bench decode", description=__doc__.split("\n\n")[0])
-    for f in dataclasses.fields(BenchDecodeConfig):
-        parser.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default)
-    parser.add_argument("--no-progress", action="store_true")
-    args = vars(parser.parse_args(argv))
-    progress = not args.pop("no_progress")
-    cfg = BenchDecodeConfig(**args)
-    result = run(cfg, progress=progress)
+    parser = make_parser("mfd bench decode", __doc__.split("\n\n")[0])
+    add_dataclass_args(parser, BenchDecodeConfig, skip=("out",))
+    add_common(parser)
+    args = parser.parse_args(argv)
+    cfg = finish(parser, BenchDecodeConfig, args, out=args.out)
+    result = run(cfg, progress=not args.quiet)
     print(report(result))
     return result
 

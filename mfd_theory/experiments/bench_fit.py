@@ -7,22 +7,26 @@ Target of the issue: the full fit (all restarts) under 10 s on this machine.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import time
+from pathlib import Path
 
 import numpy as np
 
+from mfd_theory.experiments._config import (Checked, add_common, add_dataclass_args, finish, make_parser, opt,
+                                           save_result)
+from mfd_theory.results import Result
+
 
 @dataclasses.dataclass(frozen=True)
-class BenchFitConfig:
-    n: int = 100_000
-    L: int = 15
-    V: int = 1000
-    K: int = 4
-    F: int = 4
-    n_restarts: int = 4
-    seed: int = 0
+class BenchFitConfig(Checked):
+    n: int = opt(100_000, "target blocks fitted", ge=1)
+    L: int = opt(15, "block length", ge=1)
+    V: int = opt(1000, "vocabulary size", ge=2)
+    K: int = opt(4, "drafter modes fitted", ge=1)
+    F: int = opt(4, "futures of the target the blocks are drawn from", ge=1)
+    n_restarts: int = opt(4, "EM restarts", ge=1)
+    seed: int = opt(0, "random seed", ge=0)
 
 
 def _numpy_em_step(x, log_pi, log_q, smoothing):
@@ -80,11 +84,11 @@ def run(config: BenchFitConfig) -> dict:
 
 
 def main(argv=None) -> dict:
-    from mfd_theory.experiments._config import add_dataclass_args, config_from_args
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = make_parser("mfd bench fit", __doc__.splitlines()[0])
     add_dataclass_args(parser, BenchFitConfig)
-    cfg = config_from_args(BenchFitConfig, parser.parse_args(argv))
+    add_common(parser)
+    args = parser.parse_args(argv)
+    cfg = finish(parser, BenchFitConfig, args)
     r = run(cfg)
     print(f"EM benchmark: n={cfg.n}, L={cfg.L}, V={cfg.V}, K={cfg.K}, restarts={cfg.n_restarts} "
           f"({r['n_unique']} distinct rows)")
@@ -94,6 +98,7 @@ def main(argv=None) -> dict:
     print(f"  fit_mixture hard (winner-take-all) {r['fit_hard_s']:4.2f} s  ({r['fit_hard_iters']} iterations)")
     print(f"  one EM iteration: numba {r['numba_iter_s'] * 1e3:.1f} ms, NumPy {r['numpy_iter_s'] * 1e3:.1f} ms "
           f"-> numba is {r['numpy_iter_s'] / r['numba_iter_s']:.1f}x faster")
+    save_result(Result("bench_fit", dataclasses.asdict(cfg), r, seed=cfg.seed), Path(args.out) / "bench_fit.json")
     return r
 
 

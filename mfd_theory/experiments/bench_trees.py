@@ -29,26 +29,31 @@ from typing import Callable
 import numpy as np
 
 from ..results import Result
-from ._config import add_dataclass_args, config_from_args
+from ._config import Checked, add_common, add_dataclass_args, finish, make_parser, opt, wrote
 
 NAME = "bench_trees"
 
 
 @dataclasses.dataclass(frozen=True)
-class BenchTreesConfig:
-    L: int = 15  # drafted positions (DFlash block 16 minus the committed token)
-    V: int = 151_936  # Qwen3 vocabulary
-    budgets: tuple[int, ...] = (16, 64, 256, 1024)
-    modes: tuple[int, ...] = (1, 2, 4, 8)
-    repeats: int = 7
-    top_prob_min: float = 0.3  # each row's top token gets a probability drawn from [min, max]
-    top_prob_max: float = 0.9
-    logit_std: float = 2.0  # Gaussian logits of the other tokens
-    mode_spread: float = 1.0  # extra Gaussian noise that makes the K modes differ
-    mc_budget: int = 64
-    mc_walks: int = 1_000_000
-    mc_modes: int = 4  # the target of the Monte Carlo walk is a K-mode mixture of this shape
-    seed: int = 0
+class BenchTreesConfig(Checked):
+    L: int = opt(15, "drafted positions (DFlash block 16 minus the committed token)", ge=1)
+    V: int = opt(151_936, "vocabulary size (Qwen3's by default)", ge=2)
+    budgets: tuple[int, ...] = opt((16, 64, 256, 1024), "tree budgets N", ge=1)
+    modes: tuple[int, ...] = opt((1, 2, 4, 8), "drafter modes K", ge=1)
+    repeats: int = opt(7, "timed calls per cell (the median is reported)", ge=1)
+    top_prob_min: float = opt(0.3, "each row's top token gets a probability drawn from [min, max]", gt=0, lt=1)
+    top_prob_max: float = opt(0.9, "upper end of that range", gt=0, lt=1)
+    logit_std: float = opt(2.0, "std of the Gaussian logits of the other tokens", ge=0)
+    mode_spread: float = opt(1.0, "extra Gaussian noise that makes the K modes differ", ge=0)
+    mc_budget: int = opt(64, "Monte Carlo: tree budget", ge=1)
+    mc_walks: int = opt(1_000_000, "Monte Carlo: verification walks", ge=1)
+    mc_modes: int = opt(4, "Monte Carlo: modes of the target mixture", ge=1)
+    seed: int = opt(0, "random seed", ge=0)
+
+    def validate(self) -> None:
+        if self.top_prob_min > self.top_prob_max:
+            raise ValueError(f"--top-prob-min: must be <= --top-prob-max ({self.top_prob_max}), "
+                             f"got {self.top_prob_min}")
 
 
 QUICK = dict(V=4096, budgets=(16, 64), modes=(1, 2), repeats=3, mc_walks=100_000)
@@ -227,7 +232,9 @@ def run(config: BenchTreesConfig, out_dir: str | Path = "results", progress: boo
     data = dict(dense=dense, candidates=cand, monte_carlo=mc, notes=notes, load_avg=_load_avg())
     data["targets"] = targets(data)
     result = Result(NAME, dataclasses.asdict(cfg), data, seed=cfg.seed)
-    result.save(Path(out_dir) / f"{NAME}.json")
+    path = Path(out_dir) / f"{NAME}.json"
+    existed = path.exists()
+    wrote(result.save(path), existed)
     return result
 
 
@@ -308,23 +315,23 @@ def markdown(result: Result) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bench_trees", description=__doc__.split("\n")[0])
+    p = make_parser("mfd bench trees", __doc__.split("\n")[0])
     add_dataclass_args(p, BenchTreesConfig)
     p.add_argument("--quick", action="store_true", help=f"a small run; sets {QUICK} unless given")
-    p.add_argument("--out-dir", default="results")
-    p.add_argument("--no-progress", action="store_true")
+    add_common(p)
     return p
 
 
 def main(argv=None) -> Result:
-    args = _parser().parse_args(argv)
-    cfg = config_from_args(BenchTreesConfig, args)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    cfg = finish(parser, BenchTreesConfig, args)
     if args.quick:  # quick sizes for every field the command line left at its default
         defaults = BenchTreesConfig()
         cfg = dataclasses.replace(
             cfg, **{k: v for k, v in QUICK.items() if getattr(cfg, k) == getattr(defaults, k)}
         )
-    result = run(cfg, args.out_dir, progress=not args.no_progress)
+    result = run(cfg, args.out, progress=not args.quiet)
     print(markdown(result))
     return result
 

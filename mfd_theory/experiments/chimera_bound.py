@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from mfd_theory import chimeras as ch
-from mfd_theory.experiments._config import parse_config
+from mfd_theory.experiments._config import Checked, opt, parse_config, wrote
 from mfd_theory.results import Result
 from mfd_theory.trees import product_tree
 
@@ -32,26 +32,30 @@ NAME = "chimera_bound"
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    n_instances: int = 1_000_000  # random instances checked against the bound
-    n_tie_instances: int = 100_000  # instances on the tie-prone grid
-    seed: int = 0
-    m_max: int = 10
-    L_max: int = 12
-    V_max: int = 8
-    alpha: float = 1.0  # Dirichlet concentration of the random drafter marginals
-    near_tie_frac: float = 0.5  # share of instances whose futures nearly tie
-    grid: int = 3  # integer weights 1..grid for the tie run
-    constructed_L: int = 15  # block length of the tight / worst instances
-    constructed_V: int = 8
-    n_cross_check: int = 300  # random small instances re-counted on explicit trees
-    multi_F3_columns: int = 5  # F = 3: every pattern with up to this many disagreement positions
-    multi_F4_columns: int = 3  # F = 4: likewise
-    multi_all_distinct_F3: int = 6  # F = 3, every position distinct: m = 1..this
-    multi_all_distinct_F4: int = 4
-    multi_trials: int = 500  # drafters searched per pattern
-    multi_retry_trials: int = 4000  # when the search misses the lower bound, retry with more
-    multi_retries: int = 3
+class Config(Checked):
+    n_instances: int = opt(1_000_000, "random instances checked against the bound", ge=1)
+    n_tie_instances: int = opt(100_000, "instances on the tie-prone integer grid", ge=1)
+    seed: int = opt(0, "random seed", ge=0)
+    m_max: int = opt(10, "largest number m of disagreement positions", ge=1, le=20)
+    L_max: int = opt(12, "largest block length of the random instances (>= m-max)", ge=1)
+    V_max: int = opt(8, "largest vocabulary of the random instances", ge=2)
+    alpha: float = opt(1.0, "Dirichlet concentration of the random drafter marginals", gt=0)
+    near_tie_frac: float = opt(0.5, "share of instances whose futures nearly tie", ge=0, le=1)
+    grid: int = opt(3, "integer weights 1..grid for the tie run", ge=1)
+    constructed_L: int = opt(15, "block length of the tight / worst instances", ge=1)
+    constructed_V: int = opt(8, "vocabulary of the tight / worst instances", ge=2)
+    n_cross_check: int = opt(300, "random small instances re-counted on explicit trees", ge=0)
+    multi_F3_columns: int = opt(5, "F = 3: every pattern with up to this many disagreement positions", ge=0)
+    multi_F4_columns: int = opt(3, "F = 4: every pattern with up to this many disagreement positions", ge=0)
+    multi_all_distinct_F3: int = opt(6, "F = 3, every position distinct: m = 1..this", ge=0)
+    multi_all_distinct_F4: int = opt(4, "F = 4, every position distinct: m = 1..this", ge=0)
+    multi_trials: int = opt(500, "drafters searched per pattern", ge=1)
+    multi_retry_trials: int = opt(4000, "drafters searched per retry when the search misses the lower bound", ge=1)
+    multi_retries: int = opt(3, "retries per pattern", ge=0)
+
+    def validate(self) -> None:
+        if self.L_max < self.m_max:
+            raise ValueError(f"--L-max: must be >= --m-max ({self.m_max}), got {self.L_max}")
 
 
 def _check_row(check: ch.BoundCheck) -> dict[str, Any]:
@@ -180,14 +184,15 @@ def run(config: Config = Config(), out_dir: str | Path = "results", progress: bo
                 multi_future=multi,
                 seconds_total=time.perf_counter() - t0)
     res = Result(NAME, dataclasses.asdict(config), data, seed=config.seed)
-    path = res.save(Path(out_dir) / f"{NAME}.json")
-    say(f"wrote {path}")
+    path = Path(out_dir) / f"{NAME}.json"
+    existed = path.exists()
+    wrote(res.save(path), existed)
     return res
 
 
 def main(argv=None) -> Result:
-    config, args = parse_config(Config, argv, description=__doc__.splitlines()[0])
-    return run(config, args.out_dir, progress=not args.quiet)
+    config, args = parse_config(Config, argv, prog="mfd chimera-bound", description=__doc__.splitlines()[0])
+    return run(config, args.out, progress=not args.quiet)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ import numpy as np
 from mfd_theory import synthetic as syn
 from mfd_theory.chimeras import _on_sequence_paths
 from mfd_theory.coverage import splice_mask
-from mfd_theory.experiments._config import parse_config
+from mfd_theory.experiments._config import Checked, opt, parse_config, wrote
 from mfd_theory.results import Result, ResultStore
 from mfd_theory.trees import mixture_tree, oracle_tree, product_tree
 
@@ -42,22 +42,28 @@ PAPER_RANGE = (0.27, 0.33)  # chimeras in a 64-node product tree, as the paper r
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    L: int = 15
-    V: int = 32
-    budgets: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024)
-    n_seeds: int = 8
-    seed: int = 0
-    eps: float = 1e-6  # P(s) <= eps marks a chimera of a noisy target (exact targets: P(s) == 0)
-    two_futures_m: tuple[int, ...] = (1, 2, 4, 8, 15)
-    F_values: tuple[int, ...] = (2, 3, 4)
-    branch_points: tuple[int, ...] = (0, 3, 7)
-    noisy_F: tuple[int, ...] = (2, 3)
-    temperatures: tuple[float, ...] = (0.25, 0.5, 0.75, 0.85, 1.0)
-    zipf_F: tuple[int, ...] = (2, 3)
-    zipf_profiles: tuple[str, ...] = ("medusa", "dflash")  # see synthetic.ACCURACY_PROFILES
-    zipf_V: int = 64
-    noise_levels: tuple[float, ...] = (0.1, 0.2, 0.3)  # uniform noise on one setting per exact family
+class Config(Checked):
+    L: int = opt(15, "block length", ge=1)
+    V: int = opt(32, "vocabulary size", ge=2)
+    budgets: tuple[int, ...] = opt((16, 32, 64, 128, 256, 512, 1024), "tree budgets N", ge=1)
+    n_seeds: int = opt(8, "seeds per setting", ge=1)
+    seed: int = opt(0, "first seed", ge=0)
+    eps: float = opt(1e-6, "P(s) <= eps marks a chimera of a noisy target (exact targets: P(s) == 0)", ge=0, lt=1)
+    two_futures_m: tuple[int, ...] = opt((1, 2, 4, 8, 15), "two_futures: disagreement counts m", ge=1)
+    F_values: tuple[int, ...] = opt((2, 3, 4), "branching / shifted: numbers of futures F", ge=2)
+    branch_points: tuple[int, ...] = opt((0, 3, 7), "branching / shifted: position where the futures part", ge=0)
+    noisy_F: tuple[int, ...] = opt((2, 3), "noisy_futures: numbers of futures F", ge=2)
+    temperatures: tuple[float, ...] = opt((0.25, 0.5, 0.75, 0.85, 1.0), "noisy_futures: temperatures", gt=0)
+    zipf_F: tuple[int, ...] = opt((2, 3), "zipf_futures: numbers of futures F", ge=2)
+    zipf_profiles: tuple[str, ...] = opt(("medusa", "dflash"), "zipf_futures: confidence profiles",
+                                         choices=("medusa", "dflash"))
+    zipf_V: int = opt(64, "zipf_futures: vocabulary size", ge=2)
+    noise_levels: tuple[float, ...] = opt((0.1, 0.2, 0.3), "uniform noise on one setting per exact family",
+                                          ge=0, lt=1, empty=True)
+
+    def validate(self) -> None:
+        if any(b >= self.L for b in self.branch_points):
+            raise ValueError(f"--branch-points: must be < --L ({self.L}), got {self.branch_points}")
 
 
 def settings(config: Config) -> list[tuple[str, dict[str, Any]]]:
@@ -160,8 +166,10 @@ def run(config: Config = Config(), out_dir: str | Path = "results", progress: bo
 
         it = tqdm(grid, desc="chimera share", leave=False)
     summary = []
+    n_new = 0
     for family, kwargs in it:
         key = setting_key(family, kwargs) + "," + fingerprint + ",N" + "+".join(map(str, config.budgets))
+        n_new += not store.has(key)
         cell = store.get_or_compute(key, lambda: run_setting(family, kwargs, config))
         summary.append(summarize(cell))
     at = list(config.budgets).index(64) if 64 in config.budgets else None
@@ -174,9 +182,13 @@ def run(config: Config = Config(), out_dir: str | Path = "results", progress: bo
             in_paper_range.append(row["in_paper_range"])
     data = dict(settings=summary, paper_range=list(PAPER_RANGE), seconds=time.perf_counter() - t0)
     res = Result(NAME, dataclasses.asdict(config), data, seed=config.seed)
-    path = res.save(Path(out_dir) / f"{NAME}.json")
+    path = Path(out_dir) / f"{NAME}.json"
+    existed = path.exists()
+    res.save(path)
+    print(f"{len(summary)} settings x {config.n_seeds} seeds in {data['seconds']:.1f} s")
+    print(f"wrote {n_new} cell files under {store.directory}/ ({len(summary) - n_new} reused)")
+    wrote(path, existed)
     if progress:
-        print(f"{len(summary)} settings x {config.n_seeds} seeds in {data['seconds']:.1f} s; wrote {path}")
         if at is not None:
             print("chimera share of a 64-node product tree (paper: 27-33%):")
             for row in summary:
@@ -189,8 +201,8 @@ def run(config: Config = Config(), out_dir: str | Path = "results", progress: bo
 
 
 def main(argv=None) -> Result:
-    config, args = parse_config(Config, argv, description=__doc__.splitlines()[0])
-    return run(config, args.out_dir, progress=not args.quiet)
+    config, args = parse_config(Config, argv, prog="mfd chimera-share", description=__doc__.splitlines()[0])
+    return run(config, args.out, progress=not args.quiet)
 
 
 if __name__ == "__main__":

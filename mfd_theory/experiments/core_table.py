@@ -11,8 +11,8 @@ oracle's) and the oracle ranks by the target itself.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 
@@ -20,27 +20,35 @@ from ..coverage import chimera_mask, coverage, splice_mask
 from ..distributions import MixtureOfProducts
 from ..results import Result
 from ..trees import chain_tree, mixture_tree, oracle_tree, product_tree
-from ._config import add_dataclass_args, config_from_args
+from ._config import (Checked, add_common, add_dataclass_args, check_out_file, finish, make_parser, opt,
+                      save_result, wrote)
+
+
+NAME = "core_table"
 
 
 @dataclasses.dataclass(frozen=True)
-class CoreTableConfig:
-    L: int = 15
-    V: int = 1000
-    n_futures: int = 3
-    weights: tuple[float, ...] = (0.5, 0.3, 0.2)
-    disagree_prob: float = 0.5
-    noise: float = 0.02
-    eps: float = 1e-3
-    budget: int = 64
-    budgets: tuple[int, ...] = (4, 8, 16, 32, 64, 128, 256, 512, 1024)
-    seed: int = 0
+class CoreTableConfig(Checked):
+    L: int = opt(15, "block length (drafted positions)", ge=1)
+    V: int = opt(1000, "vocabulary size", ge=2)
+    n_futures: int = opt(3, "futures F of the target", ge=1)
+    weights: tuple[float, ...] = opt((0.5, 0.3, 0.2), "weight of each future (one per future, sum 1)", gt=0)
+    disagree_prob: float = opt(0.5, "chance that a future differs from the first at a position", ge=0, le=1)
+    noise: float = opt(0.02, "probability spread uniformly over the vocabulary at every position", ge=0, lt=1)
+    eps: float = opt(1e-3, "a node is dead when its target prefix probability is <= eps", ge=0, lt=1)
+    budget: int = opt(64, "tree budget N of the table", ge=1)
+    budgets: tuple[int, ...] = opt((4, 8, 16, 32, 64, 128, 256, 512, 1024), "budgets of the coverage curve", ge=1)
+    seed: int = opt(0, "random seed of the target", ge=0)
+
+    def validate(self) -> None:
+        if len(self.weights) != self.n_futures:
+            raise ValueError(f"--weights: {len(self.weights)} weights for --n-futures {self.n_futures}")
+        if abs(sum(self.weights) - 1.0) > 1e-6:
+            raise ValueError(f"--weights: must sum to 1, got {sum(self.weights):g}")
 
 
 def make_target(cfg: CoreTableConfig) -> tuple[MixtureOfProducts, np.ndarray]:
     """F futures: a base sequence, and copies that disagree with it at random positions."""
-    if len(cfg.weights) != cfg.n_futures:
-        raise ValueError(f"weights: {len(cfg.weights)} weights for n_futures = {cfg.n_futures}")
     rng = np.random.default_rng(cfg.seed)
     base = rng.integers(0, cfg.V, size=cfg.L)
     seqs = [base]
@@ -117,17 +125,25 @@ def format_table(result: Result) -> str:
 
 
 def main(argv=None) -> Result:
-    parser = argparse.ArgumentParser(prog="mfd core-table", description=__doc__.splitlines()[0])
+    parser = make_parser("mfd core-table", __doc__.splitlines()[0])
     add_dataclass_args(parser, CoreTableConfig)
-    parser.add_argument("--out", default="results/core_table.json")
-    parser.add_argument("--figure", default="paper_figs/coverage_vs_budget.png")
+    add_common(parser)
+    parser.add_argument("--figure", default="", metavar="PATH",
+                        help="also draw coverage and dead share against N into this PNG (default: no figure)")
     args = parser.parse_args(argv)
-    res = run(config_from_args(CoreTableConfig, args))
-    res.save(args.out)
+    cfg = finish(parser, CoreTableConfig, args)
+    if args.figure:
+        try:
+            check_out_file(args.figure, "--figure")
+        except ValueError as exc:
+            parser.error(str(exc))
+    res = run(cfg)
     print(format_table(res))
+    save_result(res, Path(args.out) / f"{NAME}.json")
     if args.figure:
         from ..figures import save_figure
         from ..figures.core import coverage_vs_budget
 
-        print("figure:", save_figure(coverage_vs_budget(res), args.figure))
+        existed = Path(args.figure).exists()
+        wrote(save_figure(coverage_vs_budget(res), args.figure), existed)
     return res

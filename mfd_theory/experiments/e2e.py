@@ -21,60 +21,68 @@ import sys
 from pathlib import Path
 
 from ..results import Result
-from ._config import add_dataclass_args, config_from_args
+from ._config import Checked, add_common, add_dataclass_args, check_out_dir, finish, make_parser, opt, wrote
 
 __all__ = ["E2EConfig", "PRESETS", "preset_config", "run", "main"]
 
 
 @dataclasses.dataclass(frozen=True)
-class E2EConfig:
+class E2EConfig(Checked):
     """Defaults = the ``default`` preset (<= 15 minutes on 2 CPU cores, training included)."""
 
-    preset: str = "default"
-    seed: int = 0
-    threads: int = 2                    # torch threads for training
-    eval_threads: int = 1               # torch threads for decoding (timing)
-    device: str = "cpu"
-    cache_dir: str = ""                 # "" -> <out>/cache
+    preset: str = opt("default", "starting values: default or micro (a 2-minute smoke run)",
+                      choices=("default", "micro"))
+    seed: int = opt(0, "random seed of data, training and sampling", ge=0)
+    threads: int = opt(2, "torch threads for training", ge=1)
+    eval_threads: int = opt(1, "torch threads for decoding (timing)", ge=1)
+    device: str = opt("cpu", "torch device (cpu, cuda, cuda:N)")
+    cache_dir: str = opt("", "checkpoint cache ('' means <out>/cache)")
     # corpus
-    n_train: int = 6000
-    n_heldout: int = 200
-    vocab_size: int = 512
+    n_train: int = opt(6000, "training documents of the corpus", ge=1)
+    n_heldout: int = opt(200, "held-out documents", ge=1)
+    vocab_size: int = opt(512, "BPE vocabulary size", ge=64)
     # target (Qwen3ForCausalLM)
-    target_hidden: int = 128
-    target_layers: int = 4
-    target_heads: int = 4
-    target_kv_heads: int = 2
-    target_intermediate: int = 384
-    target_steps: int = 600
-    target_batch: int = 16
-    seq_len: int = 128
-    target_lr: float = 3e-3
+    target_hidden: int = opt(128, "target hidden size", ge=1)
+    target_layers: int = opt(4, "target decoder layers", ge=1)
+    target_heads: int = opt(4, "target attention heads", ge=1)
+    target_kv_heads: int = opt(2, "target key/value heads", ge=1)
+    target_intermediate: int = opt(384, "target MLP size", ge=1)
+    target_steps: int = opt(600, "target training steps", ge=1)
+    target_batch: int = opt(16, "target batch size", ge=1)
+    seq_len: int = opt(128, "training sequence length", ge=2)
+    target_lr: float = opt(3e-3, "target learning rate", gt=0)
     # plain draft LM for HF assisted generation (same corpus, same steps as the block drafters)
-    draft_lm_hidden: int = 64
-    draft_lm_layers: int = 1
+    draft_lm_hidden: int = opt(64, "HF assisted generation: draft LM hidden size", ge=1)
+    draft_lm_layers: int = opt(1, "HF assisted generation: draft LM layers", ge=1)
     # self-distillation data (the target's own T=1 continuations of training prompts)
-    distill_prompts: int = 768
-    prompt_len: int = 24
-    distill_gen_len: int = 64
-    distill_temperature: float = 1.0
+    distill_prompts: int = opt(768, "training prompts the target continues for the drafters' data", ge=1)
+    prompt_len: int = opt(24, "prompt length in tokens", ge=1)
+    distill_gen_len: int = opt(64, "tokens the target generates per distillation prompt", ge=1)
+    distill_temperature: float = opt(1.0, "sampling temperature of the distillation data", gt=0)
     # block drafters: identical data, steps and sizes for every K
-    block_size: int = 8
-    drafter_layers: int = 1
-    drafter_steps: int = 400
-    drafter_batch: int = 16
-    blocks_per_seq: int = 4
-    drafter_lr: float = 3e-3
-    modes: tuple[int, ...] = (2, 4)
-    balance: float = 0.1
+    block_size: int = opt(8, "drafter block size (L = block size - 1 drafted positions)", ge=2)
+    drafter_layers: int = opt(1, "drafter decoder layers", ge=1)
+    drafter_steps: int = opt(400, "drafter training steps", ge=1)
+    drafter_batch: int = opt(16, "drafter batch size", ge=1)
+    blocks_per_seq: int = opt(4, "training blocks drawn per sequence", ge=1)
+    drafter_lr: float = opt(3e-3, "drafter learning rate", gt=0)
+    modes: tuple[int, ...] = opt((2, 4), "MFD drafter modes K (each >= 2)", ge=2)
+    balance: float = opt(0.1, "load-balancing penalty of the MFD drafters", ge=0)
     # evaluation on held-out prompts
-    eval_prompts: int = 24
-    max_new_tokens: int = 64
-    budgets: tuple[int, ...] = (16, 32, 64, 128, 256)
-    temperatures: tuple[float, ...] = (0.0, 1.0)
-    ddtree_on_mfd: bool = True          # ablation: product tree over the MFD drafter's marginals
-    hf_assisted: bool = True
-    ckpt_every: int = 100
+    eval_prompts: int = opt(24, "held-out prompts decoded per cell", ge=1)
+    max_new_tokens: int = opt(64, "new tokens per prompt", ge=1)
+    budgets: tuple[int, ...] = opt((16, 32, 64, 128, 256), "tree budgets N", ge=1)
+    temperatures: tuple[float, ...] = opt((0.0, 1.0), "sampling temperatures (0 = greedy)", ge=0)
+    ddtree_on_mfd: bool = opt(True, "ablation: product tree over the MFD drafter's marginals")
+    hf_assisted: bool = opt(True, "also time Hugging Face assisted generation with a draft LM")
+    ckpt_every: int = opt(100, "checkpoint every this many training steps", ge=1)
+
+    def validate(self) -> None:
+        if self.target_heads % self.target_kv_heads:
+            raise ValueError(f"--target-kv-heads: must divide --target-heads ({self.target_heads}), "
+                             f"got {self.target_kv_heads}")
+        if self.device != "cpu" and not self.device.startswith("cuda"):
+            raise ValueError(f"--device: must be cpu, cuda or cuda:N, got {self.device!r}")
 
 
 PRESETS: dict[str, dict] = {
@@ -107,25 +115,45 @@ def run(config: E2EConfig, out_dir: str | Path, progress: bool = True) -> Result
     return run_e2e(config, out_dir, progress=progress)
 
 
+def _quiet_transformers() -> None:
+    """Silence transformers' and the hub's loading bars (read when they are imported, so set both
+    the environment and, when transformers is already loaded, its switch)."""
+    import os
+    import sys
+
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    if "huggingface_hub" in sys.modules:
+        sys.modules["huggingface_hub"].utils.disable_progress_bars()
+    if "transformers" in sys.modules:
+        sys.modules["transformers"].utils.logging.disable_progress_bar()
+
+
 def main(argv: list[str] | None = None) -> Result:
     argv = list(sys.argv[1:] if argv is None else argv)
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--preset", default="default")
     known, _ = pre.parse_known_args(argv)
-    parser = argparse.ArgumentParser(prog="mfd e2e", description=__doc__.splitlines()[0])
+    parser = make_parser("mfd e2e", __doc__.splitlines()[0])
     add_dataclass_args(parser, E2EConfig)
-    # --preset is re-added with choices so a preset that does not exist is a clear usage error.
-    for action in parser._actions:
-        if action.dest == "preset":
-            action.choices = sorted(PRESETS)
-    parser.add_argument("--out", default="results", help="output directory (default: results)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_common(parser)
     if known.preset in PRESETS:
         parser.set_defaults(**preset_config(known.preset).__dict__)
     args = parser.parse_args(argv)
-    config = config_from_args(E2EConfig, args)
+    config = finish(parser, E2EConfig, args)
+    if config.cache_dir:
+        try:
+            check_out_dir(config.cache_dir, "--cache-dir")
+        except ValueError as exc:
+            parser.error(str(exc))
+    if args.quiet:
+        _quiet_transformers()
+    out = Path(args.out) / "end_to_end.json"
+    existed = out.exists()
     result = run(config, args.out, progress=not args.quiet)
     from ..llm.e2e import format_table
 
     print(format_table(result.data))
+    print(f"checkpoints cached under {config.cache_dir or Path(args.out) / 'cache'}/")
+    wrote(out, existed)
     return result

@@ -36,12 +36,13 @@ from typing import Any
 import numpy as np
 
 from mfd_theory.distributions import MixtureOfProducts
-from mfd_theory.experiments._config import parse_config
+from mfd_theory.experiments._config import Checked, opt, parse_config, wrote
 from mfd_theory.fit import fit_mixture, fit_mixture_exact, log_likelihood
 from mfd_theory.results import Result, ResultStore, to_jsonable
 from mfd_theory.speedup import (
     best_fixed_budget,
     default_profile,
+    default_profile_names,
     load_latency_profile,
     per_step_budget,
     sequoia_choice,
@@ -54,34 +55,54 @@ NAME = "mixture_gain"
 HEADLINE_K = 4  # the summary's "mixture" column: a fixed K, as a trained MFD drafter has
 
 
+def headline_k(Ks) -> int:
+    """The K of the summary's "mixture" column: HEADLINE_K when the sweep fits it, else the
+    largest K it fits (so a sweep over other K still gets a full summary)."""
+    return HEADLINE_K if HEADLINE_K in Ks else max(Ks)
+
+
+_FAMILIES = ("two_futures", "branching", "shifted", "noisy_futures", "zipf_futures")
+
+
 @dataclasses.dataclass(frozen=True)
-class Config:
-    families: tuple[str, ...] = ("two_futures", "branching", "shifted", "noisy_futures", "zipf_futures")
-    Fs: tuple[int, ...] = (1, 2, 3, 4)  # futures per target (two_futures: F in {1, 2}, m varies)
-    two_futures_ms: tuple[int, ...] = (2, 4, 8)  # disagreeing positions of the two futures
-    Ks: tuple[int, ...] = (1, 2, 4, 8)  # drafter modes (K = 1: product drafter)
-    budgets: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024)  # reported budgets
-    seeds: tuple[int, ...] = (0, 1, 2)
-    L: int = 15
-    n_samples: int = 10_000  # target blocks the drafters are fitted to
-    n_restarts: int = 2
-    max_iter: int = 100
-    tol: float = 1e-6
-    smoothing: float = 1e-4
-    hard: bool = True  # also fit the winner-take-all variant
-    exact_fit: bool = True  # also fit from the exact target (no sampling noise)
-    profiles: tuple[str, ...] = ("h100_qwen3-8b", "cpu_small")  # shipped profiles (ASSUMED)
-    profile_path: str = ""  # a measured profile (results/verify_latency*.json), added when given (running max applied)
-    sequoia_ranks: int = 8
-    sequoia_depth: int = 15
+class Config(Checked):
+    families: tuple[str, ...] = opt(_FAMILIES, "synthetic target families", choices=_FAMILIES)
+    Fs: tuple[int, ...] = opt((1, 2, 3, 4), "futures per target (two_futures: F in {1, 2}, m varies)", ge=1)
+    two_futures_ms: tuple[int, ...] = opt((2, 4, 8), "disagreeing positions of the two futures", ge=1)
+    Ks: tuple[int, ...] = opt((1, 2, 4, 8), f"drafter modes; must include 1 (the product drafter) and one K > 1 "
+                              f"(the summary's mixture: {HEADLINE_K} when present, else the largest)", ge=1)
+    budgets: tuple[int, ...] = opt((16, 32, 64, 128, 256, 512, 1024), "reported budgets N", ge=1)
+    seeds: tuple[int, ...] = opt((0, 1, 2), "seeds (one target per seed and cell)", ge=0)
+    L: int = opt(15, "block length", ge=1)
+    n_samples: int = opt(10_000, "target blocks the drafters are fitted to", ge=1)
+    n_restarts: int = opt(2, "EM restarts", ge=1)
+    max_iter: int = opt(100, "EM iterations at most", ge=1)
+    tol: float = opt(1e-6, "EM stops when the log-likelihood gains less than this", gt=0)
+    smoothing: float = opt(1e-4, "Dirichlet smoothing of the fitted per-position distributions", ge=0)
+    hard: bool = opt(True, "also fit the winner-take-all variant")
+    exact_fit: bool = opt(True, "also fit from the exact target (no sampling noise)")
+    profiles: tuple[str, ...] = opt(("h100_qwen3-8b", "cpu_small"), "shipped latency profiles (assumed)",
+                                    choices=tuple(default_profile_names()))
+    profile_path: str = opt("", "a measured profile (results/verify_latency*.json), added when given "
+                                "(running max applied)")
+    sequoia_ranks: int = opt(8, "Sequoia baseline: ranks of the positional acceptance vector", ge=1)
+    sequoia_depth: int = opt(15, "Sequoia baseline: largest tree depth", ge=1)
     # zipf_futures with a constant per-position confidence c (the target's own token gets c, a Zipf
     # background the rest): how the gain moves from Medusa-like (tau ~ 2) to DFlash-like (tau ~ 7)
     # acceptance. Fitted K = 1 and K = HEADLINE_K only, for F in confidence_Fs.
-    confidences: tuple[float, ...] = (0.3, 0.5, 0.7, 0.85, 0.95)
-    confidence_Fs: tuple[int, ...] = (2, 3, 4)
+    confidences: tuple[float, ...] = opt((0.3, 0.5, 0.7, 0.85, 0.95), "zipf confidence sweep: per-position "
+                                         "confidence c of each future", gt=0, lt=1, empty=True)
+    confidence_Fs: tuple[int, ...] = opt((2, 3, 4), "zipf confidence sweep: numbers of futures F", ge=2)
     # F = 1 cells: refit K = 1 and K = HEADLINE_K on this many fresh sample draws, to size the
     # sampling noise the mixture's loss (if any) is compared with
-    noise_repeats: int = 4
+    noise_repeats: int = opt(4, "F = 1 cells: refits on fresh samples that size the sampling noise", ge=0)
+
+    def validate(self) -> None:
+        if 1 not in self.Ks or max(self.Ks) < 2:
+            raise ValueError(f"--Ks: must include 1 (the product drafter) and a K > 1 (the mixture), "
+                             f"got {','.join(map(str, self.Ks))}")
+        if self.profile_path and not Path(self.profile_path).is_file():
+            raise ValueError(f"--profile-path: no file at {self.profile_path}")
 
 
 # fields that only choose which cells run; a stored cell stays valid when they change
@@ -182,7 +203,8 @@ def run_cell(config: Config, family: str, F: int, m: int | None, seed: int,
     out["oracle"]["best"] = {k: dict(budget=v.budget, speedup=v.speedup) for k, v in fixed.items()}
 
     fits = []
-    for K in config.Ks if confidence is None else (1, HEADLINE_K):
+    hk = headline_k(config.Ks)
+    for K in config.Ks if confidence is None else (1, hk):
         fits.append((K, "soft", "samples"))
         if K > 1 and config.hard and confidence is None:
             fits.append((K, "hard", "samples"))
@@ -230,7 +252,7 @@ def run_cell(config: Config, family: str, F: int, m: int | None, seed: int,
         reps: dict[str, list] = {"product": [], "mixture": []}
         for r in range(config.noise_repeats):
             xr = target.sample(config.n_samples, seed=20_000 + 100 * seed + r)
-            for name, K in (("product", 1), ("mixture", HEADLINE_K)):
+            for name, K in (("product", 1), ("mixture", hk)):
                 mr = fit_mixture(xr, K, V, seed=r, smoothing=config.smoothing, n_restarts=config.n_restarts,
                                  max_iter=config.max_iter, tol=config.tol)
                 tr = product_tree(mr.log_q[0], max_n) if K == 1 else mixture_tree(mr.log_pi, mr.log_q, max_n)
@@ -288,7 +310,7 @@ def summarize_confidence(cell_rows: list[dict], config: Config) -> list[dict[str
         if not sel:
             continue
         prod = [_pick(r, 1) for r in sel]
-        mix = [_pick(r, HEADLINE_K) for r in sel]
+        mix = [_pick(r, headline_k(config.Ks)) for r in sel]
         out.append(dict(
             confidence=float(c), n_cells=len(sel), budgets=budgets,
             oracle_coverage=np.mean([r["oracle"]["coverage"] for r in sel], axis=0).tolist(),
@@ -319,16 +341,17 @@ def summarize(cell_rows: list[dict], config: Config) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     budgets = list(config.budgets)
     profiles = [p.name for p in _profiles(config)]
+    hk = headline_k(config.Ks)
     for family in config.families:
         rows = [c for c in cell_rows if c["family"] == family]
         fam: dict[str, Any] = {}
         for label, sel in (("multi", [c for c in rows if c["F"] >= 2]), ("single", [c for c in rows if c["F"] == 1])):
             if not sel:
                 continue
-            entry: dict[str, Any] = dict(n_cells=len(sel), budgets=budgets, K=HEADLINE_K)
+            entry: dict[str, Any] = dict(n_cells=len(sel), budgets=budgets, K=hk)
             for name, K, assignment, source in (
-                ("product", 1, "soft", "samples"), ("mixture", HEADLINE_K, "soft", "samples"),
-                ("mixture_hard", HEADLINE_K, "hard", "samples"), ("mixture_exact", HEADLINE_K, "soft", "exact"),
+                ("product", 1, "soft", "samples"), ("mixture", hk, "soft", "samples"),
+                ("mixture_hard", hk, "hard", "samples"), ("mixture_exact", hk, "soft", "exact"),
                 ("mixture_K=F", None, "soft", "samples"),
             ):
                 picked = [_pick(c, K if K is not None else max(c["F"], 1), assignment, source) for c in sel]
@@ -346,7 +369,7 @@ def summarize(cell_rows: list[dict], config: Config) -> dict[str, Any]:
             for name in ("mixture", "mixture_hard", "mixture_exact", "mixture_K=F"):
                 if name not in entry:
                     continue
-                K = HEADLINE_K if name != "mixture_K=F" else None
+                K = hk if name != "mixture_K=F" else None
                 assignment = "hard" if name == "mixture_hard" else "soft"
                 source = "exact" if name == "mixture_exact" else "samples"
                 mix = [_pick(c, K if K is not None else max(c["F"], 1), assignment, source) for c in sel]
@@ -363,7 +386,7 @@ def summarize(cell_rows: list[dict], config: Config) -> dict[str, Any]:
             for pn in profiles:
                 prof = next(p for p in _profiles(config) if p.name == pn)
                 choice = {}
-                for name, K in (("product", 1), ("mixture", HEADLINE_K)):
+                for name, K in (("product", 1), ("mixture", hk)):
                     picked = [_pick(c, K) for c in sel]
                     if any(p is None for p in picked):
                         continue
@@ -395,7 +418,7 @@ def summarize(cell_rows: list[dict], config: Config) -> dict[str, Any]:
 
 
 def run(config: Config = Config(), out_dir: str | Path = "results", progress: bool = True) -> Result:
-    from tqdm.auto import tqdm
+    from tqdm import tqdm  # text bars: tqdm.auto wants ipywidgets in a notebook and warns without it
 
     store = ResultStore(Path(out_dir) / NAME)
     todo = list(cells(config))
@@ -403,8 +426,10 @@ def run(config: Config = Config(), out_dir: str | Path = "results", progress: bo
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     cell_cfg = _cell_config(config)
+    n_new = 0
     for family, F, m, seed, conf in tqdm(todo, desc=NAME, disable=not progress):
         key = _cell_key(family, F, m, seed)
+        n_new += not store.has(key)
 
         def compute():
             return Result(f"{NAME}/{key}", cell_cfg, run_cell(config, family, F, m, seed, conf), seed=seed)
@@ -413,6 +438,7 @@ def run(config: Config = Config(), out_dir: str | Path = "results", progress: bo
         if res.config != cell_cfg:  # a cell stored under different settings is recomputed
             res = compute()
             store.save(key, res)
+            n_new += 1
         rows.append(res.data)
     main_rows = [r for r in rows if r.get("confidence") is None]
     conf_rows = [r for r in rows if r.get("confidence") is not None]
@@ -421,7 +447,10 @@ def run(config: Config = Config(), out_dir: str | Path = "results", progress: bo
                 seconds=time.perf_counter() - t0,
                 profiles={p.name: p.to_dict() for p in _profiles(config)})
     result = Result(NAME, cfg_dict, data, seed=None)
-    result.save(Path(out_dir) / f"{NAME}.json")
+    print(f"wrote {n_new} cell files under {store.directory}/ ({len(todo) - n_new} reused)")
+    path = Path(out_dir) / f"{NAME}.json"
+    existed = path.exists()
+    wrote(result.save(path), existed)
     return result
 
 
@@ -431,10 +460,15 @@ def format_summary(result: Result, budgets=(64, 256), profile: str | None = None
     s = result.data["summary"]
     cfg_budgets = list(result.config["budgets"])
     profile = profile or result.config["profiles"][0]
+    # the requested budgets that the run has; otherwise its middle and largest ones
+    budgets = [b for b in budgets if b in cfg_budgets] or sorted({cfg_budgets[len(cfg_budgets) // 2],
+                                                                  cfg_budgets[-1]})
     idx = [cfg_budgets.index(b) for b in budgets]
-    head = " | ".join(f"product N={b} | mixture N={b}" for b in budgets)
+    hk = headline_k(result.config["Ks"])
+    head = " | ".join(f"product N={b} | mixture K={hk} N={b}" for b in budgets)
+    i64 = cfg_budgets.index(64) if 64 in cfg_budgets else idx[0]
     lines = [
-        f"| family (F >= 2) | {head} | chimeras N=64 (product) | predicted gain ({profile}) |",
+        f"| family (F >= 2) | {head} | chimeras N={cfg_budgets[i64]} (product) | predicted gain ({profile}) |",
         "|---" * (2 + 2 * len(budgets) + 1) + "|",
     ]
     for family, fam in s.items():
@@ -445,7 +479,6 @@ def format_summary(result: Result, budgets=(64, 256), profile: str | None = None
             cells = " | ".join(
                 f"{e['product']['frac_oracle_mean'][i]:.3f} | {e['mixture']['frac_oracle_mean'][i]:.3f}" for i in idx
             )
-            i64 = cfg_budgets.index(64) if 64 in cfg_budgets else idx[0]
             name = family if label == "multi" else f"{family} (F = 1)"
             lines.append(
                 f"| {name} | {cells} | {e['product']['chimera_share_mean'][i64]:.2f} | "
@@ -471,10 +504,10 @@ def format_summary(result: Result, budgets=(64, 256), profile: str | None = None
 
 
 def main(argv=None) -> Result:
-    config, args = parse_config(Config, argv, description=__doc__.splitlines()[0])
-    result = run(config, args.out_dir, progress=not args.quiet)
+    config, args = parse_config(Config, argv, prog="mfd mixture-gain", description=__doc__.splitlines()[0])
+    result = run(config, args.out, progress=not args.quiet)
     print(format_summary(result))
-    print(f"({result.data['seconds']:.0f} s; written to {Path(args.out_dir) / (NAME + '.json')})")
+    print(f"({result.data['seconds']:.0f} s)")
     return result
 
 

@@ -23,7 +23,11 @@ def __getattr__(name):
 
 
 def save_figure(fig, path) -> str:
-    """Save a figure (PNG, 150 dpi) atomically, creating the folder; returns the path."""
+    """Save a figure (PNG, 150 dpi) atomically, creating the folder; returns the path.
+
+    The file carries no version or date metadata, so the same figure gives the same bytes on
+    every run (a tracked PNG changes only when what it shows changes).
+    """
     import io
     from pathlib import Path
 
@@ -31,6 +35,9 @@ def save_figure(fig, path) -> str:
 
     path = Path(path)
     buf = io.BytesIO()
-    fig.savefig(buf, format=path.suffix.lstrip(".") or "png", dpi=150, bbox_inches="tight")
+    fmt = path.suffix.lstrip(".") or "png"
+    meta = {"Software": None} if fmt == "png" else {"Creator": None, "Producer": None, "CreationDate": None} \
+        if fmt == "pdf" else None
+    fig.savefig(buf, format=fmt, dpi=150, bbox_inches="tight", metadata=meta)
     atomic_write_bytes(path, buf.getvalue())
     return str(path)

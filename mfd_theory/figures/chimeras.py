@@ -1,7 +1,8 @@
 """Figures for the chimera bound and the chimera share (results of the two chimera experiments).
 
 Each function takes a :class:`~mfd_theory.results.Result` (or its dict / data dict) and returns a
-matplotlib Figure; matplotlib is imported lazily with the Agg backend.
+matplotlib Figure; matplotlib is imported lazily, and the backend is left to the caller (a
+notebook's inline one, Agg under the CLI and the tests).
 """
 
 from __future__ import annotations
@@ -32,9 +33,6 @@ def _data(res: Any) -> dict[str, Any]:
 
 
 def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     return plt
@@ -57,11 +55,14 @@ def bound_figure(res: Any):
     lo = np.array([r["min"] for r in table], dtype=float)
     hi = np.array([r["max"] for r in table], dtype=float)
     ax = axes[0]
-    ax.plot(m, np.maximum(bound, 0.5), "k-", lw=2, label=r"bound $2^{m-1}-1$")
-    ax.plot(m, np.maximum(lo, 0.5), "o", color="#1f77b4", ms=7, mfc="none", label="observed min")
-    ax.plot(m, np.maximum(hi, 0.5), "s", color="#d62728", ms=6, mfc="none", label="observed max")
-    ax.plot(m, np.maximum(2.0 ** m - 2, 0.5), "k--", lw=1, label=r"all splices $2^m-2$")
-    ax.set_yscale("log")
+    ax.plot(m, bound, "k-", lw=2, label=r"bound $2^{m-1}-1$")
+    ax.plot(m, lo, "o", color="#1f77b4", ms=7, mfc="none", label="observed min")
+    ax.plot(m, hi, "s", color="#d62728", ms=6, mfc="none", label="observed max")
+    ax.plot(m, 2.0 ** m - 2, "k--", lw=1, label=r"all splices $2^m-2$")
+    # symlog: linear through 0..1, so m = 1's count of 0 sits at 0 rather than off a log axis
+    ax.set_yscale("symlog", linthresh=1)
+    ax.set_ylim(bottom=0)
+    ax.set_xticks(m)
     ax.set_xlabel("m (positions where the two futures disagree)")
     ax.set_ylabel("full-length chimeras in the smallest product tree")
     v = d["verify"]
@@ -117,42 +118,49 @@ def _label(row: dict[str, Any]) -> str:
 
 
 def share_figure(res: Any, budget: int = 64):
-    """Three panels: (a) chimera share vs N per setting, (b) share at N = ``budget`` per setting
-    against the paper's 27-33%, (c) coverage of product vs mixture vs oracle trees vs N."""
+    """Three panels: (a) chimera share vs N per family (median over the family's settings, band
+    from the first to the third quartile), (b) share at N = ``budget`` per setting against the paper's
+    27-33%, (c) coverage of product vs mixture vs oracle trees vs N."""
     d = _data(res)
     plt = _plt()
     rows = d["settings"]
     lo, hi = d.get("paper_range", (0.27, 0.33))
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8), gridspec_kw=dict(width_ratios=[1, 1.4, 1]))
-    ax = axes[0]
-    seen = set()
-    for r in rows:
-        fam = r["family"]
-        ax.plot(r["budgets"], r["chimera_share"], "-", color=FAMILY_COLORS.get(fam, "k"), alpha=0.6, lw=1,
-                label=fam if fam not in seen else None)
-        seen.add(fam)
+    budgets = rows[0]["budgets"]
+    fig = plt.figure(figsize=(15, max(9.0, 0.2 * len(rows) + 1.5)))
+    gs = fig.add_gridspec(2, 2, width_ratios=[1, 1.15])
+    ax = fig.add_subplot(gs[0, 0])
+    for fam, color in FAMILY_COLORS.items():
+        fr = np.array([r["chimera_share"] for r in rows if r["family"] == fam])  # [settings, budgets]
+        if not len(fr):
+            continue
+        q1, med, q3 = np.percentile(fr, [25, 50, 75], axis=0)  # [budgets] each
+        ax.fill_between(budgets, q1, q3, color=color, alpha=0.12, lw=0)
+        ax.plot(budgets, med, "-o", color=color, ms=3, lw=1.5, label=f"{fam} ({len(fr)} settings)")
     ax.errorbar([64], [(lo + hi) / 2], yerr=[[(hi - lo) / 2]], fmt="D", color="k", ms=5, capsize=4,
                 label=f"paper: {100 * lo:.0f}-{100 * hi:.0f}% at N = 64", zorder=5)
     ax.set_xscale("log", base=2)
+    ax.set_ylim(0, 1)
     ax.set_xlabel("N (tree budget)")
     ax.set_ylabel("chimeras / nodes of the product tree")
-    ax.set_title("(a) chimera share vs budget", fontsize=10)
-    ax.legend(fontsize=7)
+    ax.set_title("(a) chimera share vs budget: family median, band = middle half of its settings\n"
+                 "(every setting at N = 64 in (b))", fontsize=10)
+    ax.legend(fontsize=8)
 
-    ax = axes[1]
-    budgets = rows[0]["budgets"]
+    ax = fig.add_subplot(gs[:, 1])
     at = budgets.index(budget) if budget in budgets else len(budgets) // 2
     shares = [r["chimera_share"][at] for r in rows]
     ys = np.arange(len(rows))
     ax.barh(ys, shares, color=[FAMILY_COLORS.get(r["family"], "k") for r in rows], alpha=0.8)
     ax.axvspan(lo, hi, color="k", alpha=0.12)
     ax.set_yticks(ys)
-    ax.set_yticklabels([f"{r['family'].split('_')[0]} {_label(r)}" for r in rows], fontsize=6)
-    ax.invert_yaxis()
+    ax.set_yticklabels([f"{r['family'].split('_')[0]} {_label(r)}" for r in rows], fontsize=8)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlim(0, 1)
     ax.set_xlabel(f"chimera share at N = {budgets[at]}")
-    ax.set_title(f"(b) N = {budgets[at]}: shaded = paper's {100 * lo:.0f}-{100 * hi:.0f}%", fontsize=10)
+    ax.set_title(f"(b) every setting at N = {budgets[at]}: shaded = paper's {100 * lo:.0f}-{100 * hi:.0f}%",
+                 fontsize=10)
 
-    ax = axes[2]
+    ax = fig.add_subplot(gs[1, 0])
     for fam, color in FAMILY_COLORS.items():
         fr = [r for r in rows if r["family"] == fam]
         if not fr:
@@ -167,6 +175,6 @@ def share_figure(res: Any, budget: int = 64):
     ax.set_ylabel("coverage / oracle coverage")
     ax.set_title("(c) product (solid) vs mixture with exact modes (dotted)", fontsize=10)
     ax.set_ylim(0, 1.05)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

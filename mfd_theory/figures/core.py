@@ -5,9 +5,6 @@ from __future__ import annotations
 
 def coverage_vs_budget(result):
     """Expected accepted tokens C(T_N) against N for each tree family of a ``core_table`` result."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     data = result.data if hasattr(result, "data") else result["data"]
@@ -27,7 +24,9 @@ def coverage_vs_budget(result):
     ax2.set_xscale("log", base=2)
     ax2.set_xlabel("tree budget N (nodes)")
     ax2.set_ylabel(f"share of nodes with P(s) <= {cfg['eps']:g}")
-    ax2.set_title("dead (chimera) share")
+    # dead is not chimera: the oracle's dead nodes are unlikely continuations of real futures,
+    # only the product tree spends nodes on splices (the table's "dead splices" column)
+    ax2.set_title("dead share (P(s) <= eps; chimeras only in the product tree)", fontsize=10)
     ax2.set_ylim(0, 1)
     fig.tight_layout()
     return fig

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["tau_vs_budget", "predicted_vs_measured", "dead_share", "loss_curves"]
+__all__ = ["tau_vs_budget", "speedup_vs_budget", "predicted_vs_measured", "dead_share", "loss_curves"]
 
 _STYLE = {
     ("ddtree", "product"): dict(color="C0", marker="o", label="ddtree (product drafter)"),
@@ -35,33 +35,52 @@ def _style(key):
     return _STYLE.get(key, dict(marker="x", label=f"{key[0]} ({key[1]})"))
 
 
-def tau_vs_budget(res):
-    """Top row tau, bottom row speedup vs ar, against the tree budget N; one column per temperature."""
+def _by_budget(res, key: str, ylabel: str, with_ar: bool):
+    """One column per temperature: ``key`` of every tree method against the budget N, the chain
+    as a dashed line; error bars from ``<key>_std`` where the rows have it."""
     import matplotlib.pyplot as plt
 
     rows = _data(res)["rows"]
     temps = sorted({r["temperature"] for r in rows})
-    fig, axes = plt.subplots(2, len(temps), figsize=(5.2 * len(temps), 7), squeeze=False)
+    fig, axes = plt.subplots(1, len(temps), figsize=(5.2 * len(temps), 3.8), squeeze=False)
     for j, temp in enumerate(temps):
-        for key, rs in _series(rows, temp).items():
-            x = [r["budget"] for r in rs]
-            axes[0, j].plot(x, [r["tau"] for r in rs], **_style(key))
-            axes[1, j].plot(x, [r["speedup"] for r in rs], **_style(key))
+        ax = axes[0, j]
+        for skey, rs in _series(rows, temp).items():
+            y = [r[key] for r in rs]
+            err = [r.get(f"{key}_std") for r in rs]
+            if all(isinstance(e, (int, float)) and not _nan(e) for e in err):
+                ax.errorbar([r["budget"] for r in rs], y, yerr=err, capsize=2, **_style(skey))
+            else:
+                ax.plot([r["budget"] for r in rs], y, **_style(skey))
         for r in rows:
             if r["temperature"] == temp and r["method"] == "chain":
-                axes[0, j].axhline(r["tau"], color="gray", ls="--", lw=1, label=f"chain (L={r['budget']})")
-                axes[1, j].axhline(r["speedup"], color="gray", ls="--", lw=1, label="chain")
-        axes[1, j].axhline(1.0, color="k", lw=0.8, label="ar")
-        for i, name in enumerate(("tau (tokens per target call)", "speedup vs ar")):
-            ax = axes[i, j]
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("tree budget N")
-            ax.set_ylabel(name)
-            ax.grid(alpha=0.3)
-        axes[0, j].set_title(f"T = {temp:g}" + (" (greedy)" if temp == 0 else ""))
+                ax.axhline(r[key], color="gray", ls="--", lw=1, label=f"chain (L={r['budget']})")
+        if with_ar:
+            ax.axhline(1.0, color="k", lw=0.8, label="ar")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("tree budget N")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.set_title(f"T = {temp:g}" + (" (greedy)" if temp == 0 else ""))
     axes[0, 0].legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def tau_vs_budget(res):
+    """tau (tokens per target call) against the tree budget N; one panel per temperature.
+
+    Only acceptance is drawn, which seeded training and decoding make identical run to run, so
+    the tracked PNG changes only when the models or the method change. Timings are in
+    :func:`speedup_vs_budget`.
+    """
+    return _by_budget(res, "tau", "tau (tokens per target call)", with_ar=False)
+
+
+def speedup_vs_budget(res):
+    """Measured speedup vs ar against the tree budget N (error bars: std over timing passes when
+    the rows have them). Timing-dependent: its PNG differs run to run and is not tracked."""
+    return _by_budget(res, "speedup", "speedup vs ar", with_ar=True)
 
 
 def predicted_vs_measured(res):
@@ -100,7 +119,8 @@ def predicted_vs_measured(res):
 
 
 def dead_share(res, eps_label: str = "1e-3"):
-    """Share of tree nodes whose target prefix probability is below eps, against the budget."""
+    """Share of tree nodes whose target prefix probability is strictly below eps (the decoder's
+    rule, ``mfd_theory.llm.decode.DEAD_EPS``), against the budget."""
     import matplotlib.pyplot as plt
 
     rows = _data(res)["rows"]
@@ -113,7 +133,7 @@ def dead_share(res, eps_label: str = "1e-3"):
         ax.vlines(64, 27, 33, color="gray", lw=8, alpha=0.4, label="paper: 27-33% at N = 64")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("tree budget N")
-        ax.set_ylabel(f"dead nodes (P(s) < {eps_label}), %")
+        ax.set_ylabel(f"dead nodes (P(s) < {eps_label}, strictly), %")
         ax.set_title(f"T = {temp:g}")
         ax.grid(alpha=0.3)
     axes[0, 0].legend(fontsize=8)

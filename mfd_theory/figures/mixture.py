@@ -20,7 +20,7 @@ __all__ = [
     "mixture_speedup_vs_budget",
 ]
 
-#: MFD's reported gain over the best single-mode tree trained identically (ANCHORS.md).
+#: MFD's reported gain over the best single-mode tree trained identically (docs/background.md).
 PAPER_GAIN = (0.05, 0.08)
 
 _STYLE = {
@@ -53,9 +53,6 @@ def _headline_K(data) -> int:
 
 
 def _axes(n, height=3.0):
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, n, figsize=(3.2 * n, height), squeeze=False)
@@ -156,11 +153,23 @@ def mixture_gain_bars(result, profile: str | None = None):
     ax.axhspan(100 * PAPER_GAIN[0], 100 * PAPER_GAIN[1], color="gold", alpha=0.4,
                label="paper: +5-8% (real Qwen3 targets)")
     ax.set_yscale("symlog", linthresh=10)
+    # symlog's default locator leaves about three ticks; name the levels a reader compares with
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    ymax = max([v for j in range(len(variants)) for v in ax.containers[j].datavalues if np.isfinite(v)] + [10])
+    ax.set_ylim(min(0, ax.get_ylim()[0]), ymax * 1.3)
+    ticks = [t for t in (-10, -5, 0, 2, 5, 8, 10, 20, 50, 100, 200, 500) if ax.get_ylim()[0] <= t <= ax.get_ylim()[1]]
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:+g}%" if v else "0"))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.grid(axis="y", alpha=0.3)
     ax.set_xticks(np.arange(len(fams)), fams, rotation=20, fontsize=8)
-    ax.set_ylabel("predicted speed gain over product (%)")
+    ax.set_ylabel("predicted speed gain over product")
     prof_label = data["profiles"][profile]
     ax.set_title(f"profile {profile} ({'ASSUMED' if prof_label['assumption'] else 'measured'})", fontsize=9)
-    ax.legend(fontsize=7)
+    # outside the axes, so no bar is hidden
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    fig.set_size_inches(8.5, 3.4)
     fig.tight_layout()
     return fig
 
@@ -173,7 +182,7 @@ def mixture_gain_vs_confidence(result, profile: str | None = None):
     profile = profile or config["profiles"][0]
     rows = data.get("confidence_summary") or []
     fig, (ax,) = _axes(1, height=3.2)
-    fig.set_size_inches(5.0, 3.2)
+    fig.set_size_inches(5.4, 3.6)
     if not rows:
         ax.text(0.5, 0.5, "no confidence sweep in this result", ha="center", transform=ax.transAxes)
         return fig
@@ -181,8 +190,10 @@ def mixture_gain_vs_confidence(result, profile: str | None = None):
     gain = [100 * r["predicted_gain"][profile] for r in rows]
     ax.plot(c, gain, marker="o", color=_STYLE["mixture"]["color"], label="fitted mixture vs product")
     for x, y, r in zip(c, gain, rows):
-        ax.annotate(f"tau={r['product_best'][profile]['tau']:.1f}", (x, y), fontsize=7,
-                    textcoords="offset points", xytext=(-10, 6))
+        ax.annotate(f"{r['product_best'][profile]['tau']:.1f}", (x, y), fontsize=7, ha="right",
+                    textcoords="offset points", xytext=(-4, 4))
+    ax.plot([], [], " ", label="numbers: tau of the product tree\nat its best budget")
+    ax.margins(x=0.12, y=0.15)  # room for the first and last numbers
     ax.axhspan(100 * PAPER_GAIN[0], 100 * PAPER_GAIN[1], color="gold", alpha=0.4,
                label="paper: +5-8% (real Qwen3 targets)")
     ax.set_xlabel("per-position confidence c of each future")

@@ -1,0 +1,442 @@
+"""``mfd report``: rewrite the README's result tables from ``results/*.json``.
+
+The README holds marked blocks::
+
+    <!-- report:NAME -->
+    ... generated text ...
+    <!-- /report:NAME -->
+
+and each NAME in :data:`BLOCKS` is regenerated from its results file, so the numbers the README
+states are the numbers the last run wrote. A block whose results file is missing is left as it
+is (and named). ``--check`` rewrites nothing and exits with status 1 when a block differs.
+
+Timing comparisons carry their run-to-run spread: a row with several timing passes
+(``speedup_passes`` / ``*_std`` fields) prints mean +- standard deviation over the passes, and a
+difference within the spread reads "no measurable difference" rather than a sign. Rows from older
+results without those fields print "(1 pass)".
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from pathlib import Path
+from typing import Callable
+
+from .results import Result, atomic_write_text
+
+ROOT = Path(__file__).resolve().parent.parent
+
+__all__ = ["BLOCKS", "main", "render", "gain_with_spread", "value_with_spread"]
+
+_BLOCK_RE = re.compile(r"<!-- report:(?P<name>[a-z0-9-]+) -->\n(?P<body>.*?)<!-- /report:(?P=name) -->", re.S)
+
+
+# ------------------------------------------------------------------------------ spreads
+
+
+def _num(v) -> float | None:
+    """A stored number, or None for a missing one (null, or the "nan" string of older files)."""
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, (int, float)):
+        return None if math.isnan(v) else float(v)
+    return None
+
+
+def _passes(row: dict, key: str) -> list[float] | None:
+    p = row.get(f"{key}_passes")
+    if isinstance(p, list) and len(p) > 1 and all(_num(x) is not None for x in p):
+        return [float(x) for x in p]
+    return None
+
+
+def _std(row: dict, key: str) -> float | None:
+    p = _passes(row, key)
+    if p is not None:
+        m = sum(p) / len(p)
+        return math.sqrt(sum((x - m) ** 2 for x in p) / (len(p) - 1))
+    return _num(row.get(f"{key}_std"))
+
+
+def value_with_spread(row: dict, key: str, fmt: str = "{:.2f}", suffix: str = "") -> str:
+    """``1.84x +- 0.03x`` when the row has a spread for ``key``, else ``1.84x (1 pass)``."""
+    v = _num(row.get(key))
+    if v is None:
+        return "-"
+    s = _std(row, key)
+    if s is None:
+        return f"{fmt.format(v)}{suffix} (1 pass)"
+    return f"{fmt.format(v)}{suffix} ± {fmt.format(s)}{suffix}"
+
+
+def gain_with_spread(a: dict, b: dict, key: str = "speedup") -> str:
+    """a's ``key`` over b's, minus one, in percent, with its spread over timing passes.
+
+    The spread combines the two rows' standard deviations over passes to first order
+    (ratio * sqrt((s_a / a)^2 + (s_b / b)^2)); passes are not treated as paired, which would
+    hide load changes that hit one method's pass and not the other's. A difference no larger
+    than the spread reads "no measurable difference".
+    """
+    va, vb = _num(a.get(key)), _num(b.get(key))
+    if va is None or vb is None or vb == 0:
+        return "-"
+    gain = va / vb - 1
+    sa, sb = _std(a, key), _std(b, key)
+    if sa is None or sb is None:
+        return f"{100 * gain:+.1f}% (1 pass)"
+    spread = (va / vb) * math.sqrt((sa / va) ** 2 + (sb / vb) ** 2)
+    text = f"{100 * gain:+.1f}% ± {100 * spread:.1f}%"
+    if abs(gain) <= spread:
+        text += " (no measurable difference)"
+    return text
+
+
+# ------------------------------------------------------------------------------ blocks
+
+
+def core_block(res: Result) -> str:
+    from .experiments.core_table import format_table
+
+    return format_table(res)
+
+
+def chimera_bound_block(res: Result) -> str:
+    d, c = res.data, res.config
+    v, t, xc = d["verify"], d["ties"], d.get("cross_check", {})
+    lines = [
+        f"{v['instances']:,} random instances (m = 1..{c['m_max']}, L up to {c['L_max']}, V up to {c['V_max']}; "
+        f"{100 * c['near_tie_frac']:.0f}% re-weighted so the futures nearly tie): **{v['violations']} violations**, "
+        f"{v['ties']} tied instance(s) set aside; {v['rate_per_s']:,.0f} instances/s "
+        f"({v['seconds']:.1f} s for all of them on this machine).",
+        "",
+        f"Marginals on the integer grid 1..{c['grid']} (ties common): {t['ties']:,} of {t['instances']:,} instances "
+        f"({100 * t['ties'] / max(t['instances'], 1):.0f}%) have a tie, and {t['violations']:,} "
+        f"({100 * t['violations'] / max(t['instances'], 1):.1f}%) fall below the bound when ties are broken in "
+        "the futures' favour.",
+    ]
+    if xc:
+        lines += ["", f"Count from scores vs chimeras of an explicit `product_tree`: {xc['count_agrees']}/"
+                      f"{xc['instances']} agree ({xc['same_tree']}/{xc['instances']} trees identical to the "
+                      "smallest tree holding both futures)."]
+    multi = d.get("multi_future") or []
+    if multi:
+        n_proven = sum(bool(r["proven"]) for r in multi)
+        lines += ["", f"F = 3 and 4 futures: {len(multi)} disagreement patterns, minimum proven exact for {n_proven}."]
+    lines += ["", "| m | bound 2^(m-1)-1 | observed min | observed max | `tight_instance` | `worst_instance` (2^m-2) |",
+              "|---|---|---|---|---|---|"]
+    for row, con in zip(v["table"], d.get("constructed", [])):
+        lines.append(f"| {row['m']} | {row['bound']} | {row['min']} | {row['max']} | "
+                     f"{con['tight']['full_length_splices']} | {con['worst']['full_length_splices']} |")
+    return "\n".join(lines)
+
+
+def _setting(row: dict) -> str:
+    kw = {k: v for k, v in row["kwargs"].items() if k not in ("L", "V")}
+    return ", ".join(f"{k} = {v}" for k, v in kw.items())
+
+
+def chimera_share_block(res: Result) -> str:
+    d, c = res.data, res.config
+    budgets = list(c["budgets"])
+    at = budgets.index(64) if 64 in budgets else len(budgets) // 2
+    lo, hi = d.get("paper_range", (0.27, 0.33))
+    rows = d["settings"]
+    inside = sum(lo <= r["chimera_share"][at] <= hi for r in rows)
+    lines = [
+        f"{len(rows)} settings x {c['n_seeds']} seeds, L = {c['L']}; share of chimeras in a {budgets[at]}-node "
+        f"product tree (mean ± std over seeds); {inside} of {len(rows)} settings fall inside "
+        f"{100 * lo:.0f}-{100 * hi:.0f}%.",
+        "",
+        f"| family | setting | chimera share N={budgets[at]} | P(s) <= eps share | splice share | "
+        f"product / oracle coverage | chimera share N={budgets[-1]} |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ratio = r["cov_product"][at] / r["cov_oracle"][at] if r["cov_oracle"][at] > 0 else float("nan")
+        std = r.get("chimera_share_std")
+        share = f"{100 * r['chimera_share'][at]:.1f}%" + (f" ± {100 * std[at]:.1f}" if std else "")
+        lines.append(f"| {r['family']} | {_setting(r)} | {share} | {100 * r['eps_chimera_share'][at]:.1f}% | "
+                     f"{100 * r['splice_share'][at]:.1f}% | {ratio:.2f} | {100 * r['chimera_share'][-1]:.1f}% |")
+    return "\n".join(lines)
+
+
+def mixture_gain_block(res: Result) -> str:
+    from .experiments.mixture_gain import format_summary, headline_k
+
+    lines = [format_summary(res)]
+    s, cfg = res.data["summary"], res.config
+    HEADLINE_K = headline_k(cfg["Ks"])
+    profile = cfg["profiles"][0]
+    budgets = list(cfg["budgets"])
+    i64 = budgets.index(64) if 64 in budgets else 0
+    notes = []
+    for fam, e in s.items():
+        noise = e.get("single", {}).get("sampling_noise")
+        if noise:
+            notes.append(f"{fam}, F = 1 (one future): K = {HEADLINE_K} minus product = "
+                         f"{100 * noise['mixture_minus_product_mean'][i64]:+.3f} points of the oracle's coverage at "
+                         f"N = {budgets[i64]} (worst draw {100 * noise['mixture_minus_product_worst'][i64]:+.3f}); "
+                         f"sampling noise of the product's fraction: {100 * noise['product_frac_std'][i64]:.3f} points")
+        m = e.get("multi", {})
+        bc = m.get("budget_choice", {}).get(profile, {})
+        if "mixture" in bc:
+            b = bc["mixture"]
+            notes.append(f"{fam}: per-step budget {b['per_step_speedup']:.2f}x vs best fixed budget "
+                         f"(N = {b['fixed_budget']}) {b['fixed_speedup']:.2f}x (K = {HEADLINE_K}, {profile})")
+        if "sequoia" in m and "product" in m:
+            notes.append(f"{fam}: Sequoia's positional model predicts {m['sequoia'][profile]:.2f}x; the product "
+                         f"tree at its best budget {m['product']['best_speedup'][profile]:.2f}x ({profile})")
+    if notes:
+        lines += [""] + [f"* {n}" for n in notes]
+    return "\n".join(lines)
+
+
+def _is_best(g: dict) -> bool:
+    """A best-budget comparison: ``budget == "best"`` (older files) or ``best_budget is True``."""
+    return g.get("budget") == "best" or g.get("best_budget") is True
+
+
+def _label(r: dict) -> str:
+    if r["method"] == "chain":
+        return f"chain ({r['drafter']}), N = L = {r['budget']}"
+    if r["method"] == "mfd":
+        return f"mfd K = {r.get('K', '?')}"
+    if r["drafter"] == "product":
+        return "ddtree (product)"
+    return f"ddtree on K = {r.get('K', '?')} marginals"
+
+
+def e2e_block(res: Result) -> str:
+    d, c = res.data, res.config
+    rows = [r for r in d["rows"] if r["method"] != "ar"]
+    budgets = sorted({r["budget"] for r in rows if r["method"] != "chain"})
+    n_dead = 64 if 64 in budgets else budgets[-1]
+    n_steps = [r["n_steps"] for r in rows if isinstance(r.get("n_steps"), int)]
+    passes = {len(r["speedup_passes"]) for r in rows if isinstance(r.get("speedup_passes"), list)}
+    lines = [
+        f"{c['eval_prompts']} held-out prompts x {c['max_new_tokens']} new tokens; {min(n_steps)}-{max(n_steps)} "
+        f"rounds (target calls) per cell; "
+        + (f"{'/'.join(map(str, sorted(passes)))} timing passes, speedup as mean ± std over passes."
+           if passes else "one timing pass (no spread measured: every speedup is marked (1 pass))."),
+        "",
+        "tau (speedup vs AR):",
+        "",
+        "| T | method (drafter) | " + " | ".join(f"N = {b}" for b in budgets) + f" | dead share N = {n_dead} |",
+        "|---|---|" + "---|" * len(budgets) + "---|",
+    ]
+    order = {"chain": 0, "ddtree": 1, "mfd": 2}
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["temperature"], r["method"], r["drafter"]), []).append(r)
+
+    def sort_key(k):
+        temp, method, drafter = k
+        return (temp, drafter != "product", order.get(method, 9), drafter)
+
+    def cell(r):
+        sp = value_with_spread(r, "speedup", suffix="x")
+        sp = sp[:-len(" (1 pass)")] + ", 1 pass" if sp.endswith(" (1 pass)") else sp
+        return f"{r['tau']:.2f} ({sp})"
+
+    for key in sorted(groups, key=sort_key):
+        rs = {r["budget"]: r for r in groups[key]}
+        first = next(iter(rs.values()))
+        if key[1] == "chain":
+            cells = [cell(first)] + [""] * (len(budgets) - 1)
+            dead = first.get("dead_share")
+        else:
+            cells = [cell(rs[b]) if b in rs else "" for b in budgets]
+            dead = rs[n_dead].get("dead_share") if n_dead in rs else None
+        dead_s = f"{100 * dead:.0f}%" if _num(dead) is not None else "-"
+        lines.append(f"| {key[0]:g} | {_label(first)} | " + " | ".join(cells) + f" | {dead_s} |")
+    pc = d.get("prediction_check") or {}
+    if pc.get("n_rows"):
+        lines += ["", f"T > 0, measured vs predicted acceptance over {pc['n_rows']} rows: z = (measured - predicted) "
+                      f"/ standard error has mean {pc['mean_z']:+.2f}, max |z| {pc['max_abs_z']:.2f}, "
+                      f"{100 * pc['share_abs_z_below_2']:.0f}% within ±2, sum z^2 = {pc['sum_z2']:.1f} "
+                      f"({pc['n_rows']} expected if the theory holds)."]
+    return "\n".join(lines)
+
+
+def _find(rows, temp, method, drafter, budget):
+    for r in rows:
+        if (r["temperature"], r["method"], r["drafter"], r["budget"]) == (temp, method, drafter, budget):
+            return r
+    return None
+
+
+def e2e_gains_block(res: Result) -> str:
+    """MFD against the identically trained product drafter: tau gain with its z, speed gain with
+    its spread over timing passes, per budget and at each method's best budget."""
+    d = res.data
+    rows, gains = d["rows"], d.get("mfd_gains") or []
+    lines = ["N = best (a vs b): each side at its fastest budget (a: this method's, b: the best product-drafter "
+             "tree's, chain or ddtree); tau there is each side's highest tau at any budget. z: the tau difference over "
+             "its standard error.", "",
+             "| T | method (drafter) | N | tau | product tau | tau gain (z) | speedup | product speedup | speed gain |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for g in gains:
+        best = _is_best(g)
+        if best:
+            n_mine = g["budget"] if isinstance(g["budget"], int) else g.get("best_budget")
+            n_base = g.get("single_best_budget")
+            base_method = None
+            for r in rows:  # the best single-mode row may be chain or ddtree
+                if (r["temperature"] == g["temperature"] and r["drafter"] == "product"
+                        and r["budget"] == n_base and _num(r.get("speedup")) == _num(g["single_speedup"])):
+                    base_method = r["method"]
+            a = _find(rows, g["temperature"], g["method"], g["drafter"], n_mine) or g
+            b = _find(rows, g["temperature"], base_method, "product", n_base) if base_method else None
+            b = b or {"speedup": g["single_speedup"]}
+            n_text = f"best ({n_mine} vs {n_base})"
+        else:
+            a = _find(rows, g["temperature"], g["method"], g["drafter"], g["budget"]) or g
+            b = _find(rows, g["temperature"], "ddtree", "product", g["budget"]) or {"speedup": g["single_speedup"]}
+            n_text = str(g["budget"])
+        z = _num(g.get("tau_diff_z"))
+        lines.append(
+            f"| {g['temperature']:g} | {_label(a) if 'method' in a else g['method']} | {n_text} | {g['tau']:.2f} | "
+            f"{g['single_tau']:.2f} | {100 * g['tau_gain']:+.1f}%" + (f" ({z:.1f})" if z is not None else "")
+            + f" | {value_with_spread(a, 'speedup', suffix='x')} | {value_with_spread(b, 'speedup', suffix='x')} | "
+            f"{gain_with_spread(a, b)} |")
+    return "\n".join(lines)
+
+
+def e2e_hf_block(res: Result) -> str:
+    d = res.data
+    hf = d.get("hf_assisted") or []
+    ar = [r for r in d["rows"] if r["method"] == "ar"]
+    lines = ["| T | Hugging Face method | tokens/s | speedup vs HF's own AR |", "|---|---|---|---|"]
+    for r in hf:
+        lines.append(f"| {r['temperature']:g} | {r['method']} | {value_with_spread(r, 'tokens_per_s', '{:.0f}')} | "
+                     f"{value_with_spread(r, 'speedup', suffix='x')} |")
+    for r in ar:
+        lines.append(f"| {r['temperature']:g} | (ours) ar | {value_with_spread(r, 'tokens_per_s', '{:.0f}')} | 1.00x |")
+    return "\n".join(lines)
+
+
+def bench_trees_block(res: Result) -> str:
+    from .experiments.bench_trees import markdown
+
+    return markdown(res)
+
+
+def bench_fit_block(res: Result) -> str:
+    r, c = res.data, res.config
+    return (f"EM on {c['n']:,} samples, L = {c['L']}, V = {c['V']:,}, K = {c['K']}, {c['n_restarts']} restarts: "
+            f"soft EM {r['fit_soft_s']:.2f} s, winner-take-all {r['fit_hard_s']:.2f} s; one numba EM iteration "
+            f"{1e3 * r['numba_iter_s']:.0f} ms vs {1e3 * r['numpy_iter_s']:.0f} ms in NumPy "
+            f"(first call, numba compile: {r['compile_s']:.1f} s).")
+
+
+def bench_decode_block(res: Result) -> str:
+    d, c = res.data, res.config
+    lines = [f"{d['model']} on {d['device']}, budget {c['budget']}, block {c['block_size']}, K = {c['num_modes']}:",
+             "", "| method | tokens/s | draft | tree + mask | verify | walk | commit | outside the two forwards |",
+             "|---|---|---|---|---|---|---|---|"]
+    for m, r in d["methods"].items():
+        s = r["time_split_s"]
+        tot = sum(s[k] for k in ("draft", "tree", "verify", "walk", "commit")) or 1.0
+        pct = [f"{100 * s[k] / tot:.1f}%" for k in ("draft", "tree", "verify", "walk", "commit")]
+        if m == "ar":
+            pct[0] = "-"
+        lines.append(f"| {m} | {r['tokens_per_s']:.1f} | " + " | ".join(pct) + f" | {100 * r['overhead_share']:.1f}% |")
+    p = d["verify_profile"]
+    lines += ["", "Verify latency (ms) by tree size N: " + ", ".join(
+        f"{n}: {t:.1f}" for n, t in zip(p["tree_sizes"], p["verify_ms"])) + f"; an AR step {p['t_target_ms']:.1f} ms."]
+    return "\n".join(lines)
+
+
+#: block name -> (results file under the results directory, formatter)
+BLOCKS: dict[str, tuple[str, Callable[[Result], str]]] = {
+    "core-table": ("core_table.json", core_block),
+    "chimera-bound": ("chimera_bound.json", chimera_bound_block),
+    "chimera-share": ("chimera_share.json", chimera_share_block),
+    "mixture-gain": ("mixture_gain.json", mixture_gain_block),
+    "e2e": ("end_to_end.json", e2e_block),
+    "e2e-gains": ("end_to_end.json", e2e_gains_block),
+    "e2e-hf": ("end_to_end.json", e2e_hf_block),
+    "bench-trees": ("bench_trees.json", bench_trees_block),
+    "bench-fit": ("bench_fit.json", bench_fit_block),
+    "bench-decode": ("bench_decode.json", bench_decode_block),
+}
+
+
+def render(text: str, results_dir: str | Path) -> tuple[str, list[str], list[str]]:
+    """(new text, names of blocks that changed, names skipped for want of a results file)."""
+    results_dir = Path(results_dir)
+    names = [m.group("name") for m in _BLOCK_RE.finditer(text)]
+    unknown = sorted(set(names) - set(BLOCKS))
+    if unknown:
+        raise ValueError(f"readme: unknown report block(s) {unknown}; known: {sorted(BLOCKS)}")
+    opened = re.findall(r"<!-- report:([a-z0-9-]+) -->", text)
+    if sorted(opened) != sorted(names):
+        raise ValueError(f"readme: report block(s) without a closing marker: {sorted(set(opened) - set(names))}")
+    changed: list[str] = []
+    skipped: list[str] = []
+    loaded: dict[str, Result] = {}
+
+    def replace(m: re.Match) -> str:
+        name = m.group("name")
+        fname, fmt = BLOCKS[name]
+        path = results_dir / fname
+        if not path.is_file():
+            skipped.append(name)
+            return m.group(0)
+        if fname not in loaded:
+            loaded[fname] = Result.load(path)
+        body = fmt(loaded[fname]).rstrip("\n") + "\n"
+        if body != m.group("body"):
+            changed.append(name)
+        return f"<!-- report:{name} -->\n{body}<!-- /report:{name} -->"
+
+    return _BLOCK_RE.sub(replace, text), changed, skipped
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="mfd report", description=__doc__.splitlines()[0])
+    parser.add_argument("--readme", default=str(ROOT / "README.md"), metavar="PATH",
+                        help="the Markdown file whose report blocks are rewritten (default: the repository's README.md)")
+    parser.add_argument("--results", default="results", metavar="DIR",
+                        help="directory holding the results/*.json files (default: results)")
+    parser.add_argument("--out", default="", metavar="PATH",
+                        help="write the rewritten file here instead of over --readme (default: over --readme)")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 when a block differs from what the results give")
+    args = parser.parse_args(argv)
+    readme = Path(args.readme)
+    if not readme.is_file():
+        parser.error(f"--readme: no file at {readme}")
+    if not Path(args.results).is_dir():
+        parser.error(f"--results: no directory at {args.results}")
+    out = Path(args.out) if args.out else readme
+    if args.out:
+        from .experiments._config import check_out_file
+
+        try:
+            check_out_file(out, "--out")
+        except ValueError as exc:
+            parser.error(str(exc))
+    text = readme.read_text(encoding="utf-8")
+    new, changed, skipped = render(text, args.results)
+    for name in skipped:
+        print(f"skipped block {name}: no {Path(args.results) / BLOCKS[name][0]}")
+    if args.check:
+        for name in changed:
+            print(f"out of date: block {name} differs from {Path(args.results) / BLOCKS[name][0]}")
+        if not changed:
+            print(f"{readme}: every report block matches {args.results}/")
+        return 1 if changed else 0
+    if new != text or out != readme:
+        atomic_write_text(out, new)
+        print(f"wrote {out} ({len(changed)} block(s) changed: {', '.join(changed) or 'none'})")
+    else:
+        print(f"{readme}: every report block already matches {args.results}/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

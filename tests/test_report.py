@@ -1,0 +1,147 @@
+"""mfd report: README result blocks regenerated from results JSON; spreads and "(1 pass)"."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mfd_theory.cli import main
+from mfd_theory.report import BLOCKS, gain_with_spread, render, value_with_spread
+from mfd_theory.results import Result
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _e2e_result(passes: bool) -> Result:
+    """A small end-to-end result: product ddtree vs mfd at two budgets, plus chain, ar, HF."""
+    rows = []
+
+    def row(method, drafter, K, budget, tau, speedup, spread):
+        r = dict(method=method, drafter=drafter, K=K, budget=budget, temperature=1.0, tau=tau, speedup=speedup,
+                 n_steps=100 + budget, dead_share=0.5, accepted_std=1.0, tokens_per_s=500.0 * speedup)
+        if passes:
+            r["speedup_passes"] = [speedup - spread, speedup, speedup + spread]
+            r["speedup_std"] = spread
+            r["tokens_per_s_std"] = 500.0 * spread
+        return r
+
+    rows.append(row("ar", "none", 0, 0, 1.0, 1.0, 0.01))
+    rows.append(row("chain", "product", 1, 7, 2.4, 1.10, 0.02))
+    rows.append(row("ddtree", "product", 1, 16, 3.6, 1.50, 0.02))
+    rows.append(row("ddtree", "product", 1, 64, 4.6, 1.40, 0.02))
+    rows.append(row("mfd", "mfd-k4", 4, 16, 4.0, 1.30, 0.02))  # slower beyond the spread
+    rows.append(row("mfd", "mfd-k4", 4, 64, 5.0, 1.41, 0.02))  # inside the spread
+    gains = []
+    for n in (16, 64):
+        a = next(r for r in rows if r["method"] == "mfd" and r["budget"] == n)
+        b = next(r for r in rows if r["method"] == "ddtree" and r["budget"] == n)
+        gains.append(dict(temperature=1.0, method="mfd", drafter="mfd-k4", budget=n, tau=a["tau"],
+                          speedup=a["speedup"], single_tau=b["tau"], single_speedup=b["speedup"],
+                          tau_gain=a["tau"] / b["tau"] - 1, tau_diff_z=3.0,
+                          speedup_gain=a["speedup"] / b["speedup"] - 1))
+    # best budget: older files say budget "best"; newer ones a number and best_budget = True
+    best = dict(temperature=1.0, method="mfd", drafter="mfd-k4", tau=5.0, speedup=1.41, single_tau=4.6,
+                single_speedup=1.50, single_best_budget=16, tau_gain=5.0 / 4.6 - 1, speedup_gain=1.41 / 1.5 - 1)
+    best.update(dict(budget=64, best_budget=True) if passes else dict(budget="best", best_budget=64))
+    gains.append(best)
+    hf = [dict(temperature=1.0, method="assisted", tokens_per_s=400.0, speedup=1.1)]
+    cfg = dict(eval_prompts=2, max_new_tokens=16)
+    return Result("end_to_end", cfg, dict(rows=rows, mfd_gains=gains, hf_assisted=hf,
+                                          prediction_check={"n_rows": 0}))
+
+
+def _readme(tmp_path, names):
+    text = "# demo\n\nprose stays\n\n" + "".join(
+        f"<!-- report:{n} -->\nstale numbers\n<!-- /report:{n} -->\n\nmore prose\n\n" for n in names)
+    p = tmp_path / "README.md"
+    p.write_text(text)
+    return p
+
+
+def test_spread_formatting_and_no_measurable_difference():
+    a = dict(speedup=1.41, speedup_passes=[1.39, 1.41, 1.43])
+    b = dict(speedup=1.40, speedup_passes=[1.38, 1.40, 1.42])
+    assert value_with_spread(a, "speedup", suffix="x") == "1.41x ± 0.02x"
+    assert "no measurable difference" in gain_with_spread(a, b)
+    c = dict(speedup=1.20, speedup_passes=[1.19, 1.20, 1.21])
+    text = gain_with_spread(c, b)
+    assert text.startswith("-14.") and "no measurable" not in text
+    # older rows without spread fields: the value and a "(1 pass)" mark, never a bare sign claim
+    assert value_with_spread({"speedup": 1.4}, "speedup", suffix="x") == "1.40x (1 pass)"
+    assert gain_with_spread({"speedup": 1.3}, {"speedup": 1.4}) == "-7.1% (1 pass)"
+    assert value_with_spread({"speedup": None}, "speedup") == "-"  # a missing value (null)
+    # stds without the passes are combined to first order
+    assert "no measurable difference" in gain_with_spread(dict(speedup=1.41, speedup_std=0.02),
+                                                          dict(speedup=1.40, speedup_std=0.02))
+
+
+@pytest.mark.parametrize("passes", [True, False])
+def test_e2e_blocks_show_spreads_or_one_pass(tmp_path, passes):
+    res = _e2e_result(passes)
+    res.save(tmp_path / "end_to_end.json")
+    readme = _readme(tmp_path, ["e2e", "e2e-gains", "e2e-hf"])
+    new, changed, skipped = render(readme.read_text(), tmp_path)
+    assert sorted(changed) == ["e2e", "e2e-gains", "e2e-hf"] and skipped == []
+    assert "stale numbers" not in new and new.count("more prose") == 3 and "prose stays" in new
+    gains = new.split("<!-- report:e2e-gains -->")[1].split("<!-- /report:e2e-gains -->")[0]
+    lines = [ln for ln in gains.splitlines() if ln.startswith("| 1 |")]
+    assert len(lines) == 3  # two budgets and the best-budget row
+    if passes:
+        assert "(1 pass)" not in new.split("<!-- report:e2e-hf -->")[0]
+        assert "400 (1 pass)" in new  # the fixture's HF row has no spread fields
+        n16, n64, best = lines
+        assert "no measurable difference" not in n16 and "-13.3%" in n16
+        assert "no measurable difference" in n64
+        assert "best (64 vs 16)" in best
+        assert "3 timing passes" in new
+    else:
+        assert "(1 pass)" in gains and "no measurable difference" not in gains
+        assert "best (64 vs 16)" in lines[2]
+    assert "107-164 rounds" in new  # round counts from the rows, not typed by hand
+
+
+def test_report_command_rewrites_then_check_passes(tmp_path, capsys):
+    results = tmp_path / "results"
+    assert main(["core-table", "--V", "40", "--budgets", "4,8", "--out", str(results), "--quiet"]) == 0
+    _e2e_result(True).save(results / "end_to_end.json")
+    readme = _readme(tmp_path, ["core-table", "e2e", "chimera-share"])
+    capsys.readouterr()
+    assert main(["report", "--readme", str(readme), "--results", str(results), "--check"]) == 1
+    assert "out of date: block core-table" in capsys.readouterr().out
+    assert "stale numbers" in readme.read_text()  # --check writes nothing
+    assert main(["report", "--readme", str(readme), "--results", str(results)]) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {readme}" in out and "skipped block chimera-share" in out
+    text = readme.read_text()
+    assert "| oracle |" in text and "V = 40" in text
+    assert text.count("stale numbers") == 1  # the block without results is left as it was
+    assert main(["report", "--readme", str(readme), "--results", str(results), "--check"]) == 0
+    # a result changes -> the README is out of date again
+    assert main(["core-table", "--V", "41", "--budgets", "4,8", "--out", str(results), "--quiet"]) == 0
+    assert main(["report", "--readme", str(readme), "--results", str(results), "--check"]) == 1
+
+
+def test_report_refuses_unknown_or_unclosed_blocks(tmp_path, capsys):
+    readme = tmp_path / "R.md"
+    readme.write_text("<!-- report:nope -->\nx\n<!-- /report:nope -->\n")
+    assert main(["report", "--readme", str(readme), "--results", str(tmp_path)]) == 2
+    assert "nope" in capsys.readouterr().err
+    readme.write_text("<!-- report:e2e -->\nx\n")
+    assert main(["report", "--readme", str(readme), "--results", str(tmp_path)]) == 2
+    assert main(["report", "--readme", str(tmp_path / "missing.md"), "--results", str(tmp_path)]) == 2
+
+
+def test_readme_result_tables_are_all_generated():
+    """Every result table of the README sits inside a report block the command regenerates."""
+    text = (ROOT / "README.md").read_text()
+    import re
+
+    blocks = re.findall(r"<!-- report:([a-z0-9-]+) -->\n(.*?)<!-- /report:\1 -->", text, re.S)
+    names = {n for n, _ in blocks}
+    for required in ("core-table", "chimera-bound", "chimera-share", "mixture-gain", "e2e", "e2e-gains", "e2e-hf"):
+        assert required in names, required
+    assert names <= set(BLOCKS)
+    outside = re.sub(r"<!-- report:([a-z0-9-]+) -->\n.*?<!-- /report:\1 -->", "", text, flags=re.S)
+    table_rows = [ln for ln in outside.splitlines() if ln.startswith("|") and any(ch.isdigit() for ch in ln)]
+    assert table_rows == [], table_rows[:3]
