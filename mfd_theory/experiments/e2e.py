@@ -73,6 +73,7 @@ class E2EConfig:
     budgets: tuple[int, ...] = (16, 32, 64, 128, 256)
     temperatures: tuple[float, ...] = (0.0, 1.0)
     ddtree_on_mfd: bool = True          # ablation: product tree over the MFD drafter's marginals
+    timing_passes: int = 3              # timing repeats: speedups carry their pass-to-pass spread
     hf_assisted: bool = True
     ckpt_every: int = 100
 
