@@ -186,6 +186,7 @@ class BlockDrafter(nn.Module):
         # Referenced, not owned: object.__setattr__ keeps them out of parameters() and state_dict().
         object.__setattr__(self, "_embed_tokens", hf.get_input_embeddings())
         object.__setattr__(self, "_lm_head", hf.get_output_embeddings())
+        object.__setattr__(self, "_target", hf)  # for the fingerprint written with the checkpoint
         self.reset()
 
     # ------------------------------------------------------------------ shared pieces
@@ -330,6 +331,10 @@ class BlockDrafter(nn.Module):
         else:
             dcfg.pop("num_modes", None)
         cfg["dflash_config"] = dcfg
+        from .train import target_fingerprint
+
+        # Which target the drafter was built on: load_drafter refuses the checkpoint for another one.
+        cfg["target_fingerprint"] = target_fingerprint(self._target)
         state = {name: p.detach().contiguous().cpu() for name, p in self.state_dict().items()
                  if not name.startswith("rotary_emb.")}
         save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
@@ -458,7 +463,7 @@ def load_drafter(directory, target: Any, dtype: torch.dtype | None = None) -> Bl
         state.update(load_file(str(f)))
     state = {k[len("model."):] if k.startswith("model.") else k: v for k, v in state.items()}
     block_size = raw.get("block_size", (raw.get("dflash_config") or {}).get("block_size", 16))
-    cfg = Qwen3Config(**{k: v for k, v in raw.items() if k not in ("architectures",)})
+    cfg = Qwen3Config(**{k: v for k, v in raw.items() if k not in ("architectures", "target_fingerprint")})
     cfg.block_size = int(block_size)
     cfg.dflash_config = dict(raw.get("dflash_config") or {})
     if "num_target_layers" in raw:
@@ -484,8 +489,9 @@ def load_drafter(directory, target: Any, dtype: torch.dtype | None = None) -> Bl
 def _check_fingerprint(directory: Path, raw: dict, hf) -> None:
     """Refuse a checkpoint whose recorded target fingerprint is not this target's.
 
-    Drafters trained by this package record it (``target_fingerprint.json`` beside the weights);
-    third-party DFlash checkpoints have none and are checked by shape and layer count only.
+    Drafters saved by this package record it (``target_fingerprint`` in config.json, and
+    ``target_fingerprint.json`` beside the weights for trained ones); third-party DFlash
+    checkpoints have none and are checked by shapes and layer count only.
     """
     saved = raw.get("target_fingerprint")
     fp_path = directory / "target_fingerprint.json"
