@@ -389,6 +389,8 @@ def _gain_text(g: dict) -> str:
     """A speedup gain with its pass-to-pass spread, or "no measurable difference" inside it."""
     if g.get("speedup_gain") is None:
         return "-"
+    if "speedup_verdict" not in g:  # an older file: a single timing pass, no spread recorded
+        return f"{100 * g['speedup_gain']:+.1f}% (no spread)"
     if g.get("speedup_verdict") == "no measurable difference":
         return f"no measurable difference (+-{100 * g['speedup_gain_ci95']:.1f}%)"
     spread = f" +- {100 * g['speedup_gain_ci95']:.1f}%" if g.get("speedup_gain_ci95") is not None else " (1 pass)"
@@ -421,22 +423,26 @@ def format_gains(gains: list[dict]) -> list[str]:
     """Markdown tables of :func:`mfd_gains`: best budgets, then per budget. A gain inside the
     run-to-run spread prints as "no measurable difference"."""
     lines: list[str] = []
-    best = [g for g in gains if g["best_budget"]]
+
+    def is_best(g):  # files written before budgets were numeric marked these rows budget "best"
+        return g.get("best_budget") is True or g.get("budget") == "best"
+
+    best = [g for g in gains if is_best(g)]
     if best:
         lines += ["", "| dataset | T | method | drafter | best tau | single tau | tau gain | best speedup (N) | "
                   "single speedup (N) | speedup gain |", "|---|---|---|---|---|---|---|---|---|---|"]
         for g in best:
-            lines.append(f"| {g['dataset']} | {g['temperature']:g} | {g['method']} | {g['drafter']} | "
+            lines.append(f"| {g.get('dataset')} | {g['temperature']:g} | {g['method']} | {g['drafter']} | "
                          f"{_fmt(g['tau'])} | {_fmt(g['single_tau'])} | {_tau_gain_text(g)} | "
                          f"{_pm(g['speedup'], g.get('speedup_std'))} ({g['budget']}) | "
-                         f"{_pm(g['single_speedup'], g.get('single_speedup_std'))} ({g['single_budget']}) | "
+                         f"{_pm(g['single_speedup'], g.get('single_speedup_std'))} ({g.get('single_budget')}) | "
                          f"{_gain_text(g)} |")
-    per = [g for g in gains if not g["best_budget"]]
+    per = [g for g in gains if not is_best(g)]
     if per:
         lines += ["", "| dataset | T | method | drafter | N | tau | single-mode ddtree tau | tau gain | z | "
                   "speedup gain |", "|---|---|---|---|---|---|---|---|---|---|"]
         for g in per:
-            lines.append(f"| {g['dataset']} | {g['temperature']:g} | {g['method']} | {g['drafter']} | {g['budget']} | "
+            lines.append(f"| {g.get('dataset')} | {g['temperature']:g} | {g['method']} | {g['drafter']} | {g['budget']} | "
                          f"{_fmt(g['tau'])} | {_fmt(g['single_tau'])} | {_tau_gain_text(g)} | "
                          f"{_fmt(g.get('tau_diff_z'), 1)} | {_gain_text(g)} |")
     return lines
