@@ -442,7 +442,8 @@ def format_gains(gains: list[dict]) -> list[str]:
         lines += ["", "| dataset | T | method | drafter | N | tau | single-mode ddtree tau | tau gain | z | "
                   "speedup gain |", "|---|---|---|---|---|---|---|---|---|---|"]
         for g in per:
-            lines.append(f"| {g.get('dataset')} | {g['temperature']:g} | {g['method']} | {g['drafter']} | {g['budget']} | "
+            lines.append(f"| {g.get('dataset')} | {g['temperature']:g} | {g['method']} | {g['drafter']} | "
+                         f"{g['budget']} | "
                          f"{_fmt(g['tau'])} | {_fmt(g['single_tau'])} | {_tau_gain_text(g)} | "
                          f"{_fmt(g.get('tau_diff_z'), 1)} | {_gain_text(g)} |")
     return lines

@@ -301,7 +301,8 @@ def eval_main(argv: list[str] | None = None):
                         help="drafter checkpoint (or train-drafter run) directory; repeat for several")
     parser.add_argument("--prompts", nargs="+", required=True, help="JSONL prompt files (one data set each)")
     parser.add_argument("--out", required=True, help="output directory (eval.json, per_prompt.jsonl, figures)")
-    parser.add_argument("--methods", default="ar,chain,ddtree,mfd", help="comma-separated subset of " + ",".join(METHODS))
+    parser.add_argument("--methods", default="ar,chain,ddtree,mfd",
+                        help="comma-separated subset of " + ",".join(METHODS) + " (ar is always run)")
     parser.add_argument("--budgets", default="16,32,64", help="tree budgets (nodes) for ddtree and mfd")
     parser.add_argument("--temperatures", default="0,1", help="sampling temperatures (0 = greedy)")
     parser.add_argument("--max-new-tokens", type=int, default=128, help="answer length cap per turn")
@@ -367,7 +368,8 @@ def eval_main(argv: list[str] | None = None):
         cfg.update(methods=methods, budgets=budgets, temperatures=temps, world_size=dist.world)
         data = {"rows": rows, "mfd_gains": gains, "best_budgets": best,
                 "prediction_check": prediction_summary(rows), "drafters": info,
-                "datasets": {ds: sum(p.dataset == ds for p in prompts) for ds in dict.fromkeys(p.dataset for p in prompts)},
+                "datasets": {ds: sum(p.dataset == ds for p in prompts)
+                             for ds in dict.fromkeys(p.dataset for p in prompts)},
                 "n_processes": dist.world}
         res = Result("eval", config=cfg, data=data, seed=args.seed)
         res.save(out / "eval.json")
