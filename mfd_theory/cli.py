@@ -22,6 +22,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "mixture-gain": ("mfd_theory.experiments.mixture_gain", "main", "fitted K-mode drafters vs product vs oracle, predicted speedup"),
     "e2e": ("mfd_theory.experiments.e2e", "main", "train a small Qwen3 target and drafters, measure acceptance and speedup"),
     "report": ("mfd_theory.report", "main", "rewrite the README's result tables from results/*.json (--check: compare only)"),
+    "distill": ("mfd_theory.llm.pipeline", "distill_main", "your target's own answers to JSONL prompts (drafter training data)"),
+    "train-drafter": ("mfd_theory.llm.pipeline", "train_drafter_main", "train a product (K=1) or MFD (K>1) drafter on distilled data"),
+    "eval": ("mfd_theory.llm.pipeline", "eval_main", "tau and speedup of drafters on JSONL prompts (DDTree's protocol)"),
 }
 BENCHES: dict[str, tuple[str, str, str]] = {
     "trees": ("mfd_theory.experiments.bench_trees", "main", "tree builders vs argpartition at DFlash scale"),

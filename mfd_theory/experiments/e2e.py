@@ -75,6 +75,7 @@ class E2EConfig(Checked):
     temperatures: tuple[float, ...] = opt((0.0, 1.0), "sampling temperatures (0 = greedy)", ge=0)
     ddtree_on_mfd: bool = opt(True, "ablation: product tree over the MFD drafter's marginals")
     hf_assisted: bool = opt(True, "also time Hugging Face assisted generation with a draft LM")
+    timing_passes: int = opt(3, "timing passes per cell (speedups carry their pass-to-pass spread)", ge=1)
     ckpt_every: int = opt(100, "checkpoint every this many training steps", ge=1)
 
     def validate(self) -> None:

@@ -33,6 +33,7 @@ import torch
 
 from mfd_theory.trees import DraftTree, chain_tree, mixture_tree, product_tree
 
+from .drafter import check_drafter_target
 from .target import TargetModel
 
 __all__ = ["METHODS", "DEAD_EPS", "StepRecord", "DecodeResult", "speculative_generate", "sampling_probs",
@@ -313,6 +314,7 @@ def _validate(target: TargetModel, drafter, method, budget, temperature, top_p, 
     bad = [i for i in drafter.target_layer_ids if not 0 <= int(i) < target.num_layers]
     if bad:
         raise ValueError(f"drafter: target_layer_ids {bad} do not exist in a {target.num_layers}-layer target")
+    check_drafter_target(drafter, target.model)
 
 
 @torch.no_grad()

@@ -58,7 +58,8 @@ from torch import nn
 from transformers import Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding
 
-__all__ = ["BlockDrafter", "MFDDrafter", "build_drafter", "load_drafter", "default_target_layer_ids"]
+__all__ = ["BlockDrafter", "MFDDrafter", "build_drafter", "load_drafter", "default_target_layer_ids",
+           "drafter_from_checkpoint", "check_drafter_target"]
 
 _CONFIG_COPY_KEYS = (
     "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
@@ -185,6 +186,7 @@ class BlockDrafter(nn.Module):
         # Referenced, not owned: object.__setattr__ keeps them out of parameters() and state_dict().
         object.__setattr__(self, "_embed_tokens", hf.get_input_embeddings())
         object.__setattr__(self, "_lm_head", hf.get_output_embeddings())
+        object.__setattr__(self, "_target", hf)  # for the fingerprint written with the checkpoint
         self.reset()
 
     # ------------------------------------------------------------------ shared pieces
@@ -329,6 +331,10 @@ class BlockDrafter(nn.Module):
         else:
             dcfg.pop("num_modes", None)
         cfg["dflash_config"] = dcfg
+        from .train import target_fingerprint
+
+        # Which target the drafter was built on: load_drafter refuses the checkpoint for another one.
+        cfg["target_fingerprint"] = target_fingerprint(self._target)
         state = {name: p.detach().contiguous().cpu() for name, p in self.state_dict().items()
                  if not name.startswith("rotary_emb.")}
         save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
@@ -381,6 +387,10 @@ def _check_compatible(drafter: BlockDrafter, config, tcfg) -> None:
     if drafter.mask_token_id is None or not 0 <= int(drafter.mask_token_id) < tcfg.vocab_size:
         raise ValueError(f"mask_token_id: {drafter.mask_token_id} is not a token of the target's vocabulary")
     n = tcfg.num_hidden_layers
+    built_for = getattr(config, "num_target_layers", None)
+    if built_for is not None and int(built_for) != int(n):
+        raise ValueError(f"num_target_layers: the drafter was built for a {built_for}-layer target, "
+                         f"this target has {n} layers")
     bad = [i for i in drafter.target_layer_ids if not 0 <= i < n]
     if bad or not drafter.target_layer_ids:
         raise ValueError(f"target_layer_ids: {drafter.target_layer_ids} must be non-empty layer ids in [0, {n})")
@@ -453,7 +463,7 @@ def load_drafter(directory, target: Any, dtype: torch.dtype | None = None) -> Bl
         state.update(load_file(str(f)))
     state = {k[len("model."):] if k.startswith("model.") else k: v for k, v in state.items()}
     block_size = raw.get("block_size", (raw.get("dflash_config") or {}).get("block_size", 16))
-    cfg = Qwen3Config(**{k: v for k, v in raw.items() if k not in ("architectures",)})
+    cfg = Qwen3Config(**{k: v for k, v in raw.items() if k not in ("architectures", "target_fingerprint")})
     cfg.block_size = int(block_size)
     cfg.dflash_config = dict(raw.get("dflash_config") or {})
     if "num_target_layers" in raw:
@@ -471,5 +481,85 @@ def load_drafter(directory, target: Any, dtype: torch.dtype | None = None) -> Bl
     if missing or unexpected:
         raise ValueError(f"directory: checkpoint does not match DFlash's layout (missing {missing}, "
                          f"unexpected {unexpected})")
+    _check_fingerprint(directory, raw, hf)
     param = next(hf.parameters())
     return drafter.to(device=param.device, dtype=dtype or param.dtype)
+
+
+def _check_fingerprint(directory: Path, raw: dict, hf) -> None:
+    """Refuse a checkpoint whose recorded target fingerprint is not this target's.
+
+    Drafters saved by this package record it (``target_fingerprint`` in config.json, and
+    ``target_fingerprint.json`` beside the weights for trained ones); third-party DFlash
+    checkpoints have none and are checked by shapes and layer count only.
+    """
+    saved = raw.get("target_fingerprint")
+    fp_path = directory / "target_fingerprint.json"
+    if saved is None and fp_path.is_file():
+        try:
+            saved = json.loads(fp_path.read_text())["target"]
+        except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise ValueError(f"directory: unreadable {fp_path}: {exc}") from exc
+    if saved is None:
+        return
+    from .train import target_fingerprint
+
+    mine = target_fingerprint(hf)
+    if saved != mine:
+        raise ValueError(f"directory: the drafter in {directory} was trained for another target "
+                         f"(fingerprint {saved}, this target's is {mine})")
+
+
+def _same_table(a: torch.Tensor, b: torch.Tensor) -> bool:
+    # The same tensor, or (rarely) an equal copy: a drafter built on an identical reload is fine.
+    return a is b or (a.shape == b.shape and a.device == b.device and a.dtype == b.dtype and torch.equal(a, b))
+
+
+def check_drafter_target(drafter: Any, target_hf: nn.Module) -> None:
+    """Refuse a drafter object built on another target: its referenced embedding and LM-head
+    tables must be this target's, and its ``num_target_layers`` this target's layer count."""
+    emb = getattr(drafter, "_embed_tokens", None)
+    head = getattr(drafter, "_lm_head", None)
+    if emb is not None and not _same_table(emb.weight, target_hf.get_input_embeddings().weight):
+        raise ValueError("drafter: built on another target (its input embedding table is not this target's)")
+    if head is not None and not _same_table(head.weight, target_hf.get_output_embeddings().weight):
+        raise ValueError("drafter: built on another target (its LM head is not this target's)")
+    cfg = getattr(drafter, "config", None)
+    built_for = getattr(cfg, "num_target_layers", None) if cfg is not None else None
+    tcfg = target_hf.config.get_text_config() if hasattr(target_hf.config, "get_text_config") else target_hf.config
+    if built_for is not None and int(built_for) != int(tcfg.num_hidden_layers):
+        raise ValueError(f"drafter: built for a {built_for}-layer target, this target has "
+                         f"{tcfg.num_hidden_layers} layers")
+
+
+def drafter_from_checkpoint(directory, target: Any, num_modes: int = 1) -> BlockDrafter:
+    """A drafter with ``num_modes`` modes initialised from a DFlash checkpoint in ``directory``.
+
+    For ``num_modes`` > 1 the checkpoint's backbone is copied into an MFD drafter whose mode
+    embeddings and weight readout are zero: every mode is then the checkpoint's block drafter and
+    the mixture weights are uniform, so it drafts exactly the checkpoint's distributions.
+    A checkpoint that already has modes must have ``num_modes`` of them.
+    """
+    base = load_drafter(directory, target)
+    k = int(num_modes)
+    if k < 1:
+        raise ValueError(f"num_modes: must be >= 1, got {num_modes}")
+    if base.num_modes == k:
+        return base
+    if base.num_modes != 1:
+        raise ValueError(f"num_modes: the checkpoint in {directory} has {base.num_modes} modes, "
+                         f"cannot start a {k}-mode drafter from it")
+    cfg = base.config
+    dcfg = dict(getattr(cfg, "dflash_config", None) or {})
+    if k > 1:
+        dcfg["num_modes"] = k
+    cfg.dflash_config = dcfg
+    hf = _hf_model(target)
+    drafter = MFDDrafter(cfg, hf, k)
+    state = {n: v for n, v in base.state_dict().items() if not n.startswith("rotary_emb.")}
+    missing, unexpected = drafter.load_state_dict(state, strict=False)
+    left = [m for m in missing if not m.startswith("rotary_emb.") and m not in ("mode_embeddings", "weight_readout")]
+    if left or unexpected:
+        raise ValueError(f"directory: checkpoint in {directory} does not fit an MFD drafter ({left}, {unexpected})")
+    param = next(base.parameters())
+    return drafter.to(device=param.device, dtype=param.dtype)

@@ -40,9 +40,11 @@ from mfd_theory.results import Result, atomic_write_bytes
 # that was edited while it was training.
 from .assisted import hf_assisted_baseline
 from .data import Corpus, CorpusConfig, build_corpus
-from .decode import speculative_generate
 from .drafter import build_drafter, load_drafter
 from .target import TargetModel
+from .evaluate import (
+    decode_cells, format_gains, make_cells, mfd_gains, per_prompt_records, prediction_summary, rows_from_records,
+)
 from .train import (
     DrafterTrainConfig, LMConfig, LMTrainConfig, config_hash, make_distill_data,
     mode_diagnostics, target_fingerprint, train_drafter, train_lm,
@@ -157,174 +159,21 @@ def _drafter(cfg, K: int, target_hf, corpus, data, dpath: Path, cache: Path, pro
 # --------------------------------------------------------------------------------------- evaluation
 
 
-def _cells(cfg, drafters: dict[int, Any]) -> list[tuple[str, str, int, Any]]:
-    """(method, drafter label, budget, drafter) in evaluation order."""
-    L = cfg.block_size - 1
-    cells = [("chain", "product", L, drafters[1])]
-    cells += [("ddtree", "product", b, drafters[1]) for b in cfg.budgets]
-    for K in cfg.modes:
-        cells += [("mfd", f"mfd-k{K}", b, drafters[K]) for b in cfg.budgets]
-        if cfg.ddtree_on_mfd:
-            cells += [("ddtree", f"mfd-k{K}", b, drafters[K]) for b in cfg.budgets]
-    return cells
-
-
-class _Acc:
-    """Per-cell accumulator over prompts: rounds' records, tokens, time and the outputs."""
-
-    def __init__(self):
-        self.acc, self.pred, self.cov, self.dead, self.dead_spl, self.sizes = [], [], [], [], [], []
-        self.tokens, self.secs, self.split, self.outputs = 0, 0.0, {}, []
-
-    def add(self, res) -> None:
-        self.tokens += len(res.tokens)
-        # Decoding time = prefill + the rounds' draft/tree/verify/walk/commit; the coverage
-        # bookkeeping for the metrics (between walk and commit) is measurement, not decoding.
-        self.secs += res.t_prefill + sum(s.t_step for s in res.steps)
-        self.outputs.append(list(res.tokens))
-        for k, v in res.time_split().items():
-            self.split[k] = self.split.get(k, 0.0) + v
-        for s in res.steps:
-            self.acc.append(s.accepted)
-            self.pred.append(s.predicted)
-            self.cov.append(s.covered_mass)
-            self.sizes.append(s.tree_size)
-            if s.tree_size:
-                self.dead.append(s.dead_share)
-                self.dead_spl.append(s.dead_splices / s.tree_size)
-
-    def arrays(self) -> dict:
-        a = lambda x: np.asarray(x, dtype=float)  # noqa: E731
-        return dict(acc=a(self.acc), pred=a(self.pred), cov=a(self.cov), dead=a(self.dead),
-                    dead_spl=a(self.dead_spl), sizes=a(self.sizes), tokens=self.tokens, secs=self.secs,
-                    split=self.split)
-
-
-def _row(method, label, K, budget, temperature, m, ar_tpt) -> dict:
-    n = len(m["acc"])
-    diff = m["acc"] - m["pred"]
-    se = float(diff.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
-    tpt = m["secs"] / max(1, m["tokens"])
-    mean = lambda a: float(a.mean()) if len(a) else float("nan")  # noqa: E731
-    return {
-        "method": method, "drafter": label, "K": K, "budget": int(budget), "temperature": float(temperature),
-        "tau": float(m["acc"].mean() + 1) if n else float("nan"),
-        "accepted_mean": mean(m["acc"]),
-        "accepted_std": float(m["acc"].std(ddof=1)) if n > 1 else float("nan"),
-        "predicted_accepted_mean": mean(m["pred"]),
-        "covered_mass_mean": mean(m["cov"]),
-        "pred_gap_se": se,
-        "pred_gap_z": float(diff.mean() / se) if n > 1 and se > 0 else float("nan"),
-        "n_steps": n, "n_tokens": int(m["tokens"]), "seconds": float(m["secs"]),
-        "tokens_per_s": m["tokens"] / m["secs"] if m["secs"] > 0 else float("nan"),
-        "speedup": ar_tpt / tpt if tpt > 0 else float("nan"),
-        "dead_share": mean(m["dead"]), "dead_splice_share": mean(m["dead_spl"]),
-        "mean_tree_size": mean(m["sizes"]),
-        "time_split": {k: float(v) for k, v in m["split"].items()},
-    }
-
-
-def evaluate(cfg, target, drafters: dict[int, Any], prompts: np.ndarray, progress: bool = True) -> list[dict]:
-    """All rows: for each temperature, ar and every cell.
-
-    Prompts are the outer loop and cells the inner one, so every method (and ar) is timed
-    interleaved with the others: slow drift of a shared machine hits all of them alike.
-    At T = 0 each row also records whether its outputs equal ar's (``matches_ar``: lossless).
-    """
-    from tqdm.auto import tqdm
-
-    cells = [("ar", "none", 1, None)] + _cells(cfg, drafters)
-    # Warm-up: numba compiles the tree builders and torch picks its kernels before any timing.
-    for temp in cfg.temperatures:
-        for method, _, budget, drafter in cells:
-            speculative_generate(target, drafter, torch.from_numpy(prompts[0]), 4, method, budget=budget,
-                                 temperature=temp, seed=0, eos_token_id=[])
-    rows = []
-    bar = tqdm(total=len(cfg.temperatures) * len(prompts) * len(cells), desc="evaluate",
-               disable=not progress, leave=False)
-    for temp in cfg.temperatures:
-        accs = [_Acc() for _ in cells]
-        for i, p in enumerate(prompts):
-            for (method, label, budget, drafter), acc in zip(cells, accs):
-                acc.add(speculative_generate(target, drafter, torch.from_numpy(p), cfg.max_new_tokens,
-                                             method, budget=budget, temperature=temp,
-                                             seed=cfg.seed + 1000 * i, eos_token_id=[]))
-                bar.update(1)
-        ar = accs[0]
-        ar_tpt = ar.secs / max(1, ar.tokens)
-        for (method, label, budget, drafter), acc in zip(cells, accs):
-            K = 0 if drafter is None else int(drafter.num_modes)
-            row = _row(method, label, K, 0 if method == "ar" else budget, temp, acc.arrays(), ar_tpt)
-            if temp == 0:
-                row["matches_ar"] = acc.outputs == ar.outputs
-            rows.append(row)
-    bar.close()
-    return rows
-
-
-def _diff_z(a: dict, b: dict) -> float:
-    """(tau_a - tau_b) over the standard error of the difference of two independent round means."""
-    try:
-        var = a["accepted_std"] ** 2 / a["n_steps"] + b["accepted_std"] ** 2 / b["n_steps"]
-        return float((a["tau"] - b["tau"]) / math.sqrt(var)) if var > 0 else float("nan")
-    except (KeyError, TypeError, ZeroDivisionError):
-        return float("nan")
-
-
-def mfd_gains(rows: list[dict]) -> list[dict]:
-    """MFD (and ddtree over an MFD drafter's marginals) against the single-mode product drafter.
-
-    Per budget: against the product drafter's ddtree at the same budget. ``budget == "best"``
-    rows: each method at its best budget against the best single-mode tree (chain or ddtree at
-    any budget), separately for tau and for speedup. Gains are ratios minus one.
-    """
-    out = []
-    for temp in sorted({r["temperature"] for r in rows}):
-        at = [r for r in rows if r["temperature"] == temp]
-        single = [r for r in at if r["drafter"] == "product"]
-        if not single:
-            continue
-        same = {r["budget"]: r for r in single if r["method"] == "ddtree"}
-        for r in at:
-            if r["drafter"] in ("product", "none") or r["budget"] not in same:
-                continue
-            base = same[r["budget"]]
-            out.append({"temperature": temp, "method": r["method"], "drafter": r["drafter"],
-                        "budget": r["budget"], "tau": r["tau"], "speedup": r["speedup"],
-                        "single_tau": base["tau"], "single_speedup": base["speedup"],
-                        "tau_gain": r["tau"] / base["tau"] - 1,
-                        "tau_diff_z": _diff_z(r, base),
-                        "speedup_gain": r["speedup"] / base["speedup"] - 1})
-        for label in sorted({r["drafter"] for r in at if r["drafter"] not in ("product", "none")}):
-            for method in ("mfd", "ddtree"):
-                mine = [r for r in at if r["drafter"] == label and r["method"] == method]
-                if not mine:
-                    continue
-                bm = max(mine, key=lambda r: r["speedup"])
-                bs = max(single, key=lambda r: r["speedup"])
-                bt, bst = max(mine, key=lambda r: r["tau"]), max(single, key=lambda r: r["tau"])
-                out.append({"temperature": temp, "method": method, "drafter": label, "budget": "best",
-                            "tau": bt["tau"], "speedup": bm["speedup"], "best_budget": bm["budget"],
-                            "single_tau": bst["tau"], "single_speedup": bs["speedup"],
-                            "single_best_budget": bs["budget"],
-                            "tau_gain": bt["tau"] / bst["tau"] - 1,
-                            "speedup_gain": bm["speedup"] / bs["speedup"] - 1})
-    return out
-
-
-def prediction_summary(rows: list[dict]) -> dict:
-    """How well measured acceptance matches the trees' predicted (covered) mass at T > 0.
-
-    Each row's z is (measured - predicted) / s.e. of the per-round difference; if the theory
-    holds they are roughly standard normal: about 95% within +-2, sum of z^2 near the row count.
-    """
-    zs = [r["pred_gap_z"] for r in rows if r["temperature"] > 0 and r["method"] != "ar"
-          and isinstance(r.get("pred_gap_z"), float) and not math.isnan(r["pred_gap_z"])]
-    if not zs:
-        return {"n_rows": 0}
-    z = np.asarray(zs)
-    return {"n_rows": len(zs), "mean_z": float(z.mean()), "max_abs_z": float(np.abs(z).max()),
-            "share_abs_z_below_2": float((np.abs(z) < 2).mean()), "sum_z2": float((z ** 2).sum())}
+def evaluate(cfg, target, drafters: dict[int, Any], prompts: np.ndarray, progress: bool = True,
+             with_records: bool = False):
+    """All rows: for each temperature, ar and every cell, through the shared evaluator
+    (:mod:`mfd_theory.llm.evaluate`: methods interleaved per prompt, warm-up, decode-only timing
+    over ``cfg.timing_passes`` passes). At T = 0 each row also records whether its outputs equal
+    ar's (``matches_ar``: lossless). ``with_records`` also returns the per-prompt records."""
+    labelled = {("product" if K == 1 else f"mfd-k{K}"): d for K, d in sorted(drafters.items())}
+    cells = make_cells(labelled, ("ar", "chain", "ddtree", "mfd"), cfg.budgets, ddtree_on_mfd=cfg.ddtree_on_mfd)
+    # e2e's single-mode drafter is not run as chain-of-MFD: chain only for the product drafter.
+    cells = [c for c in cells if not (c.method == "chain" and c.K > 1)]
+    records = decode_cells(target, cells, list(prompts), temperatures=cfg.temperatures,
+                           max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, passes=cfg.timing_passes,
+                           eos_token_id=[], progress=progress, dataset_name="heldout")
+    rows = rows_from_records(records, cells)
+    return (rows, records) if with_records else rows
 
 
 def format_table(data: dict) -> str:
@@ -332,7 +181,7 @@ def format_table(data: dict) -> str:
     lines = ["| T | method | drafter | N | tau | accepted (mean +- std) | predicted | covered@T1 | "
              "z | speedup | dead share |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     def f(v, p=2):
-        # Saved results hold NaN as the string "nan"; missing values print as "-".
+        # Missing values (null; "nan" in older files) print as "-".
         if not isinstance(v, (int, float)) or (isinstance(v, float) and math.isnan(v)):
             return "-"
         return f"{v:.{p}f}"
@@ -341,24 +190,10 @@ def format_table(data: dict) -> str:
         lines.append(
             f"| {r['temperature']:g} | {r['method']} | {r['drafter']} | {r['budget']} | {f(r['tau'])} | "
             f"{f(r['accepted_mean'])} +- {f(r['accepted_std'])} | {f(r['predicted_accepted_mean'])} | "
-            f"{f(r['covered_mass_mean'])} | {f(r['pred_gap_z'], 1)} | {f(r['speedup'])} | "
+            f"{f(r['covered_mass_mean'])} | {f(r['pred_gap_z'], 1)} | {f(r['speedup'])}"
+            f"{'' if r.get('speedup_std') is None else ' +- ' + f(r['speedup_std'])} | "
             f"{f(r['dead_share'])} |")
-    gains = [g for g in data.get("mfd_gains", []) if g["budget"] == "best"]
-    if gains:
-        lines += ["", "| T | method | drafter | best tau | single tau | tau gain | best speedup | "
-                  "single speedup | speedup gain |", "|---|---|---|---|---|---|---|---|---|"]
-        for g in gains:
-            lines.append(f"| {g['temperature']:g} | {g['method']} | {g['drafter']} | {f(g['tau'])} | "
-                         f"{f(g['single_tau'])} | {100 * g['tau_gain']:+.1f}% | {f(g['speedup'])} | "
-                         f"{f(g['single_speedup'])} | {100 * g['speedup_gain']:+.1f}% |")
-    per = [g for g in data.get("mfd_gains", []) if g["budget"] != "best"]
-    if per:
-        lines += ["", "| T | method | drafter | N | tau | product ddtree tau | tau gain | z | speedup gain |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for g in per:
-            lines.append(f"| {g['temperature']:g} | {g['method']} | {g['drafter']} | {g['budget']} | "
-                         f"{f(g['tau'])} | {f(g['single_tau'])} | {100 * g['tau_gain']:+.1f}% | "
-                         f"{f(g.get('tau_diff_z'), 1)} | {100 * g['speedup_gain']:+.1f}% |")
+    lines += format_gains(data.get("mfd_gains", []))
     pc = data.get("prediction_check") or {}
     if pc.get("n_rows"):
         lines += ["", f"T > 0, measured vs predicted acceptance over {pc['n_rows']} rows: mean z "
@@ -383,6 +218,8 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
         raise ValueError(f"block_size: must be >= 2, got {cfg.block_size}")
     if not cfg.budgets or min(cfg.budgets) < 1:
         raise ValueError(f"budgets: need positive budgets, got {cfg.budgets}")
+    if cfg.timing_passes < 1:
+        raise ValueError(f"timing_passes: must be >= 1, got {cfg.timing_passes}")
     if any(k < 2 for k in cfg.modes):
         raise ValueError(f"modes: MFD drafters need K >= 2, got {cfg.modes}")
     torch.set_num_threads(cfg.threads)
@@ -434,7 +271,7 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
     # stall badly when the machine's cores are shared.
     torch.set_num_threads(cfg.eval_threads)
     t = time.perf_counter()
-    rows = evaluate(cfg, target, drafters, prompts, progress=progress)
+    rows, records = evaluate(cfg, target, drafters, prompts, progress=progress, with_records=True)
     times["evaluate"] = time.perf_counter() - t
     hf_rows = []
     if draft_lm is not None:
@@ -451,6 +288,7 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
         "rows": rows,
         "mfd_gains": mfd_gains(rows),
         "prediction_check": prediction_summary(rows),
+        "per_prompt": per_prompt_records(records),
         "mode_diagnostics": modes_diag,
         "hf_assisted": hf_rows,
         "loss_curves": {"target": thin(target_curve), "draft_lm": thin(draft_curve),

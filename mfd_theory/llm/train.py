@@ -102,6 +102,7 @@ class DrafterTrainConfig:
     balance: float = 0.1            # MFD load-balancing weight (0 disables)
     ckpt_every: int = 100
     seed: int = 0
+    grad_accum: int = 1             # micro-batches of batch_size sequences per optimizer step
 
 
 def config_hash(*parts: Any) -> str:
@@ -174,7 +175,15 @@ def _read_state_dir(run_dir: Path, model, optimizer) -> tuple[int, list]:
     return 0, []
 
 
-def _check_run_config(run_dir: Path, config: dict) -> None:
+def _check_run_config(run_dir: Path, config: dict, dist=None) -> None:
+    # Under torchrun rank 0 writes the file first; the others then check it like a rerun would.
+    if dist is not None and dist.active:
+        if dist.main:
+            _check_run_config(run_dir, config)
+        dist.barrier()
+        if not dist.main:
+            _check_run_config(run_dir, config)
+        return
     p = run_dir / "train_config.json"
     if p.is_file():
         try:
@@ -202,21 +211,33 @@ def run_training(
     progress: bool = True,
     desc: str = "train",
     stop_after: int | None = None,
+    grad_accum: int = 1,
+    dist=None,
 ) -> list[dict]:
     """Train ``model``'s trainable parameters with AdamW, resuming from ``run_dir/train_state``.
 
     ``loss_fn(step)`` returns the loss and a dict of scalars to log; it must derive its batch
-    from ``step`` alone. ``stop_after`` stops (with a checkpoint) after that many steps of this
-    call, which is how the tests simulate an interruption. Returns the loss curve (one dict per
-    step: step, loss, lr and whatever loss_fn logged).
+    from ``step`` alone. With ``grad_accum`` > 1 it is called as ``loss_fn(step, micro)`` for
+    each micro-batch and the gradients add up (each loss is divided by ``grad_accum``).
+    ``stop_after`` stops (with a checkpoint) after that many steps of this call, which is how the
+    tests simulate an interruption. Returns the loss curve (one dict per step: step, loss, lr and
+    whatever loss_fn logged).
+
+    ``dist`` (a :class:`~mfd_theory.llm.dist.Dist`) under torchrun: loss_fn must then run the
+    model through DistributedDataParallel on this rank's share of the batch; rank 0 alone writes
+    checkpoints and shows the progress bar, every rank reads the checkpoint on resume, and the
+    logged numbers are means over ranks.
     """
     from tqdm.auto import tqdm
 
     run_dir = Path(run_dir)
     if steps < 1:
         raise ValueError(f"steps: must be >= 1, got {steps}")
+    if isinstance(grad_accum, bool) or int(grad_accum) != grad_accum or grad_accum < 1:
+        raise ValueError(f"grad_accum: must be an integer >= 1, got {grad_accum!r}")
+    main = dist is None or dist.main
     try:
-        _check_run_config(run_dir, config)
+        _check_run_config(run_dir, config, dist)
     except OSError as exc:
         raise ValueError(f"run_dir: cannot write {run_dir}: {exc}") from exc
     params = [p for p in model.parameters() if p.requires_grad]
@@ -224,8 +245,15 @@ def run_training(
         raise ValueError("model: has no trainable parameters")
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=(0.9, 0.98))
     start, curve = _read_state_dir(run_dir, model, opt)
+
+    def save(at: int) -> None:
+        if main:
+            _write_state_dir(run_dir, model, opt, at, curve)
+        if dist is not None:
+            dist.barrier()
+
     model.train()
-    bar = tqdm(total=steps, initial=start, desc=desc, disable=not progress, leave=False)
+    bar = tqdm(total=steps, initial=start, desc=desc, disable=not (progress and main), leave=False)
     step = start
     try:
         while step < steps:
@@ -234,26 +262,33 @@ def run_training(
             cur_lr = _lr_at(step, steps, lr, warmup)
             for g in opt.param_groups:
                 g["lr"] = cur_lr
-            loss, logs = loss_fn(step)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            total, logs = 0.0, {}
+            for micro in range(grad_accum):
+                loss, mlogs = loss_fn(step) if grad_accum == 1 else loss_fn(step, micro)
+                (loss / grad_accum).backward()
+                total += float(loss.detach()) / grad_accum
+                for k, v in mlogs.items():
+                    logs[k] = logs.get(k, 0.0) + float(v) / grad_accum
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
             step += 1
-            curve.append({"step": step, "loss": float(loss.detach()), "lr": cur_lr,
-                          **{k: float(v) for k, v in logs.items()}})
+            if dist is not None and dist.active:
+                total = dist.mean(total)
+                logs = {k: dist.mean(v) for k, v in logs.items()}
+            curve.append({"step": step, "loss": total, "lr": cur_lr, **logs})
             bar.update(1)
             bar.set_postfix(loss=f"{curve[-1]['loss']:.3f}")
             if step % ckpt_every == 0 and step < steps:
-                _write_state_dir(run_dir, model, opt, step, curve)
+                save(step)
     except KeyboardInterrupt:
-        _write_state_dir(run_dir, model, opt, step, curve)
+        save(step)
         raise
     finally:
         bar.close()
         model.eval()
     if step < steps:
-        _write_state_dir(run_dir, model, opt, step, curve)
+        save(step)
     return curve
 
 
@@ -489,33 +524,92 @@ def target_fingerprint(target) -> str:
     return h.hexdigest()[:16]
 
 
+def _as_sequences(data, prompt_len, block_size: int) -> tuple[list[np.ndarray], np.ndarray, dict]:
+    """Training sequences and their prompt lengths from either data layout.
+
+    ``data`` int64 [n, S] with one int ``prompt_len`` (e2e's fixed-length prompts), or a list of
+    int64 sequences with one prompt length each (a distilled data set). A sequence whose response
+    is shorter than one block cannot hold a training block and is left out. Returns
+    (sequences, prompt lengths, a small description for the run config).
+    """
+    if isinstance(data, np.ndarray) or (isinstance(data, torch.Tensor)):
+        arr = np.asarray(data, dtype=np.int64)
+        if arr.ndim != 2:
+            raise ValueError(f"data: need int array [n, S], got shape {arr.shape}")
+        S = arr.shape[1]
+        if isinstance(prompt_len, (list, tuple, np.ndarray)) or not 1 <= prompt_len <= S - block_size:
+            raise ValueError(f"prompt_len: need 1 <= prompt_len <= S - block_size = {S - block_size}, "
+                             f"got {prompt_len}")
+        desc = {"data_shape": list(arr.shape), "prompt_len": int(prompt_len),
+                "data_hash": hashlib.sha256(arr.tobytes()).hexdigest()[:16]}
+        return list(arr), np.full(len(arr), int(prompt_len), dtype=np.int64), desc
+    seqs = [np.asarray(x, dtype=np.int64).reshape(-1) for x in data]
+    plens = np.asarray(prompt_len, dtype=np.int64).reshape(-1)
+    if len(plens) != len(seqs):
+        raise ValueError(f"prompt_len: need one prompt length per sequence ({len(seqs)}), got {len(plens)}")
+    if len(plens) and plens.min() < 1:
+        raise ValueError("prompt_len: every prompt needs at least one token")
+    keep = [i for i, (x, pl) in enumerate(zip(seqs, plens)) if len(x) - pl >= block_size]
+    if not keep:
+        raise ValueError(f"data: no sequence has a response of at least block_size = {block_size} tokens")
+    h = hashlib.sha256()
+    for i in keep:
+        h.update(seqs[i].tobytes())
+        h.update(int(plens[i]).to_bytes(8, "little"))
+    desc = {"n_sequences": len(seqs), "n_used": len(keep), "data_hash": h.hexdigest()[:16]}
+    return [seqs[i] for i in keep], plens[keep], desc
+
+
+class _DraftStep(torch.nn.Module):
+    """The drafter's training forward as a module's ``forward``, so DistributedDataParallel can
+    wrap it: context features from the target's hidden states, left-aligned per block start,
+    then the drafter's block forward."""
+
+    def __init__(self, drafter):
+        super().__init__()
+        self.drafter = drafter
+
+    def forward(self, hidden_states, starts, block_ids, repeat: int):
+        ctx = self.drafter.fuse_hidden(hidden_states)                  # [B, S, H]
+        ctx, valid = left_align_context(ctx.repeat_interleave(repeat, 0), starts)  # [B*nb, T, H]
+        return self.drafter.train_forward(ctx, block_ids, valid)
+
+
 def train_drafter(
     target,
     drafter,
-    data: np.ndarray,
-    prompt_len: int,
+    data,
+    prompt_len,
     run_dir: str | Path,
     config: DrafterTrainConfig = DrafterTrainConfig(),
     progress: bool = True,
     desc: str | None = None,
     stop_after: int | None = None,
+    dist=None,
+    extra_config: dict | None = None,
 ) -> list[dict]:
-    """Self-distil ``drafter`` on the target's own sequences ``data`` (int64 [n, S]).
+    """Self-distil ``drafter`` on the target's own sequences; the one drafter trainer.
 
-    Each step draws ``batch_size`` sequences and ``blocks_per_seq`` block starts t in the
-    generated part (t >= prompt_len); the block is [x_t, MASK...], the labels are the target's
-    next ``block_size - 1`` tokens, and the context is the target's hidden states of positions
-    < t. The target is frozen. Returns the loss curve; the finished drafter is saved in DFlash's
-    format under ``run_dir/drafter`` with ``target_fingerprint.json`` beside it.
+    ``data``: int64 [n, S] with one ``prompt_len`` (as ``mfd e2e`` makes it), or a list of int64
+    sequences with one prompt length each (``mfd distill``'s data set). Each step draws
+    ``batch_size * grad_accum`` sequences and ``blocks_per_seq`` block starts t per sequence in
+    its response (prompt_len <= t <= len - block_size); the block is [x_t, MASK...], the labels
+    are the target's next ``block_size - 1`` tokens, and the context is the target's hidden
+    states of positions < t. The target is frozen. The batch is a function of ``(seed, step)``
+    alone, so resuming, and splitting it over ranks (``dist``: each rank takes every
+    ``world``-th sequence of each micro-batch, wrapped in DistributedDataParallel), do not change
+    what is trained on.
+
+    Returns the loss curve; the finished drafter is saved in DFlash's format under
+    ``run_dir/drafter`` with ``target_fingerprint.json`` beside it. ``extra_config`` is recorded
+    in the run config (for example where the drafter was initialised from).
     """
     run_dir = Path(run_dir)
-    data = np.asarray(data, dtype=np.int64)
     bs = int(drafter.block_size)
-    if data.ndim != 2:
-        raise ValueError(f"data: need int array [n, S], got shape {data.shape}")
-    S = data.shape[1]
-    if not 1 <= prompt_len <= S - bs:
-        raise ValueError(f"prompt_len: need 1 <= prompt_len <= S - block_size = {S - bs}, got {prompt_len}")
+    seqs, plens, data_desc = _as_sequences(data, prompt_len, bs)
+    world = dist.world if dist is not None else 1
+    if config.batch_size % world:
+        raise ValueError(f"batch_size: {config.batch_size} sequences do not split evenly over {world} processes")
     hf = _hf_model(target)
     for p in hf.parameters():
         p.requires_grad_(False)
@@ -524,47 +618,65 @@ def train_drafter(
     dev = next(hf.parameters()).device
     weights = position_weights(bs - 1, gamma).to(dev)                  # [L]
     mask_id = int(drafter.mask_token_id)
-    data_t = torch.from_numpy(data)
+    lens = np.array([len(x) for x in seqs], dtype=np.int64)
     fp = target_fingerprint(target)
+    step_module = _DraftStep(drafter)
+    if dist is not None and dist.active:
+        from torch.nn.parallel import DistributedDataParallel
 
-    def loss_fn(step):
+        step_module = DistributedDataParallel(
+            step_module, device_ids=[dev.index] if dev.type == "cuda" else None)
+    nb, B, accum = config.blocks_per_seq, config.batch_size, config.grad_accum
+    rank = dist.rank if dist is not None else 0
+
+    def loss_fn(step, micro=0):
         rng = np.random.default_rng([config.seed, 7, step])
-        rows = rng.integers(0, len(data), size=config.batch_size)
-        ids = data_t[rows].to(dev)                                     # [B, S]
+        rows = rng.integers(0, len(seqs), size=B * accum)
+        lo = plens[rows]
+        # one uniform start per (sequence, block) in [prompt_len, len - block_size]
+        t_all = lo[:, None] + (rng.random((B * accum, nb)) * (lens[rows] - bs + 1 - lo)[:, None]).astype(np.int64)
+        pick = np.arange(micro * B, (micro + 1) * B)[rank::world]
+        rows, t_np = rows[pick], t_all[pick]                           # this rank's share
+        width = int(t_np.max()) + bs
+        ids_np = np.zeros((len(rows), width), dtype=np.int64)          # right-padded: causal, harmless
+        for j, r in enumerate(rows):
+            x = seqs[r][:width]
+            ids_np[j, : len(x)] = x
+        ids = torch.from_numpy(ids_np).to(dev)                         # [b, W]
+        t = torch.from_numpy(t_np).to(dev).reshape(-1)                 # [b*nb]
         with torch.no_grad():
-            hs = hf(input_ids=ids, output_hidden_states=True).hidden_states
-        ctx = drafter.fuse_hidden(hs)                                  # [B, S, H]
-        nb = config.blocks_per_seq
-        t = torch.from_numpy(rng.integers(prompt_len, S - bs + 1, size=(config.batch_size, nb))).to(dev)
-        t = t.reshape(-1)                                              # [B*nb]
-        ctx, valid = left_align_context(ctx.repeat_interleave(nb, 0), t)  # [B*nb, T, H], [B*nb, T]
-        seq = ids.repeat_interleave(nb, 0)                             # [B*nb, S]
-        offs = t[:, None] + torch.arange(bs, device=dev)[None, :]      # [B*nb, bs]
-        block_tokens = seq.gather(1, offs)                             # [B*nb, bs]
+            # Only positions < max(t) condition any block: the rest of the forward is skipped.
+            hs = hf(input_ids=ids[:, : int(t_np.max())], output_hidden_states=True).hidden_states
+        seq = ids.repeat_interleave(nb, 0)                             # [b*nb, W]
+        offs = t[:, None] + torch.arange(bs, device=dev)[None, :]      # [b*nb, bs]
+        block_tokens = seq.gather(1, offs)                             # [b*nb, bs]
         block_ids = torch.full_like(block_tokens, mask_id)
         block_ids[:, 0] = block_tokens[:, 0]
-        out = drafter.train_forward(ctx, block_ids, valid)
+        out = step_module(hs, t, block_ids, nb)
         return block_loss(out, block_tokens[:, 1:], weights, config.balance)
 
-    run_cfg = {"kind": "drafter", "train": dataclasses.asdict(config), "target": fp,
-               "data_shape": list(data.shape), "prompt_len": prompt_len,
-               "data_hash": hashlib.sha256(data.tobytes()).hexdigest()[:16]}
+    run_cfg = {"kind": "drafter", "train": dataclasses.asdict(config), "target": fp, **data_desc,
+               **(extra_config or {})}
     curve = run_training(
         run_dir, drafter, loss_fn, steps=config.steps, lr=config.lr, warmup=config.warmup,
         ckpt_every=config.ckpt_every, config=run_cfg, progress=progress,
-        desc=desc or f"drafter K={config.num_modes}", stop_after=stop_after,
+        desc=desc or f"drafter K={config.num_modes}", stop_after=stop_after, grad_accum=accum,
+        dist=dist,
     )
     if len(curve) < config.steps:
         return curve
-    tmp = run_dir / "drafter.tmp"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    drafter.save_pretrained(str(tmp))
-    atomic_write_text(tmp / "target_fingerprint.json", json.dumps({"target": fp}))
-    if (run_dir / "drafter").exists():
-        shutil.rmtree(run_dir / "drafter")
-    os.replace(tmp, run_dir / "drafter")
-    _finish(run_dir, curve)
+    if dist is None or dist.main:
+        tmp = run_dir / "drafter.tmp"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        drafter.save_pretrained(str(tmp))
+        atomic_write_text(tmp / "target_fingerprint.json", json.dumps({"target": fp}))
+        if (run_dir / "drafter").exists():
+            shutil.rmtree(run_dir / "drafter")
+        os.replace(tmp, run_dir / "drafter")
+        _finish(run_dir, curve)
+    if dist is not None:
+        dist.barrier()
     return curve
 
 

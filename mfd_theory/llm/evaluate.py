@@ -1,0 +1,449 @@
+"""The evaluator shared by ``mfd eval`` and ``mfd e2e``: DDTree's protocol, with timing spread.
+
+Protocol (the one DFlash and DDTree report):
+
+* every method runs on every prompt, and the methods are *interleaved per prompt* (prompt outer
+  loop, methods inner), so slow drift of a shared machine hits all of them alike;
+* a warm-up round (numba compiling the tree builders, the device starting up, kernels being
+  picked) runs before anything is timed;
+* timing is decode only: the prefill, which produces the first token, is excluded, and so is the
+  coverage bookkeeping done for the metrics; tokens are counted after the first;
+* tau = mean tokens per target call (verify forward), bonus included, pooled over rounds;
+  speedup = AR time per output token / the method's, same harness, same temperature;
+* timing is repeated over ``passes`` (>= 3 by default) full passes over the prompts; every row
+  keeps one speedup per pass (``speedup_passes``), their mean (``speedup``) and standard deviation
+  (``speedup_std``), and likewise tokens per second. Acceptance metrics come from the first pass
+  (later passes decode the same tokens: the sampling seed is fixed per prompt).
+
+Under torchrun the prompts are split over ranks (prompt ``i`` to rank ``i % world``), each rank
+decodes its prompts for every method, and rank 0 merges the per-prompt records before computing
+the rows, so greedy rows give the same tokens and tau as one process.
+
+Items are single prompts (token-id arrays, as ``mfd e2e`` makes them) or
+:class:`~mfd_theory.llm.prompts.Prompt` objects (``mfd eval``; multi-turn prompts are decoded
+turn by turn, each turn's answer in the next turn's context).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from .decode import speculative_generate
+from .prompts import Prompt, run_conversation
+
+__all__ = ["Cell", "make_cells", "decode_cells", "rows_from_records", "mfd_gains", "verdict",
+           "prediction_summary", "best_budgets", "per_prompt_records", "format_gains", "format_rows"]
+
+
+@dataclass(frozen=True)
+class Cell:
+    method: str
+    drafter_label: str              # "none" for ar
+    budget: int                     # 0 for ar; the block's L for chain
+    drafter: Any = None
+
+    @property
+    def K(self) -> int:
+        return 0 if self.drafter is None else int(self.drafter.num_modes)
+
+
+def make_cells(drafters: dict[str, Any], methods, budgets, ddtree_on_mfd: bool = True) -> list[Cell]:
+    """ar first, then per drafter: chain (its block), ddtree per budget, mfd per budget (K > 1).
+
+    ``ddtree`` on an MFD drafter builds the product tree over its per-position marginals (the
+    ablation); ``ddtree_on_mfd=False`` leaves it out.
+    """
+    methods = tuple(methods)
+    cells = [Cell("ar", "none", 0)] if "ar" in methods else []
+    for label, d in drafters.items():
+        K, L = int(d.num_modes), int(d.block_size) - 1
+        if "chain" in methods:
+            cells.append(Cell("chain", label, L, d))
+        if "ddtree" in methods and (K == 1 or ddtree_on_mfd):
+            cells += [Cell("ddtree", label, int(b), d) for b in budgets]
+        if "mfd" in methods and K > 1:
+            cells += [Cell("mfd", label, int(b), d) for b in budgets]
+    return cells
+
+
+def _item_turns(item, tokenizer, enable_thinking, answer):
+    if isinstance(item, Prompt):
+        return run_conversation(item, tokenizer, enable_thinking, answer)
+    ids = [int(x) for x in np.asarray(item).reshape(-1)]
+    return [(ids, answer(ids, 0))]
+
+
+def _first_ids(item, tokenizer, enable_thinking) -> list[int]:
+    if isinstance(item, Prompt):
+        from .prompts import render
+
+        return render(item.messages, tokenizer, enable_thinking)
+    return [int(x) for x in np.asarray(item).reshape(-1)]
+
+
+def decode_cells(target, cells: list[Cell], items: list, *, temperatures, max_new_tokens: int, seed: int = 0,
+                 passes: int = 3, tokenizer=None, enable_thinking: bool = False, eos_token_id=None,
+                 dist=None, progress: bool = True, dataset_name: str | None = None) -> list[dict] | None:
+    """Decode every item with every cell at every temperature; per-prompt records.
+
+    Returns the merged records on rank 0 (None on other ranks), sorted by temperature, item and
+    cell. A record holds the cell, the item's index / dataset / id, the tokens (all turns), the
+    accepted length of every round, the per-round predictions, and ``secs`` / ``n_decoded``: decode
+    seconds per pass and the tokens they produced (first token of each turn excluded).
+    ``eos_token_id`` is passed to the decoder ([] decodes a fixed number of tokens).
+    ``dataset_name`` names the data set of items that are bare token arrays.
+    """
+    from tqdm.auto import tqdm
+
+    if isinstance(passes, bool) or int(passes) != passes or passes < 1:
+        raise ValueError(f"passes: must be an integer >= 1, got {passes!r}")
+    rank, world = (dist.rank, dist.world) if dist is not None else (0, 1)
+    mine = list(range(rank, len(items), world))
+    kw = {} if eos_token_id is None else {"eos_token_id": eos_token_id}
+    # Warm-up: numba compiles the tree builders and torch picks its kernels before any timing.
+    if mine:
+        ids = torch.tensor(_first_ids(items[mine[0]], tokenizer, enable_thinking))
+        for temp in temperatures:
+            for c in cells:
+                speculative_generate(target, c.drafter, ids, min(4, max_new_tokens), c.method, budget=max(1, c.budget),
+                                     temperature=temp, seed=0, **kw)
+    records = []
+    bar = tqdm(total=len(temperatures) * passes * len(mine) * len(cells),
+               desc=f"evaluate (rank {rank})" if world > 1 else "evaluate", disable=not progress, leave=False)
+    for temp in temperatures:
+        recs = {}
+        for pss in range(passes):
+            for i in mine:
+                for ci, c in enumerate(cells):
+                    turns_res = []
+
+                    def answer(ids, turn, c=c, i=i):
+                        res = speculative_generate(
+                            target, c.drafter, torch.tensor(ids), max_new_tokens, c.method, budget=max(1, c.budget),
+                            temperature=temp, seed=seed + 1000 * i + turn, metrics=pss == 0, **kw)
+                        turns_res.append(res)
+                        return res.tokens
+
+                    _item_turns(items[i], tokenizer, enable_thinking, answer)
+                    secs = sum(s.t_step for r in turns_res for s in r.steps)
+                    n_dec = sum(len(r.tokens) - 1 for r in turns_res)
+                    if pss == 0:
+                        steps = [s for r in turns_res for s in r.steps]
+                        split: dict[str, float] = {}
+                        for r in turns_res:
+                            for k, v in r.time_split().items():
+                                split[k] = split.get(k, 0.0) + v
+                        it = items[i]
+                        recs[(i, ci)] = {
+                            "temperature": float(temp), "item": i, "cell": ci,
+                            "dataset": it.dataset if isinstance(it, Prompt) else dataset_name,
+                            "id": it.id if isinstance(it, Prompt) else str(i),
+                            "method": c.method, "drafter": c.drafter_label, "K": c.K, "budget": c.budget,
+                            "tokens": [t for r in turns_res for t in r.tokens],
+                            "turn_lengths": [len(r.tokens) for r in turns_res],
+                            "rounds": len(steps),
+                            "accepted": [s.accepted for s in steps],
+                            "predicted": [s.predicted for s in steps],
+                            "covered": [s.covered_mass for s in steps],
+                            "dead": [s.dead_share for s in steps if s.tree_size],
+                            "dead_splice": [s.dead_splices / s.tree_size for s in steps if s.tree_size],
+                            "tree_sizes": [s.tree_size for s in steps],
+                            "split": split, "secs": [], "n_decoded": n_dec,
+                        }
+                    recs[(i, ci)]["secs"].append(secs)
+                    bar.update(1)
+        records.extend(recs[k] for k in sorted(recs))
+    bar.close()
+    gathered = dist.gather(records) if dist is not None else [records]
+    if gathered is None:
+        return None
+    merged = [r for part in gathered for r in part]
+    merged.sort(key=lambda r: (r["temperature"], r["item"], r["cell"]))
+    return merged
+
+
+def _mean(a) -> float | None:
+    return float(np.mean(a)) if len(a) else None
+
+
+def _std(a) -> float | None:
+    return float(np.std(a, ddof=1)) if len(a) > 1 else None
+
+
+def rows_from_records(records: list[dict], cells: list[Cell]) -> list[dict]:
+    """One row per (dataset, cell, temperature) from merged records (see :func:`decode_cells`).
+
+    Missing values are None (JSON null). ``matches_ar`` (greedy rows only): every prompt's tokens
+    equal ar's. Speedup is per pass, against ar in the same pass and dataset.
+    """
+    rows = []
+    keys = sorted({(r["temperature"], r["dataset"]) for r in records}, key=lambda k: (str(k[1]), k[0]))
+    for temp, ds in keys:
+        at = [r for r in records if r["temperature"] == temp and r["dataset"] == ds]
+        by_cell = {ci: [r for r in at if r["cell"] == ci] for ci in range(len(cells))}
+        ar_ci = next((ci for ci, c in enumerate(cells) if c.method == "ar"), None)
+
+        def per_pass(recs):
+            secs = np.sum([r["secs"] for r in recs], axis=0)            # [passes]
+            tok = sum(r["n_decoded"] for r in recs)
+            return secs, tok
+
+        ar_secs, ar_tok = per_pass(by_cell[ar_ci]) if ar_ci is not None else (None, 0)
+        for ci, c in enumerate(cells):
+            recs = by_cell[ci]
+            if not recs:
+                continue
+            acc = np.array([a for r in recs for a in r["accepted"]], dtype=float)
+            pred = np.array([a for r in recs for a in r["predicted"]], dtype=float)
+            cov = np.array([a for r in recs for a in r["covered"]], dtype=float)
+            dead = [a for r in recs for a in r["dead"]]
+            dspl = [a for r in recs for a in r["dead_splice"]]
+            sizes = [a for r in recs for a in r["tree_sizes"]]
+            n = len(acc)
+            secs, tok = per_pass(recs)
+            tps = [tok / s if s > 0 else None for s in secs]
+            if ar_ci is not None and tok > 0 and ar_tok > 0:
+                sp = [float((a / ar_tok) / (s / tok)) if s > 0 else None for a, s in zip(ar_secs, secs)]
+            else:
+                sp = [None] * len(secs)
+            sp_ok = [x for x in sp if x is not None]
+            tps_ok = [x for x in tps if x is not None]
+            diff = acc - pred
+            ok = ~np.isnan(diff)
+            se = float(diff[ok].std(ddof=1) / math.sqrt(ok.sum())) if ok.sum() > 1 else None
+            gap_mean = float(diff[ok].mean()) if ok.sum() else None
+            split: dict[str, float] = {}
+            for r in recs:
+                for k, v in r["split"].items():
+                    split[k] = split.get(k, 0.0) + v
+            row = {
+                "dataset": ds, "method": c.method, "drafter": c.drafter_label, "K": c.K,
+                "budget": int(c.budget), "temperature": float(temp),
+                "n_prompts": len(recs), "n_rounds": n, "n_steps": n,
+                "tau": float(acc.mean() + 1) if n else None,
+                "accepted_mean": _mean(acc), "accepted_std": _std(acc),
+                "predicted_accepted_mean": _mean(pred[~np.isnan(pred)]) if n else None,
+                "covered_mass_mean": _mean(cov[~np.isnan(cov)]) if n else None,
+                "pred_gap_se": se,
+                "pred_gap_z": gap_mean / se if se else None,
+                "n_tokens": int(sum(len(r["tokens"]) for r in recs)), "n_decoded_tokens": int(tok),
+                "seconds": float(np.mean(secs)),
+                "tokens_per_s_passes": tps, "tokens_per_s": _mean(tps_ok), "tokens_per_s_std": _std(tps_ok),
+                "speedup_passes": sp, "speedup": _mean(sp_ok), "speedup_std": _std(sp_ok),
+                "dead_share": _mean(dead), "dead_splice_share": _mean(dspl),
+                "mean_tree_size": _mean(sizes), "time_split": split,
+            }
+            if temp == 0 and ar_ci is not None:
+                ar_out = {r["item"]: r["tokens"] for r in by_cell[ar_ci]}
+                row["matches_ar"] = all(r["tokens"] == ar_out.get(r["item"]) for r in recs)
+            rows.append(row)
+    return rows
+
+
+def _tcrit(dof: int) -> float:
+    from scipy.stats import t
+
+    return float(t.ppf(0.975, dof))
+
+
+def verdict(gain_passes) -> dict:
+    """Is a per-pass gain (ratio - 1, one value per timing pass) distinguishable from zero?
+
+    The difference counts as measured when the mean gain lies outside the 95% confidence interval
+    of the pass-to-pass spread (Student t over passes); otherwise it is "no measurable
+    difference", whatever its sign. One pass has no spread and gives no verdict.
+    """
+    g = np.array([x for x in gain_passes if x is not None], dtype=float)
+    out = {"gain": float(g.mean()) if len(g) else None, "gain_std": _std(g), "gain_ci95": None, "verdict": None}
+    if len(g) >= 2:
+        half = _tcrit(len(g) - 1) * float(g.std(ddof=1)) / math.sqrt(len(g))
+        out["gain_ci95"] = half
+        m = out["gain"]
+        out["verdict"] = "no measurable difference" if abs(m) <= half else ("faster" if m > 0 else "slower")
+    return out
+
+
+def _diff_z(a: dict, b: dict) -> float | None:
+    """(tau_a - tau_b) over the standard error of the difference of two independent round means."""
+    try:
+        var = a["accepted_std"] ** 2 / a["n_steps"] + b["accepted_std"] ** 2 / b["n_steps"]
+        return float((a["tau"] - b["tau"]) / math.sqrt(var)) if var > 0 else None
+    except (KeyError, TypeError, ZeroDivisionError):
+        return None
+
+
+def _gain_entry(r: dict, base: dict, z: float | None) -> dict:
+    passes = [a / b - 1 if a is not None and b else None
+              for a, b in zip(r.get("speedup_passes") or [], base.get("speedup_passes") or [])]
+    v = verdict(passes)
+    return {"tau": r["tau"], "speedup": r["speedup"], "speedup_std": r.get("speedup_std"),
+            "single_tau": base["tau"], "single_speedup": base["speedup"],
+            "single_speedup_std": base.get("speedup_std"),
+            "tau_gain": r["tau"] / base["tau"] - 1 if r["tau"] and base["tau"] else None,
+            "tau_diff_z": z,
+            "tau_verdict": None if z is None else ("no measurable difference" if abs(z) < 2 else
+                                                   ("higher" if z > 0 else "lower")),
+            "speedup_gain": v["gain"], "speedup_gain_passes": passes, "speedup_gain_std": v["gain_std"],
+            "speedup_gain_ci95": v["gain_ci95"], "speedup_verdict": v["verdict"]}
+
+
+def mfd_gains(rows: list[dict]) -> list[dict]:
+    """MFD (and ddtree over an MFD drafter's marginals) against the single-mode (K = 1) drafter.
+
+    Per dataset and temperature. Per budget: against the single-mode drafter's ddtree at the same
+    budget (``best_budget`` False). Best budget (``best_budget`` True): each method at its
+    fastest budget (``budget``) against the fastest single-mode tree, chain or ddtree at any
+    budget (``single_budget``); the tau columns compare the highest-tau budgets
+    (``tau_budget``, ``single_tau_budget``). Gains are ratios minus one; every speedup gain is
+    computed per timing pass and carries a verdict (see :func:`verdict`).
+    """
+    out = []
+    groups = sorted({(r.get("dataset"), r["temperature"]) for r in rows}, key=lambda k: (str(k[0]), k[1]))
+    for ds, temp in groups:
+        at = [r for r in rows if r.get("dataset") == ds and r["temperature"] == temp]
+        single_label = next((r["drafter"] for r in at if r["K"] == 1), None)
+        if single_label is None:
+            continue
+        single = [r for r in at if r["drafter"] == single_label and r["tau"] is not None]
+        same = {r["budget"]: r for r in single if r["method"] == "ddtree"}
+        base_info = {"dataset": ds, "temperature": temp}
+        for r in at:
+            if r["K"] < 2 or r["budget"] not in same:
+                continue
+            base = same[r["budget"]]
+            out.append({**base_info, "method": r["method"], "drafter": r["drafter"], "budget": r["budget"],
+                        "best_budget": False, "single_budget": base["budget"],
+                        **_gain_entry(r, base, _diff_z(r, base))})
+        for label in dict.fromkeys(r["drafter"] for r in at if r["K"] >= 2):
+            for method in ("mfd", "ddtree"):
+                mine = [r for r in at if r["drafter"] == label and r["method"] == method and r["speedup"] is not None]
+                if not mine or not single:
+                    continue
+                bm = max(mine, key=lambda r: r["speedup"])
+                bs = max((r for r in single if r["speedup"] is not None), key=lambda r: r["speedup"])
+                bt, bst = max(mine, key=lambda r: r["tau"]), max(single, key=lambda r: r["tau"])
+                entry = _gain_entry(bm, bs, None)
+                entry.update(tau=bt["tau"], single_tau=bst["tau"], tau_gain=bt["tau"] / bst["tau"] - 1,
+                             tau_diff_z=_diff_z(bt, bst))
+                z = entry["tau_diff_z"]
+                entry["tau_verdict"] = None if z is None else (
+                    "no measurable difference" if abs(z) < 2 else ("higher" if z > 0 else "lower"))
+                out.append({**base_info, "method": method, "drafter": label, "budget": bm["budget"],
+                            "best_budget": True, "single_budget": bs["budget"],
+                            "tau_budget": bt["budget"], "single_tau_budget": bst["budget"], **entry})
+    return out
+
+
+def best_budgets(rows: list[dict]) -> list[dict]:
+    """The fastest budget per (dataset, temperature, drafter, method) among tree methods."""
+    out = {}
+    for r in rows:
+        if r["method"] in ("ar", "chain") or r["speedup"] is None:
+            continue
+        k = (r.get("dataset"), r["temperature"], r["drafter"], r["method"])
+        if k not in out or r["speedup"] > out[k]["speedup"]:
+            out[k] = r
+    return [{"dataset": k[0], "temperature": k[1], "drafter": k[2], "method": k[3], "budget": r["budget"],
+             "tau": r["tau"], "speedup": r["speedup"], "speedup_std": r["speedup_std"]}
+            for k, r in out.items()]
+
+
+def prediction_summary(rows: list[dict]) -> dict:
+    """How well measured acceptance matches the trees' predicted (covered) mass at T > 0.
+
+    Each row's z is (measured - predicted) / s.e. of the per-round difference; if the theory
+    holds they are roughly standard normal: about 95% within +-2, sum of z^2 near the row count.
+    """
+    zs = [r["pred_gap_z"] for r in rows if r["temperature"] > 0 and r["method"] != "ar"
+          and isinstance(r.get("pred_gap_z"), float) and not math.isnan(r["pred_gap_z"])]
+    if not zs:
+        return {"n_rows": 0}
+    z = np.asarray(zs)
+    return {"n_rows": len(zs), "mean_z": float(z.mean()), "max_abs_z": float(np.abs(z).max()),
+            "share_abs_z_below_2": float((np.abs(z) < 2).mean()), "sum_z2": float((z ** 2).sum())}
+
+
+def per_prompt_records(records: list[dict]) -> list[dict]:
+    """The per-prompt part of the records worth saving: tokens, rounds and accepted lengths."""
+    keep = ("dataset", "id", "drafter", "K", "method", "budget", "temperature", "tokens", "turn_lengths",
+            "rounds", "accepted")
+    return [{k: r[k] for k in keep} for r in records]
+
+
+def _fmt(v, p=2) -> str:
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return f"{v:.{p}f}"
+
+
+def _pm(mean, std, p=2) -> str:
+    return _fmt(mean, p) if std is None else f"{_fmt(mean, p)} +- {_fmt(std, p)}"
+
+
+def _gain_text(g: dict) -> str:
+    """A speedup gain with its pass-to-pass spread, or "no measurable difference" inside it."""
+    if g.get("speedup_gain") is None:
+        return "-"
+    if "speedup_verdict" not in g:  # an older file: a single timing pass, no spread recorded
+        return f"{100 * g['speedup_gain']:+.1f}% (no spread)"
+    if g.get("speedup_verdict") == "no measurable difference":
+        return f"no measurable difference (+-{100 * g['speedup_gain_ci95']:.1f}%)"
+    spread = f" +- {100 * g['speedup_gain_ci95']:.1f}%" if g.get("speedup_gain_ci95") is not None else " (1 pass)"
+    return f"{100 * g['speedup_gain']:+.1f}%{spread}"
+
+
+def _tau_gain_text(g: dict) -> str:
+    if g.get("tau_gain") is None:
+        return "-"
+    if g.get("tau_verdict") == "no measurable difference":
+        return "no measurable difference"
+    return f"{100 * g['tau_gain']:+.1f}%"
+
+
+def format_rows(rows: list[dict]) -> list[str]:
+    """Markdown table of evaluation rows (speedup as mean +- std over timing passes)."""
+    lines = ["| dataset | T | method | drafter | N | tau | accepted (mean +- std) | predicted | speedup | "
+             "tokens/s | dead share | = ar |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r.get('dataset')} | {r['temperature']:g} | {r['method']} | {r['drafter']} | {r['budget']} | "
+            f"{_fmt(r['tau'])} | {_pm(r['accepted_mean'], r['accepted_std'])} | "
+            f"{_fmt(r['predicted_accepted_mean'])} | {_pm(r['speedup'], r.get('speedup_std'))} | "
+            f"{_pm(r['tokens_per_s'], r.get('tokens_per_s_std'), 1)} | {_fmt(r['dead_share'])} | "
+            f"{'' if 'matches_ar' not in r else ('yes' if r['matches_ar'] else 'NO')} |")
+    return lines
+
+
+def format_gains(gains: list[dict]) -> list[str]:
+    """Markdown tables of :func:`mfd_gains`: best budgets, then per budget. A gain inside the
+    run-to-run spread prints as "no measurable difference"."""
+    lines: list[str] = []
+
+    def is_best(g):  # files written before budgets were numeric marked these rows budget "best"
+        return g.get("best_budget") is True or g.get("budget") == "best"
+
+    best = [g for g in gains if is_best(g)]
+    if best:
+        lines += ["", "| dataset | T | method | drafter | best tau | single tau | tau gain | best speedup (N) | "
+                  "single speedup (N) | speedup gain |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for g in best:
+            lines.append(f"| {g.get('dataset')} | {g['temperature']:g} | {g['method']} | {g['drafter']} | "
+                         f"{_fmt(g['tau'])} | {_fmt(g['single_tau'])} | {_tau_gain_text(g)} | "
+                         f"{_pm(g['speedup'], g.get('speedup_std'))} ({g['budget']}) | "
+                         f"{_pm(g['single_speedup'], g.get('single_speedup_std'))} ({g.get('single_budget')}) | "
+                         f"{_gain_text(g)} |")
+    per = [g for g in gains if not is_best(g)]
+    if per:
+        lines += ["", "| dataset | T | method | drafter | N | tau | single-mode ddtree tau | tau gain | z | "
+                  "speedup gain |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for g in per:
+            lines.append(f"| {g.get('dataset')} | {g['temperature']:g} | {g['method']} | {g['drafter']} | "
+                         f"{g['budget']} | "
+                         f"{_fmt(g['tau'])} | {_fmt(g['single_tau'])} | {_tau_gain_text(g)} | "
+                         f"{_fmt(g.get('tau_diff_z'), 1)} | {_gain_text(g)} |")
+    return lines

@@ -1,0 +1,416 @@
+"""``mfd distill``, ``mfd train-drafter`` and ``mfd eval``: your own target, from data to speedup.
+
+Each command works on a local Hugging Face target directory (config, weights and tokenizer) and
+runs on one process or under ``torchrun --nproc_per_node P -m mfd_theory.cli <command> ...``
+(gloo on CPU, nccl on CUDA) with the same results. Every option is checked, and every input file
+read, before a model is loaded or anything is written; bad input raises ValueError (the ``mfd``
+command turns it into exit status 2 with the message).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+__all__ = ["distill_main", "train_drafter_main", "eval_main", "load_target"]
+
+_DTYPES = ("auto", "float32", "bfloat16", "float16")
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+# --------------------------------------------------------------------------------------- shared
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", required=True, help="local Hugging Face target directory (with its tokenizer)")
+    parser.add_argument("--device", default="auto",
+                        help="auto (CUDA when available), cpu, cuda (each torchrun rank takes its GPU) or cuda:N")
+    parser.add_argument("--dtype", default="auto", choices=_DTYPES,
+                        help="target weights' dtype (auto: bfloat16 on CUDA, float32 on CPU)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _check_target_dir(path: str) -> Path:
+    d = Path(path)
+    if not (d / "config.json").is_file():
+        raise ValueError(f"target: no config.json in {d}")
+    if not any((d / f).is_file() for f in _TOKENIZER_FILES):
+        raise ValueError(f"target: {d} has no tokenizer (none of {', '.join(_TOKENIZER_FILES)}); "
+                         "save it there with tokenizer.save_pretrained")
+    return d
+
+
+def _positive_int(name: str, v) -> int:
+    if v is None or isinstance(v, bool) or int(v) != v or v < 1:
+        raise ValueError(f"{name}: must be an integer >= 1, got {v!r}")
+    return int(v)
+
+
+def _temperature(name: str, t: float) -> float:
+    if not math.isfinite(t) or t < 0:
+        raise ValueError(f"{name}: must be finite and >= 0, got {t}")
+    return float(t)
+
+
+def _int_list(name: str, text: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.replace(",", " ").split()]
+    except ValueError as exc:
+        raise ValueError(f"{name}: expected comma-separated integers, got {text!r}") from exc
+    if not vals or min(vals) < 1:
+        raise ValueError(f"{name}: expected integers >= 1, got {text!r}")
+    return sorted(set(vals))
+
+
+def _float_list(name: str, text: str) -> list[float]:
+    try:
+        vals = [float(x) for x in text.replace(",", " ").split()]
+    except ValueError as exc:
+        raise ValueError(f"{name}: expected comma-separated numbers, got {text!r}") from exc
+    if not vals:
+        raise ValueError(f"{name}: expected at least one value")
+    return [_temperature(name, t) for t in vals]
+
+
+def _torch_dtype(name: str, device: str):
+    import torch
+
+    if name == "auto":
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    return getattr(torch, name)
+
+
+def _quiet_transformers() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def load_target(directory, device: str = "cpu", dtype: str = "auto"):
+    """(frozen HF causal LM, tokenizer) from a local directory; ValueError naming the problem."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    d = _check_target_dir(str(directory))
+    try:
+        tok = AutoTokenizer.from_pretrained(str(d))
+    except Exception as exc:  # noqa: BLE001 - any loader failure is the directory's fault
+        raise ValueError(f"target: cannot load the tokenizer in {d}: {exc}") from exc
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(d), dtype=_torch_dtype(dtype, device),
+                                                     attn_implementation="sdpa")
+    except Exception as exc:  # noqa: BLE001
+        raise ValueError(f"target: cannot load the model in {d}: {exc}") from exc
+    model = model.to(device).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model, tok
+
+
+def _writable(path: str) -> Path:
+    from .e2e import check_writable
+
+    return check_writable(Path(path))
+
+
+def _say(dist, msg: str) -> None:
+    if dist is None or dist.main:
+        print(msg, flush=True)
+
+
+# --------------------------------------------------------------------------------------- distill
+
+
+def distill_main(argv: list[str] | None = None) -> dict:
+    """``mfd distill``: the target's own answers to prompt files (self-distillation data)."""
+    parser = argparse.ArgumentParser(prog="mfd distill", description=distill_main.__doc__.split(": ", 1)[1])
+    _common(parser)
+    parser.add_argument("--prompts", nargs="+", required=True, help="JSONL prompt files")
+    parser.add_argument("--out", required=True, help="output directory (shards + manifest.json)")
+    parser.add_argument("--max-new-tokens", type=int, default=256, help="answer length cap per turn")
+    parser.add_argument("--temperature", type=float, default=1.0,
+                        help="sampling temperature (1 keeps all the target's futures; 0 is greedy)")
+    parser.add_argument("--enable-thinking", action="store_true", help="chat template with thinking on")
+    parser.add_argument("--shard-size", type=int, default=64, help="prompts per shard (the unit of resuming)")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    _positive_int("max_new_tokens", args.max_new_tokens)
+    _positive_int("shard_size", args.shard_size)
+    _temperature("temperature", args.temperature)
+    from .prompts import read_prompt_files
+
+    prompts = read_prompt_files(args.prompts)
+    _check_target_dir(args.target)
+
+    from .dist import setup, teardown
+    from .distill import distill_prompts, prompt_files_digest
+
+    dist = setup(args.device)
+    try:
+        out = _writable(args.out)
+        if args.quiet:
+            _quiet_transformers()
+        target, tok = load_target(args.target, dist.device, args.dtype)
+        config = {"prompt_files": prompt_files_digest(args.prompts), "max_new_tokens": args.max_new_tokens,
+                  "temperature": args.temperature, "seed": args.seed, "enable_thinking": args.enable_thinking,
+                  "dtype": str(next(target.parameters()).dtype).replace("torch.", "")}
+        manifest = distill_prompts(target, tok, prompts, out, max_new_tokens=args.max_new_tokens,
+                                   temperature=args.temperature, seed=args.seed,
+                                   enable_thinking=args.enable_thinking, config=config,
+                                   shard_size=args.shard_size, dist=dist, progress=not args.quiet)
+        _say(dist, f"{manifest['n_sequences']} sequences, {manifest['n_response_tokens']} response tokens "
+                   f"in {len(manifest['shards'])} shards")
+        _say(dist, f"wrote {out / 'manifest.json'}")
+        return manifest
+    finally:
+        teardown(dist)
+
+
+# --------------------------------------------------------------------------------------- train
+
+
+def train_drafter_main(argv: list[str] | None = None) -> list[dict]:
+    """``mfd train-drafter``: a product (K = 1) or MFD (K > 1) drafter on a distilled data set."""
+    parser = argparse.ArgumentParser(prog="mfd train-drafter",
+                                     description=train_drafter_main.__doc__.split(": ", 1)[1])
+    _common(parser)
+    parser.add_argument("--data", required=True, help="data set directory written by mfd distill")
+    parser.add_argument("--out", required=True, help="run directory (checkpoints; the drafter in OUT/drafter)")
+    parser.add_argument("--modes", type=int, default=1, help="K: 1 = product (DFlash) drafter, > 1 = MFD")
+    parser.add_argument("--block-size", type=int, default=None, help="block size (default 16, or the --init-from one)")
+    parser.add_argument("--layers", type=int, default=None, help="draft layers (default 1, or the --init-from one)")
+    parser.add_argument("--steps", type=int, default=1000, help="optimizer steps")
+    parser.add_argument("--batch-size", type=int, default=8, help="sequences per micro-batch (all ranks together)")
+    parser.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
+    parser.add_argument("--blocks-per-seq", type=int, default=4, help="training blocks drawn per sequence")
+    parser.add_argument("--lr", type=float, default=6e-4, help="peak learning rate (cosine schedule)")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up steps (default steps // 20)")
+    parser.add_argument("--balance", type=float, default=0.1, help="MFD load-balancing weight")
+    parser.add_argument("--ckpt-every", type=int, default=100, help="steps between checkpoints")
+    parser.add_argument("--init-from", default=None, help="start from this DFlash checkpoint directory")
+    parser.add_argument("--mode-noise", type=float, default=0.1,
+                        help="with --init-from and K > 1: std of the mode embeddings relative to the "
+                             "target's embedding rms (0 starts exactly at the checkpoint, but identical "
+                             "modes then get identical gradients and never separate)")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    K = _positive_int("modes", args.modes)
+    for name in ("steps", "batch_size", "grad_accum", "blocks_per_seq", "ckpt_every"):
+        _positive_int(name, getattr(args, name))
+    if args.block_size is not None and args.block_size < 2:
+        raise ValueError(f"block_size: must be >= 2, got {args.block_size}")
+    if args.layers is not None:
+        _positive_int("layers", args.layers)
+    if not (math.isfinite(args.lr) and args.lr > 0):
+        raise ValueError(f"lr: must be > 0, got {args.lr}")
+    if not (math.isfinite(args.mode_noise) and args.mode_noise >= 0):
+        raise ValueError(f"mode_noise: must be >= 0, got {args.mode_noise}")
+    if args.warmup is not None and args.warmup < 0:
+        raise ValueError(f"warmup: must be >= 0, got {args.warmup}")
+    if args.init_from is not None and not (Path(args.init_from) / "config.json").is_file():
+        raise ValueError(f"init_from: no DFlash checkpoint (config.json) in {args.init_from}")
+    from .distill import load_distill_data
+
+    seqs, plens, manifest = load_distill_data(args.data)
+    _check_target_dir(args.target)
+
+    import torch
+
+    from .dist import setup, teardown
+    from .drafter import build_drafter, drafter_from_checkpoint
+    from .train import DrafterTrainConfig, target_fingerprint, train_drafter
+
+    dist = setup(args.device)
+    try:
+        out = _writable(args.out)
+        if args.quiet:
+            _quiet_transformers()
+        target, tok = load_target(args.target, dist.device, args.dtype)
+        fp = target_fingerprint(target)
+        if manifest.get("target_fingerprint") != fp:
+            raise ValueError(f"data: {args.data} was distilled from another target (fingerprint "
+                             f"{manifest.get('target_fingerprint')}, this target's is {fp}; a different "
+                             "--dtype also changes it)")
+        if args.init_from is not None:
+            try:
+                drafter = drafter_from_checkpoint(args.init_from, target, K)
+            except (OSError, RuntimeError) as exc:
+                raise ValueError(f"init_from: cannot load {args.init_from}: {exc}") from exc
+            for name, mine, want in (("block_size", drafter.block_size, args.block_size),
+                                     ("layers", len(drafter.layers), args.layers)):
+                if want is not None and want != mine:
+                    raise ValueError(f"{name}: {want} differs from the --init-from checkpoint's {mine}")
+            if K > 1 and args.mode_noise > 0 and not drafter.mode_embeddings.detach().abs().sum():
+                # Break the tie between identical modes (see --mode-noise), seeded: same on every rank.
+                rms = float(target.get_input_embeddings().weight.float().pow(2).mean().sqrt())
+                g = torch.Generator().manual_seed(args.seed)
+                noise = torch.randn(drafter.mode_embeddings.shape, generator=g) * args.mode_noise * rms
+                drafter.mode_embeddings.data.copy_(noise.to(drafter.mode_embeddings))
+        else:
+            mask = getattr(tok, "mask_token_id", None)
+            drafter = build_drafter(target, args.block_size or 16, args.layers or 1, num_modes=K, seed=args.seed,
+                                    mask_token_id=mask)
+        drafter = drafter.float()  # float32 weights for the optimizer, whatever the target's dtype
+        cfg = DrafterTrainConfig(
+            block_size=int(drafter.block_size), num_layers=len(drafter.layers), num_modes=K,
+            batch_size=args.batch_size, blocks_per_seq=args.blocks_per_seq, steps=args.steps, lr=args.lr,
+            warmup=args.warmup if args.warmup is not None else max(1, args.steps // 20), balance=args.balance,
+            ckpt_every=args.ckpt_every, seed=args.seed, grad_accum=args.grad_accum)
+        extra = {"init_from": None if args.init_from is None else str(Path(args.init_from).resolve()),
+                 "mode_noise": args.mode_noise if args.init_from is not None and K > 1 else None}
+        curve = train_drafter(target, drafter, seqs, plens, out, cfg, progress=not args.quiet,
+                              dist=dist, extra_config=extra)
+        if len(curve):
+            _say(dist, f"step {curve[-1]['step']}: loss {curve[-1]['loss']:.4f} (first step {curve[0]['loss']:.4f})")
+        _say(dist, f"wrote {out / 'drafter'}")
+        return curve
+    finally:
+        teardown(dist)
+
+
+# --------------------------------------------------------------------------------------- eval
+
+
+def _drafter_dir(path: str) -> Path:
+    d = Path(path)
+    if (d / "drafter" / "config.json").is_file():  # a train-drafter run directory
+        d = d / "drafter"
+    if not (d / "config.json").is_file():
+        raise ValueError(f"drafter: no drafter checkpoint (config.json) in {path}")
+    return d
+
+
+def _label(d: Path, taken: set) -> str:
+    base = d.parent.name if d.name == "drafter" else d.name
+    label, i = base, 2
+    while label in taken:
+        label, i = f"{base}-{i}", i + 1
+    taken.add(label)
+    return label
+
+
+def eval_main(argv: list[str] | None = None):
+    """``mfd eval``: tau and speedup of drafters on prompt files under DDTree's protocol."""
+    from .decode import METHODS
+
+    parser = argparse.ArgumentParser(prog="mfd eval", description=eval_main.__doc__.split(": ", 1)[1])
+    _common(parser)
+    parser.add_argument("--drafter", action="append", required=True,
+                        help="drafter checkpoint (or train-drafter run) directory; repeat for several")
+    parser.add_argument("--prompts", nargs="+", required=True, help="JSONL prompt files (one data set each)")
+    parser.add_argument("--out", required=True, help="output directory (eval.json, per_prompt.jsonl, figures)")
+    parser.add_argument("--methods", default="ar,chain,ddtree,mfd",
+                        help="comma-separated subset of " + ",".join(METHODS) + " (ar is always run)")
+    parser.add_argument("--budgets", default="16,32,64", help="tree budgets (nodes) for ddtree and mfd")
+    parser.add_argument("--temperatures", default="0,1", help="sampling temperatures (0 = greedy)")
+    parser.add_argument("--max-new-tokens", type=int, default=128, help="answer length cap per turn")
+    parser.add_argument("--max-prompts", type=int, default=None,
+                        help="per data set, the first n prompts after a shuffle with seed 0")
+    parser.add_argument("--enable-thinking", action="store_true", help="chat template with thinking on")
+    parser.add_argument("--passes", type=int, default=3, help="timing passes (speedups carry their spread)")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    bad = [m for m in methods if m not in METHODS]
+    if bad or not methods:
+        raise ValueError(f"methods: unknown {bad}; choose from {','.join(METHODS)}")
+    if "ar" not in methods:  # speedups and matches_ar are relative to ar
+        methods = ["ar", *methods]
+    budgets = _int_list("budgets", args.budgets)
+    temps = _float_list("temperatures", args.temperatures)
+    _positive_int("max_new_tokens", args.max_new_tokens)
+    _positive_int("passes", args.passes)
+    if args.max_prompts is not None:
+        _positive_int("max_prompts", args.max_prompts)
+    from .prompts import read_prompt_files, shuffle_take
+
+    prompts = shuffle_take(read_prompt_files(args.prompts), args.max_prompts)
+    _check_target_dir(args.target)
+    ddirs = [_drafter_dir(p) for p in args.drafter]
+
+    from mfd_theory.results import Result, atomic_write_text
+
+    from .dist import setup, teardown
+    from .drafter import load_drafter
+    from .evaluate import (
+        best_budgets, decode_cells, format_gains, format_rows, make_cells, mfd_gains,
+        per_prompt_records, prediction_summary, rows_from_records,
+    )
+    from .target import TargetModel
+
+    dist = setup(args.device)
+    try:
+        out = _writable(args.out)
+        if args.quiet:
+            _quiet_transformers()
+        target_hf, tok = load_target(args.target, dist.device, args.dtype)
+        drafters, taken, info = {}, set(), {}
+        for d in ddirs:
+            try:
+                dr = load_drafter(d, target_hf).eval()
+            except (OSError, RuntimeError, KeyError, TypeError) as exc:
+                raise ValueError(f"drafter: cannot load {d}: {exc}") from exc
+            label = _label(d, taken)
+            drafters[label] = dr
+            info[label] = {"dir": str(d), "K": int(dr.num_modes), "block_size": int(dr.block_size)}
+        cells = make_cells(drafters, methods, budgets)
+        target = TargetModel(target_hf)
+        records = decode_cells(target, cells, prompts, temperatures=temps, max_new_tokens=args.max_new_tokens,
+                               seed=args.seed, passes=args.passes, tokenizer=tok,
+                               enable_thinking=args.enable_thinking, dist=dist, progress=not args.quiet)
+        if not dist.main:
+            return None
+        rows = rows_from_records(records, cells)
+        gains = mfd_gains(rows)
+        best = best_budgets(rows)
+        cfg = {k: v for k, v in vars(args).items()}
+        cfg.update(methods=methods, budgets=budgets, temperatures=temps, world_size=dist.world)
+        data = {"rows": rows, "mfd_gains": gains, "best_budgets": best,
+                "prediction_check": prediction_summary(rows), "drafters": info,
+                "datasets": {ds: sum(p.dataset == ds for p in prompts)
+                             for ds in dict.fromkeys(p.dataset for p in prompts)},
+                "n_processes": dist.world}
+        res = Result("eval", config=cfg, data=data, seed=args.seed)
+        res.save(out / "eval.json")
+        atomic_write_text(out / "per_prompt.jsonl",
+                          "".join(json.dumps(r) + "\n" for r in per_prompt_records(records)))
+        print("\n".join(format_rows(rows)))
+        if best:
+            print("\nbest budget per dataset, temperature, drafter and method:")
+            for b in best:
+                print(f"  {b['dataset']} T={b['temperature']:g} {b['drafter']} {b['method']}: N = {b['budget']} "
+                      f"(tau {b['tau']:.2f}, speedup {b['speedup']:.2f})")
+        gl = format_gains(gains)
+        if gl:
+            print("\n".join(gl))
+        print(f"wrote {out / 'eval.json'}")
+        print(f"wrote {out / 'per_prompt.jsonl'}")
+        for path in _figures(rows, out):
+            print(f"wrote {path}")
+        return res
+    finally:
+        teardown(dist)
+
+
+def _figures(rows: list[dict], out: Path) -> list[Path]:
+    """tau and speedup against the budget, one figure per data set."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display needed
+    import matplotlib.pyplot as plt
+
+    from mfd_theory.figures.e2e import tau_vs_budget
+
+    paths = []
+    for ds in dict.fromkeys(r["dataset"] for r in rows):
+        mine = [r for r in rows if r["dataset"] == ds and r["speedup"] is not None]
+        if not any(r["method"] in ("ddtree", "mfd") for r in mine):
+            continue
+        fig = tau_vs_budget({"rows": mine})
+        fig.suptitle(f"{ds}")
+        path = out / f"tau_speedup_vs_budget-{ds}.png"
+        fig.savefig(path, dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        paths.append(path)
+    return paths

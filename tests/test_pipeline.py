@@ -1,0 +1,281 @@
+"""``mfd distill`` -> ``mfd train-drafter`` -> ``mfd eval`` on a tiny saved Qwen3 target, through
+the CLI: files, lossless greedy rows, resuming, torchrun (gloo, 2 processes), --init-from, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from mfd_theory.cli import main as mfd  # noqa: E402
+
+from pipeline_helpers import save_tiny_target, write_prompts  # noqa: E402
+
+EVAL_ARGS = ["--budgets", "4", "--temperatures", "0,1", "--max-new-tokens", "8", "--passes", "1", "--quiet"]
+TRAIN_ARGS = ["--block-size", "4", "--steps", "4", "--batch-size", "4", "--ckpt-every", "2", "--lr", "3e-3",
+              "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """Target, prompts, distilled data, a K=1 and a K=3 drafter, and one evaluation."""
+    root = tmp_path_factory.mktemp("pipeline")
+    target = save_tiny_target(root / "target")
+    files = [str(p) for p in write_prompts(root / "prompts")]
+    assert mfd(["distill", "--target", str(target), "--prompts", *files, "--out", str(root / "data"),
+                "--max-new-tokens", "16", "--shard-size", "2", "--quiet"]) == 0
+    assert mfd(["train-drafter", "--target", str(target), "--data", str(root / "data"), "--out",
+                str(root / "k1"), *TRAIN_ARGS]) == 0
+    assert mfd(["train-drafter", "--target", str(target), "--data", str(root / "data"), "--out",
+                str(root / "k3"), "--modes", "3", "--grad-accum", "2", *TRAIN_ARGS]) == 0
+    assert mfd(["eval", "--target", str(target), "--drafter", str(root / "k1"), "--drafter", str(root / "k3"),
+                "--prompts", *files, "--out", str(root / "eval"), *EVAL_ARGS]) == 0
+    return root, target, files
+
+
+def test_distill_writes_shards_and_manifest(run):
+    from mfd_theory.llm.distill import load_distill_data
+
+    root, _, _ = run
+    seqs, plens, manifest = load_distill_data(root / "data")
+    # 5 prompts, one of them two turns: 6 sequences in ceil(5 / 2) = 3 shards
+    assert manifest["n_sequences"] == 6 and len(manifest["shards"]) == 3
+    assert len(seqs) == len(plens) == 6
+    assert all(len(s) > p >= 1 for s, p in zip(seqs, plens))
+    meta = [(s["id"], s["turn"]) for s in _samples(root / "data")]
+    assert ("mt", 0) in meta and ("mt", 1) in meta
+    first, second = meta.index(("mt", 0)), meta.index(("mt", 1))
+    # the second turn's prompt holds the first turn's exchange, so it is longer than the whole first sequence
+    assert plens[second] > len(seqs[first])
+
+
+def _samples(directory):
+    from safetensors import safe_open
+
+    out = []
+    for f in sorted(Path(directory).glob("shard-*.safetensors")):
+        with safe_open(str(f), framework="np") as h:
+            out += json.loads(h.metadata()["samples"])
+    return out
+
+
+def test_drafters_are_dflash_checkpoints_with_fingerprint(run):
+    root, _, _ = run
+    for name, arch in (("k1", "DFlashDraftModel"), ("k3", "MFDDraftModel")):
+        d = root / name / "drafter"
+        cfg = json.loads((d / "config.json").read_text())
+        assert cfg["architectures"] == [arch] and cfg["block_size"] == 4
+        assert (d / "model.safetensors").is_file()
+        assert json.loads((d / "target_fingerprint.json").read_text())["target"]
+    curve = json.loads((root / "k3" / "loss_curve.json").read_text())
+    assert len(curve) == 4 and all(np.isfinite(c["loss"]) for c in curve)
+
+
+def test_eval_rows_are_lossless_and_complete(run):
+    root, _, _ = run
+    res = json.loads((root / "eval" / "eval.json").read_text())
+    rows = res["data"]["rows"]
+    need = ("dataset", "drafter", "K", "method", "budget", "temperature", "n_prompts", "n_rounds", "tau",
+            "accepted_mean", "predicted_accepted_mean", "covered_mass_mean", "dead_share", "tokens_per_s",
+            "speedup", "speedup_passes", "speedup_std", "tokens_per_s_std")
+    for r in rows:
+        assert all(k in r for k in need), r
+        assert isinstance(r["budget"], int)
+        if r["temperature"] == 0:
+            assert r["matches_ar"] is True, r
+    assert {r["dataset"] for r in rows} == {"alpha", "beta"}
+    mfd_rows = [r for r in rows if r["method"] == "mfd"]
+    assert mfd_rows and {r["drafter"] for r in mfd_rows} == {"k3"} and all(r["K"] == 3 for r in mfd_rows)
+    assert {(r["method"], r["drafter"]) for r in rows} >= {("chain", "k1"), ("ddtree", "k1"), ("chain", "k3"),
+                                                           ("ddtree", "k3")}
+    beta = next(r for r in rows if r["dataset"] == "beta" and r["method"] == "ar" and r["temperature"] == 0)
+    assert beta["n_prompts"] == 2
+    per = [json.loads(x) for x in (root / "eval" / "per_prompt.jsonl").read_text().splitlines()]
+    assert len(per) == sum(r["n_prompts"] for r in rows) > 0  # one record per prompt, cell and temperature
+    for p in per:
+        assert len(p["accepted"]) == p["rounds"] and sum(p["turn_lengths"]) == len(p["tokens"])
+    mt = [p for p in per if p["id"] == "mt"]
+    assert mt and all(len(p["turn_lengths"]) == 2 for p in mt)
+    assert list((root / "eval").glob("tau_speedup_vs_budget-*.png"))
+
+
+def test_distill_resume_skips_finished_shards_and_remakes_a_missing_one(run):
+    root, target, files = run
+    data = root / "data"
+    before = {p.name: p.read_bytes() for p in data.glob("shard-*.safetensors")}
+    stamps = {p.name: p.stat().st_mtime_ns for p in data.glob("shard-*.safetensors")}
+    (data / "shard-00001.safetensors").unlink()
+    assert mfd(["distill", "--target", str(target), "--prompts", *files, "--out", str(data),
+                "--max-new-tokens", "16", "--shard-size", "2", "--quiet"]) == 0
+    after = {p.name: p.read_bytes() for p in data.glob("shard-*.safetensors")}
+    assert after == before  # the remade shard is identical (seeded per prompt)
+    for name in ("shard-00000.safetensors", "shard-00002.safetensors"):
+        assert (data / name).stat().st_mtime_ns == stamps[name]
+    # another configuration in the same directory is refused
+    assert mfd(["distill", "--target", str(target), "--prompts", *files, "--out", str(data),
+                "--max-new-tokens", "5", "--quiet"]) == 2
+
+
+def test_training_resumes_to_the_same_curve(run, tmp_path):
+    from mfd_theory.llm.distill import load_distill_data
+    from mfd_theory.llm.drafter import build_drafter
+    from mfd_theory.llm.pipeline import load_target
+    from mfd_theory.llm.train import DrafterTrainConfig, train_drafter
+
+    root, target_dir, _ = run
+    target, _ = load_target(target_dir)
+    seqs, plens, _ = load_distill_data(root / "data")
+    cfg = DrafterTrainConfig(block_size=4, num_modes=2, batch_size=4, blocks_per_seq=2, steps=4, lr=3e-3,
+                             warmup=1, ckpt_every=1, grad_accum=2)
+
+    def fresh():
+        return build_drafter(target, 4, 1, num_modes=2, seed=0)
+
+    full = train_drafter(target, fresh(), seqs, plens, tmp_path / "a", cfg, progress=False)
+    part = train_drafter(target, fresh(), seqs, plens, tmp_path / "b", cfg, progress=False, stop_after=2)
+    assert len(part) == 2
+    rest = train_drafter(target, fresh(), seqs, plens, tmp_path / "b", cfg, progress=False)
+    # the same batches and the same optimizer state: identical up to float32 reduction order
+    np.testing.assert_allclose([c["loss"] for c in rest], [c["loss"] for c in full], rtol=1e-5)
+
+
+def _torchrun(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "mfd_theory.cli", *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+
+
+def test_eval_under_torchrun_matches_one_process(run, tmp_path):
+    root, target, files = run
+    out = tmp_path / "eval2"
+    proc = _torchrun(["eval", "--target", str(target), "--drafter", str(root / "k1"), "--drafter",
+                      str(root / "k3"), "--prompts", *files, "--out", str(out), *EVAL_ARGS], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    one = json.loads((root / "eval" / "eval.json").read_text())["data"]
+    two = json.loads((out / "eval.json").read_text())["data"]
+    assert two["n_processes"] == 2
+
+    def key(r):
+        return (r["dataset"], r["temperature"], r["drafter"], r["method"], r["budget"])
+
+    a, b = {key(r): r for r in one["rows"]}, {key(r): r for r in two["rows"]}
+    assert a.keys() == b.keys()
+    for k in a:
+        assert b[k]["tau"] == a[k]["tau"] and b[k]["n_rounds"] == a[k]["n_rounds"], k
+    tok = lambda p: ((p["dataset"], p["id"], p["drafter"], p["method"], p["budget"], p["temperature"]),  # noqa: E731
+                     p["tokens"])
+    per1 = dict(tok(json.loads(x)) for x in (root / "eval" / "per_prompt.jsonl").read_text().splitlines())
+    per2 = dict(tok(json.loads(x)) for x in (out / "per_prompt.jsonl").read_text().splitlines())
+    assert per1 == per2
+
+
+def test_training_under_torchrun_matches_one_process(run, tmp_path):
+    root, target, _ = run
+    args = ["train-drafter", "--target", str(target), "--data", str(root / "data"), "--modes", "2",
+            "--block-size", "4", "--steps", "3", "--batch-size", "4", "--lr", "3e-3", "--quiet"]
+    assert mfd([*args, "--out", str(tmp_path / "one")]) == 0
+    proc = _torchrun([*args, "--out", str(tmp_path / "two")], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    c1 = json.loads((tmp_path / "one" / "loss_curve.json").read_text())
+    c2 = json.loads((tmp_path / "two" / "loss_curve.json").read_text())
+    # each rank takes half of every batch; DDP averages the gradients: the same run up to float32
+    # reduction order, over 3 steps of AdamW
+    np.testing.assert_allclose([c["loss"] for c in c2], [c["loss"] for c in c1], rtol=1e-4)
+
+
+def test_init_from_starts_exactly_at_the_checkpoint(run, tmp_path):
+    from mfd_theory.llm.drafter import drafter_from_checkpoint, load_drafter
+    from mfd_theory.llm.pipeline import load_target
+
+    root, target_dir, _ = run
+    target, _ = load_target(target_dir)
+    base = load_drafter(root / "k1" / "drafter", target)
+    mfd3 = drafter_from_checkpoint(root / "k1" / "drafter", target, 3)
+    assert mfd3.num_modes == 3 and float(mfd3.mode_embeddings.detach().abs().sum()) == 0.0
+    ids = torch.randint(0, target.config.vocab_size, (1, 9), generator=torch.Generator().manual_seed(0))
+    hs = target(input_ids=ids, output_hidden_states=True).hidden_states
+    base.reset()
+    mfd3.reset()
+    _, lq_base = base.draft_modes(base.fuse_hidden(hs), 5)
+    log_pi, lq = mfd3.draft_modes(mfd3.fuse_hidden(hs), 5)
+    torch.testing.assert_close(log_pi.exp(), torch.full((3,), 1 / 3))
+    for k in range(3):
+        torch.testing.assert_close(lq[k], lq_base[0], rtol=0, atol=1e-6)  # same weights, same arithmetic
+    # through the CLI: training from the checkpoint runs and records where it started
+    assert mfd(["train-drafter", "--target", str(target_dir), "--data", str(root / "data"), "--out",
+                str(tmp_path / "from"), "--modes", "2", "--init-from", str(root / "k1" / "drafter"),
+                "--steps", "2", "--batch-size", "4", "--quiet"]) == 0
+    cfg = json.loads((tmp_path / "from" / "train_config.json").read_text())
+    assert cfg["init_from"].endswith("drafter") and cfg["train"]["block_size"] == 4
+
+
+@pytest.mark.parametrize("content, why", [
+    ("{not json\n", "line 1: not valid JSON"),
+    ('{"prompt": "ok"}\n{"id": 3}\n', "line 2: needs exactly one of"),
+    ('{"turns": []}\n', "line 1: \"turns\" must be"),
+    ('{"messages": [{"role": "user"}]}\n', "line 1: \"messages\"[0]"),
+    ("\n\n", "empty file"),
+])
+def test_malformed_prompt_file_exits_2_before_loading(run, tmp_path, capsys, content, why):
+    root, target, _ = run
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(content)
+    for cmd in (["distill", "--target", str(target), "--prompts", str(bad), "--out", str(tmp_path / "o1")],
+                ["eval", "--target", str(target), "--drafter", str(root / "k1"), "--prompts", str(bad),
+                 "--out", str(tmp_path / "o2")]):
+        assert mfd(cmd) == 2
+        err = capsys.readouterr().err
+        assert str(bad) in err and why in err, err
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
+
+
+def test_target_without_tokenizer_exits_2(run, tmp_path, capsys):
+    _, _, files = run
+    bare = save_tiny_target(tmp_path / "bare", tokenizer=False)
+    assert mfd(["distill", "--target", str(bare), "--prompts", *files, "--out", str(tmp_path / "o")]) == 2
+    assert "no tokenizer" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_drafter_of_another_target_exits_2(run, tmp_path, capsys):
+    root, _, files = run
+    other = save_tiny_target(tmp_path / "other", seed=1)  # same shapes, other weights
+    assert mfd(["eval", "--target", str(other), "--drafter", str(root / "k1"), "--prompts", files[0],
+                "--out", str(tmp_path / "o"), *EVAL_ARGS]) == 2
+    assert "another target" in capsys.readouterr().err
+    # and data distilled from another target is refused by train-drafter
+    assert mfd(["train-drafter", "--target", str(other), "--data", str(root / "data"), "--out",
+                str(tmp_path / "t"), *TRAIN_ARGS]) == 2
+    assert "another target" in capsys.readouterr().err
+
+
+def test_bad_options_exit_2(run, tmp_path, capsys):
+    root, target, files = run
+    base = ["eval", "--target", str(target), "--drafter", str(root / "k1"), "--prompts", files[0],
+            "--out", str(tmp_path / "o")]
+    for extra, flag in ((["--methods", "ar,beam"], "methods"), (["--budgets", "0"], "budgets"),
+                        (["--temperatures", "-1"], "temperatures"), (["--passes", "0"], "passes"),
+                        (["--max-new-tokens", "0"], "max_new_tokens")):
+        assert mfd([*base, *extra]) == 2
+        assert flag in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_distill_under_torchrun_writes_the_same_data(run, tmp_path):
+    root, target, files = run
+    out = tmp_path / "data2"
+    proc = _torchrun(["distill", "--target", str(target), "--prompts", *files, "--out", str(out),
+                      "--max-new-tokens", "16", "--shard-size", "2", "--quiet"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # shard s was made by rank s % 2; answers are seeded per prompt, so the bytes are the same
+    for shard in sorted((root / "data").glob("shard-*.safetensors")):
+        assert (out / shard.name).read_bytes() == shard.read_bytes(), shard.name
