@@ -350,6 +350,7 @@ class BlockDrafter(nn.Module):
         if self.num_modes > 1:
             # context columns stay 0 (visible); the block columns are rewritten every round
             self._mask_buf = like.new_zeros((attn.rep * self.num_modes * self.block_size, cap))
+            self._block_mask = block_mode_mask(self.num_modes, self.block_size, attn.rep, like.dtype, like.device)
 
     @property
     def context_length(self) -> int:
@@ -377,8 +378,7 @@ class BlockDrafter(nn.Module):
         mask = None
         if k > 1:  # columns that held last round's block are context now: visible; then this block's
             self._mask_buf[:, n - t:n] = 0
-            self._mask_buf[:, n:n + k * s] = block_mode_mask(k, s, self.layers[0].self_attn.rep,
-                                                             self._mask_buf.dtype, dev)
+            self._mask_buf[:, n:n + k * s] = self._block_mask  # [rep*K*S, K*S]
             mask = self._mask_buf[:, :n + k * s]  # [rep*K*S, T+K*S], a view
         block_ids = torch.full((1, s), int(self.mask_token_id), dtype=torch.long, device=dev)
         block_ids[0, 0] = int(root_token)
