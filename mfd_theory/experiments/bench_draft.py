@@ -85,16 +85,22 @@ def slow_twin_module():
     return mod
 
 
-def _round_ms(obj, feats, context: int, cfg: BenchDraftConfig, torch) -> float:
-    """Feed ``context`` rows, then time ``rounds`` rounds of (append new_rows, draft a block)."""
+def round_ms(obj, feats, context: int, rounds: int, new_rows: int, torch) -> float:
+    """Feed ``context`` rows of ``feats`` [1, T, H], then time ``rounds`` rounds of (append
+    ``new_rows`` rows, draft a block); the fastest round in ms (CUDA work synchronised)."""
+    cuda = feats.device.type == "cuda"
     times = []
     with torch.no_grad():
         obj.reset()
         obj.draft_modes(feats[:, :context], 1)
-        for r in range(cfg.rounds):
-            a = context + r * cfg.new_rows
+        for r in range(rounds):
+            a = context + r * new_rows
+            if cuda:
+                torch.cuda.synchronize(feats.device)
             t0 = time.perf_counter()
-            obj.draft_modes(feats[:, a:a + cfg.new_rows], 1 + r)
+            obj.draft_modes(feats[:, a:a + new_rows], 1 + r)
+            if cuda:
+                torch.cuda.synchronize(feats.device)
             times.append(time.perf_counter() - t0)
     return 1e3 * min(times)
 
@@ -172,15 +178,15 @@ def run(config: BenchDraftConfig = BenchDraftConfig(), out_dir: str | None = Non
     prompts = {t: torch.randint(0, hf.config.vocab_size - 1, (t,), generator=g) for t in contexts}
     warm_up(target, drafters[max(modes)])
     for k in modes:  # first calls allocate buffers and pick kernels
-        _round_ms(drafters[k], feats, min(contexts), dataclasses.replace(config, rounds=1), torch)
+        round_ms(drafters[k], feats, min(contexts), 1, config.new_rows, torch)
     reps = []
     for _ in tqdm(range(config.repeats), desc="repeats", disable=not progress):
         rep = {"draft_ms": {}, "attention_ms": {}, "verify_ms": {}, "cache_cat_ms": {}}
         for k in modes:
             slow = twin.SlowDraftCache(drafters[k])
             for t in contexts:
-                rep["draft_ms"][f"after,K={k},T={t}"] = _round_ms(drafters[k], feats, t, config, torch)
-                rep["draft_ms"][f"before,K={k},T={t}"] = _round_ms(slow, feats, t, config, torch)
+                rep["draft_ms"][f"after,K={k},T={t}"] = round_ms(drafters[k], feats, t, config.rounds, config.new_rows, torch)
+                rep["draft_ms"][f"before,K={k},T={t}"] = round_ms(slow, feats, t, config.rounds, config.new_rows, torch)
                 rep["attention_ms"][f"K={k},T={t}"] = _attention_ms(drafters[k], t, config, torch)
         for t in contexts:
             rep["verify_ms"][t], rep["cache_cat_ms"][t] = _verify_ms(target, prompts[t], tree, config, torch)

@@ -26,13 +26,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from mfd_theory.results import Result, atomic_write_text, provenance
 
 from .bench_decode import PRESETS, BenchDecodeConfig, _device_tag, verify_profile
+from .bench_draft import round_ms
 
 TIE_RTOL = 0.02  # top-two logit gap, relative to max(1, |top logit|), below which bfloat16 rounding may flip argmax
 
@@ -171,11 +171,6 @@ class ReplayDrafter:
         return log_pi.to(self.device), torch.log_softmax(logits, dim=-1).to(self.device)
 
 
-def _sync(torch, dev):
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-
-
 def greedy_check(cfg: GpuCheckConfig, shape: str, torch, dev, dtype) -> list[dict]:
     from mfd_theory.llm import TargetModel, build_drafter
     from mfd_theory.llm.decode import METHODS, speculative_generate
@@ -217,21 +212,6 @@ def _compare(tokens: list[int], ref: list[int], scores) -> dict:
     return {"status": "near-tie" if tie else "FAIL", "first_diff": i, "gap": gap}
 
 
-def _round_ms(drafter, feats, context: int, repeats: int, torch, dev) -> float:
-    """Fastest of ``repeats`` rounds (4 new context rows, one drafted block) after ``context`` rows."""
-    times = []
-    with torch.no_grad():
-        drafter.reset()
-        drafter.draft_modes(feats[:, :context], 1)
-        for r in range(repeats):
-            _sync(torch, dev)
-            t0 = time.perf_counter()
-            drafter.draft_modes(feats[:, context + 4 * r: context + 4 * r + 4], 1)
-            _sync(torch, dev)
-            times.append(time.perf_counter() - t0)
-    return 1e3 * min(times)
-
-
 def latency(cfg: GpuCheckConfig, shape: str, sizes: list[int], contexts: list[int], torch, dev, dtype) -> dict:
     from mfd_theory.llm import TargetModel, build_drafter
     from mfd_theory.llm.warmup import warm_up
@@ -249,9 +229,9 @@ def latency(cfg: GpuCheckConfig, shape: str, sizes: list[int], contexts: list[in
     feats = drafters[1].hidden_norm(feats.to(dev, dtype)).detach()
     draft_ms = {}
     for k, d in drafters.items():
-        _round_ms(d, feats, min(contexts), 1, torch, dev)  # first call: buffers, kernels
+        round_ms(d, feats, min(contexts), 1, 4, torch)  # first call: buffers, kernels
         for t in contexts:
-            draft_ms[f"K={k},T={t}"] = _round_ms(d, feats, t, cfg.repeats, torch, dev)
+            draft_ms[f"K={k},T={t}"] = round_ms(d, feats, t, cfg.repeats, 4, torch)
     return {"profile": profile, "draft_ms": draft_ms}
 
 
