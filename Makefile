@@ -35,3 +35,8 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
+
+# CUDA machine (a CUDA build of torch==2.13.0): bf16 greedy equality of every method vs HF generate,
+# verify / drafting latency of a Qwen3-8B-shaped stack -> results/verify_latency_cuda.json, e2e micro
+gpu-check: $(STAMP)
+	$(BIN)/mfd bench gpu-check --device cuda

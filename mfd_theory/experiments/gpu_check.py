@@ -1,0 +1,317 @@
+"""GPU check and latency profile: greedy equality in bfloat16, verify and drafting latency, e2e.
+
+``make gpu-check`` (= ``mfd bench gpu-check --device cuda``) runs, on one CUDA device:
+
+1. **greedy equality.** A random target of Qwen3-8B's shape with ``check_layers`` layers
+   (bfloat16, SDPA); every method of :mod:`mfd_theory.llm.decode` decodes the same prompts with
+   (a) a random MFD drafter of K = ``num_modes`` (drafts mostly rejected: the bonus path) and
+   (b) a *replay* drafter that drafts HF's own continuation with one corrupted position in mode 0
+   (accepted paths, cache compaction). Every output must equal HF ``generate`` (greedy). A
+   divergence where HF's own top-two logits are closer than ``TIE_RTOL`` is reported as a
+   bfloat16 near-tie, any other divergence as a failure (exit status 1).
+2. **verify latency.** A Qwen3-8B-shaped stack of ``profile_layers`` layers (36 = the whole
+   model) after a ``profile_context``-token prompt: median verify time per tree size N, the AR
+   step and the block drafter's time, written to ``results/verify_latency_<device>.json`` in the
+   format :func:`mfd_theory.speedup.load_latency_profile` reads (read back to prove it).
+3. **drafting latency.** K = 1 and K = ``num_modes`` drafting rounds at ``draft_contexts`` on the
+   same stack (drafter width 4096, vocabulary 151,936).
+4. **e2e.** ``mfd e2e --preset micro --device <device>`` (``--e2e false`` skips it).
+
+``--small true`` runs all of it at the ``tiny`` bench shape (for ``--device cpu``: it proves the
+script runs; the numbers are not a GPU profile).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from mfd_theory.results import Result, atomic_write_text, provenance
+
+from .bench_decode import PRESETS, BenchDecodeConfig, _device_tag, verify_profile
+from .bench_draft import round_ms
+
+TIE_RTOL = 0.02  # top-two logit gap, relative to max(1, |top logit|), below which bfloat16 rounding may flip argmax
+
+
+@dataclass(frozen=True)
+class GpuCheckConfig:
+    device: str = "cuda"
+    small: bool = False  # tiny shape and short lists (a CPU run that proves the script works)
+    shape: str = ""  # a ``mfd bench decode`` preset shape; "" = qwen3-8b (tiny with --small)
+    dtype: str = "bfloat16"
+    check_layers: int = 4
+    profile_layers: int = 36
+    draft_layers: int = 5
+    block_size: int = 16
+    num_modes: int = 4
+    budget: int = 64
+    prompts: int = 2
+    prompt_len: int = 32
+    new_tokens: int = 32
+    init_std: float = 0.02
+    profile_context: int = 512
+    tree_sizes: str = "1,16,32,64,128,256,512,1024"
+    draft_contexts: str = "512,4096"
+    repeats: int = 5
+    e2e: bool = True
+    seed: int = 0
+    out: str = "results"
+
+
+SMALL = {"check_layers": 2, "profile_layers": 4, "draft_layers": 1, "prompts": 1, "new_tokens": 12,
+         "profile_context": 64, "tree_sizes": "1,16,64", "draft_contexts": "128,512", "repeats": 2}
+
+
+def effective(cfg: GpuCheckConfig) -> GpuCheckConfig:
+    """``--small``: the tiny shape's short lists (fields left at their defaults are replaced)."""
+    if not cfg.small:
+        return cfg
+    defaults = GpuCheckConfig()
+    return dataclasses.replace(cfg, **{k: v for k, v in SMALL.items() if getattr(cfg, k) == getattr(defaults, k)})
+
+
+def _ints(name: str, text: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{name}: expected comma-separated integers, got {text!r}") from None
+    if not vals or min(vals) < 1:
+        raise ValueError(f"{name}: expected positive integers, got {text!r}")
+    return vals
+
+
+def _check(cfg: GpuCheckConfig, torch):
+    if cfg.device not in ("cuda", "cpu") and not cfg.device.startswith("cuda:"):
+        raise ValueError(f"device: must be cuda, cuda:<i> or cpu, got {cfg.device!r}")
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device: {cfg.device!r} requested but CUDA is not available (use --device cpu --small true)")
+    if cfg.dtype not in ("bfloat16", "float16", "float32"):
+        raise ValueError(f"dtype: must be bfloat16, float16 or float32, got {cfg.dtype!r}")
+    for name in ("check_layers", "profile_layers", "draft_layers", "num_modes", "budget", "prompts", "prompt_len",
+                 "new_tokens", "profile_context", "repeats"):
+        if getattr(cfg, name) < 1:
+            raise ValueError(f"{name}: must be >= 1, got {getattr(cfg, name)}")
+    if cfg.block_size < 2:
+        raise ValueError(f"block_size: must be >= 2, got {cfg.block_size}")
+    if cfg.shape and cfg.shape not in PRESETS:
+        raise ValueError(f"shape: must be one of {sorted(PRESETS)}, got {cfg.shape!r}")
+    if not cfg.init_std > 0:
+        raise ValueError(f"init_std: must be > 0, got {cfg.init_std}")
+    return _ints("tree_sizes", cfg.tree_sizes), _ints("draft_contexts", cfg.draft_contexts)
+
+
+def random_qwen3(shape: str, layers: int, dtype, dev, seed: int, std: float, torch):
+    """A random Qwen3ForCausalLM of a ``mfd bench decode`` preset's shape with ``layers`` layers."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    v, h, _, nh, kv, hd, inter = PRESETS[shape]
+    cfg = Qwen3Config(vocab_size=v, hidden_size=h, num_hidden_layers=layers, num_attention_heads=nh,
+                      num_key_value_heads=kv, head_dim=hd, intermediate_size=inter, max_position_embeddings=32768,
+                      tie_word_embeddings=False, use_sliding_window=False, eos_token_id=None, pad_token_id=None,
+                      bos_token_id=None)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    with torch.device(dev):
+        model = Qwen3ForCausalLM(cfg)
+    g = torch.Generator(device=dev).manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+            elif name == "lm_head.weight":  # logits of std ~4: argmax far from ties, as in a trained model
+                p.normal_(0.0, 4.0 / h ** 0.5, generator=g)
+            else:
+                p.normal_(0.0, std, generator=g)
+    model = model.to(dtype).eval()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+class ReplayDrafter:
+    """Drafts a known continuation (HF's greedy output): mode 1 the true tokens, mode 0 the same
+    with one position changed, so trees are partly accepted. Tokens beyond the known continuation
+    are drafted as 0. Implements the drafter protocol of :mod:`mfd_theory.llm.decode`."""
+
+    def __init__(self, full, vocab: int, block_size: int, device, seed: int = 0):
+        import torch
+
+        self.full = [int(t) for t in full]  # prompt + HF continuation
+        self.vocab, self.block_size, self.num_modes = vocab, block_size, 2
+        self.mask_token_id, self.target_layer_ids, self.config = 0, [0], None
+        self.device = device
+        self.gen = torch.Generator().manual_seed(seed)
+        self.seq: list[int] = []
+
+    def reset(self):
+        self.seq = []
+
+    def observe_tokens(self, toks):
+        self.seq.extend(int(t) for t in toks)
+
+    def fuse_hidden(self, hidden_states):
+        return hidden_states[-1]
+
+    def draft_modes(self, ctx, root):
+        import torch
+
+        L, start = self.block_size - 1, len(self.seq) + 1  # the root sits at len(seq)
+        true = [self.full[i] if i < len(self.full) else 0 for i in range(start, start + L)]
+        wrong = list(true)
+        j = int(torch.randint(0, L, (1,), generator=self.gen))
+        wrong[j] = (wrong[j] + 1) % self.vocab
+        logits = torch.zeros(2, L, self.vocab)
+        for k, toks in enumerate((wrong, true)):
+            logits[k, torch.arange(L), torch.tensor(toks)] = 8.0
+        log_pi = torch.log(torch.tensor([0.7, 0.3]))
+        return log_pi.to(self.device), torch.log_softmax(logits, dim=-1).to(self.device)
+
+
+def greedy_check(cfg: GpuCheckConfig, shape: str, torch, dev, dtype) -> list[dict]:
+    from mfd_theory.llm import TargetModel, build_drafter
+    from mfd_theory.llm.decode import METHODS, speculative_generate
+
+    hf = random_qwen3(shape, cfg.check_layers, dtype, dev, cfg.seed, cfg.init_std, torch)
+    target = TargetModel(hf)
+    mfd = build_drafter(hf, cfg.block_size, 1, num_modes=cfg.num_modes, seed=cfg.seed)
+    g = torch.Generator().manual_seed(cfg.seed)
+    rows = []
+    for p in range(cfg.prompts):
+        prompt = torch.randint(0, hf.config.vocab_size, (cfg.prompt_len,), generator=g).to(dev)
+        with torch.no_grad():
+            # an explicit all-ones mask: otherwise generate masks prompt tokens equal to pad_token_id
+            out = hf.generate(prompt[None], attention_mask=torch.ones_like(prompt[None]), max_new_tokens=cfg.new_tokens,
+                              do_sample=False, output_scores=True, return_dict_in_generate=True)
+        ref = out.sequences[0, cfg.prompt_len:].tolist()
+        scores = [s[0].float() for s in out.scores]  # [V] per step
+        replay = ReplayDrafter(prompt.tolist() + ref, hf.config.vocab_size, cfg.block_size, dev, seed=p)
+        for name, drafter in (("random-mfd", mfd), ("replay", replay)):
+            for method in METHODS:
+                if name == "replay" and method == "ar":
+                    continue
+                res = speculative_generate(target, drafter, prompt, cfg.new_tokens, method, budget=cfg.budget)
+                rows.append({"prompt": p, "drafter": name, "method": method, "tau": res.tau,
+                             **_compare(res.tokens, ref, scores)})
+    return rows
+
+
+def _compare(tokens: list[int], ref: list[int], scores) -> dict:
+    """Equal, a bfloat16 near-tie at the first divergence, or a failure."""
+    if tokens == ref:
+        return {"status": "equal", "first_diff": None, "gap": None}
+    i = next((j for j, (a, b) in enumerate(zip(tokens, ref)) if a != b), min(len(tokens), len(ref)))
+    if i >= len(ref) or i >= len(tokens):
+        return {"status": "FAIL (length)", "first_diff": i, "gap": None}
+    s = scores[i]
+    gap = float(s[ref[i]] - s[tokens[i]])
+    tie = gap <= TIE_RTOL * max(1.0, abs(float(s[ref[i]])))
+    return {"status": "near-tie" if tie else "FAIL", "first_diff": i, "gap": gap}
+
+
+def latency(cfg: GpuCheckConfig, shape: str, sizes: list[int], contexts: list[int], torch, dev, dtype) -> dict:
+    from mfd_theory.llm import TargetModel, build_drafter
+    from mfd_theory.llm.warmup import warm_up
+
+    hf = random_qwen3(shape, cfg.profile_layers, dtype, dev, cfg.seed, cfg.init_std, torch)
+    target = TargetModel(hf)
+    drafters = {k: build_drafter(hf, cfg.block_size, cfg.draft_layers, num_modes=k, seed=cfg.seed)
+                for k in sorted({1, cfg.num_modes})}
+    warm_up(target, drafters[max(drafters)], budget=cfg.budget)
+    bcfg = BenchDecodeConfig(block_size=cfg.block_size, prompt_len=cfg.profile_context, seed=cfg.seed,
+                             profile_sizes=",".join(map(str, sizes)), profile_repeats=cfg.repeats)
+    profile = verify_profile(target, drafters[1], bcfg, torch, dev)
+    g = torch.Generator().manual_seed(cfg.seed)
+    feats = torch.randn(1, max(contexts) + 4 * (cfg.repeats + 1), hf.config.hidden_size, generator=g)
+    feats = drafters[1].hidden_norm(feats.to(dev, dtype)).detach()
+    draft_ms = {}
+    for k, d in drafters.items():
+        round_ms(d, feats, min(contexts), 1, 4, torch)  # first call: buffers, kernels
+        for t in contexts:
+            draft_ms[f"K={k},T={t}"] = round_ms(d, feats, t, cfg.repeats, 4, torch)
+    return {"profile": profile, "draft_ms": draft_ms}
+
+
+def run(config: GpuCheckConfig = GpuCheckConfig(), out_dir: str | None = None, progress: bool = True) -> Result:
+    import torch
+
+    from mfd_theory.speedup import load_latency_profile
+
+    cfg = effective(config)
+    sizes, contexts = _check(cfg, torch)
+    out_dir = Path(out_dir or cfg.out)
+    dev = torch.device(cfg.device)
+    dtype = getattr(torch, cfg.dtype)
+    shape = cfg.shape or ("tiny" if cfg.small else "qwen3-8b")
+    if progress:
+        print(f"gpu-check on {dev} ({shape} shape, {cfg.dtype}): greedy equality ...", flush=True)
+    rows = greedy_check(cfg, shape, torch, dev, dtype)
+    if progress:
+        print("verify and drafting latency ...", flush=True)
+    lat = latency(cfg, shape, sizes, contexts, torch, dev, dtype)
+    tag = _device_tag(torch, dev)
+    name = f"verify_latency_{dev.type}" if not cfg.small else f"verify_latency_{dev.type}_small"
+    desc = "" if dev.type == "cpu" else f" on {torch.cuda.get_device_name(dev)}"
+    prof = {"name": name, "device": tag + desc, "assumption": False,
+            "model": f"random {shape}-shaped Qwen3, {cfg.profile_layers} layers, {cfg.dtype}, batch 1, HF SDPA",
+            "note": (f"Measured by mfd bench gpu-check after a {cfg.profile_context}-token prompt; the draft time "
+                     f"is a {cfg.draft_layers}-layer block drafter (K = 1)."),
+            **lat["profile"], "provenance": provenance()}
+    path = out_dir / f"{name}.json"
+    atomic_write_text(path, json.dumps(prof, indent=1) + "\n")
+    load_latency_profile(path, make_monotone=True)  # the speedup model reads it
+    e2e = None
+    if cfg.e2e:
+        from .e2e import main as e2e_main
+
+        if progress:
+            print("mfd e2e --preset micro ...", flush=True)
+        res = e2e_main(["--preset", "micro", "--device", cfg.device, "--out", str(out_dir / "gpu_check_e2e"),
+                        *([] if progress else ["--quiet"])])
+        e2e = {"out": str(out_dir / "gpu_check_e2e"), "result": res.name}
+    data = {"device": tag, "shape": shape, "greedy": rows, "latency_profile": str(path),
+            "verify_profile": lat["profile"], "draft_ms": lat["draft_ms"], "e2e": e2e}
+    result = Result("gpu_check", dataclasses.asdict(cfg), data, seed=cfg.seed)
+    result.save(out_dir / f"gpu_check_{dev.type}{'_small' if cfg.small else ''}.json")
+    return result
+
+
+def report(result: Result) -> str:
+    d, c = result.data, result.config
+    lines = [f"gpu-check on {d['device']} ({d['shape']} shape, {c['dtype']})"]
+    counts: dict[str, int] = {}
+    for r in d["greedy"]:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+        if r["status"] != "equal":
+            lines.append(f"  {r['status']}: prompt {r['prompt']} {r['drafter']} {r['method']} first diff at "
+                         f"{r['first_diff']} (HF top-two gap {r['gap']})")
+    lines.append("greedy equality vs HF generate: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    p = d["verify_profile"]
+    lines.append(f"AR step {p['t_target_ms']:.2f} ms, draft (K = 1) {p['t_draft_ms']:.2f} ms; verify ms by N: "
+                 + ", ".join(f"{n}:{t:.2f}" for n, t in zip(p["tree_sizes"], p["verify_ms"])))
+    lines.append("drafting round ms: " + ", ".join(f"{k} {v:.2f}" for k, v in d["draft_ms"].items()))
+    lines.append(f"latency profile written to {d['latency_profile']}")
+    if d["e2e"]:
+        lines.append(f"e2e micro: results in {d['e2e']['out']}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> Result:
+    from ._config import add_dataclass_args, config_from_args
+
+    parser = argparse.ArgumentParser(prog="mfd bench gpu-check", description=__doc__.split("\n\n")[0])
+    add_dataclass_args(parser, GpuCheckConfig)
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    result = run(config_from_args(GpuCheckConfig, args), progress=not args.no_progress)
+    print(report(result))
+    if any(r["status"].startswith("FAIL") for r in result.data["greedy"]):
+        raise SystemExit(1)
+    return result
+
+
+if __name__ == "__main__":
+    main()

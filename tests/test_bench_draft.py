@@ -1,0 +1,34 @@
+"""bench draft and warm_up run end to end at a micro size (timings are not asserted)."""
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import llm_helpers  # noqa: E402,F401  (single-threaded torch)
+
+from mfd_theory.cli import main as cli_main  # noqa: E402
+from mfd_theory.experiments.bench_draft import BenchDraftConfig, report, run  # noqa: E402
+
+
+def test_bench_draft_micro(tmp_path):
+    cfg = BenchDraftConfig(preset="micro", block_size=4, contexts="8,40", modes="1,2", new_rows=2, rounds=2,
+                           verify_nodes=4, repeats=1)
+    res = run(cfg, out_dir=tmp_path, progress=False)
+    saved = json.loads((tmp_path / "bench_draft.json").read_text())
+    rep = saved["data"]["repeats"][0]
+    assert set(rep["draft_ms"]) == {f"{p},K={k},T={t}" for p in ("before", "after") for k in (1, 2) for t in (8, 40)}
+    assert all(v > 0 for v in rep["draft_ms"].values())
+    assert "after: K=2 T=40 / K=1 T=40" in saved["data"]["ratios"]
+    assert "target <= 2.5" in report(res)
+
+
+@pytest.mark.parametrize("argv,msg", [(["--modes", "2,4"], "modes: must include 1"),
+                                      (["--contexts", "0,8"], "contexts"),
+                                      (["--preset", "nope"], "preset")])
+def test_bench_draft_bad_input(tmp_path, capsys, argv, msg):
+    assert cli_main(["bench", "draft", "--out", str(tmp_path), *argv]) == 2
+    assert msg in capsys.readouterr().err
+    assert not (tmp_path / "bench_draft.json").exists()

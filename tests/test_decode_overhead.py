@@ -1,0 +1,52 @@
+"""Decoding's per-round work outside the forwards: top-k candidates against a slow twin, warm_up."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import llm_helpers  # noqa: E402,F401  (single-threaded torch)
+from llm_helpers import tiny_qwen3  # noqa: E402
+from reference_decode import slow_topk  # noqa: E402
+
+from mfd_theory.llm import build_drafter  # noqa: E402
+from mfd_theory.llm.decode import _topk, build_tree, speculative_generate  # noqa: E402
+from mfd_theory.llm.warmup import warm_up  # noqa: E402
+
+
+@pytest.mark.parametrize("shape,k", [((3, 5, 50), 7), ((4, 40), 40), ((2, 1, 9), 1)])
+def test_topk_equals_the_slow_twin(shape, k):
+    x = torch.log_softmax(torch.randn(shape, generator=torch.Generator().manual_seed(k)), dim=-1)
+    vals, ids = _topk(x, k)
+    ref_vals, ref_ids = slow_topk(x.numpy(), k)
+    # continuous random values have no ties, so the ids are unique and must match exactly
+    assert np.array_equal(ids, ref_ids) and np.array_equal(vals, ref_vals)
+    assert vals.dtype == np.float64 and ids.dtype == np.int64
+
+
+def test_topk_with_ties_picks_a_valid_top_set():
+    x = torch.tensor([[0.0, -1.0, 0.0, -1.0, -2.0, -1.0]])
+    vals, ids = _topk(x, 3)
+    ref_vals, _ = slow_topk(x.numpy(), 3)
+    assert np.array_equal(vals, ref_vals)  # the values are the same whatever tie is broken
+    assert np.array_equal(x.numpy()[0, ids[0]], vals[0]) and len(set(ids[0].tolist())) == 3
+
+
+def test_nan_drafts_are_still_refused():
+    log_q = torch.log_softmax(torch.randn(2, 3, 20), dim=-1)
+    log_q[1, 2, 5] = float("nan")
+    with pytest.raises(ValueError):
+        build_tree("mfd", torch.log_softmax(torch.zeros(2), 0), log_q, 8)
+
+
+def test_warm_up_runs_every_method_and_leaves_decoding_unchanged():
+    target = tiny_qwen3(seed=3)
+    drafter = build_drafter(target, block_size=4, num_layers=1, num_modes=2, seed=1)
+    prompt = torch.tensor([1, 2, 3, 4, 5])
+    before = speculative_generate(target, drafter, prompt, 8, "mfd", budget=8).tokens
+    warm_up(target, drafter, budget=8)
+    warm_up()  # the tree builders alone
+    assert speculative_generate(target, drafter, prompt, 8, "mfd", budget=8).tokens == before
+    with pytest.raises(ValueError, match="methods"):
+        warm_up(methods=("beam",))

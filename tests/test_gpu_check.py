@@ -1,0 +1,46 @@
+"""gpu-check runs end to end on CPU at a micro size; its greedy comparison tells ties from failures."""
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import llm_helpers  # noqa: E402,F401  (single-threaded torch)
+
+from mfd_theory.cli import main as cli_main  # noqa: E402
+from mfd_theory.experiments.gpu_check import GpuCheckConfig, _compare, report, run  # noqa: E402
+from mfd_theory.speedup import load_latency_profile  # noqa: E402
+
+
+def test_gpu_check_micro_on_cpu(tmp_path):
+    cfg = GpuCheckConfig(device="cpu", small=True, shape="micro", e2e=False, prompt_len=8, new_tokens=8,
+                         tree_sizes="1,4,16", draft_contexts="16,40", repeats=1, profile_context=16, budget=8,
+                         block_size=4, num_modes=2)
+    res = run(cfg, out_dir=tmp_path, progress=False)
+    greedy = res.data["greedy"]
+    assert {r["method"] for r in greedy} == {"ar", "chain", "ddtree", "mfd"}
+    assert all(r["status"] == "equal" for r in greedy), [r for r in greedy if r["status"] != "equal"]
+    assert max(r["tau"] for r in greedy if r["drafter"] == "replay") > 1.5  # trees were partly accepted
+    prof = load_latency_profile(tmp_path / "verify_latency_cpu_small.json", make_monotone=True)
+    assert list(prof.tree_sizes) == [1, 4, 16] and not prof.assumption
+    assert set(res.data["draft_ms"]) == {"K=1,T=16", "K=1,T=40", "K=2,T=16", "K=2,T=40"}
+    assert json.loads((tmp_path / "gpu_check_cpu_small.json").read_text())["name"] == "gpu_check"
+    assert "greedy equality vs HF generate: equal 7" in report(res)
+
+
+def test_compare_tells_a_near_tie_from_a_failure():
+    scores = [torch.tensor([5.0, 4.99, 0.0]), torch.tensor([5.0, 1.0, 0.0])]
+    assert _compare([0, 0], [0, 0], scores)["status"] == "equal"
+    assert _compare([1, 0], [0, 0], scores)["status"] == "near-tie"
+    assert _compare([0, 1], [0, 0], scores)["status"] == "FAIL"
+    assert _compare([0], [0, 0], scores)["status"] == "FAIL (length)"
+
+
+def test_cuda_without_a_gpu_is_a_clear_error(tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    assert cli_main(["bench", "gpu-check", "--device", "cuda", "--out", str(tmp_path)]) == 2
+    assert "CUDA is not available" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
