@@ -1,0 +1,214 @@
+"""Hybrid targets (Gated DeltaNet + attention): exact tree verification, commit, decoding."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+from scipy.stats import chisquare  # noqa: E402
+
+from llm_helpers import HYBRID_PATTERNS, DecoyDrafter, OracleDrafter, tiny_hybrid, tiny_qwen3  # noqa: E402
+
+from mfd_theory.llm import TargetModel, build_drafter  # noqa: E402
+from mfd_theory.llm.decode import METHODS, sampling_probs, speculative_generate  # noqa: E402
+from mfd_theory.llm.hybrid import gdn_state_bytes  # noqa: E402
+from mfd_theory.trees import DraftTree  # noqa: E402
+
+# float32 throughout: the tree runs HF's per-token recurrent kernel, a fresh prefill its chunked
+# kernel (different summation order), so values agree to rounding, far below 1e-4
+ATOL = 1e-4
+PROMPT = [3, 7, 1, 9, 4]
+
+
+def _hf_greedy(model, prompt, n):
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False)
+    return out[0, len(prompt):].tolist()
+
+
+def _full_logits(model, seq):
+    with torch.no_grad():
+        return model(torch.tensor([seq])).logits[0, -1].float()
+
+
+def _tree():
+    return DraftTree.from_paths([(5,), (9,), (5, 2), (5, 7), (9, 2), (5, 2, 11), (5, 7, 3), (9, 2, 2)])
+
+
+@pytest.mark.parametrize("arch,pattern", [("qwen3_5", "gdn_first"), ("qwen3_5", "attention_first"),
+                                          ("qwen3_5", "gdn_between"), ("qwen3_next", "gdn_first"),
+                                          ("qwen3_5_moe", "attention_first")])
+def test_verify_equals_recomputing_each_path(arch, pattern):
+    model = tiny_hybrid(arch, HYBRID_PATTERNS[pattern], seed=1)
+    t = TargetModel(model)
+    t.prefill(torch.tensor(PROMPT))
+    tree = _tree()
+    out = t.verify(42, tree)
+    assert torch.allclose(out.logits[0], _full_logits(model, PROMPT + [42]), atol=ATOL)
+    for i, path in enumerate(tree.paths()):
+        assert torch.allclose(out.logits[i + 1], _full_logits(model, PROMPT + [42] + list(path)), atol=ATOL), i
+
+
+def _cache_equal(t: TargetModel, model, seq):
+    """The target's cache against a fresh prefill of ``seq``: attention KV, conv windows, GDN states."""
+    ref = TargetModel(model, check_mask=False)
+    ref.prefill(torch.tensor(seq))
+    assert t.length == len(seq)
+    n_gdn = 0
+    for a, b in zip(t.cache.layers, ref.cache.layers):
+        if hasattr(a, "recurrent_states"):
+            n_gdn += 1
+            assert torch.allclose(a.conv_states[0], b.conv_states[0], atol=ATOL)
+            assert torch.allclose(a.recurrent_states[0], b.recurrent_states[0], atol=ATOL)
+        else:
+            assert a.keys.shape == b.keys.shape
+            assert torch.allclose(a.keys, b.keys, atol=ATOL) and torch.allclose(a.values, b.values, atol=ATOL)
+    assert n_gdn > 0
+
+
+class _Checked(TargetModel):
+    """A TargetModel that, after every commit, compares its cache with a fresh prefill."""
+
+    def prefill(self, input_ids, hidden=True):
+        self.seq = [int(x) for x in torch.as_tensor(input_ids).flatten()]
+        return super().prefill(input_ids, hidden)
+
+    def verify(self, root_token, tree=None, hidden=True, mask=None):
+        self._round = (int(root_token), tree)
+        return super().verify(root_token, tree, hidden, mask)
+
+    def commit(self, path=()):
+        super().commit(path)
+        root, tree = self._round
+        self.seq += [root] + [int(tree.token[i]) for i in path]
+        _cache_equal(self, self.model, self.seq)
+        self.checked = getattr(self, "checked", 0) + 1
+
+
+@pytest.mark.parametrize("gdn_commit", ["replay", "select"])
+@pytest.mark.parametrize("pattern", sorted(HYBRID_PATTERNS))
+def test_cache_equals_a_fresh_prefill_after_every_commit(pattern, gdn_commit):
+    model = tiny_hybrid("qwen3_5", HYBRID_PATTERNS[pattern], seed=2)
+    t = _Checked(model, gdn_commit=gdn_commit)
+    for drafter in (DecoyDrafter(model, 6, 2, seed=3), OracleDrafter(model, 6, 2, seed=3)):
+        res = speculative_generate(t, drafter, PROMPT, 16, "mfd", budget=32)
+        assert res.tokens == _hf_greedy(model, PROMPT, 16)
+    assert t.checked >= 4 and max(s.accepted for s in res.steps) >= 3
+
+
+def _sibling_rank(tree, i):
+    """Rank of node i among its siblings by the tree's score (0 = the first child)."""
+    sib = np.flatnonzero(tree.parent == tree.parent[i])
+    return int(np.sum(tree.log_score[sib] > tree.log_score[i]))
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("pattern", sorted(HYBRID_PATTERNS))
+def test_greedy_equals_hf_generate(pattern, attn):
+    model = tiny_hybrid("qwen3_5", HYBRID_PATTERNS[pattern], seed=0, attn=attn)
+    target = TargetModel(model)
+    ref = _hf_greedy(model, PROMPT, 24)
+    depth_seen = set()
+    for method in METHODS:
+        drafters = [DecoyDrafter(model, 6, 2, seed=1), OracleDrafter(model, 6, 1, seed=2)]
+        if method == "ar":
+            drafters = [None]
+        for drafter in drafters:
+            res = speculative_generate(target, drafter, PROMPT, 24, method, budget=32, keep_trees=True)
+            assert res.tokens == ref, (method, type(drafter).__name__)
+            if isinstance(drafter, DecoyDrafter) and method in ("ddtree", "mfd"):
+                for s in res.steps:  # the accepted path took a second sibling at every depth
+                    node = -1
+                    for d in range(s.accepted):
+                        kids = np.flatnonzero(s.tree.parent == node)
+                        nxt = [i for i in kids if s.node_log_cond[i] == 0.0]
+                        assert len(nxt) == 1
+                        node = nxt[0]
+                        assert _sibling_rank(s.tree, node) > 0
+                        depth_seen.add(d + 1)
+    assert {1, 2, 3} <= depth_seen
+
+
+@pytest.mark.parametrize("arch", ["qwen3_next", "qwen3_5_moe"])
+def test_greedy_equals_hf_generate_other_hybrids(arch):
+    model = tiny_hybrid(arch, HYBRID_PATTERNS["gdn_between"], seed=4)
+    target = TargetModel(model)
+    ref = _hf_greedy(model, PROMPT, 20)
+    for method, drafter in itertools.product(METHODS, ("decoy", "block")):
+        d = DecoyDrafter(model, 6, 2, seed=5) if drafter == "decoy" else build_drafter(model, 5, 1, 2, seed=6)
+        assert speculative_generate(target, d, PROMPT, 20, method, budget=24).tokens == ref, (method, drafter)
+
+
+def test_sampled_decoding_is_the_targets_own_sampling():
+    """End to end on a hybrid: 1,000 three-token continuations, V = 4, the four methods pooled:
+    the output distribution is the target's own (chi-square, cells with < 5 expected merged).
+    Fewer draws than the attention test (a hybrid round is slower); still ~16 per cell."""
+    V, T, n = 4, 0.7, 1_000
+    m = tiny_hybrid("qwen3_5", HYBRID_PATTERNS["gdn_first"], vocab_size=V, hidden_size=16, seed=3, init_std=0.5)
+    t = TargetModel(m)
+    d = build_drafter(m, block_size=3, num_layers=1, num_modes=2, seed=1)
+    prompt = [1, 2, 3]
+    counts = np.zeros(V ** 3)
+    methods = ("chain", "ddtree", "mfd", "ar")
+    for s in range(n):
+        res = speculative_generate(t, d, prompt, 3, methods[s % 4], budget=6, temperature=T, seed=s, metrics=False)
+        a, b, c = res.tokens
+        counts[(a * V + b) * V + c] += 1
+    seqs = torch.tensor([prompt + [a, b] for a in range(V) for b in range(V)])
+    with torch.no_grad():
+        lg = m(seqs).logits  # [V*V, 5, V]
+    p1 = sampling_probs(lg[0, 2], T)
+    p2 = sampling_probs(lg[:, 3], T).view(V, V, V)[:, 0]  # [a, b]
+    p3 = sampling_probs(lg[:, 4], T).view(V, V, V)  # [a, b, c]
+    exact = (p1[:, None, None] * p2[:, :, None] * p3).double().numpy().reshape(-1)
+    exp = exact * n
+    small = exp < 5
+    obs = np.append(counts[~small], counts[small].sum())
+    exp = np.append(exp[~small], exp[small].sum())
+    exp *= obs.sum() / exp.sum()
+    assert chisquare(obs, exp).pvalue > 1e-3
+
+
+# ------------------------------------------------------------------------------------ bad input
+class _Renamed(torch.nn.Module):
+    """A hybrid wrapped in another class: an architecture the tree verifier does not know."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.config = inner, inner.config
+
+    def forward(self, **kw):
+        return self.inner(**kw)
+
+
+def test_unknown_hybrid_architecture_is_refused():
+    m = tiny_hybrid("qwen3_5", HYBRID_PATTERNS["gdn_first"])
+    with pytest.raises(ValueError, match="architecture _Renamed"):
+        TargetModel(_Renamed(m))
+
+
+def test_sliding_window_layers_are_refused():
+    m = tiny_qwen3(num_layers=2)
+    m.config.layer_types = ["sliding_attention", "full_attention"]
+    m.config.sliding_window = 8
+    with pytest.raises(ValueError, match="DynamicSlidingWindowLayer"):
+        TargetModel(m)
+
+
+def test_bad_gdn_commit_is_refused():
+    with pytest.raises(ValueError, match="gdn_commit"):
+        TargetModel(tiny_hybrid("qwen3_5"), gdn_commit="rollback")
+
+
+def test_state_memory_of_a_27b_shaped_stack():
+    """Per GDN layer 48 value heads x 128 x 128 float32 = 3 MiB; 48 GDN layers of 64 in all."""
+    from transformers import Qwen3_5TextConfig
+
+    cfg = Qwen3_5TextConfig(hidden_size=5120, num_hidden_layers=64, linear_num_value_heads=48,
+                            linear_num_key_heads=16, linear_key_head_dim=128, linear_value_head_dim=128)
+    mem = gdn_state_bytes(cfg)
+    assert mem["gdn_layers"] == 48 and mem["recurrent_per_layer"] == 3 * 2 ** 20
+    assert mem["gdn_layers"] * mem["recurrent_per_layer"] == 144 * 2 ** 20
+    assert 144 * 2 ** 20 < mem["per_snapshot"] < 150 * 2 ** 20  # plus the conv windows (80 KiB a layer)
