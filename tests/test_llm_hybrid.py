@@ -212,3 +212,76 @@ def test_state_memory_of_a_27b_shaped_stack():
     assert mem["gdn_layers"] == 48 and mem["recurrent_per_layer"] == 3 * 2 ** 20
     assert mem["gdn_layers"] * mem["recurrent_per_layer"] == 144 * 2 ** 20
     assert 144 * 2 ** 20 < mem["per_snapshot"] < 150 * 2 ** 20  # plus the conv windows (80 KiB a layer)
+
+
+# ------------------------------------------------------------------------------------ drafters
+def _published_layout_checkpoint(directory, target, mask_token_id, target_layer_ids, sliding=False):
+    """A checkpoint directory laid out like z-lab's Qwen3.5 DFlash drafters, at a tiny size: a Qwen3
+    ``config.json`` with top-level ``block_size`` and ``num_target_layers``, ``dflash_config`` holding
+    only ``mask_token_id`` and ``target_layer_ids``, and DFlash's tensor names in safetensors."""
+    import json
+
+    from safetensors.torch import save_file
+
+    src = build_drafter(target, block_size=4, num_layers=2, seed=7, mask_token_id=mask_token_id,
+                        target_layer_ids=target_layer_ids)
+    cfg = target.config
+    layer_types = ["sliding_attention", "full_attention"] if sliding else ["full_attention"] * 2
+    config = {
+        "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "block_size": 4,
+        "num_target_layers": cfg.num_hidden_layers,
+        "dflash_config": {"mask_token_id": mask_token_id, "target_layer_ids": target_layer_ids},
+        "hidden_size": cfg.hidden_size, "intermediate_size": 2 * cfg.hidden_size, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": cfg.hidden_size // 4,
+        "vocab_size": cfg.vocab_size, "rms_norm_eps": 1e-6, "rope_theta": 10000000, "hidden_act": "silu",
+        "max_position_embeddings": 512, "attention_bias": False, "tie_word_embeddings": False,
+        "layer_types": layer_types, "use_sliding_window": sliding, "sliding_window": 8 if sliding else None,
+        "dtype": "bfloat16",
+    }
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps(config))
+    save_file({k: v.contiguous() for k, v in src.state_dict().items() if not k.startswith("rotary_emb.")},
+              str(directory / "model.safetensors"))
+    return src
+
+
+def test_published_qwen3_5_drafter_layout_loads_on_a_hybrid(tmp_path):
+    from mfd_theory.llm import load_drafter
+
+    model = tiny_hybrid("qwen3_5", HYBRID_PATTERNS["gdn_between"], seed=8)
+    src = _published_layout_checkpoint(tmp_path / "dflash", model, mask_token_id=60, target_layer_ids=[1, 2])
+    d = load_drafter(tmp_path / "dflash", model)
+    assert d.block_size == 4 and d.mask_token_id == 60 and d.target_layer_ids == [1, 2]
+    for (name, a), b in zip(d.state_dict().items(), src.state_dict().values()):
+        assert torch.equal(a, b), name
+    # target_layer_ids index the hybrid stack's hidden_states exactly as for Qwen3: [layer + 1]
+    t = TargetModel(model)
+    ids = torch.tensor(PROMPT)
+    _, hidden = t.prefill(ids)
+    with torch.no_grad():
+        ref = model(ids[None], output_hidden_states=True).hidden_states
+        assert len(hidden) == len(ref) == model.config.num_hidden_layers + 1
+        feats = d.hidden_norm(d.fc(torch.cat([ref[2], ref[3]], dim=-1)))
+    assert torch.allclose(d.fuse_hidden(hidden), feats, atol=ATOL)
+    res = speculative_generate(t, d, PROMPT, 12, "ddtree", budget=8)
+    assert res.tokens == _hf_greedy(model, PROMPT, 12)
+
+
+def test_sliding_window_draft_layers_are_refused(tmp_path):
+    from mfd_theory.llm import load_drafter
+
+    model = tiny_hybrid("qwen3_5", seed=8)
+    _published_layout_checkpoint(tmp_path / "dflash", model, 60, [0, 2], sliding=True)
+    with pytest.raises(ValueError, match="sliding-window"):
+        load_drafter(tmp_path / "dflash", model)
+
+
+def test_build_drafter_on_a_hybrid_uses_full_rotary_qwen3_layers():
+    from mfd_theory.llm.drafter import default_target_layer_ids
+
+    model = tiny_hybrid("qwen3_5", seed=8)
+    assert model.config.rope_parameters["partial_rotary_factor"] < 1
+    d = build_drafter(model, block_size=4, num_layers=2)
+    assert "partial_rotary_factor" not in d.config.rope_parameters
+    assert d.rotary_emb.inv_freq.numel() == d.config.head_dim // 2
+    assert d.target_layer_ids == default_target_layer_ids(3, 2)
