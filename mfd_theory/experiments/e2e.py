@@ -40,7 +40,8 @@ class E2EConfig:
     n_train: int = 6000
     n_heldout: int = 200
     vocab_size: int = 512
-    # target (Qwen3ForCausalLM)
+    # target (Qwen3ForCausalLM; target_arch "qwen3_5": the Qwen3.5 hybrid, 3 of 4 layers Gated DeltaNet)
+    target_arch: str = "qwen3"
     target_hidden: int = 128
     target_layers: int = 4
     target_heads: int = 4
@@ -118,6 +119,8 @@ def main(argv: list[str] | None = None) -> Result:
     for action in parser._actions:
         if action.dest == "preset":
             action.choices = sorted(PRESETS)
+        if action.dest == "target_arch":
+            action.choices = ["qwen3", "qwen3_5"]
     parser.add_argument("--out", default="results", help="output directory (default: results)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     if known.preset in PRESETS:
