@@ -285,3 +285,37 @@ def test_build_drafter_on_a_hybrid_uses_full_rotary_qwen3_layers():
     assert "partial_rotary_factor" not in d.config.rope_parameters
     assert d.rotary_emb.inv_freq.numel() == d.config.head_dim // 2
     assert d.target_layer_ids == default_target_layer_ids(3, 2)
+
+
+# ------------------------------------------------------------------------------------ pipeline
+def test_e2e_trains_and_decodes_a_hybrid_target(tmp_path):
+    """``mfd e2e --target-arch qwen3_5`` at a toy size: the target is a Qwen3.5 hybrid, every greedy
+    row equals ar's output (lossless), the same table is written."""
+    import json
+
+    from mfd_theory.experiments.e2e import main
+
+    main(["--preset", "micro", "--target-arch", "qwen3_5", "--out", str(tmp_path), "--quiet",
+          "--n-train", "200", "--seq-len", "32", "--target-steps", "6", "--drafter-steps", "4",
+          "--distill-prompts", "8", "--distill-gen-len", "12", "--eval-prompts", "1", "--max-new-tokens", "8",
+          "--temperatures", "0", "--budgets", "8", "--hf-assisted", "false"])
+    res = json.loads((tmp_path / "end_to_end.json").read_text())
+    assert res["config"]["target_arch"] == "qwen3_5"
+    target_cfg = json.loads(next((tmp_path / "cache").glob("target-*/model/config.json")).read_text())
+    assert target_cfg["architectures"] == ["Qwen3_5ForCausalLM"] and "linear_attention" in target_cfg["layer_types"]
+    rows = res["data"]["rows"]
+    assert {r["method"] for r in rows} == set(METHODS)
+    assert all(r["matches_ar"] for r in rows)
+
+
+def test_bench_hybrid_profile_micro():
+    from mfd_theory.experiments.bench_decode import BenchDecodeConfig, hybrid_profile, hybrid_table
+
+    cfg = BenchDecodeConfig(preset="micro", arch="qwen3_5", block_size=4, prompt_len=8, hybrid_sizes="1,4",
+                            profile_repeats=1)
+    prof = hybrid_profile(cfg, torch, torch.device("cpu"), torch.float32, progress=False)
+    assert [r["N"] for r in prof["rows"]] == [1, 4]
+    for r in prof["rows"]:
+        assert 0 < r["gdn_tree_ms"] <= r["replay_ms"] and r["gdn_chain_ms"] > 0 and 0 < r["gdn_share"] <= 1
+        assert r["commit_replay_ms"] > 0 and r["commit_select_ms"] > 0 and r["attention_ms"] > 0
+    assert "GDN tree / chain" in hybrid_table(prof)
