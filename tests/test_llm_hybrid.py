@@ -319,3 +319,29 @@ def test_bench_hybrid_profile_micro():
         assert 0 < r["gdn_tree_ms"] <= r["replay_ms"] and r["gdn_chain_ms"] > 0 and 0 < r["gdn_share"] <= 1
         assert r["commit_replay_ms"] > 0 and r["commit_select_ms"] > 0 and r["attention_ms"] > 0
     assert "GDN tree / chain" in hybrid_table(prof)
+
+
+# ------------------------------------------------------------------------------------ the tree rule
+@pytest.mark.parametrize("n_nodes,hk,seed", [(1, 2, 0), (7, 2, 1), (40, 1, 2), (40, 4, 3)])
+def test_tree_gated_delta_rule_equals_walking_each_path(n_nodes, hk, seed):
+    """The all-rows-at-once tree form against HF's one-token rule run along every row's path."""
+    from reference_hybrid import tree_gated_delta_rule_ref
+
+    from mfd_theory.llm.hybrid import _plan, tree_gated_delta_rule
+    from mfd_theory.trees import product_tree
+
+    g0 = torch.Generator().manual_seed(seed)
+    lq = torch.log_softmax(2.0 * torch.randn(6, 5, generator=g0), -1).double().numpy()
+    tree = product_tree(lq, n_nodes)
+    plan = _plan(tree.parent, tree.depth, 4, "cpu")
+    n, hv, dk, dv = n_nodes + 1, 4, 8, 6
+    q = torch.nn.functional.normalize(torch.randn(n, hk, dk, generator=g0), dim=-1)
+    k = torch.nn.functional.normalize(torch.randn(n, hk, dk, generator=g0), dim=-1)
+    v = torch.randn(n, hv, dv, generator=g0)
+    g = -torch.rand(n, hv, generator=g0) * 2  # log decays <= 0
+    beta = torch.rand(n, hv, generator=g0)
+    s0 = torch.randn(hv, dk, dv, generator=g0)
+    out, states = tree_gated_delta_rule(q, k, v, g, beta, s0, plan.ancestor, torch.arange(n))
+    ref_out, ref_states = tree_gated_delta_rule_ref(q, k, v, g, beta, s0, plan.parent_row)
+    # float32, one triangular solve vs a token-by-token recursion: rounding only
+    assert torch.allclose(out, ref_out, atol=1e-5) and torch.allclose(states, ref_states, atol=1e-5)

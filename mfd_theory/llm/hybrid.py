@@ -5,48 +5,49 @@ Qwen3.5 / Qwen3.6 (``Qwen3_5ForCausalLM``, ``Qwen3_5MoeForCausalLM``) and Qwen3-
 (``config.layer_types``). A GDN layer keeps no per-token keys and values: per sequence it carries a
 *conv window* (the last ``kernel`` pre-convolution inputs, ``[1, conv_dim, kernel]``) and a
 *recurrent state* ``S [1, Hv, Dk, Dv]`` (float32), advanced per token by the gated delta rule
-``S <- exp(g) S;  S <- S + k (beta (v - S^T k))^T;  o = S^T q``. Attention layers can look at a tree
-through an ancestor mask; a recurrence cannot: every node needs the window and the state of *its
-own* root path. So during a tree-verification forward each GDN module is run by
-:class:`HybridTree` depth by depth instead of once over the sequence:
+``S <- exp(g) S;  S <- S + k (beta (v - S^T k))^T;  o = S^T q``. Attention layers see a tree through
+an ancestor mask; a recurrence has no mask: every node needs the window and the state of *its own*
+root path.
 
-* the nodes of one depth form a batch of one-token sequences; each starts from its parent's conv
-  window and recurrent state (the root from the committed ones in the cache);
-* the batch goes through the module's *own* forward (the model's projections, its
-  ``causal_conv1d_update`` and ``torch_recurrent_gated_delta_rule``, its gated norm and output
-  projection), handed a small stand-in cache (:class:`_DepthCache`) that serves the parents'
-  states and collects the nodes' new ones. No model code is copied, and the per-token math is
-  exactly what the model runs when it decodes one token, so every node's output equals the
-  sequential forward of its path;
-* sequential steps per GDN layer = tree depth + 1 (root included), not the number of nodes.
+How a verify pass runs (:class:`HybridTree`). The model's own forward runs unchanged over
+``[root, nodes...]`` (embeddings, attention layers with the float ancestor mask, norms, dense or MoE
+MLPs, LM head, ``hidden_states``). Each GDN module also runs its own forward over all rows at once
+(its projections, gated norm and output projection batched over the tree), with two changes for
+the duration of the call:
 
-Attention layers, embeddings, norms, MLPs (dense or MoE) and the LM head run unchanged inside the
-model's own forward with the usual float ancestor mask; only the GDN modules' ``forward`` is
-swapped for the duration of the verify call (restored in a ``finally``).
+* it is handed a stand-in cache (:class:`_TreeCache`) that serves the committed window and state
+  and never writes them;
+* the two *sequence-level* functions its model file calls (``causal_conv1d_fn``,
+  ``torch_chunk_gated_delta_rule``) are swapped for tree-aware ones. The convolution gathers each
+  row's window along its own path (committed columns, then its ancestors) and applies the model
+  file's one-token ``causal_conv1d_update`` to all rows in one batched call. The delta rule is
+  :func:`tree_gated_delta_rule`: the chunked form of the rule with the causal mask replaced by the
+  ancestor mask, so every row's output equals the one-token rule run along its path, with no
+  per-node state and no loop over depths (one unit-triangular solve over the N+1 rows).
 
-Commit writes the GDN state of the last accepted node into the cache. Two designs (``gdn_commit``):
+No model code is copied: the model file's functions are swapped back in a ``finally``.
+
+Commit writes the GDN state after the last accepted node into the cache. Two designs
+(``gdn_commit``), both exact up to float rounding:
 
 ``"replay"`` (default)
     keep each GDN layer's *input* rows of the verify pass (``[N+1, H]`` per layer, the model's
-    dtype) and, at commit, run every GDN module once over the accepted path ``[root, accepted...]``
-    (at most L+1 tokens) from the round's starting state with the real cache: the module's own
-    cached multi-token path updates conv window and recurrent state in place. A node's GDN inputs
-    depend only on its path, so these are exactly the inputs a sequential forward of the accepted
-    tokens would feed the layer: no other layer is rerun. During verify only two depths of
-    recurrent states are alive per layer (parents and children).
+    dtype; a node's GDN inputs depend only on its path) and, at commit, rerun only the GDN modules
+    over the accepted path ``[root, accepted...]`` (at most L+1 rows) from the round's starting
+    state, keeping its last row's window and state. Memory per round: ``(N+1) x H`` per GDN layer.
 ``"select"``
-    keep every node's conv window and recurrent state of every GDN layer, and copy the last
-    accepted node's into the cache: no recomputation, but ``(N+1) x Hv x Dk x Dv`` float32 per GDN
-    layer held until commit (about 9 GiB for a 64-node tree on a Qwen3.5-27B-shaped stack).
+    have the verify pass compute every row's window and state and copy the last accepted row's.
+    Memory per round: ``(N+1) x Hv x Dk x Dv`` float32 per GDN layer (about 9 GiB for a 64-node
+    tree on a Qwen3.5-27B-shaped stack), and the states cost a product over all rows.
 
-Both give the committed sequence's state up to float rounding (the replay runs HF's chunked
-kernel over the path, the tree the per-token one); ``experiments/bench_decode`` times both.
+``mfd bench decode --arch qwen3_5`` times both.
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -57,6 +58,9 @@ __all__ = ["HYBRID_ARCHITECTURES", "GDN_COMMIT", "HybridTree", "gdn_state_bytes"
 # (get_conv_state / get_recurrent_state / update_recurrent_state / is_recording_past).
 HYBRID_ARCHITECTURES = ("Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen3NextForCausalLM")
 GDN_COMMIT = ("replay", "select")
+# The model file's functions a GDN forward calls: the two sequence-level ones are swapped during a
+# verify pass for tree-aware ones built on the two one-token ones.
+_MODEL_FUNCTIONS = ("causal_conv1d_fn", "torch_chunk_gated_delta_rule", "causal_conv1d_update", "l2norm")
 
 
 def is_hybrid_cache(cache) -> bool:
@@ -78,13 +82,14 @@ def gdn_state_bytes(config) -> dict:
             "per_snapshot": n_gdn * (rec + conv), "input_row_per_layer": config.hidden_size * 2}
 
 
-class _DepthCache:
-    """The cache a GDN module sees while one depth of the tree runs through it: the parents' conv
-    windows ``[B, conv_dim, kernel]`` (updated in place by the module's conv step into the nodes'
-    windows) and recurrent states ``[B, Hv, Dk, Dv]``; it collects the nodes' new states."""
+class _TreeCache:
+    """The cache a GDN module sees during a verify pass: it serves the committed conv window and
+    recurrent state, never writes them, and collects what the module produces for the nodes."""
 
-    def __init__(self, conv: torch.Tensor, rec: torch.Tensor):
-        self.conv, self.rec, self.new_rec = conv, rec, None
+    def __init__(self, ctx: "_Verify", idx: int, conv: torch.Tensor, rec: torch.Tensor):
+        self.ctx, self.idx = ctx, idx
+        self.conv, self.rec = conv.clone(), rec  # a single-token step updates its conv window in place
+        self.new_rec = None
 
     def get_conv_state(self, layer_idx, state_idx=0):
         return self.conv
@@ -95,40 +100,101 @@ class _DepthCache:
     def is_recording_past(self, layer_idx):
         return False
 
+    def update_conv_state(self, new, layer_idx=None, state_idx=0, conv_kernel_size=None, **kwargs):
+        # the module's next call is its conv over what this returns: committed window, then the nodes
+        self.ctx.layer = self.idx
+        return torch.cat([self.conv, new], dim=-1)  # [1, C, K + N+1]
+
     def update_recurrent_state(self, recurrent_states, layer_idx=None, state_idx=0, **kwargs):
         self.new_rec = recurrent_states
         return recurrent_states
 
-    def update_conv_state(self, *args, **kwargs):  # only reached by multi-token inputs, never here
-        raise RuntimeError("tree verification feeds GDN layers one token per node")
-
 
 @dataclass
-class _Depths:
-    """Rows of one verify pass grouped by depth (row 0 = root): per depth the rows, and for each row
-    the position of its parent within the previous depth's rows."""
+class _Verify:
+    """One verify pass: rows (0 = root, then the nodes) grouped by depth, each row's parent's
+    position in the previous depth, and the columns of each row's conv window after the row
+    (``window`` [N+1, K]: indices into [committed window (K columns) ; rows (N+1)])."""
 
     rows: list[torch.Tensor]
     parent_pos: list[torch.Tensor | None]
+    window: torch.Tensor
+    prev_window: torch.Tensor  # [N+1, K]: the window each row's conv step starts from (its parent's)
+    ancestor: torch.Tensor  # bool [N+1, N+1]: row i sees row j (j is i or one of its ancestors)
     parent_row: torch.Tensor  # [N+1] (-1 for the root)
+    layer: int = -1  # the GDN layer whose forward is running
+    keep: torch.Tensor | None = None  # rows whose conv window and recurrent state are kept (None: none)
+    conv_out: dict = field(default_factory=dict)  # per GDN layer: the kept rows' windows [R, C, K]
+    rec_out: dict = field(default_factory=dict)  # per GDN layer: the kept rows' states [R, Hv, Dk, Dv]
 
 
-def _depths(parent: torch.Tensor, depth: torch.Tensor, device) -> _Depths:
+def _plan(parent, depth, kernel: int, device) -> _Verify:
     """From node arrays (``parent`` [N], -1 for the root's children; ``depth`` [N], 1-based)."""
     parent, depth = torch.as_tensor(parent).long().cpu(), torch.as_tensor(depth).long().cpu()
     n1 = parent.numel() + 1
     prow = torch.cat([torch.tensor([-1]), parent + 1])  # [N+1]
     d = torch.cat([torch.tensor([0]), depth])  # [N+1]
     pos = torch.empty(n1, dtype=torch.long)
+    window = torch.empty((n1, kernel), dtype=torch.long)
+    prev_window = torch.empty((n1, kernel), dtype=torch.long)
+    committed = torch.arange(kernel)
     rows, ppos = [], []
     for k in range(int(d.max()) + 1):
         r = torch.nonzero(d == k).flatten()
         if r.numel() == 0:
             raise ValueError(f"tree: no node at depth {k} below deeper nodes (nodes must form a tree)")
         pos[r] = torch.arange(r.numel())
+        before = committed.expand(r.numel(), kernel) if k == 0 else window[prow[r]]  # [B, K]
+        prev_window[r] = before
+        window[r] = torch.cat([before[:, 1:], kernel + r[:, None]], dim=1)  # slide by the row itself
         rows.append(r.to(device))
         ppos.append(None if k == 0 else pos[prow[r]].to(device))
-    return _Depths(rows, ppos, prow)
+    anc = torch.eye(n1, dtype=torch.bool)
+    for r in range(1, n1):  # parents precede children: a row sees its parent's ancestors and itself
+        anc[r] |= anc[prow[r]]
+    return _Verify(rows, ppos, window.to(device), prev_window.to(device), anc.to(device), prow.to(device))
+
+
+def tree_gated_delta_rule(q, k, v, g, beta, state0, ancestor, state_rows: torch.Tensor | None = None):
+    """The gated delta rule over a tree, all rows at once: row i's output is what the one-token rule
+    gives after running from ``state0`` along i's root path (its ancestors, then i).
+
+    Shapes: q, k [n, Hk, Dk] (already L2-normalised when the model asks for it), v [n, Hv, Dv],
+    g, beta [n, Hv], state0 [Hv, Dk, Dv]; ``ancestor`` bool [n, n] (i sees j: j is i or an ancestor),
+    rows list parents first. Returns (out [n, Hv, Dv] float32, the states after rows ``state_rows``
+    [R, Hv, Dk, Dv] float32, or None).
+
+    Along one path the rule S_i = e^{g_i} S_{i-1} + k_i d_i^T, d_i = beta_i (v_i - (e^{g_i} S_{i-1})^T k_i)
+    unrolls, with G_i the sum of g over the path up to i, into
+        d_i + beta_i sum_{j < i on the path} e^{G_i - G_j} (k_i . k_j) d_j = beta_i (v_i - e^{G_i} S0^T k_i)
+        o_i = e^{G_i} S0^T q_i + sum_{j <= i on the path} e^{G_i - G_j} (q_i . k_j) d_j,
+    so for a tree "the path" is the ancestor mask: a unit lower-triangular solve for d and one masked
+    product for o, as in the chunked form of the rule with the causal mask replaced by ``ancestor``.
+    """
+    hv, dk = v.shape[1], k.shape[-1]
+    rep = hv // k.shape[1]
+    q = q.float().repeat_interleave(rep, dim=1).transpose(0, 1) * dk ** -0.5  # [Hv, n, Dk]
+    k = k.float().repeat_interleave(rep, dim=1).transpose(0, 1)  # [Hv, n, Dk]
+    v, g, beta = v.float().transpose(0, 1), g.float().t(), beta.float().t()  # [Hv, n, Dv], [Hv, n], [Hv, n]
+    n = v.shape[1]
+    G = g @ ancestor.t().float()  # [Hv, n]: sum of g over each row's path (its ancestors and itself)
+    s0 = state0.float()  # [Hv, Dk, Dv]
+    # e^{G_i - G_j} for j an ancestor-or-self of i, 0 elsewhere (masked before exp: no inf * 0)
+    diff = (G[:, :, None] - G[:, None, :]).masked_fill(~ancestor, float("-inf"))
+    decay = diff.exp()  # [Hv, n, n]
+    strict = decay.masked_fill(torch.eye(n, dtype=torch.bool, device=v.device), 0.0)
+    a = beta[:, :, None] * (k @ k.transpose(1, 2)) * strict  # [Hv, n, n] strictly lower triangular
+    eG = G.exp()[:, :, None]  # [Hv, n, 1]
+    rhs = beta[:, :, None] * (v - eG * (k @ s0))  # [Hv, n, Dv]
+    eye = torch.eye(n, dtype=a.dtype, device=a.device)
+    d = torch.linalg.solve_triangular(eye + a, rhs, upper=False, unitriangular=True)  # [Hv, n, Dv]
+    out = eG * (q @ s0) + ((q @ k.transpose(1, 2)) * decay) @ d  # [Hv, n, Dv]
+    states = None
+    if state_rows is not None:  # S_i = e^{G_i} S0 + sum_{j <= i on the path} e^{G_i - G_j} k_j d_j^T
+        w = decay[:, state_rows]  # [Hv, R, n]
+        states = eG[:, state_rows, :, None] * s0[:, None] + torch.einsum("hij,hjk,hjv->hikv", w, k, d)
+        states = states.transpose(0, 1)  # [R, Hv, Dk, Dv]
+    return out.transpose(0, 1), states
 
 
 class HybridTree:
@@ -168,59 +234,95 @@ class HybridTree:
                                  f"({type(module).__name__})")
             self.gdn[i] = module
         self.gdn_commit = gdn_commit
+        self.kernel = int(next(iter(self.gdn.values())).conv_kernel_size) if self.gdn else 0
+        # the model files whose GDN functions a verify pass swaps for tree-aware ones
+        self._files = list({type(m).__module__: sys.modules[type(m).__module__] for m in self.gdn.values()}.values())
+        for pymod in self._files:
+            missing = [name for name in _MODEL_FUNCTIONS if not callable(getattr(pymod, name, None))]
+            if missing:
+                raise ValueError(f"hf_model: {pymod.__name__} lacks the GDN functions {missing}")
+        self._ctx: _Verify | None = None
         self._inputs: dict[int, torch.Tensor] = {}  # replay: GDN input rows of the last verify
-        self._conv: dict[int, torch.Tensor] = {}  # select: every node's conv window
-        self._rec: dict[int, torch.Tensor] = {}  # select: every node's recurrent state
 
     # ------------------------------------------------------------------ verify
-    def _tree_forward(self, idx: int, module: nn.Module, kv_cache, dep: _Depths):
-        """The stand-in ``forward`` of GDN module ``idx`` for one verify pass."""
-        cls_forward = type(module).forward
-        select = self.gdn_commit == "select"
+    def _functions(self, ctx: _Verify, orig: dict) -> dict:
+        """Tree-aware stand-ins for the model file's two sequence-level GDN functions (the conv keeps
+        the file's own one-token conv step, batched over all rows)."""
+        conv_update, l2norm = orig["causal_conv1d_update"], orig["l2norm"]
 
-        def forward(hidden_states, cache=None, attention_mask=None, **kwargs):
-            h = hidden_states[0]  # [N+1, H]
-            layer = kv_cache.layers[idx]
-            conv0, rec0 = layer.conv_states[0], layer.recurrent_states[0]  # [1, C, K], [1, Hv, Dk, Dv]
-            out = torch.empty_like(h)
-            conv_all = conv0.new_empty((h.shape[0], *conv0.shape[1:]))  # [N+1, C, K]
-            recs = [] if select else None
-            prev_rec = rec0
-            for k, rows in enumerate(dep.rows):
-                if k == 0:
-                    conv, rec = conv0.clone(), rec0
-                else:
-                    prow = dep.rows[k - 1][dep.parent_pos[k]]
-                    conv, rec = conv_all[prow], prev_rec[dep.parent_pos[k]]  # gathered copies
-                dc = _DepthCache(conv, rec)
-                o = cls_forward(module, h[rows][:, None], cache=dc, attention_mask=None, **kwargs)  # [B, 1, H]
-                out[rows] = o[:, 0]
-                conv_all[rows] = dc.conv  # the module's conv step moved each window on by the node
-                prev_rec = dc.new_rec  # [B, Hv, Dk, Dv] float32
-                if select:
-                    recs.append((rows, prev_rec))
-            if select:
-                rec_all = prev_rec.new_empty((h.shape[0], *prev_rec.shape[1:]))  # [N+1, Hv, Dk, Dv]
-                for rows, r in recs:
-                    rec_all[rows] = r
-                self._conv[idx], self._rec[idx] = conv_all, rec_all
-            else:
-                self._inputs[idx] = h
-            return out[None]  # [1, N+1, H]
+        def causal_conv1d_fn(hidden_states, weight, bias=None, activation=None, **kwargs):
+            # hidden_states [1, C, K + N+1]: the committed window, then every row's pre-conv input
+            k = weight.shape[-1]
+            ext = hidden_states[0]  # [C, K + N+1]
+            state = ext[:, ctx.prev_window].permute(1, 0, 2).contiguous()  # [N+1, C, K] each row's parent window
+            x = ext[:, k:].t()[:, :, None]  # [N+1, C, 1]
+            out = conv_update(x, state, weight, bias, activation)  # [N+1, C, 1]; state -> the row's window
+            if ctx.keep is not None:
+                ctx.conv_out[ctx.layer] = state[ctx.keep]
+            return torch.cat([ext[None, :, :k], out[:, :, 0].t()[None]], dim=-1)  # [1, C, K + N+1]
 
-        return forward
+        def torch_chunk_gated_delta_rule(query, key, value, g, beta, chunk_size=64, initial_state=None,
+                                         output_final_state=False, use_qk_l2norm_in_kernel=False, **kwargs):
+            # query/key [1, N+1, Hk, Dk], value [1, N+1, Hv, Dv], g/beta [1, N+1, Hv]
+            q, k = query[0], key[0]
+            if use_qk_l2norm_in_kernel:  # the model file's own normalisation, in float32 as its kernels do
+                q, k = l2norm(q.float(), dim=-1, eps=1e-6), l2norm(k.float(), dim=-1, eps=1e-6)
+            out, states = tree_gated_delta_rule(q, k, value[0], g[0], beta[0], initial_state[0], ctx.ancestor,
+                                                ctx.keep)
+            if ctx.keep is not None:
+                ctx.rec_out[ctx.layer] = states
+            return out.to(query.dtype)[None], None
+
+        return {"causal_conv1d_fn": causal_conv1d_fn, "torch_chunk_gated_delta_rule": torch_chunk_gated_delta_rule}
 
     @contextlib.contextmanager
-    def verifying(self, cache, parent: torch.Tensor, depth: torch.Tensor, device):
-        """Inside the block, the model's forward over ``[root, nodes...]`` runs every GDN module
-        depth by depth over the tree (node arrays ``parent`` [N], ``depth`` [N]; empty for a plain
-        AR step). The cache's GDN states are read, never written."""
-        dep = _depths(parent, depth, device)
-        self._inputs, self._conv, self._rec = {}, {}, {}
+    def _swapped(self, ctx: _Verify):
+        """Inside the block the model files' sequence-level GDN functions are the tree-aware ones."""
+        saved = []
         try:
-            for idx, module in self.gdn.items():
-                module.forward = self._tree_forward(idx, module, cache, dep)
+            for pymod in self._files:
+                orig = {name: getattr(pymod, name) for name in _MODEL_FUNCTIONS}
+                saved.append((pymod, orig))
+                for name, fn in self._functions(ctx, orig).items():
+                    setattr(pymod, name, fn)
             yield
+        finally:
+            for pymod, orig in saved:
+                for name, fn in orig.items():
+                    setattr(pymod, name, fn)
+
+    def _run(self, idx: int, module: nn.Module, layer, ctx: _Verify, hidden_states, **kwargs):
+        """Module ``idx``'s own forward over rows ``hidden_states`` [1, R, H] from the committed state
+        in cache layer ``layer``, which it reads and leaves untouched."""
+        tc = _TreeCache(ctx, idx, layer.conv_states[0], layer.recurrent_states[0])
+        out = type(module).forward(module, hidden_states, cache=tc, attention_mask=None, **kwargs)  # [1, R, H]
+        if ctx.keep is not None and hidden_states.shape[1] == 1:  # the model's own one-token step ran
+            ctx.conv_out[idx], ctx.rec_out[idx] = tc.conv, tc.new_rec
+        return out
+
+    @contextlib.contextmanager
+    def verifying(self, cache, parent, depth, device):
+        """Inside the block, the model's forward over ``[root, nodes...]`` runs every GDN layer over
+        the tree (node arrays ``parent`` [N], ``depth`` [N]; empty for a plain AR step). The cache's
+        GDN states are read, never written."""
+        ctx = _plan(parent, depth, self.kernel, device)
+        if self.gdn_commit == "select":
+            ctx.keep = torch.arange(len(parent) + 1, device=device)
+        self._ctx, self._inputs = ctx, {}
+
+        def stand_in(idx, module):
+            def forward(hidden_states, cache=None, attention_mask=None, **kwargs):
+                if self.gdn_commit == "replay":
+                    self._inputs[idx] = hidden_states[0]  # [N+1, H]: depends on each row's path only
+                return self._run(idx, module, kv_cache.layers[idx], ctx, hidden_states, **kwargs)
+            return forward
+
+        kv_cache = cache
+        try:
+            with self._swapped(ctx):
+                for idx, module in self.gdn.items():
+                    module.forward = stand_in(idx, module)
+                yield
         finally:
             for module in self.gdn.values():
                 module.__dict__.pop("forward", None)
@@ -230,14 +332,19 @@ class HybridTree:
     def commit(self, cache, keep_rows: list[int]) -> None:
         """Write the GDN state after ``keep_rows`` (verify rows: 0 = root, then the accepted nodes)."""
         if self.gdn_commit == "select":
-            last = keep_rows[-1]
-            for idx in self.gdn:
-                layer = cache.layers[idx]
-                layer.conv_states[0].copy_(self._conv[idx][last: last + 1])
-                layer.recurrent_states[0].copy_(self._rec[idx][last: last + 1])
-        else:
-            rows = torch.tensor(keep_rows, device=next(iter(self._inputs.values())).device)
-            for idx, module in self.gdn.items():
-                # the module's own cached path: conv window and recurrent state advance in place
-                module(self._inputs[idx].index_select(0, rows)[None], cache=cache)  # [1, P, H]
-        self._inputs, self._conv, self._rec = {}, {}, {}
+            ctx, at = self._ctx, keep_rows[-1]
+        else:  # rerun the GDN modules over the accepted path only, keeping its last row's state
+            p = len(keep_rows)
+            dev = cache.layers[next(iter(self.gdn))].recurrent_states[0].device
+            ctx = _plan(torch.arange(-1, p - 2), torch.arange(1, p), self.kernel, dev)  # a chain
+            ctx.keep, at = torch.tensor([p - 1], device=ctx.window.device), 0
+            rows = torch.tensor(keep_rows, device=ctx.window.device)
+            with self._swapped(ctx):
+                for idx, module in self.gdn.items():
+                    self._run(idx, module, cache.layers[idx], ctx, self._inputs[idx].index_select(0, rows)[None])
+        for idx in self.gdn:
+            layer = cache.layers[idx]
+            layer.conv_states[0].copy_(ctx.conv_out[idx][at: at + 1])  # [1, C, K]
+            layer.recurrent_states[0].copy_(ctx.rec_out[idx][at: at + 1])  # [1, Hv, Dk, Dv]
+        self._ctx, self._inputs = None, {}
+
