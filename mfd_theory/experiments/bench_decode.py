@@ -219,11 +219,17 @@ def hybrid_profile(cfg: BenchDecodeConfig, torch, dev, dtype, progress: bool = T
             rows.append({"N": n, "depth": int(tree.depth.max()), **{k + "_ms": v for k, v in med.items()},
                          "gdn_share": med["gdn_tree"] / med["replay"],
                          "gdn_tree_over_chain": med["gdn_tree"] / med["gdn_chain"],
-                         "hybrid_over_attention": med["replay"] / med["attention"]})
+                         "hybrid_over_attention": med["replay"] / med["attention"],
+                         "round_replay_ms": med["replay"] + med["commit_replay"],
+                         "round_select_ms": med["select"] + med["commit_select"]})
     finally:
         for hnd in handles:
             hnd.remove()
-    return {"rows": rows, "state_bytes": gdn_state_bytes(hyb.config),
+    from transformers import Qwen3_5TextConfig
+
+    big = Qwen3_5TextConfig(hidden_size=5120, num_hidden_layers=64, linear_num_value_heads=48,
+                            linear_num_key_heads=16, linear_key_head_dim=128, linear_value_head_dim=128)
+    return {"rows": rows, "state_bytes": gdn_state_bytes(hyb.config), "state_bytes_27b": gdn_state_bytes(big),
             "layer_types": list(hyb.config.layer_types)}
 
 
@@ -388,13 +394,23 @@ def hybrid_table(prof: dict) -> str:
     lines = [f"hybrid layers {''.join('G' if t == 'linear_attention' else 'A' for t in prof['layer_types'])} "
              f"(G = Gated DeltaNet, A = attention); GDN state per sequence {sb['per_snapshot'] / 2 ** 10:.0f} KiB",
              "| N | depth | attention verify | hybrid verify | hybrid / attention | GDN in tree pass | GDN share | "
-             "GDN in chain pass | GDN tree / chain | commit replay | commit select |",
+             "GDN in chain pass | GDN tree / chain | replay: commit, verify + commit | "
+             "select: verify, commit, verify + commit |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in prof["rows"]:
         lines.append(f"| {r['N']} | {r['depth']} | {r['attention_ms']:.2f} | {r['replay_ms']:.2f} | "
                      f"{r['hybrid_over_attention']:.2f}x | {r['gdn_tree_ms']:.2f} | {100 * r['gdn_share']:.0f}% | "
-                     f"{r['gdn_chain_ms']:.2f} | {r['gdn_tree_over_chain']:.2f}x | {r['commit_replay_ms']:.2f} | "
-                     f"{r['commit_select_ms']:.2f} |")
+                     f"{r['gdn_chain_ms']:.2f} | {r['gdn_tree_over_chain']:.2f}x | {r['commit_replay_ms']:.2f}, "
+                     f"{r['round_replay_ms']:.2f} | {r['select_ms']:.2f}, {r['commit_select_ms']:.2f}, "
+                     f"{r['round_select_ms']:.2f} |")
+    big = prof.get("state_bytes_27b")
+    if big:
+        mib = 2 ** 20
+        lines.append(f"Qwen3.5-27B-shaped stack ({big['gdn_layers']} GDN layers): recurrent state "
+                     f"{big['recurrent_per_layer'] / mib:.1f} MiB per layer, {big['per_snapshot'] / mib:.1f} MiB per "
+                     f"node with conv windows; per round at N = 64: select keeps 65 snapshots = "
+                     f"{65 * big['per_snapshot'] / 2 ** 30:.2f} GiB, replay keeps 65 input rows per GDN layer = "
+                     f"{65 * big['gdn_layers'] * big['input_row_per_layer'] / mib:.1f} MiB (bf16)")
     return "\n".join(lines)
 
 
