@@ -49,6 +49,10 @@ def test_verify_equals_recomputing_each_path(arch, pattern):
     assert torch.allclose(out.logits[0], _full_logits(model, PROMPT + [42]), atol=ATOL)
     for i, path in enumerate(tree.paths()):
         assert torch.allclose(out.logits[i + 1], _full_logits(model, PROMPT + [42] + list(path)), atol=ATOL), i
+        with torch.no_grad():  # the hidden states the drafter reads, layer by layer
+            ref = model(torch.tensor([PROMPT + [42] + list(path)]), output_hidden_states=True).hidden_states
+        for a, b in zip(out.hidden_states, ref):
+            assert torch.allclose(a[0, i + 1], b[0, -1], atol=ATOL), i
 
 
 def _cache_equal(t: TargetModel, model, seq):
