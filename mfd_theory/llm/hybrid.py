@@ -34,7 +34,9 @@ Commit writes the GDN state after the last accepted node into the cache. Two des
     keep each GDN layer's *input* rows of the verify pass (``[N+1, H]`` per layer, the model's
     dtype; a node's GDN inputs depend only on its path) and, at commit, rerun only the GDN modules
     over the accepted path ``[root, accepted...]`` (at most L+1 rows) from the round's starting
-    state, keeping its last row's window and state. Memory per round: ``(N+1) x H`` per GDN layer.
+    state, keeping its last row's window and state. The root's state is kept by the verify pass,
+    so a round that accepts nothing reruns nothing. Memory per round: ``(N+1) x H`` per GDN layer
+    plus one snapshot.
 ``"select"``
     have the verify pass compute every row's window and state and copy the last accepted row's.
     Memory per round: ``(N+1) x Hv x Dk x Dv`` float32 per GDN layer (about 9 GiB for a 64-node
@@ -306,8 +308,9 @@ class HybridTree:
         the tree (node arrays ``parent`` [N], ``depth`` [N]; empty for a plain AR step). The cache's
         GDN states are read, never written."""
         ctx = _plan(parent, depth, self.kernel, device)
-        if self.gdn_commit == "select":
-            ctx.keep = torch.arange(len(parent) + 1, device=device)
+        # select keeps every row's state; replay keeps the root's (one snapshot), so a round that
+        # accepts no draft token (every AR step) commits without rerunning anything
+        ctx.keep = torch.arange(len(parent) + 1 if self.gdn_commit == "select" else 1, device=device)
         self._ctx, self._inputs = ctx, {}
 
         def stand_in(idx, module):
@@ -331,7 +334,7 @@ class HybridTree:
     @torch.no_grad()
     def commit(self, cache, keep_rows: list[int]) -> None:
         """Write the GDN state after ``keep_rows`` (verify rows: 0 = root, then the accepted nodes)."""
-        if self.gdn_commit == "select":
+        if self.gdn_commit == "select" or len(keep_rows) == 1:
             ctx, at = self._ctx, keep_rows[-1]
         else:  # rerun the GDN modules over the accepted path only, keeping its last row's state
             p = len(keep_rows)
