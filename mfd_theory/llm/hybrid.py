@@ -152,7 +152,8 @@ def _plan(parent, depth, kernel: int, device) -> _Verify:
         rows.append(r.to(device))
         ppos.append(None if k == 0 else pos[prow[r]].to(device))
     anc = torch.eye(n1, dtype=torch.bool)
-    for r in range(1, n1):  # parents precede children: a row sees its parent's ancestors and itself
+    for r in rows[1:]:  # depth by depth: a row sees what its parent sees, and itself
+        r = r.cpu()
         anc[r] |= anc[prow[r]]
     return _Verify(rows, ppos, window.to(device), prev_window.to(device), anc.to(device), prow.to(device))
 

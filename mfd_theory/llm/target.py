@@ -11,6 +11,7 @@ Verification input is ``[root, node tokens...]`` at positions ``start + depth`` 
 depth 0), and every query sees all cached context plus its own ancestors and itself. The mask is a
 *float additive* mask (0 visible, dtype minimum hidden): transformers 5.x passes a 4D mask through
 unchanged, and the eager kernel adds it to the scores, so a bool mask would be silently wrong.
+Hybrid targets (Gated DeltaNet + attention) are verified through :mod:`mfd_theory.llm.hybrid`.
 """
 
 from __future__ import annotations
