@@ -61,7 +61,9 @@ class TargetModel:
     """A frozen HF causal LM with a KV cache that tree verification can compact in place.
 
     ``hf_model`` must accept a 4D float attention mask (checked by a two-token probe at
-    construction: a model that ignores or rejects the mask raises ``ValueError``).
+    construction: a model that ignores or rejects the mask raises ``ValueError``). Hybrids
+    (Qwen3.5 / Qwen3-Next) are accepted; ``gdn_commit`` picks how their recurrent state is
+    committed ("replay" or "select", see :mod:`mfd_theory.llm.hybrid`).
     """
 
     def __init__(self, hf_model: nn.Module, check_mask: bool = True, gdn_commit: str = "replay"):
