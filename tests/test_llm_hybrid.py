@@ -351,3 +351,20 @@ def test_tree_gated_delta_rule_equals_walking_each_path(n_nodes, hk, seed):
     ref_out, ref_states = tree_gated_delta_rule_ref(q, k, v, g, beta, s0, plan.parent_row)
     # float32, one triangular solve vs a token-by-token recursion: rounding only
     assert torch.allclose(out, ref_out, atol=1e-5) and torch.allclose(states, ref_states, atol=1e-5)
+
+
+def test_a_failing_verify_restores_the_model():
+    """The GDN functions and module forwards swapped during a verify pass are restored even when
+    the forward raises (here an out-of-vocabulary node token), and the target stays usable."""
+    import transformers.models.qwen3_5.modeling_qwen3_5 as mq
+
+    model = tiny_hybrid("qwen3_5", HYBRID_PATTERNS["gdn_first"], seed=9)
+    before = (mq.causal_conv1d_fn, mq.torch_chunk_gated_delta_rule)
+    t = TargetModel(model)
+    t.prefill(torch.tensor(PROMPT))
+    with pytest.raises(IndexError):
+        t.verify(3, DraftTree.from_paths([(5,), (999,)]))
+    assert (mq.causal_conv1d_fn, mq.torch_chunk_gated_delta_rule) == before
+    assert all("forward" not in layer.linear_attn.__dict__ for layer in model.model.layers
+               if hasattr(layer, "linear_attn"))
+    assert speculative_generate(model, None, PROMPT, 6, "ar").tokens == _hf_greedy(model, PROMPT, 6)
