@@ -82,3 +82,69 @@ class OracleDrafter:
                 logits[k, torch.arange(L), torch.tensor(chain)] += 4.0
         log_pi = torch.log_softmax(torch.tensor([0.8, 0.2][: self.num_modes]).log(), dim=0)
         return log_pi, torch.log_softmax(logits, dim=-1)
+
+
+HYBRID_PATTERNS = {
+    "gdn_first": ["linear_attention", "full_attention", "linear_attention"],
+    "attention_first": ["full_attention", "linear_attention", "linear_attention"],
+    "gdn_between": ["full_attention", "linear_attention", "linear_attention", "full_attention"],
+}
+
+
+def tiny_hybrid(arch: str = "qwen3_5", layer_types=None, vocab_size: int = 64, hidden_size: int = 32,
+                seed: int = 0, attn: str = "eager", init_std: float = 0.2, eos_token_id: int | None = None,
+                max_position_embeddings: int = 512):
+    """A random hybrid (Gated DeltaNet + attention) causal LM in float32, eval mode: ``arch`` is
+    "qwen3_5" (Qwen3_5ForCausalLM), "qwen3_next" (Qwen3NextForCausalLM, MoE MLPs) or "qwen3_5_moe"
+    (Qwen3_5MoeForCausalLM)."""
+    from transformers import (Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig,
+                              Qwen3_5TextConfig, Qwen3NextConfig, Qwen3NextForCausalLM)
+
+    types = list(layer_types or HYBRID_PATTERNS["gdn_first"])
+    common = dict(
+        vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+        num_hidden_layers=len(types), layer_types=types, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=hidden_size // 4, linear_num_key_heads=2, linear_num_value_heads=4,
+        linear_key_head_dim=hidden_size // 4, linear_value_head_dim=hidden_size // 4, linear_conv_kernel_dim=4,
+        max_position_embeddings=max_position_embeddings, initializer_range=init_std, tie_word_embeddings=False,
+        eos_token_id=eos_token_id, pad_token_id=None, bos_token_id=None,
+    )
+    moe = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=hidden_size,
+               shared_expert_intermediate_size=hidden_size)
+    if arch == "qwen3_5":
+        cls, cfg = Qwen3_5ForCausalLM, Qwen3_5TextConfig(**common)
+    elif arch == "qwen3_next":
+        cls, cfg = Qwen3NextForCausalLM, Qwen3NextConfig(**common, **moe)
+    elif arch == "qwen3_5_moe":
+        cls, cfg = Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig(**common, **moe)
+    else:
+        raise ValueError(f"arch: unknown hybrid {arch!r}")
+    cfg._attn_implementation = attn
+    torch.manual_seed(seed)
+    model = cls(cfg).eval()
+    model.generation_config.eos_token_id = eos_token_id
+    model.generation_config.pad_token_id = eos_token_id if eos_token_id is not None else 0
+    return model
+
+
+class DecoyDrafter(OracleDrafter):
+    """Ranks a wrong *decoy* token above the target's greedy token at every drafted position, in
+    every mode, so each accepted node is a second (non-first) sibling: the tree walk then runs
+    through branches whose GDN state differs from the first child's at every depth."""
+
+    @torch.no_grad()
+    def draft_modes(self, ctx, root):
+        L, V = self.block_size - 1, self.model.config.vocab_size
+        ids = torch.tensor([self.seq + [int(root)]])
+        chain = []
+        for _ in range(L):
+            nxt = int(self.model(ids).logits[0, -1].argmax())
+            chain.append(nxt)
+            ids = torch.cat([ids, torch.tensor([[nxt]])], dim=1)
+        true = torch.tensor(chain)
+        decoy = (true + 1 + torch.randint(0, V - 1, (L,), generator=self.rng)) % V
+        logits = 0.3 * torch.randn(self.num_modes, L, V, generator=self.rng)
+        logits[:, torch.arange(L), decoy] = 7.0  # a small gap: second siblings stay in a small tree
+        logits[:, torch.arange(L), true] = 6.5
+        log_pi = torch.log_softmax(torch.zeros(self.num_modes), dim=0)
+        return log_pi, torch.log_softmax(logits, dim=-1)

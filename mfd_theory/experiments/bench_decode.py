@@ -63,6 +63,9 @@ class BenchDecodeConfig(Checked):
     threads: int = opt(0, "torch CPU threads (0: leave torch's default)", ge=0)
     seed: int = opt(0, "random seed", ge=0)
     out: str = opt("results", "output directory (the --out option)")
+    arch: str = opt("qwen3", "target architecture: qwen3, or qwen3_5 (the hybrid; adds the GDN tree-verification profile)",
+                    choices=("qwen3", "qwen3_5"))
+    hybrid_sizes: str = opt("1,16,32,64,128,256", "tree sizes of the hybrid profile (with --arch qwen3_5)")
 
     def validate(self) -> None:
         if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
@@ -124,6 +127,122 @@ def build_target(cfg: BenchDecodeConfig, torch, dev, dtype):
                 p.normal_(0.0, 0.02 if p.dim() > 1 else 0.0)
     _reset_rope(model, qcfg, dev)
     return model.eval(), f"random-{cfg.preset}"
+
+
+def build_pair(cfg: BenchDecodeConfig, torch, dev, dtype):
+    """(hybrid, attention): a random Qwen3.5 hybrid (3 of 4 layers Gated DeltaNet) and a Qwen3 of the
+    same preset size (hidden size, layers, heads, MLP), built with their own initialisers."""
+    from mfd_theory.llm.train import LMConfig, _lm_class, _qwen3_config
+
+    if cfg.preset not in PRESETS:
+        raise ValueError(f"preset: must be one of {sorted(PRESETS)}, got {cfg.preset!r}")
+    v, h, n, nh, kv, hd, inter = PRESETS[cfg.preset]
+    models = []
+    for arch in ("qwen3_5", "qwen3"):
+        lm = LMConfig(hidden_size=h, num_layers=n, num_heads=nh, num_kv_heads=kv, head_dim=hd,
+                      intermediate_size=inter, max_position_embeddings=32768, arch=arch)
+        hcfg = _qwen3_config(lm, v, None)
+        hcfg._attn_implementation = cfg.attn
+        torch.manual_seed(cfg.seed)
+        with torch.device(dev):
+            models.append(_lm_class(arch)(hcfg).to(dtype).eval())
+    return models[0], models[1]
+
+
+def _gdn_timer(target, torch, dev):
+    """Forward hooks on the GDN modules summing their wall time (synchronised on CUDA)."""
+    acc = {"s": 0.0}
+    handles = []
+    for module in target.hybrid.gdn.values():
+        def pre(mod, args, kwargs):
+            _sync(torch, dev)
+            acc["t0"] = time.perf_counter()
+
+        def post(mod, args, kwargs, out):
+            _sync(torch, dev)
+            acc["s"] += time.perf_counter() - acc["t0"]
+        handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+        handles.append(module.register_forward_hook(post, with_kwargs=True))
+    return acc, handles
+
+
+def hybrid_profile(cfg: BenchDecodeConfig, torch, dev, dtype, progress: bool = True) -> dict:
+    """Per tree size N, side by side in one run: verify latency of the hybrid and of the same-size
+    attention target; the GDN layers' time inside the hybrid's tree pass (and its share); the GDN
+    layers' time in a *chain* pass, i.e. the model's own forward over N new tokens from the same
+    cache; their ratio; and the commit time of both GDN commit designs (deepest path accepted)."""
+    from tqdm import tqdm
+
+    from mfd_theory.llm import TargetModel
+    from mfd_theory.llm.hybrid import gdn_state_bytes
+    from mfd_theory.trees import product_tree
+
+    hyb, att = build_pair(cfg, torch, dev, dtype)
+    sizes = [int(x) for x in cfg.hybrid_sizes.split(",") if x.strip()]
+    targets = {"attention": TargetModel(att), "replay": TargetModel(hyb, gdn_commit="replay"),
+               "select": TargetModel(hyb, gdn_commit="select")}
+    prompt = _prompts(cfg, torch, targets["attention"].vocab_size, dev)[0]
+    g = torch.Generator().manual_seed(cfg.seed + 1)
+    log_q = torch.log_softmax(3.0 * torch.randn(cfg.block_size - 1, 64, generator=g), dim=-1).double().numpy()
+    acc, handles = _gdn_timer(targets["replay"], torch, dev)
+    rows = []
+    try:
+        for n in tqdm(sizes, desc="hybrid profile", disable=not progress):
+            tree = product_tree(log_q, n)
+            deepest = [int(tree.depth.argmax())]
+            while tree.parent[deepest[-1]] >= 0:
+                deepest.append(int(tree.parent[deepest[-1]]))
+            path = deepest[::-1]
+            ids = torch.randint(0, targets["attention"].vocab_size - 1, (1, n), generator=g).to(dev)
+            rec = {k: [] for k in ("attention", "replay", "select", "gdn_tree", "chain", "gdn_chain",
+                                   "commit_replay", "commit_select")}
+            for rep in range(cfg.profile_repeats + 1):  # interleaved; the first repeat warms up
+                for name, t in targets.items():
+                    t.prefill(prompt, hidden=False)
+                    acc["s"] = 0.0
+                    _sync(torch, dev)
+                    t0 = time.perf_counter()
+                    t.verify(1, tree, hidden=False)
+                    _sync(torch, dev)
+                    t1 = time.perf_counter()
+                    gdn = acc["s"]  # GDN modules' time inside this verify pass only
+                    t.commit(path)
+                    _sync(torch, dev)
+                    t2 = time.perf_counter()
+                    if rep:
+                        rec[name].append(t1 - t0)
+                        if name != "attention":
+                            rec["commit_" + name].append(t2 - t1)
+                        if name == "replay":
+                            rec["gdn_tree"].append(gdn)
+                # the chain pass: the model's own forward over n new tokens from the same cache
+                t = targets["replay"]
+                t.prefill(prompt, hidden=False)
+                acc["s"] = 0.0
+                pos = torch.arange(t.length, t.length + n, device=dev)[None]
+                _sync(torch, dev)
+                t0 = time.perf_counter()
+                t._forward(ids, pos, None, t.cache, False)
+                _sync(torch, dev)
+                if rep:
+                    rec["chain"].append(time.perf_counter() - t0)
+                    rec["gdn_chain"].append(acc["s"])
+            med = {k: 1e3 * statistics.median(v) for k, v in rec.items() if v}
+            rows.append({"N": n, "depth": int(tree.depth.max()), **{k + "_ms": v for k, v in med.items()},
+                         "gdn_share": med["gdn_tree"] / med["replay"],
+                         "gdn_tree_over_chain": med["gdn_tree"] / med["gdn_chain"],
+                         "hybrid_over_attention": med["replay"] / med["attention"],
+                         "round_replay_ms": med["replay"] + med["commit_replay"],
+                         "round_select_ms": med["select"] + med["commit_select"]})
+    finally:
+        for hnd in handles:
+            hnd.remove()
+    from transformers import Qwen3_5TextConfig
+
+    big = Qwen3_5TextConfig(hidden_size=5120, num_hidden_layers=64, linear_num_value_heads=48,
+                            linear_num_key_heads=16, linear_key_head_dim=128, linear_value_head_dim=128)
+    return {"rows": rows, "state_bytes": gdn_state_bytes(hyb.config), "state_bytes_27b": gdn_state_bytes(big),
+            "layer_types": list(hyb.config.layer_types)}
 
 
 def _reset_rope(model, qcfg, dev):
@@ -194,9 +313,15 @@ def run(config: BenchDecodeConfig = BenchDecodeConfig(), out_dir: str | None = N
     from mfd_theory.llm import TargetModel, build_drafter, load_drafter
     from mfd_theory.llm.decode import METHODS, speculative_generate
 
+    if config.arch not in ("qwen3", "qwen3_5"):
+        raise ValueError(f"arch: must be 'qwen3' or 'qwen3_5', got {config.arch!r}")
+    hybrid = config.arch == "qwen3_5"
     torch, dev, dtype = _torch_setup(config)
     out_dir = Path(out_dir or config.out)
-    hf, model_name = build_target(config, torch, dev, dtype)
+    if hybrid and not config.target_dir:
+        hf, model_name = build_pair(config, torch, dev, dtype)[0], f"random-{config.preset}-qwen3_5"
+    else:
+        hf, model_name = build_target(config, torch, dev, dtype)
     target = TargetModel(hf)
     if config.drafter_dir:
         drafter = load_drafter(config.drafter_dir, target)
@@ -235,17 +360,19 @@ def run(config: BenchDecodeConfig = BenchDecodeConfig(), out_dir: str | None = N
             "dead_share": (sum(s.dead_share for s in steps if s.tree_size) / max(1, sum(1 for s in steps if s.tree_size))),
             "time_split_s": split, "overhead_share": overhead / step_time if step_time else float("nan"),
         }
-    profile = verify_profile(target, drafter, config, torch, dev)
     tag = _device_tag(torch, dev)
-    latency = {"name": f"verify_latency_{tag}", "device": tag, "model": model_name, "assumption": False,
-               **profile, "provenance": provenance()}
-    lat_path = out_dir / f"verify_latency_{tag}.json"
-    existed = lat_path.exists()
-    atomic_write_text(lat_path, json.dumps(latency, indent=1) + "\n")
-    wrote(lat_path, existed)
-    result = Result("bench_decode", dataclasses.asdict(config),
-                    {"device": tag, "model": model_name, "methods": methods, "verify_profile": profile},
-                    seed=config.seed)
+    data = {"device": tag, "model": model_name, "methods": methods}
+    if hybrid:  # a recurrent state cannot be cropped back: the hybrid gets its own profile
+        data["hybrid_profile"] = hybrid_profile(config, torch, dev, dtype, progress)
+    else:
+        profile = data["verify_profile"] = verify_profile(target, drafter, config, torch, dev)
+        latency = {"name": f"verify_latency_{tag}", "device": tag, "model": model_name, "assumption": False,
+                   **profile, "provenance": provenance()}
+        lat_path = out_dir / f"verify_latency_{tag}.json"
+        existed = lat_path.exists()
+        atomic_write_text(lat_path, json.dumps(latency, indent=1) + "\n")
+        wrote(lat_path, existed)
+    result = Result("bench_decode", dataclasses.asdict(config), data, seed=config.seed)
     existed = (out_dir / "bench_decode.json").exists()
     wrote(result.save(out_dir / "bench_decode.json"), existed)
     return result
@@ -265,12 +392,41 @@ def report(result: Result) -> str:
                      f"{r['mean_accepted']:6.2f} {r['mean_predicted']:6.2f} {r['mean_tree_size']:6.1f} "
                      f"{pct['draft']:6.1f}% {pct['tree']:6.1f}% {pct['verify']:6.1f}% {pct['walk']:6.1f}% "
                      f"{pct['commit']:6.1f}% {100 * r['overhead_share']:7.1f}%")
-    p = d["verify_profile"]
-    lines.append(f"AR target step {p['t_target_ms']:.2f} ms, draft {p['t_draft_ms']:.2f} ms; verify ms by N: "
-                 + ", ".join(f"{n}:{t:.2f}" for n, t in zip(p["tree_sizes"], p["verify_ms"])))
+    if "verify_profile" in d:
+        p = d["verify_profile"]
+        lines.append(f"AR target step {p['t_target_ms']:.2f} ms, draft {p['t_draft_ms']:.2f} ms; verify ms by N: "
+                     + ", ".join(f"{n}:{t:.2f}" for n, t in zip(p["tree_sizes"], p["verify_ms"])))
+    if "hybrid_profile" in d:
+        lines.append(hybrid_table(d["hybrid_profile"]))
     for m in ("ddtree", "mfd"):
         lines.append(f"outside the two forwards at N = {result.config['budget']} ({m}): "
                      f"{100 * d['methods'][m]['overhead_share']:.1f}% of a round (target < 10%)")
+    return "\n".join(lines)
+
+
+def hybrid_table(prof: dict) -> str:
+    """The hybrid profile as a markdown table (times are medians in ms)."""
+    sb = prof["state_bytes"]
+    lines = [f"hybrid layers {''.join('G' if t == 'linear_attention' else 'A' for t in prof['layer_types'])} "
+             f"(G = Gated DeltaNet, A = attention); GDN state per sequence {sb['per_snapshot'] / 2 ** 10:.0f} KiB",
+             "| N | depth | attention verify | hybrid verify | hybrid / attention | GDN in tree pass | GDN share | "
+             "GDN in chain pass | GDN tree / chain | replay: commit, verify + commit | "
+             "select: verify, commit, verify + commit |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in prof["rows"]:
+        lines.append(f"| {r['N']} | {r['depth']} | {r['attention_ms']:.2f} | {r['replay_ms']:.2f} | "
+                     f"{r['hybrid_over_attention']:.2f}x | {r['gdn_tree_ms']:.2f} | {100 * r['gdn_share']:.0f}% | "
+                     f"{r['gdn_chain_ms']:.2f} | {r['gdn_tree_over_chain']:.2f}x | {r['commit_replay_ms']:.2f}, "
+                     f"{r['round_replay_ms']:.2f} | {r['select_ms']:.2f}, {r['commit_select_ms']:.2f}, "
+                     f"{r['round_select_ms']:.2f} |")
+    big = prof.get("state_bytes_27b")
+    if big:
+        mib = 2 ** 20
+        lines.append(f"Qwen3.5-27B-shaped stack ({big['gdn_layers']} GDN layers): recurrent state "
+                     f"{big['recurrent_per_layer'] / mib:.1f} MiB per layer, {big['per_snapshot'] / mib:.1f} MiB per "
+                     f"node with conv windows; per round at N = 64: select keeps 65 snapshots = "
+                     f"{65 * big['per_snapshot'] / 2 ** 30:.2f} GiB, replay keeps 65 input rows per GDN layer = "
+                     f"{65 * big['gdn_layers'] * big['input_row_per_layer'] / mib:.1f} MiB (bf16)")
     return "\n".join(lines)
 
 

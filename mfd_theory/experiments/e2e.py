@@ -41,7 +41,9 @@ class E2EConfig(Checked):
     n_train: int = opt(6000, "training documents of the corpus", ge=1)
     n_heldout: int = opt(200, "held-out documents", ge=1)
     vocab_size: int = opt(512, "BPE vocabulary size", ge=64)
-    # target (Qwen3ForCausalLM)
+    # target (Qwen3ForCausalLM; target_arch "qwen3_5": the Qwen3.5 hybrid, 3 of 4 layers Gated DeltaNet)
+    target_arch: str = opt("qwen3", "target architecture: qwen3 (attention) or qwen3_5 (Gated DeltaNet hybrid)",
+                           choices=("qwen3", "qwen3_5"))
     target_hidden: int = opt(128, "target hidden size", ge=1)
     target_layers: int = opt(4, "target decoder layers", ge=1)
     target_heads: int = opt(4, "target attention heads", ge=1)

@@ -68,6 +68,11 @@ _CONFIG_COPY_KEYS = (
 )
 
 
+# Mask token of z-lab's published drafters, by the target tokenizer's vocabulary size.
+_PUBLISHED_MASK_IDS = {151936: 151669, 248320: 248070}
+_TARGET_ONLY_ROPE_KEYS = ("partial_rotary_factor", "mrope_section", "mrope_interleaved")
+
+
 def default_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:
     """DFlash's default: one draft layer -> [n // 2]; otherwise evenly spaced over 1..n-3, rounded."""
     n = int(num_target_layers)
@@ -478,6 +483,10 @@ def _check_compatible(drafter: BlockDrafter, config, tcfg) -> None:
 def _drafter_config(tcfg, block_size: int, num_layers: int, target_layer_ids, mask_token_id, num_modes: int):
     src = tcfg.to_dict()
     kw = {key: src[key] for key in _CONFIG_COPY_KEYS if key in src and src[key] is not None}
+    if isinstance(kw.get("rope_parameters"), dict):
+        # Hybrid targets rotate part of each head (and Qwen3.5 sections it for images); the draft
+        # layers are Qwen3 layers with full rotary, as in the published Qwen3.5 drafters.
+        kw["rope_parameters"] = {k: v for k, v in kw["rope_parameters"].items() if k not in _TARGET_ONLY_ROPE_KEYS}
     dcfg = {"target_layer_ids": list(target_layer_ids), "mask_token_id": int(mask_token_id), "block_size": block_size}
     if num_modes > 1:
         dcfg["num_modes"] = num_modes
@@ -493,7 +502,10 @@ def build_drafter(target: Any, block_size: int, num_layers: int, num_modes: int 
                   mask_token_id: int | None = None, target_layer_ids: list[int] | None = None) -> BlockDrafter:
     """A randomly initialised drafter sized to ``target`` (BlockDrafter if num_modes == 1, else MFD).
 
-    ``mask_token_id`` defaults to the last id of the vocabulary (real Qwen3 drafters use 151669).
+    ``mask_token_id`` defaults to the id z-lab's published drafters use for the target's tokenizer
+    (151669 for Qwen3's 151,936-token vocabulary, 248070 for Qwen3.5/3.6's 248,320), otherwise to
+    the last id of the vocabulary. Hybrid targets (Qwen3.5, Qwen3-Next) get the same Qwen3 draft
+    layers; ``target_layer_ids`` index the hybrid stack's ``hidden_states`` as for Qwen3.
     Placed on the target's device and dtype.
     """
     hf = _hf_model(target)
@@ -505,7 +517,8 @@ def build_drafter(target: Any, block_size: int, num_layers: int, num_modes: int 
     if int(num_modes) < 1:
         raise ValueError(f"num_modes: must be >= 1, got {num_modes}")
     ids = target_layer_ids or default_target_layer_ids(tcfg.num_hidden_layers, int(num_layers))
-    mask_id = tcfg.vocab_size - 1 if mask_token_id is None else int(mask_token_id)
+    default_mask = _PUBLISHED_MASK_IDS.get(int(tcfg.vocab_size), tcfg.vocab_size - 1)
+    mask_id = default_mask if mask_token_id is None else int(mask_token_id)
     cfg = _drafter_config(tcfg, int(block_size), int(num_layers), ids, mask_id, int(num_modes))
     param = next(hf.parameters())
     gen = torch.Generator().manual_seed(int(seed))

@@ -4,7 +4,7 @@ Stages (each cached under ``cache_dir`` in a directory named by a hash of everyt
 a rerun skips what is done and a changed option retrains only what depends on it):
 
 1. corpus + BPE tokenizer                  ``corpus-<h>/``
-2. target Qwen3ForCausalLM                 ``target-<h>/model`` (save_pretrained) + loss curve
+2. target Qwen3 (or Qwen3.5 hybrid) LM     ``target-<h>/model`` (save_pretrained) + loss curve
 3. plain draft LM (HF assisted baseline)   ``draftlm-<h>/model``
 4. self-distillation data                  ``distill-<h>.npy`` (the target's T=1 continuations)
 5. drafters K = 1 and K in ``modes``       ``drafter-k<K>-<h>/drafter`` (DFlash format) + curve
@@ -46,7 +46,7 @@ from .evaluate import (
     decode_cells, format_gains, make_cells, mfd_gains, per_prompt_records, prediction_summary, rows_from_records,
 )
 from .train import (
-    DrafterTrainConfig, LMConfig, LMTrainConfig, config_hash, make_distill_data,
+    LM_ARCHS, DrafterTrainConfig, LMConfig, LMTrainConfig, config_hash, make_distill_data,
     mode_diagnostics, target_fingerprint, train_drafter, train_lm,
 )
 
@@ -101,7 +101,7 @@ def _lm_configs(cfg, draft: bool):
         arch = LMConfig(hidden_size=cfg.target_hidden, num_layers=cfg.target_layers,
                         num_heads=cfg.target_heads, num_kv_heads=cfg.target_kv_heads,
                         head_dim=cfg.target_hidden // cfg.target_heads,
-                        intermediate_size=cfg.target_intermediate)
+                        intermediate_size=cfg.target_intermediate, arch=cfg.target_arch)
         steps = cfg.target_steps
     train = LMTrainConfig(seq_len=cfg.seq_len, batch_size=cfg.target_batch, steps=steps,
                           lr=cfg.target_lr, warmup=max(1, steps // 20), ckpt_every=cfg.ckpt_every,
@@ -220,6 +220,8 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
         raise ValueError(f"budgets: need positive budgets, got {cfg.budgets}")
     if cfg.timing_passes < 1:
         raise ValueError(f"timing_passes: must be >= 1, got {cfg.timing_passes}")
+    if cfg.target_arch not in LM_ARCHS:
+        raise ValueError(f"target_arch: must be one of {LM_ARCHS}, got {cfg.target_arch!r}")
     if any(k < 2 for k in cfg.modes):
         raise ValueError(f"modes: MFD drafters need K >= 2, got {cfg.modes}")
     torch.set_num_threads(cfg.threads)
@@ -242,7 +244,8 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
         p.requires_grad_(False)
 
     draft_lm, draft_curve = None, []
-    if cfg.hf_assisted:
+    # HF's assisted generation cannot roll a recurrent (GDN) state back: no baseline on hybrids
+    if cfg.hf_assisted and cfg.target_arch == "qwen3":
         darch, dtrain = _lm_configs(cfg, draft=True)
         t = time.perf_counter()
         draft_lm, draft_curve = train_lm(corpus, cache / f"draftlm-{config_hash(darch, dtrain, corpus.config)}",

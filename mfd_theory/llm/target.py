@@ -11,6 +11,7 @@ Verification input is ``[root, node tokens...]`` at positions ``start + depth`` 
 depth 0), and every query sees all cached context plus its own ancestors and itself. The mask is a
 *float additive* mask (0 visible, dtype minimum hidden): transformers 5.x passes a 4D mask through
 unchanged, and the eager kernel adds it to the scores, so a bool mask would be silently wrong.
+Hybrid targets (Gated DeltaNet + attention) are verified through :mod:`mfd_theory.llm.hybrid`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+
+from .hybrid import HybridTree, is_hybrid_cache
 
 __all__ = ["TargetModel", "VerifyOutput", "ancestor_mask", "tree_attention_mask"]
 
@@ -72,10 +75,12 @@ class TargetModel:
     """A frozen HF causal LM with a KV cache that tree verification can compact in place.
 
     ``hf_model`` must accept a 4D float attention mask (checked by a two-token probe at
-    construction: a model that ignores or rejects the mask raises ``ValueError``).
+    construction: a model that ignores or rejects the mask raises ``ValueError``). Hybrids
+    (Qwen3.5 / Qwen3-Next) are accepted; ``gdn_commit`` picks how their recurrent state is
+    committed ("replay" or "select", see :mod:`mfd_theory.llm.hybrid`).
     """
 
-    def __init__(self, hf_model: nn.Module, check_mask: bool = True):
+    def __init__(self, hf_model: nn.Module, check_mask: bool = True, gdn_commit: str = "replay"):
         if not isinstance(hf_model, nn.Module) or not hasattr(hf_model, "config"):
             raise ValueError("hf_model: expected a Hugging Face causal LM (an nn.Module with a config)")
         self.model = hf_model.eval()
@@ -101,10 +106,14 @@ class TargetModel:
         self._pending_parent = np.empty(0, dtype=np.int64)  # the verified tree's parents (-1 = root)
         from transformers.cache_utils import DynamicLayer
 
-        odd = {type(layer).__name__ for layer in self._new_cache().layers if type(layer) is not DynamicLayer}
-        if odd:  # sliding-window / linear-attention layers cannot be compacted row by row
+        probe_cache = self._new_cache()
+        self.hybrid = None  # the GDN side of a hybrid target (mfd_theory.llm.hybrid)
+        if is_hybrid_cache(probe_cache):
+            self.hybrid = HybridTree(hf_model, probe_cache, gdn_commit)
+        odd = {type(layer).__name__ for layer in probe_cache.layers if type(layer) is not DynamicLayer}
+        if odd and self.hybrid is None:  # sliding-window layers cannot be compacted row by row
             raise ValueError(f"hf_model: cache layers {sorted(odd)} are not supported (full attention only)")
-        if check_mask:
+        if check_mask and (self.hybrid is None or self.hybrid.kv_layers):
             self._probe_4d_mask()
 
     # ------------------------------------------------------------------ helpers
@@ -121,6 +130,12 @@ class TargetModel:
         kwargs = {self._cache_name: cache}
         return self.model(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True,
                           output_hidden_states=hidden, **kwargs)
+
+    def _kv_layers(self):
+        """The cache layers holding attention KV rows (all of them unless the target is a hybrid)."""
+        if self.hybrid is None:
+            return self.cache.layers
+        return [self.cache.layers[i] for i in self.hybrid.kv_layers]
 
     def _probe_4d_mask(self) -> None:
         """Two tokens; hiding token 0 from token 1 must change token 1's logits."""
@@ -195,7 +210,12 @@ class TargetModel:
         if mask.shape != (1, 1, n + 1, self.length + n + 1):
             raise ValueError(f"mask: expected shape {(1, 1, n + 1, self.length + n + 1)}, got {tuple(mask.shape)}")
         pos = (self.length + depth).to(self.device)[None]
-        out = self._forward(ids.to(self.device), pos, mask, self.cache, hidden)
+        if self.hybrid is None:
+            out = self._forward(ids.to(self.device), pos, mask, self.cache, hidden)
+        else:  # GDN layers run depth by depth over the tree, each node from its parent's state
+            parent = np.asarray(tree.parent) if n else np.zeros(0, np.int64)
+            with self.hybrid.verifying(self.cache, parent, depth[1:], self.device):
+                out = self._forward(ids.to(self.device), pos, mask, self.cache, hidden)
         self._pending = n + 1
         self._pending_parent = np.asarray(tree.parent, dtype=np.int64) if n else np.empty(0, dtype=np.int64)
         return VerifyOutput(out.logits[0].float(), out.hidden_states if hidden else None)
@@ -224,12 +244,15 @@ class TargetModel:
         if keep_rel != list(range(n_keep)):  # rows already in place when the path is a prefix
             keep = torch.tensor([self.length + r for r in keep_rel], device=self.device)
             dst = slice(self.length, self.length + n_keep)
-            for layer in self.cache.layers:
+            for layer in self._kv_layers():
                 # [B, kvh, length + pending, d]: move the kept rows down in place (index_select
                 # copies them out first, so source and destination may overlap)
                 layer.keys[:, :, dst] = layer.keys.index_select(2, keep)
                 layer.values[:, :, dst] = layer.values.index_select(2, keep)
         if self._pending > n_keep:
-            self.cache.crop(n_keep - self._pending)  # drop the rest; a view, no copy of the cache
+            for layer in self._kv_layers():
+                layer.crop(n_keep - self._pending)  # drop the rest; a view, no copy of the cache
+        if self.hybrid is not None:
+            self.hybrid.commit(self.cache, keep_rel)
         self.length += n_keep
         self._pending = 0

@@ -65,7 +65,9 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class LMConfig:
-    """Architecture of a small Qwen3ForCausalLM (the target, or a draft LM for HF assisted generation)."""
+    """Architecture of a small causal LM (the target, or a draft LM for HF assisted generation):
+    ``arch`` "qwen3" is a Qwen3ForCausalLM, "qwen3_5" a hybrid Qwen3_5ForCausalLM (every fourth
+    layer full attention, the others Gated DeltaNet, the last layer attention if fewer than four)."""
 
     hidden_size: int = 128
     num_layers: int = 4
@@ -74,6 +76,7 @@ class LMConfig:
     head_dim: int = 32
     intermediate_size: int = 384
     max_position_embeddings: int = 1024
+    arch: str = "qwen3"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -303,22 +306,51 @@ def _finish(run_dir: Path, curve: list) -> None:
 # language models (target, draft LM)
 
 
-def _qwen3_config(arch: LMConfig, vocab_size: int, eos_id: int):
-    from transformers import Qwen3Config
+LM_ARCHS = ("qwen3", "qwen3_5")
 
-    return Qwen3Config(
+
+def hybrid_layer_types(num_layers: int) -> list[str]:
+    """Qwen3.5's pattern: three Gated DeltaNet layers, then one full-attention layer, repeated."""
+    types = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(num_layers)]
+    if "full_attention" not in types:
+        types[-1] = "full_attention"
+    return types
+
+
+def _qwen3_config(arch: LMConfig, vocab_size: int, eos_id: int):
+    """The HF config of ``arch`` (a Qwen3Config, or a Qwen3_5TextConfig for the hybrid)."""
+    from transformers import Qwen3_5TextConfig, Qwen3Config
+
+    if arch.arch not in LM_ARCHS:
+        raise ValueError(f"arch: must be one of {LM_ARCHS}, got {arch.arch!r}")
+    common = dict(
         vocab_size=vocab_size, hidden_size=arch.hidden_size, intermediate_size=arch.intermediate_size,
         num_hidden_layers=arch.num_layers, num_attention_heads=arch.num_heads,
         num_key_value_heads=arch.num_kv_heads, head_dim=arch.head_dim,
-        max_position_embeddings=arch.max_position_embeddings, rope_theta=10000.0,
+        max_position_embeddings=arch.max_position_embeddings,
         tie_word_embeddings=False, eos_token_id=eos_id, pad_token_id=eos_id, bos_token_id=eos_id,
         use_cache=True,
     )
+    if arch.arch == "qwen3_5":
+        # GDN heads sized like the attention heads: value heads = attention heads, key heads half
+        return Qwen3_5TextConfig(
+            **common, layer_types=hybrid_layer_types(arch.num_layers), linear_num_value_heads=arch.num_heads,
+            linear_num_key_heads=max(1, arch.num_heads // 2), linear_key_head_dim=arch.head_dim,
+            linear_value_head_dim=arch.head_dim, linear_conv_kernel_dim=4,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+        )
+    return Qwen3Config(**common, rope_theta=10000.0)
+
+
+def _lm_class(arch: str):
+    from transformers import Qwen3_5ForCausalLM, Qwen3ForCausalLM
+
+    return Qwen3_5ForCausalLM if arch == "qwen3_5" else Qwen3ForCausalLM
 
 
 def load_lm(path: str | Path, device: str = "cpu"):
     """Load a finished LM saved by :func:`train_lm` (``path`` is the run dir or its ``model/``)."""
-    from transformers import Qwen3ForCausalLM
+    from transformers import AutoModelForCausalLM
 
     path = Path(path)
     if (path / "model").is_dir():
@@ -326,7 +358,7 @@ def load_lm(path: str | Path, device: str = "cpu"):
     if not (path / "config.json").is_file():
         raise ValueError(f"path: no model checkpoint (config.json) in {path}")
     try:
-        model = Qwen3ForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)  # Qwen3 or Qwen3.5
     except Exception as exc:  # noqa: BLE001 - surface any loader failure as a clear error
         raise ValueError(f"path: corrupt model checkpoint in {path}: {exc}") from exc
     return model.to(device).eval()
@@ -348,12 +380,11 @@ def train_lm(
     stop_after: int | None = None,
     device: str = "cpu",
 ):
-    """Train a Qwen3ForCausalLM on ``corpus`` (next-token CE on random windows); cached in run_dir.
+    """Train a causal LM of ``arch`` (Qwen3, or the Qwen3.5 hybrid) on ``corpus`` (next-token CE on
+    random windows); cached in run_dir.
 
     Returns ``(model, loss_curve)``; the model is saved with ``save_pretrained`` in run_dir/model.
     """
-    from transformers import Qwen3ForCausalLM
-
     run_dir = Path(run_dir)
     if (run_dir / "model" / "config.json").is_file() and (run_dir / "loss_curve.json").is_file():
         _check_run_config(run_dir, _lm_run_config(corpus, arch, train))
@@ -362,7 +393,7 @@ def train_lm(
     if len(stream) <= train.seq_len + 1:
         raise ValueError(f"train.seq_len: corpus has only {len(stream)} tokens")
     torch.manual_seed(train.seed)
-    model = Qwen3ForCausalLM._from_config(
+    model = _lm_class(arch.arch)._from_config(
         _qwen3_config(arch, corpus.vocab_size, corpus.eos_id), attn_implementation="sdpa"
     ).to(device)
 
