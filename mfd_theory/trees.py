@@ -401,12 +401,3 @@ def chain_tree(tokens, log_score=None) -> DraftTree:
     n = t.shape[0]
     return DraftTree(np.arange(n) - 1, t, np.arange(1, n + 1), log_score)
 
-
-def __getattr__(name):
-    # mfd_theory.trees.sequoia_tree: it lives in mfd_theory.sequoia (it builds trees of child
-    # ranks, not tokens) and is loaded on first use to keep the import graph acyclic
-    if name == "sequoia_tree":
-        from .sequoia import sequoia_tree
-
-        return sequoia_tree
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
