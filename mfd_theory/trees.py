@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ._kernels import trees as _k
+from .distributions import norm_tol, pos_tol
 
 __all__ = [
     "DraftTree",
@@ -33,9 +34,6 @@ __all__ = [
     "product_tree",
     "total_prefixes",
 ]
-
-POS_TOL = 1e-6  # float32 log_softmax can round a certain token's 0 up to ~1e-7
-
 
 class DraftTree:
     """A prefix-closed set of prefixes stored as node arrays (parents precede children).
@@ -236,14 +234,23 @@ def _check_budget(budget) -> int:
     return int(budget)
 
 
-def _check_scores(name: str, a) -> np.ndarray:
+def _check_scores(name: str, a) -> tuple[np.ndarray, float]:
+    """-> (contiguous float32 / float64 scores, the positive-entry tolerance of the input dtype).
+
+    The kernels read float32 and float64. float16 (bfloat16 arrives from torch as float32 or
+    float16) is upcast to float32, integers and other float widths to float64; float16 -> float32
+    is exact, so the tree is the one the float16 values define. Tolerances follow the dtype the
+    values arrived in (:func:`mfd_theory.distributions.pos_tol`).
+    """
     a = np.asarray(a)
-    if not np.issubdtype(a.dtype, np.floating):
-        if np.issubdtype(a.dtype, np.integer):
-            a = a.astype(np.float64)
-        else:
-            raise ValueError(f"{name}: expected a float array of log-probabilities, got dtype {a.dtype}")
-    return np.ascontiguousarray(a)
+    if a.dtype == object or not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
+        raise ValueError(f"{name}: expected a float array of log-probabilities, got dtype {a.dtype}")
+    tol = pos_tol(a.dtype)
+    if a.dtype == np.float16:
+        a = a.astype(np.float32)
+    elif a.dtype not in (np.float32, np.float64):
+        a = a.astype(np.float64)
+    return np.ascontiguousarray(a), tol
 
 
 def _raise_status(name: str, status: int) -> None:
@@ -256,20 +263,24 @@ def _raise_status(name: str, status: int) -> None:
 
 
 def _check_log_pi(log_pi, K: int) -> np.ndarray:
-    lp = np.asarray(log_pi, dtype=np.float64).reshape(-1)
+    lp = np.asarray(log_pi)
+    if lp.dtype == object or not (np.issubdtype(lp.dtype, np.floating) or np.issubdtype(lp.dtype, np.integer)):
+        raise ValueError(f"log_pi: expected a float array of log-weights, got dtype {lp.dtype}")
+    ptol, ntol = pos_tol(lp.dtype), norm_tol(lp.dtype)
+    lp = lp.astype(np.float64).reshape(-1)
     if lp.shape[0] != K:
         raise ValueError(f"log_pi: has {lp.shape[0]} weights but log_q has K = {K} modes")
     if np.isnan(lp).any() or np.isposinf(lp).any():
         raise ValueError("log_pi: contains NaN or +inf")
-    if (lp > POS_TOL).any():
+    if (lp > ptol).any():
         raise ValueError("log_pi: has entries above 0 (weight > 1)")
     total = np.exp(lp).sum()
-    if abs(total - 1.0) > 1e-6:
+    if abs(total - 1.0) > ntol:
         raise ValueError(f"log_pi: weights sum to {total:.9g} in probability space, not 1")
     return lp
 
 
-def _build(log_pi: np.ndarray, log_q: np.ndarray, budget: int, token_ids, name: str) -> DraftTree:
+def _build(log_pi: np.ndarray, log_q: np.ndarray, budget: int, token_ids, name: str, tol: float) -> DraftTree:
     """Shared path of product_tree and mixture_tree. log_q [K, L, V] or candidates [K, L, k].
 
     K = 1 runs DDTree's lattice over per-depth sorted lists; K > 1 runs the threshold-algorithm
@@ -283,7 +294,7 @@ def _build(log_pi: np.ndarray, log_q: np.ndarray, budget: int, token_ids, name: 
         N = min(budget, total_prefixes([V] * L, budget))
         M = min(V, N)  # a parent never has more than N children in the tree
         while True:
-            vals, ids, status = _k._topk_rows(log_q, M, POS_TOL)
+            vals, ids, status = _k._topk_rows(log_q, M, tol)
             _raise_status(name, status)
             if K == 1:
                 out = _k._product_lattice(vals[0], ids[0], N)
@@ -299,7 +310,7 @@ def _build(log_pi: np.ndarray, log_q: np.ndarray, budget: int, token_ids, name: 
             raise ValueError(f"token_ids: shape {ids.shape} does not match the candidate values' {log_q.shape}")
         if not np.issubdtype(ids.dtype, np.integer):
             raise ValueError(f"token_ids: must be integers, got dtype {ids.dtype}")
-        vals, ids, status = _k._prepare_candidates(log_q, ids, POS_TOL)
+        vals, ids, status = _k._prepare_candidates(log_q, ids, tol)
         if status == 5:
             raise ValueError("token_ids: contains negative token ids")
         _raise_status(name, status)
@@ -338,15 +349,16 @@ def product_tree(log_q, budget: int, token_ids=None) -> DraftTree:
     Parameters
     ----------
     log_q : array [L, V]
-        Per-position log-probabilities (float32 or float64). With ``token_ids``, the candidate
-        log-probabilities [L, k] instead.
+        Per-position log-probabilities (float64, float32, or float16, which is upcast to float32
+        exactly; entries may exceed 0 by the round-off ``pos_tol(dtype)`` allows). With
+        ``token_ids``, the candidate log-probabilities [L, k] instead.
     budget : int
         N, the number of nodes (root excluded); capped at the number of prefixes that exist.
     token_ids : int array [L, k], optional
         Token ids of the candidates; the tree is then exact within them.
     """
     budget = _check_budget(budget)
-    log_q = _check_scores("log_q", log_q)
+    log_q, tol = _check_scores("log_q", log_q)
     if log_q.ndim != 2:
         raise ValueError(f"log_q: expected shape [L, V], got {log_q.shape}")
     ids = None
@@ -355,7 +367,7 @@ def product_tree(log_q, budget: int, token_ids=None) -> DraftTree:
         if ids.ndim != 2:
             raise ValueError(f"token_ids: expected shape [L, k], got {ids.shape}")
         ids = ids[None]
-    return _build(np.zeros(1), log_q[None], budget, ids, "log_q")
+    return _build(np.zeros(1), log_q[None], budget, ids, "log_q", tol)
 
 
 def mixture_tree(log_pi, log_q, budget: int, token_ids=None) -> DraftTree:
@@ -364,20 +376,22 @@ def mixture_tree(log_pi, log_q, budget: int, token_ids=None) -> DraftTree:
     Parameters
     ----------
     log_pi : array [K]
-        Log mode weights (sum to one).
+        Log mode weights; they sum to one within ``norm_tol(log_pi.dtype)``, the rule
+        :class:`~mfd_theory.distributions.MixtureOfProducts` applies.
     log_q : array [K, L, V]
-        Per-mode log-probabilities, or candidate values [K, L, k] with ``token_ids``.
+        Per-mode log-probabilities, or candidate values [K, L, k] with ``token_ids`` (dtypes as
+        in :func:`product_tree`).
     token_ids : int array [K, L, k], optional
         Candidate ids per mode; a token missing from mode k's list has q_k = 0 there.
     """
     budget = _check_budget(budget)
-    log_q = _check_scores("log_q", log_q)
+    log_q, tol = _check_scores("log_q", log_q)
     if log_q.ndim != 3:
         raise ValueError(f"log_q: expected shape [K, L, V], got {log_q.shape}")
     lp = _check_log_pi(log_pi, log_q.shape[0])
     if token_ids is not None and np.asarray(token_ids).ndim != 3:
         raise ValueError(f"token_ids: expected shape [K, L, k], got {np.asarray(token_ids).shape}")
-    return _build(lp, log_q, budget, token_ids, "log_q")
+    return _build(lp, log_q, budget, token_ids, "log_q", tol)
 
 
 def oracle_tree(target, budget: int) -> DraftTree:
