@@ -70,6 +70,7 @@ __all__ = [
 #: Relative tolerance below which two log-scores count as tied (sums of ~10 float64 logs are
 #: exact to ~1e-15 relative; anything closer than 1e-9 is a tie by construction, not by chance).
 TIE_TOL = 1e-9
+TIGHT_M_MAX = 24  # tight_instance's near-tie gap 2^-(m-1) stays >= 20x the tie tolerance
 
 
 # ----------------------------------------------------------------------------- validation
@@ -344,7 +345,18 @@ def tight_instance(m: int, L: int = 15, V: int = 8, seed: int = 0) -> tuple[np.n
     last one makes the futures nearly tie, sum_j d_j = +-delta / 2. Then no proper sub-sum lies
     between 0 and the futures' log-ratio, and exactly one splice of each complementary pair
     clears the threshold.
+
+    ``m`` is at most :data:`TIGHT_M_MAX` = 24. The near-tie gap delta / 2 = 2^-(m-1) nats shrinks
+    with m while the spread sum |d_j| stays about 4 nats, and the package counts log-scores within
+    ``TIE_TOL * (1 + sum |d_j|)`` (about 5e-9) of the threshold as tied; at m = 24 the gap
+    (1.2e-7) is still 20 times that tolerance, from m = 29 on it is below it. Widening the gap
+    instead would widen the spread with it (the powers of two span 2^(m-1) gaps), so the ratio of
+    gap to relative tolerance cannot be kept above one beyond m ~ 28 whatever delta is.
     """
+    m = _check_int("m", m, 1)
+    if m > TIGHT_M_MAX:
+        raise ValueError(f"m: at most {TIGHT_M_MAX} for tight_instance (its near-tie gap 2^-(m-1) "
+                         f"must stay above the tie tolerance), got {m}")
     m, L, V, rng, pos, a, b = _two_future_setup(m, L, V, seed)
     delta = 2.0 / (1 << (m - 1))  # keeps sum |d_j| <= ~4 nats whatever m
     d = np.zeros(m)

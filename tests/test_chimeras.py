@@ -315,3 +315,12 @@ def test_chimera_share_cli_writes_a_result_and_resumes(tmp_path):
     n_cells = len(list((tmp_path / "chimera_share").glob("*.json")))
     cs.main(argv)  # the second run loads every cell from the store
     assert len(list((tmp_path / "chimera_share").glob("*.json"))) == n_cells
+
+
+def test_tight_instance_is_tie_free_over_its_whole_range():
+    # the near-tie gap 2^-(m-1) must stay above the tie tolerance for every allowed m
+    for m in range(1, ch.TIGHT_M_MAX + 1):
+        log_q, a, b = ch.tight_instance(m, L=max(15, m), V=4, seed=m)
+        assert ch.splice_chimeras_from_scores(log_q, a, b) == (ch.chimera_lower_bound(m), 0), m
+    with pytest.raises(ValueError, match="m: at most 24"):
+        ch.tight_instance(ch.TIGHT_M_MAX + 1, L=30)
