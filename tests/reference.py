@@ -133,6 +133,19 @@ def accepted_length(path_set: set[Path], sequence: Sequence[int]) -> int:
     return d
 
 
+def acceptance_moments(paths: Sequence[Path], log_pi, log_q) -> tuple[float, float]:
+    """(mean, variance) of the accepted length by brute force over every full block the target
+    can draw: P(block) times the walk's accepted length for that block."""
+    L, V = np.asarray(log_q).shape[1:]
+    path_set = set(paths)
+    probs, lens = [], []
+    for block in itertools.product(range(V), repeat=L):
+        probs.append(exp_or_zero(log_prefix_prob(log_pi, log_q, block)))
+        lens.append(accepted_length(path_set, block))
+    mean = math.fsum(p * x for p, x in zip(probs, lens))
+    return mean, math.fsum(p * (x - mean) ** 2 for p, x in zip(probs, lens))
+
+
 def chimera_mask(paths: Sequence[Path], log_pi, log_q, eps: float = 0.0) -> np.ndarray:
     return np.array(
         [exp_or_zero(log_prefix_prob(log_pi, log_q, p)) <= eps for p in paths], dtype=bool

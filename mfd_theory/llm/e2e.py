@@ -13,8 +13,8 @@ a rerun skips what is done and a changed option retrains only what depends on it
 Measured quantities per (method, drafter, budget, temperature), pooled over prompts and rounds:
 tau (tokens per target call, bonus included), accepted length mean/std, predicted acceptance (the
 tree's covered mass under the decoding rule's conditionals, computed from the verify forward: at
-T = 1 it is E[accepted] exactly, so measured and predicted must agree within the standard error of
-their per-round difference; greedy conditionals are one-hot, so there it equals the accepted length
+T = 1 it is E[accepted] exactly, so measured and predicted must agree within the standard error
+that the trees' exact acceptance variances give, ``coverage.variance_from_prefix_probs``; greedy conditionals are one-hot, so there it equals the accepted length
 by construction and ``covered_mass_mean`` gives the soft T = 1 mass instead), the dead-node share
 (nodes whose target prefix probability is below ``decode.DEAD_EPS``) and speedup (AR time per token
 over the method's, same harness, same temperature).
@@ -174,6 +174,7 @@ class _Acc:
 
     def __init__(self):
         self.acc, self.pred, self.cov, self.dead, self.dead_spl, self.sizes = [], [], [], [], [], []
+        self.pvar = []
         self.tokens, self.secs, self.split, self.outputs = 0, 0.0, {}, []
 
     def add(self, res) -> None:
@@ -187,6 +188,7 @@ class _Acc:
         for s in res.steps:
             self.acc.append(s.accepted)
             self.pred.append(s.predicted)
+            self.pvar.append(s.predicted_var)
             self.cov.append(s.covered_mass)
             self.sizes.append(s.tree_size)
             if s.tree_size:
@@ -195,7 +197,7 @@ class _Acc:
 
     def arrays(self) -> dict:
         a = lambda x: np.asarray(x, dtype=float)  # noqa: E731
-        return dict(acc=a(self.acc), pred=a(self.pred), cov=a(self.cov), dead=a(self.dead),
+        return dict(acc=a(self.acc), pred=a(self.pred), pvar=a(self.pvar), cov=a(self.cov), dead=a(self.dead),
                     dead_spl=a(self.dead_spl), sizes=a(self.sizes), tokens=self.tokens, secs=self.secs,
                     split=self.split)
 
@@ -203,7 +205,11 @@ class _Acc:
 def _row(method, label, K, budget, temperature, m, ar_tpt) -> dict:
     n = len(m["acc"])
     diff = m["acc"] - m["pred"]
-    se = float(diff.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
+    # s.e. of the mean gap from the trees' exact variances: given the history, round t's
+    # accepted - predicted has mean 0 and variance predicted_var_t, so the sum of the gaps has
+    # variance sum_t predicted_var_t (a martingale). The empirical std of the gaps would
+    # collapse on rare events (0 accepted in every round gives std 0 and a huge |z|).
+    se = float(math.sqrt(m["pvar"].sum()) / n) if n else float("nan")
     tpt = m["secs"] / max(1, m["tokens"])
     mean = lambda a: float(a.mean()) if len(a) else float("nan")  # noqa: E731
     return {
@@ -214,7 +220,7 @@ def _row(method, label, K, budget, temperature, m, ar_tpt) -> dict:
         "predicted_accepted_mean": mean(m["pred"]),
         "covered_mass_mean": mean(m["cov"]),
         "pred_gap_se": se,
-        "pred_gap_z": float(diff.mean() / se) if n > 1 and se > 0 else float("nan"),
+        "pred_gap_z": float(diff.mean() / se) if n and se > 0 else float("nan"),
         "n_steps": n, "n_tokens": int(m["tokens"]), "seconds": float(m["secs"]),
         "tokens_per_s": m["tokens"] / m["secs"] if m["secs"] > 0 else float("nan"),
         "speedup": ar_tpt / tpt if tpt > 0 else float("nan"),
@@ -315,8 +321,9 @@ def mfd_gains(rows: list[dict]) -> list[dict]:
 def prediction_summary(rows: list[dict]) -> dict:
     """How well measured acceptance matches the trees' predicted (covered) mass at T > 0.
 
-    Each row's z is (measured - predicted) / s.e. of the per-round difference; if the theory
-    holds they are roughly standard normal: about 95% within +-2, sum of z^2 near the row count.
+    Each row's z is sum_t (accepted_t - predicted_t) / sqrt(sum_t predicted_var_t), the
+    variances exact from each round's tree; if the theory holds they are roughly standard
+    normal: about 95% within +-2, sum of z^2 near the row count.
     """
     zs = [r["pred_gap_z"] for r in rows if r["temperature"] > 0 and r["method"] != "ar"
           and isinstance(r.get("pred_gap_z"), float) and not math.isnan(r["pred_gap_z"])]
