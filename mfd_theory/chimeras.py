@@ -5,25 +5,31 @@ prefixes. Let the target have two futures a, b (full length L) that disagree in 
 *splice* of a and b takes, at every position, the token of a or the token of b: there are 2^m of
 them, a and b included; the other 2^m - 2 are *chimeras*, prefixes the target never produces.
 
-**Theorem.** Barring ties, every product-ranked tree that holds both a and b holds at least
-2^(m-1) - 1 full-length chimeras.
+**Theorem.** Every product-ranked tree that holds both a and b holds at least 2^(m-1) - 1
+full-length chimeras, whatever the tie-break, unless Q(a) = Q(b). When Q(a) = Q(b) the bound
+still holds unless some complementary pair of splices (below) has Q(s) = Q(s') = Q(a).
 
 *Proof.* Pair each splice s with its complement s' (s' takes b's token wherever s takes a's and
 vice versa). At a position where a and b agree both s and s' carry the shared token, and at a
 disagreement position one carries a's token and the other b's, so
 Q(s) * Q(s') = Q(a) * Q(b) and max(Q(s), Q(s')) >= sqrt(Q(a) Q(b)) >= t := min(Q(a), Q(b)).
-A top-N tree holding a and b holds every prefix scoring above t (scores never increase along
-a path, and the tree holds whichever of a, b scores t); barring ties (a splice scoring exactly
-t) it therefore holds at least one splice of each of the 2^(m-1) complementary pairs. One pair
-is {a, b}; each of the other 2^(m-1) - 1 pairs contributes a distinct chimera. QED
+A top-N tree holding a and b holds every prefix scoring strictly above t: it holds whichever of
+a, b scores t, and a top-N set holds every prefix that outscores one of its members. If
+Q(a) != Q(b), the geometric mean lies strictly above the smaller of the two, so
+max(Q(s), Q(s')) >= sqrt(Q(a) Q(b)) > t and the better splice of every pair is in the tree,
+with no condition on how other ties are broken. If Q(a) = Q(b) = t, a pair can miss the tree
+only when both of its splices score exactly t (otherwise the better one is above t). So, in
+both cases stated, the tree holds at least one splice of each of the 2^(m-1) complementary
+pairs. One pair is {a, b}; each of the other 2^(m-1) - 1 pairs contributes a distinct chimera
+(distinct pairs are disjoint). QED
 
 The bound is tight: when a and b nearly tie and no proper sub-sum of the log-ratios
 log q_i(a_i) / q_i(b_i) falls between 0 and log Q(a)/Q(b), exactly one splice of each pair is
 kept (:func:`tight_instance`). When a beats b at every disagreement position, every splice
-outscores b and all 2^m - 2 chimeras are kept (:func:`worst_instance`). With exact ties the
+outscores b and all 2^m - 2 chimeras are kept (:func:`worst_instance`). With Q(a) = Q(b) the
 bound can fail: if q_i(a_i) = q_i(b_i) at every disagreement position, all splices tie with a and
 b and a tie-break that favours the futures keeps no chimera at all (:func:`verify_bound` with
-``grid`` reports how often this happens).
+``grid`` reports how often this happens, and that other ties never break it).
 
 For F >= 3 futures the same argument applies to any set of splices whose columns rearrange the
 columns of some of the futures (their scores multiply to the futures' product, so one of them
@@ -400,7 +406,7 @@ def splice_chimeras_from_scores(log_q: Any, a: Any, b: Any) -> tuple[int, int]:
         raise ValueError("a, b: a future has probability zero under the drafter; no finite tree holds it")
     d = la - lb  # [m] log-ratio of a's token to b's at each disagreement position
     sums = np.empty(1 << pos.size)
-    above, tied = _k._count_two_future_splices(d, TIE_TOL, sums)
+    above, tied, _ = _k._count_two_future_splices(d, TIE_TOL, sums)
     return int(above), int(tied)
 
 
@@ -411,12 +417,16 @@ def splice_chimeras_from_scores(log_q: Any, a: Any, b: Any) -> tuple[int, int]:
 class BoundCheck:
     """Outcome of :func:`verify_bound`.
 
-    ``instances`` counts instances checked against the bound (with ``grid = 0`` those with a tie
-    are set aside and counted in ``ties`` instead); ``violations`` counts checked instances with
-    fewer than 2^(m-1) - 1 full-length splice chimeras. ``by_m[m]`` holds, per m: ``bound``,
-    ``instances``, ``min`` and ``max`` observed chimeras, ``min_slack`` (min - bound),
-    ``violations`` and ``ties``, and, for tied instances, ``tie_min`` / ``tie_max`` (chimeras
-    when every tie is broken for / against the futures) and ``tie_violations``.
+    ``instances`` counts instances checked against the bound: all with Q(a) != Q(b), whatever
+    other ties they have; those with Q(a) = Q(b) (within twice the tie tolerance) are set aside
+    and counted in ``ties``. ``violations`` counts checked instances with fewer than
+    2^(m-1) - 1 full-length splice chimeras when every tie is broken in the futures' favour (the
+    theorem says 0). ``other_ties`` counts checked instances where some splice ties with t (ties
+    the theorem shows harmless). ``by_m[m]`` holds, per m: ``bound``, ``instances``, ``min`` and
+    ``max`` observed chimeras (ties broken for / against the futures), ``min_slack``
+    (min - bound), ``violations``, ``ties``, ``other_ties``, and, for the set-aside instances,
+    ``tie_min`` / ``tie_max`` (chimeras when every tie is broken for / against the futures) and
+    ``tie_violations`` (those below the bound with ties broken for the futures).
     """
 
     instances: int
@@ -425,11 +435,12 @@ class BoundCheck:
     by_m: dict[int, dict[str, Any]]
     seconds: float
     config: dict[str, Any]
+    other_ties: int = 0
 
     @property
     def rate(self) -> float:
         """Instances drawn per second."""
-        total = self.instances + (self.ties if not self.config.get("grid") else 0)
+        total = self.instances + self.ties
         return total / self.seconds if self.seconds > 0 else float("inf")
 
     @property
@@ -460,11 +471,13 @@ def verify_bound(
     nearly tie (where the bound is tight). It then counts the full-length splices that score at
     least t = min(Q(a), Q(b)), i.e. the full-length splice chimeras of the smallest product tree
     holding both futures (:func:`min_product_tree_containing`, which the tests compare this count
-    with). Instances where a splice ties with t are set aside (``ties``).
+    with). Only instances where the futures tie, Q(a) = Q(b), are set aside (``ties``); every
+    other instance is checked with its ties broken in favour of the futures, the case the
+    theorem covers.
 
     With ``grid > 0`` the marginals are drawn from integer weights 1..grid instead, so exact
-    ties are frequent; then every instance is reported, with its chimera count when ties are
-    broken in favour of the futures (``tie_min``) and against them (``tie_max``).
+    ties are frequent; the set-aside instances are reported with their chimera counts when ties
+    are broken in favour of the futures (``tie_min``) and against them (``tie_max``).
     """
     n = _check_int("n_instances", n_instances, 1)
     seed = _check_int("seed", seed, 0)
@@ -481,29 +494,31 @@ def verify_bound(
     out_above = np.empty(n, dtype=np.int64)
     out_tied = np.empty(n, dtype=np.int64)
     out_kind = np.empty(n, dtype=np.int64)
+    out_ftie = np.empty(n, dtype=np.bool_)  # the futures tie: Q(a) = Q(b)
     # compile outside the timed region so the rate measures the check, not numba
-    _k._verify_kernel(1, 1, 1, 1, 2, 1.0, 0.0, 0, TIE_TOL, 0, out_m[:1], out_above[:1], out_tied[:1], out_kind[:1])
+    _k._verify_kernel(1, 1, 1, 1, 2, 1.0, 0.0, 0, TIE_TOL, 0, out_m[:1], out_above[:1], out_tied[:1], out_kind[:1],
+                      out_ftie[:1])
     t0 = time.perf_counter()
     _k._verify_kernel(n, m_min, m_max, L_max, V_max, float(alpha), float(near_tie_frac), grid, TIE_TOL,
-                      seed, out_m, out_above, out_tied, out_kind)
+                      seed, out_m, out_above, out_tied, out_kind, out_ftie)
     seconds = time.perf_counter() - t0
     by_m: dict[int, dict[str, Any]] = {}
-    total_checked = total_viol = total_ties = 0
+    total_checked = total_viol = total_ties = total_other = 0
     for m in range(m_min, m_max + 1):
         sel = out_m == m
         bound = chimera_lower_bound(m)
-        tied = sel & (out_tied > 0)
-        clean = sel & (out_tied == 0)
-        checked = sel if grid else clean
+        tied = sel & out_ftie  # Q(a) = Q(b): outside the theorem, set aside
+        checked = sel & ~out_ftie  # every other instance, whatever its other ties
         low = out_above[checked]  # ties broken for the futures: only strictly-above splices
         row: dict[str, Any] = dict(
             bound=bound,
             instances=int(checked.sum()),
             min=int(low.min()) if low.size else None,
-            max=int((out_above + (out_tied if grid else 0))[checked].max()) if low.size else None,
+            max=int((out_above + out_tied)[checked].max()) if low.size else None,
             min_slack=int(low.min()) - bound if low.size else None,
             violations=int((low < bound).sum()),
             ties=int(tied.sum()),
+            other_ties=int((checked & (out_tied > 0)).sum()),
             near_tie_instances=int((checked & (out_kind == 1)).sum()),
             min_generic=int(out_above[checked & (out_kind == 0)].min()) if (checked & (out_kind == 0)).any() else None,
         )
@@ -515,9 +530,10 @@ def verify_bound(
         total_checked += row["instances"]
         total_viol += row["violations"]
         total_ties += row["ties"]
+        total_other += row["other_ties"]
     config = dict(n_instances=n, seed=seed, m_min=m_min, m_max=m_max, L_max=L_max, V_max=V_max,
                   alpha=float(alpha), near_tie_frac=float(near_tie_frac), grid=grid, tie_tol=TIE_TOL)
-    return BoundCheck(total_checked, total_viol, total_ties, by_m, seconds, config)
+    return BoundCheck(total_checked, total_viol, total_ties, by_m, seconds, config, total_other)
 
 
 # ----------------------------------------------------------------------------- F >= 3 futures
