@@ -13,7 +13,19 @@ Builders read each vocabulary row once (a top-M selection, never a full sort) an
 exact best-first search (see ``_kernels/trees.py``). They also accept candidates already cut to
 top-k per position (values plus token ids, as a GPU drafter hands them over) and are then exact
 within that candidate set. Nodes come out in best-first order: parents before children and
-scores non-increasing. With ties the top-N set is not unique; the returned one is deterministic.
+scores non-increasing.
+
+Ties. With ties the top-N set is not unique; every builder and entry point returns the one a
+single documented order defines. Prefixes are ranked by decreasing score; among equal scores
+(1) the one whose parent comes first in this order (children of the root first), then (2) the
+one whose token ranks higher in its position's list (lists order tokens by decreasing
+log-probability, then increasing id; for a mixture, the best rank over the modes' lists), then
+(3) the lower token id. Under a parent of nonzero probability equal sibling scores mean equal
+log-probabilities, so the rule reads "value, then token id"; rank matters only below a parent of
+probability zero. Consequences the tests check exactly on tie-heavy inputs:
+``product_tree(log_q, N)`` equals ``product_tree(vals, N, token_ids=ids)`` for the same
+candidates in any order, ``mixture_tree`` with K copies of one mode (any weights) equals
+``product_tree`` of that mode, and a mixture's dense and candidate inputs agree.
 """
 
 from __future__ import annotations
@@ -289,6 +301,9 @@ def _build(log_pi: np.ndarray, log_q: np.ndarray, budget: int, token_ids, name: 
     K, L, W = log_q.shape
     if L < 1 or W < 1:
         raise ValueError(f"{name}: needs at least one position and one token, got shape {log_q.shape}")
+    # weights renormalised in float64: the search scores a prefix on which every mode agrees with
+    # that shared log weight, exact only when sum_k pi_k = 1
+    log_pi = log_pi - np.logaddexp.reduce(log_pi)
     if token_ids is None:
         V = W
         N = min(budget, total_prefixes([V] * L, budget))
