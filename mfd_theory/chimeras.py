@@ -48,7 +48,8 @@ from typing import Any
 import numpy as np
 
 from ._kernels import chimeras as _k
-from .coverage import splice_mask
+from .coverage import chimera_mask, splice_mask
+from .distributions import MixtureOfProducts
 from .trees import DraftTree
 
 __all__ = [
@@ -264,14 +265,15 @@ def _subtree(parent, token, depth, score, keep) -> DraftTree:
 
 @dataclasses.dataclass(frozen=True)
 class ChimeraCount:
-    """Chimeras of a tree for the target made of the given sequences (exact futures).
+    """Chimeras of a tree for a target with several futures.
 
-    A node is a chimera when its prefix is not a prefix of any sequence (target probability 0),
-    and a splice when each of its tokens agrees with the same position of some sequence.
+    A node is a chimera when its target prefix probability is 0 (for exact futures: its prefix
+    is a prefix of no future), and a splice when each of its tokens agrees with the same
+    position of some future. ``full_length`` and ``shorter`` count chimeras of depth L and
+    below L; the ``_splices`` fields count those chimeras that are also splices.
     """
 
     n_nodes: int
-    n_full_length: int  # nodes of depth L
     full_length: int  # chimeras of depth L
     shorter: int  # chimeras of depth < L
     full_length_splices: int  # chimeras of depth L that are splices (what the bound counts)
@@ -286,20 +288,30 @@ class ChimeraCount:
         return self.total / self.n_nodes if self.n_nodes else 0.0
 
 
-def count_chimeras(tree: DraftTree, sequences: Any) -> ChimeraCount:
-    """Count the chimeras of ``tree`` for the target whose futures are ``sequences`` [F, L]."""
+def count_chimeras(tree: DraftTree, target: Any) -> ChimeraCount:
+    """Count the chimeras of ``tree`` for ``target``, the same argument :func:`chimera_mask` takes.
+
+    ``target`` is the futures [F, L] of an exact-futures target, or a
+    :class:`~mfd_theory.distributions.MixtureOfProducts`: then chimeras are the nodes of
+    probability zero and splices are taken against each mode's most likely sequence (its
+    future, for targets built by ``MixtureOfProducts.futures`` or :mod:`mfd_theory.synthetic`).
+    """
     if not isinstance(tree, DraftTree):
         raise ValueError(f"tree: expected a DraftTree, got {type(tree).__name__}")
-    seqs = _check_sequences(sequences)
-    L = seqs.shape[1]
-    if tree.max_depth > L:
-        raise ValueError(f"sequences: length {L} is shorter than the tree's depth {tree.max_depth}")
-    chim = ~_on_sequence_paths(tree.parent, tree.token, tree.depth, seqs).any(axis=0)  # [N]
+    if isinstance(target, MixtureOfProducts):
+        seqs = np.argmax(target.log_q, axis=2)  # [K, L]: each mode's most likely sequence
+        chim = chimera_mask(tree, target) if len(tree) else np.zeros(0, dtype=np.bool_)
+        L = target.L
+    else:
+        seqs = _check_sequences(target)
+        L = seqs.shape[1]
+        if tree.max_depth > L:
+            raise ValueError(f"sequences: length {L} is shorter than the tree's depth {tree.max_depth}")
+        chim = ~_on_sequence_paths(tree.parent, tree.token, tree.depth, seqs).any(axis=0)  # [N]
     spl = splice_mask(tree, seqs) if len(tree) else np.zeros(0, dtype=np.bool_)
     full = tree.depth == L
     return ChimeraCount(
         n_nodes=len(tree),
-        n_full_length=int(full.sum()),
         full_length=int((chim & full).sum()),
         shorter=int((chim & ~full).sum()),
         full_length_splices=int((chim & full & spl).sum()),

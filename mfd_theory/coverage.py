@@ -9,6 +9,9 @@ world) or the per-node conditionals a real verifier's forward returns
 
 from __future__ import annotations
 
+import sys
+import types
+
 import numpy as np
 
 from ._kernels.coverage import _cumulative_log, _simulate_acceptance, _splice_mask
@@ -137,11 +140,32 @@ def simulate_acceptance(tree: DraftTree, target: MixtureOfProducts, n: int, seed
     return _simulate_acceptance(child_start, child_tok, child_idx, pi_cdf, cdf, int(n), int(seed) % (2**32))
 
 
-def chimera_mask(tree: DraftTree, target: MixtureOfProducts, eps: float = 0.0) -> np.ndarray:
-    """bool [N]: nodes whose target prefix probability is <= eps (eps = 0: exactly zero)."""
+def _futures_target(tree: DraftTree, target) -> MixtureOfProducts:
+    """``target`` as a MixtureOfProducts; futures [F, L] become the exact-futures target."""
+    if isinstance(target, MixtureOfProducts):
+        return target
+    if isinstance(target, (str, bytes, dict)) or not hasattr(target, "__len__"):
+        raise ValueError(f"target: expected a MixtureOfProducts or futures [F, L], got {type(target).__name__}")
+    seqs = _as_sequences("target", target)  # [F, L]
+    if seqs.min() < 0:
+        raise ValueError("target: futures contain negative token ids")
+    V = int(max(seqs.max(), tree.token.max() if len(tree) else 0)) + 1
+    return MixtureOfProducts.futures(seqs, vocab_size=V)
+
+
+def chimera_mask(tree: DraftTree, target, eps: float = 0.0) -> np.ndarray:
+    """bool [N]: nodes whose target prefix probability is <= eps (eps = 0: exactly zero).
+
+    ``target`` is a :class:`MixtureOfProducts` or, like :func:`mfd_theory.chimeras.count_chimeras`
+    takes it, the futures [F, L] of an exact-futures target (then a chimera is a node that is a
+    prefix of no future, and only eps = 0 is meaningful).
+    """
     if not np.isfinite(eps) or eps < 0:
         raise ValueError(f"eps: must be finite and >= 0, got {eps}")
-    lp = node_log_probs(tree, target)
+    tree = _check_tree(tree)
+    if not isinstance(target, MixtureOfProducts) and eps != 0:
+        raise ValueError("eps: must be 0 when target is given as futures (their weights are not given)")
+    lp = node_log_probs(tree, _futures_target(tree, target))
     if eps == 0:
         return lp == -np.inf
     return lp <= np.log(eps)
@@ -159,3 +183,15 @@ def splice_mask(tree: DraftTree, sequences) -> np.ndarray:
     allowed = np.zeros((seqs.shape[1], V), dtype=np.bool_)  # [L, V]
     allowed[np.arange(seqs.shape[1])[None, :], seqs] = True
     return _splice_mask(tree.parent, tree.token, tree.depth, allowed)
+
+
+class _CallableModule(types.ModuleType):
+    """This module, callable as :func:`coverage`: ``from mfd_theory import coverage`` gives the
+    module (the package attribute of that name is always the submodule), and
+    ``coverage(tree, target)`` still computes C(T)."""
+
+    def __call__(self, tree: DraftTree, target: MixtureOfProducts | None = None, *, node_log_cond=None) -> float:
+        return coverage(tree, target, node_log_cond=node_log_cond)
+
+
+sys.modules[__name__].__class__ = _CallableModule

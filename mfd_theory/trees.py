@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from ._kernels import trees as _k
-from .distributions import norm_tol, pos_tol
+from .distributions import MixtureOfProducts, norm_tol, pos_tol
 
 __all__ = [
     "DraftTree",
@@ -363,16 +363,19 @@ def product_tree(log_q, budget: int, token_ids=None) -> DraftTree:
 
     Parameters
     ----------
-    log_q : array [L, V]
+    log_q : array [L, V] or a one-mode MixtureOfProducts
         Per-position log-probabilities (float64, float32, or float16, which is upcast to float32
         exactly; entries may exceed 0 by the round-off ``pos_tol(dtype)`` allows). With
-        ``token_ids``, the candidate log-probabilities [L, k] instead.
+        ``token_ids``, the candidate log-probabilities [L, k] instead. A
+        :class:`~mfd_theory.distributions.MixtureOfProducts` with K = 1, such as what
+        ``target.marginals()`` returns, stands for its rows.
     budget : int
         N, the number of nodes (root excluded); capped at the number of prefixes that exist.
     token_ids : int array [L, k], optional
         Token ids of the candidates; the tree is then exact within them.
     """
     budget = _check_budget(budget)
+    log_q = _product_rows(log_q)
     log_q, tol = _check_scores("log_q", log_q)
     if log_q.ndim != 2:
         raise ValueError(f"log_q: expected shape [L, V], got {log_q.shape}")
@@ -383,6 +386,18 @@ def product_tree(log_q, budget: int, token_ids=None) -> DraftTree:
             raise ValueError(f"token_ids: expected shape [L, k], got {ids.shape}")
         ids = ids[None]
     return _build(np.zeros(1), log_q[None], budget, ids, "log_q", tol)
+
+
+def _product_rows(log_q):
+    """A one-mode MixtureOfProducts -> its rows [L, V]; anything else unchanged."""
+    if isinstance(log_q, MixtureOfProducts):
+        if log_q.K != 1:
+            raise ValueError(
+                f"log_q: a MixtureOfProducts with K = {log_q.K} modes is not a product; pass "
+                "target.marginals() for its per-position marginals, or use mixture_tree / oracle_tree"
+            )
+        return log_q.log_q[0]  # [L, V]
+    return log_q
 
 
 def mixture_tree(log_pi, log_q, budget: int, token_ids=None) -> DraftTree:
@@ -411,8 +426,6 @@ def mixture_tree(log_pi, log_q, budget: int, token_ids=None) -> DraftTree:
 
 def oracle_tree(target, budget: int) -> DraftTree:
     """Top-``budget`` prefixes by the target's own prefix probability: the coverage ceiling."""
-    from .distributions import MixtureOfProducts
-
     if not isinstance(target, MixtureOfProducts):
         raise ValueError(f"target: expected a MixtureOfProducts, got {type(target).__name__}")
     return mixture_tree(target.log_pi, target.log_q, budget)

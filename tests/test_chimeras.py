@@ -367,3 +367,26 @@ def test_tight_instance_is_tie_free_over_its_whole_range():
         assert ch.splice_chimeras_from_scores(log_q, a, b) == (ch.chimera_lower_bound(m), 0), m
     with pytest.raises(ValueError, match="m: at most 24"):
         ch.tight_instance(ch.TIGHT_M_MAX + 1, L=30)
+
+
+def test_count_chimeras_and_chimera_mask_take_the_same_arguments():
+    import dataclasses
+
+    from mfd_theory.coverage import chimera_mask
+    from mfd_theory.distributions import MixtureOfProducts
+    from mfd_theory.trees import product_tree
+
+    fut = np.array([[0, 1, 2, 3], [0, 2, 1, 3], [1, 1, 2, 0]])
+    target = MixtureOfProducts.futures(fut, weights=[0.5, 0.3, 0.2], vocab_size=4)
+    tree = product_tree(target.marginals(), 30)
+    by_futures, by_target = ch.count_chimeras(tree, fut), ch.count_chimeras(tree, target)
+    assert by_futures == by_target and by_futures.total > 0
+    mask = chimera_mask(tree, fut)
+    np.testing.assert_array_equal(mask, chimera_mask(tree, target))
+    assert int(mask.sum()) == by_futures.total
+    assert {f.name for f in dataclasses.fields(ch.ChimeraCount)} == {
+        "n_nodes", "full_length", "shorter", "full_length_splices", "shorter_splices"}
+    with pytest.raises(ValueError, match="eps"):
+        chimera_mask(tree, fut, eps=0.1)
+    with pytest.raises(ValueError, match="target"):
+        chimera_mask(tree, "abc")
