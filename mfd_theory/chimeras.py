@@ -663,7 +663,7 @@ class MultiFutureMinimum:
     F: int
     pattern: dict[str, int]
     splices: int  # grid points other than the futures (the most a tree can hold)
-    lower_bound: int  # proven: minimum hitting set of the rearrangement sets
+    lower_bound: int | None  # minimum hitting set of the rearrangement sets (None: not computed)
     observed_min: int  # the fewest chimeras a drafter found by search keeps (an upper bound)
     pairwise_bound: int  # the two-future bound applied to every pair (proven, weaker)
     n_sets: int  # rearrangement sets used for the lower bound
@@ -671,8 +671,11 @@ class MultiFutureMinimum:
 
     @property
     def proven(self) -> bool:
-        """True when the lower bound meets a drafter that attains it: the minimum is exact."""
-        return self.lower_bound == self.observed_min
+        """True when the lower bound meets a drafter that attains it: the minimum is exact.
+
+        Computer-assisted: the bound is an integer program solved by HiGHS, whose optimality is
+        not independently certified."""
+        return self.lower_bound is not None and self.lower_bound == self.observed_min
 
 
 def pairwise_bound(futures: Any) -> int:
@@ -782,15 +785,18 @@ def _witness_log_q(grid: _Grid, w: np.ndarray, other_mass: float = 1e-9) -> np.n
 
 
 def min_chimeras_multi(
-    futures: Any, n_trials: int = 1000, seed: int = 0, max_sets: int = 200_000, witness: bool = False
+    futures: Any, n_trials: int = 1000, seed: int = 0, max_sets: int = 200_000, witness: bool = False,
+    lower_bound: bool = True,
 ) -> MultiFutureMinimum:
     """Minimum full-length chimeras a product tree must hold to contain every future.
 
-    Returns a :class:`MultiFutureMinimum` with the proven lower bound (minimum hitting set of the
-    rearrangement sets, solved exactly by MILP), the observed minimum over ``n_trials`` random and
-    locally improved drafters, and the pairwise bound. ``proven`` is True when they meet. With
-    ``witness`` the drafter attaining the observed minimum is returned (over the disagreement
-    positions, as log_q [P, V]).
+    Returns a :class:`MultiFutureMinimum` with the lower bound (minimum hitting set of the
+    rearrangement sets, solved to zero gap by scipy's HiGHS MILP: computer-assisted, as the
+    solver's optimality is not independently certified), the observed minimum over ``n_trials``
+    random and locally improved drafters, and the pairwise bound. ``proven`` is True when they
+    meet. With ``witness`` the drafter attaining the observed minimum is returned (over the
+    disagreement positions, as log_q [P, V]). ``lower_bound=False`` skips the MILP (search only,
+    an upper bound; ``lower_bound`` is then None).
     """
     seqs = _check_sequences(futures)
     if len({tuple(r) for r in seqs.tolist()}) != seqs.shape[0]:
@@ -800,8 +806,8 @@ def min_chimeras_multi(
     grid = _Grid(seqs)
     if grid.G > 200_000:
         raise ValueError(f"futures: the splice grid has {grid.G} points; too many to search")
-    sets = _rearrangement_sets(grid, max_sets)
-    lower = _min_hitting_set(sets, grid.G)
+    sets = _rearrangement_sets(grid, max_sets) if lower_bound else []
+    lower = _min_hitting_set(sets, grid.G) if lower_bound else None
     observed, w = _search(grid, _check_int("n_trials", n_trials, 1), _check_int("seed", seed, 0))
     return MultiFutureMinimum(
         F=seqs.shape[0],
@@ -819,8 +825,10 @@ def conjectured_min_all_distinct(F: int, m: int) -> int:
     """CONJECTURE (not proven): sum_{k=2..F} (k^(m-1) - 1) full-length chimeras at least, and
     exactly, when F futures take F distinct tokens at each of their m disagreement positions.
 
-    F = 2 is the theorem. Computed exactly (proven lower bound met by a drafter) for F = 3,
-    m <= 7; F = 4, m <= 5; F = 5, m <= 3 - see docs/chimeras.md.
+    F = 2 is the theorem. Computed (computer-assisted: MILP lower bound met by a drafter whose
+    tree is built and counted) for the cases stored in ``mfd_theory/data/chimera_all_distinct.json``
+    (``python -m mfd_theory.experiments.chimera_exact``) and the sweep of ``chimera_bound``;
+    see docs/chimeras.md.
     """
     F = _check_int("F", F, 2)
     m = _check_int("m", m, 1)

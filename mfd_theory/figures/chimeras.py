@@ -108,7 +108,7 @@ def bound_figure(res: Any):
     ax.set_ylabel("minimum chimeras / all splices")
     n_rows = len(d.get("multi_future", []))
     n_proven = sum(r["proven"] for r in d.get("multi_future", []))
-    ax.set_title(f"(c) F futures: {n_proven}/{n_rows} patterns proven exact (filled)", fontsize=10)
+    ax.set_title(f"(c) F futures: {n_proven}/{n_rows} patterns exact, computer-assisted (filled)", fontsize=10)
     ax.set_ylim(0, 0.6)
     ax.legend(fontsize=8)
     fig.tight_layout()
