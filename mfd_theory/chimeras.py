@@ -33,9 +33,10 @@ b and a tie-break that favours the futures keeps no chimera at all (:func:`verif
 
 For F >= 3 futures the same argument applies to any set of splices whose columns rearrange the
 columns of some of the futures (their scores multiply to the futures' product, so one of them
-scores at least t). :func:`multi_future_lower_bound` turns these constraints into a proven lower
-bound (a minimum hitting set, solved exactly), and :func:`min_chimeras_search` searches drafters
-for the observed minimum; see docs/chimeras.md for what is proven and what is only observed.
+scores at least t). :func:`min_chimeras_multi` turns these constraints into a lower bound (a
+minimum hitting set, solved as an integer program by HiGHS: computer-assisted, as the solver's
+optimality is not independently certified) and searches drafters for the observed minimum; see
+docs/chimeras.md for what is proven by hand, what is computer-assisted and what is only observed.
 """
 
 from __future__ import annotations
