@@ -24,9 +24,9 @@ log-probabilities, so (2) reduces to the token id; (2) decides only where a scor
 difference (a parent of probability zero). This is a total order in which a parent precedes a
 tied child, so its top-N is prefix-closed and a smaller budget's tree is a prefix of a larger
 one's emission. The heaps realise it with two tie-break words (class and parent slot; rank and
-universe index, which follows token id); in the threshold search, threshold entries pop before
-concrete ones of equal key, so every child tied with a concrete entry is seen before it is
-emitted. A mixture whose modes all give a prefix the same log weight scores it with exactly that
+universe index, which follows token id); in the threshold search, a parent's threshold entry
+pops before its concrete children of equal key, so every child tied with a concrete entry is
+seen before it is emitted. A mixture whose modes all give a prefix the same log weight scores it with exactly that
 weight (sum_k pi_k = 1), so duplicated modes reproduce the product tree bit for bit.
 """
 
@@ -295,16 +295,19 @@ def _grown(a, n):
     return out
 
 
-# Tie-break words of a heap entry: a = class << CLASS_SHIFT | parent slot (slots < 2^25, as
-# budgets are <= 2^24), b = token rank << RANK_SHIFT | universe index (both < 2^31).
-CLASS_SHIFT = 32
-SLOT_MASK = (1 << CLASS_SHIFT) - 1
+# Tie-break words of a heap entry: a = parent slot << CLASS_BITS | class, b = token rank <<
+# RANK_SHIFT | universe index (ranks and indices < 2^31). At equal keys entries pop by parent slot
+# first (the tie rule's first criterion); within one parent a threshold entry pops before its
+# concrete children, since an unseen child may outrank a seen one, and an exhausted entry after
+# them, since a token beyond every list ranks below every listed one.
+CLASS_BITS = 2
+CLASS_MASK = (1 << CLASS_BITS) - 1
 RANK_SHIFT = 31
 INDEX_MASK = (1 << RANK_SHIFT) - 1
-# entry classes of the mixture search, in the order they pop at equal keys
+# entry classes of the mixture search, in the order they pop at equal keys and parent
 THRESHOLD = 0
-EXHAUSTED = 1
-CONCRETE = 2
+CONCRETE = 1
+EXHAUSTED = 2
 
 
 @njit(cache=True)
@@ -331,7 +334,7 @@ def _mixture_tree(log_pi, G, list_u, list_val, lens, rank, tok_u, closed, bound,
 
     cap = 4 * (N + 1) * (K + 1) + 16
     hk = np.empty(cap)  # heap: key
-    ha = np.empty(cap, dtype=np.int64)  # heap: class << CLASS_SHIFT | parent slot
+    ha = np.empty(cap, dtype=np.int64)  # heap: parent slot << CLASS_BITS | class
     hb = np.empty(cap, dtype=np.int64)  # heap: best rank << RANK_SHIFT | universe index
     size = 0
     tmp = np.empty(K)
@@ -339,7 +342,7 @@ def _mixture_tree(log_pi, G, list_u, list_val, lens, rank, tok_u, closed, bound,
 
     for k in range(K):
         w[k] = list_val[k, 0, 0] if lens[k, 0] > 0 else bound[k, 0]
-    size = _heap_push(hk, ha, hb, size, _mix(log_pi, w, tmp), THRESHOLD << CLASS_SHIFT, 0)
+    size = _heap_push(hk, ha, hb, size, _mix(log_pi, w, tmp), THRESHOLD, 0)
 
     n = 0
     status = OK
@@ -349,8 +352,8 @@ def _mixture_tree(log_pi, G, list_u, list_val, lens, rank, tok_u, closed, bound,
             ha = _grown(ha, 2 * ha.shape[0])
             hb = _grown(hb, 2 * hb.shape[0])
         key, wa, wb, size = _heap_pop(hk, ha, hb, size)
-        cls = wa >> CLASS_SHIFT
-        p = wa & SLOT_MASK
+        cls = wa & CLASS_MASK
+        p = wa >> CLASS_BITS
         d = ndepth[p]  # depth of the parent; its children live at list depth d
         if cls == EXHAUSTED:
             status = NEEDS_MORE
@@ -368,7 +371,7 @@ def _mixture_tree(log_pi, G, list_u, list_val, lens, rank, tok_u, closed, bound,
             if d + 1 < L and n < N:
                 for k in range(K):
                     w[k] = W[n, k] + (list_val[k, d + 1, 0] if lens[k, d + 1] > 0 else bound[k, d + 1])
-                size = _heap_push(hk, ha, hb, size, _mix(log_pi, w, tmp), (THRESHOLD << CLASS_SHIFT) | n, 0)
+                size = _heap_push(hk, ha, hb, size, _mix(log_pi, w, tmp), (n << CLASS_BITS) | THRESHOLD, 0)
             continue
         # THRESHOLD: one round of sorted access for parent p (one step down each mode's list)
         for k in range(K):
@@ -387,7 +390,7 @@ def _mixture_tree(log_pi, G, list_u, list_val, lens, rank, tok_u, closed, bound,
                 for j in range(K):
                     w[j] = W[p, j] + G[j, d, u]
                     best = min(best, rank[j, d, u])
-                size = _heap_push(hk, ha, hb, size, _mix(log_pi, w, tmp), (CONCRETE << CLASS_SHIFT) | p,
+                size = _heap_push(hk, ha, hb, size, _mix(log_pi, w, tmp), (p << CLASS_BITS) | CONCRETE,
                                   (best << RANK_SHIFT) | u)
         exhausted = True
         for k in range(K):
@@ -400,7 +403,7 @@ def _mixture_tree(log_pi, G, list_u, list_val, lens, rank, tok_u, closed, bound,
         if exhausted and closed[d]:
             continue  # every child of p has been seen
         cls = EXHAUSTED if exhausted else THRESHOLD
-        size = _heap_push(hk, ha, hb, size, _mix(log_pi, w, tmp), (cls << CLASS_SHIFT) | p, 0)
+        size = _heap_push(hk, ha, hb, size, _mix(log_pi, w, tmp), (p << CLASS_BITS) | cls, 0)
     return parent[:n], token[:n], depth[:n], score[:n], status
 
 
