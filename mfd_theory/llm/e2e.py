@@ -14,8 +14,8 @@ Measured quantities per (method, drafter, budget, temperature), pooled over prom
 tau (tokens per target call, bonus included), accepted length mean/std, predicted acceptance (the
 tree's covered mass under the decoding rule's conditionals, computed from the verify forward: at
 T = 1 it is E[accepted] exactly, so measured and predicted must agree within the standard error
-that the trees' exact acceptance variances give, ``coverage.variance_from_prefix_probs``; greedy conditionals are one-hot, so there it equals the accepted length
-by construction and ``covered_mass_mean`` gives the soft T = 1 mass instead), the dead-node share
+that the trees' exact acceptance variances give, ``coverage.variance_from_prefix_probs``; greedy
+conditionals are one-hot, so there it equals the accepted length by construction and ``covered_mass_mean`` gives the soft T = 1 mass instead), the dead-node share
 (nodes whose target prefix probability is below ``decode.DEAD_EPS``) and speedup (AR time per token
 over the method's, same harness, same temperature).
 """
@@ -197,8 +197,8 @@ class _Acc:
 
     def arrays(self) -> dict:
         a = lambda x: np.asarray(x, dtype=float)  # noqa: E731
-        return dict(acc=a(self.acc), pred=a(self.pred), pvar=a(self.pvar), cov=a(self.cov), dead=a(self.dead),
-                    dead_spl=a(self.dead_spl), sizes=a(self.sizes), tokens=self.tokens, secs=self.secs,
+        return dict(acc=a(self.acc), pred=a(self.pred), pvar=a(self.pvar), cov=a(self.cov),
+                    dead=a(self.dead), dead_spl=a(self.dead_spl), sizes=a(self.sizes), tokens=self.tokens, secs=self.secs,
                     split=self.split)
 
 
