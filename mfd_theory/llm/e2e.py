@@ -15,8 +15,9 @@ tau (tokens per target call, bonus included), accepted length mean/std, predicte
 tree's covered mass under the decoding rule's conditionals, computed from the verify forward: at
 T = 1 it is E[accepted] exactly, so measured and predicted must agree within the standard error
 that the trees' exact acceptance variances give, ``coverage.variance_from_prefix_probs``; greedy
-conditionals are one-hot, so there it equals the accepted length by construction and ``covered_mass_mean`` gives the soft T = 1 mass instead), the dead-node share
-(nodes whose target prefix probability is below ``decode.DEAD_EPS``) and speedup (AR time per token
+conditionals are one-hot, so there it equals the accepted length by construction and
+``covered_mass_mean`` gives the soft T = 1 mass instead), the dead-node share (nodes whose
+target prefix probability is below ``decode.DEAD_EPS``) and speedup (AR time per token
 over the method's, same harness, same temperature).
 """
 
