@@ -5,31 +5,38 @@ prefixes. Let the target have two futures a, b (full length L) that disagree in 
 *splice* of a and b takes, at every position, the token of a or the token of b: there are 2^m of
 them, a and b included; the other 2^m - 2 are *chimeras*, prefixes the target never produces.
 
-**Theorem.** Barring ties, every product-ranked tree that holds both a and b holds at least
-2^(m-1) - 1 full-length chimeras.
+**Theorem.** Every product-ranked tree that holds both a and b holds at least 2^(m-1) - 1
+full-length chimeras, whatever the tie-break, unless Q(a) = Q(b). When Q(a) = Q(b) the bound
+still holds unless some complementary pair of splices (below) has Q(s) = Q(s') = Q(a).
 
 *Proof.* Pair each splice s with its complement s' (s' takes b's token wherever s takes a's and
 vice versa). At a position where a and b agree both s and s' carry the shared token, and at a
 disagreement position one carries a's token and the other b's, so
 Q(s) * Q(s') = Q(a) * Q(b) and max(Q(s), Q(s')) >= sqrt(Q(a) Q(b)) >= t := min(Q(a), Q(b)).
-A top-N tree holding a and b holds every prefix scoring above t (scores never increase along
-a path, and the tree holds whichever of a, b scores t); barring ties (a splice scoring exactly
-t) it therefore holds at least one splice of each of the 2^(m-1) complementary pairs. One pair
-is {a, b}; each of the other 2^(m-1) - 1 pairs contributes a distinct chimera. QED
+A top-N tree holding a and b holds every prefix scoring strictly above t: it holds whichever of
+a, b scores t, and a top-N set holds every prefix that outscores one of its members. If
+Q(a) != Q(b), the geometric mean lies strictly above the smaller of the two, so
+max(Q(s), Q(s')) >= sqrt(Q(a) Q(b)) > t and the better splice of every pair is in the tree,
+with no condition on how other ties are broken. If Q(a) = Q(b) = t, a pair can miss the tree
+only when both of its splices score exactly t (otherwise the better one is above t). So, in
+both cases stated, the tree holds at least one splice of each of the 2^(m-1) complementary
+pairs. One pair is {a, b}; each of the other 2^(m-1) - 1 pairs contributes a distinct chimera
+(distinct pairs are disjoint). QED
 
 The bound is tight: when a and b nearly tie and no proper sub-sum of the log-ratios
 log q_i(a_i) / q_i(b_i) falls between 0 and log Q(a)/Q(b), exactly one splice of each pair is
 kept (:func:`tight_instance`). When a beats b at every disagreement position, every splice
-outscores b and all 2^m - 2 chimeras are kept (:func:`worst_instance`). With exact ties the
+outscores b and all 2^m - 2 chimeras are kept (:func:`worst_instance`). With Q(a) = Q(b) the
 bound can fail: if q_i(a_i) = q_i(b_i) at every disagreement position, all splices tie with a and
 b and a tie-break that favours the futures keeps no chimera at all (:func:`verify_bound` with
-``grid`` reports how often this happens).
+``grid`` reports how often this happens, and that other ties never break it).
 
 For F >= 3 futures the same argument applies to any set of splices whose columns rearrange the
 columns of some of the futures (their scores multiply to the futures' product, so one of them
-scores at least t). :func:`multi_future_lower_bound` turns these constraints into a proven lower
-bound (a minimum hitting set, solved exactly), and :func:`min_chimeras_search` searches drafters
-for the observed minimum; see docs/chimeras.md for what is proven and what is only observed.
+scores at least t). :func:`min_chimeras_multi` turns these constraints into a lower bound (a
+minimum hitting set, solved as an integer program by HiGHS: computer-assisted, as the solver's
+optimality is not independently certified) and searches drafters for the observed minimum; see
+docs/chimeras.md for what is proven by hand, what is computer-assisted and what is only observed.
 """
 
 from __future__ import annotations
@@ -42,7 +49,8 @@ from typing import Any
 import numpy as np
 
 from ._kernels import chimeras as _k
-from .coverage import splice_mask
+from .coverage import chimera_mask, splice_mask
+from .distributions import MixtureOfProducts
 from .trees import DraftTree
 
 __all__ = [
@@ -70,6 +78,7 @@ __all__ = [
 #: Relative tolerance below which two log-scores count as tied (sums of ~10 float64 logs are
 #: exact to ~1e-15 relative; anything closer than 1e-9 is a tie by construction, not by chance).
 TIE_TOL = 1e-9
+TIGHT_M_MAX = 24  # tight_instance's near-tie gap 2^-(m-1) stays >= 20x the tie tolerance
 
 
 # ----------------------------------------------------------------------------- validation
@@ -257,14 +266,15 @@ def _subtree(parent, token, depth, score, keep) -> DraftTree:
 
 @dataclasses.dataclass(frozen=True)
 class ChimeraCount:
-    """Chimeras of a tree for the target made of the given sequences (exact futures).
+    """Chimeras of a tree for a target with several futures.
 
-    A node is a chimera when its prefix is not a prefix of any sequence (target probability 0),
-    and a splice when each of its tokens agrees with the same position of some sequence.
+    A node is a chimera when its target prefix probability is 0 (for exact futures: its prefix
+    is a prefix of no future), and a splice when each of its tokens agrees with the same
+    position of some future. ``full_length`` and ``shorter`` count chimeras of depth L and
+    below L; the ``_splices`` fields count those chimeras that are also splices.
     """
 
     n_nodes: int
-    n_full_length: int  # nodes of depth L
     full_length: int  # chimeras of depth L
     shorter: int  # chimeras of depth < L
     full_length_splices: int  # chimeras of depth L that are splices (what the bound counts)
@@ -279,20 +289,30 @@ class ChimeraCount:
         return self.total / self.n_nodes if self.n_nodes else 0.0
 
 
-def count_chimeras(tree: DraftTree, sequences: Any) -> ChimeraCount:
-    """Count the chimeras of ``tree`` for the target whose futures are ``sequences`` [F, L]."""
+def count_chimeras(tree: DraftTree, target: Any) -> ChimeraCount:
+    """Count the chimeras of ``tree`` for ``target``, the same argument :func:`chimera_mask` takes.
+
+    ``target`` is the futures [F, L] of an exact-futures target, or a
+    :class:`~mfd_theory.distributions.MixtureOfProducts`: then chimeras are the nodes of
+    probability zero and splices are taken against each mode's most likely sequence (its
+    future, for targets built by ``MixtureOfProducts.futures`` or :mod:`mfd_theory.synthetic`).
+    """
     if not isinstance(tree, DraftTree):
         raise ValueError(f"tree: expected a DraftTree, got {type(tree).__name__}")
-    seqs = _check_sequences(sequences)
-    L = seqs.shape[1]
-    if tree.max_depth > L:
-        raise ValueError(f"sequences: length {L} is shorter than the tree's depth {tree.max_depth}")
-    chim = ~_on_sequence_paths(tree.parent, tree.token, tree.depth, seqs).any(axis=0)  # [N]
+    if isinstance(target, MixtureOfProducts):
+        seqs = np.argmax(target.log_q, axis=2)  # [K, L]: each mode's most likely sequence
+        chim = chimera_mask(tree, target) if len(tree) else np.zeros(0, dtype=np.bool_)
+        L = target.L
+    else:
+        seqs = _check_sequences(target)
+        L = seqs.shape[1]
+        if tree.max_depth > L:
+            raise ValueError(f"sequences: length {L} is shorter than the tree's depth {tree.max_depth}")
+        chim = ~_on_sequence_paths(tree.parent, tree.token, tree.depth, seqs).any(axis=0)  # [N]
     spl = splice_mask(tree, seqs) if len(tree) else np.zeros(0, dtype=np.bool_)
     full = tree.depth == L
     return ChimeraCount(
         n_nodes=len(tree),
-        n_full_length=int(full.sum()),
         full_length=int((chim & full).sum()),
         shorter=int((chim & ~full).sum()),
         full_length_splices=int((chim & full & spl).sum()),
@@ -344,7 +364,18 @@ def tight_instance(m: int, L: int = 15, V: int = 8, seed: int = 0) -> tuple[np.n
     last one makes the futures nearly tie, sum_j d_j = +-delta / 2. Then no proper sub-sum lies
     between 0 and the futures' log-ratio, and exactly one splice of each complementary pair
     clears the threshold.
+
+    ``m`` is at most :data:`TIGHT_M_MAX` = 24. The near-tie gap delta / 2 = 2^-(m-1) nats shrinks
+    with m while the spread sum |d_j| stays about 4 nats, and the package counts log-scores within
+    ``TIE_TOL * (1 + sum |d_j|)`` (about 5e-9) of the threshold as tied; at m = 24 the gap
+    (1.2e-7) is still 20 times that tolerance, from m = 29 on it is below it. Widening the gap
+    instead would widen the spread with it (the powers of two span 2^(m-1) gaps), so the ratio of
+    gap to relative tolerance cannot be kept above one beyond m ~ 28 whatever delta is.
     """
+    m = _check_int("m", m, 1)
+    if m > TIGHT_M_MAX:
+        raise ValueError(f"m: at most {TIGHT_M_MAX} for tight_instance (its near-tie gap 2^-(m-1) "
+                         f"must stay above the tie tolerance), got {m}")
     m, L, V, rng, pos, a, b = _two_future_setup(m, L, V, seed)
     delta = 2.0 / (1 << (m - 1))  # keeps sum |d_j| <= ~4 nats whatever m
     d = np.zeros(m)
@@ -388,7 +419,7 @@ def splice_chimeras_from_scores(log_q: Any, a: Any, b: Any) -> tuple[int, int]:
         raise ValueError("a, b: a future has probability zero under the drafter; no finite tree holds it")
     d = la - lb  # [m] log-ratio of a's token to b's at each disagreement position
     sums = np.empty(1 << pos.size)
-    above, tied = _k._count_two_future_splices(d, TIE_TOL, sums)
+    above, tied, _ = _k._count_two_future_splices(d, TIE_TOL, sums)
     return int(above), int(tied)
 
 
@@ -399,12 +430,16 @@ def splice_chimeras_from_scores(log_q: Any, a: Any, b: Any) -> tuple[int, int]:
 class BoundCheck:
     """Outcome of :func:`verify_bound`.
 
-    ``instances`` counts instances checked against the bound (with ``grid = 0`` those with a tie
-    are set aside and counted in ``ties`` instead); ``violations`` counts checked instances with
-    fewer than 2^(m-1) - 1 full-length splice chimeras. ``by_m[m]`` holds, per m: ``bound``,
-    ``instances``, ``min`` and ``max`` observed chimeras, ``min_slack`` (min - bound),
-    ``violations`` and ``ties``, and, for tied instances, ``tie_min`` / ``tie_max`` (chimeras
-    when every tie is broken for / against the futures) and ``tie_violations``.
+    ``instances`` counts instances checked against the bound: all with Q(a) != Q(b), whatever
+    other ties they have; those with Q(a) = Q(b) (within twice the tie tolerance) are set aside
+    and counted in ``ties``. ``violations`` counts checked instances with fewer than
+    2^(m-1) - 1 full-length splice chimeras when every tie is broken in the futures' favour (the
+    theorem says 0). ``other_ties`` counts checked instances where some splice ties with t (ties
+    the theorem shows harmless). ``by_m[m]`` holds, per m: ``bound``, ``instances``, ``min`` and
+    ``max`` observed chimeras (ties broken for / against the futures), ``min_slack``
+    (min - bound), ``violations``, ``ties``, ``other_ties``, and, for the set-aside instances,
+    ``tie_min`` / ``tie_max`` (chimeras when every tie is broken for / against the futures) and
+    ``tie_violations`` (those below the bound with ties broken for the futures).
     """
 
     instances: int
@@ -413,11 +448,12 @@ class BoundCheck:
     by_m: dict[int, dict[str, Any]]
     seconds: float
     config: dict[str, Any]
+    other_ties: int = 0
 
     @property
     def rate(self) -> float:
         """Instances drawn per second."""
-        total = self.instances + (self.ties if not self.config.get("grid") else 0)
+        total = self.instances + self.ties
         return total / self.seconds if self.seconds > 0 else float("inf")
 
     @property
@@ -448,11 +484,13 @@ def verify_bound(
     nearly tie (where the bound is tight). It then counts the full-length splices that score at
     least t = min(Q(a), Q(b)), i.e. the full-length splice chimeras of the smallest product tree
     holding both futures (:func:`min_product_tree_containing`, which the tests compare this count
-    with). Instances where a splice ties with t are set aside (``ties``).
+    with). Only instances where the futures tie, Q(a) = Q(b), are set aside (``ties``); every
+    other instance is checked with its ties broken in favour of the futures, the case the
+    theorem covers.
 
     With ``grid > 0`` the marginals are drawn from integer weights 1..grid instead, so exact
-    ties are frequent; then every instance is reported, with its chimera count when ties are
-    broken in favour of the futures (``tie_min``) and against them (``tie_max``).
+    ties are frequent; the set-aside instances are reported with their chimera counts when ties
+    are broken in favour of the futures (``tie_min``) and against them (``tie_max``).
     """
     n = _check_int("n_instances", n_instances, 1)
     seed = _check_int("seed", seed, 0)
@@ -469,29 +507,31 @@ def verify_bound(
     out_above = np.empty(n, dtype=np.int64)
     out_tied = np.empty(n, dtype=np.int64)
     out_kind = np.empty(n, dtype=np.int64)
+    out_ftie = np.empty(n, dtype=np.bool_)  # the futures tie: Q(a) = Q(b)
     # compile outside the timed region so the rate measures the check, not numba
-    _k._verify_kernel(1, 1, 1, 1, 2, 1.0, 0.0, 0, TIE_TOL, 0, out_m[:1], out_above[:1], out_tied[:1], out_kind[:1])
+    _k._verify_kernel(1, 1, 1, 1, 2, 1.0, 0.0, 0, TIE_TOL, 0, out_m[:1], out_above[:1], out_tied[:1], out_kind[:1],
+                      out_ftie[:1])
     t0 = time.perf_counter()
     _k._verify_kernel(n, m_min, m_max, L_max, V_max, float(alpha), float(near_tie_frac), grid, TIE_TOL,
-                      seed, out_m, out_above, out_tied, out_kind)
+                      seed, out_m, out_above, out_tied, out_kind, out_ftie)
     seconds = time.perf_counter() - t0
     by_m: dict[int, dict[str, Any]] = {}
-    total_checked = total_viol = total_ties = 0
+    total_checked = total_viol = total_ties = total_other = 0
     for m in range(m_min, m_max + 1):
         sel = out_m == m
         bound = chimera_lower_bound(m)
-        tied = sel & (out_tied > 0)
-        clean = sel & (out_tied == 0)
-        checked = sel if grid else clean
+        tied = sel & out_ftie  # Q(a) = Q(b): outside the theorem, set aside
+        checked = sel & ~out_ftie  # every other instance, whatever its other ties
         low = out_above[checked]  # ties broken for the futures: only strictly-above splices
         row: dict[str, Any] = dict(
             bound=bound,
             instances=int(checked.sum()),
             min=int(low.min()) if low.size else None,
-            max=int((out_above + (out_tied if grid else 0))[checked].max()) if low.size else None,
+            max=int((out_above + out_tied)[checked].max()) if low.size else None,
             min_slack=int(low.min()) - bound if low.size else None,
             violations=int((low < bound).sum()),
             ties=int(tied.sum()),
+            other_ties=int((checked & (out_tied > 0)).sum()),
             near_tie_instances=int((checked & (out_kind == 1)).sum()),
             min_generic=int(out_above[checked & (out_kind == 0)].min()) if (checked & (out_kind == 0)).any() else None,
         )
@@ -503,9 +543,10 @@ def verify_bound(
         total_checked += row["instances"]
         total_viol += row["violations"]
         total_ties += row["ties"]
+        total_other += row["other_ties"]
     config = dict(n_instances=n, seed=seed, m_min=m_min, m_max=m_max, L_max=L_max, V_max=V_max,
                   alpha=float(alpha), near_tie_frac=float(near_tie_frac), grid=grid, tie_tol=TIE_TOL)
-    return BoundCheck(total_checked, total_viol, total_ties, by_m, seconds, config)
+    return BoundCheck(total_checked, total_viol, total_ties, by_m, seconds, config, total_other)
 
 
 # ----------------------------------------------------------------------------- F >= 3 futures
@@ -623,7 +664,7 @@ class MultiFutureMinimum:
     F: int
     pattern: dict[str, int]
     splices: int  # grid points other than the futures (the most a tree can hold)
-    lower_bound: int  # proven: minimum hitting set of the rearrangement sets
+    lower_bound: int | None  # minimum hitting set of the rearrangement sets (None: not computed)
     observed_min: int  # the fewest chimeras a drafter found by search keeps (an upper bound)
     pairwise_bound: int  # the two-future bound applied to every pair (proven, weaker)
     n_sets: int  # rearrangement sets used for the lower bound
@@ -631,8 +672,11 @@ class MultiFutureMinimum:
 
     @property
     def proven(self) -> bool:
-        """True when the lower bound meets a drafter that attains it: the minimum is exact."""
-        return self.lower_bound == self.observed_min
+        """True when the lower bound meets a drafter that attains it: the minimum is exact.
+
+        Computer-assisted: the bound is an integer program solved by HiGHS, whose optimality is
+        not independently certified."""
+        return self.lower_bound is not None and self.lower_bound == self.observed_min
 
 
 def pairwise_bound(futures: Any) -> int:
@@ -742,15 +786,18 @@ def _witness_log_q(grid: _Grid, w: np.ndarray, other_mass: float = 1e-9) -> np.n
 
 
 def min_chimeras_multi(
-    futures: Any, n_trials: int = 1000, seed: int = 0, max_sets: int = 200_000, witness: bool = False
+    futures: Any, n_trials: int = 1000, seed: int = 0, max_sets: int = 200_000, witness: bool = False,
+    lower_bound: bool = True,
 ) -> MultiFutureMinimum:
     """Minimum full-length chimeras a product tree must hold to contain every future.
 
-    Returns a :class:`MultiFutureMinimum` with the proven lower bound (minimum hitting set of the
-    rearrangement sets, solved exactly by MILP), the observed minimum over ``n_trials`` random and
-    locally improved drafters, and the pairwise bound. ``proven`` is True when they meet. With
-    ``witness`` the drafter attaining the observed minimum is returned (over the disagreement
-    positions, as log_q [P, V]).
+    Returns a :class:`MultiFutureMinimum` with the lower bound (minimum hitting set of the
+    rearrangement sets, solved to zero gap by scipy's HiGHS MILP: computer-assisted, as the
+    solver's optimality is not independently certified), the observed minimum over ``n_trials``
+    random and locally improved drafters, and the pairwise bound. ``proven`` is True when they
+    meet. With ``witness`` the drafter attaining the observed minimum is returned (over the
+    disagreement positions, as log_q [P, V]). ``lower_bound=False`` skips the MILP (search only,
+    an upper bound; ``lower_bound`` is then None).
     """
     seqs = _check_sequences(futures)
     if len({tuple(r) for r in seqs.tolist()}) != seqs.shape[0]:
@@ -760,8 +807,8 @@ def min_chimeras_multi(
     grid = _Grid(seqs)
     if grid.G > 200_000:
         raise ValueError(f"futures: the splice grid has {grid.G} points; too many to search")
-    sets = _rearrangement_sets(grid, max_sets)
-    lower = _min_hitting_set(sets, grid.G)
+    sets = _rearrangement_sets(grid, max_sets) if lower_bound else []
+    lower = _min_hitting_set(sets, grid.G) if lower_bound else None
     observed, w = _search(grid, _check_int("n_trials", n_trials, 1), _check_int("seed", seed, 0))
     return MultiFutureMinimum(
         F=seqs.shape[0],
@@ -779,8 +826,10 @@ def conjectured_min_all_distinct(F: int, m: int) -> int:
     """CONJECTURE (not proven): sum_{k=2..F} (k^(m-1) - 1) full-length chimeras at least, and
     exactly, when F futures take F distinct tokens at each of their m disagreement positions.
 
-    F = 2 is the theorem. Computed exactly (proven lower bound met by a drafter) for F = 3,
-    m <= 7; F = 4, m <= 5; F = 5, m <= 3 - see docs/chimeras.md.
+    F = 2 is the theorem. Computed (computer-assisted: MILP lower bound met by a drafter whose
+    tree is built and counted) for the cases stored in ``mfd_theory/data/chimera_all_distinct.json``
+    (``python -m mfd_theory.experiments.chimera_exact``) and the sweep of ``chimera_bound``;
+    see docs/chimeras.md.
     """
     F = _check_int("F", F, 2)
     m = _check_int("m", m, 1)

@@ -9,6 +9,9 @@ world) or the per-node conditionals a real verifier's forward returns
 
 from __future__ import annotations
 
+import sys
+import types
+
 import numpy as np
 
 from ._kernels.coverage import _cumulative_log, _simulate_acceptance, _splice_mask
@@ -16,12 +19,14 @@ from .distributions import MixtureOfProducts, _as_sequences
 from .trees import DraftTree
 
 __all__ = [
+    "acceptance_variance",
     "chimera_mask",
     "coverage",
     "depth_profile",
     "node_log_probs",
     "simulate_acceptance",
     "splice_mask",
+    "variance_from_prefix_probs",
 ]
 
 
@@ -54,6 +59,45 @@ def coverage(tree: DraftTree, target: MixtureOfProducts | None = None, *, node_l
     """C(T) = sum over nodes of P(prefix) = expected accepted draft tokens (bonus excluded)."""
     lp = node_log_probs(tree, target, node_log_cond=node_log_cond)
     return float(np.exp(lp).sum())
+
+
+def variance_from_prefix_probs(depth, prefix_probs) -> float:
+    """Var[accepted] of a deterministic tree from its nodes' depths and prefix probabilities P(s).
+
+    ``E[X^2] = sum_s P(s) (2 depth(s) - 1)`` and ``Var[X] = E[X^2] - (sum_s P(s))^2``.
+
+    Proof. Let Y be the target's block and X the accepted length. The walk accepts exactly the
+    tree nodes that are prefixes of Y, and the tree is prefix-closed, so X = sum_s 1[s <= Y]
+    (s <= Y: s is a prefix of Y). Then X^2 = sum_{s, s'} 1[s <= Y] 1[s' <= Y]. Two prefixes of Y
+    are comparable, one is a prefix of the other, and when s <= Y every prefix of s is <= Y too;
+    so the pairs with both indicators 1 are (s, s) and, twice, (s, s') with s' a proper
+    prefix of s in the tree. Prefix-closedness gives every node s exactly depth(s) - 1 proper
+    prefixes in the tree, hence X^2 = sum_s 1[s <= Y] (1 + 2 (depth(s) - 1)) and taking
+    expectations, E[X^2] = sum_s P(s) (2 depth(s) - 1). The mean is the coverage sum_s P(s).
+
+    Parameters: ``depth`` int [N] (1-based), ``prefix_probs`` float [N] (each in [0, 1]).
+    The difference is clipped at 0 (rounding of a near-certain walk can leave -1e-16).
+    """
+    d = np.asarray(depth, dtype=np.float64).reshape(-1)
+    p = np.asarray(prefix_probs, dtype=np.float64).reshape(-1)
+    if d.shape != p.shape:
+        raise ValueError(f"prefix_probs: has {p.shape[0]} entries but depth has {d.shape[0]}")
+    if np.isnan(p).any() or (p < 0).any() or (p > 1 + 1e-9).any():
+        raise ValueError("prefix_probs: entries must be probabilities in [0, 1]")
+    if (d < 1).any():
+        raise ValueError("depth: depths are 1-based, got an entry < 1")
+    mean = p.sum()
+    return float(max(0.0, (p * (2.0 * d - 1.0)).sum() - mean * mean))
+
+
+def acceptance_variance(tree: DraftTree, target: MixtureOfProducts | None = None, *, node_log_cond=None) -> float:
+    """Var[accepted draft tokens] of the lossless walk on ``tree`` (bonus excluded), exactly.
+
+    Uses ``E[X^2] = sum over nodes of P(s) (2 depth(s) - 1)`` (proved in
+    :func:`variance_from_prefix_probs`); the target is given as for :func:`coverage`.
+    """
+    lp = node_log_probs(tree, target, node_log_cond=node_log_cond)
+    return variance_from_prefix_probs(tree.depth, np.exp(lp))
 
 
 def depth_profile(tree: DraftTree, target: MixtureOfProducts | None = None, *, node_log_cond=None, L: int | None = None) -> np.ndarray:
@@ -96,11 +140,32 @@ def simulate_acceptance(tree: DraftTree, target: MixtureOfProducts, n: int, seed
     return _simulate_acceptance(child_start, child_tok, child_idx, pi_cdf, cdf, int(n), int(seed) % (2**32))
 
 
-def chimera_mask(tree: DraftTree, target: MixtureOfProducts, eps: float = 0.0) -> np.ndarray:
-    """bool [N]: nodes whose target prefix probability is <= eps (eps = 0: exactly zero)."""
+def _futures_target(tree: DraftTree, target) -> MixtureOfProducts:
+    """``target`` as a MixtureOfProducts; futures [F, L] become the exact-futures target."""
+    if isinstance(target, MixtureOfProducts):
+        return target
+    if isinstance(target, (str, bytes, dict)) or not hasattr(target, "__len__"):
+        raise ValueError(f"target: expected a MixtureOfProducts or futures [F, L], got {type(target).__name__}")
+    seqs = _as_sequences("target", target)  # [F, L]
+    if seqs.min() < 0:
+        raise ValueError("target: futures contain negative token ids")
+    V = int(max(seqs.max(), tree.token.max() if len(tree) else 0)) + 1
+    return MixtureOfProducts.futures(seqs, vocab_size=V)
+
+
+def chimera_mask(tree: DraftTree, target, eps: float = 0.0) -> np.ndarray:
+    """bool [N]: nodes whose target prefix probability is <= eps (eps = 0: exactly zero).
+
+    ``target`` is a :class:`MixtureOfProducts` or, like :func:`mfd_theory.chimeras.count_chimeras`
+    takes it, the futures [F, L] of an exact-futures target (then a chimera is a node that is a
+    prefix of no future, and only eps = 0 is meaningful).
+    """
     if not np.isfinite(eps) or eps < 0:
         raise ValueError(f"eps: must be finite and >= 0, got {eps}")
-    lp = node_log_probs(tree, target)
+    tree = _check_tree(tree)
+    if not isinstance(target, MixtureOfProducts) and eps != 0:
+        raise ValueError("eps: must be 0 when target is given as futures (their weights are not given)")
+    lp = node_log_probs(tree, _futures_target(tree, target))
     if eps == 0:
         return lp == -np.inf
     return lp <= np.log(eps)
@@ -118,3 +183,15 @@ def splice_mask(tree: DraftTree, sequences) -> np.ndarray:
     allowed = np.zeros((seqs.shape[1], V), dtype=np.bool_)  # [L, V]
     allowed[np.arange(seqs.shape[1])[None, :], seqs] = True
     return _splice_mask(tree.parent, tree.token, tree.depth, allowed)
+
+
+class _CallableModule(types.ModuleType):
+    """This module, callable as :func:`coverage`: ``from mfd_theory import coverage`` gives the
+    module (the package attribute of that name is always the submodule), and
+    ``coverage(tree, target)`` still computes C(T)."""
+
+    def __call__(self, tree: DraftTree, target: MixtureOfProducts | None = None, *, node_log_cond=None) -> float:
+        return coverage(tree, target, node_log_cond=node_log_cond)
+
+
+sys.modules[__name__].__class__ = _CallableModule

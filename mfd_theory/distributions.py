@@ -14,9 +14,40 @@ import numpy as np
 
 from ._kernels.distributions import _node_mode_log_weights
 
-__all__ = ["MixtureOfProducts", "check_log_probs", "logsumexp"]
+__all__ = ["MixtureOfProducts", "check_log_probs", "logsumexp", "norm_tol", "pos_tol"]
 
-NORM_TOL = 1e-9  # probability-space tolerance for "sums to one" (float64 round-off is ~1e-15)
+# Tolerances for log-probabilities, scaled to the precision they arrived in (one rule for the
+# distributions here and the tree builders). A log-prob x rounded to a float type of machine
+# epsilon eps is off by about |x| eps / 2, so a row's probabilities are off by about eps / 2 times
+# its entropy (<= log V, 12 nats for a 150k vocabulary) plus the few roundings of the log-softmax
+# itself: 64 eps leaves a wide margin. float64 keeps a floor of 1e-9 (its own round-off is ~1e-15, the
+# floor admits rows normalised in float64 from coarser data). The largest entry of a log-softmax
+# row is x_max - logsumexp(x), whose rounding can leave it slightly above 0 (~eps |logsumexp|
+# for logits of order 10): 16 eps, with a float64 floor of 1e-12.
+NORM_TOL = 1e-9
+POS_TOL = 1e-12
+
+
+def _eps(dtype) -> float:
+    dtype = np.dtype(dtype)
+    return float(np.finfo(dtype).eps) if np.issubdtype(dtype, np.floating) else float(np.finfo(np.float64).eps)
+
+
+def norm_tol(dtype) -> float:
+    """Probability-space tolerance for "sums to one" of log-probs given in ``dtype``.
+
+    float64 (and integers): 1e-9; float32: 64 eps = 7.6e-6; float16: 64 eps = 0.0625.
+    """
+    return max(NORM_TOL, 64 * _eps(dtype))
+
+
+def pos_tol(dtype) -> float:
+    """How far above 0 a log-prob given in ``dtype`` may lie (round-off of a certain token's 0).
+
+    float64 (and integers): 1e-12; float32: 16 eps = 1.9e-6; float16: 16 eps = 0.0156. Entries
+    above it are rejected (a probability above one: logits, not log-probs).
+    """
+    return max(POS_TOL, 16 * _eps(dtype))
 
 
 def logsumexp(a: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -32,13 +63,15 @@ def logsumexp(a: np.ndarray, axis: int = -1) -> np.ndarray:
 def check_log_probs(name: str, arr, ndim: int | None = None) -> np.ndarray:
     """Validate an array of log-probabilities: numeric, no NaN, no +inf, entries <= 0.
 
-    Returns it as float64. Probabilities above one (positive log-probs beyond round-off) are
+    Returns it as float64 (float16 / float32 are upcast exactly). Probabilities above one
+    (positive log-probs beyond the round-off :func:`pos_tol` allows for the input's dtype) are
     rejected as the "negative probabilities" of log space cannot occur; a probability above one
     means the caller passed logits, not log-probs.
     """
     a = np.asarray(arr)
     if a.dtype == object or not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
         raise ValueError(f"{name}: expected a numeric array of log-probabilities, got dtype {a.dtype}")
+    tol = pos_tol(a.dtype)
     a = a.astype(np.float64, copy=False)
     if ndim is not None and a.ndim != ndim:
         raise ValueError(f"{name}: expected {ndim} dimensions, got shape {a.shape}")
@@ -48,7 +81,7 @@ def check_log_probs(name: str, arr, ndim: int | None = None) -> np.ndarray:
         raise ValueError(f"{name}: contains NaN")
     if np.isposinf(a).any():
         raise ValueError(f"{name}: contains +inf (a probability of infinity)")
-    if (a > 1e-12).any():
+    if (a > tol).any():
         raise ValueError(
             f"{name}: has entries above 0 (probability > 1, max {a.max():.3g}); pass log-probabilities, not logits"
         )
@@ -61,14 +94,19 @@ class MixtureOfProducts:
     Parameters
     ----------
     log_pi : array [K]
-        Log mixture weights; ``exp(log_pi)`` sums to one within 1e-9.
+        Log mixture weights; ``exp(log_pi)`` sums to one within ``norm_tol(log_pi.dtype)``.
     log_q : array [K, L, V]
-        Per-mode, per-position log-probabilities; each ``exp(log_q[k, i])`` sums to one within 1e-9.
+        Per-mode, per-position log-probabilities; each ``exp(log_q[k, i])`` sums to one within
+        ``norm_tol(log_q.dtype)`` (1e-9 for float64, 7.6e-6 for float32 rows such as a float32
+        log-softmax). Stored as float64 either way; float16 / float32 input is renormalised in
+        float64 on the way in.
     """
 
     __slots__ = ("log_pi", "log_q", "_cdf")
 
     def __init__(self, log_pi, log_q):
+        q_tol = norm_tol(np.asarray(log_q).dtype)
+        pi_tol = norm_tol(np.asarray(log_pi).dtype)
         log_q = check_log_probs("log_q", log_q, ndim=3)
         log_pi = check_log_probs("log_pi", log_pi, ndim=1)
         K, L, V = log_q.shape
@@ -77,15 +115,21 @@ class MixtureOfProducts:
         if V < 1 or L < 1:
             raise ValueError(f"log_q: needs L >= 1 and V >= 1, got shape {log_q.shape}")
         sums = np.exp(log_q).sum(axis=2)  # [K, L]
-        bad = np.abs(sums - 1.0) > NORM_TOL
+        bad = np.abs(sums - 1.0) > q_tol
         if bad.any():
             k, i = map(int, np.argwhere(bad)[0])
             raise ValueError(
                 f"log_q: row (mode {k}, position {i}) sums to {sums[k, i]:.12g} in probability space, not 1"
             )
         total = np.exp(log_pi).sum()
-        if abs(total - 1.0) > NORM_TOL:
+        if abs(total - 1.0) > pi_tol:
             raise ValueError(f"log_pi: weights sum to {total:.12g} in probability space, not 1")
+        # Coarser input is renormalised in float64, so the stored target sums to one to float64
+        # precision and passes the float64 checks downstream (builders, fits) unchanged.
+        if q_tol > NORM_TOL:
+            log_q = log_q - np.log(sums)[:, :, None]  # [K, L, V]
+        if pi_tol > NORM_TOL:
+            log_pi = log_pi - np.log(total)
         self.log_pi = np.ascontiguousarray(log_pi)
         self.log_q = np.ascontiguousarray(log_q)
         self.log_pi.setflags(write=False)

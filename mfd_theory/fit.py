@@ -10,9 +10,13 @@ given which mode k produced a block, the positions are independent. Two ways to 
   target (no sampling noise): weighted EM over the target's support when it is small enough to
   enumerate, otherwise EM over the target's own components (each component moves as one unit).
 
-Both run soft EM (maximum likelihood) or a hard, winner-take-all variant: every block trains only
-the mode that explains it best, which is how a network trained with a min-over-modes loss
-behaves. Several restarts from k-means++-style seeds; the best objective wins.
+Both run soft EM or a hard, winner-take-all variant: every block trains only the mode that
+explains it best, which is how a network trained with a min-over-modes loss behaves. With
+``smoothing > 0`` (the default) soft EM is MAP-EM under a Dirichlet prior (pseudo-counts
+smoothing * n / V per token of every mode's row, smoothing * n / K per mode weight, n the total
+sample weight): it maximises, and never lowers, the penalised objective mean log-likelihood +
+log prior / n, which is what the fits record; ``smoothing = 0`` is maximum likelihood. Several
+restarts from k-means++-style seeds; the best objective wins.
 """
 
 from __future__ import annotations
@@ -35,8 +39,9 @@ Assignment = Literal["soft", "hard"]
 class FitInfo:
     """Diagnostics of a fit: the objective of every restart and the trace of the winner.
 
-    ``objective`` is the weighted mean log-likelihood of the mixture (soft) or the weighted mean
-    log-likelihood of each block's best mode (hard), per block.
+    ``objective`` is the penalised objective per block: the weighted mean log-likelihood of the
+    mixture (soft) or of each block's best mode (hard), plus the Dirichlet log prior divided by
+    the total weight (see the module docstring; 0 when ``smoothing = 0``).
     """
 
     assignment: str
@@ -198,7 +203,7 @@ def fit_mixture(
     samples : int array [n, L]
         Target blocks, token ids in ``[0, vocab_size)``.
     K : int
-        Number of modes (>= 1). ``K = 1`` returns the smoothed per-position marginals.
+        Number of modes (>= 1). ``K = 1`` returns the smoothed (MAP) per-position marginals.
     vocab_size : int
         V; the fitted ``log_q`` has shape [K, L, V].
     seed : int
@@ -206,14 +211,16 @@ def fit_mixture(
     weights : float array [n], optional
         Per-row weights (e.g. probabilities of distinct sequences); default all ones.
     assignment : "soft" or "hard"
-        Soft: maximum-likelihood EM. Hard: winner-take-all (each block trains only its best mode;
-        pi is the share of blocks each mode wins).
+        Soft: MAP-EM (maximum likelihood when ``smoothing = 0``). Hard: winner-take-all (each
+        block trains only its best mode; pi is the smoothed share of blocks each mode wins).
     smoothing : float in [0, 1)
-        Every fitted distribution is ``(1 - smoothing) * estimate + smoothing * uniform``, so a
-        token no sample shows keeps probability ``smoothing / V`` (and a mode ``smoothing / K``).
+        Strength of the Dirichlet prior: ``smoothing * n / V`` pseudo-counts on every token of
+        every mode's row and ``smoothing * n / K`` on every mode weight (n = total weight). A
+        mode's estimate is ``(counts + beta) / (n_k + V beta)``, so a token no sample shows keeps
+        about ``smoothing / V`` (exactly ``smoothing / (V (1 + smoothing))`` for K = 1).
     n_restarts, max_iter, tol
         Restarts (best objective kept), iteration cap, and the stopping threshold on the change of
-        the mean log-likelihood per block (soft; hard stops when no block changes mode).
+        the penalised objective per block (soft; hard stops when no block changes mode).
     screen_iter : int
         Every restart runs this many iterations, then only the best continues (0: run every
         restart to convergence).
@@ -302,10 +309,12 @@ def _component_em(target, K, seed, smoothing, n_restarts, max_iter, tol):
                 break
             wk = pf[:, None] * resp  # [F, K]
             nk = wk.sum(axis=0)  # [K]
-            new_q = np.einsum("fk,fiv->kiv", wk, p) / np.maximum(nk, 1e-300)[:, None, None]
-            new_q[nk == 0] = 1.0 / V
-            q = (1.0 - smoothing) * new_q + smoothing / V
-            pk = (1.0 - smoothing) * nk / nk.sum() + smoothing / K
+            # the same Dirichlet MAP step as the sample EM, with total weight sum_f pi_f
+            W, beta, gamma = pf.sum(), smoothing * pf.sum() / V, smoothing * pf.sum() / K
+            counts = np.einsum("fk,fiv->kiv", wk, p)  # [K, L, V]
+            denom = nk + V * beta  # [K]
+            q = np.where(denom[:, None, None] > 0, counts + beta, 1.0) / np.where(denom > 0, denom, V)[:, None, None]
+            pk = (nk + gamma) / (W + K * gamma)
             with np.errstate(divide="ignore"):
                 log_pi = np.log(pk)
         objectives.append(trace[-1])

@@ -20,6 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from mfd_theory._kernels.sequoia import _sequoia_dp
+from mfd_theory.trees import DraftTree
 
 __all__ = ["SequoiaTree", "check_acceptance", "sequoia_tree", "sequoia_values"]
 
@@ -29,7 +30,7 @@ SUM_TOL = 1e-9  # acceptance vectors estimated from counts may round a total of 
 class SequoiaTree(NamedTuple):
     """The tree (``token`` = child rank, 0-based) and its expected accepted length."""
 
-    tree: "object"  # mfd_theory.trees.DraftTree
+    tree: DraftTree
     expected_accepted: float
 
 
@@ -98,8 +99,6 @@ def sequoia_tree(acceptance, budget: int, max_depth: int) -> SequoiaTree:
     is each node's child rank and whose ``log_score`` is the log of its path value, nodes in
     decreasing value (parents first), and the tree's expected accepted length (bonus excluded).
     """
-    from mfd_theory.trees import DraftTree
-
     p = check_acceptance(acceptance)
     budget = _check_positive_int("budget", budget)
     max_depth = _check_positive_int("max_depth", max_depth)

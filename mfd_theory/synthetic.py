@@ -53,14 +53,15 @@ __all__ = [
     "zipf_futures",
 ]
 
-#: Top-1 accuracies of Medusa's five heads on Vicuna-7B (docs/background.md): a realistic profile of how a
-#: drafter's per-position confidence decays with distance.
+#: Top-1 accuracies of Medusa's five heads on Vicuna-7B (as reported in the Medusa paper; docs/background.md): a
+#: realistic profile of how a drafter's per-position confidence decays with distance.
 MEDUSA_HEAD_ACCURACY = (0.56, 0.32, 0.20, 0.15, 0.12)
 
 #: Named confidence profiles for :func:`zipf_futures`. "medusa": Medusa's head accuracies with a
-#: fitted power-law tail. "dflash": a constant 0.85 per position, the per-token acceptance that
-#: gives DFlash's tau of about 6.5 with 15 drafted positions (1 + sum_{d=1..15} 0.85^d = 6.4;
-#: Qwen3-8B on GSM8K, docs/background.md).
+#: fitted power-law tail. "dflash": a constant 0.85 per position, DFlash-like confidence. With 15
+#: drafted positions a chain accepting each token with probability 0.85 has
+#: tau = 1 + sum_{d=1..15} 0.85^d = 6.17 (bonus token included), a little below the tau of about
+#: 6.5 DFlash reports for Qwen3-8B on GSM8K.
 ACCURACY_PROFILES = {"medusa": MEDUSA_HEAD_ACCURACY, "dflash": (0.85,)}
 
 

@@ -13,7 +13,19 @@ Builders read each vocabulary row once (a top-M selection, never a full sort) an
 exact best-first search (see ``_kernels/trees.py``). They also accept candidates already cut to
 top-k per position (values plus token ids, as a GPU drafter hands them over) and are then exact
 within that candidate set. Nodes come out in best-first order: parents before children and
-scores non-increasing. With ties the top-N set is not unique; the returned one is deterministic.
+scores non-increasing.
+
+Ties. With ties the top-N set is not unique; every builder and entry point returns the one a
+single documented order defines. Prefixes are ranked by decreasing score; among equal scores
+(1) the one whose parent comes first in this order (children of the root first), then (2) the
+one whose token ranks higher in its position's list (lists order tokens by decreasing
+log-probability, then increasing id; for a mixture, the best rank over the modes' lists), then
+(3) the lower token id. Under a parent of nonzero probability equal sibling scores mean equal
+log-probabilities, so the rule reads "value, then token id"; rank matters only below a parent of
+probability zero. Consequences the tests check exactly on tie-heavy inputs:
+``product_tree(log_q, N)`` equals ``product_tree(vals, N, token_ids=ids)`` for the same
+candidates in any order, ``mixture_tree`` with K copies of one mode (any weights) equals
+``product_tree`` of that mode, and a mixture's dense and candidate inputs agree.
 """
 
 from __future__ import annotations
@@ -24,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from ._kernels import trees as _k
+from .distributions import MixtureOfProducts, norm_tol, pos_tol
 
 __all__ = [
     "DraftTree",
@@ -33,9 +46,6 @@ __all__ = [
     "product_tree",
     "total_prefixes",
 ]
-
-POS_TOL = 1e-6  # float32 log_softmax can round a certain token's 0 up to ~1e-7
-
 
 class DraftTree:
     """A prefix-closed set of prefixes stored as node arrays (parents precede children).
@@ -236,14 +246,23 @@ def _check_budget(budget) -> int:
     return int(budget)
 
 
-def _check_scores(name: str, a) -> np.ndarray:
+def _check_scores(name: str, a) -> tuple[np.ndarray, float]:
+    """-> (contiguous float32 / float64 scores, the positive-entry tolerance of the input dtype).
+
+    The kernels read float32 and float64. float16 (bfloat16 arrives from torch as float32 or
+    float16) is upcast to float32, integers and other float widths to float64; float16 -> float32
+    is exact, so the tree is the one the float16 values define. Tolerances follow the dtype the
+    values arrived in (:func:`mfd_theory.distributions.pos_tol`).
+    """
     a = np.asarray(a)
-    if not np.issubdtype(a.dtype, np.floating):
-        if np.issubdtype(a.dtype, np.integer):
-            a = a.astype(np.float64)
-        else:
-            raise ValueError(f"{name}: expected a float array of log-probabilities, got dtype {a.dtype}")
-    return np.ascontiguousarray(a)
+    if a.dtype == object or not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
+        raise ValueError(f"{name}: expected a float array of log-probabilities, got dtype {a.dtype}")
+    tol = pos_tol(a.dtype)
+    if a.dtype == np.float16:
+        a = a.astype(np.float32)
+    elif a.dtype not in (np.float32, np.float64):
+        a = a.astype(np.float64)
+    return np.ascontiguousarray(a), tol
 
 
 def _raise_status(name: str, status: int) -> None:
@@ -256,20 +275,24 @@ def _raise_status(name: str, status: int) -> None:
 
 
 def _check_log_pi(log_pi, K: int) -> np.ndarray:
-    lp = np.asarray(log_pi, dtype=np.float64).reshape(-1)
+    lp = np.asarray(log_pi)
+    if lp.dtype == object or not (np.issubdtype(lp.dtype, np.floating) or np.issubdtype(lp.dtype, np.integer)):
+        raise ValueError(f"log_pi: expected a float array of log-weights, got dtype {lp.dtype}")
+    ptol, ntol = pos_tol(lp.dtype), norm_tol(lp.dtype)
+    lp = lp.astype(np.float64).reshape(-1)
     if lp.shape[0] != K:
         raise ValueError(f"log_pi: has {lp.shape[0]} weights but log_q has K = {K} modes")
     if np.isnan(lp).any() or np.isposinf(lp).any():
         raise ValueError("log_pi: contains NaN or +inf")
-    if (lp > POS_TOL).any():
+    if (lp > ptol).any():
         raise ValueError("log_pi: has entries above 0 (weight > 1)")
     total = np.exp(lp).sum()
-    if abs(total - 1.0) > 1e-6:
+    if abs(total - 1.0) > ntol:
         raise ValueError(f"log_pi: weights sum to {total:.9g} in probability space, not 1")
     return lp
 
 
-def _build(log_pi: np.ndarray, log_q: np.ndarray, budget: int, token_ids, name: str) -> DraftTree:
+def _build(log_pi: np.ndarray, log_q: np.ndarray, budget: int, token_ids, name: str, tol: float) -> DraftTree:
     """Shared path of product_tree and mixture_tree. log_q [K, L, V] or candidates [K, L, k].
 
     K = 1 runs DDTree's lattice over per-depth sorted lists; K > 1 runs the threshold-algorithm
@@ -278,12 +301,15 @@ def _build(log_pi: np.ndarray, log_q: np.ndarray, budget: int, token_ids, name: 
     K, L, W = log_q.shape
     if L < 1 or W < 1:
         raise ValueError(f"{name}: needs at least one position and one token, got shape {log_q.shape}")
+    # weights renormalised in float64: the search scores a prefix on which every mode agrees with
+    # that shared log weight, exact only when sum_k pi_k = 1
+    log_pi = log_pi - np.logaddexp.reduce(log_pi)
     if token_ids is None:
         V = W
         N = min(budget, total_prefixes([V] * L, budget))
         M = min(V, N)  # a parent never has more than N children in the tree
         while True:
-            vals, ids, status = _k._topk_rows(log_q, M, POS_TOL)
+            vals, ids, status = _k._topk_rows(log_q, M, tol)
             _raise_status(name, status)
             if K == 1:
                 out = _k._product_lattice(vals[0], ids[0], N)
@@ -299,7 +325,7 @@ def _build(log_pi: np.ndarray, log_q: np.ndarray, budget: int, token_ids, name: 
             raise ValueError(f"token_ids: shape {ids.shape} does not match the candidate values' {log_q.shape}")
         if not np.issubdtype(ids.dtype, np.integer):
             raise ValueError(f"token_ids: must be integers, got dtype {ids.dtype}")
-        vals, ids, status = _k._prepare_candidates(log_q, ids, POS_TOL)
+        vals, ids, status = _k._prepare_candidates(log_q, ids, tol)
         if status == 5:
             raise ValueError("token_ids: contains negative token ids")
         _raise_status(name, status)
@@ -337,16 +363,20 @@ def product_tree(log_q, budget: int, token_ids=None) -> DraftTree:
 
     Parameters
     ----------
-    log_q : array [L, V]
-        Per-position log-probabilities (float32 or float64). With ``token_ids``, the candidate
-        log-probabilities [L, k] instead.
+    log_q : array [L, V] or a one-mode MixtureOfProducts
+        Per-position log-probabilities (float64, float32, or float16, which is upcast to float32
+        exactly; entries may exceed 0 by the round-off ``pos_tol(dtype)`` allows). With
+        ``token_ids``, the candidate log-probabilities [L, k] instead. A
+        :class:`~mfd_theory.distributions.MixtureOfProducts` with K = 1, such as what
+        ``target.marginals()`` returns, stands for its rows.
     budget : int
         N, the number of nodes (root excluded); capped at the number of prefixes that exist.
     token_ids : int array [L, k], optional
         Token ids of the candidates; the tree is then exact within them.
     """
     budget = _check_budget(budget)
-    log_q = _check_scores("log_q", log_q)
+    log_q = _product_rows(log_q)
+    log_q, tol = _check_scores("log_q", log_q)
     if log_q.ndim != 2:
         raise ValueError(f"log_q: expected shape [L, V], got {log_q.shape}")
     ids = None
@@ -355,7 +385,19 @@ def product_tree(log_q, budget: int, token_ids=None) -> DraftTree:
         if ids.ndim != 2:
             raise ValueError(f"token_ids: expected shape [L, k], got {ids.shape}")
         ids = ids[None]
-    return _build(np.zeros(1), log_q[None], budget, ids, "log_q")
+    return _build(np.zeros(1), log_q[None], budget, ids, "log_q", tol)
+
+
+def _product_rows(log_q):
+    """A one-mode MixtureOfProducts -> its rows [L, V]; anything else unchanged."""
+    if isinstance(log_q, MixtureOfProducts):
+        if log_q.K != 1:
+            raise ValueError(
+                f"log_q: a MixtureOfProducts with K = {log_q.K} modes is not a product; pass "
+                "target.marginals() for its per-position marginals, or use mixture_tree / oracle_tree"
+            )
+        return log_q.log_q[0]  # [L, V]
+    return log_q
 
 
 def mixture_tree(log_pi, log_q, budget: int, token_ids=None) -> DraftTree:
@@ -364,26 +406,26 @@ def mixture_tree(log_pi, log_q, budget: int, token_ids=None) -> DraftTree:
     Parameters
     ----------
     log_pi : array [K]
-        Log mode weights (sum to one).
+        Log mode weights; they sum to one within ``norm_tol(log_pi.dtype)``, the rule
+        :class:`~mfd_theory.distributions.MixtureOfProducts` applies.
     log_q : array [K, L, V]
-        Per-mode log-probabilities, or candidate values [K, L, k] with ``token_ids``.
+        Per-mode log-probabilities, or candidate values [K, L, k] with ``token_ids`` (dtypes as
+        in :func:`product_tree`).
     token_ids : int array [K, L, k], optional
         Candidate ids per mode; a token missing from mode k's list has q_k = 0 there.
     """
     budget = _check_budget(budget)
-    log_q = _check_scores("log_q", log_q)
+    log_q, tol = _check_scores("log_q", log_q)
     if log_q.ndim != 3:
         raise ValueError(f"log_q: expected shape [K, L, V], got {log_q.shape}")
     lp = _check_log_pi(log_pi, log_q.shape[0])
     if token_ids is not None and np.asarray(token_ids).ndim != 3:
         raise ValueError(f"token_ids: expected shape [K, L, k], got {np.asarray(token_ids).shape}")
-    return _build(lp, log_q, budget, token_ids, "log_q")
+    return _build(lp, log_q, budget, token_ids, "log_q", tol)
 
 
 def oracle_tree(target, budget: int) -> DraftTree:
     """Top-``budget`` prefixes by the target's own prefix probability: the coverage ceiling."""
-    from .distributions import MixtureOfProducts
-
     if not isinstance(target, MixtureOfProducts):
         raise ValueError(f"target: expected a MixtureOfProducts, got {type(target).__name__}")
     return mixture_tree(target.log_pi, target.log_q, budget)
@@ -401,12 +443,3 @@ def chain_tree(tokens, log_score=None) -> DraftTree:
     n = t.shape[0]
     return DraftTree(np.arange(n) - 1, t, np.arange(1, n + 1), log_score)
 
-
-def __getattr__(name):
-    # mfd_theory.trees.sequoia_tree: it lives in mfd_theory.sequoia (it builds trees of child
-    # ranks, not tokens) and is loaded on first use to keep the import graph acyclic
-    if name == "sequoia_tree":
-        from .sequoia import sequoia_tree
-
-        return sequoia_tree
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -133,6 +133,19 @@ def accepted_length(path_set: set[Path], sequence: Sequence[int]) -> int:
     return d
 
 
+def acceptance_moments(paths: Sequence[Path], log_pi, log_q) -> tuple[float, float]:
+    """(mean, variance) of the accepted length by brute force over every full block the target
+    can draw: P(block) times the walk's accepted length for that block."""
+    L, V = np.asarray(log_q).shape[1:]
+    path_set = set(paths)
+    probs, lens = [], []
+    for block in itertools.product(range(V), repeat=L):
+        probs.append(exp_or_zero(log_prefix_prob(log_pi, log_q, block)))
+        lens.append(accepted_length(path_set, block))
+    mean = math.fsum(p * x for p, x in zip(probs, lens))
+    return mean, math.fsum(p * (x - mean) ** 2 for p, x in zip(probs, lens))
+
+
 def chimera_mask(paths: Sequence[Path], log_pi, log_q, eps: float = 0.0) -> np.ndarray:
     return np.array(
         [exp_or_zero(log_prefix_prob(log_pi, log_q, p)) <= eps for p in paths], dtype=bool
@@ -232,6 +245,39 @@ def candidate_score(log_pi, tables, prefix: Path) -> float:
         parts = [float(log_pi[k])] + [table[i].get(t, NEG_INF) for i, t in enumerate(prefix)]
         terms.append(NEG_INF if NEG_INF in parts else math.fsum(parts))
     return logsumexp(terms)
+
+
+def tie_rule_order(log_q, budget: int, token_ids=None) -> list[Path]:
+    """The first ``budget`` prefixes of a product score under the package's tie rule, in order.
+
+    Order: decreasing score, then the parent's own position in this order (the root first), then
+    the token's rank in its position's list (by decreasing log-prob, then id), then the token id;
+    key(s) = (-score(s), key(parent), rank, token) with key(root) = () compares exactly so.
+    Scores are accumulated left to right from 0.0 in float64, as the builders do, so float ties
+    are the builders' ties. log_q [L, V]; with token_ids [L, k] the candidates.
+    """
+    log_q = np.asarray(log_q, dtype=np.float64)
+    L = log_q.shape[0]
+    if token_ids is None:
+        table = [{v: float(log_q[i, v]) for v in range(log_q.shape[1])} for i in range(L)]
+    else:
+        table = [dict(zip((int(t) for t in token_ids[i]), (float(x) for x in log_q[i]))) for i in range(L)]
+    keys: dict[Path, tuple] = {(): ()}
+    scores: dict[Path, float] = {(): 0.0}
+    level: list[Path] = [()]
+    for i in range(L):
+        ranked = sorted(table[i], key=lambda t: (-table[i][t], t))
+        rank = {t: r for r, t in enumerate(ranked)}
+        nxt = []
+        for p in level:
+            for t, x in table[i].items():
+                s = p + (t,)
+                scores[s] = scores[p] + x
+                keys[s] = (-scores[s], keys[p], rank[t], t)
+                nxt.append(s)
+        level = nxt
+    del keys[()]
+    return sorted(keys, key=keys.__getitem__)[:budget]
 
 
 def product_tree_candidates(values, token_ids, budget: int):

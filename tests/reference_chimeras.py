@@ -58,3 +58,26 @@ def splice_chimeras_above(log_q, a, b) -> tuple[int, int]:
         elif x >= -1e-9:
             tied += 1
     return above, tied
+
+
+def exact_splice_counts(weights, a, b) -> tuple[int, int, bool]:
+    """Exact twin of the two-future count for integer drafter weights [L, V] (q = w / row sum):
+    rational arithmetic, so ties are exact. Returns (splices other than a, b strictly above
+    t = min(Q(a), Q(b)), those equal to t, whether Q(a) == Q(b))."""
+    from fractions import Fraction
+
+    q = [[Fraction(int(w), int(sum(row))) for w in row] for row in weights]
+
+    def Q(s):
+        out = Fraction(1)
+        for i, tok in enumerate(s):
+            out *= q[i][tok]
+        return out
+
+    ta, tb = tuple(int(x) for x in a), tuple(int(x) for x in b)
+    t = min(Q(ta), Q(tb))
+    above = tied = 0
+    for s in splices(a, b) - {ta, tb}:
+        above += Q(s) > t
+        tied += Q(s) == t
+    return above, tied, Q(ta) == Q(tb)

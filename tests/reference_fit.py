@@ -11,10 +11,13 @@ def em_step(x, w, log_pi, log_q, smoothing: float, hard: bool):
     """One E-step + M-step from (log_pi, log_q); returns (objective before the step, log_pi, log_q).
 
     Soft: r_uk = pi_k Q_k(x_u) / sum_j pi_j Q_j(x_u). Hard: r_uk = 1 for the k with the largest
-    Q_k(x_u) (first on ties). Every re-estimate is mixed with the uniform distribution:
-    (1 - smoothing) * estimate + smoothing * uniform.
+    Q_k(x_u) (first on ties). Smoothing is a Dirichlet prior: beta = smoothing * W / V
+    pseudo-counts per token of every mode's row, gamma = smoothing * W / K per mode weight
+    (W = total weight); the objective adds the log prior beta sum log q (+ gamma sum log pi, soft).
     """
     K, L, V = log_q.shape
+    total = sum(w)
+    beta, gamma = smoothing * total / V, smoothing * total / K
     counts = np.zeros((K, L, V))
     nk = np.zeros(K)
     obj = 0.0
@@ -34,23 +37,29 @@ def em_step(x, w, log_pi, log_q, smoothing: float, hard: bool):
             nk[k] += w[u] * r[k]
             for i in range(L):
                 counts[k, i, x[u, i]] += w[u] * r[k]
-    total = sum(w)
-    new_pi = (1 - smoothing) * nk / total + smoothing / K
+    if smoothing > 0:
+        obj += beta * math.fsum(float(v) for v in np.ravel(log_q))
+        if not hard:
+            obj += gamma * math.fsum(float(v) for v in log_pi)
+    new_pi = (nk + gamma) / (total + K * gamma)
     new_q = np.empty_like(log_q)
     for k in range(K):
         for i in range(L):
             for v in range(V):
-                est = counts[k, i, v] / nk[k] if nk[k] > 0 else 1.0 / V
-                new_q[k, i, v] = (1 - smoothing) * est + smoothing / V if nk[k] > 0 else 1.0 / V
+                if nk[k] + V * beta > 0:
+                    new_q[k, i, v] = (counts[k, i, v] + beta) / (nk[k] + V * beta)
+                else:
+                    new_q[k, i, v] = 1.0 / V
     with np.errstate(divide="ignore"):
         return obj / total, np.log(new_pi), np.log(new_q)
 
 
 def smoothed_marginals(x, V: int, smoothing: float) -> np.ndarray:
-    """[L, V]: per-position token frequencies mixed with the uniform distribution."""
+    """[L, V]: per-position token counts plus smoothing * n / V pseudo-counts, normalised."""
     L = x.shape[1]
     out = np.zeros((L, V))
     for row in x:
         for i, t in enumerate(row):
             out[i, t] += 1
-    return (1 - smoothing) * out / x.shape[0] + smoothing / V
+    n = x.shape[0]
+    return (out + smoothing * n / V) / (n + smoothing * n)

@@ -11,12 +11,14 @@ from hypothesis import strategies as st
 import reference as ref
 import strategies as mst
 from mfd_theory.coverage import (
+    acceptance_variance,
     chimera_mask,
     coverage,
     depth_profile,
     node_log_probs,
     simulate_acceptance,
     splice_mask,
+    variance_from_prefix_probs,
 )
 from mfd_theory.trees import DraftTree, mixture_tree, oracle_tree, product_tree
 
@@ -177,3 +179,59 @@ def test_two_futures_product_tree_has_chimeras():
     assert chim.sum() == 14 - 6
     assert splice_mask(t, seqs).all()
     assert abs(coverage(t, target) - 3.0) <= PROB_TOL
+
+
+# ----------------------------------------------------------------------------- variance
+@given(target_and_tree())
+def test_acceptance_variance_equals_brute_force_over_blocks(args):
+    spec, target, paths = args
+    t = DraftTree.from_paths(paths)
+    mean, var = ref.acceptance_moments(ref.tree_paths(t), target.log_pi, target.log_q)
+    assert abs(coverage(t, target) - mean) <= PROB_TOL
+    # E[X^2] and C^2 are sums of <= 40 terms of size <= L^2: rounding stays near 1e-14
+    assert abs(acceptance_variance(t, target) - var) <= PROB_TOL, (acceptance_variance(t, target), var)
+    # the same number from the node conditionals a verifier would hand over
+    lp = node_log_probs(t, target)
+    with np.errstate(invalid="ignore"):  # -inf - -inf below a dead node; set to -inf next
+        cond = lp - np.where(t.parent >= 0, lp[np.maximum(t.parent, 0)], 0.0)
+    cond = np.where(np.isneginf(lp), -np.inf, cond)
+    assert abs(acceptance_variance(t, node_log_cond=cond) - var) <= PROB_TOL
+
+
+@given(target_and_tree())
+def test_acceptance_variance_agrees_with_monte_carlo(args):
+    _, target, paths = args
+    t = DraftTree.from_paths(paths)
+    acc = simulate_acceptance(t, target, MC_WALKS, seed=7)
+    var = acceptance_variance(t, target)
+    # the sample variance of n walks has s.e. sqrt((mu4 - var^2) / n), mu4 the fourth central
+    # moment, taken exactly from the distribution of X: P(X = d) = P(X >= d) - P(X >= d + 1)
+    tail = np.append(np.clip(depth_profile(t, target), 0.0, 1.0), 0.0)  # [L + 1]
+    px = -np.diff(np.concatenate([[1.0], tail]))  # P(X = d) for d = 0..L
+    x = np.arange(px.shape[0])
+    mean = coverage(t, target)
+    mu4 = float(np.sum(px * (x - mean) ** 4))
+    se = math.sqrt(max(mu4 - var**2, 0.0) / MC_WALKS)
+    assert abs(acc.var(ddof=1) - var) <= MC_SIGMAS * se + PROB_TOL, (acc.var(ddof=1), var, se)
+
+
+def test_acceptance_variance_by_hand():
+    # chain of 2 with conditionals 0.5, 0.5: X = 0, 1, 2 w.p. 1/2, 1/4, 1/4 -> mean 3/4, var 11/16
+    t = DraftTree([-1, 0], [0, 0])
+    cond = np.log([0.5, 0.5])
+    assert abs(coverage(t, node_log_cond=cond) - 0.75) <= PROB_TOL
+    assert abs(acceptance_variance(t, node_log_cond=cond) - 11 / 16) <= PROB_TOL
+    # a certain walk has no variance; a rare event's variance is about its mean (mu - mu^2 <= var)
+    assert acceptance_variance(t, node_log_cond=np.zeros(2)) == 0.0
+    assert acceptance_variance(t, node_log_cond=np.log([0.03, 0.01])) >= 0.03 - 0.03 ** 2
+
+
+def test_variance_from_prefix_probs_rejects_bad_input():
+    import pytest
+
+    with pytest.raises(ValueError, match="prefix_probs"):
+        variance_from_prefix_probs([1, 2], [0.5])
+    with pytest.raises(ValueError, match="prefix_probs"):
+        variance_from_prefix_probs([1], [1.5])
+    with pytest.raises(ValueError, match="depth"):
+        variance_from_prefix_probs([0], [0.5])

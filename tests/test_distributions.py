@@ -128,3 +128,57 @@ def test_sample_with_vocabulary_in_the_tens_of_thousands():
     x = m.sample(4000, seed=3)
     share = np.mean(x == 123)
     assert 0.45 < share < 0.55
+
+
+# ------------------------------------------------------------------ dtype-scaled tolerances
+def _float32_log_softmax_rows(K, L, V, seed):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((K, L, V)) * 3).astype(np.float32)  # [K, L, V] logits
+    m = x.max(axis=-1, keepdims=True)
+    return (x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))).astype(np.float32)
+
+
+def test_float32_log_softmax_rows_pass_the_mixture_and_the_builders():
+    from mfd_theory.trees import mixture_tree, product_tree
+
+    lq = _float32_log_softmax_rows(2, 3, 1000, 0)  # [2, 3, 1000]
+    sums = np.exp(lq.astype(np.float64)).sum(-1)
+    assert np.abs(sums - 1).max() > 1e-9  # float32 rounding is above the float64 tolerance
+    lp = np.log(np.full(2, 0.5, dtype=np.float32))
+    m = MixtureOfProducts(lp, lq)  # was rejected: "row sums to 0.99999992..., not 1"
+    assert m.log_q.dtype == np.float64
+    assert len(mixture_tree(lp, lq, 20)) == 20
+    assert len(product_tree(lq[0], 20)) == 20
+    # the same numbers presented as float64 claim float64 precision and are refused
+    with np.testing.assert_raises_regex(ValueError, "log_q: row .* not 1"):
+        MixtureOfProducts(lp.astype(np.float64), lq.astype(np.float64) + 1e-7)
+
+
+def test_one_tolerance_rule_for_weights_in_the_mixture_and_the_builders():
+    from mfd_theory.distributions import norm_tol
+    from mfd_theory.trees import mixture_tree
+
+    lq = np.log(np.full((2, 2, 3), 1 / 3))
+    for dtype in (np.float64, np.float32):
+        tol = norm_tol(dtype)
+        for off, ok in ((0.5 * tol, True), (4 * tol, False)):
+            lp = np.log(np.array([0.5, 0.5 + off])).astype(dtype)
+            results = []
+            for build in (lambda: MixtureOfProducts(lp, lq), lambda: mixture_tree(lp, lq, 3)):
+                try:
+                    build()
+                    results.append(True)
+                except ValueError as exc:
+                    assert "log_pi" in str(exc)
+                    results.append(False)
+            assert results == [ok, ok], (dtype, off, results)
+
+
+def test_tolerances_scale_with_the_dtype():
+    from mfd_theory.distributions import norm_tol, pos_tol
+
+    assert norm_tol(np.float64) == 1e-9 and pos_tol(np.float64) == 1e-12
+    assert norm_tol(np.int64) == 1e-9
+    assert norm_tol(np.float32) == 64 * np.finfo(np.float32).eps
+    assert pos_tol(np.float16) == 16 * np.finfo(np.float16).eps
+    assert norm_tol(np.float16) > norm_tol(np.float32) > norm_tol(np.float64)

@@ -104,3 +104,22 @@ def test_zipf_futures_follow_decaying_confidence():
 def test_bad_arguments_raise_value_error_naming_them(call, arg):
     with pytest.raises(ValueError, match=arg):
         call()
+
+
+def test_dflash_profile_comment_states_the_chain_tau_it_implies():
+    # the comment above ACCURACY_PROFILES quotes 1 + sum_{d=1..15} 0.85^d; recompute it as the
+    # coverage of a 15-token chain under a one-mode target that accepts each token w.p. 0.85
+    import inspect
+    import re
+
+    from mfd_theory.coverage import coverage
+    from mfd_theory.trees import chain_tree
+
+    (c,) = syn.ACCURACY_PROFILES["dflash"]
+    q = np.full((1, 15, 2), np.log(1 - c))
+    q[:, :, 0] = np.log(c)
+    tau = 1 + coverage(chain_tree(np.zeros(15, dtype=np.int64)), MixtureOfProducts([0.0], q))
+    src = inspect.getsource(syn)
+    m = re.search(r"1 \+ sum_\{d=1\.\.15\} 0\.85\^d = ([0-9.]+)", src)
+    assert m is not None
+    assert float(m.group(1)) == pytest.approx(tau, abs=0.005)  # the comment rounds to 2 decimals

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import reference as ref
 import strategies as mst
-from mfd_theory.distributions import MixtureOfProducts
+from mfd_theory.distributions import MixtureOfProducts, pos_tol
 from mfd_theory.trees import DraftTree, chain_tree, mixture_tree, oracle_tree, product_tree
 
 # Scores are sums of <= 4 log-probs (and a logsumexp over <= 3 modes) taken in another order
@@ -169,7 +169,7 @@ def test_threshold_search_with_one_mode_equals_the_lattice(mix, budget):
 
     V = mix.V
     lattice = product_tree(mix.log_q[0], budget)
-    vals, ids, status = kern._topk_rows(mix.log_q, V, trees_mod.POS_TOL)  # complete lists
+    vals, ids, status = kern._topk_rows(mix.log_q, V, pos_tol(np.float64))  # complete lists
     assert status == kern.OK
     lens = np.full((1, mix.L), V, dtype=np.int64)
     N = len(lattice)
@@ -335,3 +335,87 @@ def test_dense_mixture_child_outside_every_modes_top_list():
     score = lambda p: ref.log_prefix_prob(log_pi, log_q, p)
     check_top_n(t, score, ref.all_prefixes(2, V), N, ref.mixture_tree(log_pi, log_q, N), L=2)
     assert (7, 10) in [tuple(p) for p in t.paths()]
+
+
+# ------------------------------------------------------------------ float16 input
+@given(mst.mixtures(), mst.budgets())
+def test_float16_input_is_upcast_in_every_builder(mix, budget):
+    # float16 -> float32 is exact, so each builder's tree is the one the float16 values define
+    lq16 = mix.log_q.astype(np.float16)  # [K, L, V]
+    lq32 = lq16.astype(np.float32)
+    lp = mix.log_pi
+    assert product_tree(lq16[0], budget) == product_tree(lq32[0], budget)
+    assert mixture_tree(lp, lq16, budget) == mixture_tree(lp, lq32, budget)
+    k = lq16.shape[2]
+    ids = np.broadcast_to(np.arange(k), lq16.shape)
+    assert product_tree(lq16[0], budget, token_ids=ids[0]) == product_tree(lq32[0], budget, token_ids=ids[0])
+    assert mixture_tree(lp, lq16, budget, token_ids=ids) == mixture_tree(lp, lq32, budget, token_ids=ids)
+    target = MixtureOfProducts(lp.astype(np.float16), lq16)
+    assert target.log_q.dtype == np.float64
+    assert oracle_tree(target, budget) == mixture_tree(target.log_pi, target.log_q, budget)
+
+
+def test_float16_logits_are_refused_by_name():
+    x = np.zeros((2, 4), dtype=np.float16)
+    x[0, 1] = 0.5  # probability above one
+    with np.testing.assert_raises_regex(ValueError, "log_q: has entries above 0"):
+        product_tree(x, 3)
+
+
+# ------------------------------------------------------------------ one tie rule everywhere
+# Tie-heavy inputs (integer weights: equal log-probs, zeros) and exact comparisons: every entry
+# point must follow the documented order (score, then parent's emission, then token id).
+
+@st.composite
+def _tie_heavy(draw, max_K=3):
+    mix = draw(mst.mixtures(ties=True, max_K=max_K, max_V=5))
+    return mix
+
+
+@given(_tie_heavy(), mst.budgets())
+def test_product_tree_follows_the_tie_rule_exactly(mix, budget):
+    lq = mix.log_q[0]
+    want = ref.tie_rule_order(lq, budget)
+    assert product_tree(lq, budget).paths() == want
+
+
+@given(_tie_heavy(), mst.budgets(), st.randoms(use_true_random=False), st.booleans())
+def test_candidates_in_any_order_give_the_dense_tree(mix, budget, rnd, descending):
+    lq = mix.log_q[0]  # [L, V]
+    L, V = lq.shape
+    ids = np.empty((L, V), dtype=np.int64)
+    for i in range(L):
+        if descending:  # sorted by value as torch.topk might, ties in descending id order
+            ids[i] = np.lexsort((-np.arange(V), -lq[i]))
+        else:
+            perm = list(range(V))
+            rnd.shuffle(perm)
+            ids[i] = perm
+    vals = np.take_along_axis(lq, ids, axis=1)  # [L, V]
+    assert product_tree(vals, budget, token_ids=ids) == product_tree(lq, budget)
+    assert product_tree(vals, budget, token_ids=ids).paths() == ref.tie_rule_order(vals, budget, ids)
+
+
+@given(_tie_heavy(max_K=1), st.integers(2, 3), mst.budgets(), st.data())
+def test_mixture_of_duplicated_modes_is_the_product_tree(mix, K, budget, data):
+    lq = mix.log_q[0]  # [L, V]
+    w = np.array(data.draw(st.lists(st.integers(1, 3), min_size=K, max_size=K)), dtype=np.float64)
+    log_pi = np.log(w / w.sum())
+    stacked = np.broadcast_to(lq, (K,) + lq.shape).copy()  # [K, L, V]
+    want = product_tree(lq, budget)
+    assert mixture_tree(log_pi, stacked, budget) == want
+    ids = np.broadcast_to(np.arange(lq.shape[1]), stacked.shape).copy()
+    assert mixture_tree(log_pi, stacked, budget, token_ids=ids) == want
+
+
+@given(_tie_heavy(), mst.budgets(), st.randoms(use_true_random=False))
+def test_mixture_candidates_in_any_order_give_the_dense_tree(mix, budget, rnd):
+    K, L, V = mix.log_q.shape
+    ids = np.empty((K, L, V), dtype=np.int64)
+    for k in range(K):
+        for i in range(L):
+            perm = list(range(V))
+            rnd.shuffle(perm)
+            ids[k, i] = perm
+    vals = np.take_along_axis(mix.log_q, ids, axis=2)  # [K, L, V]
+    assert mixture_tree(mix.log_pi, vals, budget, token_ids=ids) == mixture_tree(mix.log_pi, mix.log_q, budget)

@@ -67,7 +67,9 @@ def _count_two_future_splices(d, rel_tol, sums):
     d [m]: log q_i(a_i) - log q_i(b_i) at the disagreement positions. Splice k (bit j set: take
     a's token at position j) scores score(b) * exp(sums[k]); the tree holds every prefix scoring
     at least t = min(score a, score b), i.e. sums[k] >= min(0, D). Returns (strictly above t,
-    tied with t within the tolerance), both excluding a and b themselves.
+    tied with t within the tolerance, both excluding a and b themselves; whether the futures
+    themselves tie, |D| <= 2 tol: only then can a complementary pair have both splices at t,
+    since the better splice of a pair lies |D| / 2 above t).
     """
     m = d.shape[0]
     _subset_sums(d, sums)
@@ -86,12 +88,12 @@ def _count_two_future_splices(d, rel_tol, sums):
             above += 1
         elif x >= -tol:
             tied += 1
-    return above, tied
+    return above, tied, abs(D) <= 2.0 * tol
 
 
 @njit(cache=True)
 def _verify_kernel(n, m_lo, m_hi, L_max, V_max, alpha, near_tie_frac, grid, rel_tol, seed,
-                   out_m, out_above, out_tied, out_kind):
+                   out_m, out_above, out_tied, out_kind, out_ftie):
     """Draw n random instances and count the full-length splice chimeras of each.
 
     Instance i: m uniform in [m_lo, m_hi], L uniform in [m, max(m, L_max)], V uniform in
@@ -148,8 +150,9 @@ def _verify_kernel(n, m_lo, m_hi, L_max, V_max, alpha, near_tie_frac, grid, rel_
             qb = s / (1.0 + r)
             if qa > 0.0 and qb > 0.0:
                 d[0] = np.log(qa) - np.log(qb)
-        above, tied = _count_two_future_splices(d, rel_tol, sums[: 1 << m])
+        above, tied, ftie = _count_two_future_splices(d, rel_tol, sums[: 1 << m])
         out_m[i] = m
         out_above[i] = above
         out_tied[i] = tied
+        out_ftie[i] = ftie
         out_kind[i] = kind

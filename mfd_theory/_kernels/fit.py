@@ -26,17 +26,24 @@ def _em(x, w, log_pi, log_q, max_iter, tol, smoothing, hard):
     """EM (soft) or winner-take-all EM (hard) for a latent-class model, in place.
 
     x [U, L] unique sample rows, w [U] their weights (counts or probabilities), log_pi [K] and
-    log_q [K, L, V] the starting point, overwritten with the fit. Smoothing mixes every
-    re-estimated distribution with the uniform one: q = (1 - s) q_ML + s / V, pi likewise with
-    1 / K, so tokens no sample shows keep a floor.
+    log_q [K, L, V] the starting point, overwritten with the fit.
+
+    Smoothing s is a Dirichlet prior (MAP-EM): with W the total weight, every token of every
+    mode's row gets beta = s W / V pseudo-counts and every mode's weight gamma = s W / K, so the
+    M-step is q = (c + beta) / (n_k + V beta) and pi = (n_k + gamma) / (W + K gamma), which
+    maximises the expected complete log-likelihood plus the log prior
+    beta sum log q + gamma sum log pi exactly. EM then never decreases the penalised objective
+    J = [sum_u w_u log Q(x_u) + beta sum_{k,i,v} log q_{k,i,v} + gamma sum_k log pi_k] / W,
+    which is what the trace records (s = 0: the plain mean log-likelihood). A token no sample
+    shows keeps probability about s / V.
 
     Soft: responsibilities r_uk proportional to pi_k Q_k(x_u). Hard: each row goes wholly to the
-    mode with the highest Q_k(x_u) (pi left out, like a min-over-modes loss); an empty mode is
-    re-seeded on the row the current fit explains worst.
+    mode with the highest Q_k(x_u) (pi left out, like a min-over-modes loss; its objective is
+    the best-mode log-likelihood plus beta sum log q); an empty mode is re-seeded on the row the
+    current fit explains worst.
 
-    Returns (trace [max_iter + 1], n_iter): trace[t] is the weighted mean log-likelihood of the
-    mixture at the start of iteration t (soft) or the weighted mean best-mode log-likelihood
-    (hard); trace[n_iter] is the value for the returned parameters.
+    Returns (trace [max_iter + 1], n_iter): trace[t] is the objective at the start of iteration
+    t; trace[n_iter] is the value for the returned parameters.
     """
     U, L = x.shape
     K, _, V = log_q.shape
@@ -49,6 +56,8 @@ def _em(x, w, log_pi, log_q, max_iter, tol, smoothing, hard):
     total_w = 0.0
     for u in range(U):
         total_w += w[u]
+    beta = smoothing * total_w / V  # Dirichlet pseudo-counts per token of a mode's row
+    gamma = smoothing * total_w / K  # and per mode weight
     n_iter = 0
     for it in range(max_iter + 1):
         # E-step (and the objective of the current parameters)
@@ -89,6 +98,15 @@ def _em(x, w, log_pi, log_q, max_iter, tol, smoothing, hard):
                     nk[k] += r
                     for i in range(L):
                         counts[k, i, x[u, i]] += r
+        if smoothing > 0.0:  # the log prior of the current parameters
+            prior = 0.0
+            for k in range(K):
+                if not hard:
+                    prior += gamma * log_pi[k]
+                for i in range(L):
+                    for v in range(V):
+                        prior += beta * log_q[k, i, v]
+            obj += prior
         trace[it] = obj / total_w
         n_iter = it
         if it == max_iter:
@@ -117,14 +135,14 @@ def _em(x, w, log_pi, log_q, max_iter, tol, smoothing, hard):
                     counts[k, i, x[uw, i]] += w[uw]
                 assign[uw] = k
         for k in range(K):
-            pk = (1.0 - smoothing) * nk[k] / total_w + smoothing / K
+            pk = (nk[k] + gamma) / (total_w + K * gamma)
             log_pi[k] = np.log(pk) if pk > 0.0 else -np.inf
             for i in range(L):
                 for v in range(V):
-                    if nk[k] > 0.0:
-                        q = (1.0 - smoothing) * max(counts[k, i, v], 0.0) / nk[k] + smoothing / V
+                    if nk[k] + V * beta > 0.0:
+                        q = (max(counts[k, i, v], 0.0) + beta) / (nk[k] + V * beta)
                     else:
-                        q = 1.0 / V
+                        q = 1.0 / V  # an empty mode without a prior: uniform
                     log_q[k, i, v] = np.log(q) if q > 0.0 else -np.inf
     return trace, n_iter
 

@@ -12,7 +12,22 @@ heap, and every unseen child of every parent is bounded by some threshold entry 
 the emission order is exactly decreasing score. Popping a threshold entry performs one round of
 sorted access for its parent (one step down each mode's list), pushes the newly seen tokens as
 concrete entries, and pushes the parent's new, lower threshold. For K = 1 this is DDTree's
-sibling / first-child lattice. Ties at equal keys go concrete-first, then first-in-first-out.
+sibling / first-child lattice.
+
+Tie rule (every builder, every entry point): prefixes are emitted by decreasing score; among
+equal scores, (1) the one whose parent was emitted first (the root counts as emitted before every
+node), then (2) the one whose token ranks higher in the drafter's list at its position, then
+(3) the lower token id. A list orders a position's tokens by decreasing log-probability, then
+increasing id; for a mixture the rank is the best over the modes' lists (dense rows count as
+complete lists). For siblings under a parent of finite score, equal scores mean equal
+log-probabilities, so (2) reduces to the token id; (2) decides only where a score absorbs the
+difference (a parent of probability zero). This is a total order in which a parent precedes a
+tied child, so its top-N is prefix-closed and a smaller budget's tree is a prefix of a larger
+one's emission. The heaps realise it with two tie-break words (class and parent slot; rank and
+universe index, which follows token id); in the threshold search, a parent's threshold entry
+pops before its concrete children of equal key, so every child tied with a concrete entry is
+seen before it is emitted. A mixture whose modes all give a prefix the same log weight scores it with exactly that
+weight (sum_k pi_k = 1), so duplicated modes reproduce the product tree bit for bit.
 """
 
 import numpy as np
@@ -201,46 +216,75 @@ def _lse(a):
 
 
 @njit(cache=True)
-def _heap_push(hk, ht, size, key, tb):
-    """Insert into a max-heap of ``size`` entries ordered by key, then by the smaller tie-break
-    ``tb`` (class << ENTRY_BITS | entry index: older entries and lower classes first)."""
+def _mix(log_pi, w, tmp):
+    """log sum_k pi_k exp(w_k); exactly w_0 when every mode agrees (the weights sum to one)."""
+    K = w.shape[0]
+    same = True
+    for k in range(1, K):
+        if w[k] != w[0]:
+            same = False
+            break
+    if same:
+        return w[0]
+    for k in range(K):
+        tmp[k] = log_pi[k] + w[k]
+    return _lse(tmp)
+
+
+@njit(cache=True)
+def _before(k1, a1, b1, k2, a2, b2):
+    """Entry 1 pops before entry 2: larger key, then smaller first word, then smaller second."""
+    if k1 != k2:
+        return k1 > k2
+    if a1 != a2:
+        return a1 < a2
+    return b1 < b2
+
+
+@njit(cache=True)
+def _heap_push(hk, ha, hb, size, key, a, b):
+    """Insert (key, a, b) into a heap of ``size`` entries ordered by :func:`_before`."""
     j = size
     while j > 0:
         par = (j - 1) >> 1
-        if key > hk[par] or (key == hk[par] and tb < ht[par]):
+        if _before(key, a, b, hk[par], ha[par], hb[par]):
             hk[j] = hk[par]
-            ht[j] = ht[par]
+            ha[j] = ha[par]
+            hb[j] = hb[par]
             j = par
         else:
             break
     hk[j] = key
-    ht[j] = tb
+    ha[j] = a
+    hb[j] = b
     return size + 1
 
 
 @njit(cache=True)
-def _heap_pop(hk, ht, size):
-    """Remove the top entry; returns its key and tie-break, and the new size."""
-    key, tb = hk[0], ht[0]
+def _heap_pop(hk, ha, hb, size):
+    """Remove the first entry; returns its key and words, and the new size."""
+    key, a, b = hk[0], ha[0], hb[0]
     size -= 1
     if size > 0:
-        lk, lt = hk[size], ht[size]
+        lk, la, lb = hk[size], ha[size], hb[size]
         j = 0
         while True:
             c = 2 * j + 1
             if c >= size:
                 break
-            if c + 1 < size and (hk[c + 1] > hk[c] or (hk[c + 1] == hk[c] and ht[c + 1] < ht[c])):
+            if c + 1 < size and _before(hk[c + 1], ha[c + 1], hb[c + 1], hk[c], ha[c], hb[c]):
                 c += 1
-            if hk[c] > lk or (hk[c] == lk and ht[c] < lt):
+            if _before(hk[c], ha[c], hb[c], lk, la, lb):
                 hk[j] = hk[c]
-                ht[j] = ht[c]
+                ha[j] = ha[c]
+                hb[j] = hb[c]
                 j = c
             else:
                 break
         hk[j] = lk
-        ht[j] = lt
-    return key, tb, size
+        ha[j] = la
+        hb[j] = lb
+    return key, a, b, size
 
 
 @njit(cache=True)
@@ -251,12 +295,19 @@ def _grown(a, n):
     return out
 
 
-# entry classes of the mixture search, in the order they pop at equal keys
-CONCRETE = 0
-THRESHOLD = 1
+# Tie-break words of a heap entry: a = parent slot << CLASS_BITS | class, b = token rank <<
+# RANK_SHIFT | universe index (ranks and indices < 2^31). At equal keys entries pop by parent slot
+# first (the tie rule's first criterion); within one parent a threshold entry pops before its
+# concrete children, since an unseen child may outrank a seen one, and an exhausted entry after
+# them, since a token beyond every list ranks below every listed one.
+CLASS_BITS = 2
+CLASS_MASK = (1 << CLASS_BITS) - 1
+RANK_SHIFT = 31
+INDEX_MASK = (1 << RANK_SHIFT) - 1
+# entry classes of the mixture search, in the order they pop at equal keys and parent
+THRESHOLD = 0
+CONCRETE = 1
 EXHAUSTED = 2
-ENTRY_BITS = 40
-ENTRY_MASK = (1 << ENTRY_BITS) - 1
 
 
 @njit(cache=True)
@@ -272,49 +323,43 @@ def _mixture_tree(log_pi, G, list_u, list_val, lens, rank, tok_u, closed, bound,
     K, L, Umax = G.shape
     N = budget
     # node slot 0 is the root; nodes are 1..N
-    W = np.empty((N + 1, K))  # per-mode log weight of each node's prefix
+    W = np.empty((N + 1, K))  # per-mode log weight of each node's prefix (without pi)
     pos = np.zeros((N + 1, K), dtype=np.int64)  # sorted-access pointers, as a parent
     ndepth = np.zeros(N + 1, dtype=np.int64)
     parent = np.empty(N, dtype=np.int64)
     token = np.empty(N, dtype=np.int64)
     depth = np.empty(N, dtype=np.int64)
     score = np.empty(N)
-    W[0, :] = log_pi
+    W[0, :] = 0.0
 
     cap = 4 * (N + 1) * (K + 1) + 16
     hk = np.empty(cap)  # heap: key
-    ht = np.empty(cap, dtype=np.int64)  # heap: class << ENTRY_BITS | entry index
-    ep = np.empty(cap, dtype=np.int64)  # entry: parent slot
-    eu = np.empty(cap, dtype=np.int64)  # entry: universe index of a concrete child
+    ha = np.empty(cap, dtype=np.int64)  # heap: parent slot << CLASS_BITS | class
+    hb = np.empty(cap, dtype=np.int64)  # heap: best rank << RANK_SHIFT | universe index
     size = 0
-    nent = 0
     tmp = np.empty(K)
+    w = np.empty(K)
 
     for k in range(K):
-        tmp[k] = W[0, k] + (list_val[k, 0, 0] if lens[k, 0] > 0 else bound[k, 0])
-    ep[0], eu[0] = 0, -1
-    size = _heap_push(hk, ht, size, _lse(tmp), (THRESHOLD << ENTRY_BITS) | 0)
-    nent = 1
+        w[k] = list_val[k, 0, 0] if lens[k, 0] > 0 else bound[k, 0]
+    size = _heap_push(hk, ha, hb, size, _mix(log_pi, w, tmp), THRESHOLD, 0)
 
     n = 0
     status = OK
     while n < N and size > 0:
-        if nent + K + 2 > ep.shape[0]:
-            ep = _grown(ep, 2 * ep.shape[0])
-            eu = _grown(eu, 2 * eu.shape[0])
         if size + K + 2 > hk.shape[0]:
             hk = _grown(hk, 2 * hk.shape[0])
-            ht = _grown(ht, 2 * ht.shape[0])
-        key, tb, size = _heap_pop(hk, ht, size)
-        cls = tb >> ENTRY_BITS
-        e = tb & ENTRY_MASK
-        p = ep[e]
+            ha = _grown(ha, 2 * ha.shape[0])
+            hb = _grown(hb, 2 * hb.shape[0])
+        key, wa, wb, size = _heap_pop(hk, ha, hb, size)
+        cls = wa & CLASS_MASK
+        p = wa >> CLASS_BITS
         d = ndepth[p]  # depth of the parent; its children live at list depth d
         if cls == EXHAUSTED:
             status = NEEDS_MORE
             break
         if cls == CONCRETE:
-            u = eu[e]
+            u = wb & INDEX_MASK
             n += 1
             parent[n - 1] = p - 1
             token[n - 1] = tok_u[d, u]
@@ -325,10 +370,8 @@ def _mixture_tree(log_pi, G, list_u, list_val, lens, rank, tok_u, closed, bound,
                 W[n, k] = W[p, k] + G[k, d, u]
             if d + 1 < L and n < N:
                 for k in range(K):
-                    tmp[k] = W[n, k] + (list_val[k, d + 1, 0] if lens[k, d + 1] > 0 else bound[k, d + 1])
-                ep[nent], eu[nent] = n, -1
-                size = _heap_push(hk, ht, size, _lse(tmp), (THRESHOLD << ENTRY_BITS) | nent)
-                nent += 1
+                    w[k] = W[n, k] + (list_val[k, d + 1, 0] if lens[k, d + 1] > 0 else bound[k, d + 1])
+                size = _heap_push(hk, ha, hb, size, _mix(log_pi, w, tmp), (n << CLASS_BITS) | THRESHOLD, 0)
             continue
         # THRESHOLD: one round of sorted access for parent p (one step down each mode's list)
         for k in range(K):
@@ -343,25 +386,24 @@ def _mixture_tree(log_pi, G, list_u, list_val, lens, rank, tok_u, closed, bound,
                     break
             pos[p, k] = i + 1
             if not seen:
+                best = i
                 for j in range(K):
-                    tmp[j] = W[p, j] + G[j, d, u]
-                ep[nent], eu[nent] = p, u
-                size = _heap_push(hk, ht, size, _lse(tmp), (CONCRETE << ENTRY_BITS) | nent)
-                nent += 1
+                    w[j] = W[p, j] + G[j, d, u]
+                    best = min(best, rank[j, d, u])
+                size = _heap_push(hk, ha, hb, size, _mix(log_pi, w, tmp), (p << CLASS_BITS) | CONCRETE,
+                                  (best << RANK_SHIFT) | u)
         exhausted = True
         for k in range(K):
             i = pos[p, k]
             if i < lens[k, d]:
                 exhausted = False
-                tmp[k] = W[p, k] + list_val[k, d, i]
+                w[k] = W[p, k] + list_val[k, d, i]
             else:
-                tmp[k] = W[p, k] + bound[k, d]
+                w[k] = W[p, k] + bound[k, d]
         if exhausted and closed[d]:
             continue  # every child of p has been seen
-        ep[nent], eu[nent] = p, -1
         cls = EXHAUSTED if exhausted else THRESHOLD
-        size = _heap_push(hk, ht, size, _lse(tmp), (cls << ENTRY_BITS) | nent)
-        nent += 1
+        size = _heap_push(hk, ha, hb, size, _mix(log_pi, w, tmp), (p << CLASS_BITS) | cls, 0)
     return parent[:n], token[:n], depth[:n], score[:n], status
 
 
@@ -369,9 +411,9 @@ def _mixture_tree(log_pi, G, list_u, list_val, lens, rank, tok_u, closed, bound,
 def _prepare_candidates(values, ids, pos_tol):
     """Validate and sort candidate lists values/ids [K, L, k] -> float64 values, int64 ids, status.
 
-    Rows already sorted by descending value (torch.topk's order; equal values in any order) are
-    copied as they are; other rows are sorted (descending value, ascending id among ties). Status: NaN, +inf, positive log-prob, or 5 for
-    a negative token id.
+    Rows already in the tie rule's order (descending value, ascending id among equal values) are
+    copied as they are; other rows (torch.topk leaves equal values in any order) are sorted into
+    it. Status: NaN, +inf, positive log-prob, or 5 for a negative token id.
     """
     K, L, k = values.shape
     vals = np.empty((K, L, k))
@@ -390,7 +432,7 @@ def _prepare_candidates(values, ids, pos_tol):
                     return vals, out_ids, 5
                 vals[a, d, i] = v
                 out_ids[a, d, i] = t
-                if i > 0 and vals[a, d, i - 1] < v:
+                if i > 0 and (vals[a, d, i - 1] < v or (vals[a, d, i - 1] == v and out_ids[a, d, i - 1] > t)):
                     ok = False
             if not ok:
                 _sort_by_value_then_id(vals[a, d].copy(), out_ids[a, d].copy(), vals[a, d], out_ids[a, d])
@@ -424,7 +466,8 @@ def _product_lattice(vals, ids, budget):
     vals / ids [L, k]: each depth's candidates sorted descending. A lattice cell (parent, depth,
     rank) is the rank-th best token of that depth under that parent; every parent shares the
     depth's list, so popping a cell and pushing its next sibling (rank + 1) and first child
-    (depth + 1, rank 0) emits prefixes in exactly decreasing score (ties first-in-first-out).
+    (depth + 1, rank 0) emits prefixes in exactly decreasing score, ties by the module's rule
+    (earlier-emitted parent, then rank, which orders equal values by token id).
     Returns parent, token, depth, log_score and the number of list entries used per depth (so
     the caller can check for duplicate ids where they matter).
     """
@@ -436,20 +479,18 @@ def _product_lattice(vals, ids, budget):
     score = np.empty(N)
     used = np.zeros(L, dtype=np.int64)
     cap = 2 * N + 2
-    # cells live in a pool written once; the heap moves only (key, cell index)
-    cp = np.empty(cap, dtype=np.int64)  # parent node
-    cd = np.empty(cap, dtype=np.int64)  # depth index
-    cr = np.empty(cap, dtype=np.int64)  # rank
-    cb = np.empty(cap)  # the parent's score
+    # a cell is (parent node p, rank r); its depth and base score are the parent's, so the heap's
+    # tie-break words (p + 1, r) are all there is to store
     hk = np.empty(cap)
-    ht = np.empty(cap, dtype=np.int64)  # the cell index: first-in-first-out among ties
-    cp[0], cd[0], cr[0], cb[0] = -1, 0, 0, 0.0
-    size = _heap_push(hk, ht, 0, vals[0, 0], 0)
-    ncell = 1
+    ha = np.empty(cap, dtype=np.int64)  # parent slot p + 1 (0 = root)
+    hb = np.empty(cap, dtype=np.int64)  # rank
+    size = _heap_push(hk, ha, hb, 0, vals[0, 0], 0, 0)
     n = 0
     while n < N and size > 0:
-        key, c0, size = _heap_pop(hk, ht, size)
-        p, d, r = cp[c0], cd[c0], cr[c0]
+        key, slot, r, size = _heap_pop(hk, ha, hb, size)
+        p = slot - 1
+        d = depth[p] if p >= 0 else 0  # list depth of the cell = the parent's 1-based depth
+        base = score[p] if p >= 0 else 0.0
         parent[n] = p
         token[n] = ids[d, r]
         depth[n] = d + 1
@@ -458,13 +499,9 @@ def _product_lattice(vals, ids, budget):
         node = n
         n += 1
         if r + 1 < k:  # next sibling
-            cp[ncell], cd[ncell], cr[ncell], cb[ncell] = p, d, r + 1, cb[c0]
-            size = _heap_push(hk, ht, size, cb[c0] + vals[d, r + 1], ncell)
-            ncell += 1
+            size = _heap_push(hk, ha, hb, size, base + vals[d, r + 1], p + 1, r + 1)
         if d + 1 < L:  # first child
-            cp[ncell], cd[ncell], cr[ncell], cb[ncell] = node, d + 1, 0, key
-            size = _heap_push(hk, ht, size, key + vals[d + 1, 0], ncell)
-            ncell += 1
+            size = _heap_push(hk, ha, hb, size, key + vals[d + 1, 0], node + 1, 0)
     return parent[:n], token[:n], depth[:n], score[:n], used
 
 

@@ -41,8 +41,10 @@ def _numpy_em_step(x, log_pi, log_q, smoothing):
         for k in range(K):
             counts[k, i] = np.bincount(x[:, i], weights=r[:, k], minlength=V)
     nk = r.sum(axis=0)
-    q = (1 - smoothing) * counts / nk[:, None, None] + smoothing / V
-    pi = (1 - smoothing) * nk / nk.sum() + smoothing / K
+    n = x.shape[0]
+    beta, gamma = smoothing * n / V, smoothing * n / K  # the kernel's Dirichlet MAP step
+    q = (counts + beta) / (nk + V * beta)[:, None, None]
+    pi = (nk + gamma) / (n + K * gamma)
     return np.log(pi), np.log(q)
 
 

@@ -31,6 +31,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from mfd_theory.coverage import variance_from_prefix_probs
 from mfd_theory.trees import DraftTree, chain_tree, mixture_tree, product_tree
 
 from .drafter import check_drafter_target
@@ -64,6 +65,7 @@ class StepRecord:
     t_commit: float
     tree: DraftTree | None = None  # kept with keep_trees=True
     node_log_cond: np.ndarray | None = None  # [N] decoding-rule conditionals, with keep_trees=True
+    predicted_var: float = float("nan")  # exact Var[accepted] for this tree under the same conditionals
 
     @property
     def t_step(self) -> float:
@@ -434,10 +436,12 @@ def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method
             dec_lp = _prefix_log_probs(tree.parent, tree.depth, dec)
             met_lp = _prefix_log_probs(tree.parent, tree.depth, metric)
             predicted, covered = float(np.exp(dec_lp).sum()), float(np.exp(met_lp).sum())
+            predicted_var = variance_from_prefix_probs(tree.depth, np.exp(dec_lp))
             dead_share, dead_splices = _dead_and_splices(tree, met_lp)
         else:
             nan = float("nan") if n else 0.0
             dec, predicted, covered, dead_share, dead_splices = None, nan, nan, nan, 0
+            predicted_var = nan
         tf = _clock(dev)
         count = 0
         for tok in emitted:
@@ -465,6 +469,7 @@ def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method
             dead_share=dead_share, dead_splices=dead_splices, t_draft=tb - ta, t_tree=tc - tb,
             t_verify=td - tc, t_walk=te - td, t_commit=tg - tf,
             tree=tree if keep_trees else None, node_log_cond=dec if keep_trees else None,
+            predicted_var=predicted_var,
         ))
     result.t_total = _clock(dev) - t0
     return result

@@ -13,10 +13,11 @@ a rerun skips what is done and a changed option retrains only what depends on it
 Measured quantities per (method, drafter, budget, temperature), pooled over prompts and rounds:
 tau (tokens per target call, bonus included), accepted length mean/std, predicted acceptance (the
 tree's covered mass under the decoding rule's conditionals, computed from the verify forward: at
-T = 1 it is E[accepted] exactly, so measured and predicted must agree within the standard error of
-their per-round difference; greedy conditionals are one-hot, so there it equals the accepted length
-by construction and ``covered_mass_mean`` gives the soft T = 1 mass instead), the dead-node share
-(nodes whose target prefix probability is below ``decode.DEAD_EPS``) and speedup (AR time per token
+T = 1 it is E[accepted] exactly, so measured and predicted must agree within the standard error
+that the trees' exact acceptance variances give, ``coverage.variance_from_prefix_probs``; greedy
+conditionals are one-hot, so there it equals the accepted length by construction and
+``covered_mass_mean`` gives the soft T = 1 mass instead), the dead-node share (nodes whose
+target prefix probability is below ``decode.DEAD_EPS``) and speedup (AR time per token
 over the method's, same harness, same temperature).
 """
 

@@ -149,6 +149,7 @@ def decode_cells(target, cells: list[Cell], items: list, *, temperatures, max_ne
                             "rounds": len(steps),
                             "accepted": [s.accepted for s in steps],
                             "predicted": [s.predicted for s in steps],
+                            "predicted_var": [s.predicted_var for s in steps],
                             "covered": [s.covered_mass for s in steps],
                             "dead": [s.dead_share for s in steps if s.tree_size],
                             "dead_splice": [s.dead_splices / s.tree_size for s in steps if s.tree_size],
@@ -213,9 +214,16 @@ def rows_from_records(records: list[dict], cells: list[Cell]) -> list[dict]:
                 sp = [None] * len(secs)
             sp_ok = [x for x in sp if x is not None]
             tps_ok = [x for x in tps if x is not None]
+            pvar = np.array([a for r in recs for a in r.get("predicted_var", [np.nan] * len(r["predicted"]))],
+                            dtype=float)
             diff = acc - pred
-            ok = ~np.isnan(diff)
-            se = float(diff[ok].std(ddof=1) / math.sqrt(ok.sum())) if ok.sum() > 1 else None
+            ok = ~np.isnan(diff) & ~np.isnan(pvar)
+            # s.e. of the mean gap from the trees' exact variances (coverage.acceptance_variance):
+            # given the history, round t's accepted - predicted has mean 0 and variance
+            # predicted_var_t, so the summed gap has variance sum_t predicted_var_t (a martingale).
+            # The empirical std of the gaps would collapse on rare events (0 accepted in every
+            # round gives std 0 and a huge |z|).
+            se = float(math.sqrt(pvar[ok].sum()) / ok.sum()) if ok.sum() and pvar[ok].sum() > 0 else None
             gap_mean = float(diff[ok].mean()) if ok.sum() else None
             split: dict[str, float] = {}
             for r in recs:
