@@ -11,8 +11,7 @@ def test_no_reference_to_notes_outside_the_repository():
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     hits = []
     for name in files:
-        # mfd_theory/llm/ is edited on other branches; its references are removed when they merge
-        if name.startswith("mfd_theory/llm/") or name == "tests/test_standalone.py":
+        if name == "tests/test_standalone.py":
             continue
         path = ROOT / name
         if not path.is_file():

@@ -8,7 +8,7 @@ A round (after a prefill that yields the first token, the *root*):
              "ar" no tree, "chain" DFlash's argmax chain, "ddtree" the product tree over the
              (marginal) per-position distributions, "mfd" the mixture tree;
 3. verify  - one target forward over [root, nodes] with the ancestor-plus-context mask;
-4. walk    - the lossless rule (DESIGN.md section 3): at the current node draw x from the
+4. walk    - the lossless rule (docs/background.md): at the current node draw x from the
              target's conditional (argmax when greedy); if x is a child move there, otherwise
              emit x (the bonus token) and stop;
 5. commit  - keep the KV rows of the root and the accepted nodes; the bonus is the next root.

@@ -1,6 +1,6 @@
 """Block drafters in DFlash's architecture and checkpoint format, and the MFD mixture drafter.
 
-Architecture (DESIGN.md section 3). A few Qwen3 decoder layers with no embedding and no LM head of
+Architecture (docs/background.md). A few Qwen3 decoder layers with no embedding and no LM head of
 their own: the block's input embeddings come from the target's ``embed_tokens`` and the drafted
 logits from the target's ``lm_head``. Both are *referenced*, not owned: they are not parameters of
 the drafter, do not appear in its ``state_dict`` and are never trained (the target is frozen).
