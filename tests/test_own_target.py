@@ -135,3 +135,11 @@ def test_readme_shows_the_commands_the_experiment_runs():
     flat = re.sub(r"\s*\\\n\s*", " ", text)  # join continued shell lines
     for line in command_lines(OwnTargetConfig()):
         assert line in flat, line
+
+
+def test_reproduce_runs_it_where_the_report_block_reads_it():
+    from mfd_theory.reproduce import STEPS
+
+    argv = next(a for _, module, a in STEPS if module == "mfd_theory.experiments.own_target")
+    out = Path(argv[argv.index("--out") + 1])
+    assert Path("results") / BLOCKS["own-target"][0] == out / "eval" / "eval.json"
