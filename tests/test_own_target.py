@@ -122,6 +122,9 @@ def test_report_block_from_the_run(run):
     assert f"distill: {manifest['n_sequences']} sequences, {manifest['n_response_tokens']:,} response tokens" in text
     assert f"K = 2 loss {curve[0]['loss']:.2f} -> {curve[-1]['loss']:.2f} over 2 steps" in text
     assert "Greedy rows whose tokens equal ar's on every prompt: 5 of 5." in text
+    # without the files beside eval.json (a copied eval.json): the rows alone, no training line
+    alone = own_target_block(res)
+    assert "distill:" not in alone and alone in text
     # through `mfd report`'s renderer, from the results directory as `mfd reproduce` lays it out
     assert BLOCKS["own-target"][0] == "own_target/eval/eval.json"
     readme = "intro\n<!-- report:own-target -->\nold\n<!-- /report:own-target -->\nend\n"
