@@ -19,6 +19,7 @@ results without those fields print "(1 pass)".
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
 import sys
@@ -29,7 +30,8 @@ from .results import Result, atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent
 
-__all__ = ["BLOCKS", "main", "render", "gain_with_spread", "value_with_spread"]
+__all__ = ["BLOCKS", "main", "render", "gain_with_spread", "value_with_spread", "own_target_block",
+           "own_target_summary", "speed_gain_text", "tau_gain_text"]
 
 _BLOCK_RE = re.compile(r"<!-- report:(?P<name>[a-z0-9-]+) -->\n(?P<body>.*?)<!-- /report:(?P=name) -->", re.S)
 
@@ -354,6 +356,115 @@ def bench_decode_block(res: Result) -> str:
     return "\n".join(lines)
 
 
+def speed_gain_text(g: dict) -> str:
+    """A stored speedup gain (an ``mfd_gains`` entry) with the verdict ``mfd eval`` gave it: the
+    95% interval of its pass-to-pass spread, or "no measurable difference" inside it."""
+    if _num(g.get("speedup_gain")) is None:
+        return "-"
+    if "speedup_verdict" not in g:  # an older file: a single timing pass, no spread recorded
+        return f"{100 * g['speedup_gain']:+.1f}% (no spread)"
+    if g.get("speedup_verdict") == "no measurable difference":
+        return f"no measurable difference (+-{100 * g['speedup_gain_ci95']:.1f}%)"
+    ci = _num(g.get("speedup_gain_ci95"))
+    return f"{100 * g['speedup_gain']:+.1f}%" + (f" +- {100 * ci:.1f}%" if ci is not None else " (1 pass)")
+
+
+def tau_gain_text(g: dict) -> str:
+    """A stored tau gain, or "no measurable difference" when its z is inside +-2."""
+    if _num(g.get("tau_gain")) is None:
+        return "-"
+    if g.get("tau_verdict") == "no measurable difference":
+        return "no measurable difference"
+    return f"{100 * g['tau_gain']:+.1f}%"
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _drafter_name(r: dict) -> str:
+    return "-" if r["method"] == "ar" else f"K = {r.get('K', '?')}"
+
+
+def own_target_block(res: Result, source: Path | None = None) -> str:
+    """``mfd own-target``'s evaluation (``OUT/eval/eval.json``): every row but ar's, and the MFD vs
+    product gains; with ``source`` (where eval.json lies) also a line on the distilled data and the
+    drafters' training, read from the files the commands wrote beside it (``OUT/data/manifest.json``,
+    ``OUT/<drafter>/loss_curve.json``) and the step times in ``OUT/steps.json``."""
+    d, c = res.data, res.config
+    rows = [r for r in d["rows"] if r["method"] != "ar"]
+    datasets = list(dict.fromkeys(r.get("dataset") for r in rows))
+    ds_head, ds_rule = ("| data set ", "|---") if len(datasets) > 1 else ("", "")
+    n_prompts = max((r.get("n_prompts") or 0 for r in rows), default=0)
+    passes = {len(r["speedup_passes"]) for r in rows if isinstance(r.get("speedup_passes"), list)}
+    lines = []
+    if source is not None:
+        root = Path(source).parent.parent
+        times = ((_read_json(root / "steps.json") or {}).get("steps")) or {}
+
+        def took(step, fmt=" ({:.0f} s)"):
+            t = _num((times.get(step) or {}).get("seconds"))
+            return fmt.format(t) if t is not None else ""
+
+        parts = []
+        man = _read_json(root / "data" / "manifest.json")
+        if man:
+            parts.append(f"distill: {man['n_sequences']} sequences, {man['n_response_tokens']:,} response tokens in "
+                         f"{len(man['shards'])} shard(s){took('distill')}")
+        trained = []
+        for label, info in (d.get("drafters") or {}).items():
+            curve = _read_json(root / label / "loss_curve.json")
+            if curve:
+                trained.append(f"K = {info.get('K', '?')} loss {curve[0]['loss']:.2f} -> {curve[-1]['loss']:.2f} "
+                               f"over {len(curve)} steps{took(label)}")
+        if trained:
+            parts.append("train-drafter: " + ", ".join(trained))
+        if took("eval"):
+            parts.append(f"eval: {took('eval', '{:.0f} s')}")
+        if parts:
+            lines += ["; ".join(parts) + ".", ""]
+    lines += [f"{n_prompts} held-out prompts x {c.get('max_new_tokens')} new tokens; speedup: mean ± std over "
+              + (f"{'/'.join(map(str, sorted(passes)))} timing passes." if passes else "one timing pass (1 pass)."),
+              "", ds_head + "| T | method | drafter | N | tau | speedup | = ar |",
+              ds_rule + "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        same = "" if "matches_ar" not in r else ("yes" if r["matches_ar"] else "NO")
+        tau = _num(r.get("tau"))
+        lines.append((f"| {r.get('dataset')} " if ds_head else "")
+                     + f"| {r['temperature']:g} | {r['method']} | {_drafter_name(r)} | {r['budget']} | "
+                     f"{'-' if tau is None else f'{tau:.2f}'} | {value_with_spread(r, 'speedup')} | {same} |")
+    greedy = [r for r in rows if "matches_ar" in r]
+    if greedy:
+        bad = [r for r in greedy if not r["matches_ar"]]
+        lines += ["", f"Greedy rows whose tokens equal ar's on every prompt: {len(greedy) - len(bad)} of "
+                      f"{len(greedy)}."]
+    gains = [g for g in d.get("mfd_gains") or [] if not _is_best(g)]
+    if gains:
+        lines += ["", "Each K > 1 drafter (mfd, and ddtree on its marginals) against the K = 1 drafter's ddtree at "
+                      "the same budget (tau gain with z = difference / standard error; speed gain with the 95% "
+                      "interval of its pass-to-pass spread):", "",
+                  ds_head + "| T | method (drafter) | N | tau gain (z) | speed gain |",
+                  ds_rule + "|---|---|---|---|---|"]
+        for g in gains:
+            z = _num(g.get("tau_diff_z"))
+            K = next((r.get("K") for r in rows if r["drafter"] == g["drafter"]), "?")
+            what = {"mfd": f"mfd (K = {K})", "ddtree": f"ddtree on K = {K} marginals"}.get(
+                g["method"], f"{g['method']} (K = {K})")
+            lines.append((f"| {g.get('dataset')} " if ds_head else "")
+                         + f"| {g['temperature']:g} | {what} | {g['budget']} | {tau_gain_text(g)}"
+                         + (f" ({z:+.1f})" if z is not None else "") + f" | {speed_gain_text(g)} |")
+    return "\n".join(lines)
+
+
+def own_target_summary(path: str | Path) -> str | None:
+    """:func:`own_target_block` of the eval.json at ``path``, or None when there is none."""
+    path = Path(path)
+    return own_target_block(Result.load(path), path) if path.is_file() else None
+
+
 #: block name -> (results file under the results directory, formatter)
 BLOCKS: dict[str, tuple[str, Callable[[Result], str]]] = {
     "core-table": ("core_table.json", core_block),
@@ -366,7 +477,10 @@ BLOCKS: dict[str, tuple[str, Callable[[Result], str]]] = {
     "bench-trees": ("bench_trees.json", bench_trees_block),
     "bench-fit": ("bench_fit.json", bench_fit_block),
     "bench-decode": ("bench_decode.json", bench_decode_block),
+    "own-target": ("own_target/eval/eval.json", own_target_block),
 }
+#: blocks whose formatter also reads files beside its results file (it gets that file's path)
+_READS_BESIDE = {"own-target"}
 
 
 def render(text: str, results_dir: str | Path) -> tuple[str, list[str], list[str]]:
@@ -392,7 +506,8 @@ def render(text: str, results_dir: str | Path) -> tuple[str, list[str], list[str
             return m.group(0)
         if fname not in loaded:
             loaded[fname] = Result.load(path)
-        body = fmt(loaded[fname]).rstrip("\n") + "\n"
+        text = fmt(loaded[fname], path) if name in _READS_BESIDE else fmt(loaded[fname])
+        body = text.rstrip("\n") + "\n"
         if body != m.group("body"):
             changed.append(name)
         return f"<!-- report:{name} -->\n{body}<!-- /report:{name} -->"

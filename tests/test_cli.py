@@ -79,6 +79,10 @@ BAD_VALUES = [
     (["mixture-gain", "--families", "nope"], "--families"),
     (["bench", "trees", "--repeats", "0"], "--repeats"),
     (["bench", "fit", "--K", "0"], "--K"),
+    (["own-target", "--heldout-prompts", "21"], "--heldout-prompts"),  # the micro corpus has 20
+    (["own-target", "--modes", "1,1"], "--modes"),
+    (["own-target", "--budgets", "0"], "--budgets"),
+    (["own-target", "--device", "tpu"], "--device"),
 ]
 
 
@@ -91,7 +95,7 @@ def test_bad_option_exits_2_naming_the_flag_and_writes_nothing(argv, flag, tmp_p
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("cmd", ["core-table", "chimera-share", "e2e", "mixture-gain"])
+@pytest.mark.parametrize("cmd", ["core-table", "chimera-share", "e2e", "mixture-gain", "own-target"])
 def test_out_at_a_file_or_under_a_file_is_a_usage_error(cmd, tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("x")

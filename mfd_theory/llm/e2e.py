@@ -51,7 +51,8 @@ from .train import (
     mode_diagnostics, target_fingerprint, train_drafter, train_lm,
 )
 
-__all__ = ["run_e2e", "evaluate", "mfd_gains", "format_table", "load_trained_drafter", "check_writable"]
+__all__ = ["run_e2e", "evaluate", "mfd_gains", "format_table", "load_trained_drafter", "check_writable",
+           "cached_corpus", "cached_target", "target_run_name"]
 
 
 def check_writable(out_dir: Path) -> Path:
@@ -110,15 +111,38 @@ def _lm_configs(cfg, draft: bool):
     return arch, train
 
 
-def _corpus(cfg, cache: Path) -> Corpus:
-    ccfg = CorpusConfig(n_train=cfg.n_train, n_heldout=cfg.n_heldout, vocab_size=cfg.vocab_size,
-                        seed=cfg.seed)
+def _corpus_config(cfg) -> CorpusConfig:
+    return CorpusConfig(n_train=cfg.n_train, n_heldout=cfg.n_heldout, vocab_size=cfg.vocab_size, seed=cfg.seed)
+
+
+def target_run_name(cfg) -> str:
+    """The cache directory name of ``cfg``'s target: a hash of its architecture, training and corpus."""
+    arch, train = _lm_configs(cfg, draft=False)
+    return f"target-{config_hash(arch, train, _corpus_config(cfg))}"
+
+
+def cached_corpus(cfg, cache: Path) -> Corpus:
+    """The corpus and tokenizer of ``cfg``, built once and then loaded from ``cache``."""
+    ccfg = _corpus_config(cfg)
     d = cache / f"corpus-{config_hash(ccfg)}"
     if (d / "corpus.json").is_file():
         return Corpus.load(d)
     corpus = build_corpus(ccfg)
     corpus.save(d)
     return corpus
+
+
+def cached_target(cfg, corpus: Corpus, cache: Path, progress: bool = True):
+    """(frozen target, its run directory, loss curve): ``cfg``'s target Qwen3ForCausalLM, trained
+    on ``corpus`` once and then loaded from ``cache`` (``target-<hash>/model``)."""
+    if corpus.config != _corpus_config(cfg):
+        raise ValueError(f"corpus: built with {corpus.config}, but the config asks for {_corpus_config(cfg)}")
+    arch, train = _lm_configs(cfg, draft=False)
+    tdir = cache / target_run_name(cfg)
+    target_hf, curve = train_lm(corpus, tdir, arch, train, progress=progress, desc="target", device=cfg.device)
+    for p in target_hf.parameters():
+        p.requires_grad_(False)
+    return target_hf, tdir, curve
 
 
 def _distill(cfg, corpus, target_hf, tdir: Path, cache: Path, progress: bool) -> tuple[np.ndarray, Path]:
@@ -233,16 +257,11 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
     times: dict[str, float] = {}
     t0 = time.perf_counter()
 
-    corpus = _corpus(cfg, cache)
+    corpus = cached_corpus(cfg, cache)
     times["corpus"] = time.perf_counter() - t0
-    arch, train = _lm_configs(cfg, draft=False)
-    tdir = cache / f"target-{config_hash(arch, train, corpus.config)}"
     t = time.perf_counter()
-    target_hf, target_curve = train_lm(corpus, tdir, arch, train, progress=progress, desc="target",
-                                       device=cfg.device)
+    target_hf, tdir, target_curve = cached_target(cfg, corpus, cache, progress)
     times["target"] = time.perf_counter() - t
-    for p in target_hf.parameters():
-        p.requires_grad_(False)
 
     draft_lm, draft_curve = None, []
     # HF's assisted generation cannot roll a recurrent (GDN) state back: no baseline on hybrids

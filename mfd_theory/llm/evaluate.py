@@ -33,6 +33,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from mfd_theory.report import speed_gain_text as _gain_text
+from mfd_theory.report import tau_gain_text as _tau_gain_text
+
 from .decode import speculative_generate
 from .prompts import Prompt, run_conversation
 
@@ -391,26 +394,6 @@ def _fmt(v, p=2) -> str:
 
 def _pm(mean, std, p=2) -> str:
     return _fmt(mean, p) if std is None else f"{_fmt(mean, p)} +- {_fmt(std, p)}"
-
-
-def _gain_text(g: dict) -> str:
-    """A speedup gain with its pass-to-pass spread, or "no measurable difference" inside it."""
-    if g.get("speedup_gain") is None:
-        return "-"
-    if "speedup_verdict" not in g:  # an older file: a single timing pass, no spread recorded
-        return f"{100 * g['speedup_gain']:+.1f}% (no spread)"
-    if g.get("speedup_verdict") == "no measurable difference":
-        return f"no measurable difference (+-{100 * g['speedup_gain_ci95']:.1f}%)"
-    spread = f" +- {100 * g['speedup_gain_ci95']:.1f}%" if g.get("speedup_gain_ci95") is not None else " (1 pass)"
-    return f"{100 * g['speedup_gain']:+.1f}%{spread}"
-
-
-def _tau_gain_text(g: dict) -> str:
-    if g.get("tau_gain") is None:
-        return "-"
-    if g.get("tau_verdict") == "no measurable difference":
-        return "no measurable difference"
-    return f"{100 * g['tau_gain']:+.1f}%"
 
 
 def format_rows(rows: list[dict]) -> list[str]:
