@@ -22,7 +22,6 @@ path is the test suite's slow twin).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import importlib.util
 import statistics
@@ -32,23 +31,34 @@ from pathlib import Path
 
 from mfd_theory.results import Result
 
+from ._config import Checked, add_common, add_dataclass_args, finish, make_parser, opt
 from .bench_decode import PRESETS, BenchDecodeConfig, build_target
 
 
 @dataclass(frozen=True)
-class BenchDraftConfig:
-    preset: str = "micro"  # random target (and drafter) shape, a ``mfd bench decode`` preset
-    block_size: int = 16
-    draft_layers: int = 1
-    modes: str = "1,4"  # K values; the ratio target compares the largest with 1
-    contexts: str = "128,4096"  # context rows T; the ratio target compares the longest with the shortest
-    new_rows: int = 4  # context rows appended per round (about tau)
-    rounds: int = 15  # timed rounds per (K, T); the fastest is kept
-    verify_nodes: int = 64  # tree size N of the timed verify forwards
-    repeats: int = 3
-    threads: int = 1  # torch CPU threads
-    seed: int = 0
-    out: str = "results"
+class BenchDraftConfig(Checked):
+    preset: str = opt("micro", "random target (and drafter) shape, a `mfd bench decode` preset",
+                      choices=tuple(PRESETS))
+    block_size: int = opt(16, "drafter block size", ge=2)
+    draft_layers: int = opt(1, "drafter layers", ge=1)
+    modes: str = opt("1,4", "modes K to time; the ratio target compares the largest with 1")
+    contexts: str = opt("128,4096", "context rows T; the ratio target compares the longest with the shortest")
+    new_rows: int = opt(4, "context rows appended per round (about tau)", ge=1)
+    rounds: int = opt(15, "timed rounds per (K, T); the fastest is kept", ge=1)
+    verify_nodes: int = opt(64, "tree size N of the timed verify forwards", ge=1)
+    repeats: int = opt(3, "repeats of the whole measurement in one run", ge=1)
+    threads: int = opt(1, "torch CPU threads", ge=1)
+    seed: int = opt(0, "random seed", ge=0)
+    out: str = opt("results", "output directory (the --out option)")
+
+    def validate(self) -> None:
+        for flag, text in (("--modes", self.modes), ("--contexts", self.contexts)):
+            try:
+                vals = [int(x) for x in text.split(",") if x.strip()]
+            except ValueError:
+                raise ValueError(f"{flag}: expected comma-separated integers, got {text!r}") from None
+            if not vals or min(vals) < 1:
+                raise ValueError(f"{flag}: need positive integers, got {text!r}")
 
 
 def _ints(name: str, text: str, low: int) -> list[int]:
@@ -245,13 +255,11 @@ def report(result: Result) -> str:
 
 
 def main(argv=None) -> Result:
-    parser = argparse.ArgumentParser(prog="mfd bench draft", description=__doc__.split("\n\n")[0])
-    for f in dataclasses.fields(BenchDraftConfig):
-        parser.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default)
-    parser.add_argument("--no-progress", action="store_true")
-    args = vars(parser.parse_args(argv))
-    progress = not args.pop("no_progress")
-    result = run(BenchDraftConfig(**args), progress=progress)
+    parser = make_parser("mfd bench draft", __doc__.split("\n\n")[0])
+    add_dataclass_args(parser, BenchDraftConfig, skip=("out",))
+    add_common(parser)
+    args = parser.parse_args(argv)
+    result = run(finish(parser, BenchDraftConfig, args, out=args.out), progress=not args.quiet)
     print(report(result))
     return result
 

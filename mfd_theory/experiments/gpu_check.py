@@ -23,13 +23,14 @@ script runs; the numbers are not a GPU profile).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from mfd_theory.results import Result, atomic_write_text, provenance
+
+from ._config import Checked, add_common, add_dataclass_args, finish, make_parser, opt
 
 from .bench_decode import PRESETS, BenchDecodeConfig, _device_tag, verify_profile
 from .bench_draft import round_ms
@@ -38,29 +39,39 @@ TIE_RTOL = 0.02  # top-two logit gap, relative to max(1, |top logit|), below whi
 
 
 @dataclass(frozen=True)
-class GpuCheckConfig:
-    device: str = "cuda"
-    small: bool = False  # tiny shape and short lists (a CPU run that proves the script works)
-    shape: str = ""  # a ``mfd bench decode`` preset shape; "" = qwen3-8b (tiny with --small)
-    dtype: str = "bfloat16"
-    check_layers: int = 4
-    profile_layers: int = 36
-    draft_layers: int = 5
-    block_size: int = 16
-    num_modes: int = 4
-    budget: int = 64
-    prompts: int = 2
-    prompt_len: int = 32
-    new_tokens: int = 32
-    init_std: float = 0.02
-    profile_context: int = 512
-    tree_sizes: str = "1,16,32,64,128,256,512,1024"
-    draft_contexts: str = "512,4096"
-    repeats: int = 5
-    e2e: bool = True
-    seed: int = 0
-    out: str = "results"
+class GpuCheckConfig(Checked):
+    device: str = opt("cuda", "torch device (cuda, cuda:N; cpu only to prove the script runs)")
+    small: bool = opt(False, "tiny shape and short lists (a CPU run that proves the script works)")
+    shape: str = opt("", "a `mfd bench decode` preset shape ('' = qwen3-8b, tiny with --small)")
+    dtype: str = opt("bfloat16", "model dtype", choices=("bfloat16", "float16", "float32"))
+    check_layers: int = opt(4, "target layers of the greedy-equality check", ge=1)
+    profile_layers: int = opt(36, "target layers of the verify-latency profile", ge=1)
+    draft_layers: int = opt(5, "drafter layers (a guess at DFlash's Qwen3-8B drafter)", ge=1)
+    block_size: int = opt(16, "drafter block size", ge=2)
+    num_modes: int = opt(4, "modes K of the MFD drafter", ge=2)
+    budget: int = opt(64, "tree budget N of the greedy check", ge=1)
+    prompts: int = opt(2, "prompts of the greedy check", ge=1)
+    prompt_len: int = opt(32, "prompt length in tokens", ge=1)
+    new_tokens: int = opt(32, "new tokens per prompt", ge=1)
+    init_std: float = opt(0.02, "standard deviation of the random weights", gt=0)
+    profile_context: int = opt(512, "context length of the verify-latency profile", ge=1)
+    tree_sizes: str = opt("1,16,32,64,128,256,512,1024", "tree sizes N of the verify-latency profile")
+    draft_contexts: str = opt("512,4096", "contexts of the K = 1 / K = 4 drafting latency")
+    repeats: int = opt(5, "timed repeats per point", ge=1)
+    e2e: bool = opt(True, "also run `mfd e2e --preset micro` on the device")
+    seed: int = opt(0, "random seed", ge=0)
+    out: str = opt("results", "output directory (the --out option)")
 
+    def validate(self) -> None:
+        if self.device != "cpu" and not self.device.startswith("cuda"):
+            raise ValueError(f"--device: must be cuda, cuda:N or cpu, got {self.device!r}")
+        for flag, text in (("--tree-sizes", self.tree_sizes), ("--draft-contexts", self.draft_contexts)):
+            try:
+                vals = [int(x) for x in text.split(",") if x.strip()]
+            except ValueError:
+                raise ValueError(f"{flag}: expected comma-separated integers, got {text!r}") from None
+            if not vals or min(vals) < 1:
+                raise ValueError(f"{flag}: need positive integers, got {text!r}")
 
 SMALL = {"check_layers": 2, "profile_layers": 4, "draft_layers": 1, "prompts": 1, "new_tokens": 12,
          "profile_context": 64, "tree_sizes": "1,16,64", "draft_contexts": "128,512", "repeats": 2}
@@ -300,13 +311,11 @@ def report(result: Result) -> str:
 
 
 def main(argv=None) -> Result:
-    from ._config import add_dataclass_args, config_from_args
-
-    parser = argparse.ArgumentParser(prog="mfd bench gpu-check", description=__doc__.split("\n\n")[0])
-    add_dataclass_args(parser, GpuCheckConfig)
-    parser.add_argument("--no-progress", action="store_true")
+    parser = make_parser("mfd bench gpu-check", __doc__.split("\n\n")[0])
+    add_dataclass_args(parser, GpuCheckConfig, skip=("out",))
+    add_common(parser)
     args = parser.parse_args(argv)
-    result = run(config_from_args(GpuCheckConfig, args), progress=not args.no_progress)
+    result = run(finish(parser, GpuCheckConfig, args, out=args.out), progress=not args.quiet)
     print(report(result))
     if any(r["status"].startswith("FAIL") for r in result.data["greedy"]):
         raise SystemExit(1)
