@@ -22,6 +22,8 @@ STEPS: list[tuple[str, str, list[str]]] = [
     ("chimera share", "mfd_theory.experiments.chimera_share", []),
     ("mixture gain", "mfd_theory.experiments.mixture_gain", []),
     ("end to end", "mfd_theory.experiments.e2e", ["--preset", "default", "--out", "results"]),
+    ("end to end, hybrid target", "mfd_theory.experiments.e2e",
+     ["--preset", "default", "--target-arch", "qwen3_5", "--out", "results/hybrid"]),
     ("own target", "mfd_theory.experiments.own_target", ["--out", "results/own_target"]),
 ]
 NOTEBOOKS: list[str] = [
