@@ -101,6 +101,24 @@ def test_e2e_blocks_show_spreads_or_one_pass(tmp_path, passes):
     assert "107-164 rounds" in new  # round counts from the rows, not typed by hand
 
 
+def test_e2e_hybrid_block_reads_its_own_file_and_summarises(tmp_path):
+    """e2e-hybrid: the e2e table of results/hybrid/end_to_end.json plus the run's summary bullets
+    (losslessness count, AR rate, fastest cell, best-budget tau of the K = 4 drafter)."""
+    res = _e2e_result(True)
+    greedy = [dict(r, temperature=0.0, matches_ar=r["method"] != "chain") for r in res.data["rows"]]
+    res.data["rows"] += greedy
+    (tmp_path / "hybrid").mkdir()
+    res.save(tmp_path / "hybrid" / "end_to_end.json")
+    _e2e_result(False).save(tmp_path / "end_to_end.json")  # the attention run's file is not read
+    text, changed, skipped = render("<!-- report:e2e-hybrid -->\nold\n<!-- /report:e2e-hybrid -->\n", tmp_path)
+    assert changed == ["e2e-hybrid"] and skipped == []
+    assert "(1 pass)" not in text  # the hybrid fixture has passes; the attention one has none
+    assert "Greedy (T = 0): 4 of 5 rows equal ar's output token for token." in text  # ar itself not counted
+    assert "T = 1: ar 500 tokens/s ± 5 tokens/s; fastest ddtree (product) at N = 16: 1.50x ± 0.02x; highest tau " \
+           "at any budget: mfd K = 4 5.00 against the product drafter's 4.60 (+8.7%)." in text
+    assert len([ln for ln in text.splitlines() if ln.startswith("| 0 |")]) == 3  # chain, ddtree, mfd
+
+
 def test_report_command_rewrites_then_check_passes(tmp_path, capsys):
     results = tmp_path / "results"
     assert main(["core-table", "--V", "40", "--budgets", "4,8", "--out", str(results), "--quiet"]) == 0
