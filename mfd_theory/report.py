@@ -287,12 +287,13 @@ def e2e_summary(res: Result) -> list[str]:
             fast = max(spec, key=lambda r: r["speedup"])
             parts.append(f"fastest {_label(fast)}" + (f" at N = {fast['budget']}" if fast["method"] != "chain" else "")
                          + f": {value_with_spread(fast, 'speedup', suffix='x')}")
-        best = [g for g in d.get("mfd_gains") or [] if g["temperature"] == temp and g["method"] == "mfd" and _is_best(g)]
+        best = [g for g in d.get("mfd_gains") or []
+                if g["temperature"] == temp and g["method"] == "mfd" and _is_best(g)]
         if best:
             k_of = {r["drafter"]: r.get("K", 0) for r in rows}
             g = max(best, key=lambda g: k_of.get(g["drafter"], 0))  # the drafter with the most modes
-            parts.append(f"highest tau at any budget: mfd K = {k_of.get(g['drafter'], '?')} {g['tau']:.2f} against the product drafter's "
-                         f"{g['single_tau']:.2f} ({100 * g['tau_gain']:+.1f}%)")
+            parts.append(f"highest tau at any budget: mfd K = {k_of.get(g['drafter'], '?')} {g['tau']:.2f} against "
+                         f"the product drafter's {g['single_tau']:.2f} ({100 * g['tau_gain']:+.1f}%)")
         if parts:
             out.append(f"T = {temp:g}: " + "; ".join(parts) + ".")
     return out
@@ -405,8 +406,8 @@ def bench_decode_block(res: Result) -> str:
         rows = prof["rows"]
         ref = next((r for r in rows if r["N"] == c["budget"]), rows[len(rows) // 2])
         trees = [r for r in rows if r["N"] > 1] or rows
-        lines += ["", f"GDN profile (medians of {c['profile_repeats']} interleaved repeats after a {c['prompt_len']}-token "
-                      "prompt, times in ms):", "", hybrid_table(prof), "",
+        lines += ["", f"GDN profile (medians of {c['profile_repeats']} interleaved repeats after a "
+                      f"{c['prompt_len']}-token prompt, times in ms):", "", hybrid_table(prof), "",
                   f"The GDN layers' tree pass over N = {ref['N']} nodes costs {ref['gdn_tree_over_chain']:.2f}x their "
                   f"chain pass over {ref['N']} tokens ({_span([r['gdn_tree_over_chain'] for r in trees], suffix='x')} "
                   f"for N = {trees[0]['N']} to {trees[-1]['N']}); the GDN layers take "
@@ -447,18 +448,18 @@ def bench_draft_block(res: Result) -> str:
     lines.append(f"| K = 1: T = {hi} / T = {lo} (target <= 3) | {three(f'before: K=1 T={hi} / K=1 T={lo}')} | "
                  f"{three(f'after: K=1 T={hi} / K=1 T={lo}')} |")
     if kmax > 1:
-        lines.append(f"| T = {hi}: K = {kmax} / K = 1 (target <= 2.5) | {three(f'before: K={kmax} T={hi} / K=1 T={hi}')} "
-                     f"| {three(f'after: K={kmax} T={hi} / K=1 T={hi}')} |")
+        lines.append(f"| T = {hi}: K = {kmax} / K = 1 (target <= 2.5) | "
+                     f"{three(f'before: K={kmax} T={hi} / K=1 T={hi}')} | {three(f'after: K={kmax} T={hi} / K=1 T={hi}')} |")
     # keyed by T: ints in a fresh result, strings once read back from JSON
     ver = {t: [r["verify_ms"].get(t, r["verify_ms"].get(str(t))) for r in reps] for t in contexts}
     cat = {t: [r["cache_cat_ms"].get(t, r["cache_cat_ms"].get(str(t))) for r in reps] for t in contexts}
-    lines += ["", f"SDPA call alone, K = {kmax} / K = 1 at T = {hi}: {three(f'attention alone: K={kmax} T={hi} / K=1 T={hi}')}. "
-                  f"Verify of an N = {c['verify_nodes']} tree plus commit: " + ", ".join(
-                      f"{_span(ver[t])} ms at T = {t}" for t in contexts)
+    share = _span([100 * x for x in ratios[f"verify: cache copy share at T={hi}"]], "{:.1f}", "%")
+    lines += ["", f"SDPA call alone, K = {kmax} / K = 1 at T = {hi}: "
+                  f"{three(f'attention alone: K={kmax} T={hi} / K=1 T={hi}')}. Verify of an N = {c['verify_nodes']} "
+                  "tree plus commit: " + ", ".join(f"{_span(ver[t])} ms at T = {t}" for t in contexts)
               + f" (T = {hi} / T = {lo}: {three(f'verify: T={hi} / T={lo}')}); of it, the cache concatenation "
-                f"`DynamicCache.update` does per forward: " + ", ".join(f"{_span(cat[t])} ms at T = {t}" for t in contexts)
-              + f" ({_span([100 * x for x in ratios[f'verify: cache copy share at T={hi}']], '{:.1f}', '%')} of the "
-                f"verify at T = {hi})."]
+                "`DynamicCache.update` does per forward: " + ", ".join(f"{_span(cat[t])} ms at T = {t}" for t in contexts)
+              + f" ({share} of the verify at T = {hi})."]
     return "\n".join(lines)
 
 
