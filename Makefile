@@ -31,6 +31,9 @@ bench: $(STAMP)
 	$(BIN)/mfd bench trees
 	$(BIN)/mfd bench fit
 	$(BIN)/mfd bench decode
+	$(BIN)/mfd bench decode --arch qwen3_5 --preset small --threads 1 --prompts 2 --max-new-tokens 32
+	$(BIN)/mfd bench draft --preset micro
+	$(BIN)/mfd bench draft --preset tiny
 	$(BIN)/mfd report
 
 clean:

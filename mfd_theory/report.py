@@ -22,6 +22,7 @@ import argparse
 import json
 import math
 import re
+import statistics
 import sys
 from pathlib import Path
 from typing import Callable
@@ -267,11 +268,73 @@ def e2e_block(res: Result) -> str:
     return "\n".join(lines)
 
 
+def e2e_summary(res: Result) -> list[str]:
+    """Bullets under an e2e table: greedy losslessness, then per temperature AR's rate, the fastest
+    cell, and each MFD drafter against the product drafter at each one's best budget (tau gain;
+    speed gain with its spread over timing passes)."""
+    d = res.data
+    rows = d["rows"]
+    k_of = {r["drafter"]: r.get("K", 0) for r in rows}
+    out = []
+    greedy = [r for r in rows if r["method"] != "ar" and r["temperature"] == 0 and "matches_ar" in r]
+    if greedy:
+        same = sum(bool(r["matches_ar"]) for r in greedy)
+        out.append(f"Greedy (T = 0): {same} of {len(greedy)} rows equal ar's output token for token.")
+    for temp in sorted({r["temperature"] for r in rows}):
+        at = [r for r in rows if r["temperature"] == temp]
+        ar = [r for r in at if r["method"] == "ar"]
+        spec = [r for r in at if r["method"] != "ar" and _num(r.get("speedup")) is not None]
+        parts = []
+        if ar:
+            parts.append(f"ar {value_with_spread(ar[0], 'tokens_per_s', '{:.0f}', ' tokens/s')}")
+        if spec:
+            fast = max(spec, key=lambda r: r["speedup"])
+            parts.append(f"fastest {_label(fast)}" + (f" at N = {fast['budget']}" if fast["method"] != "chain" else "")
+                         + f": {value_with_spread(fast, 'speedup', suffix='x')}")
+        best = sorted((g for g in d.get("mfd_gains") or []
+                       if g["temperature"] == temp and g["method"] == "mfd" and _is_best(g)),
+                      key=lambda g: k_of.get(g["drafter"], 0))
+        vs = []
+        for g in best:
+            a, b, _ = _gain_pair(rows, g)
+            vs.append(f"mfd K = {k_of.get(g['drafter'], '?')} tau {g['tau']:.2f} ({100 * g['tau_gain']:+.1f}%) and "
+                      f"speed {gain_with_spread(a, b)}")
+        if parts or vs:
+            out.append(f"T = {temp:g}: " + "; ".join(parts) + "." + (
+                f" Against the product drafter at each one's best budget (product tau {best[0]['single_tau']:.2f}): "
+                + "; ".join(vs) + "." if vs else ""))
+    return out
+
+
+def e2e_hybrid_block(res: Result) -> str:
+    """The e2e table of a run on another target (the hybrid's own results file), with its summary."""
+    return e2e_block(res) + "\n\n" + "\n".join(f"* {line}" for line in e2e_summary(res))
+
+
 def _find(rows, temp, method, drafter, budget):
     for r in rows:
         if (r["temperature"], r["method"], r["drafter"], r["budget"]) == (temp, method, drafter, budget):
             return r
     return None
+
+
+def _gain_pair(rows: list[dict], g: dict) -> tuple[dict, dict, str]:
+    """(this method's row, the product drafter's row, the N label) that a gain entry compares."""
+    if _is_best(g):
+        n_mine = g["budget"] if isinstance(g["budget"], int) else g.get("best_budget")
+        n_base = g.get("single_best_budget", g.get("single_budget"))  # older / newer field name
+        base_method = None
+        for r in rows:  # the best single-mode row may be chain or ddtree
+            if (r["temperature"] == g["temperature"] and r["drafter"] == "product"
+                    and r["budget"] == n_base and _num(r.get("speedup")) == _num(g["single_speedup"])):
+                base_method = r["method"]
+        a = _find(rows, g["temperature"], g["method"], g["drafter"], n_mine) or g
+        b = _find(rows, g["temperature"], base_method, "product", n_base) if base_method else None
+        b = b or {"speedup": g["single_speedup"], "speedup_std": g.get("single_speedup_std")}
+        return a, b, f"best ({n_mine} vs {n_base})"
+    a = _find(rows, g["temperature"], g["method"], g["drafter"], g["budget"]) or g
+    b = _find(rows, g["temperature"], "ddtree", "product", g["budget"]) or {"speedup": g["single_speedup"]}
+    return a, b, str(g["budget"])
 
 
 def e2e_gains_block(res: Result) -> str:
@@ -285,23 +348,7 @@ def e2e_gains_block(res: Result) -> str:
              "| T | method (drafter) | N | tau | product tau | tau gain (z) | speedup | product speedup | speed gain |",
              "|---|---|---|---|---|---|---|---|---|"]
     for g in gains:
-        best = _is_best(g)
-        if best:
-            n_mine = g["budget"] if isinstance(g["budget"], int) else g.get("best_budget")
-            n_base = g.get("single_best_budget")
-            base_method = None
-            for r in rows:  # the best single-mode row may be chain or ddtree
-                if (r["temperature"] == g["temperature"] and r["drafter"] == "product"
-                        and r["budget"] == n_base and _num(r.get("speedup")) == _num(g["single_speedup"])):
-                    base_method = r["method"]
-            a = _find(rows, g["temperature"], g["method"], g["drafter"], n_mine) or g
-            b = _find(rows, g["temperature"], base_method, "product", n_base) if base_method else None
-            b = b or {"speedup": g["single_speedup"]}
-            n_text = f"best ({n_mine} vs {n_base})"
-        else:
-            a = _find(rows, g["temperature"], g["method"], g["drafter"], g["budget"]) or g
-            b = _find(rows, g["temperature"], "ddtree", "product", g["budget"]) or {"speedup": g["single_speedup"]}
-            n_text = str(g["budget"])
+        a, b, n_text = _gain_pair(rows, g)
         z = _num(g.get("tau_diff_z"))
         lines.append(
             f"| {g['temperature']:g} | {_label(a) if 'method' in a else g['method']} | {n_text} | {g['tau']:.2f} | "
@@ -338,7 +385,17 @@ def bench_fit_block(res: Result) -> str:
             f"(first call, numba compile: {r['compile_s']:.1f} s).")
 
 
+def _span(vals, fmt: str = "{:.2f}", suffix: str = "") -> str:
+    """``a-b`` over ``vals`` (one value when both ends print alike)."""
+    lo, hi = fmt.format(min(vals)), fmt.format(max(vals))
+    return f"{lo}{suffix}" if lo == hi else f"{lo}-{hi}{suffix}"
+
+
 def bench_decode_block(res: Result) -> str:
+    """The decoding split per method; then the verify-latency profile (attention target) or the
+    GDN tree-verification profile (hybrid target, ``--arch qwen3_5``)."""
+    from .experiments.bench_decode import hybrid_table
+
     d, c = res.data, res.config
     lines = [f"{d['model']} on {d['device']}, budget {c['budget']}, block {c['block_size']}, K = {c['num_modes']}:",
              "", "| method | tokens/s | draft | tree + mask | verify | walk | commit | outside the two forwards |",
@@ -350,9 +407,69 @@ def bench_decode_block(res: Result) -> str:
         if m == "ar":
             pct[0] = "-"
         lines.append(f"| {m} | {r['tokens_per_s']:.1f} | " + " | ".join(pct) + f" | {100 * r['overhead_share']:.1f}% |")
-    p = d["verify_profile"]
-    lines += ["", "Verify latency (ms) by tree size N: " + ", ".join(
-        f"{n}: {t:.1f}" for n, t in zip(p["tree_sizes"], p["verify_ms"])) + f"; an AR step {p['t_target_ms']:.1f} ms."]
+    p = d.get("verify_profile")
+    if p:
+        lines += ["", "Verify latency (ms) by tree size N: " + ", ".join(
+            f"{n}: {t:.1f}" for n, t in zip(p["tree_sizes"], p["verify_ms"])) + f"; an AR step {p['t_target_ms']:.1f} ms."]
+    prof = d.get("hybrid_profile")
+    if prof:
+        rows = prof["rows"]
+        ref = next((r for r in rows if r["N"] == c["budget"]), rows[len(rows) // 2])
+        trees = [r for r in rows if r["N"] > 1] or rows
+        lines += ["", f"GDN profile (medians of {c['profile_repeats']} interleaved repeats after a "
+                      f"{c['prompt_len']}-token prompt, times in ms):", "", hybrid_table(prof), "",
+                  f"The GDN layers' tree pass over N = {ref['N']} nodes costs {ref['gdn_tree_over_chain']:.2f}x their "
+                  f"chain pass over {ref['N']} tokens ({_span([r['gdn_tree_over_chain'] for r in trees], suffix='x')} "
+                  f"for N = {trees[0]['N']} to {trees[-1]['N']}); the GDN layers take "
+                  f"{_span([100 * r['gdn_share'] for r in rows], '{:.0f}', '%')} of the hybrid's verify, which costs "
+                  f"{_span([r['hybrid_over_attention'] for r in rows], suffix='x')} the attention target's; verify + "
+                  f"commit at N = {ref['N']}: replay {ref['round_replay_ms']:.1f} ms, select "
+                  f"{ref['round_select_ms']:.1f} ms."]
+    return "\n".join(lines)
+
+
+def bench_draft_block(res: Result) -> str:
+    """``mfd bench draft`` at one preset shape: drafting-round ms before / after per (K, T) as the
+    span over repeats, the two ratio targets as min / median / max, then the arithmetic floor and
+    the target's verify path."""
+    d, c = res.data, res.config
+    reps = d["repeats"]
+    modes = sorted({int(x) for x in c["modes"].split(",") if x.strip()})
+    contexts = sorted({int(x) for x in c["contexts"].split(",") if x.strip()})
+    lo, hi, kmax = contexts[0], contexts[-1], modes[-1]
+    ratios = d["ratios"]
+
+    def three(key):
+        v = sorted(ratios[key])
+        return f"{v[0]:.2f} / {statistics.median(v):.2f} / {v[-1]:.2f}"
+
+    load = d.get("load_avg_1min")
+    load_s = (f"1-minute load average {load[0]:.1f} at the start and {load[-1]:.1f} at the end on "
+              f"{d.get('cpu_count', '?')} cores" if load else "machine load not recorded")
+    lines = [f"`{c['preset']}` shape, target {d['model']} (width {d['width']}); {c['draft_layers']} draft layer(s), "
+             f"block {c['block_size']}, {c['new_rows']} new context rows per round, fastest of {c['rounds']} rounds "
+             f"per cell, {len(reps)} repeats in one run, {c['threads']} thread(s); {load_s}. Times in ms, a cell is "
+             "the span over repeats; ratios are min / median / max over repeats:",
+             "", "| round | before | after |", "|---|---|---|"]
+    for k in modes:
+        for t in contexts:
+            lines.append(f"| K = {k}, T = {t} | " + " | ".join(
+                _span([r["draft_ms"][f"{path},K={k},T={t}"] for r in reps]) for path in ("before", "after")) + " |")
+    lines.append(f"| K = 1: T = {hi} / T = {lo} (target <= 3) | {three(f'before: K=1 T={hi} / K=1 T={lo}')} | "
+                 f"{three(f'after: K=1 T={hi} / K=1 T={lo}')} |")
+    if kmax > 1:
+        lines.append(f"| T = {hi}: K = {kmax} / K = 1 (target <= 2.5) | "
+                     f"{three(f'before: K={kmax} T={hi} / K=1 T={hi}')} | {three(f'after: K={kmax} T={hi} / K=1 T={hi}')} |")
+    # keyed by T: ints in a fresh result, strings once read back from JSON
+    ver = {t: [r["verify_ms"].get(t, r["verify_ms"].get(str(t))) for r in reps] for t in contexts}
+    cat = {t: [r["cache_cat_ms"].get(t, r["cache_cat_ms"].get(str(t))) for r in reps] for t in contexts}
+    share = _span([100 * x for x in ratios[f"verify: cache copy share at T={hi}"]], "{:.1f}", "%")
+    lines += ["", f"SDPA call alone, K = {kmax} / K = 1 at T = {hi}: "
+                  f"{three(f'attention alone: K={kmax} T={hi} / K=1 T={hi}')}. Verify of an N = {c['verify_nodes']} "
+                  "tree plus commit: " + ", ".join(f"{_span(ver[t])} ms at T = {t}" for t in contexts)
+              + f" (T = {hi} / T = {lo}: {three(f'verify: T={hi} / T={lo}')}); of it, the cache concatenation "
+                "`DynamicCache.update` does per forward: " + ", ".join(f"{_span(cat[t])} ms at T = {t}" for t in contexts)
+              + f" ({share} of the verify at T = {hi})."]
     return "\n".join(lines)
 
 
@@ -478,6 +595,10 @@ BLOCKS: dict[str, tuple[str, Callable[[Result], str]]] = {
     "bench-fit": ("bench_fit.json", bench_fit_block),
     "bench-decode": ("bench_decode.json", bench_decode_block),
     "own-target": ("own_target/eval/eval.json", own_target_block),
+    "bench-decode-hybrid": ("bench_decode_qwen3_5.json", bench_decode_block),
+    "bench-draft-micro": ("bench_draft_micro.json", bench_draft_block),
+    "bench-draft-tiny": ("bench_draft_tiny.json", bench_draft_block),
+    "e2e-hybrid": ("hybrid/end_to_end.json", e2e_hybrid_block),
 }
 #: blocks whose formatter also reads files beside its results file (it gets that file's path)
 _READS_BESIDE = {"own-target"}

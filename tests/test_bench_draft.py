@@ -11,18 +11,32 @@ import llm_helpers  # noqa: E402,F401  (single-threaded torch)
 
 from mfd_theory.cli import main as cli_main  # noqa: E402
 from mfd_theory.experiments.bench_draft import BenchDraftConfig, report, run  # noqa: E402
+from mfd_theory.report import render  # noqa: E402
 
 
 def test_bench_draft_micro(tmp_path):
     cfg = BenchDraftConfig(preset="micro", block_size=4, contexts="8,40", modes="1,2", new_rows=2, rounds=2,
                            verify_nodes=4, repeats=1)
     res = run(cfg, out_dir=tmp_path, progress=False)
-    saved = json.loads((tmp_path / "bench_draft.json").read_text())
+    saved = json.loads((tmp_path / "bench_draft_micro.json").read_text())  # one file per preset shape
     rep = saved["data"]["repeats"][0]
     assert set(rep["draft_ms"]) == {f"{p},K={k},T={t}" for p in ("before", "after") for k in (1, 2) for t in (8, 40)}
     assert all(v > 0 for v in rep["draft_ms"].values())
     assert "after: K=2 T=40 / K=1 T=40" in saved["data"]["ratios"]
+    assert len(saved["data"]["load_avg_1min"]) == 2
     assert "target <= 2.5" in report(res)
+    # the README's bench-draft-micro block is generated from that file
+    text, changed, skipped = render("<!-- report:bench-draft-micro -->\nold\n<!-- /report:bench-draft-micro -->\n"
+                                    "<!-- report:bench-draft-tiny -->\nold\n<!-- /report:bench-draft-tiny -->\n",
+                                    tmp_path)
+    assert changed == ["bench-draft-micro"] and skipped == ["bench-draft-tiny"]
+    for k in (1, 2):
+        for t in (8, 40):
+            before, after = (rep["draft_ms"][f"{p},K={k},T={t}"] for p in ("before", "after"))
+            assert f"| K = {k}, T = {t} | {before:.2f} | {after:.2f} |" in text  # one repeat: one value per cell
+    ratio = saved["data"]["ratios"]["after: K=2 T=40 / K=1 T=40"][0]
+    assert "| T = 40: K = 2 / K = 1 (target <= 2.5) |" in text and f"{ratio:.2f} / {ratio:.2f} / {ratio:.2f} |" in text
+    assert "verify at T = 40" in text and "1-minute load average" in text
 
 
 @pytest.mark.parametrize("argv,msg", [(["--modes", "2,4"], "modes: must include 1"),
@@ -31,4 +45,4 @@ def test_bench_draft_micro(tmp_path):
 def test_bench_draft_bad_input(tmp_path, capsys, argv, msg):
     assert cli_main(["bench", "draft", "--out", str(tmp_path), *argv]) == 2
     assert msg in capsys.readouterr().err
-    assert not (tmp_path / "bench_draft.json").exists()
+    assert not list(tmp_path.glob("bench_draft*.json"))

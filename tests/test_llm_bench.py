@@ -20,5 +20,5 @@ def test_bench_decode_micro(tmp_path):
     prof = json.loads((tmp_path / "verify_latency_cpu.json").read_text())
     assert {"name", "device", "model", "assumption", "t_target_ms", "t_draft_ms", "tree_sizes", "verify_ms"} <= set(prof)
     assert prof["tree_sizes"] == [1, 4, 16] and len(prof["verify_ms"]) == 3 and prof["assumption"] is False
-    assert (tmp_path / "bench_decode.json").is_file()
+    assert (tmp_path / "bench_decode.json").is_file() and not (tmp_path / "bench_decode_qwen3_5.json").exists()
     assert "outside the two forwards" in report(res)

@@ -312,6 +312,17 @@ def test_e2e_trains_and_decodes_a_hybrid_target(tmp_path):
     rows = res["data"]["rows"]
     assert {r["method"] for r in rows} == set(METHODS)
     assert all(r["matches_ar"] for r in rows)
+    # the README's e2e-hybrid block is generated from this file under results/hybrid/
+    from mfd_theory.report import BLOCKS, render
+
+    assert BLOCKS["e2e-hybrid"][0] == "hybrid/end_to_end.json"
+    (tmp_path / "results" / "hybrid").mkdir(parents=True)
+    (tmp_path / "results" / "hybrid" / "end_to_end.json").write_text((tmp_path / "end_to_end.json").read_text())
+    text, changed, _ = render("<!-- report:e2e-hybrid -->\nold\n<!-- /report:e2e-hybrid -->\n", tmp_path / "results")
+    assert changed == ["e2e-hybrid"] and "old" not in text
+    spec = [r for r in rows if r["method"] != "ar"]
+    assert f"Greedy (T = 0): {len(spec)} of {len(spec)} rows equal ar's output" in text
+    assert len([ln for ln in text.splitlines() if ln.startswith("| 0 |")]) == len({(r["method"], r["drafter"]) for r in spec})
 
 
 def test_bench_hybrid_profile_micro():
@@ -325,6 +336,30 @@ def test_bench_hybrid_profile_micro():
         assert 0 < r["gdn_tree_ms"] <= r["replay_ms"] and r["gdn_chain_ms"] > 0 and 0 < r["gdn_share"] <= 1
         assert r["commit_replay_ms"] > 0 and r["commit_select_ms"] > 0 and r["attention_ms"] > 0
     assert "GDN tree / chain" in hybrid_table(prof)
+
+
+def test_bench_decode_hybrid_writes_its_own_file_and_block(tmp_path):
+    """``mfd bench decode --arch qwen3_5`` writes bench_decode_qwen3_5.json (never the attention
+    run's bench_decode.json), and the README's bench-decode-hybrid block is generated from it."""
+    from mfd_theory.experiments.bench_decode import BenchDecodeConfig, run
+    from mfd_theory.report import BLOCKS, render
+
+    cfg = BenchDecodeConfig(preset="micro", arch="qwen3_5", block_size=4, num_modes=2, budget=4, prompt_len=8,
+                            max_new_tokens=4, prompts=1, hybrid_sizes="1,4", profile_repeats=1)
+    res = run(cfg, out_dir=tmp_path, progress=False)
+    assert (tmp_path / "bench_decode_qwen3_5.json").is_file() and not (tmp_path / "bench_decode.json").exists()
+    assert BLOCKS["bench-decode-hybrid"][0] == "bench_decode_qwen3_5.json"
+    text, changed, _ = render("<!-- report:bench-decode-hybrid -->\nold\n<!-- /report:bench-decode-hybrid -->\n",
+                              tmp_path)
+    assert changed == ["bench-decode-hybrid"]
+    rows = res.data["hybrid_profile"]["rows"]
+    for m, r in res.data["methods"].items():  # the decoding split, one row per method
+        assert f"| {m} | {r['tokens_per_s']:.1f} |" in text
+    for r in rows:  # the profile, one row per tree size
+        assert f"| {r['N']} | {r['depth']} | {r['attention_ms']:.2f} | {r['replay_ms']:.2f} |" in text
+    ref = rows[-1]  # N = budget = 4: the summary sentence reads that row
+    assert f"costs {ref['gdn_tree_over_chain']:.2f}x their chain pass" in text
+    assert f"replay {ref['round_replay_ms']:.1f} ms, select {ref['round_select_ms']:.1f} ms" in text
 
 
 # ------------------------------------------------------------------------------------ the tree rule

@@ -101,6 +101,31 @@ def test_e2e_blocks_show_spreads_or_one_pass(tmp_path, passes):
     assert "107-164 rounds" in new  # round counts from the rows, not typed by hand
 
 
+def test_e2e_hybrid_block_reads_its_own_file_and_summarises(tmp_path):
+    """e2e-hybrid: the e2e table of results/hybrid/end_to_end.json plus the run's summary bullets
+    (losslessness count, AR rate, fastest cell, best-budget tau of the K = 4 drafter)."""
+    res = _e2e_result(True)
+    greedy = [dict(r, temperature=0.0, matches_ar=r["method"] != "chain") for r in res.data["rows"]]
+    res.data["rows"] += greedy
+    best = next(g for g in res.data["mfd_gains"] if g.get("best_budget") is True)
+    best["single_budget"] = best.pop("single_best_budget")  # the field name newer e2e files use
+    (tmp_path / "hybrid").mkdir()
+    res.save(tmp_path / "hybrid" / "end_to_end.json")
+    _e2e_result(False).save(tmp_path / "end_to_end.json")  # the attention run's file is not read
+    text, changed, skipped = render("<!-- report:e2e-hybrid -->\nold\n<!-- /report:e2e-hybrid -->\n", tmp_path)
+    assert changed == ["e2e-hybrid"] and skipped == []
+    assert "(1 pass)" not in text  # the hybrid fixture has passes; the attention one has none
+    assert "Greedy (T = 0): 4 of 5 rows equal ar's output token for token." in text  # ar itself not counted
+    # the best-budget entry compares mfd at N = 64 (1.41x) with the product tree at N = 16 (1.50x)
+    gain = gain_with_spread(next(r for r in res.data["rows"] if r["method"] == "mfd" and r["budget"] == 64),
+                            next(r for r in res.data["rows"] if r["method"] == "ddtree" and r["budget"] == 16))
+    assert gain.startswith("-6.0%")
+    assert ("T = 1: ar 500 tokens/s ± 5 tokens/s; fastest ddtree (product) at N = 16: 1.50x ± 0.02x. Against the "
+            f"product drafter at each one's best budget (product tau 4.60): mfd K = 4 tau 5.00 (+8.7%) and speed {gain}."
+            ) in text
+    assert len([ln for ln in text.splitlines() if ln.startswith("| 0 |")]) == 3  # chain, ddtree, mfd
+
+
 def test_report_command_rewrites_then_check_passes(tmp_path, capsys):
     results = tmp_path / "results"
     assert main(["core-table", "--V", "40", "--budgets", "4,8", "--out", str(results), "--quiet"]) == 0

@@ -14,7 +14,9 @@ Side by side in one run (never a timed test):
 By default the target and drafter are random (no downloads): the time split and the latency
 profile are meaningful, acceptance is not (a random drafter is rarely right). Pass
 ``--target-dir`` / ``--drafter-dir`` for real local checkpoints. ``--preset qwen3-8b`` builds a
-random target with Qwen3-8B's shape (for GPU profiles).
+random target with Qwen3-8B's shape (for GPU profiles). Results go to ``<out>/bench_decode.json``
+(``--arch qwen3``) or ``<out>/bench_decode_qwen3_5.json`` (the hybrid, which has no latency file but
+its own GDN profile): the two runs never overwrite each other.
 """
 
 from __future__ import annotations
@@ -373,9 +375,16 @@ def run(config: BenchDecodeConfig = BenchDecodeConfig(), out_dir: str | None = N
         atomic_write_text(lat_path, json.dumps(latency, indent=1) + "\n")
         wrote(lat_path, existed)
     result = Result("bench_decode", dataclasses.asdict(config), data, seed=config.seed)
-    existed = (out_dir / "bench_decode.json").exists()
-    wrote(result.save(out_dir / "bench_decode.json"), existed)
+    path = out_dir / results_name(config.arch)
+    existed = path.exists()
+    wrote(result.save(path), existed)
     return result
+
+
+def results_name(arch: str) -> str:
+    """``bench_decode.json`` for the attention target, ``bench_decode_<arch>.json`` otherwise, so a
+    hybrid run never overwrites the attention run's results."""
+    return "bench_decode.json" if arch == "qwen3" else f"bench_decode_{arch}.json"
 
 
 def report(result: Result) -> str:
@@ -409,7 +418,7 @@ def hybrid_table(prof: dict) -> str:
     sb = prof["state_bytes"]
     lines = [f"hybrid layers {''.join('G' if t == 'linear_attention' else 'A' for t in prof['layer_types'])} "
              f"(G = Gated DeltaNet, A = attention); GDN state per sequence {sb['per_snapshot'] / 2 ** 10:.0f} KiB",
-             "| N | depth | attention verify | hybrid verify | hybrid / attention | GDN in tree pass | GDN share | "
+             "", "| N | depth | attention verify | hybrid verify | hybrid / attention | GDN in tree pass | GDN share | "
              "GDN in chain pass | GDN tree / chain | replay: commit, verify + commit | "
              "select: verify, commit, verify + commit |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -422,11 +431,11 @@ def hybrid_table(prof: dict) -> str:
     big = prof.get("state_bytes_27b")
     if big:
         mib = 2 ** 20
-        lines.append(f"Qwen3.5-27B-shaped stack ({big['gdn_layers']} GDN layers): recurrent state "
-                     f"{big['recurrent_per_layer'] / mib:.1f} MiB per layer, {big['per_snapshot'] / mib:.1f} MiB per "
-                     f"node with conv windows; per round at N = 64: select keeps 65 snapshots = "
-                     f"{65 * big['per_snapshot'] / 2 ** 30:.2f} GiB, replay keeps 65 input rows per GDN layer = "
-                     f"{65 * big['gdn_layers'] * big['input_row_per_layer'] / mib:.1f} MiB (bf16)")
+        lines += ["", f"Qwen3.5-27B-shaped stack ({big['gdn_layers']} GDN layers): recurrent state "
+                      f"{big['recurrent_per_layer'] / mib:.1f} MiB per layer, {big['per_snapshot'] / mib:.1f} MiB "
+                      f"per node with conv windows; per round at N = 64: select keeps 65 snapshots = "
+                      f"{65 * big['per_snapshot'] / 2 ** 30:.2f} GiB, replay keeps 65 input rows per GDN layer = "
+                      f"{65 * big['gdn_layers'] * big['input_row_per_layer'] / mib:.1f} MiB (bf16)"]
     return "\n".join(lines)
 
 

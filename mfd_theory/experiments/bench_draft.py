@@ -17,13 +17,15 @@ shape and a random drafter sized to it, CPU threads fixed (1 by default):
 
 The whole measurement is repeated ``repeats`` times (interleaved, so drift in machine load hits
 both paths alike) and the spread of every ratio is printed. Needs a source checkout (the "before"
-path is the test suite's slow twin).
+path is the test suite's slow twin). Writes ``<out>/bench_draft_<preset>.json`` (one file per shape;
+``mfd report`` turns each into a README block).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -189,6 +191,7 @@ def run(config: BenchDraftConfig = BenchDraftConfig(), out_dir: str | None = Non
     warm_up(target, drafters[max(modes)])
     for k in modes:  # first calls allocate buffers and pick kernels
         round_ms(drafters[k], feats, min(contexts), 1, config.new_rows, torch)
+    load = [os.getloadavg()[0]]  # the machine's load around the run: timings on a shared machine move with it
     reps = []
     for _ in tqdm(range(config.repeats), desc="repeats", disable=not progress):
         rep = {"draft_ms": {}, "attention_ms": {}, "verify_ms": {}, "cache_cat_ms": {}}
@@ -201,10 +204,17 @@ def run(config: BenchDraftConfig = BenchDraftConfig(), out_dir: str | None = Non
         for t in contexts:
             rep["verify_ms"][t], rep["cache_cat_ms"][t] = _verify_ms(target, prompts[t], tree, config, torch)
         reps.append(rep)
-    data = {"model": model_name, "width": width, "repeats": reps, "ratios": _ratios(reps, modes, contexts)}
+    load.append(os.getloadavg()[0])
+    data = {"model": model_name, "width": width, "repeats": reps, "ratios": _ratios(reps, modes, contexts),
+            "load_avg_1min": load, "cpu_count": os.cpu_count()}
     result = Result("bench_draft", dataclasses.asdict(config), data, seed=config.seed)
-    result.save(Path(out_dir or config.out) / "bench_draft.json")
+    result.save(Path(out_dir or config.out) / results_name(config.preset))
     return result
+
+
+def results_name(preset: str) -> str:
+    """One file per preset shape, so a run at one shape never overwrites another's."""
+    return f"bench_draft_{preset}.json"
 
 
 def _ratios(reps, modes, contexts) -> dict[str, list[float]]:
