@@ -298,7 +298,7 @@ def e2e_summary(res: Result) -> list[str]:
         for g in best:
             a, b, _ = _gain_pair(rows, g)
             vs.append(f"mfd K = {k_of.get(g['drafter'], '?')} tau {g['tau']:.2f} ({100 * g['tau_gain']:+.1f}%) and "
-                      f"speed {gain_with_spread(a, b)}")
+                      f"speed {_speed_gain(g, a, b)}")
         if parts or vs:
             out.append(f"T = {temp:g}: " + "; ".join(parts) + "." + (
                 f" Against the product drafter at each one's best budget (product tau {best[0]['single_tau']:.2f}): "
@@ -337,6 +337,13 @@ def _gain_pair(rows: list[dict], g: dict) -> tuple[dict, dict, str]:
     return a, b, str(g["budget"])
 
 
+def _speed_gain(g: dict, a: dict, b: dict) -> str:
+    """The speed gain of a stored gain entry with the verdict the evaluator gave it (the 95%
+    interval of its per-pass gains, as ``mfd eval`` prints it); older files without a verdict fall
+    back to the two rows' spreads."""
+    return speed_gain_text(g) if "speedup_verdict" in g else gain_with_spread(a, b)
+
+
 def e2e_gains_block(res: Result) -> str:
     """MFD against the identically trained product drafter: tau gain with its z, speed gain with
     its spread over timing passes, per budget and at each method's best budget."""
@@ -354,7 +361,7 @@ def e2e_gains_block(res: Result) -> str:
             f"| {g['temperature']:g} | {_label(a) if 'method' in a else g['method']} | {n_text} | {g['tau']:.2f} | "
             f"{g['single_tau']:.2f} | {100 * g['tau_gain']:+.1f}%" + (f" ({z:.1f})" if z is not None else "")
             + f" | {value_with_spread(a, 'speedup', suffix='x')} | {value_with_spread(b, 'speedup', suffix='x')} | "
-            f"{gain_with_spread(a, b)} |")
+            f"{_speed_gain(g, a, b)} |")
     return "\n".join(lines)
 
 

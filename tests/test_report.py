@@ -170,3 +170,17 @@ def test_readme_result_tables_are_all_generated():
     outside = re.sub(r"<!-- report:([a-z0-9-]+) -->\n.*?<!-- /report:\1 -->", "", text, flags=re.S)
     table_rows = [ln for ln in outside.splitlines() if ln.startswith("|") and any(ch.isdigit() for ch in ln)]
     assert table_rows == [], table_rows[:3]
+
+
+def test_e2e_gains_use_the_evaluators_verdict_when_stored():
+    # a gain whose rows' spreads would call it measured, but whose per-pass 95% interval does not
+    from mfd_theory.report import e2e_gains_block
+
+    res = _e2e_result(passes=True)
+    g = dict(res.data["mfd_gains"][0])
+    g.update(speedup_gain=0.02, speedup_verdict="no measurable difference", speedup_gain_ci95=0.031)
+    res.data["mfd_gains"] = [g]
+    assert "no measurable difference (+-3.1%)" in e2e_gains_block(res)
+    g.update(speedup_gain=0.06, speedup_verdict="faster", speedup_gain_ci95=0.031)
+    out = e2e_gains_block(res)
+    assert "+6.0% +- 3.1%" in out and "no measurable difference" not in out
