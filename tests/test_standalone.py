@@ -4,15 +4,14 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-OUTSIDE_NOTES = ("DESIGN.md", "ANCHORS.md")
+# the two notes that sit beside the repository (spelled in pieces so this file does not name them)
+OUTSIDE_NOTES = tuple(stem + ".md" for stem in ("DESIGN", "ANCHORS"))
 
 
 def test_no_reference_to_notes_outside_the_repository():
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     hits = []
     for name in files:
-        if name == "tests/test_standalone.py":
-            continue
         path = ROOT / name
         if not path.is_file():
             continue
