@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 from scipy.stats import chisquare  # noqa: E402
 
-from llm_helpers import OracleDrafter, tiny_qwen3  # noqa: E402
+from llm_helpers import OracleDrafter, sampled_continuations_pvalue, tiny_qwen3  # noqa: E402
 
 from mfd_theory.coverage import coverage  # noqa: E402
 from mfd_theory.llm import TargetModel, build_drafter  # noqa: E402
@@ -153,30 +153,8 @@ def test_walk_samples_the_target_exactly(top_p):
 def test_sampled_decoding_is_the_targets_own_sampling():
     """End to end through speculative_generate: 10,000 three-token continuations, V = 5, the four
     methods pooled (2,500 each): the output distribution is the target's own (chi-square)."""
-    V, T, n = 5, 0.7, 10_000
-    m = tiny_qwen3(vocab_size=V, hidden_size=16, num_layers=1, seed=3, init_std=0.5)
-    t = TargetModel(m)
-    d = build_drafter(m, block_size=3, num_layers=1, num_modes=2, seed=1)
-    prompt = [1, 2, 3]
-    counts = np.zeros(V ** 3)
-    methods = ("chain", "ddtree", "mfd", "ar")
-    for s in range(n):
-        res = speculative_generate(t, d, prompt, 3, methods[s % 4], budget=6, temperature=T, seed=s, metrics=False)
-        a, b, c = res.tokens
-        counts[(a * V + b) * V + c] += 1
-    seqs = torch.tensor([prompt + [a, b] for a in range(V) for b in range(V)])
-    with torch.no_grad():
-        lg = m(seqs).logits  # [V*V, 5, V]
-    p1 = sampling_probs(lg[0, 2], T)
-    p2 = sampling_probs(lg[:, 3], T).view(V, V, V)[:, 0]  # [a, b]
-    p3 = sampling_probs(lg[:, 4], T).view(V, V, V)  # [a, b, c]
-    exact = (p1[:, None, None] * p2[:, :, None] * p3).double().numpy().reshape(-1)
-    exp = exact * n
-    small = exp < 5  # merge sparse cells so the chi-square approximation holds
-    obs = np.append(counts[~small], counts[small].sum())
-    exp = np.append(exp[~small], exp[small].sum())
-    exp *= obs.sum() / exp.sum()  # float32 probabilities: renormalise so the totals agree exactly
-    assert chisquare(obs, exp).pvalue > P_MIN
+    m = tiny_qwen3(vocab_size=5, hidden_size=16, num_layers=1, seed=3, init_std=0.5)
+    assert sampled_continuations_pvalue(m, vocab_size=5, n=10_000) > P_MIN
 
 
 # ------------------------------------------------------------------------------------ bad input

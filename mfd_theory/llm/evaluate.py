@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from mfd_theory.report import _is_best
 from mfd_theory.report import speed_gain_text as _gain_text
 from mfd_theory.report import tau_gain_text as _tau_gain_text
 
@@ -415,10 +416,7 @@ def format_gains(gains: list[dict]) -> list[str]:
     run-to-run spread prints as "no measurable difference"."""
     lines: list[str] = []
 
-    def is_best(g):  # files written before budgets were numeric marked these rows budget "best"
-        return g.get("best_budget") is True or g.get("budget") == "best"
-
-    best = [g for g in gains if is_best(g)]
+    best = [g for g in gains if _is_best(g)]
     if best:
         lines += ["", "| dataset | T | method | drafter | best tau | single tau | tau gain | best speedup (N) | "
                   "single speedup (N) | speedup gain |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -428,7 +426,7 @@ def format_gains(gains: list[dict]) -> list[str]:
                          f"{_pm(g['speedup'], g.get('speedup_std'))} ({g['budget']}) | "
                          f"{_pm(g['single_speedup'], g.get('single_speedup_std'))} ({g.get('single_budget')}) | "
                          f"{_gain_text(g)} |")
-    per = [g for g in gains if not is_best(g)]
+    per = [g for g in gains if not _is_best(g)]
     if per:
         lines += ["", "| dataset | T | method | drafter | N | tau | single-mode ddtree tau | tau gain | z | "
                   "speedup gain |", "|---|---|---|---|---|---|---|---|---|---|"]
