@@ -23,6 +23,8 @@ _EXPORTS = {
     "mixture_tree": "trees",
     "oracle_tree": "trees",
     "product_tree": "trees",
+    "path_tree": "trees",
+    "MemoryDrafter": "path_trees",
     "acceptance_variance": "coverage",
     "chimera_mask": "coverage",
     "coverage": "coverage",

@@ -443,3 +443,26 @@ def chain_tree(tokens, log_score=None) -> DraftTree:
     n = t.shape[0]
     return DraftTree(np.arange(n) - 1, t, np.arange(1, n + 1), log_score)
 
+
+
+def path_tree(drafter, budget: int, max_depth: int | None = None) -> DraftTree:
+    """Exact top-``budget`` prefixes by a path-dependent drafter (DARTree's ranking).
+
+    The score of a prefix is ``sum_i log q(s_i | s_<i)`` under the drafter's own conditionals,
+    so every parent has its own ranked children. ``drafter`` has ``L``, ``V`` and
+    ``log_cond(prefix) -> [V]``, e.g. :class:`mfd_theory.path_trees.MemoryDrafter`; same tie
+    rule and budget checks as the other builders; ``max_depth`` keeps only prefixes of length
+    <= max_depth (the exact top-N among them: a path-dependent drafter pays one sequential step
+    per depth, so a cost model may prefer a shallower tree). The search is
+    :func:`mfd_theory.path_trees.best_first`.
+    """
+    from .path_trees import best_first, check_drafter
+
+    budget = _check_budget(budget)
+    L, V = check_drafter(drafter, max_depth)  # L: the depth limit, min(drafter.L, max_depth)
+    N = min(budget, total_prefixes([V] * L, budget))
+    parent, token, depth, score = best_first(drafter, L, V, N)
+    return DraftTree(parent, token, depth, score, validate=False)
+
+
+__all__ += ["path_tree"]

@@ -372,3 +372,66 @@ def tree_paths(tree) -> list[Path]:
             p = int(parent[p])
         out.append(tuple(reversed(path)))
     return out
+
+
+# ----------------------------------------------------------------------------- path-dependent drafters
+
+def memory_log_cond(log_pi, log_q, prefix: Sequence[int], memory: int, temperature: float = 1.0,
+                    smoothing: float = 0.0) -> list[float]:
+    """log q(. | prefix) of a MemoryDrafter, one token at a time in plain floats.
+
+    Window: the last `memory` tokens; back off to the longest suffix of it that some mode gives
+    positive probability (the empty suffix always works). Posterior over modes from that window
+    alone, mix the modes' rows at the next position, temper by 1/temperature, mix with uniform.
+    """
+    log_pi = np.asarray(log_pi, dtype=np.float64)
+    log_q = np.asarray(log_q, dtype=np.float64)
+    K, _, V = log_q.shape
+    d = len(prefix)
+
+    def window_log_weights(j: int) -> list[float]:
+        """log pi_k + sum_{j <= i < d} log q_{k,i}(prefix_i), per mode."""
+        out = []
+        for k in range(K):
+            parts = [float(log_pi[k])] + [float(log_q[k, i, prefix[i]]) for i in range(j, d)]
+            out.append(NEG_INF if NEG_INF in parts else math.fsum(parts))
+        return out
+
+    for j in range(max(0, d - memory), d + 1):  # longest window first; j = d is the empty one
+        log_w = window_log_weights(j)
+        if logsumexp(log_w) != NEG_INF:
+            break
+    total = logsumexp(log_w)
+    probs = [math.fsum(exp_or_zero(log_w[k] - total) * exp_or_zero(float(log_q[k, d, x])) for k in range(K))
+             for x in range(V)]
+    if temperature != 1.0:
+        powered = [p ** (1.0 / temperature) if p > 0 else 0.0 for p in probs]
+        z = math.fsum(powered)
+        probs = [p / z for p in powered]
+    probs = [(1.0 - smoothing) * p + smoothing / V for p in probs]
+    return [math.log(p) if p > 0 else NEG_INF for p in probs]
+
+
+def path_score(cond: Callable[[Path], Sequence[float]], prefix: Path) -> float:
+    """sum_i log q(prefix_i | prefix_<i), accumulated left to right from 0.0 as the builder does."""
+    s = 0.0
+    for i, t in enumerate(prefix):
+        s = s + float(cond(tuple(prefix[:i]))[t])
+    return s
+
+
+def path_tie_rule_order(cond: Callable[[Path], Sequence[float]], L: int, V: int, budget: int) -> list[Path]:
+    """The first `budget` prefixes under a path-dependent drafter, by the package's tie rule.
+
+    key(s) = (-score(s), key(parent), rank of s's token in the parent's row, token), the row
+    ranked by decreasing value then id; key(root) = (). Every prefix is scored and sorted.
+    """
+    keys: dict[Path, tuple] = {(): ()}
+    scores: dict[Path, float] = {(): 0.0}
+    for p in all_prefixes(L, V):  # shortest first, so the parent is keyed already
+        row = [float(x) for x in cond(p[:-1])]
+        ranked = sorted(range(V), key=lambda t: (-row[t], t))
+        scores[p] = scores[p[:-1]] + row[p[-1]]
+        keys[p] = (-scores[p], keys[p[:-1]], ranked.index(p[-1]), p[-1])
+    del keys[()]
+    return sorted(keys, key=keys.__getitem__)[:budget]

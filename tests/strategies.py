@@ -196,3 +196,31 @@ def generic_log_q(seed: int, shape: tuple[int, ...], scale: float = 2.0) -> np.n
     z = rng.normal(size=shape) * scale
     z -= z.max(axis=-1, keepdims=True)
     return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+@dataclasses.dataclass(frozen=True)
+class TableDrafter:
+    """A path-dependent drafter given by one row per parent prefix: rows[prefix] = log q(. | prefix).
+
+    Any function of the whole path, so it exercises path_tree beyond what MemoryDrafter produces;
+    integer weights give ties and zeros (-inf) under parents of every kind.
+    """
+
+    L: int
+    V: int
+    rows: dict
+
+    def log_cond(self, prefix) -> np.ndarray:
+        return self.rows[tuple(int(t) for t in prefix)]
+
+
+@st.composite
+def table_drafters(draw, max_L=3, max_V=3, ties=None):
+    L = draw(st.integers(1, max_L))
+    V = draw(st.integers(1, max_V))
+    parents = [()]
+    for d in range(1, L):
+        parents += [p + (v,) for p in parents if len(p) == d - 1 for v in range(V)]
+    w = draw(weight_arrays((len(parents), V), ties=ties))  # [parents, V]
+    logs = _normalise_log(w)
+    return TableDrafter(L, V, {p: logs[i] for i, p in enumerate(parents)})
