@@ -387,3 +387,25 @@ def sequoia_choice(acceptance, profile: LatencyProfile, max_budget: int, max_dep
     s = np.where(np.isfinite(values) & (N >= 1) & (D >= 1), s, np.nan)  # [D + 1, N + 1]
     d, n = np.unravel_index(int(np.nanargmax(s)), s.shape)
     return SequoiaChoice(int(n), int(d), float(values[d, n]), float(s[d, n]), s)
+
+
+def path_speedup(coverage, budget, depth, profile: LatencyProfile, step_cost=1.0):
+    """Predicted speedup of a path-dependent drafter's tree (DARTree-style), whose drafting is
+    sequential in depth: a parent's children exist only once the parent is drafted.
+
+    The block pass drafts depth 1; each further depth costs ``step_cost`` block passes (1: a full
+    drafter forward per depth, as an autoregressive drafter pays; below 1: a light correction
+    head over a backbone run once, as DARTree's Domino drafter does), so
+    ``draft_passes = 1 + step_cost * (depth - 1)`` in :func:`speedup`. ``depth`` is the tree's
+    depth (broadcasts with ``coverage`` and ``budget``).
+    """
+    d = np.asarray(depth, dtype=np.float64)
+    if np.any(~np.isfinite(d)) or np.any(d < 1):
+        raise ValueError("depth: tree depths must be finite and >= 1")
+    c = np.asarray(step_cost, dtype=np.float64)
+    if np.any(~np.isfinite(c)) or np.any(c < 0):
+        raise ValueError(f"step_cost: must be finite and >= 0 (block passes per extra depth), got {step_cost!r}")
+    return speedup(coverage, budget, profile, draft_passes=1.0 + c * (d - 1.0))
+
+
+__all__ += ["path_speedup"]
