@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "chimera-bound": ("mfd_theory.experiments.chimera_bound", "main", "verify the 2^(m-1)-1 chimera bound on random instances"),
     "chimera-share": ("mfd_theory.experiments.chimera_share", "main", "chimera share of product trees across synthetic families"),
     "mixture-gain": ("mfd_theory.experiments.mixture_gain", "main", "fitted K-mode drafters vs product vs oracle, predicted speedup"),
+    "path-gain": ("mfd_theory.experiments.path_gain", "main", "product vs mixture vs path-dependent (DARTree-style) trees, with drafting cost"),
     "e2e": ("mfd_theory.experiments.e2e", "main", "train a small Qwen3 target and drafters, measure acceptance and speedup"),
     "own-target": ("mfd_theory.experiments.own_target", "main", "distill, train-drafter K=1,2 and eval on a small local target"),
     "report": ("mfd_theory.report", "main", "rewrite the README's result tables from results/*.json (--check: compare only)"),

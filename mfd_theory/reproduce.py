@@ -21,6 +21,7 @@ STEPS: list[tuple[str, str, list[str]]] = [
     ("chimera bound", "mfd_theory.experiments.chimera_bound", []),
     ("chimera share", "mfd_theory.experiments.chimera_share", []),
     ("mixture gain", "mfd_theory.experiments.mixture_gain", []),
+    ("path gain", "mfd_theory.experiments.path_gain", []),
     ("end to end", "mfd_theory.experiments.e2e", ["--preset", "default", "--out", "results"]),
     ("end to end, hybrid target", "mfd_theory.experiments.e2e",
      ["--preset", "default", "--target-arch", "qwen3_5", "--out", "results/hybrid"]),
@@ -31,6 +32,7 @@ NOTEBOOKS: list[str] = [
     "notebooks/02_chimera_share.ipynb",
     "notebooks/03_mixture_gain.ipynb",
     "notebooks/04_end_to_end.ipynb",
+    "notebooks/05_path_gain.ipynb",
 ]
 
 

@@ -11,7 +11,8 @@ import pytest
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
 
-@pytest.mark.parametrize("name", ["01_chimera_bound.ipynb", "02_chimera_share.ipynb", "03_mixture_gain.ipynb", "04_end_to_end.ipynb"])
+@pytest.mark.parametrize("name", ["01_chimera_bound.ipynb", "02_chimera_share.ipynb", "03_mixture_gain.ipynb", "04_end_to_end.ipynb",
+                                  "05_path_gain.ipynb"])
 def test_notebook_runs_at_small_size(name):
     pytest.importorskip("nbclient")
     from mfd_theory.reproduce import run_notebook

@@ -1,12 +1,13 @@
 """Plotting functions: each takes result objects (or their dicts) and returns a matplotlib Figure.
 
-Topic modules: :mod:`.core` (coverage vs budget), :mod:`.chimeras`, :mod:`.mixture`, :mod:`.e2e`.
+Topic modules: :mod:`.core` (coverage vs budget), :mod:`.chimeras`, :mod:`.mixture`, :mod:`.e2e`,
+:mod:`.path`.
 matplotlib is imported lazily inside the functions (it is an optional extra).
 """
 
 import importlib
 
-_TOPICS = ("core", "chimeras", "mixture", "e2e")
+_TOPICS = ("core", "chimeras", "mixture", "e2e", "path")
 
 
 def __getattr__(name):

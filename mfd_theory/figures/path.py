@@ -1,0 +1,103 @@
+"""Figures for the path_gain experiment: coverage vs budget of product, mixture and path-dependent
+trees, and the best predicted speedup of each vs the path drafter's per-depth step cost.
+
+Every function takes the experiment's :class:`~mfd_theory.results.Result` (or its dict) and
+returns a matplotlib Figure; curves are means over a summary row's cells (one family, one F or m).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["path_coverage_vs_budget", "path_speedup_vs_step_cost"]
+
+_COLORS = {"product": "tab:blue", "mixture": "tab:red", "path": "tab:green", "oracle": "black"}
+
+
+def _parts(result) -> tuple[dict[str, Any], dict[str, Any]]:
+    if hasattr(result, "data"):
+        return result.config, result.data
+    return result["config"], result["data"]
+
+
+def _rows(config, data, groups):
+    """Summary rows to draw: every family's row with the most futures (or the given labels)."""
+    rows = data["summary"]
+    if groups:
+        return [e for e in rows if (e["family"], e["group"]) in set(map(tuple, groups))]
+    last: dict[str, dict] = {}
+    for e in rows:
+        last[e["family"]] = e  # rows come in the sweep's order, F / m increasing
+    return list(last.values())
+
+
+def _axes(n, height=3.0):
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, n, figsize=(3.2 * n, height), squeeze=False)
+    return fig, axes[0]
+
+
+def path_coverage_vs_budget(result, groups=None):
+    """Coverage C(T_N) vs N: product, mixture (largest K), path trees per memory r (full depth),
+    oracle. One panel per family (its largest F, or the (family, group) pairs in ``groups``)."""
+    from mfd_theory.experiments.path_gain import group_label
+
+    config, data = _parts(result)
+    rows = _rows(config, data, groups)
+    K = max(config["Ks"])
+    full = min(max(config["depth_caps"]), config["L"])
+    mems = list(config["memories"])
+    import matplotlib.pyplot as plt
+
+    fig, axes = _axes(len(rows))
+    shades = plt.cm.Greens(np.linspace(0.45, 0.95, len(mems)))
+    for ax, e in zip(axes, rows):
+        cells = [c for c in data["cells"] if c["family"] == e["family"] and group_label(c) == e["group"]]
+        grid = np.asarray(cells[0]["curve_n"])
+
+        def mean(name):
+            return np.mean([c["methods"][name]["curve"] for c in cells], axis=0)
+
+        ax.plot(grid, mean("product"), color=_COLORS["product"], label="product (marginals)")
+        ax.plot(grid, mean(f"mixture K={K}"), color=_COLORS["mixture"], label=f"mixture K={K} (fitted)")
+        for r, g in zip(mems, shades):
+            ax.plot(grid, mean(f"path r={r} D={full}"), color=g, lw=1.2, label=f"path, memory r={r}")
+        ax.plot(grid, mean("oracle"), color=_COLORS["oracle"], ls="--", label="oracle")
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"{e['family']} ({e['group']})", fontsize=9)
+        ax.set_xlabel("budget N")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("coverage (expected accepted)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 4), fontsize=8,
+               bbox_to_anchor=(0.5, 1.12))
+    fig.tight_layout()
+    return fig
+
+
+def path_speedup_vs_step_cost(result, profile: str | None = None, groups=None):
+    """Best predicted speedup vs the path drafter's cost per extra depth (in block passes): the
+    block drafters pay one pass whatever the depth (flat lines), the path tree pays per depth."""
+    config, data = _parts(result)
+    profile = profile or config["profiles"][0]
+    rows = _rows(config, data, groups)
+    K = max(config["Ks"])
+    assumed = data.get("profiles", {}).get(profile, {}).get("assumption", True)
+    fig, axes = _axes(len(rows))
+    for ax, e in zip(axes, rows):
+        sp = e["speed"][profile]
+        c = np.array([x["step_cost"] for x in sp])
+        for key, label in (("product", "product"), ("mixture", f"mixture K={K}"), ("path", "path (best r, depth)")):
+            ax.plot(c, [x["speedup"][key] for x in sp], marker="o", ms=3, color=_COLORS[key], label=label)
+        ax.set_xscale("log")
+        ax.set_title(f"{e['family']} ({e['group']})", fontsize=9)
+        ax.set_xlabel("step cost per extra depth\n(block passes)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(f"best predicted speedup\n({profile}{', ASSUMED' if assumed else ''})")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=3, fontsize=8, bbox_to_anchor=(0.5, 1.1))
+    fig.tight_layout()
+    return fig
