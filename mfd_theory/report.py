@@ -201,6 +201,26 @@ def mixture_gain_block(res: Result) -> str:
     return "\n".join(lines)
 
 
+def path_gain_block(res: Result) -> str:
+    from .experiments.path_gain import break_even, format_summary
+
+    cfg = res.config
+    profile = cfg["profiles"][0]
+    lines = [format_summary(res, budget=64, profile=profile), ""]
+    wins = [(f, g, c) for f, g, c in break_even(res, profile) if c is not None]
+    costs = ", ".join(f"{c:g}" for c in cfg["step_costs"])
+    if wins:
+        lines.append(f"Path trees win ({profile}, step costs swept: {costs}) for: "
+                     + "; ".join(f"{f} {g} up to c = {c:g}" for f, g, c in wins) + ".")
+    else:
+        lines.append(f"Path trees win for no family at any swept step cost ({costs}; {profile}).")
+    others = [p for p in cfg["profiles"][1:]]
+    for p in others:
+        w = [(f, g, c) for f, g, c in break_even(res, p) if c is not None]
+        lines.append(f"Under {p}: " + ("; ".join(f"{f} {g} up to c = {c:g}" for f, g, c in w) if w else "never") + ".")
+    return "\n".join(lines)
+
+
 def _is_best(g: dict) -> bool:
     """A best-budget comparison: ``budget == "best"`` (older files) or ``best_budget is True``."""
     return g.get("budget") == "best" or g.get("best_budget") is True
@@ -595,6 +615,7 @@ BLOCKS: dict[str, tuple[str, Callable[[Result], str]]] = {
     "chimera-bound": ("chimera_bound.json", chimera_bound_block),
     "chimera-share": ("chimera_share.json", chimera_share_block),
     "mixture-gain": ("mixture_gain.json", mixture_gain_block),
+    "path-gain": ("path_gain.json", path_gain_block),
     "e2e": ("end_to_end.json", e2e_block),
     "e2e-gains": ("end_to_end.json", e2e_gains_block),
     "e2e-hf": ("end_to_end.json", e2e_hf_block),

@@ -48,6 +48,7 @@ from mfd_theory.trees import mixture_tree, oracle_tree, path_tree, product_tree
 NAME = "path_gain"
 _FAMILIES = ("two_futures", "branching", "shifted", "noisy_futures", "zipf_futures")
 _MAX_F = {"shifted": 4, "two_futures": 2}  # the families' own limits on F
+TIE = 0.005  # mean speedups closer than 0.5% name no winner (the profiles are assumptions anyway)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,7 +148,8 @@ def run_cell(config: Config, family: str, F: int, m: int | None, seed: int) -> d
     )
     for name in curves:
         out["methods"][name] = dict(coverage=curves[name][bidx].tolist(), curve=curves[name][grid].tolist(),
-                                    depth=depths[name][bidx].tolist(), build_seconds=seconds[name])
+                                    depth=depths[name][bidx].tolist(), depth_curve=depths[name][grid].tolist(),
+                                    build_seconds=seconds[name])
     # best speedup per method: block drafters pay one pass whatever the depth; path trees pay per depth
     for p in profiles:
         per_cost = []
@@ -235,9 +237,10 @@ def summarize(cell_rows: list[dict], config: Config) -> list[dict[str, Any]]:
                         vals = dict(product=a["speedup"], mixture=b["speedup"], path=pth["speedup"])
                         wins[max(vals, key=vals.get)] += 1
                     ranked = sorted(means, key=means.get, reverse=True)
+                    margin = means[ranked[0]] / means[ranked[1]] - 1  # over the runner-up
                     per_cost.append(dict(
-                        step_cost=float(c), speedup=means, winner=ranked[0], wins=wins,
-                        margin=means[ranked[0]] / means[ranked[1]] - 1,  # over the runner-up
+                        step_cost=float(c), speedup=means, wins=wins, margin=margin,
+                        winner=ranked[0] if margin >= TIE else f"tie ({ranked[0]}, {ranked[1]})",
                         path_choice=[dict(name=n, budget=x["budget"], depth=x["depth"]) for n, x in path],
                         path_depth_mean=float(np.mean([x[1]["depth"] for x in path])),
                     ))
@@ -320,15 +323,16 @@ def format_summary(result: Result, budget: int = 64, profile: str | None = None)
         parts = []
         for j in ci:
             v = sp[j]["speedup"]
-            parts.append(f"{v['product']:.2f}x / {v['mixture']:.2f}x / {v['path']:.2f}x | "
-                         f"{sp[j]['winner']} (+{100 * sp[j]['margin']:.1f}%)")
+            win = sp[j]["winner"] if sp[j]["winner"].startswith("tie") else \
+                f"{sp[j]['winner']} (+{100 * sp[j]['margin']:.1f}%)"
+            parts.append(f"{v['product']:.2f}x / {v['mixture']:.2f}x / {v['path']:.2f}x | {win}")
         lines.append(f"| {e['family']} | {e['group']} | " + " | ".join(parts) + " |")
     return "\n".join(lines)
 
 
 def break_even(result: Result, profile: str | None = None) -> list[tuple[str, str, float | None]]:
-    """(family, group, largest swept step cost at which the path tree still wins) per summary row
-    (None: it wins at no swept cost)."""
+    """(family, group, largest swept step cost at which the path tree still wins by at least
+    :data:`TIE`) per summary row (None: it wins at no swept cost)."""
     cfg = result.config
     profile = profile or cfg["profiles"][0]
     out = []

@@ -1,0 +1,114 @@
+"""mfd path-gain: the experiment's numbers against their definitions, the CLI, report and figures."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mfd_theory.cli import main
+from mfd_theory.experiments import path_gain as pg
+from mfd_theory.speedup import default_profile, path_speedup, speedup
+
+L = 6
+SMALL = pg.Config(
+    families=("two_futures", "branching"), Fs=(2, 8), two_futures_ms=(3,), seeds=(0,), L=L, budgets=(8, 32),
+    Ks=(2,), memories=(0, 1, L - 1), depth_caps=(2, L), step_costs=(0.05, 1.0), profiles=("h100_qwen3-8b",),
+)
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("path_gain")
+    return pg.run(SMALL, out_dir=out, progress=False), out
+
+
+def test_coverage_against_the_limits_the_theory_fixes(small_run):
+    """Oracle is the ceiling; memory 0 is the product tree of the marginals; full memory (no
+    smoothing, temperature 1) is the oracle tree; a depth cap never adds coverage."""
+    res, _ = small_run
+    assert len(res.data["cells"]) == 3  # two_futures m=3, branching F=2 and F=8
+    for cell in res.data["cells"]:
+        m = {k: np.asarray(v["coverage"]) for k, v in cell["methods"].items()}
+        for name, cov in m.items():
+            assert np.all(cov <= m["oracle"] + 1e-12), name
+        np.testing.assert_allclose(m[f"path r=0 D={L}"], m["product"], atol=1e-12)
+        np.testing.assert_allclose(m[f"path r={L - 1} D={L}"], m["oracle"], atol=1e-12)
+        assert np.all(m["path r=1 D=2"] <= m[f"path r=1 D={L}"] + 1e-12)
+        assert max(cell["methods"]["path r=1 D=2"]["depth_curve"]) <= 2
+    # eight futures and two modes: the mixture cannot hold them all, a memory-1 drafter can
+    br8 = next(c for c in res.data["cells"] if c["family"] == "branching" and c["F"] == 8)
+    assert br8["methods"][f"path r=1 D={L}"]["coverage"][-1] > br8["methods"]["mixture K=2"]["coverage"][-1] + 0.5
+
+
+def test_best_speedups_recomputed_from_the_stored_curves(small_run):
+    res, _ = small_run
+    prof = default_profile("h100_qwen3-8b")
+    for cell in res.data["cells"]:
+        n = np.asarray(cell["curve_n"])
+        assert np.array_equal(n, np.arange(1, 33))  # every budget up to 32 is on the grid
+        for j, c in enumerate(SMALL.step_costs):
+            row = cell["speed"][prof.name][j]
+            for name, meth in cell["methods"].items():
+                cov = np.asarray(meth["curve"])
+                if name.startswith("path"):
+                    s = path_speedup(cov, n, np.asarray(meth["depth_curve"]), prof, step_cost=c)
+                else:
+                    s = speedup(cov, n, prof)
+                i = int(np.argmax(s))
+                assert row[name]["budget"] == n[i] and row[name]["speedup"] == pytest.approx(s[i], rel=1e-12), name
+    for e in res.data["summary"]:
+        for x in e["speed"][prof.name]:
+            best = max(x["speedup"], key=x["speedup"].get)
+            assert x["winner"] == best or x["winner"].startswith("tie")
+            assert sum(x["wins"].values()) == e["n_cells"]
+
+
+def test_path_speedup_is_speedup_with_depth_passes():
+    prof = default_profile("cpu_small")
+    cov, n, d = np.array([2.0, 3.5]), np.array([8, 32]), np.array([3, 6])
+    np.testing.assert_allclose(path_speedup(cov, n, d, prof), speedup(cov, n, prof, draft_passes=d))
+    np.testing.assert_allclose(path_speedup(cov, n, d, prof, step_cost=0.0), speedup(cov, n, prof))
+    np.testing.assert_allclose(path_speedup(cov, n, d, prof, step_cost=0.5),
+                               speedup(cov, n, prof, draft_passes=1 + 0.5 * (d - 1)))
+    with pytest.raises(ValueError, match="depth"):
+        path_speedup(cov, n, np.array([0, 2]), prof)
+    with pytest.raises(ValueError, match="step_cost"):
+        path_speedup(cov, n, d, prof, step_cost=-1)
+
+
+def test_rerun_resumes_and_report_block_renders(small_run, capsys):
+    from mfd_theory.report import render
+
+    res, out = small_run
+    capsys.readouterr()
+    pg.run(SMALL, out_dir=out, progress=False)
+    assert "wrote 0 cell files" in capsys.readouterr().out
+    text, changed, skipped = render("<!-- report:path-gain -->\nold\n<!-- /report:path-gain -->\n", out)
+    assert changed == ["path-gain"] and skipped == []
+    assert "| branching | F=8 |" in text and "| two_futures | m=3 |" in text and "old" not in text
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--memories", "-1"], "--memories"), (["--families", "nope"], "--families"),
+    (["--step-costs", "-0.5"], "--step-costs"), (["--Ks", "1"], "--Ks"), (["--smoothing", "2"], "--smoothing"),
+])
+def test_cli_refuses_bad_flags_before_writing(tmp_path, capsys, argv, flag):
+    out = tmp_path / "o"
+    assert main(["path-gain", *argv, "--out", str(out), "--quiet"]) == 2
+    assert flag in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_figures_draw_one_panel_per_family(small_run):
+    import matplotlib.pyplot as plt
+
+    from mfd_theory.figures import path as fpath
+
+    res, _ = small_run
+    fig = fpath.path_coverage_vs_budget(res)
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(axes) == 2 and len(axes[0].lines) == 3 + len(SMALL.memories)
+    plt.close(fig)
+    fig = fpath.path_speedup_vs_step_cost(res)
+    assert len(fig.axes) == 2 and all(len(ax.lines) == 3 for ax in fig.axes)
+    plt.close(fig)
