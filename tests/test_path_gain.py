@@ -24,7 +24,7 @@ def small_run(tmp_path_factory):
 
 def test_coverage_against_the_limits_the_theory_fixes(small_run):
     """Oracle is the ceiling; memory 0 is the product tree of the marginals; full memory (no
-    smoothing, temperature 1) is the oracle tree; a depth cap never adds coverage."""
+    smoothing, temperature 1) is the oracle tree, so capping its depth cannot add coverage."""
     res, _ = small_run
     assert len(res.data["cells"]) == 3  # two_futures m=3, branching F=2 and F=8
     for cell in res.data["cells"]:
@@ -33,7 +33,7 @@ def test_coverage_against_the_limits_the_theory_fixes(small_run):
             assert np.all(cov <= m["oracle"] + 1e-12), name
         np.testing.assert_allclose(m[f"path r=0 D={L}"], m["product"], atol=1e-12)
         np.testing.assert_allclose(m[f"path r={L - 1} D={L}"], m["oracle"], atol=1e-12)
-        assert np.all(m["path r=1 D=2"] <= m[f"path r=1 D={L}"] + 1e-12)
+        assert np.all(m[f"path r={L - 1} D=2"] <= m[f"path r={L - 1} D={L}"] + 1e-12)
         assert max(cell["methods"]["path r=1 D=2"]["depth_curve"]) <= 2
     # eight futures and two modes: the mixture cannot hold them all, a memory-1 drafter can
     br8 = next(c for c in res.data["cells"] if c["family"] == "branching" and c["F"] == 8)
