@@ -163,8 +163,8 @@ def check_drafter(drafter, max_depth=None) -> tuple[int, int]:
 def best_first(drafter, L: int, V: int, N: int):
     """The first N prefixes (length <= L) in decreasing path score: parent, token, depth, score [N].
 
-    Best-first search over concrete children: every emitted node's row is evaluated once and
-    sorted (by decreasing log q, then token id); the heap holds, for each parent, its best child
+    Best-first search over concrete children: every emitted node's row is evaluated once and its
+    best min(V, N) tokens sorted (by decreasing log q, then token id); the heap holds, for each parent, its best child
     not yet emitted (DDTree's sibling / first-child lattice, with one sorted list per parent
     instead of one per depth). Popping a child emits it and pushes its next sibling and its own
     first child. Children never outscore their parent, so every prefix not yet emitted is
@@ -185,9 +185,14 @@ def best_first(drafter, L: int, V: int, N: int):
     p_ids: dict[int, np.ndarray] = {}
     heap: list[tuple[float, int, int]] = []  # (-score, parent emission index (-1: root), rank)
 
+    M = min(V, N)  # a parent never has more than N children in the tree
+
     def expand(slot: int, prefix: tuple[int, ...], s: float) -> None:
         row = _row(drafter, prefix, V)
-        order = np.lexsort((np.arange(V), -row))  # [V]: by decreasing value, then increasing id
+        # the row's first M tokens by (decreasing value, increasing id), without sorting all of it:
+        # every token tied with the M-th largest value is kept, then sorted, then cut to M
+        cand = np.arange(V) if M == V else np.flatnonzero(row >= np.partition(row, V - M)[V - M])
+        order = cand[np.lexsort((cand, -row[cand]))][:M]  # [M]
         p_score[slot] = s
         p_vals[slot] = row[order]
         p_ids[slot] = order
@@ -203,7 +208,7 @@ def best_first(drafter, L: int, V: int, N: int):
         prefix = (paths[p] if p >= 0 else ()) + (t,)
         paths.append(prefix)
         parent[n], token[n], depth[n], score[n] = p, t, len(prefix), s
-        if r + 1 < V:
+        if r + 1 < p_ids[slot].shape[0]:
             heapq.heappush(heap, (-(p_score[slot] + float(p_vals[slot][r + 1])), p, r + 1))
         if len(prefix) < L and n + 1 < N:
             expand(n + 1, prefix, s)

@@ -35,6 +35,14 @@ def test_path_tree_is_the_tie_rule_order_of_brute_force(drafter, budget):
     np.testing.assert_array_equal(t.log_score, [ref.path_score(_table_cond(drafter), p) for p in want])
 
 
+@given(mst.table_drafters(max_L=2, max_V=7), st.integers(1, 6))
+def test_vocabulary_larger_than_the_budget(drafter, budget):
+    """V > N: each row is cut to its best N tokens (ties at the cut by id) before sorting."""
+    t = path_tree(drafter, budget)
+    want = ref.path_tie_rule_order(_table_cond(drafter), drafter.L, drafter.V, budget)
+    assert [tuple(p) for p in t.paths()] == want
+
+
 @given(mst.table_drafters(ties=False), mst.budgets())
 def test_path_tree_obeys_the_top_n_rule(drafter, budget):
     """Prefix-closed, size min(N, #prefixes), no excluded frontier prefix above the lowest node,
