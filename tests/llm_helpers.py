@@ -150,11 +150,12 @@ class DecoyDrafter(OracleDrafter):
         return log_pi, torch.log_softmax(logits, dim=-1)
 
 
-def sampled_continuations_pvalue(model, vocab_size: int, n: int, temperature: float = 0.7) -> float:
+def sampled_continuations_pvalue(model, vocab_size: int, n: int, temperature: float = 0.7,
+                                 methods=("chain", "ddtree", "mfd", "ar"), drafter=None) -> float:
     """End-to-end losslessness of sampling: ``n`` three-token continuations of [1, 2, 3] through
-    ``speculative_generate``, the four methods pooled, against the target's own distribution
+    ``speculative_generate``, ``methods`` pooled (in turn), against the target's own distribution
     computed from its logits; the chi-square p-value (cells with < 5 expected merged so the
-    approximation holds)."""
+    approximation holds). ``drafter`` defaults to a random 2-mode MFD drafter of block size 3."""
     import numpy as np
     from scipy.stats import chisquare
 
@@ -163,12 +164,12 @@ def sampled_continuations_pvalue(model, vocab_size: int, n: int, temperature: fl
 
     V, T = vocab_size, temperature
     t = TargetModel(model)
-    d = build_drafter(model, block_size=3, num_layers=1, num_modes=2, seed=1)
+    d = drafter if drafter is not None else build_drafter(model, block_size=3, num_layers=1, num_modes=2, seed=1)
     prompt = [1, 2, 3]
     counts = np.zeros(V ** 3)
-    methods = ("chain", "ddtree", "mfd", "ar")
     for s in range(n):
-        res = speculative_generate(t, d, prompt, 3, methods[s % 4], budget=6, temperature=T, seed=s, metrics=False)
+        res = speculative_generate(t, d, prompt, 3, methods[s % len(methods)], budget=6, temperature=T, seed=s,
+                                   metrics=False)
         a, b, c = res.tokens
         counts[(a * V + b) * V + c] += 1
     seqs = torch.tensor([prompt + [a, b] for a in range(V) for b in range(V)])
