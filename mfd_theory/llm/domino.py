@@ -148,17 +148,14 @@ class DominoDrafter(BlockDrafter):
         ``log_q`` [D, V]: the block log-probs of the last :meth:`draft_modes` call, possibly cut to
         fewer depths D <= L. Returns the tree (nodes depth by depth, ``log_score`` = corrected path
         log-probability) and the seconds each depth took (measured with ``clock``)."""
-        from .decode import _topk
-
         if isinstance(budget, bool) or int(budget) != budget or int(budget) < 1:
             raise ValueError(f"budget: must be an integer >= 1, got {budget!r}")
         clock = clock or _perf_counter
         n_max = int(budget)
         h = self.last_block_states()  # [L, H]
-        depth_max, vocab = log_q.shape
+        depth_max = log_q.shape[0]
         if depth_max > h.shape[0]:
             raise ValueError(f"log_q: {depth_max} depths, but the drafted block has {h.shape[0]}")
-        k = min(n_max, vocab)
         dev = h.device
         state = h.new_zeros(1, self.correction_rank)  # [F, r], F = frontier size
         prev = torch.tensor([int(root_token)], device=dev)  # [F] each frontier node's token
@@ -175,35 +172,34 @@ class DominoDrafter(BlockDrafter):
             emb = self._token_embeddings(prev[None])[0]  # [F, H]
             state = self.correction.step(state, emb, h[d].expand(len(prev), -1))  # [F, r]
             lp = torch.log_softmax(log_q[d].float()[None] + self.correction.delta(state), dim=-1)  # [F, V]
-            vals, ids = _topk(lp, k)  # [F, k] each, descending per row
-            cand = front_score[:, None] + np.minimum(vals, 0.0)  # [F, k]
             kept = np.flatnonzero(alive)
-            if len(kept) >= n_max:  # a candidate must beat the N-th kept score to enter
-                worst = np.partition(score[kept], len(kept) - n_max)[len(kept) - n_max]
-                cand_ok = np.flatnonzero(cand.ravel() > worst)
-            else:
-                cand_ok = np.arange(cand.size)
-            pool = np.concatenate([score[kept], cand.ravel()[cand_ok]])
+            # a child can enter only by beating the N-th kept score (when N nodes are kept)
+            worst = np.partition(score[kept], len(kept) - n_max)[len(kept) - n_max] if len(kept) >= n_max \
+                else -np.inf
+            cand_t = torch.as_tensor(front_score, device=dev)[:, None] + lp.double().clamp_max(0.0)  # [F, V]
+            rows_t, toks_t = torch.nonzero(cand_t > worst, as_tuple=True)  # row-major: by parent, then token
+            cand = cand_t[rows_t, toks_t].cpu().numpy()
+            rows, toks = rows_t.cpu().numpy(), toks_t.cpu().numpy()
+            pool = np.concatenate([score[kept], cand])
             # stable: on equal scores the kept (shallower, earlier) nodes win, so parents precede children
             top = np.sort(np.argsort(-pool, kind="stable")[:n_max])
             alive[:] = False
             alive[kept[top[top < len(kept)]]] = True
-            new = cand_ok[top[top >= len(kept)] - len(kept)]  # flat indices into cand, ascending
-            rows, cols = np.divmod(new, k)
+            new = top[top >= len(kept)] - len(kept)  # indices into cand, ascending
+            rows, toks = rows[new], toks[new]
             first = len(score)
             parent.append(front_node[rows])
-            token.append(ids[rows, cols])
+            token.append(toks)
             depth.append(np.full(len(new), d + 1))
-            score = np.concatenate([score, cand[rows, cols]])
+            score = np.concatenate([score, cand[new]])
             alive = np.concatenate([alive, np.ones(len(new), dtype=bool)])
             times.append(clock() - t0)
             if not len(new):
                 break
-            sel = torch.as_tensor(rows, device=dev)
-            state = state.index_select(0, sel)  # [F', r]
-            prev = torch.as_tensor(ids[rows, cols], device=dev)
+            state = state.index_select(0, torch.as_tensor(rows, device=dev))  # [F', r]
+            prev = torch.as_tensor(toks, device=dev)
             front_node = first + np.arange(len(new))
-            front_score = cand[rows, cols]
+            front_score = cand[new]
         par = np.concatenate(parent) if parent else np.zeros(0, dtype=np.int64)
         keep = np.flatnonzero(alive)
         remap = np.full(len(score) + 1, -1, dtype=np.int64)

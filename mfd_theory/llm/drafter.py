@@ -554,7 +554,8 @@ def build_drafter(target: Any, block_size: int, num_layers: int, num_modes: int 
 
 
 def load_drafter(directory, target: Any, dtype: torch.dtype | None = None) -> BlockDrafter:
-    """Read config.json + safetensors (DFlash names) from ``directory``; MFD if it has mode tensors."""
+    """Read config.json + safetensors (DFlash names) from ``directory``; MFD if it has mode tensors,
+    a Domino drafter (:mod:`mfd_theory.llm.domino`) if its architecture is ``DominoDraftModel``."""
     from safetensors.torch import load_file
 
     directory = Path(directory)
