@@ -83,6 +83,21 @@ class OracleDrafter:
         log_pi = torch.log_softmax(torch.tensor([0.8, 0.2][: self.num_modes]).log(), dim=0)
         return log_pi, torch.log_softmax(logits, dim=-1)
 
+    def grow_tree(self, root, log_q, budget, clock=None):
+        """Method "dartree" on this drafter: the block's mode-0 distributions with a path-dependent
+        nudge (each node favours (7 * its token + 3) mod V for its children), grown by the package's
+        depth-by-depth path-tree search."""
+        from mfd_theory.llm.domino import grow_path_tree
+
+        V = log_q.shape[-1]
+
+        def step(state, prev, d):
+            nudge = torch.zeros(len(prev), V)
+            nudge[torch.arange(len(prev)), (7 * prev + 3) % V] = 1.5
+            return state, torch.log_softmax(log_q[d][None] + nudge, dim=-1)
+
+        return grow_path_tree(root, log_q.shape[0], budget, step, torch.zeros(1, 1), clock)
+
 
 HYBRID_PATTERNS = {
     "gdn_first": ["linear_attention", "full_attention", "linear_attention"],

@@ -39,6 +39,7 @@ tensors (``correction.in_proj.weight``, ``correction.gru.*``, ``correction.up.we
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -50,7 +51,7 @@ from mfd_theory.trees import DraftTree
 
 from .drafter import BlockDrafter, _draft_value
 
-__all__ = ["DominoDrafter", "PathCorrection", "DEFAULT_RANK", "ARCHITECTURE"]
+__all__ = ["DominoDrafter", "PathCorrection", "grow_path_tree", "DEFAULT_RANK", "ARCHITECTURE"]
 
 DEFAULT_RANK = 32
 ARCHITECTURE = "DominoDraftModel"
@@ -143,70 +144,23 @@ class DominoDrafter(BlockDrafter):
     @torch.no_grad()
     def grow_tree(self, root_token: int, log_q: torch.Tensor, budget: int,
                   clock: Callable[[], float] | None = None) -> tuple[DraftTree, list[float]]:
-        """The exact top-``budget`` tree under the corrected path scores, grown depth by depth.
+        """The exact top-``budget`` tree under the corrected path scores, grown depth by depth
+        (:func:`grow_path_tree` with the GRU correction as the step).
 
         ``log_q`` [D, V]: the block log-probs of the last :meth:`draft_modes` call, possibly cut to
         fewer depths D <= L. Returns the tree (nodes depth by depth, ``log_score`` = corrected path
         log-probability) and the seconds each depth took (measured with ``clock``)."""
-        if isinstance(budget, bool) or int(budget) != budget or int(budget) < 1:
-            raise ValueError(f"budget: must be an integer >= 1, got {budget!r}")
-        clock = clock or _perf_counter
-        n_max = int(budget)
         h = self.last_block_states()  # [L, H]
-        depth_max = log_q.shape[0]
-        if depth_max > h.shape[0]:
-            raise ValueError(f"log_q: {depth_max} depths, but the drafted block has {h.shape[0]}")
-        dev = h.device
-        state = h.new_zeros(1, self.correction_rank)  # [F, r], F = frontier size
-        prev = torch.tensor([int(root_token)], device=dev)  # [F] each frontier node's token
-        front_node = np.array([-1])  # [F] node index (-1: the root)
-        front_score = np.zeros(1)  # [F] path log-probabilities
-        parent: list[np.ndarray] = []
-        token: list[np.ndarray] = []
-        depth: list[np.ndarray] = []
-        score = np.zeros(0)  # [n] every node created so far
-        alive = np.zeros(0, dtype=bool)  # [n] in the current top-N
-        times = []
-        for d in range(depth_max):
-            t0 = clock()
+        if log_q.shape[0] > h.shape[0]:
+            raise ValueError(f"log_q: {log_q.shape[0]} depths, but the drafted block has {h.shape[0]}")
+
+        def step(state, prev, d):
             emb = self._token_embeddings(prev[None])[0]  # [F, H]
             state = self.correction.step(state, emb, h[d].expand(len(prev), -1))  # [F, r]
-            lp = torch.log_softmax(log_q[d].float()[None] + self.correction.delta(state), dim=-1)  # [F, V]
-            kept = np.flatnonzero(alive)
-            # a child can enter only by beating the N-th kept score (when N nodes are kept)
-            worst = np.partition(score[kept], len(kept) - n_max)[len(kept) - n_max] if len(kept) >= n_max \
-                else -np.inf
-            cand_t = torch.as_tensor(front_score, device=dev)[:, None] + lp.double().clamp_max(0.0)  # [F, V]
-            rows_t, toks_t = torch.nonzero(cand_t > worst, as_tuple=True)  # row-major: by parent, then token
-            cand = cand_t[rows_t, toks_t].cpu().numpy()
-            rows, toks = rows_t.cpu().numpy(), toks_t.cpu().numpy()
-            pool = np.concatenate([score[kept], cand])
-            # stable: on equal scores the kept (shallower, earlier) nodes win, so parents precede children
-            top = np.sort(np.argsort(-pool, kind="stable")[:n_max])
-            alive[:] = False
-            alive[kept[top[top < len(kept)]]] = True
-            new = top[top >= len(kept)] - len(kept)  # indices into cand, ascending
-            rows, toks = rows[new], toks[new]
-            first = len(score)
-            parent.append(front_node[rows])
-            token.append(toks)
-            depth.append(np.full(len(new), d + 1))
-            score = np.concatenate([score, cand[new]])
-            alive = np.concatenate([alive, np.ones(len(new), dtype=bool)])
-            times.append(clock() - t0)
-            if not len(new):
-                break
-            state = state.index_select(0, torch.as_tensor(rows, device=dev))  # [F', r]
-            prev = torch.as_tensor(toks, device=dev)
-            front_node = first + np.arange(len(new))
-            front_score = cand[new]
-        par = np.concatenate(parent) if parent else np.zeros(0, dtype=np.int64)
-        keep = np.flatnonzero(alive)
-        remap = np.full(len(score) + 1, -1, dtype=np.int64)
-        remap[keep] = np.arange(len(keep))
-        tree = DraftTree(np.where(par[keep] < 0, -1, remap[par[keep]]), np.concatenate(token)[keep],
-                         np.concatenate(depth)[keep], score[keep])
-        return tree, times
+            return state, torch.log_softmax(log_q[d].float()[None] + self.correction.delta(state), dim=-1)
+
+        return grow_path_tree(root_token, log_q.shape[0], budget, step, h.new_zeros(1, self.correction_rank),
+                              clock)
 
     # ------------------------------------------------------------------ checkpoints
     def save_pretrained(self, directory) -> Path:
@@ -220,7 +174,66 @@ class DominoDrafter(BlockDrafter):
         return directory
 
 
-def _perf_counter() -> float:
-    import time
+def grow_path_tree(root_token: int, depth_max: int, budget: int, step: Callable, state0: torch.Tensor,
+                   clock: Callable[[], float] | None = None) -> tuple[DraftTree, list[float]]:
+    """The exact top-``budget`` draft tree of a path-dependent drafter, one batched step per depth.
 
-    return time.perf_counter()
+    ``step(state [F, ...], prev_tokens [F], d) -> (state [F, ...], log-probs [F, V])`` advances the
+    drafter's path state of F frontier nodes by their last tokens and returns each one's
+    distribution for depth d + 1 (0-based d); ``state0`` [1, ...] is the root's state. Paths are
+    scored by their summed log-probabilities; see the module docstring for why the kept set is
+    prefix-closed and exact. Returns (tree with ``log_score`` = path score, seconds per depth)."""
+    if isinstance(budget, bool) or int(budget) != budget or int(budget) < 1:
+        raise ValueError(f"budget: must be an integer >= 1, got {budget!r}")
+    clock = clock or time.perf_counter
+    n_max = int(budget)
+    dev = state0.device
+    state = state0  # [F, ...], F = frontier size
+    prev = torch.tensor([int(root_token)], device=dev)  # [F] each frontier node's token
+    front_node = np.array([-1])  # [F] node index (-1: the root)
+    front_score = np.zeros(1)  # [F] path log-probabilities
+    parent: list[np.ndarray] = []
+    token: list[np.ndarray] = []
+    depth: list[np.ndarray] = []
+    score = np.zeros(0)  # [n] every node created so far
+    alive = np.zeros(0, dtype=bool)  # [n] in the current top-N
+    times = []
+    for d in range(int(depth_max)):
+        t0 = clock()
+        state, lp = step(state, prev, d)  # [F, ...], [F, V]
+        kept = np.flatnonzero(alive)
+        # a child can enter only by beating the N-th kept score (when N nodes are kept)
+        worst = np.partition(score[kept], len(kept) - n_max)[len(kept) - n_max] if len(kept) >= n_max \
+            else -np.inf
+        cand_t = torch.as_tensor(front_score, device=dev)[:, None] + lp.double().clamp_max(0.0)  # [F, V]
+        rows_t, toks_t = torch.nonzero(cand_t > worst, as_tuple=True)  # row-major: by parent, then token
+        cand = cand_t[rows_t, toks_t].cpu().numpy()
+        rows, toks = rows_t.cpu().numpy(), toks_t.cpu().numpy()
+        pool = np.concatenate([score[kept], cand])
+        # stable: on equal scores the kept (shallower, earlier) nodes win, so parents precede children
+        top = np.sort(np.argsort(-pool, kind="stable")[:n_max])
+        alive[:] = False
+        alive[kept[top[top < len(kept)]]] = True
+        new = top[top >= len(kept)] - len(kept)  # indices into cand, ascending
+        rows, toks = rows[new], toks[new]
+        first = len(score)
+        parent.append(front_node[rows])
+        token.append(toks)
+        depth.append(np.full(len(new), d + 1))
+        score = np.concatenate([score, cand[new]])
+        alive = np.concatenate([alive, np.ones(len(new), dtype=bool)])
+        times.append(clock() - t0)
+        if not len(new):
+            break
+        state = state.index_select(0, torch.as_tensor(rows, device=dev))  # [F', ...]
+        prev = torch.as_tensor(toks, device=dev)
+        front_node = first + np.arange(len(new))
+        front_score = cand[new]
+    par = np.concatenate(parent) if parent else np.zeros(0, dtype=np.int64)
+    keep = np.flatnonzero(alive)
+    remap = np.full(len(score) + 1, -1, dtype=np.int64)
+    remap[keep] = np.arange(len(keep))
+    tok = np.concatenate(token) if token else np.zeros(0, dtype=np.int64)
+    dep = np.concatenate(depth) if depth else np.zeros(0, dtype=np.int64)
+    tree = DraftTree(np.where(par[keep] < 0, -1, remap[par[keep]]), tok[keep], dep[keep], score[keep])
+    return tree, times
