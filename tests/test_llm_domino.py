@@ -221,3 +221,15 @@ def test_train_drafter_trains_the_correction(model, tmp_path):
     assert np.mean([c["loss"] for c in curve[-3:]]) < np.mean([c["loss"] for c in curve[:3]])
     back = load_drafter(tmp_path / "run" / "drafter", model)
     assert isinstance(back, DominoDrafter) and torch.equal(back.correction.up.weight, d.correction.up.weight)
+
+
+def test_grow_tree_bad_input(model):
+    d = _domino(model)
+    with pytest.raises(ValueError, match="draft_modes"):
+        d.grow_tree(4, torch.zeros(4, 64), 8)  # nothing drafted yet
+    log_q = _drafted(model, d)
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match="budget"):
+            d.grow_tree(4, log_q, bad)
+    with pytest.raises(ValueError, match="log_q"):
+        d.grow_tree(4, torch.cat([log_q, log_q]), 8)  # deeper than the drafted block
