@@ -231,6 +231,8 @@ def _label(r: dict) -> str:
         return f"chain ({r['drafter']}), N = L = {r['budget']}"
     if r["method"] == "mfd":
         return f"mfd K = {r.get('K', '?')}"
+    if r["method"] == "dartree":
+        return "dartree (Domino)"
     if r["drafter"] == "product":
         return "ddtree (product)"
     return f"ddtree on K = {r.get('K', '?')} marginals"
@@ -254,7 +256,7 @@ def e2e_block(res: Result) -> str:
         "| T | method (drafter) | " + " | ".join(f"N = {b}" for b in budgets) + f" | dead share N = {n_dead} |",
         "|---|---|" + "---|" * len(budgets) + "---|",
     ]
-    order = {"chain": 0, "ddtree": 1, "mfd": 2}
+    order = {"chain": 0, "ddtree": 1, "mfd": 2, "dartree": 3}
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["temperature"], r["method"], r["drafter"]), []).append(r)
@@ -382,6 +384,31 @@ def e2e_gains_block(res: Result) -> str:
             f"{g['single_tau']:.2f} | {100 * g['tau_gain']:+.1f}%" + (f" ({z:.1f})" if z is not None else "")
             + f" | {value_with_spread(a, 'speedup', suffix='x')} | {value_with_spread(b, 'speedup', suffix='x')} | "
             f"{_speed_gain(g, a, b)} |")
+    return "\n".join(lines)
+
+
+def e2e_dartree_block(res: Result) -> str:
+    """DARTree (Domino drafter, path-corrected tree grown depth by depth) beside DDTree (the product
+    drafter's product tree) and MFD (each MFD drafter's mixture tree), all trained on the same data
+    and steps: per temperature and budget, tau, speedup, predicted vs measured accepted length and
+    the dead-node share."""
+    d = res.data
+    rows = [r for r in d["rows"] if (r["method"], r["drafter"]) == ("dartree", "dartree")
+            or (r["method"], r["drafter"]) == ("ddtree", "product") or r["method"] == "mfd"]
+    if not any(r["method"] == "dartree" for r in rows):
+        return "(this run has no dartree rows: rerun `mfd e2e` with the Domino drafter enabled)"
+    order = {"ddtree": 0, "mfd": 1, "dartree": 2}
+    rows.sort(key=lambda r: (r["temperature"], r["budget"], order[r["method"]], r["drafter"]))
+    lines = ["| T | N | method (drafter) | tau | speedup | accepted: measured | predicted | z | dead share |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        z = _num(r.get("pred_gap_z"))
+        dead = _num(r.get("dead_share"))
+        pred = _num(r.get("predicted_accepted_mean"))
+        lines.append(f"| {r['temperature']:g} | {r['budget']} | {_label(r)} | {r['tau']:.2f} | "
+                     f"{value_with_spread(r, 'speedup', suffix='x')} | {r['accepted_mean']:.2f} | "
+                     f"{'-' if pred is None else f'{pred:.2f}'} | {'-' if z is None else f'{z:+.1f}'} | "
+                     f"{'-' if dead is None else f'{100 * dead:.0f}%'} |")
     return "\n".join(lines)
 
 
@@ -619,6 +646,7 @@ BLOCKS: dict[str, tuple[str, Callable[[Result], str]]] = {
     "e2e": ("end_to_end.json", e2e_block),
     "e2e-gains": ("end_to_end.json", e2e_gains_block),
     "e2e-hf": ("end_to_end.json", e2e_hf_block),
+    "e2e-dartree": ("end_to_end.json", e2e_dartree_block),
     "bench-trees": ("bench_trees.json", bench_trees_block),
     "bench-fit": ("bench_fit.json", bench_fit_block),
     "bench-decode": ("bench_decode.json", bench_decode_block),

@@ -83,6 +83,21 @@ class OracleDrafter:
         log_pi = torch.log_softmax(torch.tensor([0.8, 0.2][: self.num_modes]).log(), dim=0)
         return log_pi, torch.log_softmax(logits, dim=-1)
 
+    def grow_tree(self, root, log_q, budget, clock=None):
+        """Method "dartree" on this drafter: the block's mode-0 distributions with a path-dependent
+        nudge (each node favours (7 * its token + 3) mod V for its children), grown by the package's
+        depth-by-depth path-tree search."""
+        from mfd_theory.llm.domino import grow_path_tree
+
+        V = log_q.shape[-1]
+
+        def step(state, prev, d):
+            nudge = torch.zeros(len(prev), V)
+            nudge[torch.arange(len(prev)), (7 * prev + 3) % V] = 1.5
+            return state, torch.log_softmax(log_q[d][None] + nudge, dim=-1)
+
+        return grow_path_tree(root, log_q.shape[0], budget, step, torch.zeros(1, 1), clock)
+
 
 HYBRID_PATTERNS = {
     "gdn_first": ["linear_attention", "full_attention", "linear_attention"],
@@ -150,11 +165,12 @@ class DecoyDrafter(OracleDrafter):
         return log_pi, torch.log_softmax(logits, dim=-1)
 
 
-def sampled_continuations_pvalue(model, vocab_size: int, n: int, temperature: float = 0.7) -> float:
+def sampled_continuations_pvalue(model, vocab_size: int, n: int, temperature: float = 0.7,
+                                 methods=("chain", "ddtree", "mfd", "ar"), drafter=None) -> float:
     """End-to-end losslessness of sampling: ``n`` three-token continuations of [1, 2, 3] through
-    ``speculative_generate``, the four methods pooled, against the target's own distribution
+    ``speculative_generate``, ``methods`` pooled (in turn), against the target's own distribution
     computed from its logits; the chi-square p-value (cells with < 5 expected merged so the
-    approximation holds)."""
+    approximation holds). ``drafter`` defaults to a random 2-mode MFD drafter of block size 3."""
     import numpy as np
     from scipy.stats import chisquare
 
@@ -163,12 +179,12 @@ def sampled_continuations_pvalue(model, vocab_size: int, n: int, temperature: fl
 
     V, T = vocab_size, temperature
     t = TargetModel(model)
-    d = build_drafter(model, block_size=3, num_layers=1, num_modes=2, seed=1)
+    d = drafter if drafter is not None else build_drafter(model, block_size=3, num_layers=1, num_modes=2, seed=1)
     prompt = [1, 2, 3]
     counts = np.zeros(V ** 3)
-    methods = ("chain", "ddtree", "mfd", "ar")
     for s in range(n):
-        res = speculative_generate(t, d, prompt, 3, methods[s % 4], budget=6, temperature=T, seed=s, metrics=False)
+        res = speculative_generate(t, d, prompt, 3, methods[s % len(methods)], budget=6, temperature=T, seed=s,
+                                   metrics=False)
         a, b, c = res.tokens
         counts[(a * V + b) * V + c] += 1
     seqs = torch.tensor([prompt + [a, b] for a in range(V) for b in range(V)])

@@ -16,3 +16,33 @@ def slow_topk(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         vals[r] = [float(row[t]) for t in best]
         ids[r] = best
     return vals.reshape(*lead, k), ids.reshape(*lead, k)
+
+
+def slow_path_tree(drafter, root: int, log_q, budget: int) -> dict[tuple[int, ...], float]:
+    """The exact top-``budget`` prefixes under a Domino drafter's corrected path scores, best first.
+
+    Plain best-first search over *every* child (the whole vocabulary) of every expanded node, each
+    node's corrected distribution recomputed along its own path, one path at a time
+    (``drafter.corrected_log_probs``). Returns {path: score}; ties go to the first pushed."""
+    import heapq
+
+    depth_max, vocab = log_q.shape
+    heap: list = []
+    count = 0
+
+    def push_children(path, score):
+        nonlocal count
+        if len(path) >= depth_max:
+            return
+        lp = drafter.corrected_log_probs(root, path, log_q).double().tolist()
+        for tok in range(vocab):
+            heapq.heappush(heap, (-(score + min(lp[tok], 0.0)), count, path + (tok,)))
+            count += 1
+
+    out: dict[tuple[int, ...], float] = {}
+    push_children((), 0.0)
+    while heap and len(out) < budget:
+        neg, _, path = heapq.heappop(heap)
+        out[path] = -neg
+        push_children(path, -neg)
+    return out

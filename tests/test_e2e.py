@@ -31,11 +31,19 @@ def test_micro_preset_writes_the_table(micro):
     for r in rows:
         assert all(k in r for k in REQUIRED), r
     methods = {(r["method"], r["drafter"]) for r in rows}
-    assert {("ar", "none"), ("chain", "product"), ("ddtree", "product"), ("mfd", "mfd-k2")} <= methods
+    assert {("ar", "none"), ("chain", "product"), ("ddtree", "product"), ("mfd", "mfd-k2"),
+            ("dartree", "dartree")} <= methods
+    assert not any(r["drafter"] == "dartree" and r["method"] != "dartree" for r in rows)
+    for temp in cfg["temperatures"]:  # dartree at the same budgets and temperatures as mfd
+        assert ({r["budget"] for r in rows if r["method"] == "dartree" and r["temperature"] == temp}
+                == {r["budget"] for r in rows if r["method"] == "mfd" and r["temperature"] == temp})
     assert {r["temperature"] for r in rows} == set(cfg["temperatures"])
     assert {r["budget"] for r in rows if r["method"] == "mfd"} == set(cfg["budgets"])
     assert res["data"]["hf_assisted"], "the HF assisted-generation baseline is missing"
-    assert set(res["data"]["loss_curves"]) >= {"target", "product", "mfd-k2", "draft_lm"}
+    assert set(res["data"]["loss_curves"]) >= {"target", "product", "mfd-k2", "draft_lm", "dartree"}
+    # trained identically: the same number of steps as the product drafter
+    assert len(res["data"]["loss_curves"]["dartree"]) == len(res["data"]["loss_curves"]["product"])
+    assert len(list((out / "cache").glob("drafter-dartree-*/drafter/config.json"))) == 1
     assert res["data"]["mode_diagnostics"]["mfd-k2"]["K"] == 2
     assert res["data"]["prediction_check"]["n_rows"] > 0
 
@@ -57,7 +65,7 @@ def test_rerun_skips_training(micro):
     out, _ = micro
     cache = out / "cache"
     stamp = {p: p.stat().st_mtime for p in cache.glob("*/loss_curve.json")}
-    assert len(stamp) >= 4  # target, draft LM, two drafters
+    assert len(stamp) >= 5  # target, draft LM, two block drafters, the Domino drafter
     main(["--preset", "micro", "--out", str(out), "--quiet", "--hf-assisted", "false",
           "--temperatures", "0", "--budgets", "8"])
     assert {p: p.stat().st_mtime for p in cache.glob("*/loss_curve.json")} == stamp

@@ -20,14 +20,15 @@ def test_gpu_check_micro_on_cpu(tmp_path):
                          block_size=4, num_modes=2)
     res = run(cfg, out_dir=tmp_path, progress=False)
     greedy = res.data["greedy"]
-    assert {r["method"] for r in greedy} == {"ar", "chain", "ddtree", "mfd"}
+    assert {r["method"] for r in greedy} == {"ar", "chain", "ddtree", "mfd", "dartree"}
+    assert {r["drafter"] for r in greedy if r["method"] == "dartree"} == {"random-domino"}
     assert all(r["status"] == "equal" for r in greedy), [r for r in greedy if r["status"] != "equal"]
     assert max(r["tau"] for r in greedy if r["drafter"] == "replay") > 1.5  # trees were partly accepted
     prof = load_latency_profile(tmp_path / "verify_latency_cpu_small.json", make_monotone=True)
     assert list(prof.tree_sizes) == [1, 4, 16] and not prof.assumption
     assert set(res.data["draft_ms"]) == {"K=1,T=16", "K=1,T=40", "K=2,T=16", "K=2,T=40"}
     assert json.loads((tmp_path / "gpu_check_cpu_small.json").read_text())["name"] == "gpu_check"
-    assert "greedy equality vs HF generate: equal 7" in report(res)
+    assert "greedy equality vs HF generate: equal 8" in report(res)
 
 
 def test_compare_tells_a_near_tie_from_a_failure():

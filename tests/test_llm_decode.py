@@ -46,6 +46,7 @@ def _drafters(model):
         "oracle1": OracleDrafter(model, block_size=6, num_modes=1, seed=2),
         "block": build_drafter(model, block_size=5, num_layers=1, seed=3),
         "mfd3": build_drafter(model, block_size=5, num_layers=1, num_modes=3, seed=4),
+        "domino": build_drafter(model, block_size=5, num_layers=1, seed=5, kind="dartree"),
     }
 
 
@@ -53,7 +54,7 @@ def _drafters(model):
 def test_greedy_equals_hf_generate(model, target, method):
     drafters = _drafters(model)
     for (name, drafter), prompt, n in itertools.product(drafters.items(), PROMPTS, (1, 9, 24)):
-        if method == "ar" and name != "block":
+        if (method == "ar" and name != "block") or (method == "dartree" and not hasattr(drafter, "grow_tree")):
             continue
         ref = _hf_greedy(model, prompt, n)
         res = speculative_generate(target, drafter, prompt, n, method, budget=12)

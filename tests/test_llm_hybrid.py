@@ -144,7 +144,8 @@ def test_greedy_equals_hf_generate_other_hybrids(arch):
     target = TargetModel(model)
     ref = _hf_greedy(model, PROMPT, 20)
     for method, drafter in itertools.product(METHODS, ("decoy", "block")):
-        d = DecoyDrafter(model, 6, 2, seed=5) if drafter == "decoy" else build_drafter(model, 5, 1, 2, seed=6)
+        d = DecoyDrafter(model, 6, 2, seed=5) if drafter == "decoy" else build_drafter(
+            model, 5, 1, 1 if method == "dartree" else 2, seed=6, kind="dartree" if method == "dartree" else "dflash")
         assert speculative_generate(target, d, PROMPT, 20, method, budget=24).tokens == ref, (method, drafter)
 
 

@@ -184,3 +184,27 @@ def test_e2e_gains_use_the_evaluators_verdict_when_stored():
     g.update(speedup_gain=0.06, speedup_verdict="faster", speedup_gain_ci95=0.031)
     out = e2e_gains_block(res)
     assert "+6.0% +- 3.1%" in out and "no measurable difference" not in out
+
+
+def test_e2e_dartree_block_sets_the_three_trees_side_by_side(tmp_path):
+    """e2e-dartree: per budget, ddtree (product), mfd and dartree rows with tau, speedup, measured vs
+    predicted acceptance, z and dead share, read from the rows (not typed); a run without dartree
+    rows says so."""
+    res = _e2e_result(True)
+    plain = render(_readme(tmp_path, ["e2e-dartree"]).read_text(), tmp_path)
+    assert plain[2] == ["e2e-dartree"]  # no results file yet: skipped
+    res.save(tmp_path / "end_to_end.json")
+    assert "no dartree rows" in render(_readme(tmp_path, ["e2e-dartree"]).read_text(), tmp_path)[0]
+    for r in res.data["rows"]:
+        r.update(accepted_mean=r["tau"] - 1, predicted_accepted_mean=r["tau"] - 1.05, pred_gap_z=0.5)
+    res.data["rows"].append(dict(res.data["rows"][3], method="dartree", drafter="dartree", tau=4.75,
+                                 accepted_mean=3.75, predicted_accepted_mean=3.5, pred_gap_z=-1.25,
+                                 dead_share=0.125, speedup=1.2, speedup_passes=[1.1, 1.2, 1.3]))
+    res.save(tmp_path / "end_to_end.json")
+    new, changed, _ = render(_readme(tmp_path, ["e2e-dartree"]).read_text(), tmp_path)
+    assert changed == ["e2e-dartree"]
+    body = new.split("<!-- report:e2e-dartree -->")[1].split("<!-- /report:e2e-dartree -->")[0]
+    lines = [ln for ln in body.splitlines() if ln.startswith("| 1 |")]
+    assert [ln.split(" | ")[2] for ln in lines] == ["ddtree (product)", "mfd K = 4", "ddtree (product)",
+                                                    "mfd K = 4", "dartree (Domino)"]
+    assert lines[-1] == "| 1 | 64 | dartree (Domino) | 4.75 | 1.20x ± 0.10x | 3.75 | 3.50 | -1.2 | 12% |"

@@ -331,9 +331,11 @@ def run(config: BenchDecodeConfig = BenchDecodeConfig(), out_dir: str | None = N
         drafter = build_drafter(hf, config.block_size, config.draft_layers, num_modes=config.num_modes,
                                 seed=config.seed)
     prompts = _prompts(config, torch, target.vocab_size, dev)
-    runs: dict[str, list] = {m: [] for m in METHODS}
+    # "dartree" needs a Domino drafter (its own tree growth); the others run on any drafter
+    run_methods = [m for m in METHODS if m != "dartree" or hasattr(drafter, "grow_tree")]
+    runs: dict[str, list] = {m: [] for m in run_methods}
     for prompt in tqdm(prompts, desc="prompts", disable=not progress):
-        for method in METHODS:  # interleaved so drift in machine load hits every method alike
+        for method in run_methods:  # interleaved so drift in machine load hits every method alike
             speculative_generate(target, drafter, prompt, 4, method, budget=config.budget, metrics=False)  # warm
             timing = speculative_generate(target, drafter, prompt, config.max_new_tokens, method,
                                           budget=config.budget, temperature=config.temperature,

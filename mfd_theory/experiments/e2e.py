@@ -3,8 +3,9 @@
 ``mfd e2e --preset {micro,default} --out DIR`` trains (or loads from the cache) a byte-level-BPE
 multi-future corpus, a small Qwen3ForCausalLM target, a plain draft LM for Hugging Face's assisted
 generation, and block drafters with K = 1 (product, DFlash loss) and K in ``modes`` (MFD, mixture
-likelihood) on the target's own generations; then decodes held-out prompts with ar, chain,
-ddtree and mfd at every budget and temperature and writes ``DIR/end_to_end.json``: one row per
+likelihood) and a Domino drafter (DFlash backbone plus a GRU path correction, for DARTree's
+path-dependent trees) on the target's own generations; then decodes held-out prompts with ar,
+chain, ddtree, mfd and dartree at every budget and temperature and writes ``DIR/end_to_end.json``: one row per
 (method, drafter, budget, temperature) with tau, accepted mean/std, predicted acceptance, speedup
 vs ar and the dead-node share, plus the loss curves, the MFD gain table and the HF baseline.
 
@@ -69,6 +70,8 @@ class E2EConfig(Checked):
     blocks_per_seq: int = opt(4, "training blocks drawn per sequence", ge=1)
     drafter_lr: float = opt(3e-3, "drafter learning rate", gt=0)
     modes: tuple[int, ...] = opt((2, 4), "MFD drafter modes K (each >= 2)", ge=2)
+    dartree: bool = opt(True, "also train a DARTree (Domino) drafter the same way and decode it with method dartree")
+    dartree_rank: int = opt(32, "width (rank) of the Domino drafter's GRU path correction", ge=1)
     balance: float = opt(0.1, "load-balancing penalty of the MFD drafters", ge=0)
     # evaluation on held-out prompts
     eval_prompts: int = opt(24, "held-out prompts decoded per cell", ge=1)

@@ -189,6 +189,7 @@ def greedy_check(cfg: GpuCheckConfig, shape: str, torch, dev, dtype) -> list[dic
     hf = random_qwen3(shape, cfg.check_layers, dtype, dev, cfg.seed, cfg.init_std, torch)
     target = TargetModel(hf)
     mfd = build_drafter(hf, cfg.block_size, 1, num_modes=cfg.num_modes, seed=cfg.seed)
+    domino = build_drafter(hf, cfg.block_size, 1, seed=cfg.seed, kind="dartree")  # for method "dartree"
     g = torch.Generator().manual_seed(cfg.seed)
     rows = []
     for p in range(cfg.prompts):
@@ -200,9 +201,9 @@ def greedy_check(cfg: GpuCheckConfig, shape: str, torch, dev, dtype) -> list[dic
         ref = out.sequences[0, cfg.prompt_len:].tolist()
         scores = [s[0].float() for s in out.scores]  # [V] per step
         replay = ReplayDrafter(prompt.tolist() + ref, hf.config.vocab_size, cfg.block_size, dev, seed=p)
-        for name, drafter in (("random-mfd", mfd), ("replay", replay)):
+        for name, drafter in (("random-mfd", mfd), ("replay", replay), ("random-domino", domino)):
             for method in METHODS:
-                if name == "replay" and method == "ar":
+                if (name == "replay" and method == "ar") or ((method == "dartree") != (name == "random-domino")):
                     continue
                 res = speculative_generate(target, drafter, prompt, cfg.new_tokens, method, budget=cfg.budget)
                 rows.append({"prompt": p, "drafter": name, "method": method, "tau": res.tau,

@@ -16,6 +16,7 @@ _STYLE = {
     ("mfd", "mfd-k4"): dict(color="C1", marker="D", label="mfd K=4"),
     ("ddtree", "mfd-k2"): dict(color="C3", marker="s", ls=":", mfc="none", label="ddtree on K=2 marginals"),
     ("ddtree", "mfd-k4"): dict(color="C1", marker="D", ls=":", mfc="none", label="ddtree on K=4 marginals"),
+    ("dartree", "dartree"): dict(color="C2", marker="^", label="dartree (Domino drafter)"),
 }
 
 

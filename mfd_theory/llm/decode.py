@@ -1,4 +1,4 @@
-"""Tree-verified speculative decoding: one loop for "ar", "chain", "ddtree" and "mfd".
+"""Tree-verified speculative decoding: one loop for "ar", "chain", "ddtree", "mfd" and "dartree".
 
 A round (after a prefill that yields the first token, the *root*):
 
@@ -6,7 +6,9 @@ A round (after a prefill that yields the first token, the *root*):
              ``(log_pi [K], log_q [K, L, V])``;
 2. tree    - the method's builder turns it into a DraftTree (the only place methods differ):
              "ar" no tree, "chain" DFlash's argmax chain, "ddtree" the product tree over the
-             (marginal) per-position distributions, "mfd" the mixture tree;
+             (marginal) per-position distributions, "mfd" the mixture tree; "dartree" grows
+             its tree with the Domino drafter's path correction, one step per depth
+             (:meth:`mfd_theory.llm.domino.DominoDrafter.grow_tree`; counted as drafting time);
 3. verify  - one target forward over [root, nodes] with the ancestor-plus-context mask;
 4. walk    - the lossless rule (docs/background.md): at the current node draw x from the
              target's conditional (argmax when greedy); if x is a child move there, otherwise
@@ -40,7 +42,7 @@ from .target import TargetModel
 __all__ = ["METHODS", "DEAD_EPS", "StepRecord", "DecodeResult", "speculative_generate", "sampling_probs",
            "walk_tree", "build_tree"]
 
-METHODS = ("ar", "chain", "ddtree", "mfd")
+METHODS = ("ar", "chain", "ddtree", "mfd", "dartree")
 DEAD_EPS = 1e-3  # a node is "dead" when the target's prefix probability is below this
 # Below float32's smallest normal number, T itself is subnormal or rounds to 0 in the float32
 # division, and softmax(z / T) turns to 0/0; such temperatures are refused (0 means greedy).
@@ -66,6 +68,9 @@ class StepRecord:
     tree: DraftTree | None = None  # kept with keep_trees=True
     node_log_cond: np.ndarray | None = None  # [N] decoding-rule conditionals, with keep_trees=True
     predicted_var: float = float("nan")  # exact Var[accepted] for this tree under the same conditionals
+    # "dartree" only: seconds of the backbone pass ([0]) and of each depth's growth step ([d]);
+    # they sum to t_draft up to the clock reads between them
+    t_draft_depths: tuple[float, ...] = ()
 
     @property
     def t_step(self) -> float:
@@ -224,6 +229,9 @@ def build_tree(method: str, log_pi: torch.Tensor, log_q: torch.Tensor, budget: i
         lp = log_pi.double().cpu().numpy()
         lp = lp - np.logaddexp.reduce(lp)
         return mixture_tree(lp, np.minimum(vals, 0.0), budget, token_ids=ids)
+    if method == "dartree":
+        raise ValueError("method: 'dartree' grows its tree with the drafter's path correction "
+                         "(DominoDrafter.grow_tree), not from a drafted block alone")
     raise ValueError(f"method: must be one of {METHODS}, got {method!r}")
 
 
@@ -322,6 +330,8 @@ def _validate(target: TargetModel, drafter, method, budget, temperature, top_p, 
         return
     if drafter is None:
         raise ValueError(f"drafter: method {method!r} needs a drafter")
+    if method == "dartree" and not hasattr(drafter, "grow_tree"):
+        raise ValueError("drafter: method 'dartree' needs a Domino drafter (build_drafter(..., kind='dartree'))")
     if int(drafter.block_size) < 2:
         raise ValueError(f"drafter: block_size must be >= 2, got {drafter.block_size}")
     cfg = getattr(drafter, "config", None)
@@ -416,8 +426,15 @@ def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method
             if target.max_positions is not None:
                 depth = min(depth, target.max_positions - 1 - target.length)
             log_q = log_q[:, :max(depth, 0)]  # [K, <=L, V]
+        grow = use_draft and log_q.shape[1] > 0
+        tree, depth_times = None, ()
+        if grow and method == "dartree":
+            t_backbone = _clock(dev) - ta
+            tree, times = drafter.grow_tree(root, log_q[0], int(budget), clock=lambda: _clock(dev))
+            depth_times = (t_backbone, *times)
         tb = _clock(dev)
-        tree = build_tree(method, log_pi, log_q, int(budget)) if use_draft and log_q.shape[1] else None
+        if grow and method != "dartree":
+            tree = build_tree(method, log_pi, log_q, int(budget))
         n = 0 if tree is None else len(tree)
         mask = target.tree_mask(tree)  # [1, 1, N+1, P+N+1] float additive
         tc = _clock(dev)
@@ -469,7 +486,7 @@ def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method
             dead_share=dead_share, dead_splices=dead_splices, t_draft=tb - ta, t_tree=tc - tb,
             t_verify=td - tc, t_walk=te - td, t_commit=tg - tf,
             tree=tree if keep_trees else None, node_log_cond=dec if keep_trees else None,
-            predicted_var=predicted_var,
+            predicted_var=predicted_var, t_draft_depths=depth_times,
         ))
     result.t_total = _clock(dev) - t0
     return result

@@ -58,7 +58,7 @@ from torch import nn
 from transformers import Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding
 
-__all__ = ["BlockDrafter", "MFDDrafter", "build_drafter", "load_drafter", "default_target_layer_ids",
+__all__ = ["BlockDrafter", "MFDDrafter", "DRAFTER_KINDS", "build_drafter", "load_drafter", "default_target_layer_ids",
            "drafter_from_checkpoint", "check_drafter_target"]
 
 _CONFIG_COPY_KEYS = (
@@ -498,9 +498,16 @@ def _drafter_config(tcfg, block_size: int, num_layers: int, target_layer_ids, ma
     return cfg
 
 
+DRAFTER_KINDS = ("dflash", "dartree")
+
+
 def build_drafter(target: Any, block_size: int, num_layers: int, num_modes: int = 1, seed: int = 0, *,
-                  mask_token_id: int | None = None, target_layer_ids: list[int] | None = None) -> BlockDrafter:
+                  mask_token_id: int | None = None, target_layer_ids: list[int] | None = None,
+                  kind: str = "dflash", rank: int | None = None) -> BlockDrafter:
     """A randomly initialised drafter sized to ``target`` (BlockDrafter if num_modes == 1, else MFD).
+
+    ``kind="dartree"`` builds a Domino drafter (:mod:`mfd_theory.llm.domino`): the same backbone
+    plus a path-correction head of ``rank`` (default ``domino.DEFAULT_RANK``); it has one mode.
 
     ``mask_token_id`` defaults to the id z-lab's published drafters use for the target's tokenizer
     (151669 for Qwen3's 151,936-token vocabulary, 248070 for Qwen3.5/3.6's 248,320), otherwise to
@@ -516,6 +523,12 @@ def build_drafter(target: Any, block_size: int, num_layers: int, num_modes: int 
         raise ValueError(f"num_layers: must be >= 1, got {num_layers}")
     if int(num_modes) < 1:
         raise ValueError(f"num_modes: must be >= 1, got {num_modes}")
+    if not isinstance(kind, str) or kind not in DRAFTER_KINDS:
+        raise ValueError(f"kind: must be one of {DRAFTER_KINDS}, got {kind!r}")
+    if kind == "dartree" and int(num_modes) != 1:
+        raise ValueError(f"num_modes: a dartree (Domino) drafter has one mode, got {num_modes}")
+    if kind != "dartree" and rank is not None:
+        raise ValueError(f"rank: only a dartree drafter has a correction rank (kind is {kind!r})")
     ids = target_layer_ids or default_target_layer_ids(tcfg.num_hidden_layers, int(num_layers))
     default_mask = _PUBLISHED_MASK_IDS.get(int(tcfg.vocab_size), tcfg.vocab_size - 1)
     mask_id = default_mask if mask_token_id is None else int(mask_token_id)
@@ -524,7 +537,12 @@ def build_drafter(target: Any, block_size: int, num_layers: int, num_modes: int 
     gen = torch.Generator().manual_seed(int(seed))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(seed))
-        drafter = MFDDrafter(cfg, hf, int(num_modes)) if num_modes > 1 else BlockDrafter(cfg, hf)
+        if kind == "dartree":
+            from .domino import DominoDrafter
+
+            drafter = DominoDrafter(cfg, hf, rank)
+        else:
+            drafter = MFDDrafter(cfg, hf, int(num_modes)) if num_modes > 1 else BlockDrafter(cfg, hf)
     std = float(getattr(cfg, "initializer_range", 0.02))
     for name, p in drafter.named_parameters():
         if name.endswith("norm.weight"):
@@ -536,7 +554,8 @@ def build_drafter(target: Any, block_size: int, num_layers: int, num_modes: int 
 
 
 def load_drafter(directory, target: Any, dtype: torch.dtype | None = None) -> BlockDrafter:
-    """Read config.json + safetensors (DFlash names) from ``directory``; MFD if it has mode tensors."""
+    """Read config.json + safetensors (DFlash names) from ``directory``; MFD if it has mode tensors,
+    a Domino drafter (:mod:`mfd_theory.llm.domino`) if its architecture is ``DominoDraftModel``."""
     from safetensors.torch import load_file
 
     directory = Path(directory)
@@ -545,7 +564,7 @@ def load_drafter(directory, target: Any, dtype: torch.dtype | None = None) -> Bl
         raise FileNotFoundError(f"directory: no config.json in {directory}")
     raw = json.loads(cfg_path.read_text())
     arch = (raw.get("architectures") or ["DFlashDraftModel"])[0]
-    if arch not in ("DFlashDraftModel", "MFDDraftModel"):
+    if arch not in ("DFlashDraftModel", "MFDDraftModel", "DominoDraftModel"):
         raise ValueError(f"directory: architecture {arch!r} is not a DFlash block drafter")
     files = sorted(directory.glob("*.safetensors"))
     if not files:
@@ -562,9 +581,13 @@ def load_drafter(directory, target: Any, dtype: torch.dtype | None = None) -> Bl
         cfg.num_target_layers = raw["num_target_layers"]
     hf = _hf_model(target)
     num_modes = int(cfg.dflash_config.get("num_modes", 1))
-    if "mode_embeddings" in state:
+    if arch == "DominoDraftModel":
+        from .domino import DominoDrafter
+
+        drafter: BlockDrafter = DominoDrafter(cfg, hf)
+    elif "mode_embeddings" in state:
         num_modes = state["mode_embeddings"].shape[0]
-        drafter: BlockDrafter = MFDDrafter(cfg, hf, num_modes)
+        drafter = MFDDrafter(cfg, hf, num_modes)
     else:
         drafter = BlockDrafter(cfg, hf)
     state = {k: v for k, v in state.items() if not k.startswith("rotary_emb.")}

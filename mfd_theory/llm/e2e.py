@@ -7,7 +7,8 @@ a rerun skips what is done and a changed option retrains only what depends on it
 2. target Qwen3 (or Qwen3.5 hybrid) LM     ``target-<h>/model`` (save_pretrained) + loss curve
 3. plain draft LM (HF assisted baseline)   ``draftlm-<h>/model``
 4. self-distillation data                  ``distill-<h>.npy`` (the target's T=1 continuations)
-5. drafters K = 1 and K in ``modes``       ``drafter-k<K>-<h>/drafter`` (DFlash format) + curve
+5. drafters K = 1 and K in ``modes``       ``drafter-k<K>-<h>/drafter`` (DFlash format) + curve,
+   and the Domino drafter (``dartree``)    ``drafter-dartree-<h>/drafter``: same data, steps, sizes
 6. evaluation -> ``end_to_end.json`` (never cached: it is the measurement)
 
 Measured quantities per (method, drafter, budget, temperature), pooled over prompts and rounds:
@@ -163,21 +164,28 @@ def _distill(cfg, corpus, target_hf, tdir: Path, cache: Path, progress: bool) ->
     return data, path
 
 
-def _drafter(cfg, K: int, target_hf, corpus, data, dpath: Path, cache: Path, progress: bool):
+def _drafter(cfg, K: int, target_hf, corpus, data, dpath: Path, cache: Path, progress: bool,
+             kind: str = "dflash"):
+    """A trained drafter (cached): K modes, or with ``kind="dartree"`` the Domino drafter (one
+    mode, the correction head of rank ``cfg.dartree_rank``), trained on the same data and steps."""
     dcfg = DrafterTrainConfig(
         block_size=cfg.block_size, num_layers=cfg.drafter_layers, num_modes=K,
         batch_size=cfg.drafter_batch, blocks_per_seq=cfg.blocks_per_seq, steps=cfg.drafter_steps,
         lr=cfg.drafter_lr, warmup=max(1, cfg.drafter_steps // 20), balance=cfg.balance,
         ckpt_every=cfg.ckpt_every, seed=cfg.seed,
     )
-    run_dir = cache / f"drafter-k{K}-{config_hash(dcfg, dpath.name)}"
+    if kind == "dartree":
+        run_dir = cache / f"drafter-dartree-{config_hash(dcfg, dpath.name, kind, cfg.dartree_rank)}"
+    else:
+        run_dir = cache / f"drafter-k{K}-{config_hash(dcfg, dpath.name)}"
     if (run_dir / "drafter" / "config.json").is_file() and (run_dir / "loss_curve.json").is_file():
         return (load_trained_drafter(run_dir / "drafter", target_hf),
                 json.loads((run_dir / "loss_curve.json").read_text()))
     drafter = build_drafter(target_hf, cfg.block_size, cfg.drafter_layers, num_modes=K, seed=cfg.seed,
-                            mask_token_id=corpus.mask_id)
+                            mask_token_id=corpus.mask_id, kind=kind,
+                            rank=cfg.dartree_rank if kind == "dartree" else None)
     curve = train_drafter(target_hf, drafter, data, cfg.prompt_len, run_dir, dcfg, progress=progress,
-                          desc=f"drafter K={K}")
+                          desc="drafter dartree" if kind == "dartree" else f"drafter K={K}")
     return drafter.eval(), curve
 
 
@@ -185,13 +193,17 @@ def _drafter(cfg, K: int, target_hf, corpus, data, dpath: Path, cache: Path, pro
 
 
 def evaluate(cfg, target, drafters: dict[int, Any], prompts: np.ndarray, progress: bool = True,
-             with_records: bool = False):
-    """All rows: for each temperature, ar and every cell, through the shared evaluator
+             with_records: bool = False, dartree=None):
+    """All rows: for each temperature, ar and every cell (``dartree``: a Domino drafter, decoded
+    with method "dartree" at every budget, labelled "dartree"), through the shared evaluator
     (:mod:`mfd_theory.llm.evaluate`: methods interleaved per prompt, warm-up, decode-only timing
     over ``cfg.timing_passes`` passes). At T = 0 each row also records whether its outputs equal
     ar's (``matches_ar``: lossless). ``with_records`` also returns the per-prompt records."""
     labelled = {("product" if K == 1 else f"mfd-k{K}"): d for K, d in sorted(drafters.items())}
-    cells = make_cells(labelled, ("ar", "chain", "ddtree", "mfd"), cfg.budgets, ddtree_on_mfd=cfg.ddtree_on_mfd)
+    if dartree is not None:
+        labelled["dartree"] = dartree  # last: the product drafter stays the first single-mode one
+    cells = make_cells(labelled, ("ar", "chain", "ddtree", "mfd", "dartree"), cfg.budgets,
+                       ddtree_on_mfd=cfg.ddtree_on_mfd)
     # e2e's single-mode drafter is not run as chain-of-MFD: chain only for the product drafter.
     cells = [c for c in cells if not (c.method == "chain" and c.K > 1)]
     records = decode_cells(target, cells, list(prompts), temperatures=cfg.temperatures,
@@ -281,6 +293,11 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
         t = time.perf_counter()
         drafters[K], curves[K] = _drafter(cfg, K, target_hf, corpus, data, dpath, cache, progress)
         times[f"drafter_k{K}"] = time.perf_counter() - t
+    dartree, dartree_curve = None, []
+    if cfg.dartree:
+        t = time.perf_counter()
+        dartree, dartree_curve = _drafter(cfg, 1, target_hf, corpus, data, dpath, cache, progress, kind="dartree")
+        times["drafter_dartree"] = time.perf_counter() - t
 
     # Held-out self-distillation blocks (other prompts, other seed) for the mode diagnostics.
     held = make_distill_data(target_hf, corpus.prompts(32, cfg.prompt_len, "heldout", seed=cfg.seed + 3),
@@ -294,7 +311,8 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
     # stall badly when the machine's cores are shared.
     torch.set_num_threads(cfg.eval_threads)
     t = time.perf_counter()
-    rows, records = evaluate(cfg, target, drafters, prompts, progress=progress, with_records=True)
+    rows, records = evaluate(cfg, target, drafters, prompts, progress=progress, with_records=True,
+                             dartree=dartree)
     times["evaluate"] = time.perf_counter() - t
     hf_rows = []
     if draft_lm is not None:
@@ -315,7 +333,8 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
         "mode_diagnostics": modes_diag,
         "hf_assisted": hf_rows,
         "loss_curves": {"target": thin(target_curve), "draft_lm": thin(draft_curve),
-                        **{("product" if K == 1 else f"mfd-k{K}"): thin(c) for K, c in curves.items()}},
+                        **{("product" if K == 1 else f"mfd-k{K}"): thin(c) for K, c in curves.items()},
+                        **({"dartree": thin(dartree_curve)} if dartree is not None else {})},
         "corpus": {"vocab_size": corpus.vocab_size, "train_docs": len(corpus.train_docs),
                    "heldout_docs": len(corpus.heldout_docs), "train_tokens": int(len(corpus.stream())),
                    "tokenizer": "byte-level BPE (tokenizers), trained on the train split",

@@ -57,7 +57,8 @@ class Cell:
 
 
 def make_cells(drafters: dict[str, Any], methods, budgets, ddtree_on_mfd: bool = True) -> list[Cell]:
-    """ar first, then per drafter: chain (its block), ddtree per budget, mfd per budget (K > 1).
+    """ar first, then per drafter: chain (its block), ddtree per budget, mfd per budget (K > 1);
+    a Domino drafter (``kind == "dartree"``) gets dartree per budget only.
 
     ``ddtree`` on an MFD drafter builds the product tree over its per-position marginals (the
     ablation); ``ddtree_on_mfd=False`` leaves it out.
@@ -66,6 +67,10 @@ def make_cells(drafters: dict[str, Any], methods, budgets, ddtree_on_mfd: bool =
     cells = [Cell("ar", "none", 0)] if "ar" in methods else []
     for label, d in drafters.items():
         K, L = int(d.num_modes), int(d.block_size) - 1
+        if getattr(d, "kind", None) == "dartree":
+            if "dartree" in methods:
+                cells += [Cell("dartree", label, int(b), d) for b in budgets]
+            continue
         if "chain" in methods:
             cells.append(Cell("chain", label, L, d))
         if "ddtree" in methods and (K == 1 or ddtree_on_mfd):

@@ -600,10 +600,12 @@ class _DraftStep(torch.nn.Module):
         super().__init__()
         self.drafter = drafter
 
-    def forward(self, hidden_states, starts, block_ids, repeat: int):
+    def forward(self, hidden_states, starts, block_ids, repeat: int, paths=None):
         ctx = self.drafter.fuse_hidden(hidden_states)                  # [B, S, H]
         ctx, valid = left_align_context(ctx.repeat_interleave(repeat, 0), starts)  # [B*nb, T, H]
-        return self.drafter.train_forward(ctx, block_ids, valid)
+        if paths is None:
+            return self.drafter.train_forward(ctx, block_ids, valid)
+        return self.drafter.train_forward(ctx, block_ids, valid, paths=paths)
 
 
 def train_drafter(
@@ -659,6 +661,7 @@ def train_drafter(
             step_module, device_ids=[dev.index] if dev.type == "cuda" else None)
     nb, B, accum = config.blocks_per_seq, config.batch_size, config.grad_accum
     rank = dist.rank if dist is not None else 0
+    teacher_forced = bool(getattr(drafter, "teacher_forced", False))
 
     def loss_fn(step, micro=0):
         rng = np.random.default_rng([config.seed, 7, step])
@@ -683,7 +686,8 @@ def train_drafter(
         block_tokens = seq.gather(1, offs)                             # [b*nb, bs]
         block_ids = torch.full_like(block_tokens, mask_id)
         block_ids[:, 0] = block_tokens[:, 0]
-        out = step_module(hs, t, block_ids, nb)
+        # a path-corrected (Domino) drafter is teacher-forced: its correction reads the true block
+        out = step_module(hs, t, block_ids, nb, block_tokens if teacher_forced else None)
         return block_loss(out, block_tokens[:, 1:], weights, config.balance)
 
     run_cfg = {"kind": "drafter", "train": dataclasses.asdict(config), "target": fp, **data_desc,

@@ -30,6 +30,8 @@ def warm_up(target=None, drafter=None, budget: int = 64, methods=METHODS, prompt
         log_q = torch.log_softmax(torch.from_numpy(g.normal(size=(k, 3, 8))), dim=-1)  # [K, L, V]
         log_pi = torch.log_softmax(torch.zeros(k, dtype=torch.float64), dim=0)
         for m in methods:
+            if m == "dartree":  # grown by the drafter itself: warmed up by the decoding below
+                continue
             tree = build_tree(m, log_pi, log_q, min(int(budget), 6))
             if tree is not None:
                 tree.ancestor_mask()
@@ -38,6 +40,6 @@ def warm_up(target=None, drafter=None, budget: int = 64, methods=METHODS, prompt
     vocab = int(target.config.vocab_size) if hasattr(target, "config") else 2
     prompt = torch.arange(prompt_len) % max(1, vocab - 1)
     for m in methods:
-        if m != "ar" and drafter is None:
+        if (m != "ar" and drafter is None) or (m == "dartree" and not hasattr(drafter, "grow_tree")):
             continue
         speculative_generate(target, drafter, prompt, 3, m, budget=budget)
