@@ -477,6 +477,13 @@ def bench_draft_block(res: Result) -> str:
     ver = {t: [r["verify_ms"].get(t, r["verify_ms"].get(str(t))) for r in reps] for t in contexts}
     cat = {t: [r["cache_cat_ms"].get(t, r["cache_cat_ms"].get(str(t))) for r in reps] for t in contexts}
     share = _span([100 * x for x in ratios[f"verify: cache copy share at T={hi}"]], "{:.1f}", "%")
+    repeat_key = f"verify: kv head repeat share at T={hi}"
+    repeat = ""
+    if repeat_key in ratios:  # files written before it was timed have no kv head repeat
+        rep_ms = {t: [r["kv_repeat_ms"].get(t, r["kv_repeat_ms"].get(str(t))) for r in reps] for t in contexts}
+        repeat = (" The key/value head repeat HF's SDPA path does per forward for a GQA target given a mask "
+                  "(`repeat_kv`): " + ", ".join(f"{_span(rep_ms[t])} ms at T = {t}" for t in contexts)
+                  + f" ({_span([100 * x for x in ratios[repeat_key]], '{:.1f}', '%')} of the verify at T = {hi}).")
     fold_sdpa = f"folded attention alone: K={kmax} T={hi} / K=1 T={hi}"
     lines += ["", f"SDPA calls alone, K = {kmax} / K = 1 at T = {hi}: "
                   f"{three(f'attention alone: K={kmax} T={hi} / K=1 T={hi}')} (one call per mode)"
@@ -485,7 +492,7 @@ def bench_draft_block(res: Result) -> str:
                   "tree plus commit: " + ", ".join(f"{_span(ver[t])} ms at T = {t}" for t in contexts)
               + f" (T = {hi} / T = {lo}: {three(f'verify: T={hi} / T={lo}')}); of it, the cache concatenation "
                 "`DynamicCache.update` does per forward: " + ", ".join(f"{_span(cat[t])} ms at T = {t}" for t in contexts)
-              + f" ({share} of the verify at T = {hi})."]
+              + f" ({share} of the verify at T = {hi})." + repeat]
     return "\n".join(lines)
 
 

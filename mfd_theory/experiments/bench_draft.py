@@ -147,10 +147,14 @@ def _attention_ms(drafter, context: int, cfg: BenchDraftConfig, torch, folded: b
     return 1e3 * min(times)
 
 
-def _verify_ms(target, prompt, tree, cfg: BenchDraftConfig, torch) -> tuple[float, float]:
-    """(fastest verify + commit ms, fastest ms of the cache concatenation DynamicCache does per forward)."""
+def _verify_ms(target, prompt, tree, cfg: BenchDraftConfig, torch) -> tuple[float, float, float]:
+    """Fastest ms of: verify + commit; the cache concatenation ``DynamicCache.update`` does per
+    forward; the key/value head repeat HF's SDPA and eager paths do per forward for a GQA target
+    given a mask (``repeat_kv``: every cached row copied once per query head; 0 without GQA)."""
     target.prefill(prompt, hidden=False)
-    ver, cat = [], []
+    cfg_t = target.config
+    groups = cfg_t.num_attention_heads // cfg_t.num_key_value_heads
+    ver, cat, rep = [], [], []
     for _ in range(cfg.rounds):
         t0 = time.perf_counter()
         target.verify(1, tree, hidden=True)
@@ -162,7 +166,13 @@ def _verify_ms(target, prompt, tree, cfg: BenchDraftConfig, torch) -> tuple[floa
             torch.cat([layer.keys, layer.keys[:, :, -grow:]], dim=-2)
             torch.cat([layer.values, layer.values[:, :, -grow:]], dim=-2)
         cat.append(time.perf_counter() - t0)
-    return 1e3 * min(ver), 1e3 * min(cat)
+        t0 = time.perf_counter()
+        for layer in target.cache.layers if groups > 1 else ():
+            for x in (layer.keys, layer.values):  # [B, kvh, T, d] -> [B, heads, T, d], a copy
+                b, kvh, t, d = x.shape
+                x[:, :, None].expand(b, kvh, groups, t, d).reshape(b, kvh * groups, t, d)
+        rep.append(time.perf_counter() - t0)
+    return 1e3 * min(ver), 1e3 * min(cat), 1e3 * min(rep)
 
 
 def run(config: BenchDraftConfig = BenchDraftConfig(), out_dir: str | None = None, progress: bool = True) -> Result:
@@ -204,7 +214,7 @@ def run(config: BenchDraftConfig = BenchDraftConfig(), out_dir: str | None = Non
     load = [os.getloadavg()[0]]  # the machine's load around the run: timings on a shared machine move with it
     reps = []
     for _ in tqdm(range(config.repeats), desc="repeats", disable=not progress):
-        rep = {"draft_ms": {}, "attention_ms": {}, "verify_ms": {}, "cache_cat_ms": {}}
+        rep = {"draft_ms": {}, "attention_ms": {}, "verify_ms": {}, "cache_cat_ms": {}, "kv_repeat_ms": {}}
         for k in modes:
             slow = twin.SlowDraftCache(drafters[k])
             for t in contexts:
@@ -216,7 +226,8 @@ def run(config: BenchDraftConfig = BenchDraftConfig(), out_dir: str | None = Non
                 if k > 1:
                     rep["attention_ms"][f"folded,K={k},T={t}"] = _attention_ms(drafters[k], t, config, torch, folded=True)
         for t in contexts:
-            rep["verify_ms"][t], rep["cache_cat_ms"][t] = _verify_ms(target, prompts[t], tree, config, torch)
+            rep["verify_ms"][t], rep["cache_cat_ms"][t], rep["kv_repeat_ms"][t] = _verify_ms(
+                target, prompts[t], tree, config, torch)
         reps.append(rep)
     load.append(os.getloadavg()[0])
     data = {"model": model_name, "width": width, "repeats": reps, "ratios": _ratios(reps, modes, contexts),
@@ -258,6 +269,7 @@ def _ratios(reps, modes, contexts) -> dict[str, list[float]]:
             d[f"before,K={kmax},T={hi}"] / d[f"after,K={kmax},T={hi}"])
         out.setdefault(f"verify: T={hi} / T={lo}", []).append(rep["verify_ms"][hi] / rep["verify_ms"][lo])
         out.setdefault(f"verify: cache copy share at T={hi}", []).append(rep["cache_cat_ms"][hi] / rep["verify_ms"][hi])
+        out.setdefault(f"verify: kv head repeat share at T={hi}", []).append(rep["kv_repeat_ms"][hi] / rep["verify_ms"][hi])
     return out
 
 
@@ -273,7 +285,8 @@ def report(result: Result) -> str:
         lines.append(f"  {'SDPA alone ' + key:24s} " + " ".join(f"{r['attention_ms'][key]:8.2f}" for r in d["repeats"]))
     for t in d["repeats"][0]["verify_ms"]:
         lines.append(f"  verify N={c['verify_nodes']} T={t}: " + " ".join(f"{r['verify_ms'][t]:8.2f}" for r in d["repeats"])
-                     + "   of which cache concatenation: " + " ".join(f"{r['cache_cat_ms'][t]:6.2f}" for r in d["repeats"]))
+                     + "   of which cache concatenation: " + " ".join(f"{r['cache_cat_ms'][t]:6.2f}" for r in d["repeats"])
+                     + "   kv head repeat: " + " ".join(f"{r['kv_repeat_ms'][t]:6.2f}" for r in d["repeats"]))
     lines.append("ratios (min / median / max over repeats):")
     targets = {"K=1 T=": "target <= 3", "K=": "target <= 2.5"}
     for key, vals in d["ratios"].items():
