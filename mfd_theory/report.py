@@ -477,6 +477,12 @@ def bench_draft_block(res: Result) -> str:
     ver = {t: [r["verify_ms"].get(t, r["verify_ms"].get(str(t))) for r in reps] for t in contexts}
     cat = {t: [r["cache_cat_ms"].get(t, r["cache_cat_ms"].get(str(t))) for r in reps] for t in contexts}
     share = _span([100 * x for x in ratios[f"verify: cache copy share at T={hi}"]], "{:.1f}", "%")
+    concat_key = f"verify: concatenating / in-place cache at T={hi}"
+    concat = ""
+    if concat_key in ratios:  # files written before the in-place cache timed HF's cache only
+        cv = {t: [r["verify_concat_ms"].get(t, r["verify_concat_ms"].get(str(t))) for r in reps] for t in contexts}
+        concat = ("; with HF's concatenating `DynamicCache`: " + ", ".join(f"{_span(cv[t])} ms at T = {t}" for t in contexts)
+                  + f" (concatenating / in place at T = {hi}: {three(concat_key)})")
     repeat_key = f"verify: kv head repeat share at T={hi}"
     repeat = ""
     if repeat_key in ratios:  # files written before it was timed have no kv head repeat
@@ -488,10 +494,12 @@ def bench_draft_block(res: Result) -> str:
     lines += ["", f"SDPA calls alone, K = {kmax} / K = 1 at T = {hi}: "
                   f"{three(f'attention alone: K={kmax} T={hi} / K=1 T={hi}')} (one call per mode)"
               + (f", {three(fold_sdpa)} (folded, masked)" if fold_sdpa in ratios else "")
-              + f". Verify of an N = {c['verify_nodes']} "
-                  "tree plus commit: " + ", ".join(f"{_span(ver[t])} ms at T = {t}" for t in contexts)
-              + f" (T = {hi} / T = {lo}: {three(f'verify: T={hi} / T={lo}')}); of it, the cache concatenation "
-                "`DynamicCache.update` does per forward: " + ", ".join(f"{_span(cat[t])} ms at T = {t}" for t in contexts)
+              + f". Verify of an N = {c['verify_nodes']} tree plus commit"
+              + (" with `TargetModel`'s in-place cache" if concat else "") + ": "
+              + ", ".join(f"{_span(ver[t])} ms at T = {t}" for t in contexts)
+              + f" (T = {hi} / T = {lo}: {three(f'verify: T={hi} / T={lo}')})" + concat
+              + "; the cache concatenation `DynamicCache.update` does per forward: "
+              + ", ".join(f"{_span(cat[t])} ms at T = {t}" for t in contexts)
               + f" ({share} of the verify at T = {hi})." + repeat]
     return "\n".join(lines)
 

@@ -42,6 +42,7 @@ def test_bench_draft_micro(tmp_path):
     assert f"{fold:.2f} / {fold:.2f} / {fold:.2f} |" in text and "(folded, masked)" in text
     assert "verify at T = 40" in text and "1-minute load average" in text
     assert rep["kv_repeat_ms"]["40"] > 0 and "`repeat_kv`" in text  # micro: 4 query heads, 2 kv heads
+    assert rep["verify_concat_ms"]["40"] > 0 and "concatenating / in place at T = 40" in text
 
 
 @pytest.mark.parametrize("argv,msg", [(["--modes", "2,4"], "modes: must include 1"),

@@ -14,9 +14,11 @@ shape and a random drafter sized to it, CPU threads fixed (1 by default):
    copied into every mode's keys and repeated per query head). Printed: the targets' ratios, K = 1
    at the longest over the shortest context (target <= 3) and K = max over K = 1 at the longest
    context (target <= 2.5), before and after (and folded).
-2. **verify.** The target (HF ``DynamicCache``) at the same contexts: one verify forward of an
-   N-node product tree plus commit, and, apart, the ``torch.cat`` that ``DynamicCache.update``
-   performs on every layer's keys and values each forward (the cache copied whole per round).
+2. **verify.** The target at the same contexts: one verify forward of an N-node product tree plus
+   commit, with ``TargetModel``'s in-place cache ("after") and with HF's ``DynamicCache`` as it is
+   ("before": ``DynamicCache.update`` concatenates every layer's keys and values with the new rows,
+   the cache copied whole per round), and, apart, that ``torch.cat`` and the key/value head repeat
+   HF's attention does for a GQA target given a mask.
 
 The whole measurement is repeated ``repeats`` times (interleaved, so drift in machine load hits
 both paths alike) and the spread of every ratio is printed. Needs a source checkout (the "before"
@@ -147,10 +149,11 @@ def _attention_ms(drafter, context: int, cfg: BenchDraftConfig, torch, folded: b
     return 1e3 * min(times)
 
 
-def _verify_ms(target, prompt, tree, cfg: BenchDraftConfig, torch) -> tuple[float, float, float]:
-    """Fastest ms of: verify + commit; the cache concatenation ``DynamicCache.update`` does per
-    forward; the key/value head repeat HF's SDPA and eager paths do per forward for a GQA target
-    given a mask (``repeat_kv``: every cached row copied once per query head; 0 without GQA)."""
+def _verify_ms(target, prompt, tree, cfg: BenchDraftConfig, torch, copies: bool = False):
+    """Fastest ms of verify + commit; with ``copies`` also the fastest ms of the cache
+    concatenation ``DynamicCache.update`` does per forward, and of the key/value head repeat HF's
+    SDPA and eager paths do per forward for a GQA target given a mask (``repeat_kv``: every cached
+    row copied once per query head; 0 without GQA), both on this target's cache."""
     target.prefill(prompt, hidden=False)
     cfg_t = target.config
     groups = cfg_t.num_attention_heads // cfg_t.num_key_value_heads
@@ -160,6 +163,8 @@ def _verify_ms(target, prompt, tree, cfg: BenchDraftConfig, torch) -> tuple[floa
         target.verify(1, tree, hidden=True)
         target.commit([])  # keep the root row: the context grows by one per round
         ver.append(time.perf_counter() - t0)
+        if not copies:
+            continue
         grow = len(tree) + 1
         t0 = time.perf_counter()
         for layer in target.cache.layers:  # what DynamicLayer.update does with the new rows
@@ -172,6 +177,8 @@ def _verify_ms(target, prompt, tree, cfg: BenchDraftConfig, torch) -> tuple[floa
                 b, kvh, t, d = x.shape
                 x[:, :, None].expand(b, kvh, groups, t, d).reshape(b, kvh * groups, t, d)
         rep.append(time.perf_counter() - t0)
+    if not copies:
+        return 1e3 * min(ver)
     return 1e3 * min(ver), 1e3 * min(cat), 1e3 * min(rep)
 
 
@@ -195,6 +202,7 @@ def run(config: BenchDraftConfig = BenchDraftConfig(), out_dir: str | None = Non
         raise ValueError(f"contexts: {max(contexts)} rows plus the timed rounds exceed the target's "
                          f"{hf.config.max_position_embeddings} positions")
     target = TargetModel(hf)
+    concat_target = TargetModel(hf, cache_in_place=False)  # HF's DynamicCache as it is
     drafters = {k: build_drafter(hf, config.block_size, config.draft_layers, num_modes=k, seed=config.seed)
                 for k in modes}
     folded = {k: build_drafter(hf, config.block_size, config.draft_layers, num_modes=k, seed=config.seed)
@@ -214,7 +222,8 @@ def run(config: BenchDraftConfig = BenchDraftConfig(), out_dir: str | None = Non
     load = [os.getloadavg()[0]]  # the machine's load around the run: timings on a shared machine move with it
     reps = []
     for _ in tqdm(range(config.repeats), desc="repeats", disable=not progress):
-        rep = {"draft_ms": {}, "attention_ms": {}, "verify_ms": {}, "cache_cat_ms": {}, "kv_repeat_ms": {}}
+        rep = {"draft_ms": {}, "attention_ms": {}, "verify_ms": {}, "verify_concat_ms": {}, "cache_cat_ms": {},
+               "kv_repeat_ms": {}}
         for k in modes:
             slow = twin.SlowDraftCache(drafters[k])
             for t in contexts:
@@ -226,8 +235,9 @@ def run(config: BenchDraftConfig = BenchDraftConfig(), out_dir: str | None = Non
                 if k > 1:
                     rep["attention_ms"][f"folded,K={k},T={t}"] = _attention_ms(drafters[k], t, config, torch, folded=True)
         for t in contexts:
-            rep["verify_ms"][t], rep["cache_cat_ms"][t], rep["kv_repeat_ms"][t] = _verify_ms(
-                target, prompts[t], tree, config, torch)
+            rep["verify_concat_ms"][t], rep["cache_cat_ms"][t], rep["kv_repeat_ms"][t] = _verify_ms(
+                concat_target, prompts[t], tree, config, torch, copies=True)
+            rep["verify_ms"][t] = _verify_ms(target, prompts[t], tree, config, torch)
         reps.append(rep)
     load.append(os.getloadavg()[0])
     data = {"model": model_name, "width": width, "repeats": reps, "ratios": _ratios(reps, modes, contexts),
@@ -268,8 +278,12 @@ def _ratios(reps, modes, contexts) -> dict[str, list[float]]:
         out.setdefault(f"speedup: K={kmax} T={hi} before / after", []).append(
             d[f"before,K={kmax},T={hi}"] / d[f"after,K={kmax},T={hi}"])
         out.setdefault(f"verify: T={hi} / T={lo}", []).append(rep["verify_ms"][hi] / rep["verify_ms"][lo])
-        out.setdefault(f"verify: cache copy share at T={hi}", []).append(rep["cache_cat_ms"][hi] / rep["verify_ms"][hi])
-        out.setdefault(f"verify: kv head repeat share at T={hi}", []).append(rep["kv_repeat_ms"][hi] / rep["verify_ms"][hi])
+        out.setdefault(f"verify: concatenating / in-place cache at T={hi}", []).append(
+            rep["verify_concat_ms"][hi] / rep["verify_ms"][hi])
+        # shares of the verify with HF's concatenating cache, where both copies happen
+        out.setdefault(f"verify: cache copy share at T={hi}", []).append(rep["cache_cat_ms"][hi] / rep["verify_concat_ms"][hi])
+        out.setdefault(f"verify: kv head repeat share at T={hi}", []).append(
+            rep["kv_repeat_ms"][hi] / rep["verify_concat_ms"][hi])
     return out
 
 
@@ -284,7 +298,8 @@ def report(result: Result) -> str:
     for key in d["repeats"][0]["attention_ms"]:
         lines.append(f"  {'SDPA alone ' + key:24s} " + " ".join(f"{r['attention_ms'][key]:8.2f}" for r in d["repeats"]))
     for t in d["repeats"][0]["verify_ms"]:
-        lines.append(f"  verify N={c['verify_nodes']} T={t}: " + " ".join(f"{r['verify_ms'][t]:8.2f}" for r in d["repeats"])
+        lines.append(f"  verify N={c['verify_nodes']} T={t} in place: " + " ".join(f"{r['verify_ms'][t]:8.2f}" for r in d["repeats"])
+                     + "   concatenating: " + " ".join(f"{r['verify_concat_ms'][t]:8.2f}" for r in d["repeats"])
                      + "   of which cache concatenation: " + " ".join(f"{r['cache_cat_ms'][t]:6.2f}" for r in d["repeats"])
                      + "   kv head repeat: " + " ".join(f"{r['kv_repeat_ms'][t]:6.2f}" for r in d["repeats"]))
     lines.append("ratios (min / median / max over repeats):")
