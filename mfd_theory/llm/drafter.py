@@ -122,11 +122,11 @@ class _DraftAttention(nn.Module):
 
     Drafting from the cache can instead attend mode by mode (``per_mode``): mode k's block keys are
     written right after the context and its queries attend [context ; its block] unmasked, K SDPA
-    calls over the same in-place cache rows. On CPU attention is arithmetic-bound, every mode's
-    queries score every context key either way, and the CPU SDPA kernel re-reads the keys per
-    32-query tile anyway, so the fold saves no traffic there and its mask only adds work
-    (measured ~5-7% of a K = 4 round at context 4096). Where attention is memory-bound (a GPU at
-    batch 1), the fold's single read of the context is what counts.
+    calls over the same in-place cache rows. On CPU attention is arithmetic-bound: every mode's
+    queries score every context key either way, one call over the folded queries costs what K
+    calls do, and the fold's mask only adds work (~5-10% of a K = 4 round at context 4096,
+    ``mfd bench draft``). Where attention is memory-bound (a GPU at batch 1), the fold's single
+    read of the context is what counts.
     """
 
     def __init__(self, config: Qwen3Config):
