@@ -1,7 +1,9 @@
 """The target model adapter: prefill, one tree-verification forward, KV compaction.
 
 ``TargetModel`` wraps any Hugging Face causal LM whose forward accepts a 4D attention mask
-(Qwen3ForCausalLM first) and keeps its own ``DynamicCache``. A decoding round is
+(Qwen3ForCausalLM first) and keeps its own ``DynamicCache``, whose attention layers write new rows
+in place into preallocated buffers (``cache_in_place``, default) rather than concatenating the
+whole cache every forward. A decoding round is
 
     logits, hidden = target.verify(root_token, tree)   # [N+1, V]: root first, then the nodes
     ... walk the tree with the logits ...
