@@ -229,11 +229,13 @@ def run(config: BenchDraftConfig = BenchDraftConfig(), out_dir: str | None = Non
             for t in contexts:
                 rep["draft_ms"][f"after,K={k},T={t}"] = round_ms(drafters[k], feats, t, config.rounds, config.new_rows, torch)
                 if k > 1:
-                    rep["draft_ms"][f"folded,K={k},T={t}"] = round_ms(folded[k], feats, t, config.rounds, config.new_rows, torch)
+                    rep["draft_ms"][f"folded,K={k},T={t}"] = round_ms(folded[k], feats, t, config.rounds,
+                                                                      config.new_rows, torch)
                 rep["draft_ms"][f"before,K={k},T={t}"] = round_ms(slow, feats, t, config.rounds, config.new_rows, torch)
                 rep["attention_ms"][f"K={k},T={t}"] = _attention_ms(drafters[k], t, config, torch, folded=False)
                 if k > 1:
-                    rep["attention_ms"][f"folded,K={k},T={t}"] = _attention_ms(drafters[k], t, config, torch, folded=True)
+                    rep["attention_ms"][f"folded,K={k},T={t}"] = _attention_ms(drafters[k], t, config, torch,
+                                                                               folded=True)
         for t in contexts:
             rep["verify_concat_ms"][t], rep["cache_cat_ms"][t], rep["kv_repeat_ms"][t] = _verify_ms(
                 concat_target, prompts[t], tree, config, torch, copies=True)
@@ -281,7 +283,8 @@ def _ratios(reps, modes, contexts) -> dict[str, list[float]]:
         out.setdefault(f"verify: concatenating / in-place cache at T={hi}", []).append(
             rep["verify_concat_ms"][hi] / rep["verify_ms"][hi])
         # shares of the verify with HF's concatenating cache, where both copies happen
-        out.setdefault(f"verify: cache copy share at T={hi}", []).append(rep["cache_cat_ms"][hi] / rep["verify_concat_ms"][hi])
+        out.setdefault(f"verify: cache copy share at T={hi}", []).append(
+            rep["cache_cat_ms"][hi] / rep["verify_concat_ms"][hi])
         out.setdefault(f"verify: kv head repeat share at T={hi}", []).append(
             rep["kv_repeat_ms"][hi] / rep["verify_concat_ms"][hi])
     return out
@@ -298,7 +301,8 @@ def report(result: Result) -> str:
     for key in d["repeats"][0]["attention_ms"]:
         lines.append(f"  {'SDPA alone ' + key:24s} " + " ".join(f"{r['attention_ms'][key]:8.2f}" for r in d["repeats"]))
     for t in d["repeats"][0]["verify_ms"]:
-        lines.append(f"  verify N={c['verify_nodes']} T={t} in place: " + " ".join(f"{r['verify_ms'][t]:8.2f}" for r in d["repeats"])
+        lines.append(f"  verify N={c['verify_nodes']} T={t} in place: "
+                     + " ".join(f"{r['verify_ms'][t]:8.2f}" for r in d["repeats"])
                      + "   concatenating: " + " ".join(f"{r['verify_concat_ms'][t]:8.2f}" for r in d["repeats"])
                      + "   of which cache concatenation: " + " ".join(f"{r['cache_cat_ms'][t]:6.2f}" for r in d["repeats"])
                      + "   kv head repeat: " + " ".join(f"{r['kv_repeat_ms'][t]:6.2f}" for r in d["repeats"]))
