@@ -124,7 +124,7 @@ class _DraftAttention(nn.Module):
     written right after the context and its queries attend [context ; its block] unmasked, K SDPA
     calls over the same in-place cache rows. On CPU attention is arithmetic-bound: every mode's
     queries score every context key either way, one call over the folded queries costs what K
-    calls do, and the fold's mask only adds work (~5-10% of a K = 4 round at context 4096,
+    calls do, and the fold's mask only adds work (2-10% of a K = 4 round at context 4096 in
     ``mfd bench draft``). Where attention is memory-bound (a GPU at batch 1), the fold's single
     read of the context is what counts.
     """
