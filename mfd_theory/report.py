@@ -504,26 +504,50 @@ def bench_draft_block(res: Result) -> str:
              f"block {c['block_size']}, {c['new_rows']} new context rows per round, fastest of {c['rounds']} rounds "
              f"per cell, {len(reps)} repeats in one run, {c['threads']} thread(s); {load_s}. Times in ms, a cell is "
              "the span over repeats; ratios are min / median / max over repeats:",
-             "", "| round | before | after |", "|---|---|---|"]
+             "", "| round | before | folded | after |", "|---|---|---|---|"]
+
+    def cell(path, k, t):  # "folded" exists for K > 1 only (and not in files written before it)
+        vals = [r["draft_ms"].get(f"{path},K={k},T={t}") for r in reps]
+        return _span(vals) if None not in vals else "-"
+
     for k in modes:
         for t in contexts:
-            lines.append(f"| K = {k}, T = {t} | " + " | ".join(
-                _span([r["draft_ms"][f"{path},K={k},T={t}"] for r in reps]) for path in ("before", "after")) + " |")
-    lines.append(f"| K = 1: T = {hi} / T = {lo} (target <= 3) | {three(f'before: K=1 T={hi} / K=1 T={lo}')} | "
+            lines.append(f"| K = {k}, T = {t} | " + " | ".join(cell(p, k, t) for p in ("before", "folded", "after")) + " |")
+    lines.append(f"| K = 1: T = {hi} / T = {lo} (target <= 3) | {three(f'before: K=1 T={hi} / K=1 T={lo}')} | - | "
                  f"{three(f'after: K=1 T={hi} / K=1 T={lo}')} |")
     if kmax > 1:
+        fold_key = f"folded: K={kmax} T={hi} / K=1 T={hi}"
         lines.append(f"| T = {hi}: K = {kmax} / K = 1 (target <= 2.5) | "
-                     f"{three(f'before: K={kmax} T={hi} / K=1 T={hi}')} | {three(f'after: K={kmax} T={hi} / K=1 T={hi}')} |")
+                     f"{three(f'before: K={kmax} T={hi} / K=1 T={hi}')} | "
+                     f"{three(fold_key) if fold_key in ratios else '-'} | {three(f'after: K={kmax} T={hi} / K=1 T={hi}')} |")
     # keyed by T: ints in a fresh result, strings once read back from JSON
     ver = {t: [r["verify_ms"].get(t, r["verify_ms"].get(str(t))) for r in reps] for t in contexts}
     cat = {t: [r["cache_cat_ms"].get(t, r["cache_cat_ms"].get(str(t))) for r in reps] for t in contexts}
     share = _span([100 * x for x in ratios[f"verify: cache copy share at T={hi}"]], "{:.1f}", "%")
-    lines += ["", f"SDPA call alone, K = {kmax} / K = 1 at T = {hi}: "
-                  f"{three(f'attention alone: K={kmax} T={hi} / K=1 T={hi}')}. Verify of an N = {c['verify_nodes']} "
-                  "tree plus commit: " + ", ".join(f"{_span(ver[t])} ms at T = {t}" for t in contexts)
-              + f" (T = {hi} / T = {lo}: {three(f'verify: T={hi} / T={lo}')}); of it, the cache concatenation "
-                "`DynamicCache.update` does per forward: " + ", ".join(f"{_span(cat[t])} ms at T = {t}" for t in contexts)
-              + f" ({share} of the verify at T = {hi})."]
+    concat_key = f"verify: concatenating / in-place cache at T={hi}"
+    concat = ""
+    if concat_key in ratios:  # files written before the in-place cache timed HF's cache only
+        cv = {t: [r["verify_concat_ms"].get(t, r["verify_concat_ms"].get(str(t))) for r in reps] for t in contexts}
+        concat = ("; with HF's concatenating `DynamicCache`: " + ", ".join(f"{_span(cv[t])} ms at T = {t}" for t in contexts)
+                  + f" (concatenating / in place at T = {hi}: {three(concat_key)})")
+    repeat_key = f"verify: kv head repeat share at T={hi}"
+    repeat = ""
+    if repeat_key in ratios:  # files written before it was timed have no kv head repeat
+        rep_ms = {t: [r["kv_repeat_ms"].get(t, r["kv_repeat_ms"].get(str(t))) for r in reps] for t in contexts}
+        repeat = (" The key/value head repeat HF's SDPA path does per forward for a GQA target given a mask "
+                  "(`repeat_kv`): " + ", ".join(f"{_span(rep_ms[t])} ms at T = {t}" for t in contexts)
+                  + f" ({_span([100 * x for x in ratios[repeat_key]], '{:.1f}', '%')} of the verify at T = {hi}).")
+    fold_sdpa = f"folded attention alone: K={kmax} T={hi} / K=1 T={hi}"
+    lines += ["", f"SDPA calls alone, K = {kmax} / K = 1 at T = {hi}: "
+                  f"{three(f'attention alone: K={kmax} T={hi} / K=1 T={hi}')} (one call per mode)"
+              + (f", {three(fold_sdpa)} (folded, masked)" if fold_sdpa in ratios else "")
+              + f". Verify of an N = {c['verify_nodes']} tree plus commit"
+              + (" with `TargetModel`'s in-place cache" if concat else "") + ": "
+              + ", ".join(f"{_span(ver[t])} ms at T = {t}" for t in contexts)
+              + f" (T = {hi} / T = {lo}: {three(f'verify: T={hi} / T={lo}')})" + concat
+              + "; the cache concatenation `DynamicCache.update` does per forward: "
+              + ", ".join(f"{_span(cat[t])} ms at T = {t}" for t in contexts)
+              + f" ({share} of the verify at T = {hi})." + repeat]
     return "\n".join(lines)
 
 

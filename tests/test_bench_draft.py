@@ -20,7 +20,8 @@ def test_bench_draft_micro(tmp_path):
     res = run(cfg, out_dir=tmp_path, progress=False)
     saved = json.loads((tmp_path / "bench_draft_micro.json").read_text())  # one file per preset shape
     rep = saved["data"]["repeats"][0]
-    assert set(rep["draft_ms"]) == {f"{p},K={k},T={t}" for p in ("before", "after") for k in (1, 2) for t in (8, 40)}
+    assert set(rep["draft_ms"]) == ({f"{p},K={k},T={t}" for p in ("before", "after") for k in (1, 2) for t in (8, 40)}
+                                    | {f"folded,K=2,T={t}" for t in (8, 40)})
     assert all(v > 0 for v in rep["draft_ms"].values())
     assert "after: K=2 T=40 / K=1 T=40" in saved["data"]["ratios"]
     assert len(saved["data"]["load_avg_1min"]) == 2
@@ -33,10 +34,15 @@ def test_bench_draft_micro(tmp_path):
     for k in (1, 2):
         for t in (8, 40):
             before, after = (rep["draft_ms"][f"{p},K={k},T={t}"] for p in ("before", "after"))
-            assert f"| K = {k}, T = {t} | {before:.2f} | {after:.2f} |" in text  # one repeat: one value per cell
+            folded = f"{rep['draft_ms'][f'folded,K={k},T={t}']:.2f}" if k > 1 else "-"
+            assert f"| K = {k}, T = {t} | {before:.2f} | {folded} | {after:.2f} |" in text  # one repeat: one value per cell
     ratio = saved["data"]["ratios"]["after: K=2 T=40 / K=1 T=40"][0]
     assert "| T = 40: K = 2 / K = 1 (target <= 2.5) |" in text and f"{ratio:.2f} / {ratio:.2f} / {ratio:.2f} |" in text
+    fold = saved["data"]["ratios"]["folded: K=2 T=40 / K=1 T=40"][0]
+    assert f"{fold:.2f} / {fold:.2f} / {fold:.2f} |" in text and "(folded, masked)" in text
     assert "verify at T = 40" in text and "1-minute load average" in text
+    assert rep["kv_repeat_ms"]["40"] > 0 and "`repeat_kv`" in text  # micro: 4 query heads, 2 kv heads
+    assert rep["verify_concat_ms"]["40"] > 0 and "concatenating / in place at T = 40" in text
 
 
 @pytest.mark.parametrize("argv,msg", [(["--modes", "2,4"], "modes: must include 1"),

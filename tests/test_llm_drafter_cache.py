@@ -30,10 +30,13 @@ def _feats(drafter, n, seed=0):
     return drafter.hidden_norm(torch.randn(1, n, drafter.config.hidden_size, generator=g))  # [1, n, H]
 
 
-def _rounds(drafter, twin, feats, cuts, roots):
-    """Feed feats in pieces (cut points) to both; compare every round's output."""
+def _rounds(drafter, twin, feats, cuts, roots, folds=None):
+    """Feed feats in pieces (cut points) to both; compare every round's output. ``folds``: the
+    drafter's ``fold_modes`` per round (default: left as it is)."""
     drafter.reset(), twin.reset()
-    for (a, b), root in zip(zip(cuts[:-1], cuts[1:]), roots):
+    for i, ((a, b), root) in enumerate(zip(zip(cuts[:-1], cuts[1:]), roots)):
+        if folds is not None:
+            drafter.fold_modes = folds[i]
         pi, q = drafter.draft_modes(feats[:, a:b], root)
         ref_pi, ref_q = twin.draft_modes(feats[:, a:b], root)
         assert q.shape == ref_q.shape and pi.shape == ref_pi.shape
@@ -42,10 +45,12 @@ def _rounds(drafter, twin, feats, cuts, roots):
 
 
 @pytest.mark.parametrize("heads,kv_heads", [(4, 2), (4, 4), (4, 1)])
-@pytest.mark.parametrize("k", [1, 3])
-def test_rounds_equal_the_slow_twin(heads, kv_heads, k):
+@pytest.mark.parametrize("k,fold", [(1, None), (3, True), (3, False)])
+def test_rounds_equal_the_slow_twin(heads, kv_heads, k, fold):
+    """Both ways of attending K modes (one folded, masked call; one call per mode) on CPU."""
     tgt = _target(heads, kv_heads)
     d = build_drafter(tgt, block_size=5, num_layers=2, num_modes=k, seed=1)
+    d.fold_modes = fold
     with torch.no_grad():
         if k > 1:  # distinct modes and a non-uniform readout, so a mode mix-up would show
             d.mode_embeddings.normal_(0, 1.0)
@@ -65,6 +70,20 @@ def test_growth_past_the_capacity_keeps_outputs_and_amortises():
         _rounds(d, SlowDraftCache(d), feats, cuts, [1, 2, 3, 4, 5, 6, 7])
     assert d.context_length == 700 and d.cache_capacity >= 700 + 2 * 4
     assert d.cache_capacity <= 2 * (700 + 2 * 4)  # doubling, not one slot per row
+
+
+def test_switching_between_folded_and_per_mode_rounds_mid_sequence():
+    """Per-mode rounds write no block mask; a folded round after them must still see every
+    context column (and none of an earlier block's mask), also across a capacity growth."""
+    tgt = _target()
+    d = build_drafter(tgt, block_size=4, num_layers=2, num_modes=3, seed=7)
+    with torch.no_grad():
+        d.mode_embeddings.normal_(0, 1.0)
+        d.weight_readout.normal_(0, 1.0)
+        feats = _feats(d, 400, seed=8)
+        cuts = [0, 5, 7, 8, 20, 21, 250, 252, 400]
+        _rounds(d, SlowDraftCache(d), feats, cuts, [1, 2, 3, 4, 5, 6, 7, 8],
+                folds=[True, False, False, True, False, True, False, True])
 
 
 def test_cache_grows_in_place_between_reallocations():

@@ -7,13 +7,18 @@ shape and a random drafter sized to it, CPU threads fixed (1 by default):
 1. **drafting.** For K in ``modes`` and each context T in ``contexts``: the drafter is fed T rows
    of context features, then ``rounds`` rounds each append ``new_rows`` rows and draft a block;
    the fastest round is kept (on a shared machine preemption only ever adds time) for the drafter ("after": modes share the context keys/values, the
-   cache grows in place) and for the slow twin in ``tests/reference_drafter.py`` ("before": the
-   cache concatenated whole every round, the context copied into every mode's keys and repeated
-   per query head). Printed: the targets' ratios, K = 1 at the longest over the shortest context
-   (target <= 3) and K = max over K = 1 at the longest context (target <= 2.5), before and after.
-2. **verify.** The target (HF ``DynamicCache``) at the same contexts: one verify forward of an
-   N-node product tree plus commit, and, apart, the ``torch.cat`` that ``DynamicCache.update``
-   performs on every layer's keys and values each forward (the cache copied whole per round).
+   cache grows in place; on CPU the modes attend one SDPA call each over the shared cache), for
+   the same drafter with its K modes folded into one masked SDPA call ("folded", K > 1 only: the
+   single read of the context that a memory-bound device wants) and for the slow twin in
+   ``tests/reference_drafter.py`` ("before": the cache concatenated whole every round, the context
+   copied into every mode's keys and repeated per query head). Printed: the targets' ratios, K = 1
+   at the longest over the shortest context (target <= 3) and K = max over K = 1 at the longest
+   context (target <= 2.5), before and after (and folded).
+2. **verify.** The target at the same contexts: one verify forward of an N-node product tree plus
+   commit, with ``TargetModel``'s in-place cache ("after") and with HF's ``DynamicCache`` as it is
+   ("before": ``DynamicCache.update`` concatenates every layer's keys and values with the new rows,
+   the cache copied whole per round), and, apart, that ``torch.cat`` and the key/value head repeat
+   HF's attention does for a GQA target given a mask.
 
 The whole measurement is repeated ``repeats`` times (interleaved, so drift in machine load hits
 both paths alike) and the spread of every ratio is printed. Needs a source checkout (the "before"
@@ -117,46 +122,64 @@ def round_ms(obj, feats, context: int, rounds: int, new_rows: int, torch) -> flo
     return 1e3 * min(times)
 
 
-def _attention_ms(drafter, context: int, cfg: BenchDraftConfig, torch) -> float:
-    """The arithmetic floor: the draft layers' SDPA calls alone (the drafter's folded shapes and
-    mask, random values), fastest of ``rounds``."""
+def _attention_ms(drafter, context: int, cfg: BenchDraftConfig, torch, folded: bool) -> float:
+    """The arithmetic floor: the draft layers' SDPA calls alone (random values, the drafter's
+    shapes), fastest of ``rounds``. ``folded``: one masked call over the K modes' folded queries;
+    otherwise one unmasked call per mode over [context ; its block]."""
     import torch.nn.functional as F
 
     from mfd_theory.llm.drafter import block_mode_mask
 
     attn = drafter.layers[0].self_attn
     k, s, d = drafter.num_modes, drafter.block_size, attn.head_dim
-    q = torch.randn(1, attn.num_kv_heads, attn.rep * k * s, d)  # [1, kvh, rep*K*S, d]
-    keys, values = torch.randn(2, 1, attn.num_kv_heads, context + k * s, d)
+    calls, per_call, blocks = (1, k, k) if folded else (k, 1, 1)
+    q = torch.randn(1, attn.num_kv_heads, attn.rep * per_call * s, d)  # [1, kvh, rep*K*S | rep*S, d]
+    keys, values = torch.randn(2, 1, attn.num_kv_heads, context + blocks * s, d)
     mask = None
-    if k > 1:
+    if folded and k > 1:
         mask = torch.zeros(attn.rep * k * s, context + k * s)
         mask[:, context:] = block_mode_mask(k, s, attn.rep, torch.float32, "cpu")
     times = []
     for _ in range(cfg.rounds):
         t0 = time.perf_counter()
         for _layer in drafter.layers:
-            F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=d ** -0.5)
+            for _call in range(calls):
+                F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=d ** -0.5)
         times.append(time.perf_counter() - t0)
     return 1e3 * min(times)
 
 
-def _verify_ms(target, prompt, tree, cfg: BenchDraftConfig, torch) -> tuple[float, float]:
-    """(fastest verify + commit ms, fastest ms of the cache concatenation DynamicCache does per forward)."""
+def _verify_ms(target, prompt, tree, cfg: BenchDraftConfig, torch, copies: bool = False):
+    """Fastest ms of verify + commit; with ``copies`` also the fastest ms of the cache
+    concatenation ``DynamicCache.update`` does per forward, and of the key/value head repeat HF's
+    SDPA and eager paths do per forward for a GQA target given a mask (``repeat_kv``: every cached
+    row copied once per query head; 0 without GQA), both on this target's cache."""
     target.prefill(prompt, hidden=False)
-    ver, cat = [], []
+    cfg_t = target.config
+    groups = cfg_t.num_attention_heads // cfg_t.num_key_value_heads
+    ver, cat, rep = [], [], []
     for _ in range(cfg.rounds):
         t0 = time.perf_counter()
         target.verify(1, tree, hidden=True)
         target.commit([])  # keep the root row: the context grows by one per round
         ver.append(time.perf_counter() - t0)
+        if not copies:
+            continue
         grow = len(tree) + 1
         t0 = time.perf_counter()
         for layer in target.cache.layers:  # what DynamicLayer.update does with the new rows
             torch.cat([layer.keys, layer.keys[:, :, -grow:]], dim=-2)
             torch.cat([layer.values, layer.values[:, :, -grow:]], dim=-2)
         cat.append(time.perf_counter() - t0)
-    return 1e3 * min(ver), 1e3 * min(cat)
+        t0 = time.perf_counter()
+        for layer in target.cache.layers if groups > 1 else ():
+            for x in (layer.keys, layer.values):  # [B, kvh, T, d] -> [B, heads, T, d], a copy
+                b, kvh, t, d = x.shape
+                x[:, :, None].expand(b, kvh, groups, t, d).reshape(b, kvh * groups, t, d)
+        rep.append(time.perf_counter() - t0)
+    if not copies:
+        return 1e3 * min(ver)
+    return 1e3 * min(ver), 1e3 * min(cat), 1e3 * min(rep)
 
 
 def run(config: BenchDraftConfig = BenchDraftConfig(), out_dir: str | None = None, progress: bool = True) -> Result:
@@ -179,8 +202,13 @@ def run(config: BenchDraftConfig = BenchDraftConfig(), out_dir: str | None = Non
         raise ValueError(f"contexts: {max(contexts)} rows plus the timed rounds exceed the target's "
                          f"{hf.config.max_position_embeddings} positions")
     target = TargetModel(hf)
+    concat_target = TargetModel(hf, cache_in_place=False)  # HF's DynamicCache as it is
     drafters = {k: build_drafter(hf, config.block_size, config.draft_layers, num_modes=k, seed=config.seed)
                 for k in modes}
+    folded = {k: build_drafter(hf, config.block_size, config.draft_layers, num_modes=k, seed=config.seed)
+              for k in modes if k > 1}  # the same weights (same seed), modes folded into one call
+    for drafter in folded.values():
+        drafter.fold_modes = True
     g = torch.Generator().manual_seed(config.seed)
     width = hf.config.hidden_size
     feats = torch.randn(1, max(contexts) + config.rounds * config.new_rows, width, generator=g)
@@ -189,20 +217,29 @@ def run(config: BenchDraftConfig = BenchDraftConfig(), out_dir: str | None = Non
     tree = product_tree(np.minimum(log_q, 0.0), config.verify_nodes)
     prompts = {t: torch.randint(0, hf.config.vocab_size - 1, (t,), generator=g) for t in contexts}
     warm_up(target, drafters[max(modes)])
-    for k in modes:  # first calls allocate buffers and pick kernels
-        round_ms(drafters[k], feats, min(contexts), 1, config.new_rows, torch)
+    for drafter in [*drafters.values(), *folded.values()]:  # first calls allocate buffers and pick kernels
+        round_ms(drafter, feats, min(contexts), 1, config.new_rows, torch)
     load = [os.getloadavg()[0]]  # the machine's load around the run: timings on a shared machine move with it
     reps = []
     for _ in tqdm(range(config.repeats), desc="repeats", disable=not progress):
-        rep = {"draft_ms": {}, "attention_ms": {}, "verify_ms": {}, "cache_cat_ms": {}}
+        rep = {"draft_ms": {}, "attention_ms": {}, "verify_ms": {}, "verify_concat_ms": {}, "cache_cat_ms": {},
+               "kv_repeat_ms": {}}
         for k in modes:
             slow = twin.SlowDraftCache(drafters[k])
             for t in contexts:
                 rep["draft_ms"][f"after,K={k},T={t}"] = round_ms(drafters[k], feats, t, config.rounds, config.new_rows, torch)
+                if k > 1:
+                    rep["draft_ms"][f"folded,K={k},T={t}"] = round_ms(folded[k], feats, t, config.rounds,
+                                                                      config.new_rows, torch)
                 rep["draft_ms"][f"before,K={k},T={t}"] = round_ms(slow, feats, t, config.rounds, config.new_rows, torch)
-                rep["attention_ms"][f"K={k},T={t}"] = _attention_ms(drafters[k], t, config, torch)
+                rep["attention_ms"][f"K={k},T={t}"] = _attention_ms(drafters[k], t, config, torch, folded=False)
+                if k > 1:
+                    rep["attention_ms"][f"folded,K={k},T={t}"] = _attention_ms(drafters[k], t, config, torch,
+                                                                               folded=True)
         for t in contexts:
-            rep["verify_ms"][t], rep["cache_cat_ms"][t] = _verify_ms(target, prompts[t], tree, config, torch)
+            rep["verify_concat_ms"][t], rep["cache_cat_ms"][t], rep["kv_repeat_ms"][t] = _verify_ms(
+                concat_target, prompts[t], tree, config, torch, copies=True)
+            rep["verify_ms"][t] = _verify_ms(target, prompts[t], tree, config, torch)
         reps.append(rep)
     load.append(os.getloadavg()[0])
     data = {"model": model_name, "width": width, "repeats": reps, "ratios": _ratios(reps, modes, contexts),
@@ -231,12 +268,25 @@ def _ratios(reps, modes, contexts) -> dict[str, list[float]]:
         a = rep["attention_ms"]
         out.setdefault(f"attention alone: K={kmax} T={hi} / K=1 T={hi}", []).append(
             a[f"K={kmax},T={hi}"] / a[f"K=1,T={hi}"])
+        if kmax > 1:  # the K = 1 round is the same either way: folding only changes K > 1
+            out.setdefault(f"folded: K={kmax} T={hi} / K=1 T={hi}", []).append(
+                d[f"folded,K={kmax},T={hi}"] / d[f"after,K=1,T={hi}"])
+            out.setdefault(f"folded attention alone: K={kmax} T={hi} / K=1 T={hi}", []).append(
+                a[f"folded,K={kmax},T={hi}"] / a[f"K=1,T={hi}"])
+            out.setdefault(f"speedup: K={kmax} T={hi} folded / after", []).append(
+                d[f"folded,K={kmax},T={hi}"] / d[f"after,K={kmax},T={hi}"])
         out.setdefault(f"after minus attention: K={kmax} / K=1 at T={hi}", []).append(
             (d[f"after,K={kmax},T={hi}"] - a[f"K={kmax},T={hi}"]) / (d[f"after,K=1,T={hi}"] - a[f"K=1,T={hi}"]))
         out.setdefault(f"speedup: K={kmax} T={hi} before / after", []).append(
             d[f"before,K={kmax},T={hi}"] / d[f"after,K={kmax},T={hi}"])
         out.setdefault(f"verify: T={hi} / T={lo}", []).append(rep["verify_ms"][hi] / rep["verify_ms"][lo])
-        out.setdefault(f"verify: cache copy share at T={hi}", []).append(rep["cache_cat_ms"][hi] / rep["verify_ms"][hi])
+        out.setdefault(f"verify: concatenating / in-place cache at T={hi}", []).append(
+            rep["verify_concat_ms"][hi] / rep["verify_ms"][hi])
+        # shares of the verify with HF's concatenating cache, where both copies happen
+        out.setdefault(f"verify: cache copy share at T={hi}", []).append(
+            rep["cache_cat_ms"][hi] / rep["verify_concat_ms"][hi])
+        out.setdefault(f"verify: kv head repeat share at T={hi}", []).append(
+            rep["kv_repeat_ms"][hi] / rep["verify_concat_ms"][hi])
     return out
 
 
@@ -251,13 +301,16 @@ def report(result: Result) -> str:
     for key in d["repeats"][0]["attention_ms"]:
         lines.append(f"  {'SDPA alone ' + key:24s} " + " ".join(f"{r['attention_ms'][key]:8.2f}" for r in d["repeats"]))
     for t in d["repeats"][0]["verify_ms"]:
-        lines.append(f"  verify N={c['verify_nodes']} T={t}: " + " ".join(f"{r['verify_ms'][t]:8.2f}" for r in d["repeats"])
-                     + "   of which cache concatenation: " + " ".join(f"{r['cache_cat_ms'][t]:6.2f}" for r in d["repeats"]))
+        lines.append(f"  verify N={c['verify_nodes']} T={t} in place: "
+                     + " ".join(f"{r['verify_ms'][t]:8.2f}" for r in d["repeats"])
+                     + "   concatenating: " + " ".join(f"{r['verify_concat_ms'][t]:8.2f}" for r in d["repeats"])
+                     + "   of which cache concatenation: " + " ".join(f"{r['cache_cat_ms'][t]:6.2f}" for r in d["repeats"])
+                     + "   kv head repeat: " + " ".join(f"{r['kv_repeat_ms'][t]:6.2f}" for r in d["repeats"]))
     lines.append("ratios (min / median / max over repeats):")
     targets = {"K=1 T=": "target <= 3", "K=": "target <= 2.5"}
     for key, vals in d["ratios"].items():
         note = ""
-        if key.startswith(("before:", "after:")):
+        if key.startswith(("before:", "after:", "folded:")):
             body = key.split(": ", 1)[1]
             note = targets["K=1 T="] if body.startswith("K=1 ") else targets["K="]
         lines.append(f"  {key:42s} {min(vals):6.2f} {statistics.median(vals):6.2f} {max(vals):6.2f}  {note}")

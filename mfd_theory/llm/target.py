@@ -1,7 +1,9 @@
 """The target model adapter: prefill, one tree-verification forward, KV compaction.
 
 ``TargetModel`` wraps any Hugging Face causal LM whose forward accepts a 4D attention mask
-(Qwen3ForCausalLM first) and keeps its own ``DynamicCache``. A decoding round is
+(Qwen3ForCausalLM first) and keeps its own ``DynamicCache``, whose attention layers write new rows
+in place into preallocated buffers (``cache_in_place``, default) rather than concatenating the
+whole cache every forward. A decoding round is
 
     logits, hidden = target.verify(root_token, tree)   # [N+1, V]: root first, then the nodes
     ... walk the tree with the logits ...
@@ -16,6 +18,7 @@ Hybrid targets (Gated DeltaNet + attention) are verified through :mod:`mfd_theor
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +55,50 @@ def ancestor_mask(tree, device) -> torch.Tensor:
     return torch.from_numpy(tree.ancestor_mask()).to(device)
 
 
+@functools.lru_cache(maxsize=None)
+def _in_place_layer_class():
+    """A ``DynamicLayer`` that keeps its rows in preallocated buffers grown by doubling.
+
+    ``DynamicLayer.update`` concatenates the new rows to the cached ones, which copies the whole
+    cache every forward (every verify round). This layer writes the new rows in place instead;
+    ``keys`` / ``values`` are views of the buffers' first rows, so ``crop`` (a shorter view) and
+    :meth:`TargetModel.commit`'s in-place row moves work on it unchanged. Growth copies the rows
+    once into a buffer at least twice as long (amortised O(1) per row; up to 2x the cache memory).
+    """
+    from transformers.cache_utils import DynamicLayer
+
+    class InPlaceLayer(DynamicLayer):
+        _buf_k: torch.Tensor | None = None  # [B, kvh, capacity, d]
+        _buf_v: torch.Tensor | None = None
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            n, t = self.get_seq_length(), key_states.shape[-2]
+            buf = self._buf_k
+            # a fresh layer, no room, or keys replaced behind our back (batch ops, offloading)
+            if (buf is None or n + t > buf.shape[-2] or buf.shape[:-2] != key_states.shape[:-2]
+                    or buf.dtype != key_states.dtype or buf.device != key_states.device
+                    or (n and self.keys.data_ptr() != buf.data_ptr())):
+                cap = max(n + t, 2 * n, 256)
+                new_k = key_states.new_empty((*key_states.shape[:-2], cap, key_states.shape[-1]))
+                new_v = value_states.new_empty((*value_states.shape[:-2], cap, value_states.shape[-1]))
+                if n:
+                    new_k[..., :n, :] = self.keys
+                    new_v[..., :n, :] = self.values
+                self._buf_k, self._buf_v = new_k, new_v
+            self._buf_k[..., n:n + t, :] = key_states
+            self._buf_v[..., n:n + t, :] = value_states
+            self.keys, self.values = self._buf_k[..., :n + t, :], self._buf_v[..., :n + t, :]  # views
+            return self.keys, self.values
+
+        def reset(self) -> None:
+            self._buf_k = self._buf_v = None
+            super().reset()
+
+    return InPlaceLayer
+
+
 def _check_one_device(model: nn.Module) -> None:
     """Refuse a model spread over several devices (``device_map="auto"`` over GPUs, or with CPU /
     disk offload): cache compaction, hidden-state fusion and the step clock assume one device."""
@@ -77,10 +124,13 @@ class TargetModel:
     ``hf_model`` must accept a 4D float attention mask (checked by a two-token probe at
     construction: a model that ignores or rejects the mask raises ``ValueError``). Hybrids
     (Qwen3.5 / Qwen3-Next) are accepted; ``gdn_commit`` picks how their recurrent state is
-    committed ("replay" or "select", see :mod:`mfd_theory.llm.hybrid`).
+    committed ("replay" or "select", see :mod:`mfd_theory.llm.hybrid`). ``cache_in_place``: the
+    attention layers write each forward's rows into preallocated buffers instead of HF's
+    concatenation, which copies the whole cache every round (see :func:`_in_place_layer_class`).
     """
 
-    def __init__(self, hf_model: nn.Module, check_mask: bool = True, gdn_commit: str = "replay"):
+    def __init__(self, hf_model: nn.Module, check_mask: bool = True, gdn_commit: str = "replay",
+                 cache_in_place: bool = True):
         if not isinstance(hf_model, nn.Module) or not hasattr(hf_model, "config"):
             raise ValueError("hf_model: expected a Hugging Face causal LM (an nn.Module with a config)")
         self.model = hf_model.eval()
@@ -101,6 +151,7 @@ class TargetModel:
             raise ValueError(f"hf_model: attention implementation {attn!r} cannot take a 4D tree mask; "
                              "load the model with attn_implementation='eager' or 'sdpa'")
         self.cache = None
+        self.cache_in_place = bool(cache_in_place)
         self.length = 0  # committed tokens held in the cache
         self._pending = 0  # rows appended by the last verify, not yet committed
         self._pending_parent = np.empty(0, dtype=np.int64)  # the verified tree's parents (-1 = root)
@@ -175,6 +226,15 @@ class TargetModel:
             raise ValueError(f"input_ids: token ids must lie in [0, {self.vocab_size})")
         self._check_positions(t)
         self.cache = self._new_cache()
+        if self.cache_in_place:
+            from transformers.cache_utils import DynamicLayer
+
+            grow = _in_place_layer_class()
+            for layer in self.cache.layers:
+                if type(layer) is DynamicLayer and not layer.is_initialized:
+                    layer.__class__ = grow  # same state, in-place update (sliding/GDN layers untouched)
+            if getattr(self.cache, "layer_class_to_replicate", None) is DynamicLayer:
+                self.cache.layer_class_to_replicate = grow  # a cache built without a config adds layers lazily
         pos = torch.arange(t, device=self.device)[None]
         out = self._forward(ids, pos, None, self.cache, hidden)
         self.length, self._pending = t, 0
