@@ -309,13 +309,13 @@ def _build(log_pi: np.ndarray, log_q: np.ndarray, budget: int, token_ids, name: 
         N = min(budget, total_prefixes([V] * L, budget))
         M = min(V, N)  # a parent never has more than N children in the tree
         while True:
-            vals, ids, status = _k._topk_rows(log_q, M, tol)
+            vals, ids, by_id, status = _k._topk_rows(log_q, M, tol)
             _raise_status(name, status)
             if K == 1:
                 out = _k._product_lattice(vals[0], ids[0], N)
                 break
             lens = np.full((K, L), M, dtype=np.int64)
-            out = _search(log_pi, vals, ids, lens, N, full_rows=log_q, closed=M >= V)
+            out = _search(log_pi, vals, ids, lens, N, full_rows=log_q, closed=M >= V, by_id=by_id)
             if out[4] != _k.NEEDS_MORE:
                 break
             M = min(V, 2 * M)  # a parent needed tokens beyond every mode's top-M list
@@ -344,10 +344,15 @@ def _build(log_pi: np.ndarray, log_q: np.ndarray, budget: int, token_ids, name: 
     return DraftTree(parent.copy(), token.copy(), depth.copy(), score.copy(), validate=False)
 
 
-def _search(log_pi, vals, ids, lens, budget, full_rows, closed: bool):
-    """The K > 1 threshold-algorithm search over sorted per-mode lists vals / ids [K, L, M]."""
+def _search(log_pi, vals, ids, lens, budget, full_rows, closed: bool, by_id=None):
+    """The K > 1 threshold-algorithm search over sorted per-mode lists vals / ids [K, L, M].
+
+    by_id [K, L, M]: each list's positions in increasing token-id order (computed when None).
+    """
     K, L, M = vals.shape
-    tok_u, U, list_u, rank = _k._universe(ids, lens)
+    if by_id is None:
+        by_id = _k._id_order(ids, lens)
+    tok_u, U, list_u, rank = _k._universe(ids, lens, by_id)
     if full_rows is None:
         N = min(budget, total_prefixes(U, budget))
         G = _k._gather_candidates(vals, list_u, lens, tok_u.shape[1])

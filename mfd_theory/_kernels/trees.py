@@ -55,99 +55,178 @@ def _sort_by_value_then_id(v, t, out_v, out_t):
         out_t[j] = t1[o2[j]]
 
 
+# _topk_rows reads a row in blocks of SCREEN entries: the compare-and-count over one block
+# vectorises, and a block with nothing at or above the threshold (almost all of them) is done.
+SCREEN = 64
+# the first pass folds a row into at least this many column maxima (2 M when that is larger)
+MIN_COLUMNS = 256
+
+
 @njit(cache=True)
-def _row_status(row, pos_tol):
-    """Classify a row that failed the fast check: NaN first, then +inf, then positive entries."""
-    status = OK
-    for t in range(row.shape[0]):
-        v = row[t]
-        if v != v:
-            return HAS_NAN
-        if v == np.inf:
-            status = HAS_POSINF
-        elif v > pos_tol and status == OK:
-            status = HAS_POSITIVE
-    return status
+def _column_threshold(row, M, cols):
+    """A value with at least M distinct entries of ``row`` at or above it (-inf if none found).
+
+    The row is cut into R segments of S >= 2 M entries; column j's maximum over the segments,
+    max_r row[r S + j], is one entry of the row, and the S columns are distinct entries, so the
+    M-th largest column maximum qualifies. With S >= 2 M it sits close to the row's own M-th
+    largest value on any row whose large entries are not bunched into a few columns. The fold
+    is an elementwise maximum over contiguous segments, a loop the compiler vectorises. ``cols``
+    is scratch room for S values. A NaN can make the result meaningless, which is harmless: the
+    screen never drops a NaN, so the caller reports it whatever the threshold.
+    """
+    V = row.shape[0]
+    S = cols.shape[0]
+    R = V // S
+    if R < 2:
+        cols[0] = -np.inf
+        return cols[0]
+    cols[:] = row[:S]
+    for r in range(1, R):
+        seg = row[r * S : (r + 1) * S]
+        for j in range(S):
+            a = seg[j]
+            b = cols[j]
+            cols[j] = a if a > b else b
+    return np.partition(cols, S - M)[S - M]
+
+
+@njit(cache=True)
+def _keep(v, thr, strict):
+    """Screen test: v above the threshold (or at it unless strict), or NaN (never dropped)."""
+    return not v <= thr if strict else not v < thr
+
+
+@njit(cache=True)
+def _compact(cv, ci, n, M):
+    """Keep the top M of the n buffered entries (ties at the M-th value: lowest ids), in place.
+
+    The buffer is in increasing id order and stays so. Returns the M-th largest value, the new
+    threshold: a later entry equal to it can be dropped, since the M kept entries are at least
+    as large and have lower ids.
+    """
+    kth = np.partition(cv[:n], n - M)[n - M]
+    above = 0
+    for j in range(n):
+        if cv[j] > kth:
+            above += 1
+    ties = M - above  # entries equal to kth that fit, taken by ascending id
+    size = 0
+    for j in range(n):
+        v = cv[j]
+        if v > kth or (v == kth and ties > 0):
+            if v == kth:
+                ties -= 1
+            cv[size] = v
+            ci[size] = ci[j]
+            size += 1
+    return kth
 
 
 @njit(cache=True)
 def _topk_rows(x, M, pos_tol):
-    """Top-M entries of each row of x [K, L, V] (any float dtype), without sorting a row.
+    """Top-M entries of each row of x [K, L, V] (float32 or float64, read as they are).
 
-    Returns vals [K, L, M] float64 sorted descending (ties: lower token id first), ids
-    [K, L, M] int64, and a status code (NaN / +inf / positive log-prob found).
+    Returns vals [K, L, M] float64 sorted descending (ties: lower token id first), ids [K, L, M]
+    int64, by_id [K, L, M] (the list positions in increasing token-id order) and a status code
+    (NaN / +inf / positive log-prob found; within a row NaN wins over +inf over positive, and a
+    row with NaN or +inf ends the scan).
 
-    Two light passes per row. Pass 1 takes the maximum of each of M equal chunks (and a running
-    sum, which turns NaN if any entry is NaN): the smallest chunk maximum t0 is a lower bound on
-    the M-th largest value, because the M chunk maxima are M distinct entries >= t0. Pass 2
-    gathers the entries >= t0 (for a peaked row a small fraction) and a quickselect over them
-    finds the M-th largest value; ties at that value are taken by ascending id.
+    Per row: a first pass folds the row into column maxima and takes a threshold with at least
+    M entries at or above it (:func:`_column_threshold`); a second pass, usually from cache,
+    screens blocks of SCREEN entries against it with a compare that vectorises and appends the
+    few entries at or above it, in id order, to a buffer. An entry below the threshold is never
+    in the top M, and NaN always passes the screen, so it is always found. A positive entry or
+    +inf below the threshold means that M entries at or above it are positive or +inf too, and
+    those are checked as they enter, so validation is complete. A full buffer is cut back to the
+    top M (and the threshold raised); a stable sort by value of the final M gives the tie rule's
+    order.
     """
     K, L, V = x.shape
     vals = np.empty((K, L, M))
     ids = np.empty((K, L, M), dtype=np.int64)
-    cv = np.empty(V)  # candidates of one row
-    ci = np.empty(V, dtype=np.int64)
-    sv = np.empty(M)  # the M selected
-    si = np.empty(M, dtype=np.int64)
+    by_id = np.empty((K, L, M), dtype=np.int64)
+    cap = 2 * M + SCREEN  # buffer room: a block can add up to SCREEN entries
+    cv = np.empty(cap, dtype=x.dtype)  # buffered values, in the input's dtype (no upcast)
+    ci = np.empty(cap, dtype=np.int64)
+    cols = np.empty(max(2 * M, MIN_COLUMNS), dtype=x.dtype)
+    sv = np.empty(M)
     status = OK
-    chunk = V // M
     for k in range(K):
         for d in range(L):
             row = x[k, d]
-            # pass 1: chunk maxima, the row's maximum, and a NaN / +inf detector
-            t0 = np.inf
-            rmax = -np.inf
-            acc = 0.0
-            for c in range(M):
-                m = row[c * chunk]
-                for t in range(c * chunk, (c + 1) * chunk):
-                    v = row[t]
-                    acc += v
-                    m = max(m, v)
-                t0 = min(t0, np.float64(m))
-                rmax = max(rmax, np.float64(m))
-            for t in range(M * chunk, V):
-                acc += row[t]
-                rmax = max(rmax, np.float64(row[t]))
-            if acc != acc or acc == np.inf or rmax > pos_tol:
-                st = _row_status(row, pos_tol)
-                if st == HAS_NAN or st == HAS_POSINF:
-                    return vals, ids, st
-                status = st
-            # pass 2: gather the entries that can be in the top M (in index order), then select
+            rst = OK
+            thr = _column_threshold(row, M, cols)
+            strict = False
             n = 0
-            for t in range(V):
-                v = np.float64(row[t])
-                if v >= t0:
-                    cv[n] = v
-                    ci[n] = t
-                    n += 1
-            kth = np.partition(cv[:n], n - M)[n - M]  # the M-th largest value
-            size = 0
-            for j in range(n):  # everything above kth, then ties at kth by ascending id
-                if cv[j] > kth:
-                    sv[size] = cv[j]
-                    si[size] = ci[j]
-                    size += 1
-            for j in range(n):
-                if size == M:
-                    break
-                if cv[j] == kth:
-                    sv[size] = cv[j]
-                    si[size] = ci[j]
-                    size += 1
-            _sort_by_value_then_id(sv, si, vals[k, d], ids[k, d])
-    return vals, ids, status
+            t = 0
+            while t < V:
+                e = min(t + SCREEN, V)
+                if e - t == SCREEN:
+                    blk = row[t:e]
+                    c = 0  # two loops, so that each compiles to plain vector compares
+                    if strict:
+                        for j in range(SCREEN):
+                            c += not blk[j] <= thr
+                    else:
+                        for j in range(SCREEN):
+                            c += not blk[j] < thr
+                    if c == 0:
+                        t = e
+                        continue
+                for j in range(t, e):
+                    v = row[j]
+                    if _keep(v, thr, strict):
+                        if v != v:
+                            return vals, ids, by_id, HAS_NAN
+                        if v == np.inf:
+                            rst = HAS_POSINF
+                        elif v > pos_tol and rst == OK:
+                            rst = HAS_POSITIVE
+                        cv[n] = v
+                        ci[n] = j
+                        n += 1
+                if n + SCREEN > cap:
+                    thr = _compact(cv, ci, n, M)
+                    strict = True
+                    n = M
+                t = e
+            if rst == HAS_POSINF:
+                return vals, ids, by_id, rst
+            if rst == HAS_POSITIVE:
+                status = rst
+            if n > M:
+                _compact(cv, ci, n, M)
+            for j in range(M):
+                sv[j] = -np.float64(cv[j])
+            order = np.argsort(sv, kind="mergesort")  # stable: equal values keep id order
+            for i in range(M):
+                j = order[i]
+                vals[k, d, i] = cv[j]
+                ids[k, d, i] = ci[j]
+                by_id[k, d, j] = i
+    return vals, ids, by_id, status
 
 
 @njit(cache=True)
-def _universe(ids, lens):
+def _id_order(ids, lens):
+    """by_id [K, L, M]: the positions of each list's entries in increasing token-id order."""
+    K, L, M = ids.shape
+    by_id = np.zeros((K, L, M), dtype=np.int64)
+    for k in range(K):
+        for d in range(L):
+            by_id[k, d, : lens[k, d]] = np.argsort(ids[k, d, : lens[k, d]])
+    return by_id
+
+
+@njit(cache=True)
+def _universe(ids, lens, by_id):
     """Union of the K candidate lists at each depth, with compact indices.
 
-    ids [K, L, M], lens [K, L] -> tok_u [L, Umax] (sorted token ids, padded with -1),
-    U [L], list_u [K, L, M] (compact index of each list entry), rank [K, L, Umax]
-    (position of each universe token in mode k's list, M when absent).
+    ids [K, L, M], lens [K, L], by_id [K, L, M] (each list's positions in increasing id order,
+    see :func:`_id_order`; the dense selection hands it over for free) -> tok_u [L, Umax] (sorted
+    token ids, padded with -1), U [L], list_u [K, L, M] (compact index of each list entry), rank
+    [K, L, Umax] (position of each universe token in mode k's list, M when absent). A K-way merge
+    of the id-ordered lists, so no sort and no search.
     """
     K, L, M = ids.shape
     Umax = K * M
@@ -155,25 +234,29 @@ def _universe(ids, lens):
     U = np.zeros(L, dtype=np.int64)
     list_u = np.full((K, L, M), -1, dtype=np.int64)
     rank = np.full((K, L, Umax), M, dtype=np.int64)
-    buf = np.empty(Umax, dtype=np.int64)
+    ptr = np.empty(K, dtype=np.int64)
     for d in range(L):
-        c = 0
-        for k in range(K):
-            for i in range(lens[k, d]):
-                buf[c] = ids[k, d, i]
-                c += 1
-        s = np.sort(buf[:c])
+        ptr[:] = 0
         u = 0
-        for i in range(c):
-            if i == 0 or s[i] != s[i - 1]:
-                tok_u[d, u] = s[i]
-                u += 1
+        while True:
+            low = -1  # the smallest token id at the head of any list
+            for k in range(K):
+                if ptr[k] < lens[k, d]:
+                    t = ids[k, d, by_id[k, d, ptr[k]]]
+                    if low < 0 or t < low:
+                        low = t
+            if low < 0:
+                break
+            tok_u[d, u] = low
+            for k in range(K):
+                if ptr[k] < lens[k, d]:
+                    i = by_id[k, d, ptr[k]]
+                    if ids[k, d, i] == low:
+                        list_u[k, d, i] = u
+                        rank[k, d, u] = i
+                        ptr[k] += 1
+            u += 1
         U[d] = u
-        for k in range(K):
-            for i in range(lens[k, d]):
-                j = np.searchsorted(tok_u[d, :u], ids[k, d, i])
-                list_u[k, d, i] = j
-                rank[k, d, j] = i
     return tok_u, U, list_u, rank
 
 
