@@ -63,6 +63,46 @@ MIN_COLUMNS = 256
 
 
 @njit(cache=True)
+def _select(a, n, kk):
+    """The kk-th smallest of a[:n] (0-based), rearranging a[:n]: Hoare quickselect.
+
+    numba's np.partition costs about ten times numpy's; this one is in place and allocates
+    nothing. The scans are bounded, so a NaN (whose comparisons are all false) cannot run them
+    off the range; the result is then meaningless, which the callers tolerate (see
+    :func:`_column_threshold`).
+    """
+    lo = 0
+    hi = n - 1
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] < a[lo]:
+            a[mid], a[lo] = a[lo], a[mid]
+        if a[hi] < a[lo]:
+            a[hi], a[lo] = a[lo], a[hi]
+        if a[hi] < a[mid]:
+            a[hi], a[mid] = a[mid], a[hi]
+        pivot = a[mid]
+        i = lo
+        j = hi
+        while i <= j:
+            while i <= hi and a[i] < pivot:
+                i += 1
+            while j >= lo and a[j] > pivot:
+                j -= 1
+            if i <= j:
+                a[i], a[j] = a[j], a[i]
+                i += 1
+                j -= 1
+        if kk <= j:
+            hi = j
+        elif kk >= i:
+            lo = i
+        else:
+            break
+    return a[kk]
+
+
+@njit(cache=True)
 def _column_threshold(row, M, cols):
     """A value with at least M distinct entries of ``row`` at or above it (-inf if none found).
 
@@ -87,7 +127,7 @@ def _column_threshold(row, M, cols):
             a = seg[j]
             b = cols[j]
             cols[j] = a if a > b else b
-    return np.partition(cols, S - M)[S - M]
+    return _select(cols, S, S - M)
 
 
 @njit(cache=True)
@@ -97,14 +137,56 @@ def _keep(v, thr, strict):
 
 
 @njit(cache=True)
-def _compact(cv, ci, n, M):
+def _next_block(row, blk, thr, strict):
+    """The first block of SCREEN entries, from block ``blk`` on, with an entry the screen keeps.
+
+    Returns the number of full blocks when there is none. A loop of its own, so that it stays
+    a tight run of vector compares.
+    """
+    nblk = row.shape[0] // SCREEN
+    while blk < nblk:
+        seg = row[blk * SCREEN : (blk + 1) * SCREEN]
+        c = 0  # two loops, so that each compiles to plain vector compares
+        if strict:
+            for j in range(SCREEN):
+                c += not seg[j] <= thr
+        else:
+            for j in range(SCREEN):
+                c += not seg[j] < thr
+        if c:
+            return blk
+        blk += 1
+    return nblk
+
+
+@njit(cache=True)
+def _take(row, t, e, thr, strict, pos_tol, cv, ci, n, rst):
+    """Append row[t:e]'s kept entries to the buffer, checking each; returns (n, row status)."""
+    for j in range(t, e):
+        v = row[j]
+        if _keep(v, thr, strict):
+            if v != v:
+                return n, HAS_NAN
+            if v == np.inf:
+                rst = HAS_POSINF
+            elif v > pos_tol and rst == OK:
+                rst = HAS_POSITIVE
+            cv[n] = v
+            ci[n] = j
+            n += 1
+    return n, rst
+
+
+@njit(cache=True)
+def _compact(cv, ci, n, M, tmp):
     """Keep the top M of the n buffered entries (ties at the M-th value: lowest ids), in place.
 
     The buffer is in increasing id order and stays so. Returns the M-th largest value, the new
     threshold: a later entry equal to it can be dropped, since the M kept entries are at least
-    as large and have lower ids.
+    as large and have lower ids. ``tmp`` is scratch room for n values.
     """
-    kth = np.partition(cv[:n], n - M)[n - M]
+    tmp[:n] = cv[:n]
+    kth = _select(tmp, n, n - M)
     above = 0
     for j in range(n):
         if cv[j] > kth:
@@ -145,9 +227,11 @@ def _topk_rows(x, M, pos_tol):
     vals = np.empty((K, L, M))
     ids = np.empty((K, L, M), dtype=np.int64)
     by_id = np.empty((K, L, M), dtype=np.int64)
+    nblk = V // SCREEN  # full blocks; the tail is read entry by entry
     cap = 2 * M + SCREEN  # buffer room: a block can add up to SCREEN entries
     cv = np.empty(cap, dtype=x.dtype)  # buffered values, in the input's dtype (no upcast)
     ci = np.empty(cap, dtype=np.int64)
+    tmp = np.empty(cap, dtype=x.dtype)
     cols = np.empty(max(2 * M, MIN_COLUMNS), dtype=x.dtype)
     sv = np.empty(M)
     status = OK
@@ -158,44 +242,25 @@ def _topk_rows(x, M, pos_tol):
             thr = _column_threshold(row, M, cols)
             strict = False
             n = 0
-            t = 0
-            while t < V:
-                e = min(t + SCREEN, V)
-                if e - t == SCREEN:
-                    blk = row[t:e]
-                    c = 0  # two loops, so that each compiles to plain vector compares
-                    if strict:
-                        for j in range(SCREEN):
-                            c += not blk[j] <= thr
-                    else:
-                        for j in range(SCREEN):
-                            c += not blk[j] < thr
-                    if c == 0:
-                        t = e
-                        continue
-                for j in range(t, e):
-                    v = row[j]
-                    if _keep(v, thr, strict):
-                        if v != v:
-                            return vals, ids, by_id, HAS_NAN
-                        if v == np.inf:
-                            rst = HAS_POSINF
-                        elif v > pos_tol and rst == OK:
-                            rst = HAS_POSITIVE
-                        cv[n] = v
-                        ci[n] = j
-                        n += 1
+            blk = _next_block(row, 0, thr, strict)
+            while blk < nblk:
+                n, rst = _take(row, blk * SCREEN, (blk + 1) * SCREEN, thr, strict, pos_tol, cv, ci, n, rst)
+                if rst == HAS_NAN:
+                    return vals, ids, by_id, rst
                 if n + SCREEN > cap:
-                    thr = _compact(cv, ci, n, M)
+                    thr = _compact(cv, ci, n, M, tmp)
                     strict = True
                     n = M
-                t = e
+                blk = _next_block(row, blk + 1, thr, strict)
+            n, rst = _take(row, nblk * SCREEN, V, thr, strict, pos_tol, cv, ci, n, rst)  # the tail
+            if rst == HAS_NAN:
+                return vals, ids, by_id, rst
             if rst == HAS_POSINF:
                 return vals, ids, by_id, rst
             if rst == HAS_POSITIVE:
                 status = rst
             if n > M:
-                _compact(cv, ci, n, M)
+                _compact(cv, ci, n, M, tmp)
             for j in range(M):
                 sv[j] = -np.float64(cv[j])
             order = np.argsort(sv, kind="mergesort")  # stable: equal values keep id order
