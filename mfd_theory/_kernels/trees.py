@@ -205,28 +205,34 @@ def _compact(cv, ci, n, M, tmp):
 
 
 @njit(cache=True)
-def _topk_rows(x, M, pos_tol):
-    """Top-M entries of each row of x [K, L, V] (float32 or float64, read as they are).
+def _topk_rows(x, M, pos_tol, floor, todo):
+    """Top-M entries of each row of x [K, L, V] (float32 or float64, read as they are), or of
+    the rows marked in ``todo`` [K, L]; entries below ``floor`` [K, L] (the input's dtype, -inf
+    for none) are not wanted.
 
     Returns vals [K, L, M] float64 sorted descending (ties: lower token id first), ids [K, L, M]
-    int64, by_id [K, L, M] (the list positions in increasing token-id order) and a status code
-    (NaN / +inf / positive log-prob found; within a row NaN wins over +inf over positive, and a
-    row with NaN or +inf ends the scan).
+    int64, by_id [K, L, M] (the list positions in increasing token-id order), lens [K, L] (the
+    entries each list holds: M, fewer when fewer are at or above the floor, 0 for rows not
+    done) and a status code (NaN / +inf / positive log-prob found; within a row NaN wins over
+    +inf over positive, and a row with NaN or +inf ends the scan).
 
     Per row: a first pass folds the row into column maxima and takes a threshold with at least
-    M entries at or above it (:func:`_column_threshold`); a second pass, usually from cache,
-    screens blocks of SCREEN entries against it with a compare that vectorises and appends the
-    few entries at or above it, in id order, to a buffer. An entry below the threshold is never
-    in the top M, and NaN always passes the screen, so it is always found. A positive entry or
-    +inf below the threshold means that M entries at or above it are positive or +inf too, and
-    those are checked as they enter, so validation is complete. A full buffer is cut back to the
-    top M (and the threshold raised); a stable sort by value of the final M gives the tie rule's
-    order.
+    M entries at or above it (:func:`_column_threshold`), or starts from the floor if any; a second pass,
+    usually from cache, screens blocks of SCREEN entries against it with a compare that
+    vectorises and appends the few entries at or above it, in id order, to a buffer. An entry
+    below the threshold is never in the top M (or is below the floor), and NaN always passes
+    the screen, so it is always found. A positive entry or +inf below the threshold means that
+    M entries at or above it are positive or +inf too, and those are checked as they enter, so
+    validation is complete; a floor can hide entries below it, so a row is first read without
+    one (the builders read again, with a floor, only rows they have already checked). A full
+    buffer is cut back to the top M (and the threshold raised); a stable sort by value of the
+    final entries gives the tie rule's order.
     """
     K, L, V = x.shape
     vals = np.empty((K, L, M))
     ids = np.empty((K, L, M), dtype=np.int64)
     by_id = np.empty((K, L, M), dtype=np.int64)
+    lens = np.zeros((K, L), dtype=np.int64)
     nblk = V // SCREEN  # full blocks; the tail is read entry by entry
     cap = 2 * M + SCREEN  # buffer room: a block can add up to SCREEN entries
     cv = np.empty(cap, dtype=x.dtype)  # buffered values, in the input's dtype (no upcast)
@@ -237,16 +243,20 @@ def _topk_rows(x, M, pos_tol):
     status = OK
     for k in range(K):
         for d in range(L):
+            if not todo[k, d]:
+                continue
             row = x[k, d]
             rst = OK
-            thr = _column_threshold(row, M, cols)
+            thr = floor[k, d]
+            if thr == -np.inf:  # otherwise the floor is the threshold: no first pass
+                thr = _column_threshold(row, M, cols)
             strict = False
             n = 0
             blk = _next_block(row, 0, thr, strict)
             while blk < nblk:
                 n, rst = _take(row, blk * SCREEN, (blk + 1) * SCREEN, thr, strict, pos_tol, cv, ci, n, rst)
                 if rst == HAS_NAN:
-                    return vals, ids, by_id, rst
+                    return vals, ids, by_id, lens, rst
                 if n + SCREEN > cap:
                     thr = _compact(cv, ci, n, M, tmp)
                     strict = True
@@ -254,22 +264,24 @@ def _topk_rows(x, M, pos_tol):
                 blk = _next_block(row, blk + 1, thr, strict)
             n, rst = _take(row, nblk * SCREEN, V, thr, strict, pos_tol, cv, ci, n, rst)  # the tail
             if rst == HAS_NAN:
-                return vals, ids, by_id, rst
+                return vals, ids, by_id, lens, rst
             if rst == HAS_POSINF:
-                return vals, ids, by_id, rst
+                return vals, ids, by_id, lens, rst
             if rst == HAS_POSITIVE:
                 status = rst
             if n > M:
                 _compact(cv, ci, n, M, tmp)
-            for j in range(M):
+                n = M
+            for j in range(n):
                 sv[j] = -np.float64(cv[j])
-            order = np.argsort(sv, kind="mergesort")  # stable: equal values keep id order
-            for i in range(M):
+            order = np.argsort(sv[:n], kind="mergesort")  # stable: equal values keep id order
+            for i in range(n):
                 j = order[i]
                 vals[k, d, i] = cv[j]
                 ids[k, d, i] = ci[j]
                 by_id[k, d, j] = i
-    return vals, ids, by_id, status
+            lens[k, d] = n
+    return vals, ids, by_id, lens, status
 
 
 @njit(cache=True)
@@ -608,10 +620,11 @@ def _lists_have_duplicates(ids, lens):
 
 
 @njit(cache=True)
-def _product_lattice(vals, ids, budget):
+def _product_lattice(vals, ids, lens, budget):
     """DDTree's builder for a product score: exact top-``budget`` prefixes.
 
-    vals / ids [L, k]: each depth's candidates sorted descending. A lattice cell (parent, depth,
+    vals / ids [L, k]: each depth's candidates sorted descending, the first lens[d] of them
+    valid at depth d (a depth with none ends every path there). A lattice cell (parent, depth,
     rank) is the rank-th best token of that depth under that parent; every parent shares the
     depth's list, so popping a cell and pushing its next sibling (rank + 1) and first child
     (depth + 1, rank 0) emits prefixes in exactly decreasing score, ties by the module's rule
@@ -619,7 +632,7 @@ def _product_lattice(vals, ids, budget):
     Returns parent, token, depth, log_score and the number of list entries used per depth (so
     the caller can check for duplicate ids where they matter).
     """
-    L, k = vals.shape
+    L = vals.shape[0]
     N = budget
     parent = np.empty(N, dtype=np.int64)
     token = np.empty(N, dtype=np.int64)
@@ -632,7 +645,7 @@ def _product_lattice(vals, ids, budget):
     hk = np.empty(cap)
     ha = np.empty(cap, dtype=np.int64)  # parent slot p + 1 (0 = root)
     hb = np.empty(cap, dtype=np.int64)  # rank
-    size = _heap_push(hk, ha, hb, 0, vals[0, 0], 0, 0)
+    size = _heap_push(hk, ha, hb, 0, vals[0, 0], 0, 0) if lens[0] > 0 else 0
     n = 0
     while n < N and size > 0:
         key, slot, r, size = _heap_pop(hk, ha, hb, size)
@@ -646,9 +659,9 @@ def _product_lattice(vals, ids, budget):
         used[d] = max(used[d], r + 1)
         node = n
         n += 1
-        if r + 1 < k:  # next sibling
+        if r + 1 < lens[d]:  # next sibling
             size = _heap_push(hk, ha, hb, size, base + vals[d, r + 1], p + 1, r + 1)
-        if d + 1 < L:  # first child
+        if d + 1 < L and lens[d + 1] > 0:  # first child
             size = _heap_push(hk, ha, hb, size, key + vals[d + 1, 0], node + 1, 0)
     return parent[:n], token[:n], depth[:n], score[:n], used
 

@@ -199,7 +199,8 @@ def run(config: BenchTreesConfig, out_dir: str | Path = "results", progress: boo
         t_heap = time_call(lambda: heapq_product_tree(vals, ids, N), cfg.repeats)
         # the builder itself: the lattice kernel on the validated lists, without the wrapper
         pv, pi, _ = _prepare_candidates(vals[None], ids[None], 1e-6)
-        t_kernel = time_call(lambda: _product_lattice(pv[0], pi[0], N), cfg.repeats)
+        lens = np.full(cfg.L, k, dtype=np.int64)
+        t_kernel = time_call(lambda: _product_lattice(pv[0], pi[0], lens, N), cfg.repeats)
         cand.append(dict(
             N=N, k=k, build_s=t_build, kernel_s=t_kernel, heapq_s=t_heap, scores_agree=agree,
             heapq_over_build=_median(t_heap) / _median(t_build),
