@@ -121,12 +121,30 @@ def _column_threshold(row, M, cols):
         cols[0] = -np.inf
         return cols[0]
     cols[:] = row[:S]
-    for r in range(1, R):
+    r = 1
+    while r + 3 < R:  # four segments per store into cols: a store per segment halves the speed
+        s1 = row[r * S : (r + 1) * S]
+        s2 = row[(r + 1) * S : (r + 2) * S]
+        s3 = row[(r + 2) * S : (r + 3) * S]
+        s4 = row[(r + 3) * S : (r + 4) * S]
+        for j in range(S):
+            a = s1[j]
+            b = s2[j]
+            c = s3[j]
+            e = s4[j]
+            m1 = a if a > b else b
+            m2 = c if c > e else e
+            m = m1 if m1 > m2 else m2
+            o = cols[j]
+            cols[j] = m if m > o else o
+        r += 4
+    while r < R:
         seg = row[r * S : (r + 1) * S]
         for j in range(S):
             a = seg[j]
-            b = cols[j]
-            cols[j] = a if a > b else b
+            o = cols[j]
+            cols[j] = a if a > o else o
+        r += 1
     return _select(cols, S, S - M)
 
 
