@@ -381,16 +381,18 @@ def _whole_rows(log_q):
     return np.full((K, L), -np.inf, dtype=log_q.dtype), np.ones((K, L), dtype=bool)
 
 
-def _list_floors(log_pi, vals, ids, lens, N: int) -> np.ndarray:
+def _list_floors(log_pi, vals, ids, lens, N: int, rows) -> np.ndarray:
     """floor [K, L] float64: log q_k values below which no token of mode k at depth d can be in
-    the top-N tree, given lists vals / ids [K, L, M] that are exact prefixes of each row's order.
+    the top-N tree, given lists vals / ids [K, L, M] that are exact prefixes of the order of
+    each row of rows [K, L, V].
 
     A prefix through token t at depth d scores at most max_k (P_kd + log q_{k,d}(t)), with P_kd
     = sum_{i<d} max_t log q_{k,i} (the weights sum to one, so the mixture of the modes' values
-    is at most their largest). Any N prefixes give a lower bound B on the N-th best score: the
-    top N of each mode's own product tree over the lists, scored log pi_k + its product score
-    (at most the mixture's score). So t matters only if some mode k has log q_{k,d}(t) >=
-    B - P_kd. A relative slack of 1e-9 covers the rounding of these float64 sums.
+    is at most their largest). Any N prefixes give a lower bound B on the N-th best score: here
+    the top N of each mode's own product tree over the lists, under the mixture score. So t
+    matters only if some mode k has log q_{k,d}(t) >= B - P_kd. A relative slack of 1e-9 covers
+    the rounding of these float64 sums (a path's score here and in the builders may differ in
+    the last bits).
     """
     K, L, _ = vals.shape
     best = np.where(lens > 0, vals[:, :, 0], -np.inf)  # [K, L]
@@ -399,9 +401,11 @@ def _list_floors(log_pi, vals, ids, lens, N: int) -> np.ndarray:
         P[:, d] = P[:, d - 1] + best[:, d - 1]
     B = -np.inf
     for k in range(K):
-        score = _k._product_lattice(vals[k], ids[k], lens[k], N)[3]
+        parent, token, depth, score, _ = _k._product_lattice(vals[k], ids[k], lens[k], N)
         if score.shape[0] == N:
-            B = max(B, float(log_pi[k]) + float(score[-1]))
+            if K > 1:
+                score = _k._path_scores(log_pi, rows, parent, token, depth)
+            B = max(B, float(score.min()))
     if not np.isfinite(B):
         return np.full((K, L), -np.inf)  # no bound: every list must be complete up to N
     with np.errstate(invalid="ignore"):
@@ -427,7 +431,7 @@ def _dense_lists(log_pi, log_q, N: int, name: str, tol: float):
     bound = vals[:, :, M0 - 1].copy()
     if M0 == M:
         return vals, ids, by_id, lens, bound
-    floor = _list_floors(log_pi, vals, ids, lens, N)  # [K, L]
+    floor = _list_floors(log_pi, vals, ids, lens, N, log_q)  # [K, L]
     todo = vals[:, :, M0 - 1] >= floor
     if not todo.any():
         return vals, ids, by_id, lens, bound

@@ -156,10 +156,11 @@ def _keep(v, thr, strict):
 
 @njit(cache=True)
 def _next_block(row, blk, thr, strict):
-    """The first block of SCREEN entries, from block ``blk`` on, with an entry the screen keeps.
+    """The first block of SCREEN entries, from block ``blk`` on, with an entry the screen keeps,
+    and how many it keeps there.
 
-    Returns the number of full blocks when there is none. A loop of its own, so that it stays
-    a tight run of vector compares.
+    Returns the number of full blocks (and 0) when there is none. A loop of its own, so that it
+    stays a tight run of vector compares.
     """
     nblk = row.shape[0] // SCREEN
     while blk < nblk:
@@ -172,15 +173,19 @@ def _next_block(row, blk, thr, strict):
             for j in range(SCREEN):
                 c += not seg[j] < thr
         if c:
-            return blk
+            return blk, c
         blk += 1
-    return nblk
+    return nblk, 0
 
 
 @njit(cache=True)
-def _take(row, t, e, thr, strict, pos_tol, cv, ci, n, rst):
-    """Append row[t:e]'s kept entries to the buffer, checking each; returns (n, row status)."""
+def _take(row, t, e, want, thr, strict, pos_tol, cv, ci, n, rst):
+    """Append row[t:e]'s kept entries to the buffer, checking each, and stop after ``want`` of
+    them (the screen's count); returns (n, row status)."""
+    stop = n + want
     for j in range(t, e):
+        if n == stop:
+            break
         v = row[j]
         if _keep(v, thr, strict):
             if v != v:
@@ -193,6 +198,48 @@ def _take(row, t, e, thr, strict, pos_tol, cv, ci, n, rst):
             ci[n] = j
             n += 1
     return n, rst
+
+
+SIGN_BIT = np.int64(-(2**63))
+LOW_63 = np.int64(2**63 - 1)
+
+
+@njit(cache=True)
+def _descending_order(v, n, order, key, key2, ord2):
+    """order[:n]: the positions of v[:n] (float64) by decreasing value; equal values keep their
+    order (a stable sort). key, key2, ord2: scratch of n int64.
+
+    An LSD radix sort, a byte per pass, on the value's bits mapped to an integer whose unsigned
+    order is the reverse of the value order (flip the magnitude bits of negatives, then all
+    bits, then the sign bit). Passes where every key has the same byte are skipped, so float32
+    values (29 zero low bits once widened) take five passes. No data-dependent branch, unlike a
+    comparison sort of the same length. -0.0 is read as 0.0 (they compare equal).
+    """
+    bits = v.view(np.int64)
+    for j in range(n):
+        b = bits[j] if v[j] != 0.0 else np.int64(0)
+        asc = b ^ LOW_63 if b < 0 else b  # signed order = value order
+        key[j] = (~asc) ^ SIGN_BIT  # unsigned order = reverse value order
+        order[j] = j
+    count = np.empty(256, dtype=np.int64)
+    for shift in range(0, 64, 8):
+        count[:] = 0
+        for j in range(n):
+            count[(key[j] >> shift) & 255] += 1
+        if count[(key[0] >> shift) & 255] == n:
+            continue  # every key has this byte: the pass would not move anything
+        total = 0
+        for c in range(256):
+            m = count[c]
+            count[c] = total
+            total += m
+        for j in range(n):
+            c = (key[j] >> shift) & 255
+            key2[count[c]] = key[j]
+            ord2[count[c]] = order[j]
+            count[c] += 1
+        key[:n] = key2[:n]
+        order[:n] = ord2[:n]
 
 
 @njit(cache=True)
@@ -258,6 +305,10 @@ def _topk_rows(x, M, pos_tol, floor, todo):
     tmp = np.empty(cap, dtype=x.dtype)
     cols = np.empty(max(2 * M, MIN_COLUMNS), dtype=x.dtype)
     sv = np.empty(M)
+    order = np.empty(M, dtype=np.int64)
+    key = np.empty(M, dtype=np.int64)
+    key2 = np.empty(M, dtype=np.int64)
+    ord2 = np.empty(M, dtype=np.int64)
     status = OK
     for k in range(K):
         for d in range(L):
@@ -270,17 +321,17 @@ def _topk_rows(x, M, pos_tol, floor, todo):
                 thr = _column_threshold(row, M, cols)
             strict = False
             n = 0
-            blk = _next_block(row, 0, thr, strict)
+            blk, c = _next_block(row, 0, thr, strict)
             while blk < nblk:
-                n, rst = _take(row, blk * SCREEN, (blk + 1) * SCREEN, thr, strict, pos_tol, cv, ci, n, rst)
+                n, rst = _take(row, blk * SCREEN, (blk + 1) * SCREEN, c, thr, strict, pos_tol, cv, ci, n, rst)
                 if rst == HAS_NAN:
                     return vals, ids, by_id, lens, rst
                 if n + SCREEN > cap:
                     thr = _compact(cv, ci, n, M, tmp)
                     strict = True
                     n = M
-                blk = _next_block(row, blk + 1, thr, strict)
-            n, rst = _take(row, nblk * SCREEN, V, thr, strict, pos_tol, cv, ci, n, rst)  # the tail
+                blk, c = _next_block(row, blk + 1, thr, strict)
+            n, rst = _take(row, nblk * SCREEN, V, SCREEN, thr, strict, pos_tol, cv, ci, n, rst)  # the tail
             if rst == HAS_NAN:
                 return vals, ids, by_id, lens, rst
             if rst == HAS_POSINF:
@@ -291,8 +342,8 @@ def _topk_rows(x, M, pos_tol, floor, todo):
                 _compact(cv, ci, n, M, tmp)
                 n = M
             for j in range(n):
-                sv[j] = -np.float64(cv[j])
-            order = np.argsort(sv[:n], kind="mergesort")  # stable: equal values keep id order
+                sv[j] = cv[j]
+            _descending_order(sv, n, order, key, key2, ord2)  # stable: equal values keep id order
             for i in range(n):
                 j = order[i]
                 vals[k, d, i] = cv[j]
@@ -407,6 +458,24 @@ def _mix(log_pi, w, tmp):
     for k in range(K):
         tmp[k] = log_pi[k] + w[k]
     return _lse(tmp)
+
+
+@njit(cache=True)
+def _path_scores(log_pi, x, parent, token, depth):
+    """Mixture log score of every node of a tree (parents before children) under x [K, L, V]."""
+    K = x.shape[0]
+    n = parent.shape[0]
+    W = np.empty((n, K))  # per-mode log weight of each node's prefix
+    out = np.empty(n)
+    w = np.empty(K)
+    tmp = np.empty(K)
+    for i in range(n):
+        p = parent[i]
+        for k in range(K):
+            w[k] = (W[p, k] if p >= 0 else 0.0) + np.float64(x[k, depth[i] - 1, token[i]])
+            W[i, k] = w[k]
+        out[i] = _mix(log_pi, w, tmp)
+    return out
 
 
 @njit(cache=True)
