@@ -659,15 +659,17 @@ def _prepare_candidates(values, ids, pos_tol):
     """Validate and sort candidate lists values/ids [K, L, k] -> float64 values, int64 ids, status.
 
     Rows already in the tie rule's order (descending value, ascending id among equal values) are
-    copied as they are; other rows (torch.topk leaves equal values in any order) are sorted into
-    it. Status: NaN, +inf, positive log-prob, or 5 for a negative token id.
+    copied as they are; rows sorted by value whose equal values are not in id order (torch.topk
+    leaves them in any order) have only those runs put in id order; other rows are sorted.
+    Status: NaN, +inf, positive log-prob, or 5 for a negative token id.
     """
     K, L, k = values.shape
     vals = np.empty((K, L, k))
     out_ids = np.empty((K, L, k), dtype=np.int64)
     for a in range(K):
         for d in range(L):
-            ok = True
+            ok = True  # in the tie rule's order
+            by_value = True  # sorted by value, ties in any order
             for i in range(k):
                 v = np.float64(values[a, d, i])
                 t = np.int64(ids[a, d, i])
@@ -679,11 +681,28 @@ def _prepare_candidates(values, ids, pos_tol):
                     return vals, out_ids, 5
                 vals[a, d, i] = v
                 out_ids[a, d, i] = t
-                if i > 0 and (vals[a, d, i - 1] < v or (vals[a, d, i - 1] == v and out_ids[a, d, i - 1] > t)):
+                if i > 0 and vals[a, d, i - 1] < v:
+                    ok = by_value = False
+                elif i > 0 and vals[a, d, i - 1] == v and out_ids[a, d, i - 1] > t:
                     ok = False
-            if not ok:
+            if by_value and not ok:
+                _ids_in_order_within_ties(vals[a, d], out_ids[a, d])
+            elif not ok:
                 _sort_by_value_then_id(vals[a, d].copy(), out_ids[a, d].copy(), vals[a, d], out_ids[a, d])
     return vals, out_ids, OK
+
+
+@njit(cache=True)
+def _ids_in_order_within_ties(v, t):
+    """t sorted ascending within each run of equal values of v (v already non-increasing): an
+    insertion sort, cheap because runs of equal float values are short."""
+    for i in range(1, v.shape[0]):
+        x = t[i]
+        j = i
+        while j > 0 and v[j - 1] == v[i] and t[j - 1] > x:
+            t[j] = t[j - 1]
+            j -= 1
+        t[j] = x
 
 
 @njit(cache=True)
