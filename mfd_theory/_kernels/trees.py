@@ -560,6 +560,16 @@ def _heap_replace_top(hk, ha, hb, size, key, a, b):
 
 
 @njit(cache=True)
+def _heap_put(hk, ha, hb, size, pending, key, a, b):
+    """Insert (key, a, b); with ``pending`` (the root holds an entry already taken) it replaces
+    that entry instead. Returns the new size and False (nothing pending any more)."""
+    if pending:
+        _heap_replace_top(hk, ha, hb, size, key, a, b)
+        return size, False
+    return _heap_push(hk, ha, hb, size, key, a, b), False
+
+
+@njit(cache=True)
 def _grown(a, n):
     """A copy of ``a`` with room for ``n`` entries (n > len(a))."""
     out = np.empty(n, dtype=a.dtype)
@@ -623,7 +633,8 @@ def _mixture_tree(log_pi, G, list_u, list_val, lens, rank, tok_u, closed, bound,
             hk = _grown(hk, 2 * hk.shape[0])
             ha = _grown(ha, 2 * ha.shape[0])
             hb = _grown(hb, 2 * hb.shape[0])
-        key, wa, wb, size = _heap_pop(hk, ha, hb, size)
+        key, wa, wb = hk[0], ha[0], hb[0]
+        pending = True  # the entry still sits at the root: the first entry pushed takes its place
         cls = wa & CLASS_MASK
         p = wa >> CLASS_BITS
         d = ndepth[p]  # depth of the parent; its children live at list depth d
@@ -643,7 +654,10 @@ def _mixture_tree(log_pi, G, list_u, list_val, lens, rank, tok_u, closed, bound,
             if d + 1 < L and n < N:
                 for k in range(K):
                     w[k] = W[n, k] + (list_val[k, d + 1, 0] if lens[k, d + 1] > 0 else bound[k, d + 1])
-                size = _heap_push(hk, ha, hb, size, _mix(log_pi, w, tmp), (n << CLASS_BITS) | THRESHOLD, 0)
+                size, pending = _heap_put(hk, ha, hb, size, pending, _mix(log_pi, w, tmp),
+                                          (n << CLASS_BITS) | THRESHOLD, 0)
+            if pending:
+                size = _heap_pop(hk, ha, hb, size)[3]
             continue
         # THRESHOLD: one round of sorted access for parent p (one step down each mode's list)
         for k in range(K):
@@ -662,8 +676,8 @@ def _mixture_tree(log_pi, G, list_u, list_val, lens, rank, tok_u, closed, bound,
                 for j in range(K):
                     w[j] = W[p, j] + G[j, d, u]
                     best = min(best, rank[j, d, u])
-                size = _heap_push(hk, ha, hb, size, _mix(log_pi, w, tmp), (p << CLASS_BITS) | CONCRETE,
-                                  (best << RANK_SHIFT) | u)
+                size, pending = _heap_put(hk, ha, hb, size, pending, _mix(log_pi, w, tmp),
+                                          (p << CLASS_BITS) | CONCRETE, (best << RANK_SHIFT) | u)
         exhausted = True
         for k in range(K):
             i = pos[p, k]
@@ -672,10 +686,11 @@ def _mixture_tree(log_pi, G, list_u, list_val, lens, rank, tok_u, closed, bound,
                 w[k] = W[p, k] + list_val[k, d, i]
             else:
                 w[k] = W[p, k] + bound[k, d]
-        if exhausted and closed[d]:
-            continue  # every child of p has been seen
-        cls = EXHAUSTED if exhausted else THRESHOLD
-        size = _heap_push(hk, ha, hb, size, _mix(log_pi, w, tmp), (p << CLASS_BITS) | cls, 0)
+        if not (exhausted and closed[d]):  # else every child of p has been seen
+            cls = EXHAUSTED if exhausted else THRESHOLD
+            size, pending = _heap_put(hk, ha, hb, size, pending, _mix(log_pi, w, tmp), (p << CLASS_BITS) | cls, 0)
+        if pending:
+            size = _heap_pop(hk, ha, hb, size)[3]
     return parent[:n], token[:n], depth[:n], score[:n], status
 
 
