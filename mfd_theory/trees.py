@@ -9,8 +9,9 @@ top-N set is always prefix-closed:
 * :func:`oracle_tree` - the target's own prefix probability (the coverage ceiling);
 * :func:`chain_tree` - one path (DFlash's verification).
 
-Builders read each vocabulary row once (a top-M selection, never a full sort) and then run an
-exact best-first search (see ``_kernels/trees.py``). They also accept candidates already cut to
+Builders read each vocabulary row for a short top list (a vectorised screen, never a full sort),
+read again only the rows whose list may be too short for the tree (:func:`_dense_lists`), and
+then run an exact best-first search (see ``_kernels/trees.py``). They also accept candidates already cut to
 top-k per position (values plus token ids, as a GPU drafter hands them over) and are then exact
 within that candidate set. Nodes come out in best-first order: parents before children and
 scores non-increasing.
