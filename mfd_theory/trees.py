@@ -11,8 +11,8 @@ top-N set is always prefix-closed:
 
 Builders read each vocabulary row for a short top list (a vectorised screen, never a full sort),
 read again only the rows whose list may be too short for the tree (:func:`_dense_lists`), and
-then run an exact best-first search (see ``_kernels/trees.py``). They also accept candidates already cut to
-top-k per position (values plus token ids, as a GPU drafter hands them over) and are then exact
+then run an exact best-first search (see ``_kernels/trees.py``). They also accept candidates
+already cut to top-k per position (values plus token ids, as a GPU drafter hands them over) and are then exact
 within that candidate set. Nodes come out in best-first order: parents before children and
 scores non-increasing.
 
