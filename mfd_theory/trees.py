@@ -312,8 +312,8 @@ def _build(log_pi: np.ndarray, log_q: np.ndarray, budget: int, token_ids, name: 
         if K == 1:
             out = _k._product_lattice(vals[0], ids[0], lens[0], N)
         while K > 1:
-            out = _search(log_pi, vals, ids, lens, N, full_rows=log_q, closed=(lens >= V).all(axis=0), by_id=by_id,
-                          bound=bound)
+            closed = (lens >= V).all(axis=0)  # [L]: every mode's list is its whole row
+            out = _search(log_pi, vals, ids, lens, N, full_rows=log_q, closed=closed, by_id=by_id, bound=bound)
             if out[4] != _k.NEEDS_MORE:
                 break
             # a parent needed tokens beyond every mode's list: read every row again, longer lists

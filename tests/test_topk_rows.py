@@ -135,7 +135,8 @@ def test_dense_builders_equal_complete_candidate_lists(case):
         if K == 1:
             dense, cand = product_tree(log_q[0], budget), product_tree(vals[0], budget, token_ids=order[0])
         else:
-            dense, cand = mixture_tree(log_pi, log_q, budget), mixture_tree(log_pi, vals, budget, token_ids=order)
+            dense = mixture_tree(log_pi, log_q, budget)
+            cand = mixture_tree(log_pi, vals, budget, token_ids=order)
     np.testing.assert_array_equal(dense.parent, cand.parent)
     np.testing.assert_array_equal(dense.token, cand.token)
     np.testing.assert_array_equal(dense.log_score, cand.log_score)

@@ -688,7 +688,8 @@ def _mixture_tree(log_pi, G, list_u, list_val, lens, rank, tok_u, closed, bound,
                 w[k] = W[p, k] + bound[k, d]
         if not (exhausted and closed[d]):  # else every child of p has been seen
             cls = EXHAUSTED if exhausted else THRESHOLD
-            size, pending = _heap_put(hk, ha, hb, size, pending, _mix(log_pi, w, tmp), (p << CLASS_BITS) | cls, 0)
+            size, pending = _heap_put(hk, ha, hb, size, pending, _mix(log_pi, w, tmp),
+                                      (p << CLASS_BITS) | cls, 0)
         if pending:
             size = _heap_pop(hk, ha, hb, size)[3]
     return parent[:n], token[:n], depth[:n], score[:n], status
