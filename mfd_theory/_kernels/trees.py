@@ -282,9 +282,9 @@ def _topk_rows(x, M, pos_tol, floor, todo):
     +inf over positive, and a row with NaN or +inf ends the scan).
 
     Per row: a first pass folds the row into column maxima and takes a threshold with at least
-    M entries at or above it (:func:`_column_threshold`), or starts from the floor if any; a second pass,
-    usually from cache, screens blocks of SCREEN entries against it with a compare that
-    vectorises and appends the few entries at or above it, in id order, to a buffer. An entry
+    M entries at or above it (:func:`_column_threshold`), or starts from the floor if any; a
+    second pass, usually from cache, screens blocks of SCREEN entries against it with a compare
+    that vectorises and appends the few entries at or above it, in id order, to a buffer. An entry
     below the threshold is never in the top M (or is below the floor), and NaN always passes
     the screen, so it is always found. A positive entry or +inf below the threshold means that
     M entries at or above it are positive or +inf too, and those are checked as they enter, so
