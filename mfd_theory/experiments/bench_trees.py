@@ -231,7 +231,7 @@ def run(config: BenchTreesConfig, out_dir: str | Path = "results", progress: boo
     bar.close()
 
     data = dict(dense=dense, candidates=cand, monte_carlo=mc, notes=notes, load_avg=_load_avg())
-    data["targets"] = targets(data)
+    data["targets"] = targets(data, (cfg.L, cfg.V))
     result = Result(NAME, dataclasses.asdict(cfg), data, seed=cfg.seed)
     path = Path(out_dir) / f"{NAME}.json"
     existed = path.exists()
@@ -241,15 +241,18 @@ def run(config: BenchTreesConfig, out_dir: str | Path = "results", progress: boo
 
 # ----------------------------------------------------------------------------- report
 
-# build time / one read-once max pass over the same rows, at most (K, N) -> ratio
+# build time / one read-once max pass over the same rows, at most (K, N) -> ratio; judged at
+# DFlash's shape only (at a small V the fixed cost of a call outweighs a pass over the rows)
 BUILD_OVER_MAX = {(1, 64): 6.0, (1, 1024): 15.0, (4, 64): 8.0, (4, 1024): 20.0}
+BUILD_OVER_MAX_SHAPE = (15, 151_936)  # (L, V)
 
 
-def targets(data: dict) -> list[dict]:
-    """The speed targets: build / max at the cells of BUILD_OVER_MAX that were measured, and the
-    older ones judged at the largest budget measured (1024 in the full run)."""
+def targets(data: dict, shape: tuple[int, int] = BUILD_OVER_MAX_SHAPE) -> list[dict]:
+    """The speed targets: build / max at the cells of BUILD_OVER_MAX that were measured (when
+    the rows have shape (L, V) = BUILD_OVER_MAX_SHAPE), and the older ones judged at the largest
+    budget measured (1024 in the full run)."""
     out = []
-    dense = data["dense"]
+    dense = data["dense"] if shape == BUILD_OVER_MAX_SHAPE else []
     for r in dense:
         limit = BUILD_OVER_MAX.get((r["K"], r["N"]))
         if limit is not None:
@@ -257,6 +260,7 @@ def targets(data: dict) -> list[dict]:
                 what=f"{r['builder']} K={r['K']} N={r['N']}: build / max <= {limit:g}",
                 value=r["build_over_max"], met=r["build_over_max"] <= limit,
             ))
+    dense = data["dense"]
     if dense:
         n_max = max(r["N"] for r in dense)
         for r in dense:
