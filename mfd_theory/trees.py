@@ -9,9 +9,10 @@ top-N set is always prefix-closed:
 * :func:`oracle_tree` - the target's own prefix probability (the coverage ceiling);
 * :func:`chain_tree` - one path (DFlash's verification).
 
-Builders read each vocabulary row once (a top-M selection, never a full sort) and then run an
-exact best-first search (see ``_kernels/trees.py``). They also accept candidates already cut to
-top-k per position (values plus token ids, as a GPU drafter hands them over) and are then exact
+Builders read each vocabulary row for a short top list (a vectorised screen, never a full sort),
+read again only the rows whose list may be too short for the tree (:func:`_dense_lists`), and
+then run an exact best-first search (see ``_kernels/trees.py``). They also accept candidates
+already cut to top-k per position (values plus token ids, as a GPU drafter hands them over) and are then exact
 within that candidate set. Nodes come out in best-first order: parents before children and
 scores non-increasing.
 
@@ -307,18 +308,18 @@ def _build(log_pi: np.ndarray, log_q: np.ndarray, budget: int, token_ids, name: 
     if token_ids is None:
         V = W
         N = min(budget, total_prefixes([V] * L, budget))
-        M = min(V, N)  # a parent never has more than N children in the tree
-        while True:
-            vals, ids, status = _k._topk_rows(log_q, M, tol)
-            _raise_status(name, status)
-            if K == 1:
-                out = _k._product_lattice(vals[0], ids[0], N)
-                break
-            lens = np.full((K, L), M, dtype=np.int64)
-            out = _search(log_pi, vals, ids, lens, N, full_rows=log_q, closed=M >= V)
+        vals, ids, by_id, lens, bound = _dense_lists(log_pi, log_q, N, name, tol)
+        if K == 1:
+            out = _k._product_lattice(vals[0], ids[0], lens[0], N)
+        while K > 1:
+            closed = (lens >= V).all(axis=0)  # [L]: every mode's list is its whole row
+            out = _search(log_pi, vals, ids, lens, N, full_rows=log_q, closed=closed, by_id=by_id, bound=bound)
             if out[4] != _k.NEEDS_MORE:
                 break
-            M = min(V, 2 * M)  # a parent needed tokens beyond every mode's top-M list
+            # a parent needed tokens beyond every mode's list: read every row again, longer lists
+            M = min(V, 2 * vals.shape[2])
+            vals, ids, by_id, lens, status = _k._topk_rows(log_q, M, tol, *_whole_rows(log_q))
+            bound = None
     else:
         ids = np.asarray(token_ids)
         if ids.shape != log_q.shape:
@@ -332,7 +333,7 @@ def _build(log_pi: np.ndarray, log_q: np.ndarray, budget: int, token_ids, name: 
         lens = np.full((K, L), W, dtype=np.int64)
         if K == 1:
             N = min(budget, total_prefixes([W] * L, budget))
-            out = _k._product_lattice(vals[0], ids[0], N)
+            out = _k._product_lattice(vals[0], ids[0], lens[0], N)
             dup_rows = out[4][None]  # only the list entries the tree used can matter
         else:
             dup_rows = lens
@@ -344,18 +345,111 @@ def _build(log_pi: np.ndarray, log_q: np.ndarray, budget: int, token_ids, name: 
     return DraftTree(parent.copy(), token.copy(), depth.copy(), score.copy(), validate=False)
 
 
-def _search(log_pi, vals, ids, lens, budget, full_rows, closed: bool):
-    """The K > 1 threshold-algorithm search over sorted per-mode lists vals / ids [K, L, M]."""
+def _search(log_pi, vals, ids, lens, budget, full_rows, closed, by_id=None, bound=None):
+    """The K > 1 threshold-algorithm search over sorted per-mode lists vals / ids [K, L, M].
+
+    lens [K, L]: entries per list. closed: bool or bool [L], the lists hold every token of that
+    depth. by_id [K, L, M]: each list's positions in increasing token-id order (computed when
+    None). bound [K, L]: an upper bound on log q_k of the tokens beyond mode k's list (default:
+    its last value; -inf at closed depths).
+    """
     K, L, M = vals.shape
-    tok_u, U, list_u, rank = _k._universe(ids, lens)
+    closed = np.broadcast_to(np.asarray(closed, dtype=bool), (L,)).copy()
+    if by_id is None:
+        by_id = _k._id_order(ids, lens)
+    tok_u, U, list_u, rank = _k._universe(ids, lens, by_id)
     if full_rows is None:
         N = min(budget, total_prefixes(U, budget))
         G = _k._gather_candidates(vals, list_u, lens, tok_u.shape[1])
     else:
         N = budget
         G = _k._gather_full(full_rows, tok_u, U, tok_u.shape[1])
-    bound = np.full((K, L), -np.inf) if closed else vals[:, :, M - 1].copy()
-    return _k._mixture_tree(log_pi, G, list_u, vals, lens, rank, tok_u, np.full(L, closed), bound, N)
+    if bound is None:
+        last = np.take_along_axis(vals, np.maximum(lens - 1, 0)[:, :, None], axis=2)[:, :, 0]  # [K, L]
+        bound = np.where(lens > 0, last, -np.inf)
+    bound = np.where(closed[None, :], -np.inf, bound)
+    return _k._mixture_tree(log_pi, G, list_u, vals, lens, rank, tok_u, closed, bound, N)
+
+
+# Every row is first read for its top FIRST_LIST tokens; only rows whose list may be too short
+# for the tree are read again (see _dense_lists).
+FIRST_LIST = 64
+
+
+def _whole_rows(log_q):
+    """(floor, todo) for _topk_rows that select from every row with no floor."""
+    K, L, _ = log_q.shape
+    return np.full((K, L), -np.inf, dtype=log_q.dtype), np.ones((K, L), dtype=bool)
+
+
+def _list_floors(log_pi, vals, ids, lens, N: int, rows) -> np.ndarray:
+    """floor [K, L] float64: log q_k values below which no token of mode k at depth d can be in
+    the top-N tree, given lists vals / ids [K, L, M] that are exact prefixes of the order of
+    each row of rows [K, L, V].
+
+    A prefix through token t at depth d scores at most max_k (P_kd + log q_{k,d}(t)), with P_kd
+    = sum_{i<d} max_t log q_{k,i} (the weights sum to one, so the mixture of the modes' values
+    is at most their largest). Any N prefixes give a lower bound B on the N-th best score: here
+    the top N of each mode's own product tree over the lists, under the mixture score. So t
+    matters only if some mode k has log q_{k,d}(t) >= B - P_kd. A relative slack of 1e-9 covers
+    the rounding of these float64 sums (a path's score here and in the builders may differ in
+    the last bits).
+    """
+    K, L, _ = vals.shape
+    best = np.where(lens > 0, vals[:, :, 0], -np.inf)  # [K, L]
+    P = np.zeros((K, L))
+    for d in range(1, L):  # left to right, as the builders sum a path
+        P[:, d] = P[:, d - 1] + best[:, d - 1]
+    B = -np.inf
+    for k in range(K):
+        parent, token, depth, score, _ = _k._product_lattice(vals[k], ids[k], lens[k], N)
+        if score.shape[0] == N:
+            if K > 1:
+                score = _k._path_scores(log_pi, rows, parent, token, depth)
+            B = max(B, float(score.min()))
+    if not np.isfinite(B):
+        return np.full((K, L), -np.inf)  # no bound: every list must be complete up to N
+    with np.errstate(invalid="ignore"):
+        floor = B - P - 1e-9 * (1.0 + abs(B) + np.abs(P))
+    return np.where(np.isneginf(P), np.inf, floor)  # after a zero-probability depth, nothing
+
+
+def _dense_lists(log_pi, log_q, N: int, name: str, tol: float):
+    """Sorted top lists of the dense rows log_q [K, L, V] that the exact builders need.
+
+    Every row is read once for its top min(V, N, FIRST_LIST) tokens (and checked). The tree
+    never needs more than N tokens of a row, nor a token below the row's floor
+    (:func:`_list_floors`); a row whose first list ends at or above its floor is read again for
+    its tokens at or above the floor, at most min(V, N). Returns vals, ids, by_id [K, L, M],
+    lens [K, L] and bound [K, L] (an upper bound on the tokens beyond each list, for the
+    threshold search).
+    """
+    K, L, V = log_q.shape
+    M = min(V, N)
+    M0 = min(M, FIRST_LIST)
+    vals, ids, by_id, lens, status = _k._topk_rows(log_q, M0, tol, *_whole_rows(log_q))
+    _raise_status(name, status)
+    bound = vals[:, :, M0 - 1].copy()
+    if M0 == M:
+        return vals, ids, by_id, lens, bound
+    floor = _list_floors(log_pi, vals, ids, lens, N, log_q)  # [K, L]
+    todo = vals[:, :, M0 - 1] >= floor
+    if not todo.any():
+        return vals, ids, by_id, lens, bound
+    # the floor in the rows' dtype, rounded down so that no wanted token falls below it
+    f = floor.astype(log_q.dtype)
+    f = np.where(f > floor, np.nextafter(f, np.asarray(-np.inf, dtype=f.dtype)), f)
+    f = np.where(todo, f, np.asarray(np.inf, dtype=f.dtype))
+    v2, i2, b2, l2, _ = _k._topk_rows(log_q, M, tol, f, todo)  # rows already checked above
+    out_v = np.empty((K, L, M))
+    out_i = np.empty((K, L, M), dtype=np.int64)
+    out_b = np.empty((K, L, M), dtype=np.int64)
+    out_v[:, :, :M0], out_i[:, :, :M0], out_b[:, :, :M0] = vals, ids, by_id
+    out_v[todo], out_i[todo], out_b[todo] = v2[todo], i2[todo], b2[todo]
+    lens = np.where(todo, l2, lens)
+    # a re-read list that stops short of M holds every token at or above the floor
+    bound = np.where(todo, np.where(l2 < M, f.astype(np.float64), v2[:, :, M - 1]), bound)
+    return out_v, out_i, out_b, lens, bound
 
 
 def product_tree(log_q, budget: int, token_ids=None) -> DraftTree:

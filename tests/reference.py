@@ -297,6 +297,33 @@ def mixture_tree_candidates(log_pi, values, token_ids, budget: int):
     return top_n_tree(lambda p: candidate_score(log_pi, tables, p), prefixes, budget)
 
 
+def top_m_rows(x, M: int, pos_tol: float):
+    """Per row of x [K, L, V], its M largest entries in list order (decreasing value, then id).
+
+    Returns (values [K][L][M], ids [K][L][M], status), status as the kernels report it: rows are
+    scanned in order; within a row NaN beats +inf beats an entry above pos_tol; a row with NaN or
+    +inf ends the scan, a positive entry is remembered.
+    """
+    x = np.asarray(x)
+    K, L, V = x.shape
+    values, ids, status = [], [], "ok"
+    for k in range(K):
+        values.append([])
+        ids.append([])
+        for d in range(L):
+            row = [float(v) for v in x[k, d]]
+            if any(math.isnan(v) for v in row):
+                return values, ids, "nan"
+            if any(v == math.inf for v in row):
+                return values, ids, "posinf"
+            if any(v > pos_tol for v in row):
+                status = "positive"
+            order = sorted(range(V), key=lambda t: (-row[t], t))[:M]
+            values[k].append([row[t] for t in order])
+            ids[k].append(order)
+    return values, ids, status
+
+
 # ----------------------------------------------------------------------------- the top-N rule
 
 def top_n_violations(

@@ -49,3 +49,16 @@ def test_heapq_twin_is_an_exact_product_builder(cand, budget):
     _, want = ref.product_tree_candidates(vals, ids, budget)
     ref.assert_log_close(np.sort(score), np.sort(want), SCORE_TOL, "heapq twin scores")
     assert all(p < i for i, p in enumerate(parent))
+
+
+def test_targets_judge_build_over_max_at_the_named_cells():
+    from mfd_theory.experiments.bench_trees import targets
+
+    dense = [dict(K=K, N=N, builder="b", build_over_max=ratio, build_over_argpartition=0.5)
+             for K, N, ratio in [(1, 64, 5.9), (1, 1024, 15.1), (4, 64, 3.0), (2, 64, 99.0)]]
+    data = dict(dense=dense, candidates=[], monte_carlo=dict(N=8, walks_per_s=2e6))
+    got = {t["what"]: t["met"] for t in targets(data) if "build / max" in t["what"]}
+    assert got == {"b K=1 N=64: build / max <= 6": True, "b K=1 N=1024: build / max <= 15": False,
+                   "b K=4 N=64: build / max <= 8": True}
+    # at another shape (a --quick run) the build / max targets are not judged
+    assert not [t for t in targets(data, (4, 64)) if "build / max" in t["what"]]

@@ -169,7 +169,7 @@ def test_threshold_search_with_one_mode_equals_the_lattice(mix, budget):
 
     V = mix.V
     lattice = product_tree(mix.log_q[0], budget)
-    vals, ids, status = kern._topk_rows(mix.log_q, V, pos_tol(np.float64))  # complete lists
+    vals, ids, _, _, status = kern._topk_rows(mix.log_q, V, pos_tol(np.float64), *trees_mod._whole_rows(mix.log_q))
     assert status == kern.OK
     lens = np.full((1, mix.L), V, dtype=np.int64)
     N = len(lattice)

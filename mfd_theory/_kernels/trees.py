@@ -55,99 +55,324 @@ def _sort_by_value_then_id(v, t, out_v, out_t):
         out_t[j] = t1[o2[j]]
 
 
-@njit(cache=True)
-def _row_status(row, pos_tol):
-    """Classify a row that failed the fast check: NaN first, then +inf, then positive entries."""
-    status = OK
-    for t in range(row.shape[0]):
-        v = row[t]
-        if v != v:
-            return HAS_NAN
-        if v == np.inf:
-            status = HAS_POSINF
-        elif v > pos_tol and status == OK:
-            status = HAS_POSITIVE
-    return status
+# _topk_rows reads a row in blocks of SCREEN entries: the compare-and-count over one block
+# vectorises, and a block with nothing at or above the threshold (almost all of them) is done.
+SCREEN = 64
+# the first pass folds a row into at least this many column maxima (2 M when that is larger)
+MIN_COLUMNS = 256
 
 
 @njit(cache=True)
-def _topk_rows(x, M, pos_tol):
-    """Top-M entries of each row of x [K, L, V] (any float dtype), without sorting a row.
+def _select(a, n, kk):
+    """The kk-th smallest of a[:n] (0-based), rearranging a[:n]: Hoare quickselect.
 
-    Returns vals [K, L, M] float64 sorted descending (ties: lower token id first), ids
-    [K, L, M] int64, and a status code (NaN / +inf / positive log-prob found).
+    numba's np.partition costs about ten times numpy's; this one is in place and allocates
+    nothing. The scans are bounded, so a NaN (whose comparisons are all false) cannot run them
+    off the range; the result is then meaningless, which the callers tolerate (see
+    :func:`_column_threshold`).
+    """
+    lo = 0
+    hi = n - 1
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] < a[lo]:
+            a[mid], a[lo] = a[lo], a[mid]
+        if a[hi] < a[lo]:
+            a[hi], a[lo] = a[lo], a[hi]
+        if a[hi] < a[mid]:
+            a[hi], a[mid] = a[mid], a[hi]
+        pivot = a[mid]
+        i = lo
+        j = hi
+        while i <= j:
+            while i <= hi and a[i] < pivot:
+                i += 1
+            while j >= lo and a[j] > pivot:
+                j -= 1
+            if i <= j:
+                a[i], a[j] = a[j], a[i]
+                i += 1
+                j -= 1
+        if kk <= j:
+            hi = j
+        elif kk >= i:
+            lo = i
+        else:
+            break
+    return a[kk]
 
-    Two light passes per row. Pass 1 takes the maximum of each of M equal chunks (and a running
-    sum, which turns NaN if any entry is NaN): the smallest chunk maximum t0 is a lower bound on
-    the M-th largest value, because the M chunk maxima are M distinct entries >= t0. Pass 2
-    gathers the entries >= t0 (for a peaked row a small fraction) and a quickselect over them
-    finds the M-th largest value; ties at that value are taken by ascending id.
+
+@njit(cache=True)
+def _column_threshold(row, M, cols):
+    """A value with at least M distinct entries of ``row`` at or above it (-inf if none found).
+
+    The row is cut into R segments of S >= 2 M entries; column j's maximum over the segments,
+    max_r row[r S + j], is one entry of the row, and the S columns are distinct entries, so the
+    M-th largest column maximum qualifies. With S >= 2 M it sits close to the row's own M-th
+    largest value on any row whose large entries are not bunched into a few columns. The fold
+    is an elementwise maximum over contiguous segments, a loop the compiler vectorises. ``cols``
+    is scratch room for S values. A NaN can make the result meaningless, which is harmless: the
+    screen never drops a NaN, so the caller reports it whatever the threshold.
+    """
+    V = row.shape[0]
+    S = cols.shape[0]
+    R = V // S
+    if R < 2:
+        cols[0] = -np.inf
+        return cols[0]
+    cols[:] = row[:S]
+    r = 1
+    while r + 3 < R:  # four segments per store into cols: a store per segment halves the speed
+        s1 = row[r * S : (r + 1) * S]
+        s2 = row[(r + 1) * S : (r + 2) * S]
+        s3 = row[(r + 2) * S : (r + 3) * S]
+        s4 = row[(r + 3) * S : (r + 4) * S]
+        for j in range(S):
+            a = s1[j]
+            b = s2[j]
+            c = s3[j]
+            e = s4[j]
+            m1 = a if a > b else b
+            m2 = c if c > e else e
+            m = m1 if m1 > m2 else m2
+            o = cols[j]
+            cols[j] = m if m > o else o
+        r += 4
+    while r < R:
+        seg = row[r * S : (r + 1) * S]
+        for j in range(S):
+            a = seg[j]
+            o = cols[j]
+            cols[j] = a if a > o else o
+        r += 1
+    return _select(cols, S, S - M)
+
+
+@njit(cache=True)
+def _keep(v, thr, strict):
+    """Screen test: v above the threshold (or at it unless strict), or NaN (never dropped)."""
+    return not v <= thr if strict else not v < thr
+
+
+@njit(cache=True)
+def _next_block(row, blk, thr, strict):
+    """The first block of SCREEN entries, from block ``blk`` on, with an entry the screen keeps,
+    and how many it keeps there.
+
+    Returns the number of full blocks (and 0) when there is none. A loop of its own, so that it
+    stays a tight run of vector compares.
+    """
+    nblk = row.shape[0] // SCREEN
+    while blk < nblk:
+        seg = row[blk * SCREEN : (blk + 1) * SCREEN]
+        c = 0  # two loops, so that each compiles to plain vector compares
+        if strict:
+            for j in range(SCREEN):
+                c += not seg[j] <= thr
+        else:
+            for j in range(SCREEN):
+                c += not seg[j] < thr
+        if c:
+            return blk, c
+        blk += 1
+    return nblk, 0
+
+
+@njit(cache=True)
+def _take(row, t, e, want, thr, strict, pos_tol, cv, ci, n, rst):
+    """Append row[t:e]'s kept entries to the buffer, checking each, and stop after ``want`` of
+    them (the screen's count); returns (n, row status)."""
+    stop = n + want
+    for j in range(t, e):
+        if n == stop:
+            break
+        v = row[j]
+        if _keep(v, thr, strict):
+            if v != v:
+                return n, HAS_NAN
+            if v == np.inf:
+                rst = HAS_POSINF
+            elif v > pos_tol and rst == OK:
+                rst = HAS_POSITIVE
+            cv[n] = v
+            ci[n] = j
+            n += 1
+    return n, rst
+
+
+SIGN_BIT = np.int64(-(2**63))
+LOW_63 = np.int64(2**63 - 1)
+
+
+@njit(cache=True)
+def _descending_order(v, n, order, key, key2, ord2):
+    """order[:n]: the positions of v[:n] (float64) by decreasing value; equal values keep their
+    order (a stable sort). key, key2, ord2: scratch of n int64.
+
+    An LSD radix sort, a byte per pass, on the value's bits mapped to an integer whose unsigned
+    order is the reverse of the value order (flip the magnitude bits of negatives, then all
+    bits, then the sign bit). Passes where every key has the same byte are skipped, so float32
+    values (29 zero low bits once widened) take five passes. No data-dependent branch, unlike a
+    comparison sort of the same length. -0.0 is read as 0.0 (they compare equal).
+    """
+    bits = v.view(np.int64)
+    for j in range(n):
+        b = bits[j] if v[j] != 0.0 else np.int64(0)
+        asc = b ^ LOW_63 if b < 0 else b  # signed order = value order
+        key[j] = (~asc) ^ SIGN_BIT  # unsigned order = reverse value order
+        order[j] = j
+    count = np.empty(256, dtype=np.int64)
+    for shift in range(0, 64, 8):
+        count[:] = 0
+        for j in range(n):
+            count[(key[j] >> shift) & 255] += 1
+        if count[(key[0] >> shift) & 255] == n:
+            continue  # every key has this byte: the pass would not move anything
+        total = 0
+        for c in range(256):
+            m = count[c]
+            count[c] = total
+            total += m
+        for j in range(n):
+            c = (key[j] >> shift) & 255
+            key2[count[c]] = key[j]
+            ord2[count[c]] = order[j]
+            count[c] += 1
+        key[:n] = key2[:n]
+        order[:n] = ord2[:n]
+
+
+@njit(cache=True)
+def _compact(cv, ci, n, M, tmp):
+    """Keep the top M of the n buffered entries (ties at the M-th value: lowest ids), in place.
+
+    The buffer is in increasing id order and stays so. Returns the M-th largest value, the new
+    threshold: a later entry equal to it can be dropped, since the M kept entries are at least
+    as large and have lower ids. ``tmp`` is scratch room for n values.
+    """
+    tmp[:n] = cv[:n]
+    kth = _select(tmp, n, n - M)
+    above = 0
+    for j in range(n):
+        if cv[j] > kth:
+            above += 1
+    ties = M - above  # entries equal to kth that fit, taken by ascending id
+    size = 0
+    for j in range(n):
+        v = cv[j]
+        if v > kth or (v == kth and ties > 0):
+            if v == kth:
+                ties -= 1
+            cv[size] = v
+            ci[size] = ci[j]
+            size += 1
+    return kth
+
+
+@njit(cache=True)
+def _topk_rows(x, M, pos_tol, floor, todo):
+    """Top-M entries of each row of x [K, L, V] (float32 or float64, read as they are), or of
+    the rows marked in ``todo`` [K, L]; entries below ``floor`` [K, L] (the input's dtype, -inf
+    for none) are not wanted.
+
+    Returns vals [K, L, M] float64 sorted descending (ties: lower token id first), ids [K, L, M]
+    int64, by_id [K, L, M] (the list positions in increasing token-id order), lens [K, L] (the
+    entries each list holds: M, fewer when fewer are at or above the floor, 0 for rows not
+    done) and a status code (NaN / +inf / positive log-prob found; within a row NaN wins over
+    +inf over positive, and a row with NaN or +inf ends the scan).
+
+    Per row: a first pass folds the row into column maxima and takes a threshold with at least
+    M entries at or above it (:func:`_column_threshold`), or starts from the floor if any; a
+    second pass, usually from cache, screens blocks of SCREEN entries against it with a compare
+    that vectorises and appends the few entries at or above it, in id order, to a buffer. An entry
+    below the threshold is never in the top M (or is below the floor), and NaN always passes
+    the screen, so it is always found. A positive entry or +inf below the threshold means that
+    M entries at or above it are positive or +inf too, and those are checked as they enter, so
+    validation is complete; a floor can hide entries below it, so a row is first read without
+    one (the builders read again, with a floor, only rows they have already checked). A full
+    buffer is cut back to the top M (and the threshold raised); a stable sort by value of the
+    final entries gives the tie rule's order.
     """
     K, L, V = x.shape
     vals = np.empty((K, L, M))
     ids = np.empty((K, L, M), dtype=np.int64)
-    cv = np.empty(V)  # candidates of one row
-    ci = np.empty(V, dtype=np.int64)
-    sv = np.empty(M)  # the M selected
-    si = np.empty(M, dtype=np.int64)
+    by_id = np.empty((K, L, M), dtype=np.int64)
+    lens = np.zeros((K, L), dtype=np.int64)
+    nblk = V // SCREEN  # full blocks; the tail is read entry by entry
+    cap = 2 * M + SCREEN  # buffer room: a block can add up to SCREEN entries
+    cv = np.empty(cap, dtype=x.dtype)  # buffered values, in the input's dtype (no upcast)
+    ci = np.empty(cap, dtype=np.int64)
+    tmp = np.empty(cap, dtype=x.dtype)
+    cols = np.empty(max(2 * M, MIN_COLUMNS), dtype=x.dtype)
+    sv = np.empty(M)
+    order = np.empty(M, dtype=np.int64)
+    key = np.empty(M, dtype=np.int64)
+    key2 = np.empty(M, dtype=np.int64)
+    ord2 = np.empty(M, dtype=np.int64)
     status = OK
-    chunk = V // M
     for k in range(K):
         for d in range(L):
+            if not todo[k, d]:
+                continue
             row = x[k, d]
-            # pass 1: chunk maxima, the row's maximum, and a NaN / +inf detector
-            t0 = np.inf
-            rmax = -np.inf
-            acc = 0.0
-            for c in range(M):
-                m = row[c * chunk]
-                for t in range(c * chunk, (c + 1) * chunk):
-                    v = row[t]
-                    acc += v
-                    m = max(m, v)
-                t0 = min(t0, np.float64(m))
-                rmax = max(rmax, np.float64(m))
-            for t in range(M * chunk, V):
-                acc += row[t]
-                rmax = max(rmax, np.float64(row[t]))
-            if acc != acc or acc == np.inf or rmax > pos_tol:
-                st = _row_status(row, pos_tol)
-                if st == HAS_NAN or st == HAS_POSINF:
-                    return vals, ids, st
-                status = st
-            # pass 2: gather the entries that can be in the top M (in index order), then select
+            rst = OK
+            thr = floor[k, d]
+            if thr == -np.inf:  # otherwise the floor is the threshold: no first pass
+                thr = _column_threshold(row, M, cols)
+            strict = False
             n = 0
-            for t in range(V):
-                v = np.float64(row[t])
-                if v >= t0:
-                    cv[n] = v
-                    ci[n] = t
-                    n += 1
-            kth = np.partition(cv[:n], n - M)[n - M]  # the M-th largest value
-            size = 0
-            for j in range(n):  # everything above kth, then ties at kth by ascending id
-                if cv[j] > kth:
-                    sv[size] = cv[j]
-                    si[size] = ci[j]
-                    size += 1
+            blk, c = _next_block(row, 0, thr, strict)
+            while blk < nblk:
+                n, rst = _take(row, blk * SCREEN, (blk + 1) * SCREEN, c, thr, strict, pos_tol, cv, ci, n, rst)
+                if rst == HAS_NAN:
+                    return vals, ids, by_id, lens, rst
+                if n + SCREEN > cap:
+                    thr = _compact(cv, ci, n, M, tmp)
+                    strict = True
+                    n = M
+                blk, c = _next_block(row, blk + 1, thr, strict)
+            n, rst = _take(row, nblk * SCREEN, V, SCREEN, thr, strict, pos_tol, cv, ci, n, rst)  # the tail
+            if rst == HAS_NAN:
+                return vals, ids, by_id, lens, rst
+            if rst == HAS_POSINF:
+                return vals, ids, by_id, lens, rst
+            if rst == HAS_POSITIVE:
+                status = rst
+            if n > M:
+                _compact(cv, ci, n, M, tmp)
+                n = M
             for j in range(n):
-                if size == M:
-                    break
-                if cv[j] == kth:
-                    sv[size] = cv[j]
-                    si[size] = ci[j]
-                    size += 1
-            _sort_by_value_then_id(sv, si, vals[k, d], ids[k, d])
-    return vals, ids, status
+                sv[j] = cv[j]
+            _descending_order(sv, n, order, key, key2, ord2)  # stable: equal values keep id order
+            for i in range(n):
+                j = order[i]
+                vals[k, d, i] = cv[j]
+                ids[k, d, i] = ci[j]
+                by_id[k, d, j] = i
+            lens[k, d] = n
+    return vals, ids, by_id, lens, status
 
 
 @njit(cache=True)
-def _universe(ids, lens):
+def _id_order(ids, lens):
+    """by_id [K, L, M]: the positions of each list's entries in increasing token-id order."""
+    K, L, M = ids.shape
+    by_id = np.zeros((K, L, M), dtype=np.int64)
+    for k in range(K):
+        for d in range(L):
+            by_id[k, d, : lens[k, d]] = np.argsort(ids[k, d, : lens[k, d]])
+    return by_id
+
+
+@njit(cache=True)
+def _universe(ids, lens, by_id):
     """Union of the K candidate lists at each depth, with compact indices.
 
-    ids [K, L, M], lens [K, L] -> tok_u [L, Umax] (sorted token ids, padded with -1),
-    U [L], list_u [K, L, M] (compact index of each list entry), rank [K, L, Umax]
-    (position of each universe token in mode k's list, M when absent).
+    ids [K, L, M], lens [K, L], by_id [K, L, M] (each list's positions in increasing id order,
+    see :func:`_id_order`; the dense selection hands it over for free) -> tok_u [L, Umax] (sorted
+    token ids, padded with -1), U [L], list_u [K, L, M] (compact index of each list entry), rank
+    [K, L, Umax] (position of each universe token in mode k's list, M when absent). A K-way merge
+    of the id-ordered lists, so no sort and no search.
     """
     K, L, M = ids.shape
     Umax = K * M
@@ -155,25 +380,29 @@ def _universe(ids, lens):
     U = np.zeros(L, dtype=np.int64)
     list_u = np.full((K, L, M), -1, dtype=np.int64)
     rank = np.full((K, L, Umax), M, dtype=np.int64)
-    buf = np.empty(Umax, dtype=np.int64)
+    ptr = np.empty(K, dtype=np.int64)
     for d in range(L):
-        c = 0
-        for k in range(K):
-            for i in range(lens[k, d]):
-                buf[c] = ids[k, d, i]
-                c += 1
-        s = np.sort(buf[:c])
+        ptr[:] = 0
         u = 0
-        for i in range(c):
-            if i == 0 or s[i] != s[i - 1]:
-                tok_u[d, u] = s[i]
-                u += 1
+        while True:
+            low = -1  # the smallest token id at the head of any list
+            for k in range(K):
+                if ptr[k] < lens[k, d]:
+                    t = ids[k, d, by_id[k, d, ptr[k]]]
+                    if low < 0 or t < low:
+                        low = t
+            if low < 0:
+                break
+            tok_u[d, u] = low
+            for k in range(K):
+                if ptr[k] < lens[k, d]:
+                    i = by_id[k, d, ptr[k]]
+                    if ids[k, d, i] == low:
+                        list_u[k, d, i] = u
+                        rank[k, d, u] = i
+                        ptr[k] += 1
+            u += 1
         U[d] = u
-        for k in range(K):
-            for i in range(lens[k, d]):
-                j = np.searchsorted(tok_u[d, :u], ids[k, d, i])
-                list_u[k, d, i] = j
-                rank[k, d, j] = i
     return tok_u, U, list_u, rank
 
 
@@ -232,6 +461,24 @@ def _mix(log_pi, w, tmp):
 
 
 @njit(cache=True)
+def _path_scores(log_pi, x, parent, token, depth):
+    """Mixture log score of every node of a tree (parents before children) under x [K, L, V]."""
+    K = x.shape[0]
+    n = parent.shape[0]
+    W = np.empty((n, K))  # per-mode log weight of each node's prefix
+    out = np.empty(n)
+    w = np.empty(K)
+    tmp = np.empty(K)
+    for i in range(n):
+        p = parent[i]
+        for k in range(K):
+            w[k] = (W[p, k] if p >= 0 else 0.0) + np.float64(x[k, depth[i] - 1, token[i]])
+            W[i, k] = w[k]
+        out[i] = _mix(log_pi, w, tmp)
+    return out
+
+
+@njit(cache=True)
 def _before(k1, a1, b1, k2, a2, b2):
     """Entry 1 pops before entry 2: larger key, then smaller first word, then smaller second."""
     if k1 != k2:
@@ -285,6 +532,41 @@ def _heap_pop(hk, ha, hb, size):
         ha[j] = la
         hb[j] = lb
     return key, a, b, size
+
+
+@njit(cache=True)
+def _heap_replace_top(hk, ha, hb, size, key, a, b):
+    """Remove the first entry and insert (key, a, b) in one pass down the heap (``size`` >= 1).
+
+    Cheaper than a pop followed by a push: one sift instead of two.
+    """
+    j = 0
+    while True:
+        c = 2 * j + 1
+        if c >= size:
+            break
+        if c + 1 < size and _before(hk[c + 1], ha[c + 1], hb[c + 1], hk[c], ha[c], hb[c]):
+            c += 1
+        if _before(hk[c], ha[c], hb[c], key, a, b):
+            hk[j] = hk[c]
+            ha[j] = ha[c]
+            hb[j] = hb[c]
+            j = c
+        else:
+            break
+    hk[j] = key
+    ha[j] = a
+    hb[j] = b
+
+
+@njit(cache=True)
+def _heap_put(hk, ha, hb, size, pending, key, a, b):
+    """Insert (key, a, b); with ``pending`` (the root holds an entry already taken) it replaces
+    that entry instead. Returns the new size and False (nothing pending any more)."""
+    if pending:
+        _heap_replace_top(hk, ha, hb, size, key, a, b)
+        return size, False
+    return _heap_push(hk, ha, hb, size, key, a, b), False
 
 
 @njit(cache=True)
@@ -351,7 +633,8 @@ def _mixture_tree(log_pi, G, list_u, list_val, lens, rank, tok_u, closed, bound,
             hk = _grown(hk, 2 * hk.shape[0])
             ha = _grown(ha, 2 * ha.shape[0])
             hb = _grown(hb, 2 * hb.shape[0])
-        key, wa, wb, size = _heap_pop(hk, ha, hb, size)
+        key, wa, wb = hk[0], ha[0], hb[0]
+        pending = True  # the entry still sits at the root: the first entry pushed takes its place
         cls = wa & CLASS_MASK
         p = wa >> CLASS_BITS
         d = ndepth[p]  # depth of the parent; its children live at list depth d
@@ -371,7 +654,10 @@ def _mixture_tree(log_pi, G, list_u, list_val, lens, rank, tok_u, closed, bound,
             if d + 1 < L and n < N:
                 for k in range(K):
                     w[k] = W[n, k] + (list_val[k, d + 1, 0] if lens[k, d + 1] > 0 else bound[k, d + 1])
-                size = _heap_push(hk, ha, hb, size, _mix(log_pi, w, tmp), (n << CLASS_BITS) | THRESHOLD, 0)
+                size, pending = _heap_put(hk, ha, hb, size, pending, _mix(log_pi, w, tmp),
+                                          (n << CLASS_BITS) | THRESHOLD, 0)
+            if pending:
+                size = _heap_pop(hk, ha, hb, size)[3]
             continue
         # THRESHOLD: one round of sorted access for parent p (one step down each mode's list)
         for k in range(K):
@@ -390,8 +676,8 @@ def _mixture_tree(log_pi, G, list_u, list_val, lens, rank, tok_u, closed, bound,
                 for j in range(K):
                     w[j] = W[p, j] + G[j, d, u]
                     best = min(best, rank[j, d, u])
-                size = _heap_push(hk, ha, hb, size, _mix(log_pi, w, tmp), (p << CLASS_BITS) | CONCRETE,
-                                  (best << RANK_SHIFT) | u)
+                size, pending = _heap_put(hk, ha, hb, size, pending, _mix(log_pi, w, tmp),
+                                          (p << CLASS_BITS) | CONCRETE, (best << RANK_SHIFT) | u)
         exhausted = True
         for k in range(K):
             i = pos[p, k]
@@ -400,10 +686,12 @@ def _mixture_tree(log_pi, G, list_u, list_val, lens, rank, tok_u, closed, bound,
                 w[k] = W[p, k] + list_val[k, d, i]
             else:
                 w[k] = W[p, k] + bound[k, d]
-        if exhausted and closed[d]:
-            continue  # every child of p has been seen
-        cls = EXHAUSTED if exhausted else THRESHOLD
-        size = _heap_push(hk, ha, hb, size, _mix(log_pi, w, tmp), (p << CLASS_BITS) | cls, 0)
+        if not (exhausted and closed[d]):  # else every child of p has been seen
+            cls = EXHAUSTED if exhausted else THRESHOLD
+            size, pending = _heap_put(hk, ha, hb, size, pending, _mix(log_pi, w, tmp),
+                                      (p << CLASS_BITS) | cls, 0)
+        if pending:
+            size = _heap_pop(hk, ha, hb, size)[3]
     return parent[:n], token[:n], depth[:n], score[:n], status
 
 
@@ -412,15 +700,17 @@ def _prepare_candidates(values, ids, pos_tol):
     """Validate and sort candidate lists values/ids [K, L, k] -> float64 values, int64 ids, status.
 
     Rows already in the tie rule's order (descending value, ascending id among equal values) are
-    copied as they are; other rows (torch.topk leaves equal values in any order) are sorted into
-    it. Status: NaN, +inf, positive log-prob, or 5 for a negative token id.
+    copied as they are; rows sorted by value whose equal values are not in id order (torch.topk
+    leaves them in any order) have only those runs put in id order; other rows are sorted.
+    Status: NaN, +inf, positive log-prob, or 5 for a negative token id.
     """
     K, L, k = values.shape
     vals = np.empty((K, L, k))
     out_ids = np.empty((K, L, k), dtype=np.int64)
     for a in range(K):
         for d in range(L):
-            ok = True
+            ok = True  # in the tie rule's order
+            by_value = True  # sorted by value, ties in any order
             for i in range(k):
                 v = np.float64(values[a, d, i])
                 t = np.int64(ids[a, d, i])
@@ -432,11 +722,28 @@ def _prepare_candidates(values, ids, pos_tol):
                     return vals, out_ids, 5
                 vals[a, d, i] = v
                 out_ids[a, d, i] = t
-                if i > 0 and (vals[a, d, i - 1] < v or (vals[a, d, i - 1] == v and out_ids[a, d, i - 1] > t)):
+                if i > 0 and vals[a, d, i - 1] < v:
+                    ok = by_value = False
+                elif i > 0 and vals[a, d, i - 1] == v and out_ids[a, d, i - 1] > t:
                     ok = False
-            if not ok:
+            if by_value and not ok:
+                _ids_in_order_within_ties(vals[a, d], out_ids[a, d])
+            elif not ok:
                 _sort_by_value_then_id(vals[a, d].copy(), out_ids[a, d].copy(), vals[a, d], out_ids[a, d])
     return vals, out_ids, OK
+
+
+@njit(cache=True)
+def _ids_in_order_within_ties(v, t):
+    """t sorted ascending within each run of equal values of v (v already non-increasing): an
+    insertion sort, cheap because runs of equal float values are short."""
+    for i in range(1, v.shape[0]):
+        x = t[i]
+        j = i
+        while j > 0 and v[j - 1] == v[i] and t[j - 1] > x:
+            t[j] = t[j - 1]
+            j -= 1
+        t[j] = x
 
 
 @njit(cache=True)
@@ -460,10 +767,11 @@ def _lists_have_duplicates(ids, lens):
 
 
 @njit(cache=True)
-def _product_lattice(vals, ids, budget):
+def _product_lattice(vals, ids, lens, budget):
     """DDTree's builder for a product score: exact top-``budget`` prefixes.
 
-    vals / ids [L, k]: each depth's candidates sorted descending. A lattice cell (parent, depth,
+    vals / ids [L, k]: each depth's candidates sorted descending, the first lens[d] of them
+    valid at depth d (a depth with none ends every path there). A lattice cell (parent, depth,
     rank) is the rank-th best token of that depth under that parent; every parent shares the
     depth's list, so popping a cell and pushing its next sibling (rank + 1) and first child
     (depth + 1, rank 0) emits prefixes in exactly decreasing score, ties by the module's rule
@@ -471,7 +779,7 @@ def _product_lattice(vals, ids, budget):
     Returns parent, token, depth, log_score and the number of list entries used per depth (so
     the caller can check for duplicate ids where they matter).
     """
-    L, k = vals.shape
+    L = vals.shape[0]
     N = budget
     parent = np.empty(N, dtype=np.int64)
     token = np.empty(N, dtype=np.int64)
@@ -484,10 +792,10 @@ def _product_lattice(vals, ids, budget):
     hk = np.empty(cap)
     ha = np.empty(cap, dtype=np.int64)  # parent slot p + 1 (0 = root)
     hb = np.empty(cap, dtype=np.int64)  # rank
-    size = _heap_push(hk, ha, hb, 0, vals[0, 0], 0, 0)
+    size = _heap_push(hk, ha, hb, 0, vals[0, 0], 0, 0) if lens[0] > 0 else 0
     n = 0
     while n < N and size > 0:
-        key, slot, r, size = _heap_pop(hk, ha, hb, size)
+        key, slot, r = hk[0], ha[0], hb[0]  # the best cell; it leaves the heap below
         p = slot - 1
         d = depth[p] if p >= 0 else 0  # list depth of the cell = the parent's 1-based depth
         base = score[p] if p >= 0 else 0.0
@@ -498,9 +806,11 @@ def _product_lattice(vals, ids, budget):
         used[d] = max(used[d], r + 1)
         node = n
         n += 1
-        if r + 1 < k:  # next sibling
-            size = _heap_push(hk, ha, hb, size, base + vals[d, r + 1], p + 1, r + 1)
-        if d + 1 < L:  # first child
+        if r + 1 < lens[d]:  # next sibling, in the emitted cell's place
+            _heap_replace_top(hk, ha, hb, size, base + vals[d, r + 1], p + 1, r + 1)
+        else:
+            size = _heap_pop(hk, ha, hb, size)[3]
+        if d + 1 < L and lens[d + 1] > 0:  # first child
             size = _heap_push(hk, ha, hb, size, key + vals[d + 1, 0], node + 1, 0)
     return parent[:n], token[:n], depth[:n], score[:n], used
 

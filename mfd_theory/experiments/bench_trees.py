@@ -199,7 +199,8 @@ def run(config: BenchTreesConfig, out_dir: str | Path = "results", progress: boo
         t_heap = time_call(lambda: heapq_product_tree(vals, ids, N), cfg.repeats)
         # the builder itself: the lattice kernel on the validated lists, without the wrapper
         pv, pi, _ = _prepare_candidates(vals[None], ids[None], 1e-6)
-        t_kernel = time_call(lambda: _product_lattice(pv[0], pi[0], N), cfg.repeats)
+        lens = np.full(cfg.L, k, dtype=np.int64)
+        t_kernel = time_call(lambda: _product_lattice(pv[0], pi[0], lens, N), cfg.repeats)
         cand.append(dict(
             N=N, k=k, build_s=t_build, kernel_s=t_kernel, heapq_s=t_heap, scores_agree=agree,
             heapq_over_build=_median(t_heap) / _median(t_build),
@@ -230,7 +231,7 @@ def run(config: BenchTreesConfig, out_dir: str | Path = "results", progress: boo
     bar.close()
 
     data = dict(dense=dense, candidates=cand, monte_carlo=mc, notes=notes, load_avg=_load_avg())
-    data["targets"] = targets(data)
+    data["targets"] = targets(data, (cfg.L, cfg.V))
     result = Result(NAME, dataclasses.asdict(cfg), data, seed=cfg.seed)
     path = Path(out_dir) / f"{NAME}.json"
     existed = path.exists()
@@ -240,9 +241,25 @@ def run(config: BenchTreesConfig, out_dir: str | Path = "results", progress: boo
 
 # ----------------------------------------------------------------------------- report
 
-def targets(data: dict) -> list[dict]:
-    """The issue's speed targets, judged at the largest budget measured (1024 in the full run)."""
+# build time / one read-once max pass over the same rows, at most (K, N) -> ratio; judged at
+# DFlash's shape only (at a small V the fixed cost of a call outweighs a pass over the rows)
+BUILD_OVER_MAX = {(1, 64): 6.0, (1, 1024): 15.0, (4, 64): 8.0, (4, 1024): 20.0}
+BUILD_OVER_MAX_SHAPE = (15, 151_936)  # (L, V)
+
+
+def targets(data: dict, shape: tuple[int, int] = BUILD_OVER_MAX_SHAPE) -> list[dict]:
+    """The speed targets: build / max at the cells of BUILD_OVER_MAX that were measured (when
+    the rows have shape (L, V) = BUILD_OVER_MAX_SHAPE), and the older ones judged at the largest
+    budget measured (1024 in the full run)."""
     out = []
+    dense = data["dense"] if shape == BUILD_OVER_MAX_SHAPE else []
+    for r in dense:
+        limit = BUILD_OVER_MAX.get((r["K"], r["N"]))
+        if limit is not None:
+            out.append(dict(
+                what=f"{r['builder']} K={r['K']} N={r['N']}: build / max <= {limit:g}",
+                value=r["build_over_max"], met=r["build_over_max"] <= limit,
+            ))
     dense = data["dense"]
     if dense:
         n_max = max(r["N"] for r in dense)
