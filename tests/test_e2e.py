@@ -53,6 +53,26 @@ def test_micro_decoding_is_lossless_and_prediction_holds(micro):
             assert abs(r["pred_gap_z"]) < 5, r
 
 
+def test_micro_rows_carry_predicted_speedups(micro):
+    """The round profile is measured before decoding, stored, and every row has both predictions."""
+    from mfd_theory.speedup import LatencyProfile
+
+    _, res = micro
+    data = res["data"]
+    prof = LatencyProfile.from_dict(data["round_profile"], source="round_profile")
+    assert prof.measured_round and set(prof.tree_sizes) >= set(PRESETS["micro"]["budgets"])
+    assert data["timings_s"]["round_profile"] > 0
+    spec = [r for r in data["rows"] if r["method"] != "ar"]
+    for r in spec:
+        for key in ("predicted_speedup", "predicted_speedup_from_tau"):
+            assert isinstance(r[key], float) and 0 < r[key] < 10, r
+        assert set(r["round_ms_predicted"]) == set(r["round_ms_measured"]) == {"draft", "tree", "verify", "walk",
+                                                                                 "commit"}
+    check = data["speedup_check"]
+    assert check["n_rows"] == len(spec) and check["theory"]["n"] == len(spec)
+    assert len(check["best_budget"]) == 6  # (product ddtree, k2 ddtree, k2 mfd) x 2 temperatures
+
+
 def test_rerun_skips_training(micro):
     out, _ = micro
     cache = out / "cache"

@@ -44,8 +44,10 @@ from .data import Corpus, CorpusConfig, build_corpus
 from .drafter import build_drafter, load_drafter
 from .target import TargetModel
 from .evaluate import (
-    decode_cells, format_gains, make_cells, mfd_gains, per_prompt_records, prediction_summary, rows_from_records,
+    add_speedup_predictions, decode_cells, format_gains, make_cells, mfd_gains, per_prompt_records,
+    prediction_summary, rows_from_records, speedup_check,
 )
+from .profile import measure_round_profile
 from .train import (
     LM_ARCHS, DrafterTrainConfig, LMConfig, LMTrainConfig, config_hash, make_distill_data,
     mode_diagnostics, target_fingerprint, train_drafter, train_lm,
@@ -184,20 +186,28 @@ def _drafter(cfg, K: int, target_hf, corpus, data, dpath: Path, cache: Path, pro
 # --------------------------------------------------------------------------------------- evaluation
 
 
-def evaluate(cfg, target, drafters: dict[int, Any], prompts: np.ndarray, progress: bool = True,
-             with_records: bool = False):
-    """All rows: for each temperature, ar and every cell, through the shared evaluator
-    (:mod:`mfd_theory.llm.evaluate`: methods interleaved per prompt, warm-up, decode-only timing
-    over ``cfg.timing_passes`` passes). At T = 0 each row also records whether its outputs equal
-    ar's (``matches_ar``: lossless). ``with_records`` also returns the per-prompt records."""
+def e2e_cells(cfg, drafters: dict[int, Any]) -> list:
+    """The cells ``mfd e2e`` decodes: ar, chain (product drafter), ddtree and mfd at every budget."""
     labelled = {("product" if K == 1 else f"mfd-k{K}"): d for K, d in sorted(drafters.items())}
     cells = make_cells(labelled, ("ar", "chain", "ddtree", "mfd"), cfg.budgets, ddtree_on_mfd=cfg.ddtree_on_mfd)
     # e2e's single-mode drafter is not run as chain-of-MFD: chain only for the product drafter.
-    cells = [c for c in cells if not (c.method == "chain" and c.K > 1)]
+    return [c for c in cells if not (c.method == "chain" and c.K > 1)]
+
+
+def evaluate(cfg, target, drafters: dict[int, Any], prompts: np.ndarray, progress: bool = True,
+             with_records: bool = False, profile=None):
+    """All rows: for each temperature, ar and every cell, through the shared evaluator
+    (:mod:`mfd_theory.llm.evaluate`: methods interleaved per prompt, warm-up, decode-only timing
+    over ``cfg.timing_passes`` passes). At T = 0 each row also records whether its outputs equal
+    ar's (``matches_ar``: lossless). ``with_records`` also returns the per-prompt records.
+    With a round ``profile`` (measured before), every row gets its predicted speedups."""
+    cells = e2e_cells(cfg, drafters)
     records = decode_cells(target, cells, list(prompts), temperatures=cfg.temperatures,
                            max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, passes=cfg.timing_passes,
                            eos_token_id=[], progress=progress, dataset_name="heldout")
     rows = rows_from_records(records, cells)
+    if profile is not None:
+        add_speedup_predictions(rows, records, profile)
     return (rows, records) if with_records else rows
 
 
@@ -293,8 +303,18 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
     # Decoding a small model is a chain of tiny kernels: one thread avoids OpenMP barriers, which
     # stall badly when the machine's cores are shared.
     torch.set_num_threads(cfg.eval_threads)
+    # The round cost model, measured on this target and these drafters before any cell is timed
+    # (calibration prompts from the training split: only their timings are used).
     t = time.perf_counter()
-    rows, records = evaluate(cfg, target, drafters, prompts, progress=progress, with_records=True)
+    profile = None
+    if cfg.profile_prompts > 0:
+        calib = corpus.prompts(cfg.profile_prompts, cfg.prompt_len, "train", seed=cfg.seed + 5)
+        profile = measure_round_profile(
+            target, e2e_cells(cfg, drafters), list(calib), cfg.max_new_tokens, repeats=cfg.profile_repeats,
+            name="round_profile", device=str(target.device), model=f"e2e target {tdir.name}", progress=progress)
+    times["round_profile"] = time.perf_counter() - t
+    t = time.perf_counter()
+    rows, records = evaluate(cfg, target, drafters, prompts, progress=progress, with_records=True, profile=profile)
     times["evaluate"] = time.perf_counter() - t
     hf_rows = []
     if draft_lm is not None:
@@ -311,6 +331,8 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
         "rows": rows,
         "mfd_gains": mfd_gains(rows),
         "prediction_check": prediction_summary(rows),
+        "round_profile": profile.to_dict() if profile is not None else None,
+        "speedup_check": speedup_check(rows) if profile is not None else None,
         "per_prompt": per_prompt_records(records),
         "mode_diagnostics": modes_diag,
         "hf_assisted": hf_rows,

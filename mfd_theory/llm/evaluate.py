@@ -41,7 +41,8 @@ from .decode import speculative_generate
 from .prompts import Prompt, run_conversation
 
 __all__ = ["Cell", "make_cells", "decode_cells", "rows_from_records", "mfd_gains", "verdict",
-           "prediction_summary", "best_budgets", "per_prompt_records", "format_gains", "format_rows"]
+           "prediction_summary", "best_budgets", "per_prompt_records", "format_gains", "format_rows",
+           "add_speedup_predictions", "speedup_check"]
 
 
 @dataclass(frozen=True)
@@ -255,6 +256,136 @@ def rows_from_records(records: list[dict], cells: list[Cell]) -> list[dict]:
                 row["matches_ar"] = all(r["tokens"] == ar_out.get(r["item"]) for r in recs)
             rows.append(row)
     return rows
+
+
+_TERMS = ("draft", "tree", "verify", "walk", "commit")
+
+
+def _row_key(r: dict) -> tuple:
+    return (r.get("dataset"), r["method"], r["drafter"], int(r["budget"]), float(r["temperature"]))
+
+
+def add_speedup_predictions(rows: list[dict], records: list[dict], profile) -> list[dict]:
+    """Add to every row the speedup the round cost model predicts (in place; returns ``rows``).
+
+    ``profile`` is a :class:`~mfd_theory.speedup.LatencyProfile` measured before the cells ran.
+    Per row:
+
+    * ``predicted_speedup``: from the theory's acceptance, i.e. the trees' predicted covered mass
+      under the decoding rule (``predicted_accepted_mean``; its variance: the trees' exact
+      per-round variances plus the spread of the per-round predictions), not the measured tau;
+    * ``predicted_speedup_from_tau``: the same cost model with the measured accepted lengths, so
+      ``predicted_speedup_from_tau / speedup - 1`` is the cost model's error alone;
+    * ``round_ms_predicted`` / ``round_ms_measured``: one round's time by term (draft, tree,
+      verify, walk, commit), predicted by the profile and measured in the first timing pass.
+
+    Both predictions carry the finite-length correction (:func:`mfd_theory.speedup.length_factor`)
+    for the tokens each turn decodes. Rows whose (method, K) the profile lacks get None.
+    """
+    from mfd_theory.speedup import cell_speedup
+
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        groups.setdefault(_row_key(r), []).append(r)
+    for row in rows:
+        recs = groups.get(_row_key(row), [])
+        for key in ("predicted_speedup", "predicted_speedup_from_tau", "round_ms_predicted", "round_ms_measured"):
+            row[key] = None
+        if row["method"] == "ar":
+            row["predicted_speedup"] = row["predicted_speedup_from_tau"] = 1.0
+            continue
+        if not recs or not row.get("n_rounds"):
+            continue
+        pred = np.array([a for r in recs for a in r["predicted"]], dtype=float)
+        pvar = np.array([a for r in recs for a in r.get("predicted_var", [np.nan] * len(r["predicted"]))], dtype=float)
+        acc = np.array([a for r in recs for a in r["accepted"]], dtype=float)
+        turns = [n - 1 for r in recs for n in r.get("turn_lengths", [len(r["tokens"])])]
+        m = max(1, int(round(float(np.mean(turns))))) if turns else None
+        temp, K, n = row["temperature"], int(row["K"]), max(1, int(row["budget"]))
+        try:
+            if pred.size and not np.isnan(pred).any():
+                within = pvar[~np.isnan(pvar)].mean() if (~np.isnan(pvar)).any() else 0.0
+                var = float(within + pred.var())  # total variance: within rounds + across rounds
+                row["predicted_speedup"] = cell_speedup(float(pred.mean()), row["method"], K, n, profile, temp, var, m)
+                parts = profile.round_ms(row["method"], K, n, temp, float(pred.mean()))
+                row["round_ms_predicted"] = {k: float(v) for k, v in parts.items()}
+            row["predicted_speedup_from_tau"] = cell_speedup(float(acc.mean()), row["method"], K, n, profile, temp,
+                                                             float(acc.var()), m)
+        except ValueError:  # the profile has no overhead table for this (method, K)
+            continue
+        split = row.get("time_split") or {}
+        if all(k in split for k in _TERMS):
+            row["round_ms_measured"] = {k: 1e3 * float(split[k]) / row["n_rounds"] for k in _TERMS}
+    return rows
+
+
+def _rel(a, b) -> float | None:
+    return float(a / b - 1) if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else None
+
+
+def speedup_check(rows: list[dict]) -> dict:
+    """How well the predicted speedups match the measured ones, over every speculative row.
+
+    * relative error per row: predicted / measured - 1, for ``predicted_speedup`` (theory's
+      acceptance + cost model) and ``predicted_speedup_from_tau`` (cost model alone); the median
+      and the worst |error|, and how many rows lie within their measured spread;
+    * best budget per (dataset, temperature, drafter, method) among tree methods with two or
+      more budgets: the budget with the highest predicted speedup is a hit when it is the measured
+      best, or its measured speedup is within the measured spread of the best's (the two rows'
+      pass-to-pass standard deviations combined);
+    * per term of the round (draft, tree, verify, walk, commit): measured / predicted ms summed
+      over rows, and its share of the rows' total time error (which term the model gets wrong).
+    """
+    spec = [r for r in rows if r["method"] != "ar" and isinstance(r.get("speedup"), (int, float))
+            and isinstance(r.get("predicted_speedup"), (int, float))]
+    out: dict[str, Any] = {"n_rows": len(spec)}
+    if not spec:
+        return out
+    for key, name in (("predicted_speedup", "theory"), ("predicted_speedup_from_tau", "tau")):
+        errs = [(abs(_rel(r[key], r["speedup"])), r) for r in spec if _rel(r.get(key), r["speedup"]) is not None]
+        if not errs:
+            continue
+        e = np.array([x for x, _ in errs])
+        worst = max(errs, key=lambda t: t[0])[1]
+        inside = sum(1 for x, r in errs if r.get("speedup_std") is not None
+                     and abs(r[key] - r["speedup"]) <= r["speedup_std"])
+        out[name] = {"median_rel_error": float(np.median(e)), "worst_rel_error": float(e.max()),
+                     "mean_rel_error": float(e.mean()), "within_spread": inside, "n": len(errs),
+                     "worst_row": {k: worst[k] for k in ("dataset", "method", "drafter", "budget", "temperature")}}
+    groups: dict[tuple, list[dict]] = {}
+    for r in spec:
+        if r["method"] != "chain":
+            groups.setdefault((r.get("dataset"), r["temperature"], r["drafter"], r["method"]), []).append(r)
+    picks = []
+    for (ds, temp, drafter, method), rs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        if len(rs) < 2:
+            continue
+        best = max(rs, key=lambda r: r["speedup"])
+        chosen = max(rs, key=lambda r: r["predicted_speedup"])
+        spread = math.hypot(best.get("speedup_std") or 0.0, chosen.get("speedup_std") or 0.0)
+        exact = chosen is best
+        picks.append({"dataset": ds, "temperature": temp, "drafter": drafter, "method": method,
+                      "predicted_budget": chosen["budget"], "measured_budget": best["budget"],
+                      "predicted_budget_speedup": chosen["speedup"], "best_speedup": best["speedup"],
+                      "spread": spread, "exact": exact,
+                      "hit": exact or best["speedup"] - chosen["speedup"] <= spread})
+    out["best_budget"] = picks
+    out["best_budget_hits"] = sum(p["hit"] for p in picks)
+    out["best_budget_exact"] = sum(p["exact"] for p in picks)
+    with_terms = [r for r in spec if r.get("round_ms_predicted") and r.get("round_ms_measured")]
+    if with_terms:
+        errs = {k: sum(abs(r["round_ms_measured"][k] - r["round_ms_predicted"][k]) for r in with_terms)
+                for k in _TERMS}
+        total_err = sum(errs.values()) or 1.0
+        terms = {}
+        for k in _TERMS:
+            meas = sum(r["round_ms_measured"][k] for r in with_terms)
+            pred = sum(r["round_ms_predicted"][k] for r in with_terms)
+            terms[k] = {"measured_ms": meas / len(with_terms), "predicted_ms": pred / len(with_terms),
+                        "measured_over_predicted": meas / pred if pred > 0 else None,
+                        "abs_error_share": errs[k] / total_err}
+        out["terms"] = terms
+    return out
 
 
 def _tcrit(dof: int) -> float:

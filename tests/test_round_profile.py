@@ -1,0 +1,139 @@
+"""The measured round cost model in the decoding pipeline: measure_round_profile on tiny models,
+per-row predicted speedups, and the predicted-vs-measured check."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import torch  # noqa: E402
+from llm_helpers import OracleDrafter, tiny_qwen3  # noqa: E402
+
+from mfd_theory.llm import TargetModel  # noqa: E402
+from mfd_theory.llm.evaluate import Cell, add_speedup_predictions, rows_from_records, speedup_check  # noqa: E402
+from mfd_theory.llm.profile import measure_round_profile, trimmed_mean  # noqa: E402
+from mfd_theory.speedup import LatencyProfile, cell_speedup, length_factor  # noqa: E402
+
+ROUNDOFF = 1e-12  # a few float64 operations
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    hf = tiny_qwen3(num_layers=2)
+    return TargetModel(hf), {1: OracleDrafter(hf, block_size=4, num_modes=1), 2: OracleDrafter(hf, block_size=4)}
+
+
+def test_measure_round_profile_tiny(tiny):
+    target, drafters = tiny
+    cells = [Cell("chain", "k1", 3, drafters[1]), Cell("ddtree", "k1", 4, drafters[1]),
+             Cell("ddtree", "k2", 4, drafters[2]), Cell("mfd", "k2", 4, drafters[2]),
+             Cell("mfd", "k2", 12, drafters[2])]
+    prompts = [np.arange(1, 9), np.arange(5, 15)]
+    prof = measure_round_profile(target, cells, prompts, 8, progress=False, name="t", model="tiny")
+    assert prof.measured_round and not prof.assumption
+    assert prof.tree_sizes == (3, 4, 12) and prof.draft_modes == (1, 2)
+    assert {(t.method, t.K) for t in prof.overhead} == {("chain", 1), ("ddtree", 1), ("ddtree", 2), ("mfd", 2)}
+    assert next(t for t in prof.overhead if t.method == "mfd").tree_sizes == (4, 12)
+    assert prof.t_target_ms > 0 and prof.draw_ms > 0 and all(t > 0 for t in prof.verify_ms)
+    assert prof.context_probe["contexts"] == [8, 16] and prof.context_probe["tree_sizes"] == [1, 12]
+    assert LatencyProfile.from_dict(prof.to_dict()) == prof  # the stored form validates and round-trips
+    assert cell_speedup(1.0, "mfd", 2, 4, prof) > 0
+    with pytest.raises(ValueError, match="repeats"):
+        measure_round_profile(target, cells, prompts, 8, repeats=0, progress=False)
+    with pytest.raises(ValueError, match="cells"):
+        measure_round_profile(target, [Cell("ar", "none", 0)], prompts, 8, progress=False)
+    with pytest.raises(ValueError, match="prompts"):
+        measure_round_profile(target, cells, [], 8, progress=False)
+
+
+def test_trimmed_mean():
+    assert trimmed_mean([1.0, 2.0, 3.0]) == 2.0
+    assert trimmed_mean(list(range(10)) + [1000.0]) == pytest.approx(np.mean(range(1, 10)), abs=ROUNDOFF)
+    with pytest.raises(ValueError, match="values"):
+        trimmed_mean([])
+
+
+class _K2:
+    num_modes = 2
+
+
+PROFILE = LatencyProfile.from_dict(dict(
+    name="fake", device="cpu", model="fake", assumption=False, t_target_ms=4.0, t_draft_ms=1.0,
+    tree_sizes=[8, 32], verify_ms=[5.0, 7.0], draw_ms=0.05, draft_modes=[2], draft_ms=[2.0],
+    overhead=[dict(method="mfd", K=2, tree_sizes=[8, 32], tree_ms=[0.5, 1.0], walk_ms=[0.1, 0.2],
+                   commit_ms=[0.2, 0.2])]))
+
+
+def _records(temperature, accepted, predicted, pvar, n_tokens):
+    """One ar record (n_tokens rounds of t_ar) and one mfd record whose rounds take the profile's
+    times exactly (split and secs), at N = 8."""
+    t_ar = PROFILE.t_ar(temperature) / 1e3
+    rounds = [PROFILE.round_ms("mfd", 2, 8, temperature, a) for a in accepted]
+    split = {k: sum(r[k] for r in rounds) / 1e3 for k in ("draft", "tree", "verify", "walk", "commit")}
+    base = {"temperature": temperature, "dataset": "d", "item": 0, "id": "0", "K": 2, "dead": [], "dead_splice": []}
+    ar = {**base, "cell": 0, "method": "ar", "drafter": "none", "K": 0, "budget": 0, "tokens": [1] * (n_tokens + 1),
+          "turn_lengths": [n_tokens + 1], "rounds": n_tokens, "accepted": [0] * n_tokens, "predicted": [0.0] * n_tokens,
+          "predicted_var": [0.0] * n_tokens, "covered": [0.0] * n_tokens, "tree_sizes": [0] * n_tokens,
+          "split": {"verify": t_ar * n_tokens}, "secs": [t_ar * n_tokens] * 3, "n_decoded": n_tokens}
+    secs = sum(sum(r.values()) for r in rounds) / 1e3
+    mfd = {**base, "cell": 1, "method": "mfd", "drafter": "k2", "budget": 8, "tokens": [1] * (n_tokens + 1),
+           "turn_lengths": [n_tokens + 1], "rounds": len(accepted), "accepted": list(accepted),
+           "predicted": list(predicted), "predicted_var": list(pvar), "covered": list(predicted),
+           "tree_sizes": [8] * len(accepted), "split": split, "secs": [secs, 1.1 * secs, 0.9 * secs],
+           "n_decoded": n_tokens}
+    return [ar, mfd], [Cell("ar", "none", 0), Cell("mfd", "k2", 8, _K2())]
+
+
+def test_predictions_in_rows_follow_the_formula():
+    accepted = [3, 1, 2, 2, 0, 3, 3, 2, 0, 3]  # 29 tokens in 10 rounds
+    predicted = [2.5, 1.5, 2.0, 2.0, 0.5, 2.5, 2.5, 2.0, 0.5, 2.5]
+    pvar = [0.5] * 10
+    for temp in (0.0, 1.0):
+        records, cells = _records(temp, accepted, predicted, pvar, 29)
+        rows = add_speedup_predictions(rows_from_records(records, cells), records, PROFILE)
+        ar, row = rows
+        assert ar["predicted_speedup"] == 1.0
+        a_hat, v_hat = 1.85, 0.5 + float(np.var(predicted))  # theory: mean and total variance
+        want = 2.85 * PROFILE.t_ar(temp) / sum(PROFILE.round_ms("mfd", 2, 8, temp, a_hat).values()) \
+            * 29 / (29 + ((v_hat + 2.85 ** 2) - 2.85) / (2 * 2.85))
+        assert row["predicted_speedup"] == pytest.approx(want, abs=ROUNDOFF)
+        m_acc, v_acc = float(np.mean(accepted)), float(np.var(accepted))
+        assert row["predicted_speedup_from_tau"] == pytest.approx(
+            cell_speedup(m_acc, "mfd", 2, 8, PROFILE, temp) * length_factor(m_acc, v_acc, 29), abs=ROUNDOFF)
+        # the synthetic rounds take exactly the profile's times: measured round terms = predicted
+        # ones at the measured acceptance; the measured speedup (first pass) is the long-run rate
+        meas = row["round_ms_measured"]
+        at_tau = PROFILE.round_ms("mfd", 2, 8, temp, m_acc)
+        for k in meas:
+            assert meas[k] == pytest.approx(at_tau[k], abs=1e-9)  # ms from seconds and back
+        assert row["speedup_passes"][0] == pytest.approx(cell_speedup(m_acc, "mfd", 2, 8, PROFILE, temp), rel=1e-9)
+
+
+def _row(budget, measured, predicted, std, method="mfd", temp=0.0):
+    return {"dataset": "d", "method": method, "drafter": "k2", "budget": budget, "temperature": temp,
+            "speedup": measured, "speedup_std": std, "predicted_speedup": predicted,
+            "predicted_speedup_from_tau": predicted}
+
+
+def test_speedup_check_by_hand():
+    rows = [_row(8, 1.00, 1.10, 0.02), _row(32, 1.20, 1.14, 0.02), _row(64, 1.19, 1.18, 0.02),  # pick 64: hit
+            _row(8, 2.00, 1.90, 0.01, temp=1.0), _row(32, 1.50, 1.95, 0.01, temp=1.0),              # pick 32: miss
+            {"dataset": "d", "method": "ar", "drafter": "none", "budget": 0, "temperature": 0.0, "speedup": 1.0,
+             "speedup_std": 0.0, "predicted_speedup": 1.0}]
+    c = speedup_check(rows)
+    errs = sorted(abs(p / m - 1) for m, p in ((1.0, 1.1), (1.2, 1.14), (1.19, 1.18), (2.0, 1.9), (1.5, 1.95)))
+    assert c["n_rows"] == 5
+    assert c["theory"]["median_rel_error"] == pytest.approx(errs[2], abs=ROUNDOFF)
+    assert c["theory"]["worst_rel_error"] == pytest.approx(0.3, abs=ROUNDOFF)
+    assert c["theory"]["worst_row"]["budget"] == 32 and c["theory"]["within_spread"] == 1  # only 1.19 vs 1.18
+    picks = {p["temperature"]: p for p in c["best_budget"]}
+    assert picks[0.0]["predicted_budget"] == 64 and picks[0.0]["measured_budget"] == 32
+    assert picks[0.0]["hit"] and not picks[0.0]["exact"]  # 1.20 - 1.19 <= hypot(0.02, 0.02)
+    assert not picks[1.0]["hit"] and c["best_budget_hits"] == 1 and c["best_budget_exact"] == 0
+    assert speedup_check([])["n_rows"] == 0
+    assert math.isfinite(c["theory"]["mean_rel_error"])
