@@ -365,6 +365,84 @@ def e2e_gains_block(res: Result) -> str:
     return "\n".join(lines)
 
 
+def _pct(v) -> str:
+    return "-" if _num(v) is None else f"{100 * v:+.1f}%"
+
+
+def speedup_check_block(res: Result) -> str:
+    """Predicted vs measured speedup per row (``mfd e2e``'s ``round_profile`` and
+    ``speedup_check``): the measured round cost model, the table, the error summary against the
+    targets (median |error| <= 5%, best budget right in >= 80% of groups) and the per-term check."""
+    d, c = res.data, res.config
+    prof, chk = d.get("round_profile"), d.get("speedup_check")
+    if not prof or not chk or not chk.get("n_rows"):
+        return "No round profile in these results (run `mfd e2e` with `--profile-prompts` > 0)."
+    draft = ", ".join(f"K = {k}: {t:.2f}" for k, t in zip(prof.get("draft_modes", []), prof.get("draft_ms", [])))
+    verify = ", ".join(f"{n}: {t:.2f}" for n, t in zip(prof["tree_sizes"], prof["verify_ms"]))
+    lines = [f"Round cost model measured before decoding ({c.get('profile_prompts')} calibration prompt(s) x "
+             f"{c.get('max_new_tokens')} tokens per cell, {d.get('timings_s', {}).get('round_profile', 0):.0f} s): "
+             f"AR round {prof['t_target_ms']:.2f} ms, sampled draw {prof.get('draw_ms', 0):.3f} ms; drafting (ms) "
+             f"{draft}; verify (ms) by N {verify}."]
+    probe = prof.get("context_probe")
+    if probe:
+        ratios = [b / a for a, b in zip(probe["verify_ms"][0], probe["verify_ms"][-1]) if a > 0]
+        lo, hi = probe["contexts"][0], probe["contexts"][-1]
+        matters = any(abs(r - 1) > 0.05 for r in ratios)
+        lines[0] += (f" Context: verify at {hi} tokens of context takes "
+                     + ", ".join(f"{r:.2f}x" for r in ratios)
+                     + f" (N = {', '.join(map(str, probe['tree_sizes']))}) its time at {lo} tokens: "
+                     + ("context length matters here (beyond ±5%); the profile's rounds span the run's contexts."
+                        if matters else "context length does not matter at this size (within ±5%)."))
+    lines += ["", "| T | method (drafter) | N | measured speedup | predicted (theory) | error | "
+                  "predicted (measured tau) | error |", "|---|---|---|---|---|---|---|---|"]
+    for r in d["rows"]:
+        if r["method"] == "ar" or _num(r.get("predicted_speedup")) is None:
+            continue
+        lines.append(f"| {r['temperature']:g} | {_label(r)} | {r['budget']} | "
+                     f"{value_with_spread(r, 'speedup', suffix='x')} | {r['predicted_speedup']:.2f}x | "
+                     f"{_pct(r['predicted_speedup'] / r['speedup'] - 1)} | "
+                     f"{_num(r.get('predicted_speedup_from_tau')) or 0:.2f}x | "
+                     f"{_pct((r.get('predicted_speedup_from_tau') or 0) / r['speedup'] - 1)} |")
+    th, tau = chk.get("theory", {}), chk.get("tau", {})
+
+    def worst(w):
+        return f"{w['method']} ({w['drafter']}) N = {w['budget']} at T = {w['temperature']:g}"
+
+    lines += ["", f"* Relative error |predicted / measured - 1| over {th['n']} rows: median "
+                  f"{100 * th['median_rel_error']:.1f}%, worst {100 * th['worst_rel_error']:.1f}% "
+                  f"({worst(th['worst_row'])}); {th['within_spread']} of {th['n']} within the measured spread. "
+                  f"Target median <= 5%: {'met' if th['median_rel_error'] <= 0.05 else 'missed'}."]
+    if tau:
+        lines.append(f"* With the measured acceptance (the cost model's error alone): median "
+                     f"{100 * tau['median_rel_error']:.1f}%, worst {100 * tau['worst_rel_error']:.1f}% "
+                     f"({worst(tau['worst_row'])}).")
+    picks = chk.get("best_budget") or []
+    if picks:
+        hits, share = chk["best_budget_hits"], chk["best_budget_hits"] / len(picks)
+        missed = [p for p in picks if not p["hit"]]
+        lines.append(f"* Best budget per (temperature, drafter, method): the predicted best is the measured best "
+                     f"or within the measured spread of it in {hits} of {len(picks)} ({100 * share:.0f}%; "
+                     f"exactly the measured best in {chk['best_budget_exact']}). Target >= 80%: "
+                     f"{'met' if share >= 0.8 else 'missed'}."
+                     + ("" if not missed else " Missed: " + "; ".join(
+                         f"{p['method']} ({p['drafter']}) T = {p['temperature']:g}: predicted N = "
+                         f"{p['predicted_budget']} ({p['predicted_budget_speedup']:.2f}x measured), best N = "
+                         f"{p['measured_budget']} ({p['best_speedup']:.2f}x)" for p in missed) + "."))
+    terms = chk.get("terms")
+    if terms:
+        lines += ["", "Which term is off: one round's time by term, mean over the rows (ms; measured in the "
+                      "first timing pass, predicted by the profile):", "",
+                  "| term | measured | predicted | measured / predicted | share of the summed term errors |",
+                  "|---|---|---|---|---|"]
+        for k, t in terms.items():
+            ratio = "-" if _num(t.get("measured_over_predicted")) is None else f"{t['measured_over_predicted']:.2f}"
+            lines.append(f"| {k} | {t['measured_ms']:.3f} | {t['predicted_ms']:.3f} | {ratio} | "
+                         f"{100 * t['abs_error_share']:.0f}% |")
+        top = max(terms, key=lambda k: terms[k]["abs_error_share"])
+        lines += ["", f"The largest share of the error is in {top} ({100 * terms[top]['abs_error_share']:.0f}%)."]
+    return "\n".join(lines)
+
+
 def e2e_hf_block(res: Result) -> str:
     d = res.data
     hf = d.get("hf_assisted") or []
@@ -598,6 +676,7 @@ BLOCKS: dict[str, tuple[str, Callable[[Result], str]]] = {
     "e2e": ("end_to_end.json", e2e_block),
     "e2e-gains": ("end_to_end.json", e2e_gains_block),
     "e2e-hf": ("end_to_end.json", e2e_hf_block),
+    "speedup-check": ("end_to_end.json", speedup_check_block),
     "bench-trees": ("bench_trees.json", bench_trees_block),
     "bench-fit": ("bench_fit.json", bench_fit_block),
     "bench-decode": ("bench_decode.json", bench_decode_block),

@@ -137,3 +137,26 @@ def test_speedup_check_by_hand():
     assert not picks[1.0]["hit"] and c["best_budget_hits"] == 1 and c["best_budget_exact"] == 0
     assert speedup_check([])["n_rows"] == 0
     assert math.isfinite(c["theory"]["mean_rel_error"])
+
+
+def test_speedup_check_block_and_figure():
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from mfd_theory.figures.e2e import speedup_check_figure
+    from mfd_theory.report import speedup_check_block
+    from mfd_theory.results import Result
+
+    records, cells = _records(1.0, [3, 1, 2, 2, 0, 3], [2.5, 1.5, 2.0, 2.0, 0.5, 2.5], [0.5] * 6, 17)
+    rows = add_speedup_predictions(rows_from_records(records, cells), records, PROFILE)
+    data = {"rows": rows, "round_profile": PROFILE.to_dict(), "speedup_check": speedup_check(rows),
+            "timings_s": {"round_profile": 1.0}}
+    res = Result("end_to_end", {"profile_prompts": 2, "max_new_tokens": 18}, data, seed=0)
+    text = speedup_check_block(res)
+    err = rows[1]["predicted_speedup"] / rows[1]["speedup"] - 1
+    assert f"{100 * err:+.1f}%" in text and f"median {100 * abs(err):.1f}%" in text
+    assert "| verify |" in text and "The largest share of the error is in" in text
+    assert "No round profile" in speedup_check_block(Result("end_to_end", {}, {"rows": rows}, seed=0))
+    fig = speedup_check_figure(data)
+    assert len(fig.axes) == 2 and fig.axes[0].get_ylabel() == "predicted speedup over AR"

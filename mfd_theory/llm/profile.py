@@ -69,31 +69,30 @@ def _draw_ms(target: TargetModel, prompt: torch.Tensor, repeats: int) -> float:
 
 def _context_probe(target: TargetModel, prompt: torch.Tensor, contexts: list[int], sizes: list[int],
                    repeats: int, hidden: bool) -> dict:
-    """Verify ms at each context length (prefilled with the prompt's tokens, cycled) and tree size."""
+    """Verify ms (median over ``repeats``, contexts interleaved so drift hits both alike) at each
+    context length (prefilled with the prompt's tokens, cycled) and tree size."""
     dev = target.device
     g = np.random.default_rng(0)
     log_q = np.log(g.dirichlet(np.full(64, 0.3), size=max(1, min(16, max(sizes)))))  # [L, 64]
     log_q = np.maximum(log_q, -50.0)
     trees = {n: product_tree(log_q, n) for n in sizes}
     ids = prompt.reshape(-1).cpu().numpy()
-    table = []
-    for c in contexts:
-        target.prefill(torch.as_tensor(np.resize(ids, c)), hidden=False)
-        row = []
-        for n in sizes:
-            times = []
-            for _ in range(repeats + 1):
+    times = {(c, n): [] for c in contexts for n in sizes}
+    for rep in range(repeats + 1):  # the first repeat warms up
+        for c in contexts:
+            target.prefill(torch.as_tensor(np.resize(ids, c)), hidden=False)
+            for n in sizes:
                 mask = target.tree_mask(trees[n])
                 _sync(dev)
                 t0 = time.perf_counter()
                 target.verify(int(ids[0]), trees[n], hidden=hidden, mask=mask)
                 _sync(dev)
-                times.append(time.perf_counter() - t0)
+                if rep:
+                    times[(c, n)].append(time.perf_counter() - t0)
                 target.commit([])
-                target.cache.crop(-1)  # back to the same context for every repeat
+                target.cache.crop(-1)  # back to the same context for the next size
                 target.length -= 1
-            row.append(1e3 * float(np.median(times[1:])))  # the first call warms up
-        table.append(row)
+    table = [[1e3 * float(np.median(times[(c, n)])) for n in sizes] for c in contexts]
     return {"contexts": list(contexts), "tree_sizes": list(sizes), "verify_ms": table}
 
 
@@ -174,7 +173,7 @@ def measure_round_profile(target, cells: list, prompts: list, max_new_tokens: in
             hi = min(hi, target.max_positions - max(sizes) - 1)
         probe_sizes = sorted({1, max(sizes)})
         if hi > lo:
-            probe = _context_probe(target, ids[0], [lo, hi], probe_sizes, max(3, 2 * repeats), hidden=True)
+            probe = _context_probe(target, ids[0], [lo, hi], probe_sizes, 10, hidden=True)
     return LatencyProfile(
         name=name, device=device, model=model, assumption=False, t_target_ms=t_target,
         t_draft_ms=float(np.interp(1, modes, draft)) if modes else 0.0,
