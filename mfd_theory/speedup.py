@@ -568,12 +568,30 @@ def _coverage_curves(curves) -> np.ndarray:
     return c
 
 
-def best_fixed_budget(coverage_curves, profile: LatencyProfile, budgets=None) -> BudgetChoice:
+def _round_time(profile: LatencyProfile, n, method: str | None, K: int, temperature: float, accepted=None):
+    """ms per round at tree size(s) ``n``: ``step_ms`` (draft + verify) without ``method``, the
+    whole measured round (:meth:`LatencyProfile.round_ms`) with it."""
+    if method is None:
+        return profile.step_ms(n)
+    n = np.asarray(n, dtype=np.float64)
+    acc = np.zeros(n.shape) if accepted is None else np.asarray(accepted, dtype=np.float64)
+    table = profile.overhead_for(method, K)
+    over = sum(table.at(n).values()) if table is not None else 0.0  # the terms of round_ms, vectorised
+    draw = profile.draw_ms if temperature > 0 else 0.0
+    out = np.asarray(profile.t_draft(K) + over + profile.t_verify(n) + (1.0 + acc) * draw, dtype=np.float64)
+    return float(out) if out.ndim == 0 else out
+
+
+def best_fixed_budget(coverage_curves, profile: LatencyProfile, budgets=None, *, method: str | None = None,
+                      K: int = 1, temperature: float = 0.0) -> BudgetChoice:
     """The single budget with the highest throughput over a set of steps.
 
     ``coverage_curves`` [S, M + 1]: entry [s, N] is C(T_N) at step s (one step: a 1-D curve).
     Every step pays the same time at a fixed N, so throughput is the mean of (1 + C) over steps
-    divided by that time. ``budgets`` restricts the candidates (default 1..M).
+    divided by that time. ``budgets`` restricts the candidates (default 1..M). With ``method``
+    (and the drafter's ``K``, the ``temperature``) the time is the measured round's
+    (:meth:`LatencyProfile.round_ms`: drafting, tree, verify, walk, commit) and the baseline the
+    measured AR round, as :func:`cell_speedup` has them; without, draft + verify over t_target.
     """
     profile = _check_profile(profile)
     c = _coverage_curves(coverage_curves)  # [S, M + 1]
@@ -581,18 +599,25 @@ def best_fixed_budget(coverage_curves, profile: LatencyProfile, budgets=None) ->
     cand = np.arange(1, M + 1) if budgets is None else np.asarray(budgets, dtype=np.int64).reshape(-1)
     if cand.size == 0 or np.any(cand < 1) or np.any(cand > M):
         raise ValueError(f"budgets: must be non-empty integers in [1, {M}]")
-    s = speedup(c[:, cand].mean(axis=0), cand, profile)  # [len(cand)]
+    cov = c[:, cand].mean(axis=0)  # [len(cand)]
+    if method is None:
+        s = speedup(cov, cand, profile)
+    else:
+        s = (1.0 + cov) * profile.t_ar(temperature) / _round_time(profile, cand, method, K, temperature, cov)
     i = int(np.argmax(s))
     return BudgetChoice(int(cand[i]), float(s[i]), np.asarray(s), cand)
 
 
-def per_step_budget(node_gains, profile: LatencyProfile, max_budget: int | None = None) -> int:
+def per_step_budget(node_gains, profile: LatencyProfile, max_budget: int | None = None, *,
+                    method: str | None = None, K: int = 1, temperature: float = 0.0) -> int:
     """CaDDTree's per-step choice: grow the tree best-first while predicted throughput rises.
 
     ``node_gains`` [M]: the predicted probability mass each successive node adds (in the order
     the builder emits them; for a drafter, its own Q of each node's prefix). Starting from one
     node, node n + 1 is added while
     ``(1 + G(n + 1)) / step_ms(n + 1) > (1 + G(n)) / step_ms(n)``, G the running sum of gains.
+    With ``method`` (``K``, ``temperature``) the round time is the measured round's, as in
+    :func:`best_fixed_budget`.
     """
     profile = _check_profile(profile)
     g = np.asarray(node_gains, dtype=np.float64).reshape(-1)
@@ -604,7 +629,8 @@ def per_step_budget(node_gains, profile: LatencyProfile, max_budget: int | None 
     if M < 1:
         raise ValueError(f"max_budget: must be >= 1, got {max_budget}")
     n = np.arange(1, M + 1)
-    thr = (1.0 + np.cumsum(g[:M])) / profile.step_ms(n)  # [M]
+    gain = np.cumsum(g[:M])  # [M]
+    thr = (1.0 + gain) / _round_time(profile, n, method, K, temperature, gain)  # [M]
     falls = np.flatnonzero(np.diff(thr) <= 0)
     return int(falls[0] + 1) if falls.size else M
 

@@ -297,3 +297,23 @@ def test_bad_round_profiles_name_file_and_field(tmp_path, change, field):
         load_latency_profile(path)
     assert str(path) in str(err.value)
     assert err.match(field)
+
+
+def test_budget_choices_with_the_measured_round():
+    prof = round_profile()
+    # coverage at N = 8 and 32: the round at N costs t_round(N); speedups by hand (T = 1)
+    curve = np.zeros(33)
+    curve[8], curve[32] = 1.0, 1.6
+    choice = best_fixed_budget(curve, prof, budgets=[8, 32], method="mfd", K=2, temperature=1.0)
+    by_hand = [(1 + c) * 4.05 / round_ms_by_hand(2.0, t, v, w, 0.2, 0.05, c, 1.0)
+               for c, t, v, w in ((1.0, 0.5, 5.0, 0.1), (1.6, 1.0, 7.0, 0.2))]
+    np.testing.assert_allclose(choice.speedups, by_hand, atol=ROUNDOFF)
+    assert choice.budget == 8 + 24 * int(by_hand[1] > by_hand[0])
+    for n in (8, 20, 32):  # the vectorised round time equals round_ms term by term
+        assert cell_speedup(0.7, "mfd", 2, n, prof, 1.0) == pytest.approx(
+            best_fixed_budget(np.full(33, 0.7), prof, budgets=[n], method="mfd", K=2, temperature=1.0).speedup,
+            abs=ROUNDOFF)
+    # per round (greedy: the round time does not depend on the accepted length): the slow loop
+    gains = np.array([0.6, 0.3, 0.2, 0.1, 0.05] + [0.02] * 20 + [0.001] * 40)
+    want = per_step_budget_loop(gains, lambda n: sum(prof.round_ms("mfd", 2, n, 0.0).values()))
+    assert per_step_budget(gains, prof, method="mfd", K=2) == want and 1 < want < len(gains)
