@@ -428,6 +428,25 @@ def speedup_check_block(res: Result) -> str:
                          f"{p['method']} ({p['drafter']}) T = {p['temperature']:g}: predicted N = "
                          f"{p['predicted_budget']} ({p['predicted_budget_speedup']:.2f}x measured), best N = "
                          f"{p['measured_budget']} ({p['best_speedup']:.2f}x)" for p in missed) + "."))
+    choices = d.get("budget_choice") or []
+    if choices:
+        every = list(d["rows"]) + list(d.get("chosen_budget_rows") or [])
+        lines += ["", "Budget chosen by the theory before decoding (best fixed N in [1, max budget] under the drafter's "
+                      "own predicted coverage on the calibration rounds and the measured round cost), decoded with "
+                      "the other cells, against the best budget measured on the grid:", "",
+                  "| T | method (drafter) | chosen N | drafter's coverage at N | measured at chosen N | "
+                  "best on the grid (N) | chosen vs best |", "|---|---|---|---|---|---|---|"]
+        for ch in choices:
+            row = _find(every, ch["temperature"], ch["method"], ch["drafter"], ch["budget"])
+            grid = [r for r in d["rows"] if r["temperature"] == ch["temperature"] and r["method"] == ch["method"]
+                    and r["drafter"] == ch["drafter"] and _num(r.get("speedup")) is not None]
+            if row is None or not grid:
+                continue
+            best = max(grid, key=lambda r: r["speedup"])
+            lines.append(f"| {ch['temperature']:g} | {_label(row)} | {ch['budget']} | {ch['drafter_coverage']:.2f} | "
+                         f"{value_with_spread(row, 'speedup', suffix='x')} | "
+                         f"{value_with_spread(best, 'speedup', suffix='x')} ({best['budget']}) | "
+                         f"{'same cell' if row is best else gain_with_spread(row, best)} |")
     terms = chk.get("terms")
     if terms:
         lines += ["", "Which term is off: one round's time by term, mean over the rows (ms; measured in the "

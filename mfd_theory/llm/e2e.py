@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from mfd_theory.results import Result, atomic_write_bytes
+from mfd_theory.speedup import best_fixed_budget
 
 # Everything imported up front (not inside the functions): a long run must not pick up a module
 # that was edited while it was training.
@@ -44,7 +45,7 @@ from .data import Corpus, CorpusConfig, build_corpus
 from .drafter import build_drafter, load_drafter
 from .target import TargetModel
 from .evaluate import (
-    add_speedup_predictions, decode_cells, format_gains, make_cells, mfd_gains, per_prompt_records,
+    Cell, add_speedup_predictions, decode_cells, format_gains, make_cells, mfd_gains, per_prompt_records,
     prediction_summary, rows_from_records, speedup_check,
 )
 from .profile import measure_round_profile
@@ -194,14 +195,35 @@ def e2e_cells(cfg, drafters: dict[int, Any]) -> list:
     return [c for c in cells if not (c.method == "chain" and c.K > 1)]
 
 
+def budget_choices(cfg, cells: list, profile, coverage: dict) -> list[dict]:
+    """The fixed budget the theory picks per (temperature, method, drafter), before decoding: the
+    N in [1, max budget] with the highest predicted speedup (:func:`mfd_theory.speedup.best_fixed_budget`
+    on the measured round) under the drafter's own predicted coverage from the calibration rounds."""
+    out = []
+    for (method, label), curves in coverage.items():
+        cell = next(c for c in cells if c.method == method and c.drafter_label == label)
+        for temp in cfg.temperatures:
+            ch = best_fixed_budget(curves, profile, method=method, K=cell.K, temperature=temp)
+            out.append({"temperature": float(temp), "method": method, "drafter": label, "K": cell.K,
+                        "budget": ch.budget, "drafter_predicted_speedup": ch.speedup,
+                        "drafter_coverage": float(curves[:, ch.budget].mean()), "max_budget": curves.shape[1] - 1})
+    return out
+
+
 def evaluate(cfg, target, drafters: dict[int, Any], prompts: np.ndarray, progress: bool = True,
-             with_records: bool = False, profile=None):
+             with_records: bool = False, profile=None, extra_budgets: dict | None = None):
     """All rows: for each temperature, ar and every cell, through the shared evaluator
     (:mod:`mfd_theory.llm.evaluate`: methods interleaved per prompt, warm-up, decode-only timing
     over ``cfg.timing_passes`` passes). At T = 0 each row also records whether its outputs equal
     ar's (``matches_ar``: lossless). ``with_records`` also returns the per-prompt records.
-    With a round ``profile`` (measured before), every row gets its predicted speedups."""
+    With a round ``profile`` (measured before), every row gets its predicted speedups.
+    ``extra_budgets`` {(method, drafter label): [N, ...]} adds cells off the budget grid (the
+    theory's chosen budgets), decoded interleaved with the others."""
     cells = e2e_cells(cfg, drafters)
+    for (method, label), budgets in (extra_budgets or {}).items():
+        like = next(c for c in cells if c.method == method and c.drafter_label == label)
+        cells += [Cell(method, label, int(n), like.drafter) for n in budgets
+                  if not any(c.method == method and c.drafter_label == label and c.budget == n for c in cells)]
     records = decode_cells(target, cells, list(prompts), temperatures=cfg.temperatures,
                            max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, passes=cfg.timing_passes,
                            eos_token_id=[], progress=progress, dataset_name="heldout")
@@ -306,16 +328,27 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
     # The round cost model, measured on this target and these drafters before any cell is timed
     # (calibration prompts from the training split: only their timings are used).
     t = time.perf_counter()
-    profile = None
+    profile, choices, extra = None, [], {}
     if cfg.profile_prompts > 0:
         calib = corpus.prompts(cfg.profile_prompts, cfg.prompt_len, "train", seed=cfg.seed + 5)
+        coverage: dict = {}
+        cells = e2e_cells(cfg, drafters)
         profile = measure_round_profile(
-            target, e2e_cells(cfg, drafters), list(calib), cfg.max_new_tokens, repeats=cfg.profile_repeats,
-            name="round_profile", device=str(target.device), model=f"e2e target {tdir.name}", progress=progress)
+            target, cells, list(calib), cfg.max_new_tokens, repeats=cfg.profile_repeats, name="round_profile",
+            device=str(target.device), model=f"e2e target {tdir.name}", progress=progress, coverage_out=coverage)
+        choices = budget_choices(cfg, cells, profile, coverage)
+        for ch in choices:  # the chosen budgets off the grid are decoded too
+            if ch["budget"] not in cfg.budgets:
+                extra.setdefault((ch["method"], ch["drafter"]), set()).add(ch["budget"])
     times["round_profile"] = time.perf_counter() - t
     t = time.perf_counter()
-    rows, records = evaluate(cfg, target, drafters, prompts, progress=progress, with_records=True, profile=profile)
+    rows, records = evaluate(cfg, target, drafters, prompts, progress=progress, with_records=True, profile=profile,
+                             extra_budgets={k: sorted(v) for k, v in extra.items()})
     times["evaluate"] = time.perf_counter() - t
+    # rows off the grid (the chosen budgets) are kept apart, so the grid's tables stay as they were
+    off_grid = [r for r in rows if r["method"] != "chain" and r["method"] != "ar" and r["budget"] not in cfg.budgets]
+    rows = [r for r in rows if r not in off_grid]
+    records = [r for r in records if r["method"] in ("ar", "chain") or r["budget"] in cfg.budgets]
     hf_rows = []
     if draft_lm is not None:
         t = time.perf_counter()
@@ -333,6 +366,8 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
         "prediction_check": prediction_summary(rows),
         "round_profile": profile.to_dict() if profile is not None else None,
         "speedup_check": speedup_check(rows) if profile is not None else None,
+        "budget_choice": choices,
+        "chosen_budget_rows": off_grid,
         "per_prompt": per_prompt_records(records),
         "mode_diagnostics": modes_diag,
         "hf_assisted": hf_rows,

@@ -36,6 +36,7 @@ import torch
 from mfd_theory.report import _is_best
 from mfd_theory.report import speed_gain_text as _gain_text
 from mfd_theory.report import tau_gain_text as _tau_gain_text
+from mfd_theory.speedup import cell_speedup
 
 from .decode import speculative_generate
 from .prompts import Prompt, run_conversation
@@ -282,8 +283,6 @@ def add_speedup_predictions(rows: list[dict], records: list[dict], profile) -> l
     Both predictions carry the finite-length correction (:func:`mfd_theory.speedup.length_factor`)
     for the tokens each turn decodes. Rows whose (method, K) the profile lacks get None.
     """
-    from mfd_theory.speedup import cell_speedup
-
     groups: dict[tuple, list[dict]] = {}
     for r in records:
         groups.setdefault(_row_key(r), []).append(r)
