@@ -431,9 +431,11 @@ def speedup_check_block(res: Result) -> str:
     choices = d.get("budget_choice") or []
     if choices:
         every = list(d["rows"]) + list(d.get("chosen_budget_rows") or [])
-        lines += ["", "Budget chosen by the theory before decoding (best fixed N in [1, max budget] under the drafter's "
-                      "own predicted coverage on the calibration rounds and the measured round cost), decoded with "
-                      "the other cells, against the best budget measured on the grid:", "",
+        lines += ["", "Budget chosen by the theory before decoding, decoded with the other cells, against the best "
+                      "budget measured on the grid. Fixed: the N in [1, max budget] with the highest predicted "
+                      "speedup under the drafter's own predicted coverage on the calibration rounds and the "
+                      "measured round cost. Per round (CaDDTree): each round keeps the first nodes of its tree "
+                      "(best first, capped at the largest budget) while the predicted throughput rises.", "",
                   "| T | method (drafter) | chosen N | drafter's coverage at N | measured at chosen N | "
                   "best on the grid (N) | chosen vs best |", "|---|---|---|---|---|---|---|"]
         for ch in choices:
@@ -447,6 +449,14 @@ def speedup_check_block(res: Result) -> str:
                          f"{value_with_spread(row, 'speedup', suffix='x')} | "
                          f"{value_with_spread(best, 'speedup', suffix='x')} ({best['budget']}) | "
                          f"{'same cell' if row is best else gain_with_spread(row, best)} |")
+            per = next((r for r in d.get("chosen_budget_rows") or [] if r.get("per_round_budget")
+                        and r["temperature"] == ch["temperature"] and r["method"] == ch["method"]
+                        and r["drafter"] == f"{ch['drafter']}/per-round"), None)
+            if per is not None and _num(per.get("speedup")) is not None:
+                lines.append(f"| {ch['temperature']:g} | {_label(row)}, per round | mean {per['mean_tree_size']:.1f} "
+                             f"(cap {per['budget']}) | - | {value_with_spread(per, 'speedup', suffix='x')} | "
+                             f"{value_with_spread(best, 'speedup', suffix='x')} ({best['budget']}) | "
+                             f"{gain_with_spread(per, best)} |")
     terms = chk.get("terms")
     if terms:
         lines += ["", "Which term is off: one round's time by term, mean over the rows (ms; measured in the "

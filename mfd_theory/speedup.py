@@ -69,6 +69,7 @@ import numpy as np
 __all__ = [
     "BudgetChoice",
     "OverheadTable",
+    "PerRoundBudget",
     "cell_speedup",
     "isotonic",
     "length_factor",
@@ -633,6 +634,34 @@ def per_step_budget(node_gains, profile: LatencyProfile, max_budget: int | None 
     thr = (1.0 + gain) / _round_time(profile, n, method, K, temperature, gain)  # [M]
     falls = np.flatnonzero(np.diff(thr) <= 0)
     return int(falls[0] + 1) if falls.size else M
+
+
+class PerRoundBudget:
+    """A per-round tree size for the decoding loop, as CaDDTree chooses it: given the node gains
+    of this round's tree (the drafter's probability of each node's prefix, best first), the
+    number of nodes n that maximises the round's predicted throughput
+    ``(1 + G(n)) / t_round(n)`` over n = 1..``max_budget`` (the measured round, G the running sum
+    of gains). Unlike :func:`per_step_budget`, which stops at the first n where throughput falls,
+    this takes the maximum over all n: a measured latency table has flat stretches and steps, so
+    throughput can fall and rise again. The round times are computed once; a round pays a
+    cumulative sum and an argmax."""
+
+    def __init__(self, profile: LatencyProfile, method: str, K: int, temperature: float, max_budget: int):
+        profile = _check_profile(profile)
+        if isinstance(max_budget, bool) or not isinstance(max_budget, (int, np.integer)) or max_budget < 1:
+            raise ValueError(f"max_budget: must be an integer >= 1, got {max_budget!r}")
+        n = np.arange(1, int(max_budget) + 1)
+        self.base = np.asarray(_round_time(profile, n, method, K, temperature), dtype=np.float64)  # [M], 0 accepted
+        self.draw = profile.draw_ms if temperature > 0 else 0.0
+        self.max_budget = int(max_budget)
+
+    def __call__(self, node_gains) -> int:
+        g = np.asarray(node_gains, dtype=np.float64).reshape(-1)[: self.max_budget]
+        if g.size == 0:
+            raise ValueError("node_gains: is empty")
+        gain = np.cumsum(g)  # [M]
+        thr = (1.0 + gain) / (self.base[: g.size] + gain * self.draw)  # [M]
+        return int(np.argmax(thr)) + 1  # the smallest best n on ties
 
 
 def per_step_speedup(predicted_gains, coverage_curves, profile: LatencyProfile, max_budget=None):

@@ -160,3 +160,26 @@ def test_speedup_check_block_and_figure():
     assert "No round profile" in speedup_check_block(Result("end_to_end", {}, {"rows": rows}, seed=0))
     fig = speedup_check_figure(data)
     assert len(fig.axes) == 2 and fig.axes[0].get_ylabel() == "predicted speedup over AR"
+
+
+def test_budget_rule_cuts_each_round_and_stays_lossless(tiny):
+    from mfd_theory.llm.decode import speculative_generate
+    from mfd_theory.speedup import PerRoundBudget
+
+    target, drafters = tiny
+    prompt = torch.arange(1, 9)
+    ar = speculative_generate(target, None, prompt, 12, "ar")
+    seen = []
+
+    def two(gains):
+        seen.append(np.asarray(gains))
+        return 2
+
+    res = speculative_generate(target, drafters[2], prompt, 12, "mfd", budget=8, budget_rule=two, keep_trees=True)
+    assert res.tokens == ar.tokens and all(s.tree_size <= 2 for s in res.steps)
+    assert all(np.all(np.diff(g) <= 1e-12) and g[0] <= 1 for g in seen)  # best first, probabilities
+    rule = PerRoundBudget(PROFILE, "mfd", 2, 0.0, 8)
+    res = speculative_generate(target, drafters[2], prompt, 12, "mfd", budget=8, budget_rule=rule)
+    assert res.tokens == ar.tokens and all(1 <= s.tree_size <= 8 for s in res.steps)
+    with pytest.raises(ValueError, match="budget_rule"):
+        speculative_generate(target, drafters[2], prompt, 12, "mfd", budget=8, budget_rule=3)

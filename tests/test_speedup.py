@@ -317,3 +317,22 @@ def test_budget_choices_with_the_measured_round():
     gains = np.array([0.6, 0.3, 0.2, 0.1, 0.05] + [0.02] * 20 + [0.001] * 40)
     want = per_step_budget_loop(gains, lambda n: sum(prof.round_ms("mfd", 2, n, 0.0).values()))
     assert per_step_budget(gains, prof, method="mfd", K=2) == want and 1 < want < len(gains)
+
+
+def test_per_round_budget_maximises_the_round_throughput():
+    from mfd_theory.speedup import PerRoundBudget
+
+    prof = round_profile()
+    rng = np.random.default_rng(3)
+    for temp in (0.0, 1.0):
+        rule = PerRoundBudget(prof, "mfd", 2, temp, 64)
+        for _ in range(20):
+            gains = np.sort(rng.dirichlet(np.full(80, 0.2)))[::-1] * rng.uniform(1, 4)
+
+            def thr(n):  # the slow way: the round at n nodes, term by term
+                g = float(gains[:n].sum())
+                return (1 + g) / sum(prof.round_ms("mfd", 2, n, temp, g).values())
+            best = max(range(1, 65), key=lambda n: (thr(n), -n))
+            assert rule(gains) == best
+    with pytest.raises(ValueError, match="max_budget"):
+        PerRoundBudget(prof, "mfd", 2, 0.0, 0)

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from mfd_theory.results import Result, atomic_write_bytes
-from mfd_theory.speedup import best_fixed_budget
+from mfd_theory.speedup import PerRoundBudget, best_fixed_budget
 
 # Everything imported up front (not inside the functions): a long run must not pick up a module
 # that was edited while it was training.
@@ -211,15 +211,21 @@ def budget_choices(cfg, cells: list, profile, coverage: dict) -> list[dict]:
 
 
 def evaluate(cfg, target, drafters: dict[int, Any], prompts: np.ndarray, progress: bool = True,
-             with_records: bool = False, profile=None, extra_budgets: dict | None = None):
+             with_records: bool = False, profile=None, extra_budgets: dict | None = None,
+             per_round: dict | None = None):
     """All rows: for each temperature, ar and every cell, through the shared evaluator
     (:mod:`mfd_theory.llm.evaluate`: methods interleaved per prompt, warm-up, decode-only timing
     over ``cfg.timing_passes`` passes). At T = 0 each row also records whether its outputs equal
     ar's (``matches_ar``: lossless). ``with_records`` also returns the per-prompt records.
     With a round ``profile`` (measured before), every row gets its predicted speedups.
     ``extra_budgets`` {(method, drafter label): [N, ...]} adds cells off the budget grid (the
-    theory's chosen budgets), decoded interleaved with the others."""
+    theory's chosen budgets), decoded interleaved with the others; ``per_round`` {(method, drafter
+    label): {temperature: rule}} adds a cell per entry whose tree size each round's rule picks
+    (drafter label ``<label>/per-round``)."""
     cells = e2e_cells(cfg, drafters)
+    for (method, label), rules in (per_round or {}).items():  # capped at the largest budget
+        like = next(c for c in cells if c.method == method and c.drafter_label == label)
+        cells.append(Cell(method, f"{label}/per-round", max(cfg.budgets), like.drafter, budget_rule=rules))
     for (method, label), budgets in (extra_budgets or {}).items():
         like = next(c for c in cells if c.method == method and c.drafter_label == label)
         cells += [Cell(method, label, int(n), like.drafter) for n in budgets
@@ -328,7 +334,7 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
     # The round cost model, measured on this target and these drafters before any cell is timed
     # (calibration prompts from the training split: only their timings are used).
     t = time.perf_counter()
-    profile, choices, extra = None, [], {}
+    profile, choices, extra, per_round = None, [], {}, {}
     if cfg.profile_prompts > 0:
         calib = corpus.prompts(cfg.profile_prompts, cfg.prompt_len, "train", seed=cfg.seed + 5)
         coverage: dict = {}
@@ -337,18 +343,24 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
             target, cells, list(calib), cfg.max_new_tokens, repeats=cfg.profile_repeats, name="round_profile",
             device=str(target.device), model=f"e2e target {tdir.name}", progress=progress, coverage_out=coverage)
         choices = budget_choices(cfg, cells, profile, coverage)
+        per_round = {key: {float(t): PerRoundBudget(profile, key[0], next(c.K for c in cells if c.drafter_label
+                                                                         == key[1]), t, max(cfg.budgets))
+                           for t in cfg.temperatures} for key in coverage}
         for ch in choices:  # the chosen budgets off the grid are decoded too
             if ch["budget"] not in cfg.budgets:
                 extra.setdefault((ch["method"], ch["drafter"]), set()).add(ch["budget"])
     times["round_profile"] = time.perf_counter() - t
     t = time.perf_counter()
     rows, records = evaluate(cfg, target, drafters, prompts, progress=progress, with_records=True, profile=profile,
-                             extra_budgets={k: sorted(v) for k, v in extra.items()})
+                             extra_budgets={k: sorted(v) for k, v in extra.items()}, per_round=per_round)
     times["evaluate"] = time.perf_counter() - t
-    # rows off the grid (the chosen budgets) are kept apart, so the grid's tables stay as they were
-    off_grid = [r for r in rows if r["method"] != "chain" and r["method"] != "ar" and r["budget"] not in cfg.budgets]
-    rows = [r for r in rows if r not in off_grid]
-    records = [r for r in records if r["method"] in ("ar", "chain") or r["budget"] in cfg.budgets]
+
+    def off_grid(r):  # the theory's chosen budgets: kept apart, so the grid's tables stay as they were
+        return r["method"] not in ("ar", "chain") and (r["budget"] not in cfg.budgets or "/per-round" in r["drafter"])
+
+    chosen_rows = [r for r in rows if off_grid(r)]
+    rows = [r for r in rows if not off_grid(r)]
+    records = [r for r in records if not off_grid(r)]
     hf_rows = []
     if draft_lm is not None:
         t = time.perf_counter()
@@ -367,7 +379,7 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
         "round_profile": profile.to_dict() if profile is not None else None,
         "speedup_check": speedup_check(rows) if profile is not None else None,
         "budget_choice": choices,
-        "chosen_budget_rows": off_grid,
+        "chosen_budget_rows": chosen_rows,
         "per_prompt": per_prompt_records(records),
         "mode_diagnostics": modes_diag,
         "hf_assisted": hf_rows,

@@ -52,6 +52,7 @@ class Cell:
     drafter_label: str              # "none" for ar
     budget: int                     # 0 for ar; the block's L for chain
     drafter: Any = None
+    budget_rule: Any = None         # per-round tree size (speedup.PerRoundBudget); budget is then the cap
 
     @property
     def K(self) -> int:
@@ -75,6 +76,15 @@ def make_cells(drafters: dict[str, Any], methods, budgets, ddtree_on_mfd: bool =
         if "mfd" in methods and K > 1:
             cells += [Cell("mfd", label, int(b), d) for b in budgets]
     return cells
+
+
+def _rule(c: Cell, temperature: float) -> dict:
+    """The decoder's ``budget_rule`` keyword for a cell that has one (none otherwise); a rule may
+    be given per temperature as a mapping."""
+    rule = c.budget_rule
+    if isinstance(rule, dict):
+        rule = rule[float(temperature)]
+    return {} if rule is None else {"budget_rule": rule}
 
 
 def _item_turns(item, tokenizer, enable_thinking, answer):
@@ -117,7 +127,7 @@ def decode_cells(target, cells: list[Cell], items: list, *, temperatures, max_ne
         for temp in temperatures:
             for c in cells:
                 speculative_generate(target, c.drafter, ids, min(4, max_new_tokens), c.method, budget=max(1, c.budget),
-                                     temperature=temp, seed=0, **kw)
+                                     temperature=temp, seed=0, **kw, **_rule(c, temp))
     records = []
     bar = tqdm(total=len(temperatures) * passes * len(mine) * len(cells),
                desc=f"evaluate (rank {rank})" if world > 1 else "evaluate", disable=not progress, leave=False)
@@ -131,7 +141,7 @@ def decode_cells(target, cells: list[Cell], items: list, *, temperatures, max_ne
                     def answer(ids, turn, c=c, i=i):
                         res = speculative_generate(
                             target, c.drafter, torch.tensor(ids), max_new_tokens, c.method, budget=max(1, c.budget),
-                            temperature=temp, seed=seed + 1000 * i + turn, metrics=pss == 0, **kw)
+                            temperature=temp, seed=seed + 1000 * i + turn, metrics=pss == 0, **kw, **_rule(c, temp))
                         turns_res.append(res)
                         return res.tokens
 
@@ -251,6 +261,7 @@ def rows_from_records(records: list[dict], cells: list[Cell]) -> list[dict]:
                 "speedup_passes": sp, "speedup": _mean(sp_ok), "speedup_std": _std(sp_ok),
                 "dead_share": _mean(dead), "dead_splice_share": _mean(dspl),
                 "mean_tree_size": _mean(sizes), "time_split": split,
+                "per_round_budget": c.budget_rule is not None,
             }
             if temp == 0 and ar_ci is not None:
                 ar_out = {r["item"]: r["tokens"] for r in by_cell[ar_ci]}
@@ -301,6 +312,8 @@ def add_speedup_predictions(rows: list[dict], records: list[dict], profile) -> l
         turns = [n - 1 for r in recs for n in r.get("turn_lengths", [len(r["tokens"])])]
         m = max(1, int(round(float(np.mean(turns))))) if turns else None
         temp, K, n = row["temperature"], int(row["K"]), max(1, int(row["budget"]))
+        if row.get("per_round_budget") and row.get("mean_tree_size"):
+            n = max(1, int(round(row["mean_tree_size"])))  # the rule's trees, chosen before each verify
         try:
             if pred.size and not np.isnan(pred).any():
                 within = pvar[~np.isnan(pvar)].mean() if (~np.isnan(pvar)).any() else 0.0
