@@ -209,11 +209,10 @@ def test_cell_speedup_hand_computed():
     want = 2.5 * 4.0 / round_ms_by_hand(2.0, 0.75, 6.0, 0.15, 0.2, 0.05, 1.5, 0.0)
     assert cell_speedup(1.5, "mfd", 2, 20, prof) == pytest.approx(want, abs=ROUNDOFF)
     # K = 3 interpolates the drafting table; a one-size overhead table is constant in N
-    want = 3.0 * 4.0 / round_ms_by_hand(2.5, 0.3, 7.0, 0.1, 0.2, 0.05, 2.0, 0.0)
     assert prof.t_draft(3) == pytest.approx(2.5, abs=ROUNDOFF)
-    assert cell_speedup(2.0, "ddtree", 1, 32, prof) * 2.5 / 2.5 == pytest.approx(
+    assert cell_speedup(2.0, "ddtree", 1, 32, prof) == pytest.approx(
         3.0 * 4.0 / round_ms_by_hand(1.0, 0.3, 7.0, 0.1, 0.2, 0.05, 2.0, 0.0), abs=ROUNDOFF)
-    assert want > 0 and cell_speedup(0.0, "ar", 0, 0, prof) == 1.0
+    assert cell_speedup(0.0, "ar", 0, 0, prof) == 1.0
     with pytest.raises(ValueError, match="no overhead table"):
         cell_speedup(1.0, "mfd", 4, 8, prof)
 
