@@ -291,8 +291,10 @@ def add_speedup_predictions(rows: list[dict], records: list[dict], profile) -> l
     * ``round_ms_predicted`` / ``round_ms_measured``: one round's time by term (draft, tree,
       verify, walk, commit), predicted by the profile and measured in the first timing pass.
 
-    Both predictions carry the finite-length correction (:func:`mfd_theory.speedup.length_factor`)
-    for the tokens each turn decodes. Rows whose (method, K) the profile lacks get None.
+    No finite-length correction is applied: the loop cuts the last round's tree to the tokens
+    left, so the rounds' accepted lengths (measured and predicted alike) already include the cut
+    rounds, and a turn emits exactly 1 + accepted per round (fewer only at an EOS). Rows whose
+    (method, K) the profile lacks get None.
     """
     groups: dict[tuple, list[dict]] = {}
     for r in records:
@@ -307,22 +309,16 @@ def add_speedup_predictions(rows: list[dict], records: list[dict], profile) -> l
         if not recs or not row.get("n_rounds"):
             continue
         pred = np.array([a for r in recs for a in r["predicted"]], dtype=float)
-        pvar = np.array([a for r in recs for a in r.get("predicted_var", [np.nan] * len(r["predicted"]))], dtype=float)
         acc = np.array([a for r in recs for a in r["accepted"]], dtype=float)
-        turns = [n - 1 for r in recs for n in r.get("turn_lengths", [len(r["tokens"])])]
-        m = max(1, int(round(float(np.mean(turns))))) if turns else None
         temp, K, n = row["temperature"], int(row["K"]), max(1, int(row["budget"]))
         if row.get("per_round_budget") and row.get("mean_tree_size"):
             n = max(1, int(round(row["mean_tree_size"])))  # the rule's trees, chosen before each verify
         try:
             if pred.size and not np.isnan(pred).any():
-                within = pvar[~np.isnan(pvar)].mean() if (~np.isnan(pvar)).any() else 0.0
-                var = float(within + pred.var())  # total variance: within rounds + across rounds
-                row["predicted_speedup"] = cell_speedup(float(pred.mean()), row["method"], K, n, profile, temp, var, m)
+                row["predicted_speedup"] = cell_speedup(float(pred.mean()), row["method"], K, n, profile, temp)
                 parts = profile.round_ms(row["method"], K, n, temp, float(pred.mean()))
                 row["round_ms_predicted"] = {k: float(v) for k, v in parts.items()}
-            row["predicted_speedup_from_tau"] = cell_speedup(float(acc.mean()), row["method"], K, n, profile, temp,
-                                                             float(acc.var()), m)
+            row["predicted_speedup_from_tau"] = cell_speedup(float(acc.mean()), row["method"], K, n, profile, temp)
         except ValueError:  # the profile has no overhead table for this (method, K)
             continue
         split = row.get("time_split") or {}
