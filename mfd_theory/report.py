@@ -469,6 +469,14 @@ def speedup_check_block(res: Result) -> str:
                          f"{100 * t['abs_error_share']:.0f}% |")
         top = max(terms, key=lambda k: terms[k]["abs_error_share"])
         lines += ["", f"The largest share of the error is in {top} ({100 * terms[top]['abs_error_share']:.0f}%)."]
+        ar = chk.get("ar_round") or []
+        if ar:
+            drift = any(abs(a["measured_over_predicted"] - 1) > 0.1 for a in ar)
+            lines[-1] += (" The AR round measured in the run took " + ", ".join(
+                f"{a['measured_over_predicted']:.2f}x (T = {a['temperature']:g})" for a in ar)
+                + " the profile's: " + ("the machine's load changed between the profile and the run, so every "
+                                       "term drifted with it, which no cost model measured beforehand foresees."
+                                       if drift else "the machine's state held between the profile and the run."))
     return "\n".join(lines)
 
 

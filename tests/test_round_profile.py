@@ -79,7 +79,7 @@ def _records(temperature, accepted, predicted, pvar, n_tokens):
     ar = {**base, "cell": 0, "method": "ar", "drafter": "none", "K": 0, "budget": 0, "tokens": [1] * (n_tokens + 1),
           "turn_lengths": [n_tokens + 1], "rounds": n_tokens, "accepted": [0] * n_tokens, "predicted": [0.0] * n_tokens,
           "predicted_var": [0.0] * n_tokens, "covered": [0.0] * n_tokens, "tree_sizes": [0] * n_tokens,
-          "split": {"verify": t_ar * n_tokens}, "secs": [t_ar * n_tokens] * 3, "n_decoded": n_tokens}
+          "split": {"draft": 0.0, "tree": 0.0, "verify": t_ar * n_tokens, "walk": 0.0, "commit": 0.0}, "secs": [t_ar * n_tokens] * 3, "n_decoded": n_tokens}
     secs = sum(sum(r.values()) for r in rounds) / 1e3
     mfd = {**base, "cell": 1, "method": "mfd", "drafter": "k2", "budget": 8, "tokens": [1] * (n_tokens + 1),
            "turn_lengths": [n_tokens + 1], "rounds": len(accepted), "accepted": list(accepted),
@@ -155,6 +155,8 @@ def test_speedup_check_block_and_figure():
     err = rows[1]["predicted_speedup"] / rows[1]["speedup"] - 1
     assert f"{100 * err:+.1f}%" in text and f"median {100 * abs(err):.1f}%" in text
     assert "| verify |" in text and "The largest share of the error is in" in text
+    (ar,) = data["speedup_check"]["ar_round"]
+    assert ar["measured_over_predicted"] == pytest.approx(1.0, abs=1e-9) and "state held" in text
     assert "No round profile" in speedup_check_block(Result("end_to_end", {}, {"rows": rows}, seed=0))
     fig = speedup_check_figure(data)
     assert len(fig.axes) == 2 and fig.axes[0].get_ylabel() == "predicted speedup over AR"

@@ -303,8 +303,12 @@ def add_speedup_predictions(rows: list[dict], records: list[dict], profile) -> l
         recs = groups.get(_row_key(row), [])
         for key in ("predicted_speedup", "predicted_speedup_from_tau", "round_ms_predicted", "round_ms_measured"):
             row[key] = None
+        split = row.get("time_split") or {}
         if row["method"] == "ar":
             row["predicted_speedup"] = row["predicted_speedup_from_tau"] = 1.0
+            row["round_ms_predicted"] = profile.round_ms("ar", 0, 0, row["temperature"])
+            if row.get("n_rounds") and all(k in split for k in _TERMS):
+                row["round_ms_measured"] = {k: 1e3 * float(split[k]) / row["n_rounds"] for k in _TERMS}
             continue
         if not recs or not row.get("n_rounds"):
             continue
@@ -321,7 +325,6 @@ def add_speedup_predictions(rows: list[dict], records: list[dict], profile) -> l
             row["predicted_speedup_from_tau"] = cell_speedup(float(acc.mean()), row["method"], K, n, profile, temp)
         except ValueError:  # the profile has no overhead table for this (method, K)
             continue
-        split = row.get("time_split") or {}
         if all(k in split for k in _TERMS):
             row["round_ms_measured"] = {k: 1e3 * float(split[k]) / row["n_rounds"] for k in _TERMS}
     return rows
@@ -380,6 +383,13 @@ def speedup_check(rows: list[dict]) -> dict:
     out["best_budget"] = picks
     out["best_budget_hits"] = sum(p["hit"] for p in picks)
     out["best_budget_exact"] = sum(p["exact"] for p in picks)
+    # the AR round in the run against the profile's: far from 1 means the machine's load changed
+    # between the profile and the run (every term then drifts, the small kernels most)
+    out["ar_round"] = [{"temperature": r["temperature"], "measured_ms": sum(r["round_ms_measured"].values()),
+                        "predicted_ms": sum(r["round_ms_predicted"].values()),
+                        "measured_over_predicted": sum(r["round_ms_measured"].values())
+                        / sum(r["round_ms_predicted"].values())}
+                       for r in rows if r["method"] == "ar" and r.get("round_ms_measured") and r.get("round_ms_predicted")]
     with_terms = [r for r in spec if r.get("round_ms_predicted") and r.get("round_ms_measured")]
     if with_terms:
         errs = {k: sum(abs(r["round_ms_measured"][k] - r["round_ms_predicted"][k]) for r in with_terms)
