@@ -411,7 +411,10 @@ def speedup_check_block(res: Result) -> str:
     lines += ["", f"* Relative error |predicted / measured - 1| over {th['n']} rows: median "
                   f"{100 * th['median_rel_error']:.1f}%, worst {100 * th['worst_rel_error']:.1f}% "
                   f"({worst(th['worst_row'])}); {th['within_spread']} of {th['n']} within the measured spread. "
-                  f"Target median <= 5%: {'met' if th['median_rel_error'] <= 0.05 else 'missed'}."]
+                  f"Target median <= 5%: {'met' if th['median_rel_error'] <= 0.05 else 'missed'}."
+                  + ("" if _num(chk.get("median_rel_spread")) is None else
+                     f" For scale, the measured speedups' own pass-to-pass spread (std / mean) has median "
+                     f"{100 * chk['median_rel_spread']:.1f}%.")]
     if tau:
         lines.append(f"* With the measured acceptance (the cost model's error alone): median "
                      f"{100 * tau['median_rel_error']:.1f}%, worst {100 * tau['worst_rel_error']:.1f}% "

@@ -134,6 +134,8 @@ def test_speedup_check_by_hand():
     assert picks[0.0]["hit"] and not picks[0.0]["exact"]  # 1.20 - 1.19 <= hypot(0.02, 0.02)
     assert not picks[1.0]["hit"] and c["best_budget_hits"] == 1 and c["best_budget_exact"] == 0
     assert speedup_check([])["n_rows"] == 0
+    assert c["median_rel_spread"] == pytest.approx(np.median([0.02 / 1.0, 0.02 / 1.2, 0.02 / 1.19, 0.01 / 2.0,
+                                                              0.01 / 1.5]), abs=ROUNDOFF)
     assert math.isfinite(c["theory"]["mean_rel_error"])
 
 

@@ -352,6 +352,9 @@ def speedup_check(rows: list[dict]) -> dict:
     out: dict[str, Any] = {"n_rows": len(spec)}
     if not spec:
         return out
+    # the noise floor: how far one timing pass lies from another on this machine
+    spreads = [r["speedup_std"] / r["speedup"] for r in spec if isinstance(r.get("speedup_std"), (int, float))]
+    out["median_rel_spread"] = float(np.median(spreads)) if spreads else None
     for key, name in (("predicted_speedup", "theory"), ("predicted_speedup_from_tau", "tau")):
         errs = [(abs(_rel(r[key], r["speedup"])), r) for r in spec if _rel(r.get(key), r["speedup"]) is not None]
         if not errs:
