@@ -342,6 +342,8 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
         profile = measure_round_profile(
             target, cells, list(calib), cfg.max_new_tokens, repeats=cfg.profile_repeats, name="round_profile",
             device=str(target.device), model=f"e2e target {tdir.name}", progress=progress, coverage_out=coverage)
+        if not cfg.budget_choice:
+            coverage = {}
         choices = budget_choices(cfg, cells, profile, coverage)
         per_round = {key: {float(t): PerRoundBudget(profile, key[0], next(c.K for c in cells if c.drafter_label
                                                                          == key[1]), t, max(cfg.budgets))
