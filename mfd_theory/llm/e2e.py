@@ -345,9 +345,9 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
         if not cfg.budget_choice:
             coverage = {}
         choices = budget_choices(cfg, cells, profile, coverage)
-        per_round = {key: {float(t): PerRoundBudget(profile, key[0], next(c.K for c in cells if c.drafter_label
-                                                                         == key[1]), t, max(cfg.budgets))
-                           for t in cfg.temperatures} for key in coverage}
+        k_of = {c.drafter_label: c.K for c in cells}
+        per_round = {(method, label): {float(temp): PerRoundBudget(profile, method, k_of[label], temp, max(cfg.budgets))
+                                       for temp in cfg.temperatures} for method, label in coverage}
         for ch in choices:  # the chosen budgets off the grid are decoded too
             if ch["budget"] not in cfg.budgets:
                 extra.setdefault((ch["method"], ch["drafter"]), set()).add(ch["budget"])
