@@ -361,11 +361,14 @@ class LatencyProfile:
                              f"it has {[(t.method, t.K) for t in self.overhead]}")
         return None
 
-    def round_ms(self, method: str, K: int, n, temperature: float = 0.0, accepted: float = 0.0) -> dict[str, float]:
+    def round_ms(self, method: str, K: int, n, temperature: float = 0.0, accepted: float = 0.0,
+                 build_n=None) -> dict[str, float]:
         """One round's predicted time by term (ms): draft, tree, verify, walk, commit.
 
         ``method`` "ar" is the autoregressive round (all in ``verify``, the draw in ``walk``).
         ``accepted`` (the expected accepted length) counts the sampled draws of the walk at T > 0.
+        ``build_n``: the size the tree is built at when a per-round rule then keeps only ``n`` of
+        its nodes (the tree term is paid at ``build_n``, the rest at ``n``; default ``n``).
         """
         draw = self.draw_ms if temperature > 0 else 0.0
         if method == "ar":
@@ -376,6 +379,10 @@ class LatencyProfile:
             raise ValueError(f"accepted: must be finite and >= 0, got {accepted!r}")
         table = self.overhead_for(method, K)
         over = table.at(n) if table is not None else {"tree": 0.0, "walk": 0.0, "commit": 0.0}
+        if build_n is not None and table is not None:
+            if not _is_real_number(build_n) or build_n < n:
+                raise ValueError(f"build_n: must be a number >= n ({n}), got {build_n!r}")
+            over["tree"] = table.at(build_n)["tree"]
         return {"draft": self.t_draft(K), "tree": over["tree"], "verify": float(self.t_verify(n)),
                 "walk": over["walk"] + (1.0 + accepted) * draw, "commit": over["commit"]}
 
@@ -526,7 +533,7 @@ def length_factor(accepted: float, accepted_var: float, new_tokens: int) -> floa
 
 
 def cell_speedup(accepted: float, method: str, K: int, budget, profile: LatencyProfile, temperature: float = 0.0,
-                 accepted_var: float | None = None, new_tokens: int | None = None) -> float:
+                 accepted_var: float | None = None, new_tokens: int | None = None, build_budget=None) -> float:
     """Predicted speedup of one decoding cell over autoregressive decoding on the same machine:
 
         (1 + E[accepted]) * t_ar(T) / t_round(method, K, N, T)   [* length_factor]
@@ -534,14 +541,15 @@ def cell_speedup(accepted: float, method: str, K: int, budget, profile: LatencyP
     with the round's terms from ``profile`` (:meth:`LatencyProfile.round_ms`). ``accepted`` is the
     expected accepted length per round (the trees' predicted covered mass, or a measured mean);
     with ``new_tokens`` (tokens decoded per prompt after the first) and ``accepted_var`` the
-    finite-length correction :func:`length_factor` is applied.
+    finite-length correction :func:`length_factor` is applied. ``build_budget``: see
+    :meth:`LatencyProfile.round_ms` (``build_n``), for trees cut each round by a budget rule.
     """
     profile = _check_profile(profile)
     if method == "ar":
         return 1.0
     if not _is_real_number(accepted) or accepted < 0:
         raise ValueError(f"accepted: must be finite and >= 0, got {accepted!r}")
-    parts = profile.round_ms(method, K, budget, temperature, accepted)
+    parts = profile.round_ms(method, K, budget, temperature, accepted, build_budget)
     s = (1.0 + accepted) * profile.t_ar(temperature) / sum(parts.values())
     if new_tokens is not None:
         s *= length_factor(accepted, 0.0 if accepted_var is None else accepted_var, new_tokens)

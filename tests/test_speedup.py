@@ -213,6 +213,11 @@ def test_cell_speedup_hand_computed():
     assert cell_speedup(2.0, "ddtree", 1, 32, prof) == pytest.approx(
         3.0 * 4.0 / round_ms_by_hand(1.0, 0.3, 7.0, 0.1, 0.2, 0.05, 2.0, 0.0), abs=ROUNDOFF)
     assert cell_speedup(0.0, "ar", 0, 0, prof) == 1.0
+    # a tree built at 32 and cut to 8 nodes pays the tree term at 32, the rest at 8
+    want = 2.5 * 4.0 / round_ms_by_hand(2.0, 1.0, 5.0, 0.1, 0.2, 0.05, 1.5, 0.0)
+    assert cell_speedup(1.5, "mfd", 2, 8, prof, build_budget=32) == pytest.approx(want, abs=ROUNDOFF)
+    with pytest.raises(ValueError, match="build_n"):
+        prof.round_ms("mfd", 2, 32, build_n=8)
     with pytest.raises(ValueError, match="no overhead table"):
         cell_speedup(1.0, "mfd", 4, 8, prof)
 

@@ -314,15 +314,19 @@ def add_speedup_predictions(rows: list[dict], records: list[dict], profile) -> l
             continue
         pred = np.array([a for r in recs for a in r["predicted"]], dtype=float)
         acc = np.array([a for r in recs for a in r["accepted"]], dtype=float)
-        temp, K, n = row["temperature"], int(row["K"]), max(1, int(row["budget"]))
-        if row.get("per_round_budget") and row.get("mean_tree_size"):
-            n = max(1, int(round(row["mean_tree_size"])))  # the rule's trees, chosen before each verify
+        temp, K, cap = row["temperature"], int(row["K"]), max(1, int(row["budget"]))
+        # a per-round rule builds the tree at the cap, then verifies the first n nodes it keeps
+        n = max(1, int(round(row["mean_tree_size"]))) if row.get("per_round_budget") and row.get(
+            "mean_tree_size") else cap
+
         try:
             if pred.size and not np.isnan(pred).any():
-                row["predicted_speedup"] = cell_speedup(float(pred.mean()), row["method"], K, n, profile, temp)
-                parts = profile.round_ms(row["method"], K, n, temp, float(pred.mean()))
+                a = float(pred.mean())
+                row["predicted_speedup"] = cell_speedup(a, row["method"], K, n, profile, temp, build_budget=cap)
+                parts = profile.round_ms(row["method"], K, n, temp, a, build_n=cap)
                 row["round_ms_predicted"] = {k: float(v) for k, v in parts.items()}
-            row["predicted_speedup_from_tau"] = cell_speedup(float(acc.mean()), row["method"], K, n, profile, temp)
+            row["predicted_speedup_from_tau"] = cell_speedup(float(acc.mean()), row["method"], K, n, profile, temp,
+                                                             build_budget=cap)
         except ValueError:  # the profile has no overhead table for this (method, K)
             continue
         if all(k in split for k in _TERMS):

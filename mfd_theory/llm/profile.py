@@ -24,8 +24,6 @@ that must grow with their argument (verify vs N, drafting vs K) are fitted monot
 from __future__ import annotations
 
 import time
-from typing import Any
-
 import numpy as np
 import torch
 
@@ -206,12 +204,3 @@ def measure_round_profile(target, cells: list, prompts: list, max_new_tokens: in
         overhead=tuple(overhead), context_probe=probe,
     )
 
-
-def profile_summary(profile: LatencyProfile) -> dict[str, Any]:
-    """What the context probe says: verify at the longest context over the shortest, per size."""
-    p = profile.context_probe
-    if not p:
-        return {}
-    lo, hi = p["verify_ms"][0], p["verify_ms"][-1]
-    return {"contexts": p["contexts"], "tree_sizes": p["tree_sizes"],
-            "context_ratio": [b / a if a > 0 else None for a, b in zip(lo, hi)]}
