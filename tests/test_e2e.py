@@ -71,6 +71,19 @@ def test_micro_rows_carry_predicted_speedups(micro):
     check = data["speedup_check"]
     assert check["n_rows"] == len(spec) and check["theory"]["n"] == len(spec)
     assert len(check["best_budget"]) == 6  # (product ddtree, k2 ddtree, k2 mfd) x 2 temperatures
+    # the theory's own budget choices, made before decoding, and their decoded cells
+    choices = data["budget_choice"]
+    assert len(choices) == 6 and all(1 <= c["budget"] <= max(PRESETS["micro"]["budgets"]) for c in choices)
+    chosen = data["chosen_budget_rows"]
+    per_round = [r for r in chosen if r["per_round_budget"]]
+    assert len(per_round) == 6 and all(r["drafter"].endswith("/per-round") for r in per_round)
+    assert all(1 <= r["mean_tree_size"] <= r["budget"] for r in per_round)
+    for r in chosen:
+        assert isinstance(r["predicted_speedup"], float) and r["tau"] >= 1.0, r
+        if r["temperature"] == 0:
+            assert r["matches_ar"], r
+    grid = {(r["method"], r["drafter"], r["budget"]) for r in data["rows"]}
+    assert not any((r["method"], r["drafter"], r["budget"]) in grid for r in chosen)
 
 
 def test_rerun_skips_training(micro):
