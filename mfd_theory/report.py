@@ -437,8 +437,8 @@ def speedup_check_block(res: Result) -> str:
         lines += ["", "Budget chosen by the theory before decoding, decoded with the other cells, against the best "
                       "budget measured on the grid. Fixed: the N in [1, max budget] with the highest predicted "
                       "speedup under the drafter's own predicted coverage on the calibration rounds and the "
-                      "measured round cost. Per round (CaDDTree): each round keeps the first nodes of its tree "
-                      "(best first, capped at the largest budget) while the predicted throughput rises.", "",
+                      "measured round cost. Per round (CaDDTree): each round builds its tree at twice the fixed "
+                      "choice and keeps the first n nodes (best first) with the highest predicted throughput.", "",
                   "| T | method (drafter) | chosen N | drafter's coverage at N | measured at chosen N | "
                   "best on the grid (N) | chosen vs best |", "|---|---|---|---|---|---|---|"]
         for ch in choices:

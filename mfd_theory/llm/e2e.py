@@ -223,9 +223,10 @@ def evaluate(cfg, target, drafters: dict[int, Any], prompts: np.ndarray, progres
     label): {temperature: rule}} adds a cell per entry whose tree size each round's rule picks
     (drafter label ``<label>/per-round``)."""
     cells = e2e_cells(cfg, drafters)
-    for (method, label), rules in (per_round or {}).items():  # capped at the largest budget
+    for (method, label), rules in (per_round or {}).items():  # built at the rules' cap, then cut
         like = next(c for c in cells if c.method == method and c.drafter_label == label)
-        cells.append(Cell(method, f"{label}/per-round", max(cfg.budgets), like.drafter, budget_rule=rules))
+        cap = max(r.max_budget for r in rules.values())
+        cells.append(Cell(method, f"{label}/per-round", cap, like.drafter, budget_rule=rules))
     for (method, label), budgets in (extra_budgets or {}).items():
         like = next(c for c in cells if c.method == method and c.drafter_label == label)
         cells += [Cell(method, label, int(n), like.drafter) for n in budgets
@@ -345,8 +346,14 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
         if not cfg.budget_choice:
             coverage = {}
         choices = budget_choices(cfg, cells, profile, coverage)
+        # per round, each tree is built at a cap and cut: twice the fixed choice, so the rule can go
+        # either way without paying for building the largest tree every round
         k_of = {c.drafter_label: c.K for c in cells}
-        per_round = {(method, label): {float(temp): PerRoundBudget(profile, method, k_of[label], temp, max(cfg.budgets))
+        cap = {}
+        for ch in choices:
+            key = (ch["method"], ch["drafter"])
+            cap[key] = max(cap.get(key, 1), min(max(cfg.budgets), 2 * ch["budget"]))
+        per_round = {(method, label): {float(temp): PerRoundBudget(profile, method, k_of[label], temp, cap[method, label])
                                        for temp in cfg.temperatures} for method, label in coverage}
         for ch in choices:  # the chosen budgets off the grid are decoded too
             if ch["budget"] not in cfg.budgets:
