@@ -38,8 +38,10 @@ one round's cost is modelled term by term, as the decoding loop times it::
      "draft_ms": [float, ...],    # ms per drafting pass with K modes, non-decreasing in K
      "overhead": [{"method": str, "K": int,
                    "tree_sizes": [int, ...],   # strictly increasing, >= 1
-                   "tree_ms": [...], "walk_ms": [...], "commit_ms": [...]}, ...],
-                                  # per (method, K): tree build + mask, greedy walk, KV commit
+                   "tree_ms": [...], "walk_ms": [...], "commit_ms": [...],
+                   "draft_ms": [...]}, ...],   # (draft_ms optional)
+                                  # per (method, K): tree build + mask, greedy walk, KV commit, and
+                                  # the drafting pass by N (it runs after a verify of N nodes)
      "context_probe": {"contexts": [int, ...], "tree_sizes": [int, ...],
                        "verify_ms": [[float, ...] per context]}  # does context length matter?
 
@@ -47,8 +49,10 @@ With them, ``t_target_ms`` is the autoregressive round as the loop times it (mas
 commit) and ``verify_ms`` the tree verify forward as the loop runs it (hidden states kept for the
 drafter). One round then costs
 
-    t_round(method, K, N, T) = t_draft(K) + t_tree(method, K, N) + t_verify(N) + t_walk(N)
+    t_round(method, K, N, T) = t_draft(K, N) + t_tree(method, K, N) + t_verify(N) + t_walk(N)
                                + t_commit(method, K, N) + [T > 0] (1 + E[accepted]) draw_ms
+
+(t_draft(K, N) from the (method, K) table's ``draft_ms`` when it has one, else the by-K table)
 
 and an autoregressive round ``t_target_ms + [T > 0] draw_ms``. Old files (without these fields)
 still load: their rounds cost ``t_draft + t_verify(N)`` as before.
@@ -188,6 +192,9 @@ class OverheadTable:
     tree_ms: tuple[float, ...]  # tree build + attention mask
     walk_ms: tuple[float, ...]  # the lossless walk (greedy: one argmax over the verified rows)
     commit_ms: tuple[float, ...]  # keep the accepted rows of the KV cache
+    # optional: the drafting pass of this (method, K) by N (after a verify of N nodes the next
+    # drafting pass runs on a colder cache); empty: the profile's drafting-by-K table
+    draft_ms: tuple[float, ...] = ()
 
     def __post_init__(self):
         if not isinstance(self.method, str) or not self.method:
@@ -199,13 +206,19 @@ class OverheadTable:
         object.__setattr__(self, "K", int(self.K))
         for f in ("tree_ms", "walk_ms", "commit_ms"):
             object.__setattr__(self, f, _ms_list(f, getattr(self, f), len(sizes)))
+        if len(self.draft_ms):
+            object.__setattr__(self, "draft_ms", _ms_list("draft_ms", self.draft_ms, len(sizes)))
 
     def at(self, n) -> dict[str, float]:
-        return {k: _interp(n, self.tree_sizes, getattr(self, f"{k}_ms")) for k in ("tree", "walk", "commit")}
+        keys = ("tree", "walk", "commit", "draft") if self.draft_ms else ("tree", "walk", "commit")
+        return {k: _interp(n, self.tree_sizes, getattr(self, f"{k}_ms")) for k in keys}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"method": self.method, "K": self.K, "tree_sizes": list(self.tree_sizes),
-                "tree_ms": list(self.tree_ms), "walk_ms": list(self.walk_ms), "commit_ms": list(self.commit_ms)}
+        out = {"method": self.method, "K": self.K, "tree_sizes": list(self.tree_sizes),
+               "tree_ms": list(self.tree_ms), "walk_ms": list(self.walk_ms), "commit_ms": list(self.commit_ms)}
+        if self.draft_ms:
+            out["draft_ms"] = list(self.draft_ms)
+        return out
 
 
 def _context_probe(probe) -> dict | None:
@@ -383,7 +396,7 @@ class LatencyProfile:
             if not _is_real_number(build_n) or build_n < n:
                 raise ValueError(f"build_n: must be a number >= n ({n}), got {build_n!r}")
             over["tree"] = table.at(build_n)["tree"]
-        return {"draft": self.t_draft(K), "tree": over["tree"], "verify": float(self.t_verify(n)),
+        return {"draft": over.get("draft", self.t_draft(K)), "tree": over["tree"], "verify": float(self.t_verify(n)),
                 "walk": over["walk"] + (1.0 + accepted) * draw, "commit": over["commit"]}
 
     # --------------------------------------------------------------------------- io
@@ -585,9 +598,10 @@ def _round_time(profile: LatencyProfile, n, method: str | None, K: int, temperat
     n = np.asarray(n, dtype=np.float64)
     acc = np.zeros(n.shape) if accepted is None else np.asarray(accepted, dtype=np.float64)
     table = profile.overhead_for(method, K)
-    over = sum(table.at(n).values()) if table is not None else 0.0  # the terms of round_ms, vectorised
+    parts = table.at(n) if table is not None else {}  # the terms of round_ms, vectorised
+    draft = parts.pop("draft", profile.t_draft(K))
     draw = profile.draw_ms if temperature > 0 else 0.0
-    out = np.asarray(profile.t_draft(K) + over + profile.t_verify(n) + (1.0 + acc) * draw, dtype=np.float64)
+    out = np.asarray(draft + sum(parts.values()) + profile.t_verify(n) + (1.0 + acc) * draw, dtype=np.float64)
     return float(out) if out.ndim == 0 else out
 
 

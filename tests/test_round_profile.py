@@ -38,7 +38,8 @@ def test_measure_round_profile_tiny(tiny):
     assert prof.measured_round and not prof.assumption
     assert prof.tree_sizes == (3, 4, 12) and prof.draft_modes == (1, 2)
     assert {(t.method, t.K) for t in prof.overhead} == {("chain", 1), ("ddtree", 1), ("ddtree", 2), ("mfd", 2)}
-    assert next(t for t in prof.overhead if t.method == "mfd").tree_sizes == (4, 12)
+    mfd = next(t for t in prof.overhead if t.method == "mfd")
+    assert mfd.tree_sizes == (4, 12) and len(mfd.draft_ms) == 2 and all(t > 0 for t in mfd.draft_ms)
     assert prof.t_target_ms > 0 and prof.draw_ms > 0 and all(t > 0 for t in prof.verify_ms)
     assert prof.context_probe["contexts"] == [8, 16] and prof.context_probe["tree_sizes"] == [1, 12]
     assert LatencyProfile.from_dict(prof.to_dict()) == prof  # the stored form validates and round-trips

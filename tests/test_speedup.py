@@ -340,3 +340,19 @@ def test_per_round_budget_maximises_the_round_throughput():
             assert rule(gains) == best
     with pytest.raises(ValueError, match="max_budget"):
         PerRoundBudget(prof, "mfd", 2, 0.0, 0)
+
+
+def test_drafting_by_n_in_an_overhead_table(tmp_path):
+    table = dict(ROUND["overhead"][0], draft_ms=[1.5, 2.5])  # drafting after a verify of 8 / 32 nodes
+    prof = round_profile(overhead=[table])
+    # at N = 32 the drafting term is the table's 2.5, not the by-K table's 2.0 at K = 2
+    want = 2.5 * 4.0 / round_ms_by_hand(2.5, 1.0, 7.0, 0.2, 0.2, 0.05, 1.5, 0.0)
+    assert cell_speedup(1.5, "mfd", 2, 32, prof) == pytest.approx(want, abs=ROUNDOFF)
+    assert prof.round_ms("mfd", 2, 8)["draft"] == 1.5
+    assert best_fixed_budget(np.full(33, 1.5), prof, budgets=[32], method="mfd", K=2).speedup == pytest.approx(
+        want, abs=ROUNDOFF)  # the vectorised round time takes the same term
+    assert load_latency_profile(prof.save(tmp_path / "p.json")) == prof
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({**ROUND, "overhead": [dict(table, draft_ms=[1.5])]}))
+    with pytest.raises(ValueError, match=r"overhead\[0\]\.draft_ms: has 1 entries"):
+        load_latency_profile(path)

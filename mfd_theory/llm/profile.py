@@ -9,7 +9,8 @@ and pools the per-round times into the tables of a
 * ``t_target_ms``: the autoregressive round (mask, forward, argmax, commit);
 * ``verify_ms`` by tree size N: the tree verify forward, pooled over every cell of that budget;
 * ``draft_ms`` by K: the drafting pass (context fusion + one block for K modes), pooled over cells;
-* ``overhead``: per (method, K) and N, tree build + mask, the greedy walk, the KV commit;
+* ``overhead``: per (method, K) and N, tree build + mask, the greedy walk, the KV commit, and the
+  drafting pass again by N (it follows a verify of N nodes, whose memory traffic it pays for);
 * ``draw_ms``: one token sampled at T > 0 (the calls the loop makes per draw);
 * ``context_probe``: the verify forward at the shortest and the longest context the run sees, to
   say whether context length matters on this machine.
@@ -186,7 +187,7 @@ def measure_round_profile(target, cells: list, prompts: list, max_new_tokens: in
     for (method, K), per_n in sorted(by_mk.items()):
         ns = sorted(per_n)
         overhead.append(OverheadTable(method, K, tuple(ns), *(tuple(ms(per_n[n], key) for n in ns)
-                                                               for key in ("t_tree", "t_walk", "t_commit"))))
+                                                               for key in ("t_tree", "t_walk", "t_commit", "t_draft"))))
     probe = None
     if context_probe and target.hybrid is None:  # a recurrent (GDN) state cannot be cropped back
         lo = max(1, int(min(len(p) for p in ids)))
