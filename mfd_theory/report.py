@@ -412,6 +412,124 @@ def e2e_dartree_block(res: Result) -> str:
     return "\n".join(lines)
 
 
+def _pct(v) -> str:
+    return "-" if _num(v) is None else f"{100 * v:+.1f}%"
+
+
+def speedup_check_block(res: Result) -> str:
+    """Predicted vs measured speedup per row (``mfd e2e``'s ``round_profile`` and
+    ``speedup_check``): the measured round cost model, the table, the error summary against the
+    targets (median |error| <= 5%, best budget right in >= 80% of groups) and the per-term check."""
+    d, c = res.data, res.config
+    prof, chk = d.get("round_profile"), d.get("speedup_check")
+    if not prof or not chk or not chk.get("n_rows"):
+        return "No round profile in these results (run `mfd e2e` with `--profile-prompts` > 0)."
+    draft = ", ".join(f"K = {k}: {t:.2f}" for k, t in zip(prof.get("draft_modes", []), prof.get("draft_ms", [])))
+    verify = ", ".join(f"{n}: {t:.2f}" for n, t in zip(prof["tree_sizes"], prof["verify_ms"]))
+    lines = [f"Round cost model measured before decoding ({c.get('profile_prompts')} calibration prompt(s) x "
+             f"{c.get('max_new_tokens')} tokens per cell, {d.get('timings_s', {}).get('round_profile', 0):.0f} s): "
+             f"AR round {prof['t_target_ms']:.2f} ms, sampled draw {prof.get('draw_ms', 0):.3f} ms; drafting (ms) "
+             f"{draft}; verify (ms) by N {verify}."]
+    probe = prof.get("context_probe")
+    if probe:
+        ratios = [b / a for a, b in zip(probe["verify_ms"][0], probe["verify_ms"][-1]) if a > 0]
+        lo, hi = probe["contexts"][0], probe["contexts"][-1]
+        matters = any(abs(r - 1) > 0.05 for r in ratios)
+        lines[0] += (f" Context: verify at {hi} tokens of context takes "
+                     + ", ".join(f"{r:.2f}x" for r in ratios)
+                     + f" (N = {', '.join(map(str, probe['tree_sizes']))}) its time at {lo} tokens: "
+                     + ("context length matters here (beyond ±5%); the profile's rounds span the run's contexts."
+                        if matters else "context length does not matter at this size (within ±5%)."))
+    lines += ["", "| T | method (drafter) | N | measured speedup | predicted (theory) | error | "
+                  "predicted (measured tau) | error |", "|---|---|---|---|---|---|---|---|"]
+    for r in d["rows"]:
+        if r["method"] == "ar" or _num(r.get("predicted_speedup")) is None:
+            continue
+        lines.append(f"| {r['temperature']:g} | {_label(r)} | {r['budget']} | "
+                     f"{value_with_spread(r, 'speedup', suffix='x')} | {r['predicted_speedup']:.2f}x | "
+                     f"{_pct(r['predicted_speedup'] / r['speedup'] - 1)} | "
+                     f"{_num(r.get('predicted_speedup_from_tau')) or 0:.2f}x | "
+                     f"{_pct((r.get('predicted_speedup_from_tau') or 0) / r['speedup'] - 1)} |")
+    th, tau = chk.get("theory", {}), chk.get("tau", {})
+
+    def worst(w):
+        return f"{w['method']} ({w['drafter']}) N = {w['budget']} at T = {w['temperature']:g}"
+
+    lines += ["", f"* Relative error |predicted / measured - 1| over {th['n']} rows: median "
+                  f"{100 * th['median_rel_error']:.1f}%, worst {100 * th['worst_rel_error']:.1f}% "
+                  f"({worst(th['worst_row'])}); {th['within_spread']} of {th['n']} within the measured spread. "
+                  f"Target median <= 5%: {'met' if th['median_rel_error'] <= 0.05 else 'missed'}."
+                  + ("" if _num(chk.get("median_rel_spread")) is None else
+                     f" For scale, the measured speedups' own pass-to-pass spread (std / mean) has median "
+                     f"{100 * chk['median_rel_spread']:.1f}%.")]
+    if tau:
+        lines.append(f"* With the measured acceptance (the cost model's error alone): median "
+                     f"{100 * tau['median_rel_error']:.1f}%, worst {100 * tau['worst_rel_error']:.1f}% "
+                     f"({worst(tau['worst_row'])}).")
+    picks = chk.get("best_budget") or []
+    if picks:
+        hits, share = chk["best_budget_hits"], chk["best_budget_hits"] / len(picks)
+        missed = [p for p in picks if not p["hit"]]
+        lines.append(f"* Best budget per (temperature, drafter, method): the predicted best is the measured best "
+                     f"or within the measured spread of it in {hits} of {len(picks)} ({100 * share:.0f}%; "
+                     f"exactly the measured best in {chk['best_budget_exact']}). Target >= 80%: "
+                     f"{'met' if share >= 0.8 else 'missed'}."
+                     + ("" if not missed else " Missed: " + "; ".join(
+                         f"{p['method']} ({p['drafter']}) T = {p['temperature']:g}: predicted N = "
+                         f"{p['predicted_budget']} ({p['predicted_budget_speedup']:.2f}x measured), best N = "
+                         f"{p['measured_budget']} ({p['best_speedup']:.2f}x)" for p in missed) + "."))
+    choices = d.get("budget_choice") or []
+    if choices:
+        every = list(d["rows"]) + list(d.get("chosen_budget_rows") or [])
+        lines += ["", "Budget chosen by the theory before decoding, decoded with the other cells, against the best "
+                      "budget measured on the grid. Fixed: the N in [1, max budget] with the highest predicted "
+                      "speedup under the drafter's own predicted coverage on the calibration rounds and the "
+                      "measured round cost. Per round (CaDDTree): each round builds its tree at twice the fixed "
+                      "choice and keeps the first n nodes (best first) with the highest predicted throughput.", "",
+                  "| T | method (drafter) | chosen N | drafter's coverage at N | measured at chosen N | "
+                  "best on the grid (N) | chosen vs best |", "|---|---|---|---|---|---|---|"]
+        for ch in choices:
+            row = _find(every, ch["temperature"], ch["method"], ch["drafter"], ch["budget"])
+            grid = [r for r in d["rows"] if r["temperature"] == ch["temperature"] and r["method"] == ch["method"]
+                    and r["drafter"] == ch["drafter"] and _num(r.get("speedup")) is not None]
+            if row is None or not grid:
+                continue
+            best = max(grid, key=lambda r: r["speedup"])
+            lines.append(f"| {ch['temperature']:g} | {_label(row)} | {ch['budget']} | {ch['drafter_coverage']:.2f} | "
+                         f"{value_with_spread(row, 'speedup', suffix='x')} | "
+                         f"{value_with_spread(best, 'speedup', suffix='x')} ({best['budget']}) | "
+                         f"{'same cell' if row is best else gain_with_spread(row, best)} |")
+            per = next((r for r in d.get("chosen_budget_rows") or [] if r.get("per_round_budget")
+                        and r["temperature"] == ch["temperature"] and r["method"] == ch["method"]
+                        and r["drafter"] == f"{ch['drafter']}/per-round"), None)
+            if per is not None and _num(per.get("speedup")) is not None:
+                lines.append(f"| {ch['temperature']:g} | {_label(row)}, per round | mean {per['mean_tree_size']:.1f} "
+                             f"(cap {per['budget']}) | - | {value_with_spread(per, 'speedup', suffix='x')} | "
+                             f"{value_with_spread(best, 'speedup', suffix='x')} ({best['budget']}) | "
+                             f"{gain_with_spread(per, best)} |")
+    terms = chk.get("terms")
+    if terms:
+        lines += ["", "Which term is off: one round's time by term, mean over the rows (ms; measured in the "
+                      "first timing pass, predicted by the profile):", "",
+                  "| term | measured | predicted | measured / predicted | share of the summed term errors |",
+                  "|---|---|---|---|---|"]
+        for k, t in terms.items():
+            ratio = "-" if _num(t.get("measured_over_predicted")) is None else f"{t['measured_over_predicted']:.2f}"
+            lines.append(f"| {k} | {t['measured_ms']:.3f} | {t['predicted_ms']:.3f} | {ratio} | "
+                         f"{100 * t['abs_error_share']:.0f}% |")
+        top = max(terms, key=lambda k: terms[k]["abs_error_share"])
+        lines += ["", f"The largest share of the error is in {top} ({100 * terms[top]['abs_error_share']:.0f}%)."]
+        ar = chk.get("ar_round") or []
+        if ar:
+            drift = any(abs(a["measured_over_predicted"] - 1) > 0.1 for a in ar)
+            lines[-1] += (" The AR round measured in the run took " + ", ".join(
+                f"{a['measured_over_predicted']:.2f}x (T = {a['temperature']:g})" for a in ar)
+                + " the profile's: " + ("the machine's load changed between the profile and the run, so every "
+                                       "term drifted with it, which no cost model measured beforehand foresees."
+                                       if drift else "the machine's state held between the profile and the run."))
+    return "\n".join(lines)
+
+
 def e2e_hf_block(res: Result) -> str:
     d = res.data
     hf = d.get("hf_assisted") or []
@@ -671,6 +789,7 @@ BLOCKS: dict[str, tuple[str, Callable[[Result], str]]] = {
     "e2e-gains": ("end_to_end.json", e2e_gains_block),
     "e2e-hf": ("end_to_end.json", e2e_hf_block),
     "e2e-dartree": ("end_to_end.json", e2e_dartree_block),
+    "speedup-check": ("end_to_end.json", speedup_check_block),
     "bench-trees": ("bench_trees.json", bench_trees_block),
     "bench-fit": ("bench_fit.json", bench_fit_block),
     "bench-decode": ("bench_decode.json", bench_decode_block),

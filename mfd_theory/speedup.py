@@ -28,6 +28,34 @@ Latency file format (JSON)::
      "tree_sizes": [int, ...],    # draft nodes N, root excluded, strictly increasing, >= 1
      "verify_ms": [float, ...],   # ms per verify forward of that tree, non-decreasing
      "note": str}                 # optional
+
+A *measured round profile* (written by :func:`mfd_theory.llm.profile.measure_round_profile`, from
+``mfd bench decode`` and before every ``mfd e2e`` / ``mfd eval`` run) adds optional fields, so that
+one round's cost is modelled term by term, as the decoding loop times it::
+
+     "draw_ms": float,            # one token sampled from the target at T > 0 (walk and AR step)
+     "draft_modes": [int, ...],   # drafter modes K, strictly increasing
+     "draft_ms": [float, ...],    # ms per drafting pass with K modes, non-decreasing in K
+     "overhead": [{"method": str, "K": int,
+                   "tree_sizes": [int, ...],   # strictly increasing, >= 1
+                   "tree_ms": [...], "walk_ms": [...], "commit_ms": [...],
+                   "draft_ms": [...]}, ...],   # (draft_ms optional)
+                                  # per (method, K): tree build + mask, greedy walk, KV commit, and
+                                  # the drafting pass by N (it runs after a verify of N nodes)
+     "context_probe": {"contexts": [int, ...], "tree_sizes": [int, ...],
+                       "verify_ms": [[float, ...] per context]}  # does context length matter?
+
+With them, ``t_target_ms`` is the autoregressive round as the loop times it (mask, forward, pick,
+commit) and ``verify_ms`` the tree verify forward as the loop runs it (hidden states kept for the
+drafter). One round then costs
+
+    t_round(method, K, N, T) = t_draft(K, N) + t_tree(method, K, N) + t_verify(N) + t_walk(N)
+                               + t_commit(method, K, N) + [T > 0] (1 + E[accepted]) draw_ms
+
+(t_draft(K, N) from the (method, K) table's ``draft_ms`` when it has one, else the by-K table)
+
+and an autoregressive round ``t_target_ms + [T > 0] draw_ms``. Old files (without these fields)
+still load: their rounds cost ``t_draft + t_verify(N)`` as before.
 """
 
 from __future__ import annotations
@@ -44,6 +72,11 @@ import numpy as np
 
 __all__ = [
     "BudgetChoice",
+    "OverheadTable",
+    "PerRoundBudget",
+    "cell_speedup",
+    "isotonic",
+    "length_factor",
     "LatencyProfile",
     "SequoiaChoice",
     "best_fixed_budget",
@@ -60,6 +93,11 @@ __all__ = [
 _REQUIRED = ("name", "device", "model", "assumption", "t_target_ms", "t_draft_ms", "tree_sizes", "verify_ms")
 
 
+def _is_real_number(x) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_)) \
+        and math.isfinite(x)
+
+
 def _positive_time(name: str, value) -> float:
     if isinstance(value, bool):
         raise ValueError(f"{name}: expected a number of milliseconds, got {value!r}")
@@ -72,6 +110,129 @@ def _positive_time(name: str, value) -> float:
     if not math.isfinite(v) or v < 0:
         raise ValueError(f"{name}: must be finite and >= 0 ms, got {value!r}")
     return v
+
+
+def _ms_list(name: str, values, n: int | None = None) -> tuple[float, ...]:
+    """A list of finite, non-negative milliseconds (``n`` entries when given); names the bad entry."""
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__"):
+        raise ValueError(f"{name}: expected a list of milliseconds, got {values!r}")
+    out = tuple(_positive_time(f"{name}[{i}]", v) for i, v in enumerate(values))
+    if n is not None and len(out) != n:
+        raise ValueError(f"{name}: has {len(out)} entries but the table has {n} sizes (missing N values?)")
+    return out
+
+
+def _size_list(name: str, values, low: int = 1) -> tuple[int, ...]:
+    """Strictly increasing integers >= ``low``."""
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__") or len(values) == 0:
+        raise ValueError(f"{name}: expected a non-empty list of integers, got {values!r}")
+    out = []
+    for i, v in enumerate(values):
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(v) \
+                or int(v) != v or v < low:
+            raise ValueError(f"{name}[{i}]: must be an integer >= {low}, got {v!r}")
+        out.append(int(v))
+    if any(b <= a for a, b in zip(out, out[1:])):
+        raise ValueError(f"{name}: must be strictly increasing, got {out}")
+    return tuple(out)
+
+
+def _monotone(name: str, sizes, times, what: str) -> None:
+    d = np.diff(np.asarray(times, dtype=np.float64))
+    if np.any(d < 0):
+        i = int(np.flatnonzero(d < 0)[0])
+        raise ValueError(f"{name}: not monotone: {times[i]:.4g} ms at {what}={sizes[i]} but {times[i + 1]:.4g} ms at "
+                         f"{what}={sizes[i + 1]} (more work cannot take less time; re-measure, or fit a "
+                         "monotone table with speedup.isotonic)")
+
+
+def _interp(x, sizes, values) -> np.ndarray | float:
+    """Piecewise-linear in N through the table; constant below the first size, the last segment's
+    slope above the last (one size: constant)."""
+    xs = np.asarray(sizes, dtype=np.float64)
+    ys = np.asarray(values, dtype=np.float64)
+    x = np.asarray(x, dtype=np.float64)
+    out = np.interp(x, xs, ys)
+    if xs.size > 1:
+        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+        out = np.where(x > xs[-1], ys[-1] + slope * (x - xs[-1]), out)
+    return float(out) if out.ndim == 0 else out
+
+
+def isotonic(values, weights=None) -> np.ndarray:
+    """The non-decreasing sequence nearest to ``values`` in (weighted) least squares.
+
+    Pool-adjacent-violators: a measured latency table that dips by timing noise is replaced by the
+    closest monotone one (which, unlike a running maximum, does not inflate later entries)."""
+    y = np.asarray(values, dtype=np.float64).reshape(-1)
+    w = np.ones_like(y) if weights is None else np.asarray(weights, dtype=np.float64).reshape(-1)
+    if y.size == 0 or w.shape != y.shape or np.any(~np.isfinite(y)) or np.any(~(w > 0)):
+        raise ValueError("values: need a non-empty finite sequence (and positive weights of the same length)")
+    means, wts, counts = [], [], []
+    for yi, wi in zip(y, w):
+        means.append(yi)
+        wts.append(wi)
+        counts.append(1)
+        while len(means) > 1 and means[-2] > means[-1]:  # merge the violating pair into one block
+            m2, w2, c2 = means.pop(), wts.pop(), counts.pop()
+            m1, w1, c1 = means.pop(), wts.pop(), counts.pop()
+            means.append((m1 * w1 + m2 * w2) / (w1 + w2))
+            wts.append(w1 + w2)
+            counts.append(c1 + c2)
+    return np.repeat(means, counts)
+
+
+@dataclasses.dataclass(frozen=True)
+class OverheadTable:
+    """Per (method, K): the round's work outside the two forwards, in ms, by tree size N."""
+
+    method: str
+    K: int
+    tree_sizes: tuple[int, ...]
+    tree_ms: tuple[float, ...]  # tree build + attention mask
+    walk_ms: tuple[float, ...]  # the lossless walk (greedy: one argmax over the verified rows)
+    commit_ms: tuple[float, ...]  # keep the accepted rows of the KV cache
+    # optional: the drafting pass of this (method, K) by N (after a verify of N nodes the next
+    # drafting pass runs on a colder cache); empty: the profile's drafting-by-K table
+    draft_ms: tuple[float, ...] = ()
+
+    def __post_init__(self):
+        if not isinstance(self.method, str) or not self.method:
+            raise ValueError(f"method: expected a method name, got {self.method!r}")
+        if isinstance(self.K, bool) or not isinstance(self.K, (int, np.integer)) or self.K < 1:
+            raise ValueError(f"K: must be an integer >= 1, got {self.K!r}")
+        sizes = _size_list("tree_sizes", self.tree_sizes)
+        object.__setattr__(self, "tree_sizes", sizes)
+        object.__setattr__(self, "K", int(self.K))
+        for f in ("tree_ms", "walk_ms", "commit_ms"):
+            object.__setattr__(self, f, _ms_list(f, getattr(self, f), len(sizes)))
+        if len(self.draft_ms):
+            object.__setattr__(self, "draft_ms", _ms_list("draft_ms", self.draft_ms, len(sizes)))
+
+    def at(self, n) -> dict[str, float]:
+        keys = ("tree", "walk", "commit", "draft") if self.draft_ms else ("tree", "walk", "commit")
+        return {k: _interp(n, self.tree_sizes, getattr(self, f"{k}_ms")) for k in keys}
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"method": self.method, "K": self.K, "tree_sizes": list(self.tree_sizes),
+               "tree_ms": list(self.tree_ms), "walk_ms": list(self.walk_ms), "commit_ms": list(self.commit_ms)}
+        if self.draft_ms:
+            out["draft_ms"] = list(self.draft_ms)
+        return out
+
+
+def _context_probe(probe) -> dict | None:
+    if probe is None:
+        return None
+    if not isinstance(probe, dict) or not {"contexts", "tree_sizes", "verify_ms"} <= set(probe):
+        raise ValueError("context_probe: expected {contexts, tree_sizes, verify_ms}")
+    ctx = _size_list("context_probe.contexts", probe["contexts"])
+    sizes = _size_list("context_probe.tree_sizes", probe["tree_sizes"])
+    rows = probe["verify_ms"]
+    if not isinstance(rows, (list, tuple)) or len(rows) != len(ctx):
+        raise ValueError(f"context_probe.verify_ms: expected one row per context ({len(ctx)})")
+    table = [list(_ms_list(f"context_probe.verify_ms[{i}]", r, len(sizes))) for i, r in enumerate(rows)]
+    return {"contexts": list(ctx), "tree_sizes": list(sizes), "verify_ms": table}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +253,12 @@ class LatencyProfile:
     tree_sizes: tuple[int, ...]
     verify_ms: tuple[float, ...]
     note: str = ""
+    # measured round profile (optional; see the module docstring)
+    draw_ms: float = 0.0
+    draft_modes: tuple[int, ...] = ()
+    draft_ms: tuple[float, ...] = ()
+    overhead: tuple[OverheadTable, ...] = ()
+    context_probe: dict | None = None
 
     def __post_init__(self):
         for f in ("name", "device", "model", "note"):
@@ -132,6 +299,34 @@ class LatencyProfile:
         object.__setattr__(self, "assumption", bool(self.assumption))
         object.__setattr__(self, "tree_sizes", tuple(int(s) for s in sizes))
         object.__setattr__(self, "verify_ms", tuple(float(t) for t in times))
+        object.__setattr__(self, "draw_ms", _positive_time("draw_ms", self.draw_ms))
+        if len(self.draft_modes) or len(self.draft_ms):
+            modes = _size_list("draft_modes", self.draft_modes)
+            draft = _ms_list("draft_ms", self.draft_ms, len(modes))
+            _monotone("draft_ms", modes, draft, "K")
+            object.__setattr__(self, "draft_modes", modes)
+            object.__setattr__(self, "draft_ms", draft)
+        tables = []
+        for i, t in enumerate(self.overhead):
+            if isinstance(t, dict):
+                missing = [k for k in ("method", "K", "tree_sizes", "tree_ms", "walk_ms", "commit_ms") if k not in t]
+                if missing:
+                    raise ValueError(f"overhead[{i}]: lacks the fields {missing}")
+            try:
+                tables.append(t if isinstance(t, OverheadTable) else OverheadTable(**t))
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"overhead[{i}].{exc}" if isinstance(exc, ValueError)
+                                 else f"overhead[{i}]: {exc}") from exc
+        keys = [(t.method, t.K) for t in tables]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"overhead: (method, K) listed twice in {keys}")
+        object.__setattr__(self, "overhead", tuple(tables))
+        object.__setattr__(self, "context_probe", _context_probe(self.context_probe))
+
+    @property
+    def measured_round(self) -> bool:
+        """True when the profile models the whole round (drafting per K and the overhead)."""
+        return bool(self.draft_modes) and bool(self.overhead)
 
     # --------------------------------------------------------------------------- costs
     def t_verify(self, n) -> np.ndarray | float:
@@ -157,6 +352,53 @@ class LatencyProfile:
         """ms per decoding step: ``draft_passes * t_draft + t_verify(n)``."""
         return np.asarray(draft_passes) * self.t_draft_ms + self.t_verify(n)
 
+    def t_draft(self, K: int = 1) -> float:
+        """ms per drafting pass of a K-mode drafter (the table, linear in K between its entries;
+        without a table: ``t_draft_ms`` for every K)."""
+        if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or K < 1:
+            raise ValueError(f"K: must be an integer >= 1, got {K!r}")
+        if not self.draft_modes:
+            return self.t_draft_ms
+        return float(_interp(K, self.draft_modes, self.draft_ms))
+
+    def t_ar(self, temperature: float = 0.0) -> float:
+        """ms per autoregressive round as the loop times it (one sampled token more at T > 0)."""
+        return self.t_target_ms + (self.draw_ms if temperature > 0 else 0.0)
+
+    def overhead_for(self, method: str, K: int) -> OverheadTable | None:
+        for t in self.overhead:
+            if t.method == method and t.K == K:
+                return t
+        if self.overhead:
+            raise ValueError(f"method/K: the profile {self.name!r} has no overhead table for ({method!r}, K={K}); "
+                             f"it has {[(t.method, t.K) for t in self.overhead]}")
+        return None
+
+    def round_ms(self, method: str, K: int, n, temperature: float = 0.0, accepted: float = 0.0,
+                 build_n=None) -> dict[str, float]:
+        """One round's predicted time by term (ms): draft, tree, verify, walk, commit.
+
+        ``method`` "ar" is the autoregressive round (all in ``verify``, the draw in ``walk``).
+        ``accepted`` (the expected accepted length) counts the sampled draws of the walk at T > 0.
+        ``build_n``: the size the tree is built at when a per-round rule then keeps only ``n`` of
+        its nodes (the tree term is paid at ``build_n``, the rest at ``n``; default ``n``).
+        """
+        draw = self.draw_ms if temperature > 0 else 0.0
+        if method == "ar":
+            return {"draft": 0.0, "tree": 0.0, "verify": self.t_target_ms, "walk": draw, "commit": 0.0}
+        if not _is_real_number(n) or n < 1:
+            raise ValueError(f"n: a tree needs at least one node, got {n!r}")
+        if not _is_real_number(accepted) or accepted < 0:
+            raise ValueError(f"accepted: must be finite and >= 0, got {accepted!r}")
+        table = self.overhead_for(method, K)
+        over = table.at(n) if table is not None else {"tree": 0.0, "walk": 0.0, "commit": 0.0}
+        if build_n is not None and table is not None:
+            if not _is_real_number(build_n) or build_n < n:
+                raise ValueError(f"build_n: must be a number >= n ({n}), got {build_n!r}")
+            over["tree"] = table.at(build_n)["tree"]
+        return {"draft": over.get("draft", self.t_draft(K)), "tree": over["tree"], "verify": float(self.t_verify(n)),
+                "walk": over["walk"] + (1.0 + accepted) * draw, "commit": over["commit"]}
+
     # --------------------------------------------------------------------------- io
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -169,6 +411,10 @@ class LatencyProfile:
             "t_draft_ms": self.t_draft_ms,
             "tree_sizes": list(self.tree_sizes),
             "verify_ms": list(self.verify_ms),
+            **({"draw_ms": self.draw_ms} if self.draw_ms else {}),
+            **({"draft_modes": list(self.draft_modes), "draft_ms": list(self.draft_ms)} if self.draft_modes else {}),
+            **({"overhead": [t.to_dict() for t in self.overhead]} if self.overhead else {}),
+            **({"context_probe": self.context_probe} if self.context_probe else {}),
         }
 
     @classmethod
@@ -178,13 +424,21 @@ class LatencyProfile:
         missing = [k for k in _REQUIRED if k not in d]
         if missing:
             raise ValueError(f"{source}: lacks the fields {missing}")
-        return cls(
-            name=d["name"], device=d["device"], model=d["model"], assumption=d["assumption"],
-            t_target_ms=d["t_target_ms"], t_draft_ms=d["t_draft_ms"],
-            tree_sizes=tuple(d["tree_sizes"]) if isinstance(d["tree_sizes"], list) else d["tree_sizes"],
-            verify_ms=tuple(d["verify_ms"]) if isinstance(d["verify_ms"], list) else d["verify_ms"],
-            note=d.get("note", ""),
-        )
+        overhead = d.get("overhead", [])
+        if not isinstance(overhead, list) or not all(isinstance(t, dict) for t in overhead):
+            raise ValueError(f"{source}: overhead: expected a list of tables (objects)")
+        try:
+            return cls(
+                name=d["name"], device=d["device"], model=d["model"], assumption=d["assumption"],
+                t_target_ms=d["t_target_ms"], t_draft_ms=d["t_draft_ms"],
+                tree_sizes=tuple(d["tree_sizes"]) if isinstance(d["tree_sizes"], list) else d["tree_sizes"],
+                verify_ms=tuple(d["verify_ms"]) if isinstance(d["verify_ms"], list) else d["verify_ms"],
+                note=d.get("note", ""), draw_ms=d.get("draw_ms", 0.0),
+                draft_modes=tuple(d.get("draft_modes", ())), draft_ms=tuple(d.get("draft_ms", ())),
+                overhead=tuple(overhead), context_probe=d.get("context_probe"),
+            )
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{source}: {exc}") from exc
 
     def save(self, path: str | os.PathLike) -> Path:
         from mfd_theory.results import atomic_write_text
@@ -270,6 +524,51 @@ def speedup(coverage, budget, profile: LatencyProfile, draft_passes=1):
 predicted_speedup = speedup
 
 
+def length_factor(accepted: float, accepted_var: float, new_tokens: int) -> float:
+    """The share of the long-run rate a finite generation keeps: M / (M + E[excess]).
+
+    A prompt decodes ``new_tokens`` = M tokens after the first, in rounds of X = 1 + accepted
+    tokens; the last round is cut where the M-th token is reached (the loop shortens its tree),
+    so the rounds are those of the uncut process up to the first partial sum >= M, and by Wald's
+    identity E[rounds] = (M + E[excess]) / E[X]. For integer X the excess over M has, for M
+    large, P(excess = k) = P(X > k) / E[X], hence E[excess] = (E[X^2] - E[X]) / (2 E[X]), with
+    E[X^2] = Var[X] + E[X]^2. Autoregressive decoding (X = 1) has no excess.
+    """
+    if not _is_real_number(accepted) or accepted < 0:
+        raise ValueError(f"accepted: must be finite and >= 0, got {accepted!r}")
+    if not _is_real_number(accepted_var) or accepted_var < 0:
+        raise ValueError(f"accepted_var: must be finite and >= 0, got {accepted_var!r}")
+    if isinstance(new_tokens, bool) or not isinstance(new_tokens, (int, np.integer)) or new_tokens < 1:
+        raise ValueError(f"new_tokens: must be an integer >= 1, got {new_tokens!r}")
+    mu = 1.0 + accepted
+    excess = (accepted_var + mu * mu - mu) / (2.0 * mu)
+    return new_tokens / (new_tokens + excess)
+
+
+def cell_speedup(accepted: float, method: str, K: int, budget, profile: LatencyProfile, temperature: float = 0.0,
+                 accepted_var: float | None = None, new_tokens: int | None = None, build_budget=None) -> float:
+    """Predicted speedup of one decoding cell over autoregressive decoding on the same machine:
+
+        (1 + E[accepted]) * t_ar(T) / t_round(method, K, N, T)   [* length_factor]
+
+    with the round's terms from ``profile`` (:meth:`LatencyProfile.round_ms`). ``accepted`` is the
+    expected accepted length per round (the trees' predicted covered mass, or a measured mean);
+    with ``new_tokens`` (tokens decoded per prompt after the first) and ``accepted_var`` the
+    finite-length correction :func:`length_factor` is applied. ``build_budget``: see
+    :meth:`LatencyProfile.round_ms` (``build_n``), for trees cut each round by a budget rule.
+    """
+    profile = _check_profile(profile)
+    if method == "ar":
+        return 1.0
+    if not _is_real_number(accepted) or accepted < 0:
+        raise ValueError(f"accepted: must be finite and >= 0, got {accepted!r}")
+    parts = profile.round_ms(method, K, budget, temperature, accepted, build_budget)
+    s = (1.0 + accepted) * profile.t_ar(temperature) / sum(parts.values())
+    if new_tokens is not None:
+        s *= length_factor(accepted, 0.0 if accepted_var is None else accepted_var, new_tokens)
+    return float(s)
+
+
 class BudgetChoice(NamedTuple):
     budget: int
     speedup: float
@@ -291,12 +590,31 @@ def _coverage_curves(curves) -> np.ndarray:
     return c
 
 
-def best_fixed_budget(coverage_curves, profile: LatencyProfile, budgets=None) -> BudgetChoice:
+def _round_time(profile: LatencyProfile, n, method: str | None, K: int, temperature: float, accepted=None):
+    """ms per round at tree size(s) ``n``: ``step_ms`` (draft + verify) without ``method``, the
+    whole measured round (:meth:`LatencyProfile.round_ms`) with it."""
+    if method is None:
+        return profile.step_ms(n)
+    n = np.asarray(n, dtype=np.float64)
+    acc = np.zeros(n.shape) if accepted is None else np.asarray(accepted, dtype=np.float64)
+    table = profile.overhead_for(method, K)
+    parts = table.at(n) if table is not None else {}  # the terms of round_ms, vectorised
+    draft = parts.pop("draft", profile.t_draft(K))
+    draw = profile.draw_ms if temperature > 0 else 0.0
+    out = np.asarray(draft + sum(parts.values()) + profile.t_verify(n) + (1.0 + acc) * draw, dtype=np.float64)
+    return float(out) if out.ndim == 0 else out
+
+
+def best_fixed_budget(coverage_curves, profile: LatencyProfile, budgets=None, *, method: str | None = None,
+                      K: int = 1, temperature: float = 0.0) -> BudgetChoice:
     """The single budget with the highest throughput over a set of steps.
 
     ``coverage_curves`` [S, M + 1]: entry [s, N] is C(T_N) at step s (one step: a 1-D curve).
     Every step pays the same time at a fixed N, so throughput is the mean of (1 + C) over steps
-    divided by that time. ``budgets`` restricts the candidates (default 1..M).
+    divided by that time. ``budgets`` restricts the candidates (default 1..M). With ``method``
+    (and the drafter's ``K``, the ``temperature``) the time is the measured round's
+    (:meth:`LatencyProfile.round_ms`: drafting, tree, verify, walk, commit) and the baseline the
+    measured AR round, as :func:`cell_speedup` has them; without, draft + verify over t_target.
     """
     profile = _check_profile(profile)
     c = _coverage_curves(coverage_curves)  # [S, M + 1]
@@ -304,18 +622,25 @@ def best_fixed_budget(coverage_curves, profile: LatencyProfile, budgets=None) ->
     cand = np.arange(1, M + 1) if budgets is None else np.asarray(budgets, dtype=np.int64).reshape(-1)
     if cand.size == 0 or np.any(cand < 1) or np.any(cand > M):
         raise ValueError(f"budgets: must be non-empty integers in [1, {M}]")
-    s = speedup(c[:, cand].mean(axis=0), cand, profile)  # [len(cand)]
+    cov = c[:, cand].mean(axis=0)  # [len(cand)]
+    if method is None:
+        s = speedup(cov, cand, profile)
+    else:
+        s = (1.0 + cov) * profile.t_ar(temperature) / _round_time(profile, cand, method, K, temperature, cov)
     i = int(np.argmax(s))
     return BudgetChoice(int(cand[i]), float(s[i]), np.asarray(s), cand)
 
 
-def per_step_budget(node_gains, profile: LatencyProfile, max_budget: int | None = None) -> int:
+def per_step_budget(node_gains, profile: LatencyProfile, max_budget: int | None = None, *,
+                    method: str | None = None, K: int = 1, temperature: float = 0.0) -> int:
     """CaDDTree's per-step choice: grow the tree best-first while predicted throughput rises.
 
     ``node_gains`` [M]: the predicted probability mass each successive node adds (in the order
     the builder emits them; for a drafter, its own Q of each node's prefix). Starting from one
     node, node n + 1 is added while
     ``(1 + G(n + 1)) / step_ms(n + 1) > (1 + G(n)) / step_ms(n)``, G the running sum of gains.
+    With ``method`` (``K``, ``temperature``) the round time is the measured round's, as in
+    :func:`best_fixed_budget`.
     """
     profile = _check_profile(profile)
     g = np.asarray(node_gains, dtype=np.float64).reshape(-1)
@@ -327,9 +652,38 @@ def per_step_budget(node_gains, profile: LatencyProfile, max_budget: int | None 
     if M < 1:
         raise ValueError(f"max_budget: must be >= 1, got {max_budget}")
     n = np.arange(1, M + 1)
-    thr = (1.0 + np.cumsum(g[:M])) / profile.step_ms(n)  # [M]
+    gain = np.cumsum(g[:M])  # [M]
+    thr = (1.0 + gain) / _round_time(profile, n, method, K, temperature, gain)  # [M]
     falls = np.flatnonzero(np.diff(thr) <= 0)
     return int(falls[0] + 1) if falls.size else M
+
+
+class PerRoundBudget:
+    """A per-round tree size for the decoding loop, as CaDDTree chooses it: given the node gains
+    of this round's tree (the drafter's probability of each node's prefix, best first), the
+    number of nodes n that maximises the round's predicted throughput
+    ``(1 + G(n)) / t_round(n)`` over n = 1..``max_budget`` (the measured round, G the running sum
+    of gains). Unlike :func:`per_step_budget`, which stops at the first n where throughput falls,
+    this takes the maximum over all n: a measured latency table has flat stretches and steps, so
+    throughput can fall and rise again. The round times are computed once; a round pays a
+    cumulative sum and an argmax."""
+
+    def __init__(self, profile: LatencyProfile, method: str, K: int, temperature: float, max_budget: int):
+        profile = _check_profile(profile)
+        if isinstance(max_budget, bool) or not isinstance(max_budget, (int, np.integer)) or max_budget < 1:
+            raise ValueError(f"max_budget: must be an integer >= 1, got {max_budget!r}")
+        n = np.arange(1, int(max_budget) + 1)
+        self.base = np.asarray(_round_time(profile, n, method, K, temperature), dtype=np.float64)  # [M], 0 accepted
+        self.draw = profile.draw_ms if temperature > 0 else 0.0
+        self.max_budget = int(max_budget)
+
+    def __call__(self, node_gains) -> int:
+        g = np.asarray(node_gains, dtype=np.float64).reshape(-1)[: self.max_budget]
+        if g.size == 0:
+            raise ValueError("node_gains: is empty")
+        gain = np.cumsum(g)  # [M]
+        thr = (1.0 + gain) / (self.base[: g.size] + gain * self.draw)  # [M]
+        return int(np.argmax(thr)) + 1  # the smallest best n on ties
 
 
 def per_step_speedup(predicted_gains, coverage_curves, profile: LatencyProfile, max_budget=None):

@@ -61,6 +61,41 @@ def test_micro_decoding_is_lossless_and_prediction_holds(micro):
             assert abs(r["pred_gap_z"]) < 5, r
 
 
+def test_micro_rows_carry_predicted_speedups(micro):
+    """The round profile is measured before decoding, stored, and every row has both predictions."""
+    from mfd_theory.speedup import LatencyProfile
+
+    _, res = micro
+    data = res["data"]
+    prof = LatencyProfile.from_dict(data["round_profile"], source="round_profile")
+    assert prof.measured_round and set(prof.tree_sizes) >= set(PRESETS["micro"]["budgets"])
+    assert data["timings_s"]["round_profile"] > 0
+    spec = [r for r in data["rows"] if r["method"] != "ar"]
+    for r in spec:
+        for key in ("predicted_speedup", "predicted_speedup_from_tau"):
+            assert isinstance(r[key], float) and 0 < r[key] < 10, r
+        assert set(r["round_ms_predicted"]) == set(r["round_ms_measured"]) == {"draft", "tree", "verify", "walk",
+                                                                                 "commit"}
+    check = data["speedup_check"]
+    assert check["n_rows"] == len(spec) and check["theory"]["n"] == len(spec)
+    assert len(check["best_budget"]) == 8  # (product ddtree, k2 ddtree, k2 mfd, dartree) x 2 temperatures
+    # the theory's own budget choices, made before decoding, and their decoded cells
+    choices = data["budget_choice"]
+    assert len(choices) == 8 and all(1 <= c["budget"] <= max(PRESETS["micro"]["budgets"]) for c in choices)
+    chosen = data["chosen_budget_rows"]
+    per_round = [r for r in chosen if r["per_round_budget"]]
+    # no per-round cut for dartree: its tree is grown depth by depth, not best first
+    assert len(per_round) == 6 and all(r["drafter"].endswith("/per-round") for r in per_round)
+    assert not any(r["method"] == "dartree" for r in per_round)
+    assert all(1 <= r["mean_tree_size"] <= r["budget"] for r in per_round)
+    for r in chosen:
+        assert isinstance(r["predicted_speedup"], float) and r["tau"] >= 1.0, r
+        if r["temperature"] == 0:
+            assert r["matches_ar"], r
+    grid = {(r["method"], r["drafter"], r["budget"]) for r in data["rows"]}
+    assert not any((r["method"], r["drafter"], r["budget"]) in grid for r in chosen)
+
+
 def test_rerun_skips_training(micro):
     out, _ = micro
     cache = out / "cache"

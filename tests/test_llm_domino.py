@@ -83,6 +83,9 @@ def test_dartree_needs_a_domino_drafter(model, target):
         speculative_generate(target, build_drafter(model, block_size=4, num_layers=1), [1, 2], 4, "dartree")
     with pytest.raises(ValueError, match="dartree"):
         build_tree("dartree", torch.zeros(1), torch.zeros(1, 3, 5), 4)
+    # a per-round cut keeps a tree's first nodes, which a depth-by-depth tree does not order best first
+    with pytest.raises(ValueError, match="budget_rule"):
+        speculative_generate(target, _domino(model), [1, 2], 4, "dartree", budget=4, budget_rule=lambda g: 2)
 
 
 # ------------------------------------------------------------------------------------ tree growth

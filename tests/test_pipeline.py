@@ -105,6 +105,11 @@ def test_eval_rows_are_lossless_and_complete(run):
     mt = [p for p in per if p["id"] == "mt"]
     assert mt and all(len(p["turn_lengths"]) == 2 for p in mt)
     assert list((root / "eval").glob("tau_speedup_vs_budget-*.png"))
+    # every row carries the speedup the round profile (measured before decoding) predicts
+    assert res["data"]["round_profile"]["overhead"]
+    for r in rows:
+        assert isinstance(r["predicted_speedup"], float) and isinstance(r["predicted_speedup_from_tau"], float), r
+    assert res["data"]["speedup_check"]["n_rows"] == sum(r["method"] != "ar" for r in rows)
 
 
 def test_distill_resume_skips_finished_shards_and_remakes_a_missing_one(run):
@@ -264,7 +269,7 @@ def test_bad_options_exit_2(run, tmp_path, capsys):
             "--out", str(tmp_path / "o")]
     for extra, flag in ((["--methods", "ar,beam"], "methods"), (["--budgets", "0"], "budgets"),
                         (["--temperatures", "-1"], "temperatures"), (["--passes", "0"], "passes"),
-                        (["--max-new-tokens", "0"], "max_new_tokens")):
+                        (["--max-new-tokens", "0"], "max_new_tokens"), (["--profile-prompts", "-1"], "profile_prompts")):
         assert mfd([*base, *extra]) == 2
         assert flag in capsys.readouterr().err
     assert not (tmp_path / "o").exists()

@@ -180,3 +180,179 @@ def test_make_monotone_on_load(tmp_path):
 def test_nan_draft_time():
     with pytest.raises(ValueError, match="t_draft_ms.*NaN"):
         toy(t_draft_ms=float("nan"))
+
+
+# ------------------------------------------------------------------ the measured round cost model
+from mfd_theory.speedup import OverheadTable, cell_speedup, isotonic, length_factor  # noqa: E402
+
+from reference_speedup import expected_rounds, isotonic_minmax, round_ms_by_hand  # noqa: E402
+
+ROUND = dict(
+    TABLE, assumption=False, t_target_ms=4.0, t_draft_ms=1.0, tree_sizes=[8, 32], verify_ms=[5.0, 7.0],
+    draw_ms=0.05, draft_modes=[1, 2, 4], draft_ms=[1.0, 2.0, 3.0],
+    overhead=[dict(method="mfd", K=2, tree_sizes=[8, 32], tree_ms=[0.5, 1.0], walk_ms=[0.1, 0.2],
+                   commit_ms=[0.2, 0.2]),
+              dict(method="ddtree", K=1, tree_sizes=[8], tree_ms=[0.3], walk_ms=[0.1], commit_ms=[0.2])],
+)
+
+
+def round_profile(**changes) -> LatencyProfile:
+    return LatencyProfile.from_dict({**ROUND, **changes})
+
+
+def test_cell_speedup_hand_computed():
+    prof = round_profile()
+    # mfd, K = 2, N = 8, T = 1, 1.5 accepted: round = 2 + 0.5 + 5 + 0.1 + 2.5 * 0.05 + 0.2 = 7.925 ms,
+    # AR round 4 + 0.05 ms, 2.5 tokens per round
+    assert cell_speedup(1.5, "mfd", 2, 8, prof, temperature=1.0) == pytest.approx(2.5 * 4.05 / 7.925, abs=ROUNDOFF)
+    # greedy: no draws; N = 20 halfway along the tables (a 2-point verify table is a line)
+    want = 2.5 * 4.0 / round_ms_by_hand(2.0, 0.75, 6.0, 0.15, 0.2, 0.05, 1.5, 0.0)
+    assert cell_speedup(1.5, "mfd", 2, 20, prof) == pytest.approx(want, abs=ROUNDOFF)
+    # K = 3 interpolates the drafting table; a one-size overhead table is constant in N
+    assert prof.t_draft(3) == pytest.approx(2.5, abs=ROUNDOFF)
+    assert cell_speedup(2.0, "ddtree", 1, 32, prof) == pytest.approx(
+        3.0 * 4.0 / round_ms_by_hand(1.0, 0.3, 7.0, 0.1, 0.2, 0.05, 2.0, 0.0), abs=ROUNDOFF)
+    assert cell_speedup(0.0, "ar", 0, 0, prof) == 1.0
+    # a tree built at 32 and cut to 8 nodes pays the tree term at 32, the rest at 8
+    want = 2.5 * 4.0 / round_ms_by_hand(2.0, 1.0, 5.0, 0.1, 0.2, 0.05, 1.5, 0.0)
+    assert cell_speedup(1.5, "mfd", 2, 8, prof, build_budget=32) == pytest.approx(want, abs=ROUNDOFF)
+    with pytest.raises(ValueError, match="build_n"):
+        prof.round_ms("mfd", 2, 32, build_n=8)
+    with pytest.raises(ValueError, match="no overhead table"):
+        cell_speedup(1.0, "mfd", 4, 8, prof)
+
+
+def test_old_profile_rounds_are_draft_plus_verify():
+    prof = toy()
+    assert not prof.measured_round and prof.t_draft(4) == 2.0
+    assert sum(prof.round_ms("ddtree", 4, 16).values()) == pytest.approx(2.0 + 14.0, abs=ROUNDOFF)
+    assert cell_speedup(2.5, "ddtree", 1, 4, prof) == pytest.approx(speedup(2.5, 4, prof), abs=ROUNDOFF)
+
+
+def test_fake_profile_predicts_a_synthetic_run_exactly():
+    """A synthetic run whose every round takes exactly the profile's terms: measured speedup (AR
+    time per token over the cell's) equals the prediction from its mean accepted length."""
+    prof = round_profile()
+    rng = np.random.default_rng(0)
+    accepted = rng.integers(0, 6, size=40)
+    for temp in (0.0, 1.0):
+        secs = sum(sum(prof.round_ms("mfd", 2, 32, temp, a).values()) for a in accepted)
+        tokens = int(np.sum(accepted + 1))
+        measured = (prof.t_ar(temp) * tokens / tokens) / (secs / tokens)  # AR: one token per round
+        assert cell_speedup(float(accepted.mean()), "mfd", 2, 32, prof, temp) == pytest.approx(measured, rel=1e-12)
+
+
+@pytest.mark.parametrize("probs", [{1: 0.5, 2: 0.5}, {1: 0.2, 3: 0.3, 6: 0.5}, {1: 1.0}])
+def test_length_factor_matches_exact_expected_rounds(probs):
+    mu = sum(x * p for x, p in probs.items())
+    var = sum(x * x * p for x, p in probs.items()) - mu * mu
+    for m in (40, 63, 64):
+        exact = m / (mu * expected_rounds(probs, m))  # share of the long-run rate this length keeps
+        # the renewal limit is approached geometrically fast in m for these aperiodic X
+        assert length_factor(mu - 1, var, m) == pytest.approx(exact, abs=2e-3)
+
+
+def test_length_factor_of_a_constant_round_is_exact_on_average():
+    # X = 4 always: 64 tokens take 16 rounds, 61 take 16 as well; the limit averages over m mod 4
+    exact = np.mean([m / (4 * expected_rounds({4: 1.0}, m)) for m in (61, 62, 63, 64)])
+    assert length_factor(3.0, 0.0, 62) == pytest.approx(exact, abs=1e-3)
+
+
+def test_isotonic_matches_minmax_formula():
+    rng = np.random.default_rng(1)
+    for n in (1, 2, 5, 11):
+        y = rng.normal(size=n).cumsum() + rng.normal(scale=2, size=n)
+        np.testing.assert_allclose(isotonic(y), isotonic_minmax(y), atol=1e-12)  # sums of a few floats
+    np.testing.assert_array_equal(isotonic([1.0, 2.0, 3.0]), [1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="values"):
+        isotonic([1.0, float("nan")])
+
+
+def test_round_profile_round_trip(tmp_path):
+    prof = round_profile(context_probe={"contexts": [12, 40], "tree_sizes": [8, 32],
+                                        "verify_ms": [[5.0, 7.0], [5.2, 7.4]]})
+    assert prof.measured_round and isinstance(prof.overhead[0], OverheadTable)
+    back = load_latency_profile(prof.save(tmp_path / "p.json"))
+    assert back == prof and back.to_dict() == prof.to_dict()
+    old = toy()
+    assert load_latency_profile(old.save(tmp_path / "old.json")) == old
+    assert "overhead" not in json.loads((tmp_path / "old.json").read_text())  # old files stay old
+
+
+@pytest.mark.parametrize("change, field", [
+    (dict(verify_ms=[5.0]), "verify_ms"),                                            # a missing N value
+    (dict(verify_ms=[5.0, float("nan")]), "verify_ms"),
+    (dict(verify_ms=[7.0, 5.0]), "verify_ms: the table is not monotone"),
+    (dict(draft_ms=[1.0, 3.0, 2.0]), "draft_ms: not monotone"),
+    (dict(draft_ms=[1.0, 2.0]), "draft_ms: has 2 entries"),
+    (dict(draw_ms=float("nan")), "draw_ms: is NaN"),
+    (dict(overhead=[dict(ROUND["overhead"][0], walk_ms=[0.1])]), r"overhead\[0\]\.walk_ms: has 1 entries"),
+    (dict(overhead=[dict(ROUND["overhead"][0], tree_ms=[0.5, float("nan")])]), r"overhead\[0\]\.tree_ms\[1\]: is NaN"),
+    (dict(overhead=[{k: v for k, v in ROUND["overhead"][0].items() if k != "commit_ms"}]),
+     r"overhead\[0\]: lacks the fields \['commit_ms'\]"),
+    (dict(overhead=[dict(ROUND["overhead"][0], tree_sizes=[8, 8])]), r"overhead\[0\]\.tree_sizes: must be strictly"),
+    (dict(context_probe={"contexts": [12], "tree_sizes": [8, 32], "verify_ms": [[5.0]]}),
+     r"context_probe\.verify_ms\[0\]: has 1 entries"),
+])
+def test_bad_round_profiles_name_file_and_field(tmp_path, change, field):
+    path = tmp_path / "bad_profile.json"
+    path.write_text(json.dumps({**ROUND, **change}))  # json writes NaN as NaN, which it reads back
+    with pytest.raises(ValueError) as err:
+        load_latency_profile(path)
+    assert str(path) in str(err.value)
+    assert err.match(field)
+
+
+def test_budget_choices_with_the_measured_round():
+    prof = round_profile()
+    # coverage at N = 8 and 32: the round at N costs t_round(N); speedups by hand (T = 1)
+    curve = np.zeros(33)
+    curve[8], curve[32] = 1.0, 1.6
+    choice = best_fixed_budget(curve, prof, budgets=[8, 32], method="mfd", K=2, temperature=1.0)
+    by_hand = [(1 + c) * 4.05 / round_ms_by_hand(2.0, t, v, w, 0.2, 0.05, c, 1.0)
+               for c, t, v, w in ((1.0, 0.5, 5.0, 0.1), (1.6, 1.0, 7.0, 0.2))]
+    np.testing.assert_allclose(choice.speedups, by_hand, atol=ROUNDOFF)
+    assert choice.budget == 8 + 24 * int(by_hand[1] > by_hand[0])
+    for n in (8, 20, 32):  # the vectorised round time equals round_ms term by term
+        assert cell_speedup(0.7, "mfd", 2, n, prof, 1.0) == pytest.approx(
+            best_fixed_budget(np.full(33, 0.7), prof, budgets=[n], method="mfd", K=2, temperature=1.0).speedup,
+            abs=ROUNDOFF)
+    # per round (greedy: the round time does not depend on the accepted length): the slow loop
+    gains = np.array([0.6, 0.3, 0.2, 0.1, 0.05] + [0.02] * 20 + [0.001] * 40)
+    want = per_step_budget_loop(gains, lambda n: sum(prof.round_ms("mfd", 2, n, 0.0).values()))
+    assert per_step_budget(gains, prof, method="mfd", K=2) == want and 1 < want < len(gains)
+
+
+def test_per_round_budget_maximises_the_round_throughput():
+    from mfd_theory.speedup import PerRoundBudget
+
+    prof = round_profile()
+    rng = np.random.default_rng(3)
+    for temp in (0.0, 1.0):
+        rule = PerRoundBudget(prof, "mfd", 2, temp, 64)
+        for _ in range(20):
+            gains = np.sort(rng.dirichlet(np.full(80, 0.2)))[::-1] * rng.uniform(1, 4)
+
+            def thr(n):  # the slow way: the round at n nodes, term by term
+                g = float(gains[:n].sum())
+                return (1 + g) / sum(prof.round_ms("mfd", 2, n, temp, g).values())
+            best = max(range(1, 65), key=lambda n: (thr(n), -n))
+            assert rule(gains) == best
+    with pytest.raises(ValueError, match="max_budget"):
+        PerRoundBudget(prof, "mfd", 2, 0.0, 0)
+
+
+def test_drafting_by_n_in_an_overhead_table(tmp_path):
+    table = dict(ROUND["overhead"][0], draft_ms=[1.5, 2.5])  # drafting after a verify of 8 / 32 nodes
+    prof = round_profile(overhead=[table])
+    # at N = 32 the drafting term is the table's 2.5, not the by-K table's 2.0 at K = 2
+    want = 2.5 * 4.0 / round_ms_by_hand(2.5, 1.0, 7.0, 0.2, 0.2, 0.05, 1.5, 0.0)
+    assert cell_speedup(1.5, "mfd", 2, 32, prof) == pytest.approx(want, abs=ROUNDOFF)
+    assert prof.round_ms("mfd", 2, 8)["draft"] == 1.5
+    assert best_fixed_budget(np.full(33, 1.5), prof, budgets=[32], method="mfd", K=2).speedup == pytest.approx(
+        want, abs=ROUNDOFF)  # the vectorised round time takes the same term
+    assert load_latency_profile(prof.save(tmp_path / "p.json")) == prof
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({**ROUND, "overhead": [dict(table, draft_ms=[1.5])]}))
+    with pytest.raises(ValueError, match=r"overhead\[0\]\.draft_ms: has 1 entries"):
+        load_latency_profile(path)

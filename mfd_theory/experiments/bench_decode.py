@@ -7,9 +7,14 @@ Side by side in one run (never a timed test):
    drafter; printed: tokens/s, speedup over "ar", tau, predicted vs measured acceptance, and the
    time split (draft, tree build + mask, verify, walk, commit). The share of a round spent outside
    the two forwards (tree build, mask, walk, compaction) is printed for the N = ``budget`` trees;
-2. the verify forward timed over tree sizes N = 1..1024 after a prompt of ``prompt_len`` tokens,
-   written to ``results/verify_latency_<device>.json`` as
-   ``{name, device, model, assumption, t_target_ms, t_draft_ms, tree_sizes, verify_ms}``.
+2. the round cost model (:func:`mfd_theory.llm.profile.measure_round_profile`, the function the
+   end-to-end runs call before decoding): every tree method decodes ``profile_tokens`` tokens of
+   the first prompt at every size N in ``profile_sizes`` (chain at its block), and the loop's own
+   per-round times give verify latency vs N, drafting vs K, the overhead (tree build + mask,
+   walk, commit) per method vs N, the sampling draw, and a context-length probe; written to
+   ``results/verify_latency_<device>.json`` in the format :mod:`mfd_theory.speedup` reads
+   (``{name, device, model, assumption, t_target_ms, t_draft_ms, tree_sizes, verify_ms}`` plus the
+   optional round fields ``draw_ms, draft_modes, draft_ms, overhead, context_probe``).
 
 By default the target and drafter are random (no downloads): the time split and the latency
 profile are meaningful, acceptance is not (a random drafter is rarely right). Pass
@@ -61,7 +66,8 @@ class BenchDecodeConfig(Checked):
     prompts: int = opt(3, "prompts per method", ge=1)
     temperature: float = opt(0.0, "sampling temperature (0 = greedy)", ge=0)
     profile_sizes: str = opt("1,2,4,8,16,32,64,128,256,512,1024", "tree sizes of the verify-latency profile")
-    profile_repeats: int = opt(5, "timed verify calls per tree size", ge=1)
+    profile_repeats: int = opt(5, "repeats per tree size (hybrid profile) / decodes per cell (round profile)", ge=1)
+    profile_tokens: int = opt(8, "tokens each cell decodes per repeat for the round profile", ge=2)
     threads: int = opt(0, "torch CPU threads (0: leave torch's default)", ge=0)
     seed: int = opt(0, "random seed", ge=0)
     out: str = opt("results", "output directory (the --out option)")
@@ -309,6 +315,21 @@ def verify_profile(target, drafter, cfg: BenchDecodeConfig, torch, dev) -> dict:
     return {"t_target_ms": t_target, "t_draft_ms": t_draft, "tree_sizes": sizes, "verify_ms": verify_ms}
 
 
+def round_profile(target, drafter, cfg: BenchDecodeConfig, prompt, name: str, device: str, model: str,
+                  progress: bool = True):
+    """The round cost model of this target and drafter: chain at its block, ddtree (and mfd when
+    K > 1) at every size of ``cfg.profile_sizes``, ``cfg.profile_tokens`` tokens per decode."""
+    from mfd_theory.llm.evaluate import Cell
+    from mfd_theory.llm.profile import measure_round_profile
+
+    sizes = [int(s) for s in cfg.profile_sizes.split(",") if s.strip()]
+    methods = ("ddtree", "mfd") if int(drafter.num_modes) > 1 else ("ddtree",)
+    cells = [Cell("chain", "drafter", int(drafter.block_size) - 1, drafter)]
+    cells += [Cell(m, "drafter", n, drafter) for m in methods for n in sizes]
+    return measure_round_profile(target, cells, [prompt], cfg.profile_tokens, repeats=cfg.profile_repeats, name=name,
+                                 device=device, model=model, progress=progress)
+
+
 def run(config: BenchDecodeConfig = BenchDecodeConfig(), out_dir: str | None = None, progress: bool = True) -> Result:
     from tqdm import tqdm
 
@@ -369,9 +390,10 @@ def run(config: BenchDecodeConfig = BenchDecodeConfig(), out_dir: str | None = N
     if hybrid:  # a recurrent state cannot be cropped back: the hybrid gets its own profile
         data["hybrid_profile"] = hybrid_profile(config, torch, dev, dtype, progress)
     else:
-        profile = data["verify_profile"] = verify_profile(target, drafter, config, torch, dev)
-        latency = {"name": f"verify_latency_{tag}", "device": tag, "model": model_name, "assumption": False,
-                   **profile, "provenance": provenance()}
+        profile = round_profile(target, drafter, config, prompts[0], f"verify_latency_{tag}", tag, model_name,
+                                progress).to_dict()
+        data["verify_profile"] = profile
+        latency = {**profile, "provenance": provenance()}
         lat_path = out_dir / f"verify_latency_{tag}.json"
         existed = lat_path.exists()
         atomic_write_text(lat_path, json.dumps(latency, indent=1) + "\n")

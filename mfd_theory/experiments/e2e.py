@@ -81,6 +81,11 @@ class E2EConfig(Checked):
     ddtree_on_mfd: bool = opt(True, "ablation: product tree over the MFD drafter's marginals")
     hf_assisted: bool = opt(True, "also time Hugging Face assisted generation with a draft LM")
     timing_passes: int = opt(3, "timing passes per cell (speedups carry their pass-to-pass spread)", ge=1)
+    profile_prompts: int = opt(2, "calibration prompts of the round cost model measured before decoding "
+                                  "(0: no profile, no predicted speedups)", ge=0)
+    profile_repeats: int = opt(1, "decodes of each calibration prompt per cell for the round profile", ge=1)
+    budget_choice: bool = opt(True, "also decode each tree method at the budget the theory picks before decoding "
+                                    "(fixed, and per round), from the round profile (needs --profile-prompts > 0)")
     ckpt_every: int = opt(100, "checkpoint every this many training steps", ge=1)
 
     def validate(self) -> None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["tau_vs_budget", "speedup_vs_budget", "predicted_vs_measured", "dead_share", "loss_curves"]
+__all__ = ["tau_vs_budget", "speedup_vs_budget", "predicted_vs_measured", "dead_share", "loss_curves",
+           "speedup_check_figure"]
 
 _STYLE = {
     ("ddtree", "product"): dict(color="C0", marker="o", label="ddtree (product drafter)"),
@@ -115,6 +116,54 @@ def predicted_vs_measured(res):
     ax.set_ylabel("measured accepted tokens per round")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def speedup_check_figure(res):
+    """Predicted against measured speedup, every speculative row, before any cell was timed.
+
+    Left: the prediction from the theory's acceptance (the trees' predicted covered mass) and the
+    round cost model; right: the same cost model with the measured acceptance (its error is the
+    cost model's alone). Horizontal bars: the measured pass-to-pass standard deviation; the band
+    is +-5% around equality. Results without a round profile give an empty, labelled figure.
+    """
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in _data(res)["rows"] if r["method"] != "ar" and not _nan(r.get("speedup"))
+            and not _nan(r.get("predicted_speedup"))]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6), sharex=True, sharey=True)
+    if not rows:
+        for ax in axes:
+            ax.text(0.5, 0.5, "no predicted speedups in these results", ha="center", va="center",
+                    transform=ax.transAxes)
+        return fig
+    hi = 1.1 * max(max(r["speedup"] + (r.get("speedup_std") or 0) for r in rows),
+                   max(max(r["predicted_speedup"], r.get("predicted_speedup_from_tau") or 0) for r in rows))
+    for ax, key, title in ((axes[0], "predicted_speedup", "theory's acceptance + round cost model"),
+                           (axes[1], "predicted_speedup_from_tau", "measured acceptance + round cost model")):
+        grid = [0, hi]
+        ax.fill_between(grid, [0.95 * g for g in grid], [1.05 * g for g in grid], color="0.85", label="±5%")
+        ax.plot(grid, grid, "k--", lw=1, label="predicted = measured")
+        for temp, marker in ((0.0, "^"), (1.0, "o")):
+            rs = [r for r in rows if r["temperature"] == temp and not _nan(r.get(key))]
+            for k, st in _series(rs, temp).items():
+                style = {kk: v for kk, v in _style(k).items() if kk in ("color", "label")}
+                ax.errorbar([r["speedup"] for r in st], [r[key] for r in st],
+                            xerr=[r.get("speedup_std") or 0.0 for r in st], fmt=marker, ms=5, capsize=2,
+                            color=style.get("color"), label=f"T = {temp:g}, {style.get('label', k)}")
+            chain = [r for r in rs if r["method"] == "chain"]
+            if chain:
+                ax.errorbar([r["speedup"] for r in chain], [r[key] for r in chain],
+                            xerr=[r.get("speedup_std") or 0.0 for r in chain], fmt=marker, ms=5, capsize=2,
+                            color="0.3", mfc="none", label=f"T = {temp:g}, chain")
+        ax.set_xlim(0, hi)
+        ax.set_ylim(0, hi)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("measured speedup over AR (± std over passes)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("predicted speedup over AR")
+    axes[1].legend(fontsize=6, loc="upper left")
     fig.tight_layout()
     return fig
 

@@ -235,6 +235,12 @@ def build_tree(method: str, log_pi: torch.Tensor, log_q: torch.Tensor, budget: i
     raise ValueError(f"method: must be one of {METHODS}, got {method!r}")
 
 
+def _first_nodes(tree: DraftTree, n: int) -> DraftTree:
+    """The tree's first ``n`` nodes: prefix-closed, since parents precede children."""
+    n = max(1, min(int(n), len(tree)))
+    return DraftTree(tree.parent[:n], tree.token[:n], tree.depth[:n], tree.log_score[:n], validate=False)
+
+
 # ---------------------------------------------------------------------------------------- metrics
 def _node_conditionals(tree: DraftTree, logits: torch.Tensor, temperature: float, top_p: float):
     """(decoding-rule log conditionals [N], metric log conditionals [N]) of each node's token given
@@ -349,7 +355,8 @@ def _validate(target: TargetModel, drafter, method, budget, temperature, top_p, 
 @torch.no_grad()
 def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method: str, budget: int = 64,
                          temperature: float = 0.0, top_p: float = 1.0, seed: int = 0, *,
-                         eos_token_id=None, keep_trees: bool = False, metrics: bool = True) -> DecodeResult:
+                         eos_token_id=None, keep_trees: bool = False, metrics: bool = True,
+                         budget_rule: Callable[[np.ndarray], int] | None = None) -> DecodeResult:
     """Generate up to ``max_new_tokens`` tokens for one prompt; lossless for every method.
 
     ``target`` is a :class:`TargetModel` (or an HF model, wrapped on the fly); ``drafter`` any
@@ -357,7 +364,10 @@ def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method
     target's generation config. Greedy when ``temperature == 0``; otherwise the walk samples from
     softmax(logits / temperature) cut to ``top_p``, with a CPU generator seeded by ``seed``.
     ``metrics=False`` skips the per-step coverage bookkeeping (for timing runs); ``keep_trees``
-    stores each step's tree and decoding-rule node conditionals in its record.
+    stores each step's tree and decoding-rule node conditionals in its record. ``budget_rule``
+    (e.g. :class:`mfd_theory.speedup.PerRoundBudget`) chooses each round's tree size: the tree is
+    built at ``budget`` and cut to the first ``budget_rule(node gains)`` nodes, the gains being the
+    drafter's probability of each node's prefix in the builder's best-first order (tree time).
 
     Context limit: T prompt tokens plus n new ones occupy T + n - 1 positions (the last emitted
     token is never fed to the target), which must fit the target's ``max_position_embeddings``.
@@ -371,6 +381,12 @@ def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method
     if not isinstance(target, TargetModel):
         target = TargetModel(target)
     _validate(target, drafter, method, budget, temperature, top_p, max_new_tokens)
+    if budget_rule is not None and not callable(budget_rule):
+        raise ValueError(f"budget_rule: expected a callable (node gains -> tree size), got {budget_rule!r}")
+    if budget_rule is not None and method == "dartree":
+        # a Domino tree is not stored best first, so its first n nodes need not be its top n
+        raise ValueError("budget_rule: not available with method 'dartree' (its tree is grown depth by depth, "
+                         "not in best-first order)")
     _check_count("seed", seed, 0, 2 ** 64 - 1)  # the range torch.Generator.manual_seed takes
     ids = torch.as_tensor(input_ids)
     if ids.numel() and (ids.dtype == torch.bool or ids.dtype.is_floating_point or ids.dtype.is_complex):
@@ -435,6 +451,8 @@ def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method
         tb = _clock(dev)
         if grow and method != "dartree":
             tree = build_tree(method, log_pi, log_q, int(budget))
+        if tree is not None and budget_rule is not None and len(tree) > 1:
+            tree = _first_nodes(tree, budget_rule(np.exp(tree.log_score)))
         n = 0 if tree is None else len(tree)
         mask = target.tree_mask(tree)  # [1, 1, N+1, P+N+1] float additive
         tc = _clock(dev)

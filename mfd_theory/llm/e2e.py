@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from mfd_theory.results import Result, atomic_write_bytes
+from mfd_theory.speedup import PerRoundBudget, best_fixed_budget
 
 # Everything imported up front (not inside the functions): a long run must not pick up a module
 # that was edited while it was training.
@@ -45,8 +46,10 @@ from .data import Corpus, CorpusConfig, build_corpus
 from .drafter import build_drafter, load_drafter
 from .target import TargetModel
 from .evaluate import (
-    decode_cells, format_gains, make_cells, mfd_gains, per_prompt_records, prediction_summary, rows_from_records,
+    Cell, add_speedup_predictions, decode_cells, format_gains, make_cells, mfd_gains, per_prompt_records,
+    prediction_summary, rows_from_records, speedup_check,
 )
+from .profile import measure_round_profile
 from .train import (
     LM_ARCHS, DrafterTrainConfig, LMConfig, LMTrainConfig, config_hash, make_distill_data,
     mode_diagnostics, target_fingerprint, train_drafter, train_lm,
@@ -192,24 +195,61 @@ def _drafter(cfg, K: int, target_hf, corpus, data, dpath: Path, cache: Path, pro
 # --------------------------------------------------------------------------------------- evaluation
 
 
-def evaluate(cfg, target, drafters: dict[int, Any], prompts: np.ndarray, progress: bool = True,
-             with_records: bool = False, dartree=None):
-    """All rows: for each temperature, ar and every cell (``dartree``: a Domino drafter, decoded
-    with method "dartree" at every budget, labelled "dartree"), through the shared evaluator
-    (:mod:`mfd_theory.llm.evaluate`: methods interleaved per prompt, warm-up, decode-only timing
-    over ``cfg.timing_passes`` passes). At T = 0 each row also records whether its outputs equal
-    ar's (``matches_ar``: lossless). ``with_records`` also returns the per-prompt records."""
+def e2e_cells(cfg, drafters: dict[int, Any], dartree=None) -> list:
+    """The cells ``mfd e2e`` decodes: ar, chain (product drafter), ddtree and mfd at every budget,
+    and with a Domino drafter (``dartree``) method "dartree" at every budget, labelled "dartree"."""
     labelled = {("product" if K == 1 else f"mfd-k{K}"): d for K, d in sorted(drafters.items())}
     if dartree is not None:
         labelled["dartree"] = dartree  # last: the product drafter stays the first single-mode one
     cells = make_cells(labelled, ("ar", "chain", "ddtree", "mfd", "dartree"), cfg.budgets,
                        ddtree_on_mfd=cfg.ddtree_on_mfd)
     # e2e's single-mode drafter is not run as chain-of-MFD: chain only for the product drafter.
-    cells = [c for c in cells if not (c.method == "chain" and c.K > 1)]
+    return [c for c in cells if not (c.method == "chain" and c.K > 1)]
+
+
+def budget_choices(cfg, cells: list, profile, coverage: dict) -> list[dict]:
+    """The fixed budget the theory picks per (temperature, method, drafter), before decoding: the
+    N in [1, max budget] with the highest predicted speedup (:func:`mfd_theory.speedup.best_fixed_budget`
+    on the measured round) under the drafter's own predicted coverage from the calibration rounds."""
+    out = []
+    for (method, label), curves in coverage.items():
+        cell = next(c for c in cells if c.method == method and c.drafter_label == label)
+        for temp in cfg.temperatures:
+            ch = best_fixed_budget(curves, profile, method=method, K=cell.K, temperature=temp)
+            out.append({"temperature": float(temp), "method": method, "drafter": label, "K": cell.K,
+                        "budget": ch.budget, "drafter_predicted_speedup": ch.speedup,
+                        "drafter_coverage": float(curves[:, ch.budget].mean()), "max_budget": curves.shape[1] - 1})
+    return out
+
+
+def evaluate(cfg, target, drafters: dict[int, Any], prompts: np.ndarray, progress: bool = True,
+             with_records: bool = False, profile=None, extra_budgets: dict | None = None,
+             per_round: dict | None = None, dartree=None):
+    """All rows: for each temperature, ar and every cell (:func:`e2e_cells`; ``dartree``: a Domino
+    drafter), through the shared evaluator
+    (:mod:`mfd_theory.llm.evaluate`: methods interleaved per prompt, warm-up, decode-only timing
+    over ``cfg.timing_passes`` passes). At T = 0 each row also records whether its outputs equal
+    ar's (``matches_ar``: lossless). ``with_records`` also returns the per-prompt records.
+    With a round ``profile`` (measured before), every row gets its predicted speedups.
+    ``extra_budgets`` {(method, drafter label): [N, ...]} adds cells off the budget grid (the
+    theory's chosen budgets), decoded interleaved with the others; ``per_round`` {(method, drafter
+    label): {temperature: rule}} adds a cell per entry whose tree size each round's rule picks
+    (drafter label ``<label>/per-round``)."""
+    cells = e2e_cells(cfg, drafters, dartree)
+    for (method, label), rules in (per_round or {}).items():  # built at the rules' cap, then cut
+        like = next(c for c in cells if c.method == method and c.drafter_label == label)
+        cap = max(r.max_budget for r in rules.values())
+        cells.append(Cell(method, f"{label}/per-round", cap, like.drafter, budget_rule=rules))
+    for (method, label), budgets in (extra_budgets or {}).items():
+        like = next(c for c in cells if c.method == method and c.drafter_label == label)
+        cells += [Cell(method, label, int(n), like.drafter) for n in budgets
+                  if not any(c.method == method and c.drafter_label == label and c.budget == n for c in cells)]
     records = decode_cells(target, cells, list(prompts), temperatures=cfg.temperatures,
                            max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, passes=cfg.timing_passes,
                            eos_token_id=[], progress=progress, dataset_name="heldout")
     rows = rows_from_records(records, cells)
+    if profile is not None:
+        add_speedup_predictions(rows, records, profile)
     return (rows, records) if with_records else rows
 
 
@@ -310,10 +350,46 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
     # Decoding a small model is a chain of tiny kernels: one thread avoids OpenMP barriers, which
     # stall badly when the machine's cores are shared.
     torch.set_num_threads(cfg.eval_threads)
+    # The round cost model, measured on this target and these drafters before any cell is timed
+    # (calibration prompts from the training split: only their timings are used).
     t = time.perf_counter()
-    rows, records = evaluate(cfg, target, drafters, prompts, progress=progress, with_records=True,
+    profile, choices, extra, per_round = None, [], {}, {}
+    if cfg.profile_prompts > 0:
+        calib = corpus.prompts(cfg.profile_prompts, cfg.prompt_len, "train", seed=cfg.seed + 5)
+        coverage: dict = {}
+        cells = e2e_cells(cfg, drafters, dartree)
+        profile = measure_round_profile(
+            target, cells, list(calib), cfg.max_new_tokens, repeats=cfg.profile_repeats, name="round_profile",
+            device=str(target.device), model=f"e2e target {tdir.name}", progress=progress, coverage_out=coverage)
+        if not cfg.budget_choice:
+            coverage = {}
+        choices = budget_choices(cfg, cells, profile, coverage)
+        # per round, each tree is built at a cap and cut: twice the fixed choice, so the rule can go
+        # either way without paying for building the largest tree every round
+        k_of = {c.drafter_label: c.K for c in cells}
+        cap = {}
+        for ch in choices:
+            key = (ch["method"], ch["drafter"])
+            cap[key] = max(cap.get(key, 1), min(max(cfg.budgets), 2 * ch["budget"]))
+        per_round = {(method, label): {float(temp): PerRoundBudget(profile, method, k_of[label], temp, cap[method, label])
+                                       for temp in cfg.temperatures} for method, label in coverage
+                     if method != "dartree"}  # a Domino tree is not grown best first: no per-round cut
+        for ch in choices:  # the chosen budgets off the grid are decoded too
+            if ch["budget"] not in cfg.budgets:
+                extra.setdefault((ch["method"], ch["drafter"]), set()).add(ch["budget"])
+    times["round_profile"] = time.perf_counter() - t
+    t = time.perf_counter()
+    rows, records = evaluate(cfg, target, drafters, prompts, progress=progress, with_records=True, profile=profile,
+                             extra_budgets={k: sorted(v) for k, v in extra.items()}, per_round=per_round,
                              dartree=dartree)
     times["evaluate"] = time.perf_counter() - t
+
+    def off_grid(r):  # the theory's chosen budgets: kept apart, so the grid's tables stay as they were
+        return r["method"] not in ("ar", "chain") and (r["budget"] not in cfg.budgets or "/per-round" in r["drafter"])
+
+    chosen_rows = [r for r in rows if off_grid(r)]
+    rows = [r for r in rows if not off_grid(r)]
+    records = [r for r in records if not off_grid(r)]
     hf_rows = []
     if draft_lm is not None:
         t = time.perf_counter()
@@ -329,6 +405,10 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
         "rows": rows,
         "mfd_gains": mfd_gains(rows),
         "prediction_check": prediction_summary(rows),
+        "round_profile": profile.to_dict() if profile is not None else None,
+        "speedup_check": speedup_check(rows) if profile is not None else None,
+        "budget_choice": choices,
+        "chosen_budget_rows": chosen_rows,
         "per_prompt": per_prompt_records(records),
         "mode_diagnostics": modes_diag,
         "hf_assisted": hf_rows,

@@ -36,12 +36,14 @@ import torch
 from mfd_theory.report import _is_best
 from mfd_theory.report import speed_gain_text as _gain_text
 from mfd_theory.report import tau_gain_text as _tau_gain_text
+from mfd_theory.speedup import cell_speedup
 
 from .decode import speculative_generate
 from .prompts import Prompt, run_conversation
 
 __all__ = ["Cell", "make_cells", "decode_cells", "rows_from_records", "mfd_gains", "verdict",
-           "prediction_summary", "best_budgets", "per_prompt_records", "format_gains", "format_rows"]
+           "prediction_summary", "best_budgets", "per_prompt_records", "format_gains", "format_rows",
+           "add_speedup_predictions", "speedup_check"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class Cell:
     drafter_label: str              # "none" for ar
     budget: int                     # 0 for ar; the block's L for chain
     drafter: Any = None
+    budget_rule: Any = None         # per-round tree size (speedup.PerRoundBudget); budget is then the cap
 
     @property
     def K(self) -> int:
@@ -78,6 +81,15 @@ def make_cells(drafters: dict[str, Any], methods, budgets, ddtree_on_mfd: bool =
         if "mfd" in methods and K > 1:
             cells += [Cell("mfd", label, int(b), d) for b in budgets]
     return cells
+
+
+def _rule(c: Cell, temperature: float) -> dict:
+    """The decoder's ``budget_rule`` keyword for a cell that has one (none otherwise); a rule may
+    be given per temperature as a mapping."""
+    rule = c.budget_rule
+    if isinstance(rule, dict):
+        rule = rule[float(temperature)]
+    return {} if rule is None else {"budget_rule": rule}
 
 
 def _item_turns(item, tokenizer, enable_thinking, answer):
@@ -120,7 +132,7 @@ def decode_cells(target, cells: list[Cell], items: list, *, temperatures, max_ne
         for temp in temperatures:
             for c in cells:
                 speculative_generate(target, c.drafter, ids, min(4, max_new_tokens), c.method, budget=max(1, c.budget),
-                                     temperature=temp, seed=0, **kw)
+                                     temperature=temp, seed=0, **kw, **_rule(c, temp))
     records = []
     bar = tqdm(total=len(temperatures) * passes * len(mine) * len(cells),
                desc=f"evaluate (rank {rank})" if world > 1 else "evaluate", disable=not progress, leave=False)
@@ -134,7 +146,7 @@ def decode_cells(target, cells: list[Cell], items: list, *, temperatures, max_ne
                     def answer(ids, turn, c=c, i=i):
                         res = speculative_generate(
                             target, c.drafter, torch.tensor(ids), max_new_tokens, c.method, budget=max(1, c.budget),
-                            temperature=temp, seed=seed + 1000 * i + turn, metrics=pss == 0, **kw)
+                            temperature=temp, seed=seed + 1000 * i + turn, metrics=pss == 0, **kw, **_rule(c, temp))
                         turns_res.append(res)
                         return res.tokens
 
@@ -254,12 +266,156 @@ def rows_from_records(records: list[dict], cells: list[Cell]) -> list[dict]:
                 "speedup_passes": sp, "speedup": _mean(sp_ok), "speedup_std": _std(sp_ok),
                 "dead_share": _mean(dead), "dead_splice_share": _mean(dspl),
                 "mean_tree_size": _mean(sizes), "time_split": split,
+                "per_round_budget": c.budget_rule is not None,
             }
             if temp == 0 and ar_ci is not None:
                 ar_out = {r["item"]: r["tokens"] for r in by_cell[ar_ci]}
                 row["matches_ar"] = all(r["tokens"] == ar_out.get(r["item"]) for r in recs)
             rows.append(row)
     return rows
+
+
+_TERMS = ("draft", "tree", "verify", "walk", "commit")
+
+
+def _row_key(r: dict) -> tuple:
+    return (r.get("dataset"), r["method"], r["drafter"], int(r["budget"]), float(r["temperature"]))
+
+
+def add_speedup_predictions(rows: list[dict], records: list[dict], profile) -> list[dict]:
+    """Add to every row the speedup the round cost model predicts (in place; returns ``rows``).
+
+    ``profile`` is a :class:`~mfd_theory.speedup.LatencyProfile` measured before the cells ran.
+    Per row:
+
+    * ``predicted_speedup``: from the theory's acceptance, i.e. the trees' predicted covered mass
+      under the decoding rule (``predicted_accepted_mean``; its variance: the trees' exact
+      per-round variances plus the spread of the per-round predictions), not the measured tau;
+    * ``predicted_speedup_from_tau``: the same cost model with the measured accepted lengths, so
+      ``predicted_speedup_from_tau / speedup - 1`` is the cost model's error alone;
+    * ``round_ms_predicted`` / ``round_ms_measured``: one round's time by term (draft, tree,
+      verify, walk, commit), predicted by the profile and measured in the first timing pass.
+
+    No finite-length correction is applied: the loop cuts the last round's tree to the tokens
+    left, so the rounds' accepted lengths (measured and predicted alike) already include the cut
+    rounds, and a turn emits exactly 1 + accepted per round (fewer only at an EOS). Rows whose
+    (method, K) the profile lacks get None.
+    """
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        groups.setdefault(_row_key(r), []).append(r)
+    for row in rows:
+        recs = groups.get(_row_key(row), [])
+        for key in ("predicted_speedup", "predicted_speedup_from_tau", "round_ms_predicted", "round_ms_measured"):
+            row[key] = None
+        split = row.get("time_split") or {}
+        if row["method"] == "ar":
+            row["predicted_speedup"] = row["predicted_speedup_from_tau"] = 1.0
+            row["round_ms_predicted"] = profile.round_ms("ar", 0, 0, row["temperature"])
+            if row.get("n_rounds") and all(k in split for k in _TERMS):
+                row["round_ms_measured"] = {k: 1e3 * float(split[k]) / row["n_rounds"] for k in _TERMS}
+            continue
+        if not recs or not row.get("n_rounds"):
+            continue
+        pred = np.array([a for r in recs for a in r["predicted"]], dtype=float)
+        acc = np.array([a for r in recs for a in r["accepted"]], dtype=float)
+        temp, K, cap = row["temperature"], int(row["K"]), max(1, int(row["budget"]))
+        # a per-round rule builds the tree at the cap, then verifies the first n nodes it keeps
+        n = max(1, int(round(row["mean_tree_size"]))) if row.get("per_round_budget") and row.get(
+            "mean_tree_size") else cap
+
+        try:
+            if pred.size and not np.isnan(pred).any():
+                a = float(pred.mean())
+                row["predicted_speedup"] = cell_speedup(a, row["method"], K, n, profile, temp, build_budget=cap)
+                parts = profile.round_ms(row["method"], K, n, temp, a, build_n=cap)
+                row["round_ms_predicted"] = {k: float(v) for k, v in parts.items()}
+            row["predicted_speedup_from_tau"] = cell_speedup(float(acc.mean()), row["method"], K, n, profile, temp,
+                                                             build_budget=cap)
+        except ValueError:  # the profile has no overhead table for this (method, K)
+            continue
+        if all(k in split for k in _TERMS):
+            row["round_ms_measured"] = {k: 1e3 * float(split[k]) / row["n_rounds"] for k in _TERMS}
+    return rows
+
+
+def _rel(a, b) -> float | None:
+    return float(a / b - 1) if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else None
+
+
+def speedup_check(rows: list[dict]) -> dict:
+    """How well the predicted speedups match the measured ones, over every speculative row.
+
+    * relative error per row: predicted / measured - 1, for ``predicted_speedup`` (theory's
+      acceptance + cost model) and ``predicted_speedup_from_tau`` (cost model alone); the median
+      and the worst |error|, and how many rows lie within their measured spread;
+    * best budget per (dataset, temperature, drafter, method) among tree methods with two or
+      more budgets: the budget with the highest predicted speedup is a hit when it is the measured
+      best, or its measured speedup is within the measured spread of the best's (the two rows'
+      pass-to-pass standard deviations combined);
+    * per term of the round (draft, tree, verify, walk, commit): measured / predicted ms summed
+      over rows, and its share of the rows' total time error (which term the model gets wrong).
+    """
+    spec = [r for r in rows if r["method"] != "ar" and isinstance(r.get("speedup"), (int, float))
+            and isinstance(r.get("predicted_speedup"), (int, float))]
+    out: dict[str, Any] = {"n_rows": len(spec)}
+    if not spec:
+        return out
+    # the noise floor: how far one timing pass lies from another on this machine
+    spreads = [r["speedup_std"] / r["speedup"] for r in spec if isinstance(r.get("speedup_std"), (int, float))]
+    out["median_rel_spread"] = float(np.median(spreads)) if spreads else None
+    for key, name in (("predicted_speedup", "theory"), ("predicted_speedup_from_tau", "tau")):
+        errs = [(abs(_rel(r[key], r["speedup"])), r) for r in spec if _rel(r.get(key), r["speedup"]) is not None]
+        if not errs:
+            continue
+        e = np.array([x for x, _ in errs])
+        worst = max(errs, key=lambda t: t[0])[1]
+        inside = sum(1 for x, r in errs if r.get("speedup_std") is not None
+                     and abs(r[key] - r["speedup"]) <= r["speedup_std"])
+        out[name] = {"median_rel_error": float(np.median(e)), "worst_rel_error": float(e.max()),
+                     "mean_rel_error": float(e.mean()), "within_spread": inside, "n": len(errs),
+                     "worst_row": {k: worst[k] for k in ("dataset", "method", "drafter", "budget", "temperature")}}
+    groups: dict[tuple, list[dict]] = {}
+    for r in spec:
+        if r["method"] != "chain":
+            groups.setdefault((r.get("dataset"), r["temperature"], r["drafter"], r["method"]), []).append(r)
+    picks = []
+    for (ds, temp, drafter, method), rs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        if len(rs) < 2:
+            continue
+        best = max(rs, key=lambda r: r["speedup"])
+        chosen = max(rs, key=lambda r: r["predicted_speedup"])
+        spread = math.hypot(best.get("speedup_std") or 0.0, chosen.get("speedup_std") or 0.0)
+        exact = chosen is best
+        picks.append({"dataset": ds, "temperature": temp, "drafter": drafter, "method": method,
+                      "predicted_budget": chosen["budget"], "measured_budget": best["budget"],
+                      "predicted_budget_speedup": chosen["speedup"], "best_speedup": best["speedup"],
+                      "spread": spread, "exact": exact,
+                      "hit": exact or best["speedup"] - chosen["speedup"] <= spread})
+    out["best_budget"] = picks
+    out["best_budget_hits"] = sum(p["hit"] for p in picks)
+    out["best_budget_exact"] = sum(p["exact"] for p in picks)
+    # the AR round in the run against the profile's: far from 1 means the machine's load changed
+    # between the profile and the run (every term then drifts, the small kernels most)
+    out["ar_round"] = [{"temperature": r["temperature"], "measured_ms": sum(r["round_ms_measured"].values()),
+                        "predicted_ms": sum(r["round_ms_predicted"].values()),
+                        "measured_over_predicted": sum(r["round_ms_measured"].values())
+                        / sum(r["round_ms_predicted"].values())}
+                       for r in rows if r["method"] == "ar" and r.get("round_ms_measured") and r.get("round_ms_predicted")]
+    with_terms = [r for r in spec if r.get("round_ms_predicted") and r.get("round_ms_measured")]
+    if with_terms:
+        errs = {k: sum(abs(r["round_ms_measured"][k] - r["round_ms_predicted"][k]) for r in with_terms)
+                for k in _TERMS}
+        total_err = sum(errs.values()) or 1.0
+        terms = {}
+        for k in _TERMS:
+            meas = sum(r["round_ms_measured"][k] for r in with_terms)
+            pred = sum(r["round_ms_predicted"][k] for r in with_terms)
+            terms[k] = {"measured_ms": meas / len(with_terms), "predicted_ms": pred / len(with_terms),
+                        "measured_over_predicted": meas / pred if pred > 0 else None,
+                        "abs_error_share": errs[k] / total_err}
+        out["terms"] = terms
+    return out
 
 
 def _tcrit(dof: int) -> float:

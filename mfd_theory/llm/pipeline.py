@@ -310,6 +310,9 @@ def eval_main(argv: list[str] | None = None):
                         help="per data set, the first n prompts after a shuffle with seed 0")
     parser.add_argument("--enable-thinking", action="store_true", help="chat template with thinking on")
     parser.add_argument("--passes", type=int, default=3, help="timing passes (speedups carry their spread)")
+    parser.add_argument("--profile-prompts", type=int, default=2,
+                        help="prompts decoded first to measure the round cost model that predicts every row's "
+                             "speedup (0: no prediction)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     bad = [m for m in methods if m not in METHODS]
@@ -323,6 +326,8 @@ def eval_main(argv: list[str] | None = None):
     _positive_int("passes", args.passes)
     if args.max_prompts is not None:
         _positive_int("max_prompts", args.max_prompts)
+    if args.profile_prompts < 0:
+        raise ValueError(f"profile_prompts: must be >= 0, got {args.profile_prompts}")
     from .prompts import read_prompt_files, shuffle_take
 
     prompts = shuffle_take(read_prompt_files(args.prompts), args.max_prompts)
@@ -334,9 +339,10 @@ def eval_main(argv: list[str] | None = None):
     from .dist import setup, teardown
     from .drafter import load_drafter
     from .evaluate import (
-        best_budgets, decode_cells, format_gains, format_rows, make_cells, mfd_gains,
-        per_prompt_records, prediction_summary, rows_from_records,
+        _first_ids, add_speedup_predictions, best_budgets, decode_cells, format_gains, format_rows, make_cells,
+        mfd_gains, per_prompt_records, prediction_summary, rows_from_records, speedup_check,
     )
+    from .profile import measure_round_profile
     from .target import TargetModel
 
     dist = setup(args.device)
@@ -356,12 +362,22 @@ def eval_main(argv: list[str] | None = None):
             info[label] = {"dir": str(d), "K": int(dr.num_modes), "block_size": int(dr.block_size)}
         cells = make_cells(drafters, methods, budgets)
         target = TargetModel(target_hf)
+        profile = None
+        if args.profile_prompts and any(c.method != "ar" for c in cells):
+            # the round cost model, measured before any cell is timed (the first prompts' first
+            # turns; only their timings are used)
+            calib = [_first_ids(p, tok, args.enable_thinking) for p in prompts[: args.profile_prompts]]
+            profile = measure_round_profile(target, cells, calib, max(2, args.max_new_tokens), name="round_profile",
+                                            device=str(dist.device), model=Path(args.target).name,
+                                            progress=not args.quiet)
         records = decode_cells(target, cells, prompts, temperatures=temps, max_new_tokens=args.max_new_tokens,
                                seed=args.seed, passes=args.passes, tokenizer=tok,
                                enable_thinking=args.enable_thinking, dist=dist, progress=not args.quiet)
         if not dist.main:
             return None
         rows = rows_from_records(records, cells)
+        if profile is not None:
+            add_speedup_predictions(rows, records, profile)
         gains = mfd_gains(rows)
         best = best_budgets(rows)
         cfg = {k: v for k, v in vars(args).items()}
@@ -370,7 +386,9 @@ def eval_main(argv: list[str] | None = None):
                 "prediction_check": prediction_summary(rows), "drafters": info,
                 "datasets": {ds: sum(p.dataset == ds for p in prompts)
                              for ds in dict.fromkeys(p.dataset for p in prompts)},
-                "n_processes": dist.world}
+                "n_processes": dist.world,
+                "round_profile": profile.to_dict() if profile is not None else None,
+                "speedup_check": speedup_check(rows) if profile is not None else None}
         res = Result("eval", config=cfg, data=data, seed=args.seed)
         res.save(out / "eval.json")
         atomic_write_text(out / "per_prompt.jsonl",
@@ -384,6 +402,12 @@ def eval_main(argv: list[str] | None = None):
         gl = format_gains(gains)
         if gl:
             print("\n".join(gl))
+        chk = data["speedup_check"] or {}
+        if chk.get("theory"):
+            th = chk["theory"]
+            print(f"\npredicted vs measured speedup over {th['n']} rows: median |error| "
+                  f"{100 * th['median_rel_error']:.1f}%, worst {100 * th['worst_rel_error']:.1f}%; best budget "
+                  f"predicted right in {chk.get('best_budget_hits', 0)} of {len(chk.get('best_budget') or [])} groups")
         print(f"wrote {out / 'eval.json'}")
         print(f"wrote {out / 'per_prompt.jsonl'}")
         for path in _figures(rows, out):
