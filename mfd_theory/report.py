@@ -409,7 +409,43 @@ def e2e_dartree_block(res: Result) -> str:
                      f"{value_with_spread(r, 'speedup', suffix='x')} | {r['accepted_mean']:.2f} | "
                      f"{'-' if pred is None else f'{pred:.2f}'} | {'-' if z is None else f'{z:+.1f}'} | "
                      f"{'-' if dead is None else f'{100 * dead:.0f}%'} |")
+    lines += ["", *_dartree_summary(res, rows)]
     return "\n".join(lines)
+
+
+def _dartree_summary(res: Result, rows: list[dict]) -> list[str]:
+    """Per temperature, each method at its best measured budget; and what one depth step of the
+    Domino drafter costs, in block passes (``c`` of ``mfd path-gain``), from the run's round profile."""
+    out = []
+    for temp in sorted({r["temperature"] for r in rows}):
+        best = {}
+        for r in rows:
+            if r["temperature"] == temp and _num(r.get("speedup")) is not None:
+                key = "mfd" if r["method"] == "mfd" else r["method"]
+                if key not in best or r["speedup"] > best[key]["speedup"]:
+                    best[key] = r
+        if "dartree" not in best:
+            continue
+        dt = best["dartree"]
+        parts = [f"{_label(r)} {value_with_spread(r, 'speedup', suffix='x')} at N = {r['budget']} (tau {r['tau']:.2f})"
+                 for r in (best.get("ddtree"), best.get("mfd"), dt) if r is not None]
+        vs = "; ".join(f"dartree vs {_label(best[k])}: {gain_with_spread(dt, best[k])}"
+                       for k in ("ddtree", "mfd") if k in best)
+        out.append(f"* T = {temp:g}, each at its best budget: " + ", ".join(parts) + f". {vs}.")
+    prof = res.data.get("round_profile") or {}
+    tables = {(t["method"], t["K"]): t for t in prof.get("overhead", [])}
+    dom, block = tables.get(("dartree", 1)), tables.get(("ddtree", 1))
+    L = int(res.config.get("block_size", 0)) - 1
+    if dom and block and dom.get("draft_ms") and block.get("draft_ms") and L >= 2:
+        n = min(set(dom["tree_sizes"]) & set(block["tree_sizes"]), default=None)
+        if n is not None:
+            t_dom = dom["draft_ms"][dom["tree_sizes"].index(n)]
+            t_block = block["draft_ms"][block["tree_sizes"].index(n)]
+            c = (t_dom - t_block) / ((L - 1) * t_block)
+            out.append(f"* Drafting cost (round profile, N = {n}): the Domino drafter's round {t_dom:.2f} ms against "
+                       f"the block drafter's {t_block:.2f} ms, i.e. c = {c:.2f} block passes per extra depth step "
+                       f"over the block's {L} depths (`mfd path-gain`'s drafting cost 1 + c (depth - 1)).")
+    return out
 
 
 def _pct(v) -> str:

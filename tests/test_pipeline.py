@@ -223,6 +223,49 @@ def test_init_from_starts_exactly_at_the_checkpoint(run, tmp_path):
     assert cfg["init_from"].endswith("drafter") and cfg["train"]["block_size"] == 4
 
 
+def test_dartree_drafter_from_scratch_and_from_a_dflash_checkpoint(run, tmp_path):
+    """--kind dartree trains a Domino drafter (checkpoint DominoDraftModel, decodable with method
+    dartree); from a DFlash checkpoint it starts exactly at that checkpoint's distributions."""
+    from mfd_theory.llm.domino import DominoDrafter, domino_from_checkpoint
+    from mfd_theory.llm.drafter import load_drafter
+    from mfd_theory.llm.pipeline import load_target
+
+    root, target_dir, files = run
+    target, _ = load_target(target_dir)
+    assert mfd(["train-drafter", "--target", str(target_dir), "--data", str(root / "data"), "--out",
+                str(tmp_path / "dom"), "--kind", "dartree", "--rank", "4", *TRAIN_ARGS]) == 0
+    dom = load_drafter(tmp_path / "dom" / "drafter", target)
+    assert isinstance(dom, DominoDrafter) and dom.correction_rank == 4
+    cfg = json.loads((tmp_path / "dom" / "train_config.json").read_text())
+    assert cfg["kind"] == "dartree" and cfg["rank"] == 4
+    # mfd eval decodes it with method dartree, losslessly
+    assert mfd(["eval", "--target", str(target_dir), "--drafter", str(tmp_path / "dom"), "--methods", "ar,dartree",
+                "--prompts", files[0], "--out", str(tmp_path / "ev"), *EVAL_ARGS]) == 0
+    rows = json.loads((tmp_path / "ev" / "eval.json").read_text())["data"]["rows"]
+    assert any(r["method"] == "dartree" for r in rows)
+    assert all(r["matches_ar"] for r in rows if r["temperature"] == 0)
+
+    # from the K = 1 DFlash checkpoint: same backbone, correction zero, so the same distributions
+    base = load_drafter(root / "k1" / "drafter", target)
+    dom0 = domino_from_checkpoint(root / "k1" / "drafter", target, rank=3)
+    ids = torch.randint(0, target.config.vocab_size, (1, 9), generator=torch.Generator().manual_seed(1))
+    hs = target(input_ids=ids, output_hidden_states=True).hidden_states
+    base.reset()
+    dom0.reset()
+    _, lq_base = base.draft_modes(base.fuse_hidden(hs), 5)
+    _, lq = dom0.draft_modes(dom0.fuse_hidden(hs), 5)
+    torch.testing.assert_close(lq, lq_base, rtol=0, atol=1e-6)
+    path = [int(t) for t in lq_base[0].argmax(-1)[:2]]
+    corrected = dom0.corrected_log_probs(5, path, lq[0])  # [V] at depth 3, after a two-token path
+    torch.testing.assert_close(corrected, torch.log_softmax(lq_base[0, 2].float(), -1), rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="modes"):
+        domino_from_checkpoint(root / "k3" / "drafter", target)
+    assert mfd(["train-drafter", "--target", str(target_dir), "--data", str(root / "data"), "--out",
+                str(tmp_path / "dom2"), "--kind", "dartree", "--init-from", str(root / "k1" / "drafter"),
+                "--steps", "2", "--batch-size", "4", "--quiet"]) == 0
+    assert isinstance(load_drafter(tmp_path / "dom2" / "drafter", target), DominoDrafter)
+
+
 @pytest.mark.parametrize("content, why", [
     ("{not json\n", "line 1: not valid JSON"),
     ('{"prompt": "ok"}\n{"id": 3}\n', "line 2: needs exactly one of"),
@@ -273,6 +316,12 @@ def test_bad_options_exit_2(run, tmp_path, capsys):
         assert mfd([*base, *extra]) == 2
         assert flag in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+    train = ["train-drafter", "--target", str(target), "--data", str(root / "data"), "--out", str(tmp_path / "t")]
+    for extra, flag in ((["--kind", "beam"], "kind"), (["--kind", "dartree", "--modes", "2"], "modes"),
+                        (["--rank", "4"], "rank"), (["--kind", "dartree", "--rank", "0"], "rank")):
+        assert mfd([*train, *extra, *TRAIN_ARGS]) == 2
+        assert flag in capsys.readouterr().err
+    assert not (tmp_path / "t").exists()
 
 
 def test_distill_under_torchrun_writes_the_same_data(run, tmp_path):

@@ -208,3 +208,19 @@ def test_e2e_dartree_block_sets_the_three_trees_side_by_side(tmp_path):
     assert [ln.split(" | ")[2] for ln in lines] == ["ddtree (product)", "mfd K = 4", "ddtree (product)",
                                                     "mfd K = 4", "dartree (Domino)"]
     assert lines[-1] == "| 1 | 64 | dartree (Domino) | 4.75 | 1.20x ± 0.10x | 3.75 | 3.50 | -1.2 | 12% |"
+    # the summary: each method at its best budget (ddtree 16, mfd 64, dartree 64), from the rows
+    summary = [ln for ln in body.splitlines() if ln.startswith("* T = 1")]
+    assert summary == ["* T = 1, each at its best budget: ddtree (product) 1.50x ± 0.02x at N = 16 (tau 3.60), "
+                       "mfd K = 4 1.41x ± 0.02x at N = 64 (tau 5.00), dartree (Domino) 1.20x ± 0.10x at N = 64 "
+                       "(tau 4.75). dartree vs ddtree (product): -20.0% ± 6.8%; dartree vs mfd K = 4: "
+                       "-14.9% ± 7.2%."]
+    assert "Drafting cost" not in body  # no round profile in this result
+    # with a round profile: c = (t_dartree - t_block) / ((L - 1) t_block) = (1.6 - 0.5) / (5 * 0.5) = 0.44
+    res.config["block_size"] = 7
+    table = dict(K=1, tree_sizes=[16, 64], tree_ms=[0.1, 0.1], walk_ms=[0.1, 0.1], commit_ms=[0.1, 0.1])
+    res.data["round_profile"] = {"overhead": [dict(table, method="ddtree", draft_ms=[0.5, 0.6]),
+                                              dict(table, method="dartree", draft_ms=[1.6, 2.0])]}
+    res.save(tmp_path / "end_to_end.json")
+    body = render(_readme(tmp_path, ["e2e-dartree"]).read_text(), tmp_path)[0]
+    assert ("the Domino drafter's round 1.60 ms against the block drafter's 0.50 ms, i.e. c = 0.44 block "
+            "passes per extra depth step over the block's 6 depths") in body

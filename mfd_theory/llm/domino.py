@@ -51,7 +51,8 @@ from mfd_theory.trees import DraftTree
 
 from .drafter import BlockDrafter, _draft_value
 
-__all__ = ["DominoDrafter", "PathCorrection", "grow_path_tree", "DEFAULT_RANK", "ARCHITECTURE"]
+__all__ = ["DominoDrafter", "PathCorrection", "domino_from_checkpoint", "grow_path_tree", "DEFAULT_RANK",
+           "ARCHITECTURE"]
 
 DEFAULT_RANK = 32
 ARCHITECTURE = "DominoDraftModel"
@@ -172,6 +173,33 @@ class DominoDrafter(BlockDrafter):
         cfg["dflash_config"]["dartree"] = {"rank": self.correction_rank, "parameters": names}
         path.write_text(json.dumps(cfg, indent=2, default=str) + "\n")
         return directory
+
+
+def domino_from_checkpoint(directory, target: Any, rank: int | None = None) -> DominoDrafter:
+    """A Domino drafter whose backbone is the DFlash checkpoint in ``directory`` (DARTree's recipe:
+    a trained block drafter plus a new correction head). The head's output matrix starts at zero,
+    so the new drafter drafts exactly the checkpoint's distributions until training moves it. A
+    Domino checkpoint is loaded as it is (``rank``, if given, must match its head)."""
+    from .drafter import _hf_model, load_drafter
+
+    base = load_drafter(directory, target)
+    if isinstance(base, DominoDrafter):
+        if rank is not None and int(rank) != base.correction_rank:
+            raise ValueError(f"rank: {rank} differs from the Domino checkpoint's {base.correction_rank} in {directory}")
+        return base
+    if base.num_modes != 1:
+        raise ValueError(f"directory: the checkpoint in {directory} has {base.num_modes} modes; a Domino "
+                         "drafter starts from a single-mode (DFlash) drafter")
+    drafter = DominoDrafter(base.config, _hf_model(target), rank)
+    state = {n: v for n, v in base.state_dict().items() if not n.startswith("rotary_emb.")}
+    missing, unexpected = drafter.load_state_dict(state, strict=False)
+    left = [m for m in missing if not m.startswith(("rotary_emb.", "correction."))]
+    if left or unexpected:
+        raise ValueError(f"directory: checkpoint in {directory} does not fit a Domino backbone ({left}, {unexpected})")
+    with torch.no_grad():
+        drafter.correction.up.weight.zero_()
+    param = next(base.parameters())
+    return drafter.to(device=param.device, dtype=param.dtype)
 
 
 def grow_path_tree(root_token: int, depth_max: int, budget: int, step: Callable, state0: torch.Tensor,

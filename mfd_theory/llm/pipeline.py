@@ -173,13 +173,18 @@ def distill_main(argv: list[str] | None = None) -> dict:
 
 
 def train_drafter_main(argv: list[str] | None = None) -> list[dict]:
-    """``mfd train-drafter``: a product (K = 1) or MFD (K > 1) drafter on a distilled data set."""
+    """``mfd train-drafter``: a product (K = 1), MFD (K > 1) or Domino (``--kind dartree``) drafter on a distilled data set."""
     parser = argparse.ArgumentParser(prog="mfd train-drafter",
                                      description=train_drafter_main.__doc__.split(": ", 1)[1])
     _common(parser)
     parser.add_argument("--data", required=True, help="data set directory written by mfd distill")
     parser.add_argument("--out", required=True, help="run directory (checkpoints; the drafter in OUT/drafter)")
     parser.add_argument("--modes", type=int, default=1, help="K: 1 = product (DFlash) drafter, > 1 = MFD")
+    parser.add_argument("--kind", default="dflash",
+                        help="dflash: a block drafter (product, or MFD with --modes > 1); dartree: a Domino "
+                             "drafter (block drafter plus a path-correction head, decoded with method dartree)")
+    parser.add_argument("--rank", type=int, default=None,
+                        help="with --kind dartree: the correction head's rank (default 32, or the checkpoint's)")
     parser.add_argument("--block-size", type=int, default=None, help="block size (default 16, or the --init-from one)")
     parser.add_argument("--layers", type=int, default=None, help="draft layers (default 1, or the --init-from one)")
     parser.add_argument("--steps", type=int, default=1000, help="optimizer steps")
@@ -197,6 +202,12 @@ def train_drafter_main(argv: list[str] | None = None) -> list[dict]:
                              "modes then get identical gradients and never separate)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     K = _positive_int("modes", args.modes)
+    if args.kind not in ("dflash", "dartree"):
+        raise ValueError(f"kind: must be dflash or dartree, got {args.kind!r}")
+    if args.kind == "dartree" and K != 1:
+        raise ValueError(f"modes: a dartree (Domino) drafter has one mode, got --modes {K}")
+    if args.rank is not None and (args.kind != "dartree" or args.rank < 1):
+        raise ValueError(f"rank: an integer >= 1, and only with --kind dartree (got {args.rank}, kind {args.kind})")
     for name in ("steps", "batch_size", "grad_accum", "blocks_per_seq", "ckpt_every"):
         _positive_int(name, getattr(args, name))
     if args.block_size is not None and args.block_size < 2:
@@ -235,7 +246,12 @@ def train_drafter_main(argv: list[str] | None = None) -> list[dict]:
                              "--dtype also changes it)")
         if args.init_from is not None:
             try:
-                drafter = drafter_from_checkpoint(args.init_from, target, K)
+                if args.kind == "dartree":
+                    from .domino import domino_from_checkpoint
+
+                    drafter = domino_from_checkpoint(args.init_from, target, args.rank)
+                else:
+                    drafter = drafter_from_checkpoint(args.init_from, target, K)
             except (OSError, RuntimeError) as exc:
                 raise ValueError(f"init_from: cannot load {args.init_from}: {exc}") from exc
             for name, mine, want in (("block_size", drafter.block_size, args.block_size),
@@ -251,14 +267,15 @@ def train_drafter_main(argv: list[str] | None = None) -> list[dict]:
         else:
             mask = getattr(tok, "mask_token_id", None)
             drafter = build_drafter(target, args.block_size or 16, args.layers or 1, num_modes=K, seed=args.seed,
-                                    mask_token_id=mask)
+                                    mask_token_id=mask, kind=args.kind, rank=args.rank)
         drafter = drafter.float()  # float32 weights for the optimizer, whatever the target's dtype
         cfg = DrafterTrainConfig(
             block_size=int(drafter.block_size), num_layers=len(drafter.layers), num_modes=K,
             batch_size=args.batch_size, blocks_per_seq=args.blocks_per_seq, steps=args.steps, lr=args.lr,
             warmup=args.warmup if args.warmup is not None else max(1, args.steps // 20), balance=args.balance,
             ckpt_every=args.ckpt_every, seed=args.seed, grad_accum=args.grad_accum)
-        extra = {"init_from": None if args.init_from is None else str(Path(args.init_from).resolve()),
+        extra = {"kind": args.kind, "rank": getattr(drafter, "correction_rank", None),
+                 "init_from": None if args.init_from is None else str(Path(args.init_from).resolve()),
                  "mode_noise": args.mode_noise if args.init_from is not None and K > 1 else None}
         curve = train_drafter(target, drafter, seqs, plens, out, cfg, progress=not args.quiet,
                               dist=dist, extra_config=extra)
