@@ -180,7 +180,8 @@ def measure_round_profile(target, cells: list, prompts: list, max_new_tokens: in
     modes = sorted(by_k)
     draft_raw = [ms(by_k[k], "t_draft") for k in modes]
     verify = isotonic(verify_raw, [len(by_n[n]) for n in sizes]).tolist()
-    draft = isotonic(draft_raw, [len(by_k[k]) for k in modes]).tolist()
+    # empty when every cell is dartree (its drafting lives in its own table by N)
+    draft = isotonic(draft_raw, [len(by_k[k]) for k in modes]).tolist() if modes else []
     notes = [note] if note else []
     notes.append(f"measured by measure_round_profile: {repeats} x {len(ids)} calibration prompt(s) x "
                  f"{max_new_tokens} tokens per cell, greedy, {TRIM:.0%}-trimmed means of per-round times")
