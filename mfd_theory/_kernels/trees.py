@@ -512,25 +512,8 @@ def _heap_pop(hk, ha, hb, size):
     """Remove the first entry; returns its key and words, and the new size."""
     key, a, b = hk[0], ha[0], hb[0]
     size -= 1
-    if size > 0:
-        lk, la, lb = hk[size], ha[size], hb[size]
-        j = 0
-        while True:
-            c = 2 * j + 1
-            if c >= size:
-                break
-            if c + 1 < size and _before(hk[c + 1], ha[c + 1], hb[c + 1], hk[c], ha[c], hb[c]):
-                c += 1
-            if _before(hk[c], ha[c], hb[c], lk, la, lb):
-                hk[j] = hk[c]
-                ha[j] = ha[c]
-                hb[j] = hb[c]
-                j = c
-            else:
-                break
-        hk[j] = lk
-        ha[j] = la
-        hb[j] = lb
+    if size > 0:  # the last entry takes the first place and sinks
+        _heap_replace_top(hk, ha, hb, size, hk[size], ha[size], hb[size])
     return key, a, b, size
 
 
