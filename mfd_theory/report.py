@@ -452,6 +452,40 @@ def _pct(v) -> str:
     return "-" if _num(v) is None else f"{100 * v:+.1f}%"
 
 
+def _check_summary(chk: dict) -> list[str]:
+    """The speedup check's verdicts (``evaluate.speedup_check``): relative error of the predicted
+    speedups against the targets, and whether the predicted best budget is the measured best."""
+    th, tau = chk.get("theory", {}), chk.get("tau", {})
+
+    def worst(w):
+        return f"{w['method']} ({w['drafter']}) N = {w['budget']} at T = {w['temperature']:g}"
+
+    lines = [f"* Relative error |predicted / measured - 1| over {th['n']} rows: median "
+             f"{100 * th['median_rel_error']:.1f}%, worst {100 * th['worst_rel_error']:.1f}% "
+             f"({worst(th['worst_row'])}); {th['within_spread']} of {th['n']} within the measured spread. "
+             f"Target median <= 5%: {'met' if th['median_rel_error'] <= 0.05 else 'missed'}."
+             + ("" if _num(chk.get("median_rel_spread")) is None else
+                f" For scale, the measured speedups' own pass-to-pass spread (std / mean) has median "
+                f"{100 * chk['median_rel_spread']:.1f}%.")]
+    if tau:
+        lines.append(f"* With the measured acceptance (the cost model's error alone): median "
+                     f"{100 * tau['median_rel_error']:.1f}%, worst {100 * tau['worst_rel_error']:.1f}% "
+                     f"({worst(tau['worst_row'])}).")
+    picks = chk.get("best_budget") or []
+    if picks:
+        hits, share = chk["best_budget_hits"], chk["best_budget_hits"] / len(picks)
+        missed = [p for p in picks if not p["hit"]]
+        lines.append(f"* Best budget per (temperature, drafter, method): the predicted best is the measured best "
+                     f"or within the measured spread of it in {hits} of {len(picks)} ({100 * share:.0f}%; "
+                     f"exactly the measured best in {chk['best_budget_exact']}). Target >= 80%: "
+                     f"{'met' if share >= 0.8 else 'missed'}."
+                     + ("" if not missed else " Missed: " + "; ".join(
+                         f"{p['method']} ({p['drafter']}) T = {p['temperature']:g}: predicted N = "
+                         f"{p['predicted_budget']} ({p['predicted_budget_speedup']:.2f}x measured), best N = "
+                         f"{p['measured_budget']} ({p['best_speedup']:.2f}x)" for p in missed) + "."))
+    return lines
+
+
 def speedup_check_block(res: Result) -> str:
     """Predicted vs measured speedup per row (``mfd e2e``'s ``round_profile`` and
     ``speedup_check``): the measured round cost model, the table, the error summary against the
@@ -486,34 +520,7 @@ def speedup_check_block(res: Result) -> str:
                      f"{_pct(r['predicted_speedup'] / r['speedup'] - 1)} | "
                      f"{_num(r.get('predicted_speedup_from_tau')) or 0:.2f}x | "
                      f"{_pct((r.get('predicted_speedup_from_tau') or 0) / r['speedup'] - 1)} |")
-    th, tau = chk.get("theory", {}), chk.get("tau", {})
-
-    def worst(w):
-        return f"{w['method']} ({w['drafter']}) N = {w['budget']} at T = {w['temperature']:g}"
-
-    lines += ["", f"* Relative error |predicted / measured - 1| over {th['n']} rows: median "
-                  f"{100 * th['median_rel_error']:.1f}%, worst {100 * th['worst_rel_error']:.1f}% "
-                  f"({worst(th['worst_row'])}); {th['within_spread']} of {th['n']} within the measured spread. "
-                  f"Target median <= 5%: {'met' if th['median_rel_error'] <= 0.05 else 'missed'}."
-                  + ("" if _num(chk.get("median_rel_spread")) is None else
-                     f" For scale, the measured speedups' own pass-to-pass spread (std / mean) has median "
-                     f"{100 * chk['median_rel_spread']:.1f}%.")]
-    if tau:
-        lines.append(f"* With the measured acceptance (the cost model's error alone): median "
-                     f"{100 * tau['median_rel_error']:.1f}%, worst {100 * tau['worst_rel_error']:.1f}% "
-                     f"({worst(tau['worst_row'])}).")
-    picks = chk.get("best_budget") or []
-    if picks:
-        hits, share = chk["best_budget_hits"], chk["best_budget_hits"] / len(picks)
-        missed = [p for p in picks if not p["hit"]]
-        lines.append(f"* Best budget per (temperature, drafter, method): the predicted best is the measured best "
-                     f"or within the measured spread of it in {hits} of {len(picks)} ({100 * share:.0f}%; "
-                     f"exactly the measured best in {chk['best_budget_exact']}). Target >= 80%: "
-                     f"{'met' if share >= 0.8 else 'missed'}."
-                     + ("" if not missed else " Missed: " + "; ".join(
-                         f"{p['method']} ({p['drafter']}) T = {p['temperature']:g}: predicted N = "
-                         f"{p['predicted_budget']} ({p['predicted_budget_speedup']:.2f}x measured), best N = "
-                         f"{p['measured_budget']} ({p['best_speedup']:.2f}x)" for p in missed) + "."))
+    lines += ["", *_check_summary(chk)]
     choices = d.get("budget_choice") or []
     if choices:
         every = list(d["rows"]) + list(d.get("chosen_budget_rows") or [])
@@ -777,19 +784,24 @@ def own_target_block(res: Result, source: Path | None = None) -> str:
             lines += ["; ".join(parts) + ".", ""]
     lines += [f"{n_prompts} held-out prompts x {c.get('max_new_tokens')} new tokens; speedup: mean ± std over "
               + (f"{'/'.join(map(str, sorted(passes)))} timing passes." if passes else "one timing pass (1 pass)."),
-              "", ds_head + "| T | method | drafter | N | tau | speedup | = ar |",
-              ds_rule + "|---|---|---|---|---|---|---|"]
+              "", ds_head + "| T | method | drafter | N | tau | speedup | predicted speedup | = ar |",
+              ds_rule + "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         same = "" if "matches_ar" not in r else ("yes" if r["matches_ar"] else "NO")
-        tau = _num(r.get("tau"))
+        tau, pred = _num(r.get("tau")), _num(r.get("predicted_speedup"))
         lines.append((f"| {r.get('dataset')} " if ds_head else "")
                      + f"| {r['temperature']:g} | {r['method']} | {_drafter_name(r)} | {r['budget']} | "
-                     f"{'-' if tau is None else f'{tau:.2f}'} | {value_with_spread(r, 'speedup')} | {same} |")
+                     f"{'-' if tau is None else f'{tau:.2f}'} | {value_with_spread(r, 'speedup')} | "
+                     f"{'-' if pred is None else f'{pred:.2f}'} | {same} |")
     greedy = [r for r in rows if "matches_ar" in r]
     if greedy:
         bad = [r for r in greedy if not r["matches_ar"]]
         lines += ["", f"Greedy rows whose tokens equal ar's on every prompt: {len(greedy) - len(bad)} of "
                       f"{len(greedy)}."]
+    chk = d.get("speedup_check") or {}
+    if chk.get("n_rows"):
+        lines += ["", "Predicted speedup (from the round profile `mfd eval` measures before decoding and the "
+                      "drafters' predicted coverage) against the measured one:", "", *_check_summary(chk)]
     gains = [g for g in d.get("mfd_gains") or [] if not _is_best(g)]
     if gains:
         lines += ["", "Each K > 1 drafter (mfd, and ddtree on its marginals) against the K = 1 drafter's ddtree at "

@@ -116,12 +116,16 @@ def test_report_block_from_the_run(run):
         assert cells[:5] == [f"{r['temperature']:g}", r["method"], f"K = {r['K']}", str(r["budget"]),
                              f"{r['tau']:.2f}"]
         assert cells[5] == f"{r['speedup']:.2f} ± {r['speedup_std']:.2f}"
-        assert cells[6] == ("yes" if r["temperature"] == 0 else "")
+        assert cells[6] == f"{r['predicted_speedup']:.2f}"  # eval measures its round profile first
+        assert cells[7] == ("yes" if r["temperature"] == 0 else "")
     manifest = json.loads((out / "data" / "manifest.json").read_text())
     curve = json.loads((out / "drafter-k2" / "loss_curve.json").read_text())
     assert f"distill: {manifest['n_sequences']} sequences, {manifest['n_response_tokens']:,} response tokens" in text
     assert f"K = 2 loss {curve[0]['loss']:.2f} -> {curve[-1]['loss']:.2f} over 2 steps" in text
     assert "Greedy rows whose tokens equal ar's on every prompt: 5 of 5." in text
+    chk = res.data["speedup_check"]
+    assert f"* Relative error |predicted / measured - 1| over {chk['theory']['n']} rows: median " \
+           f"{100 * chk['theory']['median_rel_error']:.1f}%" in text
     # without the files beside eval.json (a copied eval.json): the rows alone, no training line
     alone = own_target_block(res)
     assert "distill:" not in alone and alone in text
