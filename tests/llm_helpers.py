@@ -61,14 +61,20 @@ class OracleDrafter:
         return hidden_states[-1]
 
     @torch.no_grad()
-    def draft_modes(self, ctx, root):
-        L, V = self.block_size - 1, self.model.config.vocab_size
+    def _greedy_chain(self, root, L: int) -> list[int]:
+        """The target's own greedy continuation of the committed tokens and ``root``, L tokens."""
         ids = torch.tensor([self.seq + [int(root)]])
         chain = []
         for _ in range(L):
             nxt = int(self.model(ids).logits[0, -1].argmax())
             chain.append(nxt)
             ids = torch.cat([ids, torch.tensor([[nxt]])], dim=1)
+        return chain
+
+    @torch.no_grad()
+    def draft_modes(self, ctx, root):
+        L, V = self.block_size - 1, self.model.config.vocab_size
+        chain = self._greedy_chain(root, L)
         wrong = list(chain)
         if float(torch.rand(1, generator=self.rng)) < self.corrupt:
             j = int(torch.randint(0, L, (1,), generator=self.rng))
@@ -150,12 +156,7 @@ class DecoyDrafter(OracleDrafter):
     @torch.no_grad()
     def draft_modes(self, ctx, root):
         L, V = self.block_size - 1, self.model.config.vocab_size
-        ids = torch.tensor([self.seq + [int(root)]])
-        chain = []
-        for _ in range(L):
-            nxt = int(self.model(ids).logits[0, -1].argmax())
-            chain.append(nxt)
-            ids = torch.cat([ids, torch.tensor([[nxt]])], dim=1)
+        chain = self._greedy_chain(root, L)
         true = torch.tensor(chain)
         decoy = (true + 1 + torch.randint(0, V - 1, (L,), generator=self.rng)) % V
         logits = 0.3 * torch.randn(self.num_modes, L, V, generator=self.rng)
