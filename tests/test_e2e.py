@@ -14,7 +14,7 @@ from mfd_theory.experiments.e2e import PRESETS, E2EConfig, main, preset_config  
 from mfd_theory.llm.e2e import mfd_gains  # noqa: E402
 
 REQUIRED = ("method", "budget", "temperature", "tau", "accepted_mean", "accepted_std",
-            "predicted_accepted_mean", "n_steps", "speedup", "dead_share")
+            "covered_mass_insample", "n_steps", "speedup", "dead_share")
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def test_micro_decoding_is_lossless_and_prediction_holds(micro):
         if r["temperature"] == 0:
             # Greedy: every method emits exactly ar's tokens, and the one-hot prediction is exact.
             assert r["matches_ar"], r
-            assert r["predicted_accepted_mean"] == pytest.approx(r["accepted_mean"], abs=1e-9)
+            assert r["covered_mass_insample"] == pytest.approx(r["accepted_mean"], abs=1e-9)
         elif r["method"] != "ar" and not math.isnan(r["pred_gap_z"]):
             # T = 1: E[accepted] = covered mass; a generous 5-sigma band for a tiny sample.
             assert abs(r["pred_gap_z"]) < 5, r
@@ -72,7 +72,7 @@ def test_micro_rows_carry_predicted_speedups(micro):
     assert data["timings_s"]["round_profile"] > 0
     spec = [r for r in data["rows"] if r["method"] != "ar"]
     for r in spec:
-        for key in ("predicted_speedup", "predicted_speedup_from_tau"):
+        for key in ("speedup_from_insample_coverage", "speedup_from_measured_tau"):
             assert isinstance(r[key], float) and 0 < r[key] < 10, r
         assert set(r["round_ms_predicted"]) == set(r["round_ms_measured"]) == {"draft", "tree", "verify", "walk",
                                                                                  "commit"}
@@ -89,11 +89,39 @@ def test_micro_rows_carry_predicted_speedups(micro):
     assert not any(r["method"] == "dartree" for r in per_round)
     assert all(1 <= r["mean_tree_size"] <= r["budget"] for r in per_round)
     for r in chosen:
-        assert isinstance(r["predicted_speedup"], float) and r["tau"] >= 1.0, r
+        assert isinstance(r["speedup_from_insample_coverage"], float) and r["tau"] >= 1.0, r
         if r["temperature"] == 0:
             assert r["matches_ar"], r
     grid = {(r["method"], r["drafter"], r["budget"]) for r in data["rows"]}
     assert not any((r["method"], r["drafter"], r["budget"]) in grid for r in chosen)
+
+
+def test_micro_predictions_are_written_before_the_evaluation_and_checked_after(micro):
+    """predictions.json: on disk before the first evaluated prompt, from calibration prompts that
+    share none with the evaluated ones, and not a copy of the measurement."""
+    out, res = micro
+    data = res["data"]
+    path = out / "predictions.json"
+    pred = json.loads(path.read_text())["data"]
+    started = data["evaluation_started_unix"]
+    assert pred["written_at_unix"] < started and path.stat().st_mtime <= started
+    cal = {p["sha256"] for p in pred["calibration_prompts"]}
+    ev = {p["sha256"] for p in pred["evaluation_prompts"]}
+    assert len(cal) == PRESETS["micro"]["calibration_prompts"] and len(ev) == PRESETS["micro"]["eval_prompts"]
+    assert not cal & ev
+    assert data["evaluation_prompts"] == pred["evaluation_prompts"]
+    chk = data["prediction"]
+    spec_cells = [c for c in pred["cells"] if c["method"] != "ar"]
+    assert chk["n_cells"] == len(spec_cells) > 0
+    for c in chk["cells"]:  # every cell's numbers are the ones written before decoding
+        p = next(x for x in spec_cells if (x["method"], x["drafter"], x["budget"], x["temperature"],
+                                           x["per_round_budget"]) == (c["method"], c["drafter"], c["budget"],
+                                                                      c["temperature"], c["per_round_budget"]))
+        assert c["predicted_tau"] == p["predicted_tau"] and c["predicted_speedup"] == p["predicted_speedup"]
+        assert p["predicted_speedup_lo"] <= p["predicted_speedup"] <= p["predicted_speedup_hi"]
+    # a prediction equal to the measurement in every greedy cell would mean it was computed from it
+    assert chk["t0_cells_differing"] >= 1
+    assert {e["temperature"] for e in chk["budget_regret"]} == set(PRESETS["micro"]["temperatures"])
 
 
 def test_rerun_skips_training(micro):

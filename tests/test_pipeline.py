@@ -19,7 +19,8 @@ from mfd_theory.cli import main as mfd  # noqa: E402
 
 from pipeline_helpers import save_tiny_target, write_prompts  # noqa: E402
 
-EVAL_ARGS = ["--budgets", "4", "--temperatures", "0,1", "--max-new-tokens", "8", "--passes", "1", "--quiet"]
+EVAL_ARGS = ["--budgets", "4", "--temperatures", "0,1", "--max-new-tokens", "8", "--passes", "1", "--quiet",
+             "--calibration-count", "1"]  # the test files are small: one prompt per data set predicts
 TRAIN_ARGS = ["--block-size", "4", "--steps", "4", "--batch-size", "4", "--ckpt-every", "2", "--lr", "3e-3",
               "--quiet"]
 
@@ -36,8 +37,11 @@ def run(tmp_path_factory):
                 str(root / "k1"), *TRAIN_ARGS]) == 0
     assert mfd(["train-drafter", "--target", str(target), "--data", str(root / "data"), "--out",
                 str(root / "k3"), "--modes", "3", "--grad-accum", "2", *TRAIN_ARGS]) == 0
+    calib = root / "prompts" / "calibration.jsonl"
+    calib.write_text("\n".join(json.dumps({"prompt": t}) for t in ("seven times six", "a list of names")) + "\n")
     assert mfd(["eval", "--target", str(target), "--drafter", str(root / "k1"), "--drafter", str(root / "k3"),
-                "--prompts", *files, "--out", str(root / "eval"), *EVAL_ARGS]) == 0
+                "--prompts", *files, "--out", str(root / "eval"), "--calibration-prompts", str(calib),
+                *EVAL_ARGS]) == 0
     return root, target, files
 
 
@@ -84,7 +88,7 @@ def test_eval_rows_are_lossless_and_complete(run):
     res = json.loads((root / "eval" / "eval.json").read_text())
     rows = res["data"]["rows"]
     need = ("dataset", "drafter", "K", "method", "budget", "temperature", "n_prompts", "n_rounds", "tau",
-            "accepted_mean", "predicted_accepted_mean", "covered_mass_mean", "dead_share", "tokens_per_s",
+            "accepted_mean", "covered_mass_insample", "covered_mass_mean", "dead_share", "tokens_per_s",
             "speedup", "speedup_passes", "speedup_std", "tokens_per_s_std")
     for r in rows:
         assert all(k in r for k in need), r
@@ -108,8 +112,47 @@ def test_eval_rows_are_lossless_and_complete(run):
     # every row carries the speedup the round profile (measured before decoding) predicts
     assert res["data"]["round_profile"]["overhead"]
     for r in rows:
-        assert isinstance(r["predicted_speedup"], float) and isinstance(r["predicted_speedup_from_tau"], float), r
+        assert isinstance(r["speedup_from_insample_coverage"], float) and isinstance(r["speedup_from_measured_tau"], float), r
     assert res["data"]["speedup_check"]["n_rows"] == sum(r["method"] != "ar" for r in rows)
+
+
+def test_eval_predicts_from_calibration_prompts_before_decoding(run):
+    root, _, files = run
+    res = json.loads((root / "eval" / "eval.json").read_text())
+    pred = json.loads((root / "eval" / "predictions.json").read_text())["data"]
+    assert pred["written_at_unix"] < res["data"]["evaluation_started_unix"]
+    ids = {p["id"] for p in pred["calibration_prompts"]}  # one of the calibration file's lines
+    assert len(ids) == 1 and ids <= {"calibration-1", "calibration-2"}
+    assert not {p["sha256"] for p in pred["calibration_prompts"]} & {p["sha256"] for p in pred["evaluation_prompts"]}
+    # one prediction per evaluated data set and cell
+    assert {c["dataset"] for c in pred["cells"]} == {"alpha", "beta"}
+    # (a greedy calibration decode of this tiny target can stop at EOS at once: no rounds, no prediction)
+    predicted = [r for r in res["data"]["rows"] if r["method"] != "ar" and r["predicted_tau"] is not None]
+    assert res["data"]["prediction"]["n_cells"] == len(predicted) >= 10
+    assert all(r["prediction_source"] in ("nested", "verified") for r in predicted)
+
+
+def test_eval_holds_calibration_prompts_back_by_default(run, tmp_path):
+    root, target, _ = run
+    many = tmp_path / "many.jsonl"
+    many.write_text("\n".join(json.dumps({"prompt": f"item number {i} of the list", "id": f"p{i}"})
+                              for i in range(5)) + "\n")
+    out = tmp_path / "eval"
+    assert mfd(["eval", "--target", str(target), "--drafter", str(root / "k1"), "--prompts", str(many),
+                "--out", str(out), *EVAL_ARGS, "--calibration-count", "2", "--profile-prompts", "1",
+                "--methods", "ar,ddtree"]) == 0
+    pred = json.loads((out / "predictions.json").read_text())["data"]
+    held = {p["id"] for p in pred["calibration_prompts"]}
+    evaluated = {json.loads(x)["id"] for x in (out / "per_prompt.jsonl").read_text().splitlines()}
+    assert len(held) == 2 and len(evaluated) == 3 and not held & evaluated
+    assert held | evaluated == {f"p{i}" for i in range(5)}
+    # the same prompts as calibration and evaluation are refused before any work
+    assert mfd(["eval", "--target", str(target), "--drafter", str(root / "k1"), "--prompts", str(many),
+                "--out", str(tmp_path / "e2"), "--calibration-prompts", str(many), *EVAL_ARGS]) == 2
+    assert not (tmp_path / "e2" / "predictions.json").exists()
+    # holding back every prompt leaves nothing to evaluate: refused, naming the flag
+    assert mfd(["eval", "--target", str(target), "--drafter", str(root / "k1"), "--prompts", str(many),
+                "--out", str(tmp_path / "e3"), *EVAL_ARGS, "--calibration-count", "5"]) == 2
 
 
 def test_distill_resume_skips_finished_shards_and_remakes_a_missing_one(run):
@@ -163,7 +206,8 @@ def test_eval_under_torchrun_matches_one_process(run, tmp_path):
     root, target, files = run
     out = tmp_path / "eval2"
     proc = _torchrun(["eval", "--target", str(target), "--drafter", str(root / "k1"), "--drafter",
-                      str(root / "k3"), "--prompts", *files, "--out", str(out), *EVAL_ARGS], tmp_path)
+                      str(root / "k3"), "--prompts", *files, "--out", str(out), "--calibration-prompts",
+                      str(root / "prompts" / "calibration.jsonl"), *EVAL_ARGS], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     one = json.loads((root / "eval" / "eval.json").read_text())["data"]
     two = json.loads((out / "eval.json").read_text())["data"]
@@ -312,7 +356,7 @@ def test_bad_options_exit_2(run, tmp_path, capsys):
             "--out", str(tmp_path / "o")]
     for extra, flag in ((["--methods", "ar,beam"], "methods"), (["--budgets", "0"], "budgets"),
                         (["--temperatures", "-1"], "temperatures"), (["--passes", "0"], "passes"),
-                        (["--max-new-tokens", "0"], "max_new_tokens"), (["--profile-prompts", "-1"], "profile_prompts")):
+                        (["--max-new-tokens", "0"], "max_new_tokens"), (["--profile-prompts", "-1"], "--profile-prompts")):
         assert mfd([*base, *extra]) == 2
         assert flag in capsys.readouterr().err
     assert not (tmp_path / "o").exists()

@@ -196,9 +196,9 @@ def test_e2e_dartree_block_sets_the_three_trees_side_by_side(tmp_path):
     res.save(tmp_path / "end_to_end.json")
     assert "no dartree rows" in render(_readme(tmp_path, ["e2e-dartree"]).read_text(), tmp_path)[0]
     for r in res.data["rows"]:
-        r.update(accepted_mean=r["tau"] - 1, predicted_accepted_mean=r["tau"] - 1.05, pred_gap_z=0.5)
+        r.update(accepted_mean=r["tau"] - 1, covered_mass_insample=r["tau"] - 1.05, pred_gap_z=0.5)
     res.data["rows"].append(dict(res.data["rows"][3], method="dartree", drafter="dartree", tau=4.75,
-                                 accepted_mean=3.75, predicted_accepted_mean=3.5, pred_gap_z=-1.25,
+                                 accepted_mean=3.75, covered_mass_insample=3.5, pred_gap_z=-1.25,
                                  dead_share=0.125, speedup=1.2, speedup_passes=[1.1, 1.2, 1.3]))
     res.save(tmp_path / "end_to_end.json")
     new, changed, _ = render(_readme(tmp_path, ["e2e-dartree"]).read_text(), tmp_path)

@@ -98,16 +98,16 @@ def test_predictions_in_rows_follow_the_formula():
         records, cells = _records(temp, accepted, predicted, pvar, 29)
         rows = add_speedup_predictions(rows_from_records(records, cells), records, PROFILE)
         ar, row = rows
-        assert ar["predicted_speedup"] == 1.0
+        assert ar["speedup_from_insample_coverage"] == 1.0
         a_hat = 1.85  # the theory's mean acceptance, by hand
         want = 2.85 * PROFILE.t_ar(temp) / sum(PROFILE.round_ms("mfd", 2, 8, temp, a_hat).values())
-        assert row["predicted_speedup"] == pytest.approx(want, abs=ROUNDOFF)
+        assert row["speedup_from_insample_coverage"] == pytest.approx(want, abs=ROUNDOFF)
         # the synthetic rounds take exactly the profile's times and emit 1 + accepted tokens each:
         # the prediction from the measured acceptance is the measured speedup of the first pass
         m_acc = 1.9
-        assert row["predicted_speedup_from_tau"] == pytest.approx(
+        assert row["speedup_from_measured_tau"] == pytest.approx(
             cell_speedup(m_acc, "mfd", 2, 8, PROFILE, temp), abs=ROUNDOFF)
-        assert row["speedup_passes"][0] == pytest.approx(row["predicted_speedup_from_tau"], rel=1e-9)
+        assert row["speedup_passes"][0] == pytest.approx(row["speedup_from_measured_tau"], rel=1e-9)
         meas, at_tau = row["round_ms_measured"], PROFILE.round_ms("mfd", 2, 8, temp, m_acc)
         for k in meas:
             assert meas[k] == pytest.approx(at_tau[k], abs=1e-9)  # ms from seconds and back
@@ -115,15 +115,15 @@ def test_predictions_in_rows_follow_the_formula():
 
 def _row(budget, measured, predicted, std, method="mfd", temp=0.0):
     return {"dataset": "d", "method": method, "drafter": "k2", "budget": budget, "temperature": temp,
-            "speedup": measured, "speedup_std": std, "predicted_speedup": predicted,
-            "predicted_speedup_from_tau": predicted}
+            "speedup": measured, "speedup_std": std, "speedup_from_insample_coverage": predicted,
+            "speedup_from_measured_tau": predicted}
 
 
 def test_speedup_check_by_hand():
     rows = [_row(8, 1.00, 1.10, 0.02), _row(32, 1.20, 1.14, 0.02), _row(64, 1.19, 1.18, 0.02),  # pick 64: hit
             _row(8, 2.00, 1.90, 0.01, temp=1.0), _row(32, 1.50, 1.95, 0.01, temp=1.0),              # pick 32: miss
             {"dataset": "d", "method": "ar", "drafter": "none", "budget": 0, "temperature": 0.0, "speedup": 1.0,
-             "speedup_std": 0.0, "predicted_speedup": 1.0}]
+             "speedup_std": 0.0, "speedup_from_insample_coverage": 1.0}]
     c = speedup_check(rows)
     errs = sorted(abs(p / m - 1) for m, p in ((1.0, 1.1), (1.2, 1.14), (1.19, 1.18), (2.0, 1.9), (1.5, 1.95)))
     assert c["n_rows"] == 5
@@ -155,7 +155,7 @@ def test_speedup_check_block_and_figure():
             "timings_s": {"round_profile": 1.0}}
     res = Result("end_to_end", {"profile_prompts": 2, "max_new_tokens": 18}, data, seed=0)
     text = speedup_check_block(res)
-    err = rows[1]["predicted_speedup"] / rows[1]["speedup"] - 1
+    err = rows[1]["speedup_from_insample_coverage"] / rows[1]["speedup"] - 1
     assert f"{100 * err:+.1f}%" in text and f"median {100 * abs(err):.1f}%" in text
     assert "| verify |" in text and "The largest share of the error is in" in text
     (ar,) = data["speedup_check"]["ar_round"]

@@ -81,6 +81,8 @@ class E2EConfig(Checked):
     ddtree_on_mfd: bool = opt(True, "ablation: product tree over the MFD drafter's marginals")
     hf_assisted: bool = opt(True, "also time Hugging Face assisted generation with a draft LM")
     timing_passes: int = opt(3, "timing passes per cell (speedups carry their pass-to-pass spread)", ge=1)
+    calibration_prompts: int = opt(8, "training-split prompts decoded before the evaluation to predict every cell's "
+                                      "acceptance (the round profile uses the first --profile-prompts of them)", ge=1)
     profile_prompts: int = opt(2, "calibration prompts of the round cost model measured before decoding "
                                   "(0: no profile, no predicted speedups)", ge=0)
     profile_repeats: int = opt(1, "decodes of each calibration prompt per cell for the round profile", ge=1)
@@ -105,7 +107,7 @@ PRESETS: dict[str, dict] = {
         target_steps=60, target_batch=8, seq_len=64,
         draft_lm_hidden=32, distill_prompts=48, prompt_len=12, distill_gen_len=24,
         block_size=5, drafter_steps=30, drafter_batch=8, blocks_per_seq=2, modes=(2,),
-        eval_prompts=2, max_new_tokens=20, budgets=(8, 32), temperatures=(0.0, 1.0),
+        eval_prompts=2, calibration_prompts=2, max_new_tokens=20, budgets=(8, 32), temperatures=(0.0, 1.0),
         ckpt_every=20,
     ),
 }

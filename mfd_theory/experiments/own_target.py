@@ -68,6 +68,8 @@ class OwnTargetConfig(Checked):
     eval_new_tokens: int = opt(32, "mfd eval --max-new-tokens", ge=1)
     eval_prompts: int = opt(12, "mfd eval --max-prompts", ge=1)
     passes: int = opt(3, "mfd eval --passes (timing passes)", ge=1)
+    calibration_prompts: int = opt(8, "mfd eval --calibration-count: prompts of prompts/train.jsonl that predict "
+                                      "every row before the evaluation", ge=1)
 
     def validate(self) -> None:
         if self.device != "cpu" and not self.device.startswith("cuda"):
@@ -112,7 +114,9 @@ def commands(config: OwnTargetConfig, root: str | Path = ".") -> list[tuple[str,
                  "--out", str(root / "eval"), "--budgets", ",".join(map(str, config.budgets)),
                  "--temperatures", ",".join(map(_num, config.temperatures)),
                  "--max-new-tokens", str(config.eval_new_tokens), "--max-prompts", str(config.eval_prompts),
-                 "--passes", str(config.passes), *common]))
+                 "--passes", str(config.passes),
+                 "--calibration-prompts", str(root / "prompts" / "train.jsonl"),
+                 "--calibration-count", str(config.calibration_prompts), *common]))
     return out
 
 

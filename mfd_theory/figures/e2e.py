@@ -102,7 +102,7 @@ def predicted_vs_measured(res):
         if not rs:
             continue
         if temp == 1.0:
-            x = [r["predicted_accepted_mean"] for r in rs]
+            x = [r["covered_mass_insample"] for r in rs]
             err = [2 * r["pred_gap_se"] if not _nan(r["pred_gap_se"]) else 0.0 for r in rs]
             ax.errorbar(x, [r["accepted_mean"] for r in rs], yerr=err, fmt=marker, ms=5, capsize=2,
                         label="T = 1: predicted = covered mass (±2 s.e.)")
@@ -131,7 +131,7 @@ def speedup_check_figure(res):
     import matplotlib.pyplot as plt
 
     rows = [r for r in _data(res)["rows"] if r["method"] != "ar" and not _nan(r.get("speedup"))
-            and not _nan(r.get("predicted_speedup"))]
+            and not _nan(r.get("speedup_from_insample_coverage"))]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.6), sharex=True, sharey=True)
     if not rows:
         for ax in axes:
@@ -139,9 +139,9 @@ def speedup_check_figure(res):
                     transform=ax.transAxes)
         return fig
     hi = 1.1 * max(max(r["speedup"] + (r.get("speedup_std") or 0) for r in rows),
-                   max(max(r["predicted_speedup"], r.get("predicted_speedup_from_tau") or 0) for r in rows))
-    for ax, key, title in ((axes[0], "predicted_speedup", "theory's acceptance + round cost model"),
-                           (axes[1], "predicted_speedup_from_tau", "measured acceptance + round cost model")):
+                   max(max(r["speedup_from_insample_coverage"], r.get("speedup_from_measured_tau") or 0) for r in rows))
+    for ax, key, title in ((axes[0], "speedup_from_insample_coverage", "theory's acceptance + round cost model"),
+                           (axes[1], "speedup_from_measured_tau", "measured acceptance + round cost model")):
         grid = [0, hi]
         ax.fill_between(grid, [0.95 * g for g in grid], [1.05 * g for g in grid], color="0.85", label="±5%")
         ax.plot(grid, grid, "k--", lw=1, label="predicted = measured")
@@ -164,6 +164,61 @@ def speedup_check_figure(res):
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("predicted speedup over AR")
     axes[1].legend(fontsize=6, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def prediction_check_figure(res):
+    """Predicted before decoding (calibration prompts only) against measured, per cell.
+
+    Left: tau, the prediction with +-2 standard errors of its calibration mean; right: speedup,
+    the prediction's 95% interval from the acceptance alone (timing noise is not in it) against
+    the measured mean +- std over timing passes. Grey band: +-5% around equality. Hollow markers:
+    the cells of the theory's chosen budgets (off the grid, or a per-round rule)."""
+    import matplotlib.pyplot as plt
+
+    d = _data(res)
+    cells = (d.get("prediction") or {}).get("cells") or []
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
+    if not cells:
+        for ax in axes:
+            ax.text(0.5, 0.5, "no out-of-sample predictions in these results", ha="center", va="center",
+                    transform=ax.transAxes)
+        return fig
+    for ax, key, title in ((axes[0], "tau", "tau (tokens per target call)"),
+                           (axes[1], "speedup", "speedup over AR")):
+        rs = [c for c in cells if not _nan(c.get(key)) and not _nan(c.get(f"predicted_{key}"))]
+        lo = 0.9 * min(min(c[key] for c in rs), min(c[f"predicted_{key}"] for c in rs))
+        hi = 1.1 * max(max(c[key] for c in rs), max(c[f"predicted_{key}"] for c in rs))
+        grid = [lo, hi]
+        ax.fill_between(grid, [0.95 * g for g in grid], [1.05 * g for g in grid], color="0.85", label="±5%")
+        ax.plot(grid, grid, "k--", lw=1, label="predicted = measured")
+        for temp, marker in ((0.0, "^"), (1.0, "o")):
+            for on_grid in (True, False):
+                sub = [c for c in rs if c["temperature"] == temp and c["on_grid"] == on_grid]
+                if not sub:
+                    continue
+                x = [c[key] for c in sub]
+                y = [c[f"predicted_{key}"] for c in sub]
+                if key == "tau":
+                    yerr = [2 * (c.get("predicted_tau_se") or 0.0) for c in sub]
+                    xerr = None
+                else:
+                    yerr = [[max(0.0, c["predicted_speedup"] - (c.get("predicted_speedup_lo") or c["predicted_speedup"]))
+                             for c in sub],
+                            [max(0.0, (c.get("predicted_speedup_hi") or c["predicted_speedup"]) - c["predicted_speedup"])
+                             for c in sub]]
+                    xerr = [c.get("speedup_std") or 0.0 for c in sub]
+                ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=marker, ms=5, capsize=2,
+                            color="C0" if temp == 0 else "C3", mfc=None if on_grid else "none",
+                            label=f"T = {temp:g}" + ("" if on_grid else ", chosen budgets"))
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("measured" + (" (± std over timing passes)" if key == "speedup" else ""))
+        ax.set_ylabel("predicted before decoding")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     return fig
 

@@ -9,7 +9,11 @@ a rerun skips what is done and a changed option retrains only what depends on it
 4. self-distillation data                  ``distill-<h>.npy`` (the target's T=1 continuations)
 5. drafters K = 1 and K in ``modes``       ``drafter-k<K>-<h>/drafter`` (DFlash format) + curve,
    and the Domino drafter (``dartree``)    ``drafter-dartree-<h>/drafter``: same data, steps, sizes
-6. evaluation -> ``end_to_end.json`` (never cached: it is the measurement)
+6. predictions -> ``predictions.json``: the round cost model and the acceptance calibration,
+   measured on training-split prompts, and every cell's predicted tau and speedup
+   (:mod:`mfd_theory.llm.predict`), written before the first evaluated prompt is decoded
+7. evaluation -> ``end_to_end.json`` (never cached: it is the measurement), with the check of
+   the predictions read back from ``predictions.json``
 
 Measured quantities per (method, drafter, budget, temperature), pooled over prompts and rounds:
 tau (tokens per target call, bonus included), accepted length mean/std, predicted acceptance (the
@@ -37,7 +41,6 @@ import numpy as np
 import torch
 
 from mfd_theory.results import Result, atomic_write_bytes
-from mfd_theory.speedup import PerRoundBudget, best_fixed_budget
 
 # Everything imported up front (not inside the functions): a long run must not pick up a module
 # that was edited while it was training.
@@ -48,6 +51,10 @@ from .target import TargetModel
 from .evaluate import (
     Cell, add_speedup_predictions, decode_cells, format_gains, make_cells, mfd_gains, per_prompt_records,
     prediction_summary, rows_from_records, speedup_check,
+)
+from .predict import (
+    attach_predictions, calibrate_acceptance, choose_budgets, load_predictions, per_round_rules, predict_cells,
+    prediction_check, prompt_digest, uncalibrated, write_predictions,
 )
 from .profile import measure_round_profile
 from .train import (
@@ -195,6 +202,17 @@ def _drafter(cfg, K: int, target_hf, corpus, data, dpath: Path, cache: Path, pro
 # --------------------------------------------------------------------------------------- evaluation
 
 
+def calibration_prompts(corpus, cfg, exclude: set[str]) -> np.ndarray:
+    """``cfg.calibration_prompts`` prompts from the training split (at least ``cfg.profile_prompts``),
+    none of whose token hashes is in ``exclude`` (the evaluated prompts)."""
+    n = max(cfg.calibration_prompts, cfg.profile_prompts)
+    pool = corpus.prompts(3 * n, cfg.prompt_len, "train", seed=cfg.seed + 5)
+    keep = [p for p in pool if prompt_digest(p) not in exclude][:n]
+    if len(keep) < n:
+        raise ValueError(f"calibration_prompts: only {len(keep)} training prompts differ from the evaluated ones")
+    return np.stack(keep)
+
+
 def e2e_cells(cfg, drafters: dict[int, Any], dartree=None) -> list:
     """The cells ``mfd e2e`` decodes: ar, chain (product drafter), ddtree and mfd at every budget,
     and with a Domino drafter (``dartree``) method "dartree" at every budget, labelled "dartree"."""
@@ -207,36 +225,14 @@ def e2e_cells(cfg, drafters: dict[int, Any], dartree=None) -> list:
     return [c for c in cells if not (c.method == "chain" and c.K > 1)]
 
 
-def budget_choices(cfg, cells: list, profile, coverage: dict) -> list[dict]:
-    """The fixed budget the theory picks per (temperature, method, drafter), before decoding: the
-    N in [1, max budget] with the highest predicted speedup (:func:`mfd_theory.speedup.best_fixed_budget`
-    on the measured round) under the drafter's own predicted coverage from the calibration rounds."""
-    out = []
-    for (method, label), curves in coverage.items():
-        cell = next(c for c in cells if c.method == method and c.drafter_label == label)
-        for temp in cfg.temperatures:
-            ch = best_fixed_budget(curves, profile, method=method, K=cell.K, temperature=temp)
-            out.append({"temperature": float(temp), "method": method, "drafter": label, "K": cell.K,
-                        "budget": ch.budget, "drafter_predicted_speedup": ch.speedup,
-                        "drafter_coverage": float(curves[:, ch.budget].mean()), "max_budget": curves.shape[1] - 1})
-    return out
-
-
-def evaluate(cfg, target, drafters: dict[int, Any], prompts: np.ndarray, progress: bool = True,
-             with_records: bool = False, profile=None, extra_budgets: dict | None = None,
-             per_round: dict | None = None, dartree=None):
-    """All rows: for each temperature, ar and every cell (:func:`e2e_cells`; ``dartree``: a Domino
-    drafter), through the shared evaluator
-    (:mod:`mfd_theory.llm.evaluate`: methods interleaved per prompt, warm-up, decode-only timing
-    over ``cfg.timing_passes`` passes). At T = 0 each row also records whether its outputs equal
-    ar's (``matches_ar``: lossless). ``with_records`` also returns the per-prompt records.
-    With a round ``profile`` (measured before), every row gets its predicted speedups.
-    ``extra_budgets`` {(method, drafter label): [N, ...]} adds cells off the budget grid (the
-    theory's chosen budgets), decoded interleaved with the others; ``per_round`` {(method, drafter
-    label): {temperature: rule}} adds a cell per entry whose tree size each round's rule picks
-    (drafter label ``<label>/per-round``)."""
+def all_cells(cfg, drafters: dict[int, Any], dartree=None, extra_budgets: dict | None = None,
+              per_round: dict | None = None) -> list:
+    """The grid (:func:`e2e_cells`) plus the theory's choices: ``extra_budgets`` {(method, drafter
+    label): [N, ...]} adds cells off the budget grid; ``per_round`` {(method, drafter label):
+    {temperature: rule}} adds a cell per entry whose tree size each round's rule picks (drafter
+    label ``<label>/per-round``, built at the rules' cap and cut)."""
     cells = e2e_cells(cfg, drafters, dartree)
-    for (method, label), rules in (per_round or {}).items():  # built at the rules' cap, then cut
+    for (method, label), rules in (per_round or {}).items():
         like = next(c for c in cells if c.method == method and c.drafter_label == label)
         cap = max(r.max_budget for r in rules.values())
         cells.append(Cell(method, f"{label}/per-round", cap, like.drafter, budget_rule=rules))
@@ -244,6 +240,18 @@ def evaluate(cfg, target, drafters: dict[int, Any], prompts: np.ndarray, progres
         like = next(c for c in cells if c.method == method and c.drafter_label == label)
         cells += [Cell(method, label, int(n), like.drafter) for n in budgets
                   if not any(c.method == method and c.drafter_label == label and c.budget == n for c in cells)]
+    return cells
+
+
+def evaluate(cfg, target, drafters: dict[int, Any], prompts: np.ndarray, progress: bool = True,
+             with_records: bool = False, profile=None, cells: list | None = None, dartree=None):
+    """All rows: for each temperature, ar and every cell (default :func:`e2e_cells`; ``dartree``: a
+    Domino drafter), through the shared evaluator (:mod:`mfd_theory.llm.evaluate`: methods
+    interleaved per prompt, warm-up, decode-only timing over ``cfg.timing_passes`` passes). At
+    T = 0 each row also records whether its outputs equal ar's (``matches_ar``: lossless).
+    ``with_records`` also returns the per-prompt records. With a round ``profile`` (measured
+    before), every row gets the in-sample speedups of :func:`~mfd_theory.llm.evaluate.add_speedup_predictions`."""
+    cells = e2e_cells(cfg, drafters, dartree) if cells is None else cells
     records = decode_cells(target, cells, list(prompts), temperatures=cfg.temperatures,
                            max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, passes=cfg.timing_passes,
                            eos_token_id=[], progress=progress, dataset_name="heldout")
@@ -266,7 +274,7 @@ def format_table(data: dict) -> str:
     for r in data["rows"]:
         lines.append(
             f"| {r['temperature']:g} | {r['method']} | {r['drafter']} | {r['budget']} | {f(r['tau'])} | "
-            f"{f(r['accepted_mean'])} +- {f(r['accepted_std'])} | {f(r['predicted_accepted_mean'])} | "
+            f"{f(r['accepted_mean'])} +- {f(r['accepted_std'])} | {f(r['covered_mass_insample'])} | "
             f"{f(r['covered_mass_mean'])} | {f(r['pred_gap_z'], 1)} | {f(r['speedup'])}"
             f"{'' if r.get('speedup_std') is None else ' +- ' + f(r['speedup_std'])} | "
             f"{f(r['dead_share'])} |")
@@ -350,38 +358,49 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
     # Decoding a small model is a chain of tiny kernels: one thread avoids OpenMP barriers, which
     # stall badly when the machine's cores are shared.
     torch.set_num_threads(cfg.eval_threads)
-    # The round cost model, measured on this target and these drafters before any cell is timed
-    # (calibration prompts from the training split: only their timings are used).
+    # Everything the predictions use is measured here, before the first evaluated prompt: the
+    # round cost model and the acceptance calibration, on prompts of the training split only.
     t = time.perf_counter()
-    profile, choices, extra, per_round = None, [], {}, {}
+    profile, choices, extra, per_round, cal, speed = None, [], {}, {}, None, {}
+    eval_digests = [{"index": i, "id": str(i), "sha256": prompt_digest(p), "dataset": "heldout"}
+                    for i, p in enumerate(prompts)]
+    grid = e2e_cells(cfg, drafters, dartree)
     if cfg.profile_prompts > 0:
-        calib = corpus.prompts(cfg.profile_prompts, cfg.prompt_len, "train", seed=cfg.seed + 5)
-        coverage: dict = {}
-        cells = e2e_cells(cfg, drafters, dartree)
+        calib = calibration_prompts(corpus, cfg, {d["sha256"] for d in eval_digests})
         profile = measure_round_profile(
-            target, cells, list(calib), cfg.max_new_tokens, repeats=cfg.profile_repeats, name="round_profile",
-            device=str(target.device), model=f"e2e target {tdir.name}", progress=progress, coverage_out=coverage)
-        if not cfg.budget_choice:
-            coverage = {}
-        choices = budget_choices(cfg, cells, profile, coverage)
-        # per round, each tree is built at a cap and cut: twice the fixed choice, so the rule can go
-        # either way without paying for building the largest tree every round
-        k_of = {c.drafter_label: c.K for c in cells}
-        cap = {}
-        for ch in choices:
-            key = (ch["method"], ch["drafter"])
-            cap[key] = max(cap.get(key, 1), min(max(cfg.budgets), 2 * ch["budget"]))
-        per_round = {(method, label): {float(temp): PerRoundBudget(profile, method, k_of[label], temp, cap[method, label])
-                                       for temp in cfg.temperatures} for method, label in coverage
-                     if method != "dartree"}  # a Domino tree is not grown best first: no per-round cut
-        for ch in choices:  # the chosen budgets off the grid are decoded too
-            if ch["budget"] not in cfg.budgets:
-                extra.setdefault((ch["method"], ch["drafter"]), set()).add(ch["budget"])
-    times["round_profile"] = time.perf_counter() - t
+            target, grid, list(calib[: cfg.profile_prompts]), cfg.max_new_tokens, repeats=cfg.profile_repeats,
+            name="round_profile", device=str(target.device), model=f"e2e target {tdir.name}", progress=progress,
+            speed_out=speed)
+        times["round_profile"] = time.perf_counter() - t
+        cal = calibrate_acceptance(target, grid, list(calib), temperatures=cfg.temperatures,
+                                   max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, progress=progress)
+        cal.prompts = [{"index": i, "id": f"train-{i}", "sha256": prompt_digest(p), "dataset": "train"}
+                       for i, p in enumerate(calib)]
+        if cfg.budget_choice:
+            choices = choose_budgets(cal, grid, cfg.temperatures, profile, speed, dataset="heldout")
+            per_round = per_round_rules(choices, profile, grid)
+            for ch in choices:  # the chosen budgets off the grid are decoded too
+                if ch["budget"] not in cfg.budgets:
+                    extra.setdefault((ch["method"], ch["drafter"]), set()).add(ch["budget"])
+    cells = all_cells(cfg, drafters, dartree, {k: sorted(v) for k, v in extra.items()}, per_round)
+    pred_path = out_dir / "predictions.json"
+    if cal is not None:
+        todo = uncalibrated(cal, cells, cfg.temperatures)  # chosen trees no nested decode verified
+        if todo:
+            more = calibrate_acceptance(target, todo, list(calib), temperatures=cfg.temperatures,
+                                        max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, progress=progress)
+            cal.entries += more.entries
+            cal.seconds += more.seconds
+        times["calibration"] = cal.seconds
+        write_predictions(pred_path, predictions=predict_cells(cal, cells, cfg.temperatures, profile, "heldout"),
+                          choices=choices, cal=cal, evaluation_prompts=eval_digests, profile=profile,
+                          config=dataclasses.asdict(cfg), seed=cfg.seed,
+                          extra={"calibration_speed": [{"method": m, "drafter": d, "budget": n, "speedup": v}
+                                                       for (m, d, n), v in speed.items()]})
     t = time.perf_counter()
+    eval_started = time.time()
     rows, records = evaluate(cfg, target, drafters, prompts, progress=progress, with_records=True, profile=profile,
-                             extra_budgets={k: sorted(v) for k, v in extra.items()}, per_round=per_round,
-                             dartree=dartree)
+                             cells=cells)
     times["evaluate"] = time.perf_counter() - t
 
     def off_grid(r):  # the theory's chosen budgets: kept apart, so the grid's tables stay as they were
@@ -390,6 +409,12 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
     chosen_rows = [r for r in rows if off_grid(r)]
     rows = [r for r in rows if not off_grid(r)]
     records = [r for r in records if not off_grid(r)]
+    prediction = None
+    if cal is not None:  # read back what was written before the evaluation, then compare
+        predictions = load_predictions(pred_path)
+        attach_predictions(rows, predictions)
+        attach_predictions(chosen_rows, predictions)
+        prediction = prediction_check(predictions, rows, chosen_rows)
     hf_rows = []
     if draft_lm is not None:
         t = time.perf_counter()
@@ -409,6 +434,10 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
         "speedup_check": speedup_check(rows) if profile is not None else None,
         "budget_choice": choices,
         "chosen_budget_rows": chosen_rows,
+        "prediction": prediction,
+        "evaluation_started_unix": eval_started,
+        "calibration_prompts": cal.prompts if cal is not None else [],
+        "evaluation_prompts": eval_digests,
         "per_prompt": per_prompt_records(records),
         "mode_diagnostics": modes_diag,
         "hf_assisted": hf_rows,

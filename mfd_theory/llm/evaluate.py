@@ -256,7 +256,7 @@ def rows_from_records(records: list[dict], cells: list[Cell]) -> list[dict]:
                 "n_prompts": len(recs), "n_rounds": n, "n_steps": n,
                 "tau": float(acc.mean() + 1) if n else None,
                 "accepted_mean": _mean(acc), "accepted_std": _std(acc),
-                "predicted_accepted_mean": _mean(pred[~np.isnan(pred)]) if n else None,
+                "covered_mass_insample": _mean(pred[~np.isnan(pred)]) if n else None,
                 "covered_mass_mean": _mean(cov[~np.isnan(cov)]) if n else None,
                 "pred_gap_se": se,
                 "pred_gap_z": gap_mean / se if se else None,
@@ -288,11 +288,11 @@ def add_speedup_predictions(rows: list[dict], records: list[dict], profile) -> l
     ``profile`` is a :class:`~mfd_theory.speedup.LatencyProfile` measured before the cells ran.
     Per row:
 
-    * ``predicted_speedup``: from the theory's acceptance, i.e. the trees' predicted covered mass
-      under the decoding rule (``predicted_accepted_mean``; its variance: the trees' exact
+    * ``speedup_from_insample_coverage``: from the theory's acceptance, i.e. the trees' predicted covered mass
+      under the decoding rule (``covered_mass_insample``; its variance: the trees' exact
       per-round variances plus the spread of the per-round predictions), not the measured tau;
-    * ``predicted_speedup_from_tau``: the same cost model with the measured accepted lengths, so
-      ``predicted_speedup_from_tau / speedup - 1`` is the cost model's error alone;
+    * ``speedup_from_measured_tau``: the same cost model with the measured accepted lengths, so
+      ``speedup_from_measured_tau / speedup - 1`` is the cost model's error alone;
     * ``round_ms_predicted`` / ``round_ms_measured``: one round's time by term (draft, tree,
       verify, walk, commit), predicted by the profile and measured in the first timing pass.
 
@@ -306,11 +306,11 @@ def add_speedup_predictions(rows: list[dict], records: list[dict], profile) -> l
         groups.setdefault(_row_key(r), []).append(r)
     for row in rows:
         recs = groups.get(_row_key(row), [])
-        for key in ("predicted_speedup", "predicted_speedup_from_tau", "round_ms_predicted", "round_ms_measured"):
+        for key in ("speedup_from_insample_coverage", "speedup_from_measured_tau", "round_ms_predicted", "round_ms_measured"):
             row[key] = None
         split = row.get("time_split") or {}
         if row["method"] == "ar":
-            row["predicted_speedup"] = row["predicted_speedup_from_tau"] = 1.0
+            row["speedup_from_insample_coverage"] = row["speedup_from_measured_tau"] = 1.0
             row["round_ms_predicted"] = profile.round_ms("ar", 0, 0, row["temperature"])
             if row.get("n_rounds") and all(k in split for k in _TERMS):
                 row["round_ms_measured"] = {k: 1e3 * float(split[k]) / row["n_rounds"] for k in _TERMS}
@@ -327,10 +327,10 @@ def add_speedup_predictions(rows: list[dict], records: list[dict], profile) -> l
         try:
             if pred.size and not np.isnan(pred).any():
                 a = float(pred.mean())
-                row["predicted_speedup"] = cell_speedup(a, row["method"], K, n, profile, temp, build_budget=cap)
+                row["speedup_from_insample_coverage"] = cell_speedup(a, row["method"], K, n, profile, temp, build_budget=cap)
                 parts = profile.round_ms(row["method"], K, n, temp, a, build_n=cap)
                 row["round_ms_predicted"] = {k: float(v) for k, v in parts.items()}
-            row["predicted_speedup_from_tau"] = cell_speedup(float(acc.mean()), row["method"], K, n, profile, temp,
+            row["speedup_from_measured_tau"] = cell_speedup(float(acc.mean()), row["method"], K, n, profile, temp,
                                                              build_budget=cap)
         except ValueError:  # the profile has no overhead table for this (method, K)
             continue
@@ -346,8 +346,8 @@ def _rel(a, b) -> float | None:
 def speedup_check(rows: list[dict]) -> dict:
     """How well the predicted speedups match the measured ones, over every speculative row.
 
-    * relative error per row: predicted / measured - 1, for ``predicted_speedup`` (theory's
-      acceptance + cost model) and ``predicted_speedup_from_tau`` (cost model alone); the median
+    * relative error per row: predicted / measured - 1, for ``speedup_from_insample_coverage`` (theory's
+      acceptance + cost model) and ``speedup_from_measured_tau`` (cost model alone); the median
       and the worst |error|, and how many rows lie within their measured spread;
     * best budget per (dataset, temperature, drafter, method) among tree methods with two or
       more budgets: the budget with the highest predicted speedup is a hit when it is the measured
@@ -357,14 +357,14 @@ def speedup_check(rows: list[dict]) -> dict:
       over rows, and its share of the rows' total time error (which term the model gets wrong).
     """
     spec = [r for r in rows if r["method"] != "ar" and isinstance(r.get("speedup"), (int, float))
-            and isinstance(r.get("predicted_speedup"), (int, float))]
+            and isinstance(r.get("speedup_from_insample_coverage"), (int, float))]
     out: dict[str, Any] = {"n_rows": len(spec)}
     if not spec:
         return out
     # the noise floor: how far one timing pass lies from another on this machine
     spreads = [r["speedup_std"] / r["speedup"] for r in spec if isinstance(r.get("speedup_std"), (int, float))]
     out["median_rel_spread"] = float(np.median(spreads)) if spreads else None
-    for key, name in (("predicted_speedup", "theory"), ("predicted_speedup_from_tau", "tau")):
+    for key, name in (("speedup_from_insample_coverage", "theory"), ("speedup_from_measured_tau", "tau")):
         errs = [(abs(_rel(r[key], r["speedup"])), r) for r in spec if _rel(r.get(key), r["speedup"]) is not None]
         if not errs:
             continue
@@ -384,7 +384,7 @@ def speedup_check(rows: list[dict]) -> dict:
         if len(rs) < 2:
             continue
         best = max(rs, key=lambda r: r["speedup"])
-        chosen = max(rs, key=lambda r: r["predicted_speedup"])
+        chosen = max(rs, key=lambda r: r["speedup_from_insample_coverage"])
         spread = math.hypot(best.get("speedup_std") or 0.0, chosen.get("speedup_std") or 0.0)
         exact = chosen is best
         picks.append({"dataset": ds, "temperature": temp, "drafter": drafter, "method": method,
@@ -566,7 +566,7 @@ def format_rows(rows: list[dict]) -> list[str]:
         lines.append(
             f"| {r.get('dataset')} | {r['temperature']:g} | {r['method']} | {r['drafter']} | {r['budget']} | "
             f"{_fmt(r['tau'])} | {_pm(r['accepted_mean'], r['accepted_std'])} | "
-            f"{_fmt(r['predicted_accepted_mean'])} | {_pm(r['speedup'], r.get('speedup_std'))} | "
+            f"{_fmt(r['covered_mass_insample'])} | {_pm(r['speedup'], r.get('speedup_std'))} | "
             f"{_pm(r['tokens_per_s'], r.get('tokens_per_s_std'), 1)} | {_fmt(r['dead_share'])} | "
             f"{'' if 'matches_ar' not in r else ('yes' if r['matches_ar'] else 'NO')} |")
     return lines

@@ -13,6 +13,7 @@ import argparse
 import json
 import math
 import sys
+import time
 from pathlib import Path
 
 __all__ = ["distill_main", "train_drafter_main", "eval_main", "load_target"]
@@ -328,8 +329,14 @@ def eval_main(argv: list[str] | None = None):
     parser.add_argument("--enable-thinking", action="store_true", help="chat template with thinking on")
     parser.add_argument("--passes", type=int, default=3, help="timing passes (speedups carry their spread)")
     parser.add_argument("--profile-prompts", type=int, default=2,
-                        help="prompts decoded first to measure the round cost model that predicts every row's "
-                             "speedup (0: no prediction)")
+                        help="calibration prompts that also time the round cost model (at most all of them; "
+                             "0: no profile and no prediction)")
+    parser.add_argument("--calibration-prompts", default=None, metavar="FILE.jsonl",
+                        help="prompts decoded before the evaluation to predict every row's tau and speedup; "
+                             "default: the first --calibration-count prompts of each data set (after the "
+                             "shuffle), which are then not evaluated")
+    parser.add_argument("--calibration-count", type=int, default=8,
+                        help="calibration prompts per data set (or taken from --calibration-prompts)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     bad = [m for m in methods if m not in METHODS]
@@ -344,10 +351,15 @@ def eval_main(argv: list[str] | None = None):
     if args.max_prompts is not None:
         _positive_int("max_prompts", args.max_prompts)
     if args.profile_prompts < 0:
-        raise ValueError(f"profile_prompts: must be >= 0, got {args.profile_prompts}")
+        raise ValueError(f"--profile-prompts: must be >= 0, got {args.profile_prompts}")
+    _positive_int("--calibration-count", args.calibration_count)
     from .prompts import read_prompt_files, shuffle_take
 
-    prompts = shuffle_take(read_prompt_files(args.prompts), args.max_prompts)
+    prompts = read_prompt_files(args.prompts)
+    prompts = shuffle_take(prompts, max(sum(p.dataset == q.dataset for q in prompts) for p in prompts))
+    calib_sets = _calibration_sets(prompts, args)  # {data set: calibration prompts}
+    held = {(p.dataset, p.id) for ps in calib_sets.values() for p in ps} if args.calibration_prompts is None else set()
+    prompts = shuffle_take([p for p in prompts if (p.dataset, p.id) not in held], args.max_prompts)
     _check_target_dir(args.target)
     ddirs = [_drafter_dir(p) for p in args.drafter]
 
@@ -358,6 +370,10 @@ def eval_main(argv: list[str] | None = None):
     from .evaluate import (
         _first_ids, add_speedup_predictions, best_budgets, decode_cells, format_gains, format_rows, make_cells,
         mfd_gains, per_prompt_records, prediction_summary, rows_from_records, speedup_check,
+    )
+    from .predict import (
+        attach_predictions, calibrate_acceptance, choose_budgets, load_predictions, predict_cells, prediction_check,
+        prediction_lines, prompt_digest, write_predictions,
     )
     from .profile import measure_round_profile
     from .target import TargetModel
@@ -379,22 +395,53 @@ def eval_main(argv: list[str] | None = None):
             info[label] = {"dir": str(d), "K": int(dr.num_modes), "block_size": int(dr.block_size)}
         cells = make_cells(drafters, methods, budgets)
         target = TargetModel(target_hf)
-        profile = None
-        if args.profile_prompts and any(c.method != "ar" for c in cells):
-            # the round cost model, measured before any cell is timed (the first prompts' first
-            # turns; only their timings are used)
-            calib = [_first_ids(p, tok, args.enable_thinking) for p in prompts[: args.profile_prompts]]
-            profile = measure_round_profile(target, cells, calib, max(2, args.max_new_tokens), name="round_profile",
-                                            device=str(dist.device), model=Path(args.target).name,
-                                            progress=not args.quiet)
+        profile, pred_path, speed, choices = None, out / "predictions.json", {}, []
+        if calib_sets and any(c.method != "ar" for c in cells):
+            # Everything the predictions use, measured before the first evaluated prompt: the round
+            # cost model and the acceptance calibration, on calibration prompts only.
+            first = {ds: [_first_ids(p, tok, args.enable_thinking) for p in ps] for ds, ps in calib_sets.items()}
+            evaluated = [{"index": i, "id": p.id, "dataset": p.dataset,
+                          "sha256": prompt_digest(_first_ids(p, tok, args.enable_thinking))}
+                         for i, p in enumerate(prompts)]
+            pooled = [ids for ids_ in first.values() for ids in ids_]
+            profile = measure_round_profile(target, cells, pooled[: args.profile_prompts], max(2, args.max_new_tokens),
+                                            name="round_profile", device=str(dist.device),
+                                            model=Path(args.target).name, progress=not args.quiet, speed_out=speed)
+            predictions, cal_prompts, summaries = [], [], []
+            for ds in dict.fromkeys(p.dataset for p in prompts):
+                key = ds if ds in first else None  # a --calibration-prompts file serves every data set
+                cal = calibrate_acceptance(target, cells, first[key], temperatures=temps,
+                                           max_new_tokens=args.max_new_tokens, seed=args.seed, eos_token_id=None,
+                                           progress=not args.quiet)
+                cal.prompts = [{"index": i, "id": p.id, "dataset": p.dataset, "sha256": prompt_digest(ids)}
+                               for i, (p, ids) in enumerate(zip(calib_sets[key], first[key]))]
+                predictions += predict_cells(cal, cells, temps, profile, dataset=ds)
+                choices += choose_budgets(cal, cells, temps, profile, speed, on_grid=True, dataset=ds)
+                cal_prompts += [c for c in cal.prompts if c not in cal_prompts]
+                summaries.append(cal)
+            merged = summaries[0]
+            merged.entries = [e for c in summaries for e in c.entries]
+            merged.prompts = cal_prompts
+            if dist.main:  # every rank calibrates (they stay in step); one writes
+                write_predictions(pred_path, predictions=predictions, choices=choices, cal=merged,
+                                  evaluation_prompts=evaluated, profile=profile, config=vars(args), seed=args.seed,
+                                  extra={"calibration_speed": [{"method": m, "drafter": d, "budget": n, "speedup": v}
+                                                               for (m, d, n), v in speed.items()]})
+        if dist.main and not args.quiet and profile is not None:
+            print(f"wrote {pred_path} (before the evaluation)")
+        eval_started = time.time()
         records = decode_cells(target, cells, prompts, temperatures=temps, max_new_tokens=args.max_new_tokens,
                                seed=args.seed, passes=args.passes, tokenizer=tok,
                                enable_thinking=args.enable_thinking, dist=dist, progress=not args.quiet)
         if not dist.main:
             return None
         rows = rows_from_records(records, cells)
+        prediction = None
         if profile is not None:
             add_speedup_predictions(rows, records, profile)
+            saved = load_predictions(pred_path)  # what was written before the evaluation
+            attach_predictions(rows, saved)
+            prediction = prediction_check(saved, rows)
         gains = mfd_gains(rows)
         best = best_budgets(rows)
         cfg = {k: v for k, v in vars(args).items()}
@@ -405,7 +452,8 @@ def eval_main(argv: list[str] | None = None):
                              for ds in dict.fromkeys(p.dataset for p in prompts)},
                 "n_processes": dist.world,
                 "round_profile": profile.to_dict() if profile is not None else None,
-                "speedup_check": speedup_check(rows) if profile is not None else None}
+                "speedup_check": speedup_check(rows) if profile is not None else None,
+                "prediction": prediction, "evaluation_started_unix": eval_started}
         res = Result("eval", config=cfg, data=data, seed=args.seed)
         res.save(out / "eval.json")
         atomic_write_text(out / "per_prompt.jsonl",
@@ -419,12 +467,8 @@ def eval_main(argv: list[str] | None = None):
         gl = format_gains(gains)
         if gl:
             print("\n".join(gl))
-        chk = data["speedup_check"] or {}
-        if chk.get("theory"):
-            th = chk["theory"]
-            print(f"\npredicted vs measured speedup over {th['n']} rows: median |error| "
-                  f"{100 * th['median_rel_error']:.1f}%, worst {100 * th['worst_rel_error']:.1f}%; best budget "
-                  f"predicted right in {chk.get('best_budget_hits', 0)} of {len(chk.get('best_budget') or [])} groups")
+        for line in prediction_lines(prediction):
+            print(line)
         print(f"wrote {out / 'eval.json'}")
         print(f"wrote {out / 'per_prompt.jsonl'}")
         for path in _figures(rows, out):
@@ -432,6 +476,37 @@ def eval_main(argv: list[str] | None = None):
         return res
     finally:
         teardown(dist)
+
+
+def _calibration_sets(prompts: list, args) -> dict:
+    """{data set: calibration prompts}: the first ``--calibration-count`` prompts of each data set
+    of the shuffled ``prompts`` (held back from the evaluation), or, with
+    ``--calibration-prompts``, that file's first prompts under the key None (serving every data
+    set). Empty when nothing is predicted (``--profile-prompts 0``)."""
+    from .prompts import read_prompt_files, shuffle_take
+
+    if args.profile_prompts == 0:
+        if args.calibration_prompts is not None:
+            raise ValueError("--calibration-prompts: needs --profile-prompts > 0 (nothing is predicted without "
+                             "the round profile)")
+        return {}
+    n = args.calibration_count
+    if args.calibration_prompts is not None:
+        own = shuffle_take(read_prompt_files([args.calibration_prompts]), n)
+        texts = {p.messages for p in prompts}
+        shared = [p.id for p in own if p.messages in texts]
+        if shared:
+            raise ValueError(f"--calibration-prompts: {len(shared)} prompt(s) also appear in --prompts "
+                             f"(ids {shared[:5]}); calibration and evaluation prompts must be disjoint")
+        return {None: own}
+    out = {}
+    for ds in dict.fromkeys(p.dataset for p in prompts):
+        group = [p for p in prompts if p.dataset == ds]
+        if len(group) <= n:
+            raise ValueError(f"--calibration-count: data set {ds!r} has {len(group)} prompts; holding back {n} "
+                             "for calibration leaves none to evaluate (lower it, or give --calibration-prompts)")
+        out[ds] = group[:n]
+    return out
 
 
 def _figures(rows: list[dict], out: Path) -> list[Path]:

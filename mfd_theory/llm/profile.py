@@ -99,19 +99,16 @@ def _context_probe(target: TargetModel, prompt: torch.Tensor, contexts: list[int
 def measure_round_profile(target, cells: list, prompts: list, max_new_tokens: int, *, repeats: int = 1,
                           name: str = "round_profile", device: str = "cpu", model: str = "", note: str = "",
                           context_probe: bool = True, progress: bool = True,
-                          coverage_out: dict | None = None) -> LatencyProfile:
+                          speed_out: dict | None = None) -> LatencyProfile:
     """The round cost model of ``cells`` (:class:`~mfd_theory.llm.evaluate.Cell`: method, drafter,
     budget) on this machine, from ``repeats`` greedy decodes of every calibration prompt in
     ``prompts`` (token-id sequences) with every cell, ``max_new_tokens`` each (a fixed count: no
     EOS). Cells are interleaved per prompt, after one short warm-up decode per cell. An "ar" cell
     is added when missing (its rounds give ``t_target_ms``).
 
-    ``coverage_out`` (a dict), when given, receives the drafter's own predicted coverage curves:
-    for every (method, drafter label) of a tree method, from its cell of the largest budget M,
-    one row per calibration round, entry N = the drafter's probability mass on the first N nodes
-    of that round's tree (the builders emit nodes best first; a Domino tree's nodes are taken by score),
-    ``[rounds, M + 1]``, entry 0 = 0.
-    This is what the theory chooses budgets from before decoding."""
+    ``speed_out`` (a dict), when given, receives each cell's speedup over ar on these calibration
+    decodes, {(method, drafter label, budget): speedup}: what a naive rule that picks the budget
+    that ran fastest on the calibration prompts knows."""
     from tqdm.auto import tqdm
 
     if not isinstance(target, TargetModel):
@@ -126,12 +123,6 @@ def measure_round_profile(target, cells: list, prompts: list, max_new_tokens: in
     if not spec:
         raise ValueError("cells: need at least one speculative cell (chain, ddtree, mfd)")
     plan = [("ar", None, 1)] + [(c.method, c.drafter, max(1, int(c.budget))) for c in spec]
-    largest: dict[tuple[str, str], int] = {}  # (method, label) -> plan index of its largest budget
-    for i, c in enumerate(spec, start=1):
-        key = (c.method, c.drafter_label)
-        if c.method in ("ddtree", "mfd", "dartree") and (key not in largest or plan[largest[key]][2] < plan[i][2]):
-            largest[key] = i
-    keep = set(largest.values()) if coverage_out is not None else set()
     ids = [torch.as_tensor(np.asarray(p).reshape(-1)) for p in prompts]
     for method, drafter, budget in plan:  # warm-up: numba compiles, kernels are picked
         speculative_generate(target, drafter, ids[0], min(4, max_new_tokens), method, budget=budget,
@@ -142,24 +133,19 @@ def measure_round_profile(target, cells: list, prompts: list, max_new_tokens: in
         for p in ids:
             for i, (method, drafter, budget) in enumerate(plan):
                 res = speculative_generate(target, drafter, p, max_new_tokens, method, budget=budget,
-                                           metrics=False, eos_token_id=[], keep_trees=i in keep)
+                                           metrics=False, eos_token_id=[])
                 rounds[i].extend(res.steps)
                 bar.update(1)
     bar.close()
 
-    for key, i in largest.items() if coverage_out is not None else ():
-        M = plan[i][2]
-        curves = []
-        for s in rounds[i]:
-            if s.tree is None or not len(s.tree):
-                continue
-            score = np.exp(s.tree.log_score)
-            if key[0] == "dartree":  # grown depth by depth: its top n nodes are its n best scores
-                score = np.sort(score, kind="stable")[::-1]
-            c = np.concatenate([[0.0], np.cumsum(score)])[:M + 1]  # [<= M + 1]
-            curves.append(np.concatenate([c, np.full(M + 1 - c.size, c[-1])]))  # a smaller tree holds its mass
-        if curves:
-            coverage_out[key] = np.stack(curves)  # [rounds, M + 1]
+    if speed_out is not None:
+        def per_token(steps):
+            return sum(s.t_step for s in steps) / max(1, sum(s.emitted for s in steps))
+
+        ar_cost = per_token(rounds[0])
+        for (method, drafter, budget), c, steps in zip(plan[1:], spec, rounds[1:]):
+            if steps:
+                speed_out[(method, c.drafter_label, budget)] = ar_cost / per_token(steps)
 
     def ms(steps, key):
         return 1e3 * trimmed_mean([getattr(s, key) for s in steps])
