@@ -242,8 +242,8 @@ def train_drafter_main(argv: list[str] | None = None) -> list[dict]:
         fp = target_fingerprint(target)
         if manifest.get("target_fingerprint") != fp:
             raise ValueError(f"data: {args.data} was distilled from another target (fingerprint "
-                             f"{manifest.get('target_fingerprint')}, this target's is {fp}; a different "
-                             "--dtype also changes it)")
+                             f"{manifest.get('target_fingerprint')}, this target's is {fp}; data distilled "
+                             "before the fingerprint's version 2 records an older one: distill again)")
         if args.init_from is not None:
             try:
                 if args.kind == "dartree":
