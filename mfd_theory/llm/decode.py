@@ -54,7 +54,9 @@ class StepRecord:
     """One round of drafting, tree building, verification and commit (times in seconds)."""
 
     tree_size: int
-    accepted: int  # draft tokens accepted (bonus excluded)
+    # draft tokens accepted and emitted (bonus excluded): an accepted EOS ends the round, and the
+    # accepted draft tokens after it are not counted
+    accepted: int
     emitted: int  # tokens this round added to the output (after EOS / max_new_tokens truncation)
     predicted: float  # exact E[accepted] for this tree under the decoding rule's conditionals
     covered_mass: float  # sum over nodes of the target's (temperature-1 when greedy) prefix probability
@@ -500,7 +502,7 @@ def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method
             root = bonus
         tg = _clock(dev)
         result.steps.append(StepRecord(
-            tree_size=n, accepted=len(path), emitted=count, predicted=predicted, covered_mass=covered,
+            tree_size=n, accepted=min(len(path), count), emitted=count, predicted=predicted, covered_mass=covered,
             dead_share=dead_share, dead_splices=dead_splices, t_draft=tb - ta, t_tree=tc - tb,
             t_verify=td - tc, t_walk=te - td, t_commit=tg - tf,
             tree=tree if keep_trees else None, node_log_cond=dec if keep_trees else None,
