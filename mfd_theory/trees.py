@@ -308,7 +308,7 @@ def _build(log_pi: np.ndarray, log_q: np.ndarray, budget: int, token_ids, name: 
     if token_ids is None:
         V = W
         N = min(budget, total_prefixes([V] * L, budget))
-        vals, ids, by_id, lens, bound = _dense_lists(log_pi, log_q, N, name, tol)
+        vals, ids, by_id, lens, bound, log_q = _dense_lists(log_pi, log_q, N, name, tol)  # log_q clipped
         if K == 1:
             out = _k._product_lattice(vals[0], ids[0], lens[0], N)
         while K > 1:
@@ -421,21 +421,26 @@ def _dense_lists(log_pi, log_q, N: int, name: str, tol: float):
     never needs more than N tokens of a row, nor a token below the row's floor
     (:func:`_list_floors`); a row whose first list ends at or above its floor is read again for
     its tokens at or above the floor, at most min(V, N). Returns vals, ids, by_id [K, L, M],
-    lens [K, L] and bound [K, L] (an upper bound on the tokens beyond each list, for the
-    threshold search).
+    lens [K, L], bound [K, L] (an upper bound on the tokens beyond each list, for the
+    threshold search) and the rows, clipped to <= 0 if they held round-off above 0.
     """
     K, L, V = log_q.shape
     M = min(V, N)
     M0 = min(M, FIRST_LIST)
     vals, ids, by_id, lens, status = _k._topk_rows(log_q, M0, tol, *_whole_rows(log_q))
     _raise_status(name, status)
+    if status == _k.ROUND_OFF:
+        # round-off above 0 (within the dtype's tolerance) is clipped once, here, for everything
+        # that reads the rows later: a child could otherwise outscore its parent
+        log_q = np.minimum(log_q, np.asarray(0, dtype=log_q.dtype))
+        vals, ids, by_id, lens, status = _k._topk_rows(log_q, M0, tol, *_whole_rows(log_q))
     bound = vals[:, :, M0 - 1].copy()
     if M0 == M:
-        return vals, ids, by_id, lens, bound
+        return vals, ids, by_id, lens, bound, log_q
     floor = _list_floors(log_pi, vals, ids, lens, N, log_q)  # [K, L]
     todo = vals[:, :, M0 - 1] >= floor
     if not todo.any():
-        return vals, ids, by_id, lens, bound
+        return vals, ids, by_id, lens, bound, log_q
     # the floor in the rows' dtype, rounded down so that no wanted token falls below it
     f = floor.astype(log_q.dtype)
     f = np.where(f > floor, np.nextafter(f, np.asarray(-np.inf, dtype=f.dtype)), f)
@@ -449,7 +454,7 @@ def _dense_lists(log_pi, log_q, N: int, name: str, tol: float):
     lens = np.where(todo, l2, lens)
     # a re-read list that stops short of M holds every token at or above the floor
     bound = np.where(todo, np.where(l2 < M, f.astype(np.float64), v2[:, :, M - 1]), bound)
-    return out_v, out_i, out_b, lens, bound
+    return out_v, out_i, out_b, lens, bound, log_q
 
 
 def product_tree(log_q, budget: int, token_ids=None) -> DraftTree:
@@ -459,7 +464,8 @@ def product_tree(log_q, budget: int, token_ids=None) -> DraftTree:
     ----------
     log_q : array [L, V] or a one-mode MixtureOfProducts
         Per-position log-probabilities (float64, float32, or float16, which is upcast to float32
-        exactly; entries may exceed 0 by the round-off ``pos_tol(dtype)`` allows). With
+        exactly; entries may exceed 0 by the round-off ``pos_tol(dtype)`` allows, and are read
+        as 0, so no prefix outscores its parent). With
         ``token_ids``, the candidate log-probabilities [L, k] instead. A
         :class:`~mfd_theory.distributions.MixtureOfProducts` with K = 1, such as what
         ``target.marginals()`` returns, stands for its rows.
