@@ -189,25 +189,46 @@ def children_map(tree: DraftTree | None) -> dict[tuple[int, int], int]:
 
 # ---------------------------------------------------------------------------------------- trees
 def _topk(log_q: torch.Tensor, k: int):
-    """The k largest entries of every row (last axis), in descending order: float64 values and
-    int64 ids, numpy.
+    """The k largest entries of every row (last axis), in descending order, ties to the lower
+    token id (in the cut and in the order, the builders' tie rule): float64 values and int64
+    ids, numpy.
 
     On CPU, a partial selection (``np.argpartition``, O(V) per row) followed by a sort of the k
     selected entries is several times faster than ``torch.topk`` at V in the thousands (0.2 vs
-    0.8 ms for [4, 15, 2048], k = 64). On an accelerator the selection runs there and only k entries per
-    row are copied back."""
+    0.8 ms for [4, 15, 2048], k = 64). On an accelerator the selection runs there and only k
+    entries per row are copied back. Either selection may cut a run of equal values anywhere;
+    the rows where it did are redone from their k-th value, keeping the lowest ids of the run."""
     if log_q.device.type != "cpu":
-        vals, ids = torch.topk(log_q, k, dim=-1)
-        return vals.double().cpu().numpy(), ids.cpu().numpy()
+        return _topk_torch(log_q, k)
     x = log_q.detach()
     x = x.numpy() if x.dtype in (torch.float32, torch.float64) else x.float().numpy()
     v = x.shape[-1]
     flat = x.reshape(-1, v)  # [rows, V]
     ids = np.argpartition(flat, v - k, axis=1)[:, v - k:]  # [rows, k]
+    kth = np.take_along_axis(flat, ids, axis=1).min(axis=1)  # [rows]; NaN rows are refused later
+    for r in np.flatnonzero((flat >= kth[:, None]).sum(axis=1) > k):  # a run of kth cut by the partition
+        above = np.flatnonzero(flat[r] > kth[r])
+        ids[r] = np.concatenate([above, np.flatnonzero(flat[r] == kth[r])[: k - above.size]])
+    ids = np.sort(ids, axis=1)  # then a stable sort by value leaves equal values in id order
     vals = np.take_along_axis(flat, ids, axis=1).astype(np.float64)
-    order = np.argsort(-vals, axis=1, kind="stable")  # descending, the order torch.topk gives
+    order = np.argsort(-vals, axis=1, kind="stable")  # descending
     ids, vals = np.take_along_axis(ids, order, axis=1), np.take_along_axis(vals, order, axis=1)
     return vals.reshape(*x.shape[:-1], k), ids.reshape(*x.shape[:-1], k)
+
+
+def _topk_torch(log_q: torch.Tensor, k: int):
+    """:func:`_topk` with torch operations on the tensor's own device (the accelerator path)."""
+    x = log_q.detach()
+    vals, ids = torch.topk(x, k, dim=-1)
+    kth = vals[..., -1:]
+    need = k - (x > kth).sum(dim=-1, keepdim=True)  # places left for entries equal to kth
+    eq = x == kth
+    keep = (x > kth) | (eq & (eq.cumsum(dim=-1) <= need))  # k per row, NaN rows aside
+    if bool((keep.sum(dim=-1) == k).all()):  # otherwise a NaN row, which the builder refuses
+        ids = keep.nonzero()[:, -1].reshape(*x.shape[:-1], k)  # increasing ids per row
+        vals, order = torch.sort(x.gather(-1, ids), dim=-1, descending=True, stable=True)
+        ids = ids.gather(-1, order)
+    return vals.double().cpu().numpy(), ids.cpu().numpy()
 
 
 def build_tree(method: str, log_pi: torch.Tensor, log_q: torch.Tensor, budget: int) -> DraftTree | None:
