@@ -277,8 +277,9 @@ def _subtree(parent, token, depth, score, keep) -> DraftTree:
 class ChimeraCount:
     """Chimeras of a tree for a target with several futures.
 
-    A node is a chimera when its target prefix probability is 0 (for exact futures: its prefix
-    is a prefix of no future), and a splice when each of its tokens agrees with the same
+    A node is a chimera when its target prefix probability is 0, or at most ``eps`` as
+    :func:`count_chimeras` was asked (for exact futures: its prefix is a prefix of no future),
+    and a splice when each of its tokens agrees with the same
     position of some future. ``full_length`` and ``shorter`` count chimeras of depth L and
     below L; the ``_splices`` fields count those chimeras that are also splices.
     """
@@ -298,21 +299,27 @@ class ChimeraCount:
         return self.total / self.n_nodes if self.n_nodes else 0.0
 
 
-def count_chimeras(tree: DraftTree, target: Any) -> ChimeraCount:
-    """Count the chimeras of ``tree`` for ``target``, the same argument :func:`chimera_mask` takes.
+def count_chimeras(tree: DraftTree, target: Any, eps: float = 0.0) -> ChimeraCount:
+    """Count the chimeras of ``tree`` for ``target``, the arguments :func:`chimera_mask` takes.
 
     ``target`` is the futures [F, L] of an exact-futures target, or a
-    :class:`~mfd_theory.distributions.MixtureOfProducts`: then chimeras are the nodes of
-    probability zero and splices are taken against each mode's most likely sequence (its
-    future, for targets built by ``MixtureOfProducts.futures`` or :mod:`mfd_theory.synthetic`).
+    :class:`~mfd_theory.distributions.MixtureOfProducts`: then chimeras are the nodes of target
+    prefix probability at most ``eps`` and splices are taken against each mode's most likely
+    sequence (its future, for targets built by ``MixtureOfProducts.futures`` or
+    :mod:`mfd_theory.synthetic`). The default ``eps = 0`` counts nodes of probability exactly
+    zero, which a noisy target (noise > 0 gives every prefix some probability) never has: pass
+    a small ``eps`` there, e.g. a bound on the probability the noise alone gives a prefix.
+    With futures only ``eps = 0`` is meaningful (their weights are not given).
     """
     if not isinstance(tree, DraftTree):
         raise ValueError(f"tree: expected a DraftTree, got {type(tree).__name__}")
     if isinstance(target, MixtureOfProducts):
         seqs = np.argmax(target.log_q, axis=2)  # [K, L]: each mode's most likely sequence
-        chim = chimera_mask(tree, target) if len(tree) else np.zeros(0, dtype=np.bool_)
+        chim = chimera_mask(tree, target, eps) if len(tree) else np.zeros(0, dtype=np.bool_)
         L = target.L
     else:
+        if eps != 0:
+            chimera_mask(DraftTree([], []), target, eps)  # refuses eps with futures, naming it
         seqs = _check_sequences(target)
         L = seqs.shape[1]
         if tree.max_depth > L:

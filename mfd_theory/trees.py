@@ -500,12 +500,16 @@ def _product_rows(log_q):
     return log_q
 
 
-def mixture_tree(log_pi, log_q, budget: int, token_ids=None) -> DraftTree:
+def mixture_tree(log_pi, log_q=None, budget: int | None = None, token_ids=None) -> DraftTree:
     """Exact top-``budget`` prefixes by the mixture ``sum_k pi_k prod_i q_{k,i}(s_i)``.
+
+    ``mixture_tree(log_pi, log_q, budget)``, or ``mixture_tree(mixture, budget)`` with a
+    :class:`~mfd_theory.distributions.MixtureOfProducts` standing for its weights and rows (as
+    :func:`product_tree` takes a one-mode one).
 
     Parameters
     ----------
-    log_pi : array [K]
+    log_pi : array [K], or a MixtureOfProducts
         Log mode weights; they sum to one within ``norm_tol(log_pi.dtype)``, the rule
         :class:`~mfd_theory.distributions.MixtureOfProducts` applies.
     log_q : array [K, L, V]
@@ -514,6 +518,18 @@ def mixture_tree(log_pi, log_q, budget: int, token_ids=None) -> DraftTree:
     token_ids : int array [K, L, k], optional
         Candidate ids per mode; a token missing from mode k's list has q_k = 0 there.
     """
+    if isinstance(log_pi, MixtureOfProducts):
+        if log_q is not None and budget is not None:
+            raise ValueError("budget: given twice (a MixtureOfProducts is followed by the budget alone: "
+                             "mixture_tree(mixture, budget))")
+        if token_ids is not None:
+            raise ValueError("token_ids: a MixtureOfProducts has whole rows, not candidate lists")
+        budget = log_q if budget is None else budget
+        log_pi, log_q = log_pi.log_pi, log_pi.log_q
+    if log_q is None:
+        raise ValueError("log_q: missing (pass log_pi, log_q, budget, or a MixtureOfProducts and the budget)")
+    if budget is None:
+        raise ValueError("budget: missing")
     budget = _check_budget(budget)
     log_q, tol = _check_scores("log_q", log_q)
     if log_q.ndim != 3:
@@ -528,7 +544,7 @@ def oracle_tree(target, budget: int) -> DraftTree:
     """Top-``budget`` prefixes by the target's own prefix probability: the coverage ceiling."""
     if not isinstance(target, MixtureOfProducts):
         raise ValueError(f"target: expected a MixtureOfProducts, got {type(target).__name__}")
-    return mixture_tree(target.log_pi, target.log_q, budget)
+    return mixture_tree(target, budget)
 
 
 def chain_tree(tokens, log_score=None) -> DraftTree:
