@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import numbers
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -375,6 +376,23 @@ def _validate(target: TargetModel, drafter, method, budget, temperature, top_p, 
     check_drafter_target(drafter, target.model)
 
 
+def _prompt_ids(input_ids) -> torch.Tensor:
+    """The prompt as a tensor: token ids (tensor, array, list) or a tokenizer's output (a
+    ``BatchEncoding`` or any mapping, whose ``input_ids`` entry is used)."""
+    if isinstance(input_ids, Mapping):
+        if "input_ids" not in input_ids:
+            raise ValueError(f"input_ids: a mapping without an 'input_ids' entry (keys {sorted(map(str, input_ids))})")
+        input_ids = input_ids["input_ids"]
+    if input_ids is None or isinstance(input_ids, (str, bytes)):
+        raise ValueError(f"input_ids: expected token ids (a tensor, a list of ints or a tokenizer's output), "
+                         f"got {input_ids!r}")
+    try:
+        return torch.as_tensor(input_ids)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise ValueError(f"input_ids: expected token ids (a tensor, a list of ints or a tokenizer's output), "
+                         f"got {type(input_ids).__name__}: {exc}") from exc
+
+
 @torch.no_grad()
 def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method: str, budget: int = 64,
                          temperature: float = 0.0, top_p: float = 1.0, seed: int = 0, *,
@@ -382,7 +400,10 @@ def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method
                          budget_rule: Callable[[np.ndarray], int] | None = None) -> DecodeResult:
     """Generate up to ``max_new_tokens`` tokens for one prompt; lossless for every method.
 
-    ``target`` is a :class:`TargetModel` (or an HF model, wrapped on the fly); ``drafter`` any
+    ``input_ids`` is the prompt, [T] or [1, T]: a tensor, array or list of token ids, or a
+    tokenizer's output (``apply_chat_template(..., return_tensors="pt")`` returns a
+    ``BatchEncoding``; its ``input_ids`` are used). ``target`` is a :class:`TargetModel` (or an
+    HF model, wrapped on the fly); ``drafter`` any
     drafter from :mod:`mfd_theory.llm.drafter` (unused for "ar"). ``eos_token_id`` defaults to the
     target's generation config. Greedy when ``temperature == 0``; otherwise the walk samples from
     softmax(logits / temperature) cut to ``top_p``, with a CPU generator seeded by ``seed``.
@@ -411,7 +432,7 @@ def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method
         raise ValueError("budget_rule: not available with method 'dartree' (its tree is grown depth by depth, "
                          "not in best-first order)")
     _check_count("seed", seed, 0, 2 ** 64 - 1)  # the range torch.Generator.manual_seed takes
-    ids = torch.as_tensor(input_ids)
+    ids = _prompt_ids(input_ids)
     if ids.numel() and (ids.dtype == torch.bool or ids.dtype.is_floating_point or ids.dtype.is_complex):
         raise ValueError(f"input_ids: token ids must be integers, got dtype {ids.dtype}")
     if ids.dim() == 2 and ids.shape[0] == 1:
