@@ -9,9 +9,7 @@ product_tree, coverage, MixtureOfProducts``. They load on first use, so ``import
 stays quick and imports neither numba nor torch.
 """
 
-from __future__ import annotations
-
-import importlib
+from importlib import import_module as _import_module
 
 __version__ = "0.1.0"
 
@@ -57,7 +55,7 @@ def __getattr__(name: str):
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    mod = importlib.import_module(f"{__name__}.{module}")
+    mod = _import_module(f"{__name__}.{module}")
     if name == module:
         # ``coverage`` names both a submodule and its main function; the package attribute must
         # be the submodule (the import system sets it so whenever the submodule loads), and
@@ -69,4 +67,6 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+    # the public names, loaded or not, the submodules loaded so far and the dunders; not the
+    # helpers this file uses (names with one leading underscore)
+    return sorted({n for n in globals() if not n.startswith("_") or n.startswith("__")} | set(_EXPORTS))

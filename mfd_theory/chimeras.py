@@ -5,9 +5,15 @@ prefixes. Let the target have two futures a, b (full length L) that disagree in 
 *splice* of a and b takes, at every position, the token of a or the token of b: there are 2^m of
 them, a and b included; the other 2^m - 2 are *chimeras*, prefixes the target never produces.
 
-**Theorem.** Every product-ranked tree that holds both a and b holds at least 2^(m-1) - 1
-full-length chimeras, whatever the tie-break, unless Q(a) = Q(b). When Q(a) = Q(b) the bound
-still holds unless some complementary pair of splices (below) has Q(s) = Q(s') = Q(a).
+**Theorem.** If min(Q(a), Q(b)) > 0, every product-ranked tree that holds both a and b holds at
+least 2^(m-1) - 1 full-length chimeras, whatever the tie-break, unless Q(a) = Q(b). When
+Q(a) = Q(b) the bound still holds unless some complementary pair of splices (below) has
+Q(s) = Q(s') = Q(a).
+
+The condition is needed: a future the drafter gives probability 0 scores 0 like every other
+impossible prefix, and a tie-break can keep it without any chimera. With q_1 = (1, 0),
+q_2 = (0, 1), a = (1, 0) and b = (0, 1), the top-4 set {(0), (0, 1), (1), (1, 0)} holds both
+futures and no chimera, though m = 2 (:func:`splice_chimeras_from_scores` reports such cases).
 
 *Proof.* Pair each splice s with its complement s' (s' takes b's token wherever s takes a's and
 vice versa). At a position where a and b agree both s and s' carry the shared token, and at a
@@ -15,7 +21,8 @@ disagreement position one carries a's token and the other b's, so
 Q(s) * Q(s') = Q(a) * Q(b) and max(Q(s), Q(s')) >= sqrt(Q(a) Q(b)) >= t := min(Q(a), Q(b)).
 A top-N tree holding a and b holds every prefix scoring strictly above t: it holds whichever of
 a, b scores t, and a top-N set holds every prefix that outscores one of its members. If
-Q(a) != Q(b), the geometric mean lies strictly above the smaller of the two, so
+Q(a) != Q(b) and t > 0, the geometric mean lies strictly above the smaller of the two (with
+t = 0 it is 0 itself), so
 max(Q(s), Q(s')) >= sqrt(Q(a) Q(b)) > t and the better splice of every pair is in the tree,
 with no condition on how other ties are broken. If Q(a) = Q(b) = t, a pair can miss the tree
 only when both of its splices score exactly t (otherwise the better one is above t). So, in
@@ -154,7 +161,8 @@ def _check_int(name: str, value: Any, lo: int, hi: int | None = None) -> int:
 
 
 def chimera_lower_bound(m: int) -> int:
-    """2^(m-1) - 1: full-length chimeras any product tree holding two m-disagreeing futures holds."""
+    """2^(m-1) - 1: full-length chimeras any product tree holding two m-disagreeing futures holds
+    (when both futures have positive drafter probability and Q(a) != Q(b); see the module doc)."""
     m = _check_int("m", m, 1)
     return (1 << (m - 1)) - 1
 
@@ -213,7 +221,8 @@ def min_product_tree_containing(
         i = int(np.flatnonzero(np.isneginf(lq[np.arange(L), seqs[k]]))[0])
         raise ValueError(
             f"sequences: sequence {k} has probability zero under the drafter (log_q[{i}, {int(seqs[k, i])}]"
-            " = -inf); no finite product tree holds it"
+            " = -inf): it ties with every other impossible prefix, so no smallest product tree holding it "
+            "is defined, and the chimera bound needs min(Q(a), Q(b)) > 0"
         )
     t = float(scores.min())
     tol = tie_tol * (1.0 + abs(t))
@@ -268,8 +277,9 @@ def _subtree(parent, token, depth, score, keep) -> DraftTree:
 class ChimeraCount:
     """Chimeras of a tree for a target with several futures.
 
-    A node is a chimera when its target prefix probability is 0 (for exact futures: its prefix
-    is a prefix of no future), and a splice when each of its tokens agrees with the same
+    A node is a chimera when its target prefix probability is 0, or at most ``eps`` as
+    :func:`count_chimeras` was asked (for exact futures: its prefix is a prefix of no future),
+    and a splice when each of its tokens agrees with the same
     position of some future. ``full_length`` and ``shorter`` count chimeras of depth L and
     below L; the ``_splices`` fields count those chimeras that are also splices.
     """
@@ -289,21 +299,27 @@ class ChimeraCount:
         return self.total / self.n_nodes if self.n_nodes else 0.0
 
 
-def count_chimeras(tree: DraftTree, target: Any) -> ChimeraCount:
-    """Count the chimeras of ``tree`` for ``target``, the same argument :func:`chimera_mask` takes.
+def count_chimeras(tree: DraftTree, target: Any, eps: float = 0.0) -> ChimeraCount:
+    """Count the chimeras of ``tree`` for ``target``, the arguments :func:`chimera_mask` takes.
 
     ``target`` is the futures [F, L] of an exact-futures target, or a
-    :class:`~mfd_theory.distributions.MixtureOfProducts`: then chimeras are the nodes of
-    probability zero and splices are taken against each mode's most likely sequence (its
-    future, for targets built by ``MixtureOfProducts.futures`` or :mod:`mfd_theory.synthetic`).
+    :class:`~mfd_theory.distributions.MixtureOfProducts`: then chimeras are the nodes of target
+    prefix probability at most ``eps`` and splices are taken against each mode's most likely
+    sequence (its future, for targets built by ``MixtureOfProducts.futures`` or
+    :mod:`mfd_theory.synthetic`). The default ``eps = 0`` counts nodes of probability exactly
+    zero, which a noisy target (noise > 0 gives every prefix some probability) never has: pass
+    a small ``eps`` there, e.g. a bound on the probability the noise alone gives a prefix.
+    With futures only ``eps = 0`` is meaningful (their weights are not given).
     """
     if not isinstance(tree, DraftTree):
         raise ValueError(f"tree: expected a DraftTree, got {type(tree).__name__}")
     if isinstance(target, MixtureOfProducts):
         seqs = np.argmax(target.log_q, axis=2)  # [K, L]: each mode's most likely sequence
-        chim = chimera_mask(tree, target) if len(tree) else np.zeros(0, dtype=np.bool_)
+        chim = chimera_mask(tree, target, eps) if len(tree) else np.zeros(0, dtype=np.bool_)
         L = target.L
     else:
+        if eps != 0:
+            chimera_mask(DraftTree([], []), target, eps)  # refuses eps with futures, naming it
         seqs = _check_sequences(target)
         L = seqs.shape[1]
         if tree.max_depth > L:
@@ -406,6 +422,11 @@ def splice_chimeras_from_scores(log_q: Any, a: Any, b: Any) -> tuple[int, int]:
     Returns ``(above, tied)``: splices other than a and b scoring strictly above
     t = min(Q(a), Q(b)) (always in the tree) and those tied with t (in it or not depending on the
     tie-break). This is the O(2^m) count :func:`verify_bound` runs on every instance.
+
+    A future with probability zero (some ``log_q`` entry on it is -inf) gives t = 0, outside the
+    theorem: then ``above`` counts the splices of positive probability and ``tied`` those of
+    probability zero, and ``above`` can fall below 2^(m-1) - 1 (with q_1 = (1, 0),
+    q_2 = (0, 1), a = (1, 0), b = (0, 1) it is 0).
     """
     lq = _check_log_q(log_q)
     L, V = lq.shape
@@ -416,7 +437,13 @@ def splice_chimeras_from_scores(log_q: Any, a: Any, b: Any) -> tuple[int, int]:
         raise ValueError(f"a, b: m = {pos.size} is too large to enumerate 2^m splices")
     la, lb = lq[pos, a[pos]], lq[pos, b[pos]]
     if np.isneginf(lq[np.arange(L), a]).any() or np.isneginf(lq[np.arange(L), b]).any():
-        raise ValueError("a, b: a future has probability zero under the drafter; no finite tree holds it")
+        # t = 0: a splice is above t exactly when it has positive probability, which it has when
+        # the shared tokens do and, at each disagreement position, the token it takes does
+        shared_ok = not np.isneginf(lq[np.flatnonzero(a == b), a[a == b]]).any()
+        fa, fb = ~np.isneginf(la), ~np.isneginf(lb)
+        positive = int(np.prod(fa.astype(object) + fb.astype(object))) if shared_ok else 0
+        positive -= int(shared_ok and fa.all()) + int(shared_ok and fb.all())  # a and b themselves
+        return positive, (1 << pos.size) - 2 - positive
     d = la - lb  # [m] log-ratio of a's token to b's at each disagreement position
     sums = np.empty(1 << pos.size)
     above, tied, _ = _k._count_two_future_splices(d, TIE_TOL, sums)

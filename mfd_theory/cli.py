@@ -46,6 +46,9 @@ def _call(name: str, target: tuple[str, str, str], argv: list[str]) -> int:
         return 2
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback; 130 = 128 + SIGINT, as shells report it
+        print(f"mfd {name}: interrupted; checkpoints written so far are kept", file=sys.stderr)
+        return 130
     return out if isinstance(out, int) and not isinstance(out, bool) else 0
 
 

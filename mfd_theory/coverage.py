@@ -76,7 +76,9 @@ def variance_from_prefix_probs(depth, prefix_probs) -> float:
     expectations, E[X^2] = sum_s P(s) (2 depth(s) - 1). The mean is the coverage sum_s P(s).
 
     Parameters: ``depth`` int [N] (1-based), ``prefix_probs`` float [N] (each in [0, 1]).
-    The difference is clipped at 0 (rounding of a near-certain walk can leave -1e-16).
+    The depths must be those of a prefix-closed tree: integers >= 1 in which every depth d > 1
+    present has some node at depth d - 1 (its parent's depth); others raise ValueError. The
+    difference is clipped at 0 (rounding of a near-certain walk can leave -1e-16).
     """
     d = np.asarray(depth, dtype=np.float64).reshape(-1)
     p = np.asarray(prefix_probs, dtype=np.float64).reshape(-1)
@@ -84,8 +86,15 @@ def variance_from_prefix_probs(depth, prefix_probs) -> float:
         raise ValueError(f"prefix_probs: has {p.shape[0]} entries but depth has {d.shape[0]}")
     if np.isnan(p).any() or (p < 0).any() or (p > 1 + 1e-9).any():
         raise ValueError("prefix_probs: entries must be probabilities in [0, 1]")
+    if not np.isfinite(d).all() or (d != np.round(d)).any():
+        raise ValueError("depth: depths must be integers")
     if (d < 1).any():
         raise ValueError("depth: depths are 1-based, got an entry < 1")
+    present = np.unique(d)
+    if present.size and present[-1] != present.size:  # some depth in 1..max is missing
+        gap = int(np.setdiff1d(np.arange(1, present[-1] + 1), present)[0])
+        raise ValueError(f"depth: no prefix-closed tree has these depths (nodes deeper than {gap}, "
+                         f"none at depth {gap})")
     mean = p.sum()
     return float(max(0.0, (p * (2.0 * d - 1.0)).sum() - mean * mean))
 

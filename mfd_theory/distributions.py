@@ -14,7 +14,7 @@ import numpy as np
 
 from ._kernels.distributions import _node_mode_log_weights
 
-__all__ = ["MixtureOfProducts", "check_log_probs", "logsumexp", "norm_tol", "pos_tol"]
+__all__ = ["MixtureOfProducts", "check_log_probs", "check_weights", "logsumexp", "norm_tol", "pos_tol"]
 
 # Tolerances for log-probabilities, scaled to the precision they arrived in (one rule for the
 # distributions here and the tree builders). A log-prob x rounded to a float type of machine
@@ -39,6 +39,26 @@ def norm_tol(dtype) -> float:
     float64 (and integers): 1e-9; float32: 64 eps = 7.6e-6; float16: 64 eps = 0.0625.
     """
     return max(NORM_TOL, 64 * _eps(dtype))
+
+
+def check_weights(weights, n: int, what: str, positive: bool = False) -> np.ndarray:
+    """``weights`` as float64 [n], checked: finite, non-negative (> 0 with ``positive``) and
+    summing to one within ``norm_tol`` of their dtype; returned with that round-off divided
+    out. Weights that do not sum to one are refused, not rescaled: [3, 2, 1] is more likely a
+    mistake than a request for [1/2, 1/3, 1/6]. ``what`` names the n entries in messages."""
+    try:
+        raw = np.asarray(weights)
+        w = raw.astype(np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"weights: expected {n} numbers, got {weights!r}") from exc
+    if w.shape != (n,):
+        raise ValueError(f"weights: expected shape ({n},) for {n} {what}, got {w.shape}")
+    if not np.isfinite(w).all() or (w <= 0 if positive else w < 0).any():
+        raise ValueError(f"weights: every weight must be finite and {'> 0' if positive else 'non-negative'}")
+    total = float(w.sum())
+    if abs(total - 1.0) > norm_tol(raw.dtype):
+        raise ValueError(f"weights: must sum to 1, got {total:.9g} (normalise them first)")
+    return w / total
 
 
 def pos_tol(dtype) -> float:
@@ -167,7 +187,8 @@ class MixtureOfProducts:
         vocab_size: int | None = None,
         noise: float = 0.0,
     ) -> "MixtureOfProducts":
-        """One mode per future sequence.
+        """One mode per future sequence, weighted by ``weights`` (one per sequence, summing to one
+        within ``norm_tol``; uniform by default).
 
         With ``noise = 0`` each mode is a point mass on its sequence (exact futures). With
         ``noise > 0`` every position keeps ``1 - noise`` on the future's token and spreads
@@ -183,17 +204,7 @@ class MixtureOfProducts:
             raise ValueError(f"vocab_size: must be >= 1, got {vocab_size}")
         if seqs.min() < 0 or seqs.max() >= V:
             raise ValueError(f"sequences: tokens must lie in [0, {V}), got range [{seqs.min()}, {seqs.max()}]")
-        if weights is None:
-            w = np.full(F, 1.0 / F)
-        else:
-            w = np.asarray(weights, dtype=np.float64)
-            if w.shape != (F,):
-                raise ValueError(f"weights: expected shape ({F},) for {F} futures, got {w.shape}")
-            if not np.isfinite(w).all() or (w < 0).any():
-                raise ValueError("weights: must be finite and non-negative")
-            if w.sum() <= 0:
-                raise ValueError("weights: must not all be zero")
-            w = w / w.sum()
+        w = np.full(F, 1.0 / F) if weights is None else check_weights(weights, F, "futures")
         if not (0.0 <= noise <= 1.0) or not np.isfinite(noise):
             raise ValueError(f"noise: must lie in [0, 1], got {noise}")
         q = np.full((F, L, V), noise / V)  # [F, L, V]

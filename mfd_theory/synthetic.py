@@ -26,8 +26,8 @@ family              real-text situation it imitates                             
 
 All functions take ``seed`` and are deterministic given their arguments. Future weights default
 to a seeded draw from a Dirichlet(4, ..., 4) so that the product drafter built from the target's
-marginals has no exact ties (ties make the top-N product tree ambiguous); pass ``weights`` to fix
-them. :data:`FAMILIES` maps each family name to its function; :func:`make` builds one by name.
+marginals has no exact ties (ties make the top-N product tree ambiguous); pass ``weights`` (summing
+to one) to fix them. :data:`FAMILIES` maps each family name to its function; :func:`make` builds one by name.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from mfd_theory.distributions import MixtureOfProducts
+from mfd_theory.distributions import MixtureOfProducts, check_weights
 
 __all__ = [
     "FAMILIES",
@@ -139,12 +139,7 @@ def _check_prob(name: str, value: Any, lo: float = 0.0, hi: float = 1.0, open_lo
 def _weights(weights: Any, F: int, rng: np.random.Generator) -> np.ndarray:
     if weights is None:
         return rng.dirichlet(np.full(F, 4.0))  # [F]; generic, so marginals have no exact ties
-    w = np.asarray(weights, dtype=np.float64)
-    if w.shape != (F,):
-        raise ValueError(f"weights: expected shape ({F},), got {w.shape}")
-    if not np.all(np.isfinite(w)) or np.any(w <= 0):
-        raise ValueError("weights: every weight must be finite and > 0")
-    return w / w.sum()
+    return check_weights(weights, F, "futures", positive=True)
 
 
 def _point_modes(futures: np.ndarray, V: int) -> np.ndarray:

@@ -308,7 +308,7 @@ def _build(log_pi: np.ndarray, log_q: np.ndarray, budget: int, token_ids, name: 
     if token_ids is None:
         V = W
         N = min(budget, total_prefixes([V] * L, budget))
-        vals, ids, by_id, lens, bound = _dense_lists(log_pi, log_q, N, name, tol)
+        vals, ids, by_id, lens, bound, log_q = _dense_lists(log_pi, log_q, N, name, tol)  # log_q clipped
         if K == 1:
             out = _k._product_lattice(vals[0], ids[0], lens[0], N)
         while K > 1:
@@ -421,21 +421,26 @@ def _dense_lists(log_pi, log_q, N: int, name: str, tol: float):
     never needs more than N tokens of a row, nor a token below the row's floor
     (:func:`_list_floors`); a row whose first list ends at or above its floor is read again for
     its tokens at or above the floor, at most min(V, N). Returns vals, ids, by_id [K, L, M],
-    lens [K, L] and bound [K, L] (an upper bound on the tokens beyond each list, for the
-    threshold search).
+    lens [K, L], bound [K, L] (an upper bound on the tokens beyond each list, for the
+    threshold search) and the rows, clipped to <= 0 if they held round-off above 0.
     """
     K, L, V = log_q.shape
     M = min(V, N)
     M0 = min(M, FIRST_LIST)
     vals, ids, by_id, lens, status = _k._topk_rows(log_q, M0, tol, *_whole_rows(log_q))
     _raise_status(name, status)
+    if status == _k.ROUND_OFF:
+        # round-off above 0 (within the dtype's tolerance) is clipped once, here, for everything
+        # that reads the rows later: a child could otherwise outscore its parent
+        log_q = np.minimum(log_q, np.asarray(0, dtype=log_q.dtype))
+        vals, ids, by_id, lens, status = _k._topk_rows(log_q, M0, tol, *_whole_rows(log_q))
     bound = vals[:, :, M0 - 1].copy()
     if M0 == M:
-        return vals, ids, by_id, lens, bound
+        return vals, ids, by_id, lens, bound, log_q
     floor = _list_floors(log_pi, vals, ids, lens, N, log_q)  # [K, L]
     todo = vals[:, :, M0 - 1] >= floor
     if not todo.any():
-        return vals, ids, by_id, lens, bound
+        return vals, ids, by_id, lens, bound, log_q
     # the floor in the rows' dtype, rounded down so that no wanted token falls below it
     f = floor.astype(log_q.dtype)
     f = np.where(f > floor, np.nextafter(f, np.asarray(-np.inf, dtype=f.dtype)), f)
@@ -449,7 +454,7 @@ def _dense_lists(log_pi, log_q, N: int, name: str, tol: float):
     lens = np.where(todo, l2, lens)
     # a re-read list that stops short of M holds every token at or above the floor
     bound = np.where(todo, np.where(l2 < M, f.astype(np.float64), v2[:, :, M - 1]), bound)
-    return out_v, out_i, out_b, lens, bound
+    return out_v, out_i, out_b, lens, bound, log_q
 
 
 def product_tree(log_q, budget: int, token_ids=None) -> DraftTree:
@@ -459,7 +464,8 @@ def product_tree(log_q, budget: int, token_ids=None) -> DraftTree:
     ----------
     log_q : array [L, V] or a one-mode MixtureOfProducts
         Per-position log-probabilities (float64, float32, or float16, which is upcast to float32
-        exactly; entries may exceed 0 by the round-off ``pos_tol(dtype)`` allows). With
+        exactly; entries may exceed 0 by the round-off ``pos_tol(dtype)`` allows, and are read
+        as 0, so no prefix outscores its parent). With
         ``token_ids``, the candidate log-probabilities [L, k] instead. A
         :class:`~mfd_theory.distributions.MixtureOfProducts` with K = 1, such as what
         ``target.marginals()`` returns, stands for its rows.
@@ -494,12 +500,16 @@ def _product_rows(log_q):
     return log_q
 
 
-def mixture_tree(log_pi, log_q, budget: int, token_ids=None) -> DraftTree:
+def mixture_tree(log_pi, log_q=None, budget: int | None = None, token_ids=None) -> DraftTree:
     """Exact top-``budget`` prefixes by the mixture ``sum_k pi_k prod_i q_{k,i}(s_i)``.
+
+    ``mixture_tree(log_pi, log_q, budget)``, or ``mixture_tree(mixture, budget)`` with a
+    :class:`~mfd_theory.distributions.MixtureOfProducts` standing for its weights and rows (as
+    :func:`product_tree` takes a one-mode one).
 
     Parameters
     ----------
-    log_pi : array [K]
+    log_pi : array [K], or a MixtureOfProducts
         Log mode weights; they sum to one within ``norm_tol(log_pi.dtype)``, the rule
         :class:`~mfd_theory.distributions.MixtureOfProducts` applies.
     log_q : array [K, L, V]
@@ -508,6 +518,18 @@ def mixture_tree(log_pi, log_q, budget: int, token_ids=None) -> DraftTree:
     token_ids : int array [K, L, k], optional
         Candidate ids per mode; a token missing from mode k's list has q_k = 0 there.
     """
+    if isinstance(log_pi, MixtureOfProducts):
+        if log_q is not None and budget is not None:
+            raise ValueError("budget: given twice (a MixtureOfProducts is followed by the budget alone: "
+                             "mixture_tree(mixture, budget))")
+        if token_ids is not None:
+            raise ValueError("token_ids: a MixtureOfProducts has whole rows, not candidate lists")
+        budget = log_q if budget is None else budget
+        log_pi, log_q = log_pi.log_pi, log_pi.log_q
+    if log_q is None:
+        raise ValueError("log_q: missing (pass log_pi, log_q, budget, or a MixtureOfProducts and the budget)")
+    if budget is None:
+        raise ValueError("budget: missing")
     budget = _check_budget(budget)
     log_q, tol = _check_scores("log_q", log_q)
     if log_q.ndim != 3:
@@ -522,7 +544,7 @@ def oracle_tree(target, budget: int) -> DraftTree:
     """Top-``budget`` prefixes by the target's own prefix probability: the coverage ceiling."""
     if not isinstance(target, MixtureOfProducts):
         raise ValueError(f"target: expected a MixtureOfProducts, got {type(target).__name__}")
-    return mixture_tree(target.log_pi, target.log_q, budget)
+    return mixture_tree(target, budget)
 
 
 def chain_tree(tokens, log_score=None) -> DraftTree:

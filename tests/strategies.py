@@ -105,7 +105,8 @@ class Futures:
         from mfd_theory.distributions import MixtureOfProducts
 
         return MixtureOfProducts.futures(
-            self.sequences, weights=self.weights, vocab_size=self.V, noise=self.noise
+            # relative weights here; the builder takes them summing to one
+            self.sequences, weights=self.weights / self.weights.sum(), vocab_size=self.V, noise=self.noise
         )
 
 

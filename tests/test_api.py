@@ -107,3 +107,64 @@ def test_readme_quickstart_runs_and_prints_what_it_says(capsys):
     assert len(printed) == len(promised)
     for got, want in zip(printed, promised):
         assert [float(x) for x in got.split()] == [float(x) for x in want], (got, want)
+
+
+def test_mixture_tree_takes_a_mixture_as_product_tree_does():
+    import pytest
+
+    from mfd_theory import MixtureOfProducts, mixture_tree, product_tree
+
+    target = MixtureOfProducts.futures([[0, 1, 2], [2, 1, 0]], weights=[0.7, 0.3], vocab_size=3, noise=0.2)
+    assert mixture_tree(target, 7) == mixture_tree(target.log_pi, target.log_q, 7)
+    assert mixture_tree(target, budget=7) == mixture_tree(target.log_pi, target.log_q, 7)
+    marg = target.marginals()  # one mode: both builders take it and agree
+    assert mixture_tree(marg, 5) == product_tree(marg, 5)
+    with pytest.raises(ValueError, match="budget"):
+        mixture_tree(target, 7, 7)
+    with pytest.raises(ValueError, match="budget"):
+        mixture_tree(target)
+
+
+def test_count_chimeras_eps_counts_the_nodes_a_noisy_target_almost_never_produces():
+    import numpy as np
+    import pytest
+
+    from mfd_theory import MixtureOfProducts, chimera_mask, count_chimeras, product_tree
+
+    seqs = [[0, 1, 2], [2, 1, 0]]
+    exact = MixtureOfProducts.futures(seqs, vocab_size=4)
+    noisy = MixtureOfProducts.futures(seqs, vocab_size=4, noise=1e-3)
+    tree = product_tree(exact.marginals(), 8)
+    want = count_chimeras(tree, exact)
+    assert want.total > 0 and count_chimeras(tree, noisy).total == 0  # eps = 0: today's count
+    got = count_chimeras(tree, noisy, eps=1e-3)
+    assert got == want  # the noise gives a chimera at most ~(noise / V) per off-future token
+    assert got.total == int(chimera_mask(tree, noisy, 1e-3).sum())
+    assert count_chimeras(tree, np.array(seqs)) == want  # futures: eps = 0 only
+    with pytest.raises(ValueError, match="eps"):
+        count_chimeras(tree, np.array(seqs), eps=1e-3)
+    with pytest.raises(ValueError, match="eps"):
+        count_chimeras(tree, noisy, eps=-1.0)
+
+
+def test_weights_that_do_not_sum_to_one_are_refused():
+    import numpy as np
+    import pytest
+
+    from mfd_theory import MixtureOfProducts, make_target
+
+    seqs = [[0, 1], [1, 0], [1, 1]]
+    with pytest.raises(ValueError, match="weights: must sum to 1"):
+        MixtureOfProducts.futures(seqs, weights=[3, 2, 1], vocab_size=2)
+    with pytest.raises(ValueError, match="weights: must sum to 1"):
+        make_target("two_futures", weights=[3.0, 1.0])
+    m = MixtureOfProducts.futures(seqs, weights=[0.5, 0.3, 0.2], vocab_size=2)
+    assert np.allclose(np.exp(m.log_pi), [0.5, 0.3, 0.2])
+    assert np.allclose(make_target("two_futures", weights=[0.75, 0.25]).weights, [0.75, 0.25])
+
+
+def test_dir_lists_public_names_only():
+    names = dir(mfd_theory)
+    assert "annotations" not in names and "importlib" not in names
+    assert not [n for n in names if n.startswith("_") and not n.startswith("__")]
+    assert set(mfd_theory.__all__) <= set(names)

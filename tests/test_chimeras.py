@@ -267,8 +267,8 @@ def test_zero_probability_future_raises():
         log_q = np.log(q)
     with pytest.raises(ValueError, match="probability zero"):
         ch.min_product_tree_containing(log_q, [[0, 0], [1, 1]])
-    with pytest.raises(ValueError, match="probability zero"):
-        ch.splice_chimeras_from_scores(log_q, [0, 0], [1, 1])
+    # outside the theorem, but counted: (0, 1) has probability 1/2 > 0 = t, (1, 0) has 0 = t
+    assert ch.splice_chimeras_from_scores(log_q, [0, 0], [1, 1]) == (1, 1)
 
 
 def test_other_bad_arguments_raise():
@@ -423,3 +423,53 @@ def test_exact_minima_artifact_is_consistent():
             assert r["exact"] == (r["lower_bound"] == r["observed_min"])
         else:
             assert not r["exact"]
+
+
+# ----------------------------------------------------------------------------- zero-probability futures
+
+
+def test_zero_probability_future_is_outside_the_theorem():
+    # q_1 = (1, 0), q_2 = (0, 1), a = (1, 0), b = (0, 1): the theorem's min(Q(a), Q(b)) > 0 fails
+    with np.errstate(divide="ignore"):
+        log_q = np.log(np.array([[1.0, 0.0], [0.0, 1.0]]))
+    a, b = [1, 0], [0, 1]
+    # a legitimate top-4 set holding both futures and no chimera: nothing left out outscores it
+    kept = {(0,), (0, 1), (1,), (1, 0)}
+    every = {(0,), (1,), *itertools.product(range(2), repeat=2)}
+    score = {s: float(sum(log_q[i, t] for i, t in enumerate(s))) for s in every}
+    assert max(score[s] for s in every - kept) <= min(score[s] for s in kept)
+    assert tuple(a) in kept and tuple(b) in kept
+    assert not any(len(s) == 2 and s not in (tuple(a), tuple(b)) for s in kept)
+    above, tied = ch.splice_chimeras_from_scores(log_q, a, b)
+    assert above == 0 < ch.chimera_lower_bound(2) and above + tied == 2
+    with pytest.raises(ValueError, match=r"min\(Q\(a\), Q\(b\)\) > 0"):
+        ch.min_product_tree_containing(log_q, [a, b])
+
+
+def test_zero_probability_counts_match_exact_arithmetic():
+    import reference_chimeras as rc
+
+    rng = np.random.default_rng(5)
+    zero = below = 0
+    for _ in range(600):
+        L, V = int(rng.integers(2, 6)), int(rng.integers(2, 4))
+        w = rng.integers(0, 3, size=(L, V))  # zeros: impossible tokens
+        w[w.sum(axis=1) == 0, 0] = 1
+        a = rng.integers(0, V, size=L)
+        m = int(rng.integers(1, L + 1))
+        b = a.copy()
+        pos = rng.choice(L, size=m, replace=False)
+        b[pos] = (a[pos] + rng.integers(1, V, size=m)) % V
+        with np.errstate(divide="ignore"):
+            log_q = np.log(w / w.sum(axis=1, keepdims=True))
+        above, tied, _ = rc.exact_splice_counts(w, a, b)
+        assert ch.splice_chimeras_from_scores(log_q, a, b) == (above, tied), (w, a, b)
+        if np.isneginf(log_q[np.arange(L), a]).any() or np.isneginf(log_q[np.arange(L), b]).any():
+            zero += 1
+            below += above < ch.chimera_lower_bound(m)
+    assert zero > 100 and below > 0
+
+
+def test_verify_bound_with_a_tiny_alpha_keeps_every_future_possible():
+    res = ch.verify_bound(2000, alpha=0.003, m_max=6, L_max=8)
+    assert res.instances + res.ties == 2000 and res.violations == 0

@@ -188,3 +188,50 @@ def test_quiet_e2e_silences_transformers_bars(monkeypatch):
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert res.returncode == 0 and res.stdout.strip() == "False", res.stderr[-500:]
+
+
+BENCH_DECODE_BAD = [
+    (["--target-dir", "/nonexistent"], "--target-dir"),
+    (["--drafter-dir", "/nonexistent"], "--drafter-dir"),
+]
+
+
+@pytest.mark.parametrize("argv,flag", BENCH_DECODE_BAD, ids=[a[0] for a, _ in BENCH_DECODE_BAD])
+def test_bench_decode_missing_checkpoints_exit_2_naming_the_flag(argv, flag, tmp_path, capsys, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "decode", *argv, "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert flag in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_decode_target_dir_that_is_no_model_exits_2(tmp_path, capsys):
+    pytest.importorskip("torch")
+    d = tmp_path / "broken"
+    d.mkdir()
+    (d / "config.json").write_text("{}")  # a config, but no model
+    assert main(["bench", "decode", "--target-dir", str(d), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    assert "--target-dir" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_bench_decode_cuda_without_cuda_exits_2_naming_the_flag(tmp_path, capsys, monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on a CPU-only torch
+    assert main(["bench", "decode", "--device", "cuda", "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    assert "--device" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_ctrl_c_is_one_line_and_exit_130(capsys, monkeypatch):
+    pytest.importorskip("torch")
+    import mfd_theory.llm.pipeline as pipeline
+
+    def interrupted(argv):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "train_drafter_main", interrupted)
+    assert main(["train-drafter", "--help-not-parsed"]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "mfd train-drafter: interrupted; checkpoints written so far are kept"

@@ -235,3 +235,9 @@ def test_variance_from_prefix_probs_rejects_bad_input():
         variance_from_prefix_probs([1], [1.5])
     with pytest.raises(ValueError, match="depth"):
         variance_from_prefix_probs([0], [0.5])
+    # depths no prefix-closed tree has: a gap below the deepest node, or a fractional depth
+    for bad in ([2], [1, 3], [1, 1, 3, 4], [1, 1.5]):
+        with pytest.raises(ValueError, match="depth"):
+            variance_from_prefix_probs(bad, [0.1] * len(bad))
+    # every realisable depth multiset is accepted, in any order
+    assert variance_from_prefix_probs([2, 1, 2, 3, 1], [0.2, 0.5, 0.1, 0.05, 0.3]) >= 0.0

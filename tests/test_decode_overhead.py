@@ -11,7 +11,7 @@ from llm_helpers import tiny_qwen3  # noqa: E402
 from reference_decode import slow_topk  # noqa: E402
 
 from mfd_theory.llm import build_drafter  # noqa: E402
-from mfd_theory.llm.decode import _topk, build_tree, speculative_generate  # noqa: E402
+from mfd_theory.llm.decode import _topk, _topk_torch, build_tree, speculative_generate  # noqa: E402
 from mfd_theory.llm.warmup import warm_up  # noqa: E402
 
 
@@ -25,12 +25,24 @@ def test_topk_equals_the_slow_twin(shape, k):
     assert vals.dtype == np.float64 and ids.dtype == np.int64
 
 
-def test_topk_with_ties_picks_a_valid_top_set():
+@pytest.mark.parametrize("select", [_topk, _topk_torch])
+def test_topk_ties_go_to_the_lower_ids(select):
+    # the cut and the order follow the builders' rule: lower token id first among equal values
+    uniform = torch.log_softmax(torch.zeros(1, 10), dim=-1)
+    assert select(uniform, 2)[1].tolist() == [[0, 1]]
     x = torch.tensor([[0.0, -1.0, 0.0, -1.0, -2.0, -1.0]])
-    vals, ids = _topk(x, 3)
-    ref_vals, _ = slow_topk(x.numpy(), 3)
-    assert np.array_equal(vals, ref_vals)  # the values are the same whatever tie is broken
-    assert np.array_equal(x.numpy()[0, ids[0]], vals[0]) and len(set(ids[0].tolist())) == 3
+    for k in range(1, 7):
+        vals, ids = select(x, k)
+        ref_vals, ref_ids = slow_topk(x.numpy(), k)
+        assert np.array_equal(ids, ref_ids) and np.array_equal(vals, ref_vals), k
+    # rows of a few distinct values (many ties), several leading axes, float32 and bfloat16
+    g = torch.Generator().manual_seed(0)
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randint(-3, 1, (3, 4, 60), generator=g).to(dtype)
+        for k in (1, 5, 17, 60):
+            vals, ids = select(x, k)
+            ref_vals, ref_ids = slow_topk(x.float().numpy(), k)
+            assert np.array_equal(ids, ref_ids) and np.array_equal(vals, ref_vals), (dtype, k)
 
 
 def test_nan_drafts_are_still_refused():

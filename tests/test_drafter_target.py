@@ -63,3 +63,26 @@ def test_layer_count_is_compared(tmp_path):
     d.config.num_target_layers = 2
     with pytest.raises(ValueError, match="another target|4 layers"):
         speculative_generate(big, d, PROMPT, 4, "ddtree", budget=4)
+
+
+def test_fingerprint_does_not_depend_on_the_load_dtype():
+    from mfd_theory.llm.train import target_fingerprint
+
+    m32 = tiny_qwen3(seed=3)
+    m16 = tiny_qwen3(seed=3).to(torch.bfloat16)
+    assert m16.lm_head.weight.dtype == torch.bfloat16
+    assert target_fingerprint(m32) == target_fingerprint(m16)
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_fingerprint_covers_the_decoder_layers(large):
+    from mfd_theory.llm.train import target_fingerprint
+
+    # ``large``: a tensor big enough to be sampled, changed in every value.
+    m = tiny_qwen3(seed=4, hidden_size=64 if large else 32)
+    before = target_fingerprint(m)
+    w = m.model.layers[1].mlp.down_proj.weight if large else m.model.layers[1].input_layernorm.weight
+    assert (w.numel() > 4096) == large
+    with torch.no_grad():
+        w.mul_(1.5)
+    assert target_fingerprint(m) != before

@@ -76,7 +76,10 @@ def test_eos_inside_an_accepted_path(model, target):
             assert res.tokens == _hf_greedy(model, prompt, 20, eos=eos) == free[: j + 1]
             assert res.stopped_by == "eos"
             last = res.steps[-1]
-            inside += last.emitted <= last.accepted  # EOS was an accepted draft token, not the bonus
+            # accepted counts emitted draft tokens only: none past the EOS, so never above emitted
+            assert all(s.accepted <= s.emitted <= s.accepted + 1 for s in res.steps)
+            assert sum(s.emitted for s in res.steps) == len(res.tokens) - 1  # the first came from prefill
+            inside += last.emitted == last.accepted  # EOS was an accepted draft token, not the bonus
     assert inside > 0
 
 

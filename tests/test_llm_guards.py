@@ -199,3 +199,19 @@ def test_cache_holds_exactly_the_committed_sequence_at_return(model, method):
         t.commit([])
         assert nxt == _hf_greedy(model, prompt + res.tokens, 1)[0]
     assert mid_path > 0 or method == "ar"  # the last round's path was cut short, and still committed
+
+
+def test_a_tokenizer_output_is_taken_as_its_input_ids(model, target, block):
+    from transformers import BatchEncoding
+
+    ref = speculative_generate(target, block, torch.tensor([[5, 6, 7, 8]]), 6, "ddtree", budget=4).tokens
+    enc = BatchEncoding({"input_ids": torch.tensor([[5, 6, 7, 8]]), "attention_mask": torch.ones(1, 4)})
+    assert speculative_generate(target, block, enc, 6, "ddtree", budget=4).tokens == ref
+    assert speculative_generate(target, block, {"input_ids": [5, 6, 7, 8]}, 6, "ddtree", budget=4).tokens == ref
+
+
+@pytest.mark.parametrize("junk", [None, "5 6 7", b"\x05", object(), {"ids": [1, 2]}, [[1, 2], [3]],
+                                  {"input_ids": None}])
+def test_junk_input_ids_are_refused_naming_them(target, block, junk):
+    with pytest.raises(ValueError, match="input_ids"):
+        speculative_generate(target, block, junk, 4, "mfd")

@@ -377,3 +377,38 @@ def test_distill_under_torchrun_writes_the_same_data(run, tmp_path):
     # shard s was made by rank s % 2; answers are seeded per prompt, so the bytes are the same
     for shard in sorted((root / "data").glob("shard-*.safetensors")):
         assert (out / shard.name).read_bytes() == shard.read_bytes(), shard.name
+
+
+def test_a_tokenizer_without_mask_token_warns_with_the_id_used(run, tmp_path):
+    import shutil
+    import warnings
+
+    from mfd_theory.llm.drafter import load_drafter
+    from mfd_theory.llm.pipeline import load_target
+
+    root, target_dir, _ = run
+    bare = tmp_path / "target"
+    shutil.copytree(target_dir, bare)
+    tc = json.loads((bare / "tokenizer_config.json").read_text())
+    tc.pop("mask_token", None)
+    (bare / "tokenizer_config.json").write_text(json.dumps(tc))
+    target, tok = load_target(bare)
+    assert tok.mask_token_id is None
+    base = ["train-drafter", "--target", str(bare), "--data", str(root / "data"), *TRAIN_ARGS[:-1], "--steps", "1"]
+    with pytest.warns(UserWarning, match=r"mask_token_id: .* uses id \d+ .*--mask-token-id") as rec:
+        assert mfd([*base, "--out", str(tmp_path / "fallback"), "--quiet"]) == 0
+    used = int(str(rec[0].message).split(" uses id ")[1].split()[0])
+    assert load_drafter(tmp_path / "fallback" / "drafter", target).mask_token_id == used
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a chosen id: no warning
+        assert mfd([*base, "--out", str(tmp_path / "chosen"), "--mask-token-id", "7", "--quiet"]) == 0
+    assert load_drafter(tmp_path / "chosen" / "drafter", target).mask_token_id == 7
+
+
+@pytest.mark.parametrize("value", ["-1", "100000"])
+def test_bad_mask_token_id_exits_2_naming_it(run, tmp_path, capsys, value):
+    root, target_dir, _ = run
+    assert mfd(["train-drafter", "--target", str(target_dir), "--data", str(root / "data"), "--out",
+                str(tmp_path / "x"), "--mask-token-id", value, *TRAIN_ARGS]) == 2
+    assert "mask_token_id" in capsys.readouterr().err
+    assert not (tmp_path / "x" / "drafter").exists()

@@ -419,3 +419,46 @@ def test_mixture_candidates_in_any_order_give_the_dense_tree(mix, budget, rnd):
             ids[k, i] = perm
     vals = np.take_along_axis(mix.log_q, ids, axis=2)  # [K, L, V]
     assert mixture_tree(mix.log_pi, vals, budget, token_ids=ids) == mixture_tree(mix.log_pi, mix.log_q, budget)
+
+
+# ----------------------------------------------------------------------------- round-off above 0
+
+
+def _never_rises(t: DraftTree) -> bool:
+    up = np.where(t.parent >= 0, t.log_score[np.maximum(t.parent, 0)], 0.0)
+    return bool(np.all(t.log_score <= up))
+
+
+def _builds(log_q, N):
+    """Every builder entry on rows log_q [L, V]: dense and candidate product trees, and mixture
+    trees of one mode and of two modes (dense and candidates)."""
+    L, V = log_q.shape
+    order = np.argsort(-log_q.astype(np.float64), axis=1, kind="stable")  # candidates: every token
+    cand = np.take_along_axis(log_q, order, axis=1)
+    two = np.stack([log_q, log_q[::-1] if L > 1 else log_q])
+    half = np.log(np.array([0.5, 0.5], dtype=log_q.dtype))
+    return [
+        product_tree(log_q, N),
+        product_tree(cand, N, token_ids=order),
+        mixture_tree(np.zeros(1, dtype=log_q.dtype), log_q[None], N),
+        mixture_tree(half, two, N),
+        mixture_tree(half, np.stack([cand, cand]), N, token_ids=np.stack([order, order])),
+    ]
+
+
+def test_round_off_above_zero_is_clipped_once_for_every_builder():
+    rows = np.array([[1e-6, -1], [1e-6, -1]], dtype=np.float32)  # within float32's tolerance
+    for t in _builds(rows, 3):
+        assert _never_rises(t), t.log_score
+        assert np.all(t.log_score <= 0)
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        L, V = int(rng.integers(1, 4)), int(rng.integers(2, 6))
+        tol = pos_tol(np.float16)
+        x = rng.uniform(-3.0, tol, size=(L, V)).astype(np.float16)  # some entries just above 0
+        x[rng.random((L, V)) < 0.3] = np.float16(tol)
+        N = int(rng.integers(1, 12))
+        clipped = np.minimum(x, np.float16(0))
+        for t, want in zip(_builds(x, N), _builds(clipped, N)):
+            assert _never_rises(t), (x, N)
+            assert t == want  # clipping first changes nothing: the builders read x as clipped

@@ -115,7 +115,9 @@ def _verify_kernel(n, m_lo, m_hi, L_max, V_max, alpha, near_tie_frac, grid, rel_
                 if grid > 0:
                     q[p, v] = 1.0 + np.random.randint(0, grid)
                 else:
-                    q[p, v] = np.random.gamma(alpha, 1.0)
+                    # floored at the smallest normal double: a small alpha can draw 0, and the
+                    # theorem needs every future to have positive probability
+                    q[p, v] = max(np.random.gamma(alpha, 1.0), 2.2250738585072014e-308)
                 tot += q[p, v]
             for v in range(V):
                 q[p, v] /= tot

@@ -41,6 +41,7 @@ HAS_NAN = 1
 HAS_POSINF = 2
 HAS_POSITIVE = 3
 NEEDS_MORE = 4
+ROUND_OFF = 6  # not an error: positive entries within the tolerance, which the caller clips
 
 
 @njit(cache=True)
@@ -192,8 +193,10 @@ def _take(row, t, e, want, thr, strict, pos_tol, cv, ci, n, rst):
                 return n, HAS_NAN
             if v == np.inf:
                 rst = HAS_POSINF
-            elif v > pos_tol and rst == OK:
+            elif v > pos_tol and (rst == OK or rst == ROUND_OFF):
                 rst = HAS_POSITIVE
+            elif v > 0 and rst == OK:
+                rst = ROUND_OFF
             cv[n] = v
             ci[n] = j
             n += 1
@@ -279,7 +282,9 @@ def _topk_rows(x, M, pos_tol, floor, todo):
     int64, by_id [K, L, M] (the list positions in increasing token-id order), lens [K, L] (the
     entries each list holds: M, fewer when fewer are at or above the floor, 0 for rows not
     done) and a status code (NaN / +inf / positive log-prob found; within a row NaN wins over
-    +inf over positive, and a row with NaN or +inf ends the scan).
+    +inf over positive, and a row with NaN or +inf ends the scan; ROUND_OFF when the only
+    positive entries lie within ``pos_tol``: the values are returned as they are, and the
+    builders clip the rows and read them again).
 
     Per row: a first pass folds the row into column maxima and takes a threshold with at least
     M entries at or above it (:func:`_column_threshold`), or starts from the floor if any; a
@@ -337,6 +342,8 @@ def _topk_rows(x, M, pos_tol, floor, todo):
             if rst == HAS_POSINF:
                 return vals, ids, by_id, lens, rst
             if rst == HAS_POSITIVE:
+                status = rst
+            elif rst == ROUND_OFF and status == OK:
                 status = rst
             if n > M:
                 _compact(cv, ci, n, M, tmp)
@@ -685,7 +692,8 @@ def _prepare_candidates(values, ids, pos_tol):
     Rows already in the tie rule's order (descending value, ascending id among equal values) are
     copied as they are; rows sorted by value whose equal values are not in id order (torch.topk
     leaves them in any order) have only those runs put in id order; other rows are sorted.
-    Status: NaN, +inf, positive log-prob, or 5 for a negative token id.
+    Status: NaN, +inf, positive log-prob, or 5 for a negative token id. Values above 0 within
+    ``pos_tol`` (round-off) are clipped to 0 before the sort, so ties they form follow the rule.
     """
     K, L, k = values.shape
     vals = np.empty((K, L, k))
@@ -703,7 +711,7 @@ def _prepare_candidates(values, ids, pos_tol):
                     return vals, out_ids, HAS_POSINF if v == np.inf else HAS_POSITIVE
                 if t < 0:
                     return vals, out_ids, 5
-                vals[a, d, i] = v
+                vals[a, d, i] = min(v, 0.0)
                 out_ids[a, d, i] = t
                 if i > 0 and vals[a, d, i - 1] < v:
                     ok = by_value = False

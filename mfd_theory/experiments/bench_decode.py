@@ -93,6 +93,13 @@ def _torch_setup(cfg: BenchDecodeConfig):
         torch.set_num_threads(cfg.threads)
     dev = torch.device("cuda" if cfg.device == "auto" and torch.cuda.is_available() else
                        ("cpu" if cfg.device == "auto" else cfg.device))
+    if dev.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0:
+            raise ValueError(f"--device: {cfg.device!r} asked for, but this torch has no CUDA device "
+                             f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'none'}); use --device cpu")
+        if dev.index is not None and dev.index >= n:
+            raise ValueError(f"--device: {cfg.device!r} asked for, but only {n} CUDA device(s) exist")
     if cfg.dtype == "auto":
         dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     else:
@@ -113,8 +120,11 @@ def build_target(cfg: BenchDecodeConfig, torch, dev, dtype):
     from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
     if cfg.target_dir:
-        model = AutoModelForCausalLM.from_pretrained(cfg.target_dir, dtype=dtype, attn_implementation=cfg.attn,
-                                                     local_files_only=True)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(cfg.target_dir, dtype=dtype, attn_implementation=cfg.attn,
+                                                         local_files_only=True)
+        except (OSError, ValueError) as exc:  # an incomplete or foreign checkpoint directory
+            raise ValueError(f"--target-dir: cannot load a model from {cfg.target_dir}: {exc}") from exc
         return model.to(dev).eval(), Path(cfg.target_dir).name
     if cfg.preset not in PRESETS:
         raise ValueError(f"preset: must be one of {sorted(PRESETS)}, got {cfg.preset!r}")
@@ -339,6 +349,9 @@ def run(config: BenchDecodeConfig = BenchDecodeConfig(), out_dir: str | None = N
     if config.arch not in ("qwen3", "qwen3_5"):
         raise ValueError(f"arch: must be 'qwen3' or 'qwen3_5', got {config.arch!r}")
     hybrid = config.arch == "qwen3_5"
+    for flag, d in (("--target-dir", config.target_dir), ("--drafter-dir", config.drafter_dir)):
+        if d and not (Path(d) / "config.json").is_file():
+            raise ValueError(f"{flag}: {d} is not a local checkpoint directory (no config.json there)")
     torch, dev, dtype = _torch_setup(config)
     out_dir = Path(out_dir or config.out)
     if hybrid and not config.target_dir:
@@ -347,7 +360,11 @@ def run(config: BenchDecodeConfig = BenchDecodeConfig(), out_dir: str | None = N
         hf, model_name = build_target(config, torch, dev, dtype)
     target = TargetModel(hf)
     if config.drafter_dir:
-        drafter = load_drafter(config.drafter_dir, target)
+        try:
+            drafter = load_drafter(config.drafter_dir, target)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"--drafter-dir: cannot load a drafter for this target from {config.drafter_dir}: "
+                             f"{exc}") from exc
     else:
         drafter = build_drafter(hf, config.block_size, config.draft_layers, num_modes=config.num_modes,
                                 seed=config.seed)

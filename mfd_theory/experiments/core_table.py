@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..coverage import chimera_mask, coverage, splice_mask
-from ..distributions import MixtureOfProducts
+from ..distributions import MixtureOfProducts, norm_tol
 from ..results import Result
 from ..trees import chain_tree, mixture_tree, oracle_tree, product_tree
 from ._config import (Checked, add_common, add_dataclass_args, check_out_file, finish, make_parser, opt,
@@ -43,7 +43,7 @@ class CoreTableConfig(Checked):
     def validate(self) -> None:
         if len(self.weights) != self.n_futures:
             raise ValueError(f"--weights: {len(self.weights)} weights for --n-futures {self.n_futures}")
-        if abs(sum(self.weights) - 1.0) > 1e-6:
+        if abs(sum(self.weights) - 1.0) > norm_tol(np.float64):  # the rule MixtureOfProducts.futures applies
             raise ValueError(f"--weights: must sum to 1, got {sum(self.weights):g}")
 
 

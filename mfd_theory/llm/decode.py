@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import numbers
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -54,7 +55,9 @@ class StepRecord:
     """One round of drafting, tree building, verification and commit (times in seconds)."""
 
     tree_size: int
-    accepted: int  # draft tokens accepted (bonus excluded)
+    # draft tokens accepted and emitted (bonus excluded): an accepted EOS ends the round, and the
+    # accepted draft tokens after it are not counted
+    accepted: int
     emitted: int  # tokens this round added to the output (after EOS / max_new_tokens truncation)
     predicted: float  # exact E[accepted] for this tree under the decoding rule's conditionals
     covered_mass: float  # sum over nodes of the target's (temperature-1 when greedy) prefix probability
@@ -187,25 +190,46 @@ def children_map(tree: DraftTree | None) -> dict[tuple[int, int], int]:
 
 # ---------------------------------------------------------------------------------------- trees
 def _topk(log_q: torch.Tensor, k: int):
-    """The k largest entries of every row (last axis), in descending order: float64 values and
-    int64 ids, numpy.
+    """The k largest entries of every row (last axis), in descending order, ties to the lower
+    token id (in the cut and in the order, the builders' tie rule): float64 values and int64
+    ids, numpy.
 
     On CPU, a partial selection (``np.argpartition``, O(V) per row) followed by a sort of the k
     selected entries is several times faster than ``torch.topk`` at V in the thousands (0.2 vs
-    0.8 ms for [4, 15, 2048], k = 64). On an accelerator the selection runs there and only k entries per
-    row are copied back."""
+    0.8 ms for [4, 15, 2048], k = 64). On an accelerator the selection runs there and only k
+    entries per row are copied back. Either selection may cut a run of equal values anywhere;
+    the rows where it did are redone from their k-th value, keeping the lowest ids of the run."""
     if log_q.device.type != "cpu":
-        vals, ids = torch.topk(log_q, k, dim=-1)
-        return vals.double().cpu().numpy(), ids.cpu().numpy()
+        return _topk_torch(log_q, k)
     x = log_q.detach()
     x = x.numpy() if x.dtype in (torch.float32, torch.float64) else x.float().numpy()
     v = x.shape[-1]
     flat = x.reshape(-1, v)  # [rows, V]
     ids = np.argpartition(flat, v - k, axis=1)[:, v - k:]  # [rows, k]
+    kth = np.take_along_axis(flat, ids, axis=1).min(axis=1)  # [rows]; NaN rows are refused later
+    for r in np.flatnonzero((flat >= kth[:, None]).sum(axis=1) > k):  # a run of kth cut by the partition
+        above = np.flatnonzero(flat[r] > kth[r])
+        ids[r] = np.concatenate([above, np.flatnonzero(flat[r] == kth[r])[: k - above.size]])
+    ids = np.sort(ids, axis=1)  # then a stable sort by value leaves equal values in id order
     vals = np.take_along_axis(flat, ids, axis=1).astype(np.float64)
-    order = np.argsort(-vals, axis=1, kind="stable")  # descending, the order torch.topk gives
+    order = np.argsort(-vals, axis=1, kind="stable")  # descending
     ids, vals = np.take_along_axis(ids, order, axis=1), np.take_along_axis(vals, order, axis=1)
     return vals.reshape(*x.shape[:-1], k), ids.reshape(*x.shape[:-1], k)
+
+
+def _topk_torch(log_q: torch.Tensor, k: int):
+    """:func:`_topk` with torch operations on the tensor's own device (the accelerator path)."""
+    x = log_q.detach()
+    vals, ids = torch.topk(x, k, dim=-1)
+    kth = vals[..., -1:]
+    need = k - (x > kth).sum(dim=-1, keepdim=True)  # places left for entries equal to kth
+    eq = x == kth
+    keep = (x > kth) | (eq & (eq.cumsum(dim=-1) <= need))  # k per row, NaN rows aside
+    if bool((keep.sum(dim=-1) == k).all()):  # otherwise a NaN row, which the builder refuses
+        ids = keep.nonzero()[:, -1].reshape(*x.shape[:-1], k)  # increasing ids per row
+        vals, order = torch.sort(x.gather(-1, ids), dim=-1, descending=True, stable=True)
+        ids = ids.gather(-1, order)
+    return vals.double().cpu().numpy(), ids.cpu().numpy()
 
 
 def build_tree(method: str, log_pi: torch.Tensor, log_q: torch.Tensor, budget: int) -> DraftTree | None:
@@ -352,6 +376,23 @@ def _validate(target: TargetModel, drafter, method, budget, temperature, top_p, 
     check_drafter_target(drafter, target.model)
 
 
+def _prompt_ids(input_ids) -> torch.Tensor:
+    """The prompt as a tensor: token ids (tensor, array, list) or a tokenizer's output (a
+    ``BatchEncoding`` or any mapping, whose ``input_ids`` entry is used)."""
+    if isinstance(input_ids, Mapping):
+        if "input_ids" not in input_ids:
+            raise ValueError(f"input_ids: a mapping without an 'input_ids' entry (keys {sorted(map(str, input_ids))})")
+        input_ids = input_ids["input_ids"]
+    if input_ids is None or isinstance(input_ids, (str, bytes)):
+        raise ValueError(f"input_ids: expected token ids (a tensor, a list of ints or a tokenizer's output), "
+                         f"got {input_ids!r}")
+    try:
+        return torch.as_tensor(input_ids)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise ValueError(f"input_ids: expected token ids (a tensor, a list of ints or a tokenizer's output), "
+                         f"got {type(input_ids).__name__}: {exc}") from exc
+
+
 @torch.no_grad()
 def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method: str, budget: int = 64,
                          temperature: float = 0.0, top_p: float = 1.0, seed: int = 0, *,
@@ -359,7 +400,10 @@ def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method
                          budget_rule: Callable[[np.ndarray], int] | None = None) -> DecodeResult:
     """Generate up to ``max_new_tokens`` tokens for one prompt; lossless for every method.
 
-    ``target`` is a :class:`TargetModel` (or an HF model, wrapped on the fly); ``drafter`` any
+    ``input_ids`` is the prompt, [T] or [1, T]: a tensor, array or list of token ids, or a
+    tokenizer's output (``apply_chat_template(..., return_tensors="pt")`` returns a
+    ``BatchEncoding``; its ``input_ids`` are used). ``target`` is a :class:`TargetModel` (or an
+    HF model, wrapped on the fly); ``drafter`` any
     drafter from :mod:`mfd_theory.llm.drafter` (unused for "ar"). ``eos_token_id`` defaults to the
     target's generation config. Greedy when ``temperature == 0``; otherwise the walk samples from
     softmax(logits / temperature) cut to ``top_p``, with a CPU generator seeded by ``seed``.
@@ -388,7 +432,7 @@ def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method
         raise ValueError("budget_rule: not available with method 'dartree' (its tree is grown depth by depth, "
                          "not in best-first order)")
     _check_count("seed", seed, 0, 2 ** 64 - 1)  # the range torch.Generator.manual_seed takes
-    ids = torch.as_tensor(input_ids)
+    ids = _prompt_ids(input_ids)
     if ids.numel() and (ids.dtype == torch.bool or ids.dtype.is_floating_point or ids.dtype.is_complex):
         raise ValueError(f"input_ids: token ids must be integers, got dtype {ids.dtype}")
     if ids.dim() == 2 and ids.shape[0] == 1:
@@ -500,7 +544,7 @@ def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method
             root = bonus
         tg = _clock(dev)
         result.steps.append(StepRecord(
-            tree_size=n, accepted=len(path), emitted=count, predicted=predicted, covered_mass=covered,
+            tree_size=n, accepted=min(len(path), count), emitted=count, predicted=predicted, covered_mass=covered,
             dead_share=dead_share, dead_splices=dead_splices, t_draft=tb - ta, t_tree=tc - tb,
             t_verify=td - tc, t_walk=te - td, t_commit=tg - tf,
             tree=tree if keep_trees else None, node_log_cond=dec if keep_trees else None,

@@ -58,7 +58,7 @@ from .predict import (
 )
 from .profile import measure_round_profile
 from .train import (
-    LM_ARCHS, DrafterTrainConfig, LMConfig, LMTrainConfig, config_hash, make_distill_data,
+    FINGERPRINT_VERSION, LM_ARCHS, DrafterTrainConfig, LMConfig, LMTrainConfig, config_hash, make_distill_data,
     mode_diagnostics, target_fingerprint, train_drafter, train_lm,
 )
 
@@ -184,10 +184,13 @@ def _drafter(cfg, K: int, target_hf, corpus, data, dpath: Path, cache: Path, pro
         lr=cfg.drafter_lr, warmup=max(1, cfg.drafter_steps // 20), balance=cfg.balance,
         ckpt_every=cfg.ckpt_every, seed=cfg.seed,
     )
+    # The fingerprint version is part of the key: a drafter cached under an older fingerprint
+    # (which this target's no longer matches) is retrained rather than refused.
+    fpv = f"fingerprint-v{FINGERPRINT_VERSION}"
     if kind == "dartree":
-        run_dir = cache / f"drafter-dartree-{config_hash(dcfg, dpath.name, kind, cfg.dartree_rank)}"
+        run_dir = cache / f"drafter-dartree-{config_hash(dcfg, dpath.name, kind, cfg.dartree_rank, fpv)}"
     else:
-        run_dir = cache / f"drafter-k{K}-{config_hash(dcfg, dpath.name)}"
+        run_dir = cache / f"drafter-k{K}-{config_hash(dcfg, dpath.name, fpv)}"
     if (run_dir / "drafter" / "config.json").is_file() and (run_dir / "loss_curve.json").is_file():
         return (load_trained_drafter(run_dir / "drafter", target_hf),
                 json.loads((run_dir / "loss_curve.json").read_text()))

@@ -31,7 +31,7 @@ import torch
 from mfd_theory.results import atomic_write_text
 
 from .e2e import cached_corpus, cached_target, check_writable, target_run_name
-from .train import config_hash
+from .train import FINGERPRINT_VERSION, config_hash
 
 __all__ = ["run_own_target", "write_prompt_files"]
 
@@ -160,6 +160,10 @@ def run_own_target(config, out_dir: str | Path, progress: bool = True) -> dict:
             upstream = ["target", "prompts"] if cmd == "distill" else (
                 ["distill"] if cmd == "train-drafter" else [f"drafter-k{K}" for K in config.modes])
             keys[name] = config_hash(rel, [keys[u] for u in upstream])
+            if cmd == "distill":
+                # Data and drafters record the target's fingerprint: a new fingerprint version
+                # redoes the distill step and, through the keys, every step after it.
+                keys[name] = config_hash(keys[name], f"fingerprint-v{FINGERPRINT_VERSION}")
             where = Path(argv[argv.index("--out") + 1])
 
             def work(cmd=cmd, argv=argv):

@@ -197,6 +197,9 @@ def train_drafter_main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--balance", type=float, default=0.1, help="MFD load-balancing weight")
     parser.add_argument("--ckpt-every", type=int, default=100, help="steps between checkpoints")
     parser.add_argument("--init-from", default=None, help="start from this DFlash checkpoint directory")
+    parser.add_argument("--mask-token-id", type=int, default=None,
+                        help="the drafter's mask token id (default: the tokenizer's mask token; without one, "
+                             "the id published drafters use for this vocabulary, else the last id, with a warning)")
     parser.add_argument("--mode-noise", type=float, default=0.1,
                         help="with --init-from and K > 1: std of the mode embeddings relative to the "
                              "target's embedding rms (0 starts exactly at the checkpoint, but identical "
@@ -223,6 +226,9 @@ def train_drafter_main(argv: list[str] | None = None) -> list[dict]:
         raise ValueError(f"warmup: must be >= 0, got {args.warmup}")
     if args.init_from is not None and not (Path(args.init_from) / "config.json").is_file():
         raise ValueError(f"init_from: no DFlash checkpoint (config.json) in {args.init_from}")
+    if args.mask_token_id is not None and (args.mask_token_id < 0 or args.init_from is not None):
+        raise ValueError(f"mask_token_id: --mask-token-id must be a token id >= 0 and is not used with "
+                         f"--init-from (the checkpoint has its own), got {args.mask_token_id}")
     from .distill import load_distill_data
 
     seqs, plens, manifest = load_distill_data(args.data)
@@ -243,8 +249,8 @@ def train_drafter_main(argv: list[str] | None = None) -> list[dict]:
         fp = target_fingerprint(target)
         if manifest.get("target_fingerprint") != fp:
             raise ValueError(f"data: {args.data} was distilled from another target (fingerprint "
-                             f"{manifest.get('target_fingerprint')}, this target's is {fp}; a different "
-                             "--dtype also changes it)")
+                             f"{manifest.get('target_fingerprint')}, this target's is {fp}; data distilled "
+                             "before the fingerprint's version 2 records an older one: distill again)")
         if args.init_from is not None:
             try:
                 if args.kind == "dartree":
@@ -266,9 +272,18 @@ def train_drafter_main(argv: list[str] | None = None) -> list[dict]:
                 noise = torch.randn(drafter.mode_embeddings.shape, generator=g) * args.mode_noise * rms
                 drafter.mode_embeddings.data.copy_(noise.to(drafter.mode_embeddings))
         else:
-            mask = getattr(tok, "mask_token_id", None)
+            mask = args.mask_token_id if args.mask_token_id is not None else getattr(tok, "mask_token_id", None)
+            n_vocab = int(target.get_input_embeddings().num_embeddings)
+            if mask is not None and not 0 <= int(mask) < n_vocab:
+                raise ValueError(f"mask_token_id: {mask} is not a token of the target's {n_vocab}-token vocabulary")
             drafter = build_drafter(target, args.block_size or 16, args.layers or 1, num_modes=K, seed=args.seed,
                                     mask_token_id=mask, kind=args.kind, rank=args.rank)
+            if mask is None:
+                import warnings
+
+                warnings.warn(f"mask_token_id: the tokenizer has no mask token, so the drafter uses id "
+                              f"{drafter.mask_token_id} as its mask; pass --mask-token-id to choose it",
+                              stacklevel=2)
         drafter = drafter.float()  # float32 weights for the optimizer, whatever the target's dtype
         cfg = DrafterTrainConfig(
             block_size=int(drafter.block_size), num_layers=len(drafter.layers), num_modes=K,

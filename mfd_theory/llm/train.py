@@ -55,6 +55,7 @@ __all__ = [
     "default_gamma",
     "left_align_context",
     "target_fingerprint",
+    "FINGERPRINT_VERSION",
     "mode_diagnostics",
 ]
 
@@ -538,8 +539,24 @@ def _hf_model(target):
     raise ValueError("target: expected a TargetModel or a Hugging Face causal LM")
 
 
+# Bumped whenever target_fingerprint changes what it hashes: cached drafters keyed by it retrain.
+FINGERPRINT_VERSION = 2
+
+# Values hashed per parameter tensor: all of a small one, an evenly strided sample of a large one.
+_FINGERPRINT_SAMPLE = 4096
+
+
 def target_fingerprint(target) -> str:
-    """A short hash of the target's config and weights, stored with drafters trained for it."""
+    """A short hash of the target's config and weights, stored with drafters trained for it.
+
+    Independent of the dtype the weights were loaded in: every value is first rounded to bfloat16
+    (the coarsest dtype targets are run in) and hashed as that number in float32, so the same
+    checkpoint loaded in float32 or bfloat16 has one fingerprint. Every parameter tensor counts
+    (name, shape and values), so a target whose decoder layers differ is another target. A tensor
+    with more than 4096 values contributes a fixed, evenly strided sample of 4096 of them, which
+    keeps the hash cheap on large models; a change confined to unsampled entries of one large
+    tensor goes unnoticed (a fine-tune changes far more than that).
+    """
     hf = _hf_model(target)
     # Architecture numbers and weights only: loader-dependent config fields (name, dtype,
     # attention implementation) must not change the fingerprint of the same model.
@@ -547,11 +564,17 @@ def target_fingerprint(target) -> str:
     arch = [getattr(cfg, k, None) for k in ("vocab_size", "hidden_size", "num_hidden_layers",
                                              "num_attention_heads", "num_key_value_heads",
                                              "intermediate_size")]
-    h = hashlib.sha256(json.dumps(arch).encode())
-    for name in ("lm_head.weight", "model.embed_tokens.weight", "model.norm.weight"):
-        t = dict(hf.named_parameters()).get(name)
-        if t is not None:
-            h.update(t.detach().float().cpu().numpy().tobytes())
+    h = hashlib.sha256(json.dumps([FINGERPRINT_VERSION, arch]).encode())
+    with torch.no_grad():
+        for name, t in sorted(hf.named_parameters(), key=lambda kv: kv[0]):
+            flat = t.detach().reshape(-1)
+            if flat.numel() > _FINGERPRINT_SAMPLE:
+                # Integer indices: the same sample on every device.
+                idx = torch.arange(_FINGERPRINT_SAMPLE, dtype=torch.int64, device=flat.device)
+                flat = flat[idx * (flat.numel() - 1) // (_FINGERPRINT_SAMPLE - 1)]
+            vals = flat.to(torch.bfloat16).float().cpu().numpy()
+            h.update(json.dumps([name, list(t.shape)]).encode())
+            h.update(vals.tobytes())
     return h.hexdigest()[:16]
 
 
