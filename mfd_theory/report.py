@@ -283,7 +283,8 @@ def e2e_block(res: Result) -> str:
         lines.append(f"| {key[0]:g} | {_label(first)} | " + " | ".join(cells) + f" | {dead_s} |")
     pc = d.get("prediction_check") or {}
     if pc.get("n_rows"):
-        lines += ["", f"T > 0, measured vs predicted acceptance over {pc['n_rows']} rows: z = (measured - predicted) "
+        lines += ["", f"In-sample test of the theorem (accepted = covered mass, each round's tree against that round's "
+                      f"own verify logits; not a forecast), T > 0 over {pc['n_rows']} rows: z = (measured - covered) "
                       f"/ standard error has mean {pc['mean_z']:+.2f}, max |z| {pc['max_abs_z']:.2f}, "
                       f"{100 * pc['share_abs_z_below_2']:.0f}% within ±2, sum z^2 = {pc['sum_z2']:.1f} "
                       f"({pc['n_rows']} expected if the theory holds)."]
