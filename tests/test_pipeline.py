@@ -412,3 +412,13 @@ def test_bad_mask_token_id_exits_2_naming_it(run, tmp_path, capsys, value):
                 str(tmp_path / "x"), "--mask-token-id", value, *TRAIN_ARGS]) == 2
     assert "mask_token_id" in capsys.readouterr().err
     assert not (tmp_path / "x" / "drafter").exists()
+
+
+def test_eval_refuses_methods_no_drafter_can_run(run, tmp_path, capsys):
+    root, target, files = run
+    out = tmp_path / "o"
+    assert mfd(["eval", "--target", str(target), "--drafter", str(root / "k1"), "--prompts", *files,
+                "--out", str(out), "--methods", "ar,mfd", *EVAL_ARGS]) == 2
+    err = capsys.readouterr().err
+    assert "--methods" in err and "'mfd'" in err and "K > 1" in err
+    assert not (out / "eval.json").exists()

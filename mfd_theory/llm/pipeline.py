@@ -409,6 +409,7 @@ def eval_main(argv: list[str] | None = None):
             drafters[label] = dr
             info[label] = {"dir": str(d), "K": int(dr.num_modes), "block_size": int(dr.block_size)}
         cells = make_cells(drafters, methods, budgets)
+        _check_cells(cells, methods, drafters)
         target = TargetModel(target_hf)
         profile, pred_path, speed, choices = None, out / "predictions.json", {}, []
         if calib_sets and any(c.method != "ar" for c in cells):
@@ -491,6 +492,22 @@ def eval_main(argv: list[str] | None = None):
         return res
     finally:
         teardown(dist)
+
+
+def _check_cells(cells: list, methods: list[str], drafters: dict) -> None:
+    """Refuse a request that would silently decode nothing: a method no drafter can run (mfd needs
+    K > 1, dartree a Domino drafter, chain/ddtree a block drafter), or a drafter none of the
+    methods runs."""
+    for m in methods:
+        if m != "ar" and not any(c.method == m for c in cells):
+            kinds = ", ".join(f"{label} (K = {d.num_modes}{', Domino' if getattr(d, 'kind', '') == 'dartree' else ''})"
+                              for label, d in drafters.items())
+            raise ValueError(f"--methods: no drafter can run {m!r} (drafters: {kinds}); mfd needs K > 1, "
+                             "dartree a Domino drafter, chain and ddtree a block drafter")
+    for label in drafters:
+        if not any(c.drafter_label == label for c in cells):
+            raise ValueError(f"--drafter: {label} runs none of --methods {','.join(methods)} "
+                             "(a Domino drafter runs dartree only)")
 
 
 def _calibration_sets(prompts: list, args) -> dict:
