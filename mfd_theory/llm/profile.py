@@ -1,6 +1,6 @@
 """Measure one decoding round's cost on this machine, term by term, before any cell is timed.
 
-:func:`measure_round_profile` decodes a few *calibration* prompts (not the evaluation's) with
+:func:`measure_round_profile` decodes a few *calibration* prompts (never an evaluated one) with
 every cell through the real loop (:func:`~mfd_theory.llm.decode.speculative_generate`), so every
 term is timed exactly as the evaluation times it (same code, same clocks, same context growth),
 and pools the per-round times into the tables of a
@@ -15,7 +15,9 @@ and pools the per-round times into the tables of a
 * ``context_probe``: the verify forward at the shortest and the longest context the run sees, to
   say whether context length matters on this machine.
 
-Only the costs are kept: the calibration rounds' acceptance is not used. Per-round times are
+The costs are what the profile is for; it also reports each cell's speedup on these calibration
+decodes (``speed_out``), which only a naive budget rule uses. Acceptance is predicted separately,
+from the target's covered mass (:mod:`mfd_theory.llm.predict`). Per-round times are
 pooled by a 10% trimmed mean (a mean, because throughput is a ratio of sums; trimmed, because a
 short calibration on a shared machine can catch a stall that a long run averages away). Tables
 that must grow with their argument (verify vs N, drafting vs K) are fitted monotone
