@@ -286,8 +286,12 @@ def e2e_block(res: Result) -> str:
         lines += ["", f"In-sample test of the theorem (accepted = covered mass, each round's tree against that round's "
                       f"own verify logits; not a forecast), T > 0 over {pc['n_rows']} rows: z = (measured - covered) "
                       f"/ standard error has mean {pc['mean_z']:+.2f}, max |z| {pc['max_abs_z']:.2f}, "
-                      f"{100 * pc['share_abs_z_below_2']:.0f}% within ±2, sum z^2 = {pc['sum_z2']:.1f} "
-                      f"({pc['n_rows']} expected if the theory holds)."]
+                      f"{100 * pc['share_abs_z_below_2']:.0f}% within ±2, sum z^2 = {pc['sum_z2']:.1f}. The rows share "
+                      f"each prompt's sampling seed, so their z's are correlated and that sum is no chi-square over "
+                      f"rows"
+                      + (f"; pooled per prompt instead (independent clusters), all rows' gaps give z = "
+                         f"{pc['clustered']['z']:+.2f} over {pc['clustered']['prompts']} prompts." if pc.get("clustered")
+                         else ".")]
     return "\n".join(lines)
 
 

@@ -157,3 +157,27 @@ def test_prediction_check_errors_and_regret_by_hand():
     same = {"cells": [dict(c, predicted_tau=r["tau"]) for c, r in zip(cells, rows[1:] + chosen)],
             "budget_choice": []}
     assert prediction_check(same, rows, chosen)["t0_cells_differing"] == 0
+
+
+def test_clustered_z_pools_every_rows_gaps_per_prompt():
+    """The theorem's T > 0 test with prompts as the independent units (rows share a prompt's seed)."""
+    from mfd_theory.llm.evaluate import prediction_summary
+
+    recs = []
+    gaps = {}
+    rng = np.random.default_rng(3)
+    for cell in range(3):
+        for item in range(4):
+            acc = rng.integers(0, 4, 5).astype(float)
+            pred = rng.uniform(0, 3, 5)
+            recs.append({"temperature": 1.0, "method": "ddtree", "dataset": "d", "item": item, "cell": cell,
+                         "accepted": acc.tolist(), "predicted": pred.tolist()})
+            gaps[item] = gaps.get(item, 0.0) + float((acc - pred).sum())
+    recs.append({"temperature": 0.0, "method": "ddtree", "dataset": "d", "item": 0, "cell": 0,
+                 "accepted": [100.0], "predicted": [0.0]})  # greedy rows are not part of the test
+    rows = [{"temperature": 1.0, "method": "ddtree", "pred_gap_z": 0.3}]
+    got = prediction_summary(rows, recs)["clustered"]
+    total = sum(gaps.values())
+    assert got["prompts"] == 4
+    assert got["z"] == pytest.approx(total / math.sqrt(sum(g * g for g in gaps.values())))
+    assert "clustered" not in prediction_summary(rows)

@@ -432,7 +432,7 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
     payload = {
         "rows": rows,
         "mfd_gains": mfd_gains(rows),
-        "prediction_check": prediction_summary(rows),
+        "prediction_check": prediction_summary(rows, records),
         "round_profile": profile.to_dict() if profile is not None else None,
         "speedup_check": speedup_check(rows) if profile is not None else None,
         "budget_choice": choices,

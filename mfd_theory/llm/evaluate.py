@@ -526,19 +526,37 @@ def best_budgets(rows: list[dict]) -> list[dict]:
             for k, r in out.items()]
 
 
-def prediction_summary(rows: list[dict]) -> dict:
-    """How well measured acceptance matches the trees' predicted (covered) mass at T > 0.
+def prediction_summary(rows: list[dict], records: list[dict] | None = None) -> dict:
+    """How well measured acceptance matches the trees' covered mass at T > 0 (in sample: each
+    round's tree against that round's own verify logits; a test of the theorem, not a forecast).
 
-    Each row's z is (measured - predicted) / s.e. of the per-round difference; if the theory
-    holds they are roughly standard normal: about 95% within +-2, sum of z^2 near the row count.
+    Each row's z is (measured - covered) / s.e. of the per-round difference, standard normal if
+    the theorem holds. The rows are not independent of each other: every cell decodes a prompt
+    with the same sampling seed, so the sum of z^2 over rows is no chi-square with one degree per
+    row. With the per-prompt ``records``, ``clustered`` pools every T > 0 row's gaps per prompt
+    (prompts are independent) into one z over the prompts: sum of all gaps over the square root
+    of the sum of the per-prompt summed gaps squared.
     """
     zs = [r["pred_gap_z"] for r in rows if r["temperature"] > 0 and r["method"] != "ar"
           and isinstance(r.get("pred_gap_z"), float) and not math.isnan(r["pred_gap_z"])]
     if not zs:
         return {"n_rows": 0}
     z = np.asarray(zs)
-    return {"n_rows": len(zs), "mean_z": float(z.mean()), "max_abs_z": float(np.abs(z).max()),
-            "share_abs_z_below_2": float((np.abs(z) < 2).mean()), "sum_z2": float((z ** 2).sum())}
+    out = {"n_rows": len(zs), "mean_z": float(z.mean()), "max_abs_z": float(np.abs(z).max()),
+           "share_abs_z_below_2": float((np.abs(z) < 2).mean()), "sum_z2": float((z ** 2).sum())}
+    if records:
+        per: dict = {}
+        for r in records:
+            if r["temperature"] <= 0 or r["method"] == "ar":
+                continue
+            gap = np.asarray(r["accepted"], dtype=float) - np.asarray(r["predicted"], dtype=float)
+            gap = gap[~np.isnan(gap)]
+            key = (r.get("dataset"), r["item"])
+            per[key] = per.get(key, 0.0) + float(gap.sum())
+        s = np.array(list(per.values()))
+        if s.size >= 2 and (s ** 2).sum() > 0:
+            out["clustered"] = {"z": float(s.sum() / math.sqrt((s ** 2).sum())), "prompts": int(s.size)}
+    return out
 
 
 def per_prompt_records(records: list[dict]) -> list[dict]:

@@ -463,7 +463,7 @@ def eval_main(argv: list[str] | None = None):
         cfg = {k: v for k, v in vars(args).items()}
         cfg.update(methods=methods, budgets=budgets, temperatures=temps, world_size=dist.world)
         data = {"rows": rows, "mfd_gains": gains, "best_budgets": best,
-                "prediction_check": prediction_summary(rows), "drafters": info,
+                "prediction_check": prediction_summary(rows, records), "drafters": info,
                 "datasets": {ds: sum(p.dataset == ds for p in prompts)
                              for ds in dict.fromkeys(p.dataset for p in prompts)},
                 "n_processes": dist.world,
