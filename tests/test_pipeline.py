@@ -129,7 +129,7 @@ def test_eval_predicts_from_calibration_prompts_before_decoding(run):
     # (a greedy calibration decode of this tiny target can stop at EOS at once: no rounds, no prediction)
     predicted = [r for r in res["data"]["rows"] if r["method"] != "ar" and r["predicted_tau"] is not None]
     assert res["data"]["prediction"]["n_cells"] == len(predicted) >= 10
-    assert all(r["prediction_source"] in ("nested", "verified") for r in predicted)
+    assert all(r["prediction_source"] == "calibrated" for r in predicted)
 
 
 def test_eval_holds_calibration_prompts_back_by_default(run, tmp_path):

@@ -1,4 +1,4 @@
-"""Predictions made before decoding (llm/predict.py): nested coverage, statistics, the check."""
+"""Predictions made before decoding (llm/predict.py): subtree coverage, statistics, the check."""
 
 from __future__ import annotations
 

@@ -388,7 +388,7 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
     cells = all_cells(cfg, drafters, dartree, {k: sorted(v) for k, v in extra.items()}, per_round)
     pred_path = out_dir / "predictions.json"
     if cal is not None:
-        todo = uncalibrated(cal, cells, cfg.temperatures)  # chosen trees no nested decode verified
+        todo = uncalibrated(cal, cells, cfg.temperatures)  # the chosen and per-round cells
         if todo:
             more = calibrate_acceptance(target, todo, list(calib), temperatures=cfg.temperatures,
                                         max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, progress=progress)

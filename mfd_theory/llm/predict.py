@@ -5,24 +5,24 @@ the evaluated prompts, and the round cost model measured on the calibration prom
 (:func:`~mfd_theory.llm.profile.measure_round_profile`). Nothing measured on the evaluated prompts.
 
 Acceptance comes from the theory (expected accepted tokens = the target's covered mass of the
-tree) applied to calibration rounds:
+tree, under the decoding rule's conditionals: one-hot at T = 0, the sampling distribution at
+T > 0) on calibration rounds. Every cell the evaluation will decode (each budget of the grid,
+each chosen budget, each per-round rule) is decoded on the calibration prompts at each
+temperature, and each round's covered mass is read off that round's verify forward.
 
-* product trees (``ddtree``) are *nested*: the builder emits nodes best first from per-position
-  top-n candidate lists, and a prefix among the n best uses only tokens in those lists, so the
-  tree at budget n is the first n nodes of the tree at any larger budget. One decode at the
-  largest budget M per calibration prompt and temperature, with every round's tree and verify
-  conditionals kept, gives the target's covered mass of every tree with n <= M on that round
-  (:func:`subtree_coverage`), under the decoding rule's conditionals (one-hot at T = 0, where it
-  is the accepted length the n-node tree would give; the sampling distribution at T > 0, where it
-  is E[accepted]). A per-round budget rule is replayed on the same rounds.
-* the mixture tree (``mfd``) is exact only within each mode's top-n candidates, and those lists
-  grow with n, so its n-node tree can differ from the first n nodes of a larger one (a test
-  shows it does on a flat drafter); ``chain`` is no subtree of anything; ``dartree`` grows its
-  tree depth by depth. These are verified at every budget the evaluation builds a tree at
-  (each budget of the grid, each chosen budget, each per-round rule's cap).
-* where no calibration decode verified a cell (a DARTree budget off the grid), the drafter's own
-  estimate of its coverage is mapped to the target's by a monotone (isotonic) fit on that
-  drafter's calibration rounds (:class:`CoverageMap`).
+One decode per cell, not one per tree family: product trees are nested (the n-node tree is the
+first n nodes of any larger one, and :func:`subtree_coverage` reads every n off one verify
+exactly, as a test checks), but a decode at a large budget starts its rounds where *its* trees
+stopped being accepted, which are not where a small tree's rounds start. Read off the rounds of
+the largest tree, the greedy acceptance of 16-node product trees on the e2e target came out
+about 20% high, while each cell's own rounds were off by about 3%. So nested reading serves only
+to *choose* budgets (a curve over every n up to the largest budget, biased upwards at small n),
+and each chosen cell is then decoded on the calibration prompts like the rest. The mixture tree
+is not even nested (its candidate lists grow with n; a test shows a counterexample).
+
+Where no calibration decode ran a cell, the drafter's own estimate of its coverage is mapped to
+the target's by a monotone (isotonic) fit on that drafter's calibration rounds
+(:class:`CoverageMap`); e2e uses it to choose DARTree's budget over sizes it did not decode.
 
 The predicted tau of a cell is 1 + the mean calibrated covered mass, with a standard error that
 treats each calibration prompt as one cluster (its rounds share a context); the predicted
@@ -49,12 +49,10 @@ from mfd_theory.speedup import PerRoundBudget, best_fixed_budget, cell_speedup, 
 
 from .decode import _prefix_log_probs, speculative_generate
 
-__all__ = ["NESTED_METHODS", "subtree_coverage", "CalibrationEntry", "Calibration", "CoverageMap",
-           "calibrate_acceptance", "predict_cells", "choose_budgets", "prompt_digest", "check_disjoint",
-           "write_predictions", "load_predictions", "uncalibrated", "prediction_check", "attach_predictions", "prediction_lines",
-           "per_round_rules"]
+__all__ = ["subtree_coverage", "CalibrationEntry", "Calibration", "CoverageMap", "calibrate_acceptance",
+           "predict_cells", "choose_budgets", "per_round_rules", "uncalibrated", "prompt_digest", "check_disjoint",
+           "write_predictions", "load_predictions", "prediction_check", "attach_predictions", "prediction_lines"]
 
-NESTED_METHODS = ("ddtree",)  # the tree at n is the first n nodes of the tree at any larger budget
 Z95 = 1.959963984540054
 
 
@@ -86,20 +84,22 @@ def check_disjoint(calibration: list[dict], evaluation: list[dict]) -> None:
 
 @dataclass
 class CalibrationEntry:
-    """Rounds of one calibration decode (one method, drafter, temperature and verified budget)."""
+    """Rounds of one cell's calibration decodes (one method, drafter, budget, temperature)."""
 
     method: str
     drafter: str
     K: int
     temperature: float
-    budget: int                       # the budget decoded (M)
-    nested: bool                      # every n <= budget can be read off these rounds
+    budget: int                       # the budget decoded (a per-round rule's cap)
+    per_round: bool = False           # decoded with a per-round budget rule
     prompt: list = field(default_factory=list)    # [rounds] calibration prompt index
-    target: list = field(default_factory=list)    # [rounds] arrays [M + 1]: target covered mass of the first n nodes
+    mass: list = field(default_factory=list)      # [rounds] covered mass of the round's tree (decoding rule)
+    size: list = field(default_factory=list)      # [rounds] tree size verified
+    target: list = field(default_factory=list)    # [rounds] arrays [size + 1]: covered mass of the first n nodes
     gains: list = field(default_factory=list)     # [rounds] arrays [size]: drafter's prefix probability, builder order
 
     def curves(self, M: int | None = None) -> np.ndarray:
-        """[rounds, M + 1]: the target's covered mass by n (a smaller tree holds its mass)."""
+        """[rounds, M + 1]: covered mass of each round's first n nodes (a smaller tree holds its mass)."""
         M = self.budget if M is None else M
         out = np.empty((len(self.target), M + 1))
         for i, c in enumerate(self.target):
@@ -113,10 +113,10 @@ class CalibrationEntry:
         return np.array([np.sort(g)[::-1][:n].sum() if len(g) else 0.0 for g in self.gains])
 
     def summary(self) -> dict:
-        full = np.array([c[-1] for c in self.target])
+        mass = np.asarray(self.mass, dtype=np.float64)
         return {"method": self.method, "drafter": self.drafter, "K": self.K, "temperature": self.temperature,
-                "budget": self.budget, "nested": self.nested, "rounds": len(self.target),
-                "prompts": len(set(self.prompt)), "mean_target_mass": float(full.mean()) if full.size else None,
+                "budget": self.budget, "per_round": self.per_round, "rounds": len(self.mass),
+                "prompts": len(set(self.prompt)), "mean_target_mass": float(mass.mean()) if mass.size else None,
                 # a chain's node scores are not probabilities: no self estimate
                 "mean_self_mass": float(self.self_mass(self.budget).mean())
                 if self.gains and self.method != "chain" else None}
@@ -151,34 +151,43 @@ class Calibration:
     prompts: list[dict]               # [{"index", "id", "sha256", "dataset"}] of the calibration prompts
     seconds: float = 0.0
 
-    def find(self, method: str, drafter: str, temperature: float, n: int) -> CalibrationEntry | None:
-        """The entry that verified the n-node tree (nested with budget >= n, or exactly n)."""
-        mine = [e for e in self.entries if e.method == method and e.drafter == drafter
+    def _mine(self, method: str, drafter: str, temperature: float) -> list[CalibrationEntry]:
+        return [e for e in self.entries if e.method == method and e.drafter == drafter
                 and e.temperature == float(temperature)]
-        nested = [e for e in mine if e.nested and e.budget >= n]
-        if nested:
-            return min(nested, key=lambda e: e.budget)
-        return next((e for e in mine if e.budget == n), None)
+
+    def find(self, method: str, drafter: str, temperature: float, n: int, per_round: bool = False
+             ) -> CalibrationEntry | None:
+        """The entry of the cell decoded at budget (or cap) ``n``, with a per-round rule or without."""
+        return next((e for e in self._mine(method, drafter, temperature)
+                     if e.budget == n and e.per_round == per_round), None)
+
+    def largest(self, method: str, drafter: str, temperature: float) -> CalibrationEntry | None:
+        fixed = [e for e in self._mine(method, drafter, temperature) if not e.per_round and e.target]
+        return max(fixed, key=lambda e: e.budget) if fixed else None
 
     def coverage_map(self, method: str, drafter: str, temperature: float) -> CoverageMap | None:
-        mine = [e for e in self.entries if e.method == method and e.drafter == drafter
-                and e.temperature == float(temperature)]
-        xs = [e.self_mass(e.budget) for e in mine if e.target]
-        ys = [np.array([c[-1] for c in e.target]) for e in mine if e.target]
-        if not xs:
+        mine = [e for e in self._mine(method, drafter, temperature) if e.gains and not e.per_round]
+        if not mine:
             return None
-        return CoverageMap(np.concatenate(xs), np.concatenate(ys))
+        return CoverageMap(np.concatenate([e.self_mass(e.budget) for e in mine]),
+                           np.concatenate([[c[-1] for c in e.target] for e in mine]))
 
 
 def _base(label: str) -> str:
     return str(label).removesuffix("/per-round")
 
 
+def _rule_at(cell, temperature: float):
+    rule = cell.budget_rule
+    return rule[float(temperature)] if isinstance(rule, dict) else rule
+
+
 def uncalibrated(cal: Calibration, cells: list, temperatures) -> list:
-    """The tree cells of ``cells`` whose trees no calibration decode of ``cal`` verified at some
-    temperature (e.g. a chosen budget off the grid of a method that is not nested)."""
+    """The tree cells of ``cells`` that no calibration decode of ``cal`` ran at some temperature
+    (e.g. the theory's chosen budgets, chosen after the first calibration)."""
     return [c for c in cells if c.method != "ar" and any(
-        cal.find(c.method, _base(c.drafter_label), t, max(1, int(c.budget))) is None for t in temperatures)]
+        cal.find(c.method, _base(c.drafter_label), t, max(1, int(c.budget)), _rule_at(c, t) is not None) is None
+        for t in temperatures)]
 
 
 def _cluster_mean_se(values: np.ndarray, groups: np.ndarray) -> tuple[float, float | None]:
@@ -196,51 +205,41 @@ def _cluster_mean_se(values: np.ndarray, groups: np.ndarray) -> tuple[float, flo
 @torch.no_grad()
 def calibrate_acceptance(target, cells: list, prompts: list, *, temperatures, max_new_tokens: int, seed: int = 0,
                          eos_token_id=(), progress: bool = True) -> Calibration:
-    """Decode the calibration ``prompts`` (token-id sequences) once per tree family and temperature
-    and keep, for every round, the target's covered mass of every subtree the evaluation's
-    ``cells`` will use and the drafter's own node probabilities.
+    """Decode the calibration ``prompts`` (token-id sequences) with every tree cell of ``cells``
+    at every temperature, as the evaluation will (same budget, same per-round rule), keeping each
+    round's covered mass under the decoding rule, its tree size, the covered mass of the tree's
+    first n nodes and the drafter's own node probabilities.
 
-    Nested families (``ddtree``, ``mfd`` per drafter) are decoded at their largest budget; other
-    tree cells (``chain``, ``dartree``) at each of their budgets. Sampling seeds are disjoint from
-    the evaluation's (which uses ``seed + 1000 * prompt + turn``). ``eos_token_id`` as the
-    evaluation passes it to the decoder (default: none, a fixed number of tokens; None: the
-    target's own)."""
+    Sampling seeds are disjoint from the evaluation's (which uses ``seed + 1000 * prompt +
+    turn``). ``eos_token_id`` as the evaluation passes it to the decoder (default: none, a fixed
+    number of tokens; None: the target's own)."""
     from tqdm.auto import tqdm
 
     if not prompts:
         raise ValueError("prompts: need at least one calibration prompt")
-    plan: dict[tuple, tuple] = {}  # (method, label, budget) -> (cell, nested)
-    for c in cells:
-        if c.method == "ar":
-            continue
-        label = _base(c.drafter_label)  # a per-round cell is calibrated at its cap, its rule replayed
-        if c.method in NESTED_METHODS:
-            key = next((k for k in plan if k[:2] == (c.method, label)), None)
-            if key is None or key[2] < c.budget:
-                if key is not None:
-                    del plan[key]
-                plan[(c.method, label, int(c.budget))] = (c, True)
-        else:
-            plan[(c.method, label, max(1, int(c.budget)))] = (c, False)
+    todo = [c for c in cells if c.method != "ar"]
     ids = [torch.as_tensor(np.asarray(p).reshape(-1)) for p in prompts]
     eos = None if eos_token_id is None else list(eos_token_id)
     t0 = time.perf_counter()
     entries = []
-    bar = tqdm(total=len(temperatures) * len(plan) * len(ids), desc="calibrate acceptance", disable=not progress,
+    bar = tqdm(total=len(temperatures) * len(todo) * len(ids), desc="calibrate acceptance", disable=not progress,
                leave=False)
     for temp in temperatures:
-        for (method, label, budget), (cell, nested) in plan.items():
-            e = CalibrationEntry(method, label, cell.K, float(temp), budget, nested)
+        for cell in todo:
+            rule = _rule_at(cell, temp)
+            budget = max(1, int(cell.budget))
+            e = CalibrationEntry(cell.method, _base(cell.drafter_label), cell.K, float(temp), budget, rule is not None)
             for i, p in enumerate(ids):
-                res = speculative_generate(target, cell.drafter, p, max_new_tokens, method, budget=budget,
-                                           temperature=temp, seed=seed + 7_000_003 + 1000 * i,
-                                           keep_trees=True, eos_token_id=eos)
-                for s in res.steps:
-                    if s.tree is None or not len(s.tree):
-                        continue
+                res = speculative_generate(target, cell.drafter, p, max_new_tokens, cell.method, budget=budget,
+                                           temperature=temp, seed=seed + 7_000_003 + 1000 * i, keep_trees=True,
+                                           eos_token_id=eos, **({} if rule is None else {"budget_rule": rule}))
+                for s in res.steps:  # every round counts, as in the evaluation (a tree-less last round: 0)
                     e.prompt.append(i)
-                    e.target.append(subtree_coverage(s.tree, s.node_log_cond))
-                    e.gains.append(np.exp(s.tree.log_score))
+                    e.mass.append(float(s.predicted) if s.tree_size else 0.0)
+                    e.size.append(int(s.tree_size))
+                    if s.tree is not None and len(s.tree):
+                        e.target.append(subtree_coverage(s.tree, s.node_log_cond))
+                        e.gains.append(np.exp(s.tree.log_score))
                 bar.update(1)
             entries.append(e)
     bar.close()
@@ -250,37 +249,31 @@ def calibrate_acceptance(target, cells: list, prompts: list, *, temperatures, ma
 def _predict_one(cal: Calibration, cell, temperature: float, profile, cmap_cache: dict) -> dict:
     method, label, K = cell.method, _base(cell.drafter_label), cell.K
     n = max(1, int(cell.budget))
-    rule = cell.budget_rule[float(temperature)] if isinstance(cell.budget_rule, dict) else cell.budget_rule
+    rule = _rule_at(cell, temperature)
     out: dict[str, Any] = {"method": method, "drafter": label, "K": K, "budget": n, "temperature": float(temperature),
                            "per_round_budget": rule is not None}
-    e = cal.find(method, label, temperature, n)
-    sizes = None
-    if e is not None and e.target:
-        curves = e.curves(max(n, e.budget))
-        if rule is not None:  # replay the rule on the first n (= its cap) nodes of each round
-            sizes = np.array([rule(g[:n]) if len(g) > 1 else len(g) for g in e.gains])
-            vals = curves[np.arange(len(curves)), sizes]
-        else:
-            vals = curves[:, n]
-        groups = np.asarray(e.prompt)
-        out["source"] = "replayed rule" if rule is not None else (
-            "nested" if e.nested and e.budget != n else "verified")
-    else:  # not verified: map the drafter's own estimate through its calibration
+    e = cal.find(method, label, temperature, n, rule is not None)
+    if e is not None and e.mass:
+        vals, groups = np.asarray(e.mass), np.asarray(e.prompt)
+        sizes = np.asarray(e.size, dtype=np.float64)
+        out["source"] = "calibrated"
+    else:  # not decoded: map the drafter's own estimate through its calibration
         key = (method, label, float(temperature))
         if key not in cmap_cache:
             cmap_cache[key] = cal.coverage_map(method, label, temperature)
         cmap = cmap_cache[key]
-        larger = [x for x in cal.entries if x.method == method and x.drafter == label
+        larger = [x for x in cal.entries if x.method == method and x.drafter == label and not x.per_round
                   and x.temperature == float(temperature) and x.budget >= n and x.gains]
-        if cmap is None or not larger:
+        if cmap is None or rule is not None or not larger:
             out.update(source=None, predicted_accepted=None)
             return out
         src = min(larger, key=lambda x: x.budget)
         vals = cmap(src.self_mass(n))
-        groups = np.asarray(src.prompt)
+        groups = np.asarray([g for g, s in zip(src.prompt, src.size) if s])
+        sizes = np.full(vals.size, float(n))
         out["source"] = "mapped"
     a, se = _cluster_mean_se(vals, groups)
-    n_eff = float(sizes.mean()) if sizes is not None else float(n)
+    n_eff = float(sizes[sizes > 0].mean()) if (sizes > 0).any() else float(n)
     out.update(predicted_accepted=a, predicted_accepted_se=se, predicted_tau=1.0 + a, predicted_tau_se=se,
                predicted_mean_tree_size=n_eff, calibration_rounds=int(len(vals)),
                calibration_prompts=int(np.unique(groups).size))
@@ -320,12 +313,15 @@ def predict_cells(cal: Calibration, cells: list, temperatures, profile=None, dat
 def choose_budgets(cal: Calibration, cells: list, temperatures, profile, calibration_speed: dict | None = None,
                    on_grid: bool = False, dataset: str | None = None) -> list[dict]:
     """Per (temperature, method, drafter) of a tree method: the fixed budget with the highest
-    predicted speedup under the target's calibrated coverage (nested families: read off the
-    calibration rounds for every n up to the largest budget; others: the drafter's own coverage of
-    its best n nodes through its :class:`CoverageMap`), next to two naive rules over the grid:
-    the smallest budget, and the budget whose calibration decodes ran fastest
-    (``calibration_speed``: {(method, drafter, budget): speedup} from the round profile).
-    ``on_grid``: choose among the cells' budgets only (default: any n up to the largest)."""
+    predicted speedup, next to two naive rules over the grid: the smallest budget, and the budget
+    whose calibration decodes ran fastest (``calibration_speed``: {(method, drafter, budget):
+    speedup} from the round profile). ``on_grid``: choose among the cells' budgets only.
+
+    The coverage curve over every n up to the largest budget M: for trees built best first
+    (``ddtree``, ``mfd``), the covered mass of the first n nodes of the M-node trees of the
+    calibration decode at M (nested reading: biased upwards at small n, see the module doc; the
+    mixture's n-node tree is approximated by the first n nodes of its M-node tree); for
+    ``dartree``, the drafter's own mass on its best n nodes through its :class:`CoverageMap`."""
     out = []
     groups: dict[tuple, list] = {}
     for c in cells:
@@ -336,14 +332,14 @@ def choose_budgets(cal: Calibration, cells: list, temperatures, profile, calibra
         for (method, label), cs in groups.items():
             grid = sorted({int(c.budget) for c in cs})
             M = grid[-1]
-            e = cal.find(method, label, temp, M)
-            if e is not None and method in ("ddtree", "mfd") and e.target:
-                # mfd: the M-node tree's first n nodes stand in for the n-node tree (its candidate
-                # lists are longer); the chosen cell is then verified on its own before predicting
+            e = cal.largest(method, label, temp)
+            if e is None:
+                continue
+            if method in ("ddtree", "mfd"):
                 curves = e.curves(M)
-            else:  # dartree: the drafter's own mass on its best n nodes, through its coverage map
+            else:
                 cmap = cal.coverage_map(method, label, temp)
-                if cmap is None or e is None or not e.gains:
+                if cmap is None:
                     continue
                 curves = np.stack([cmap(e.self_mass(n)) for n in range(M + 1)], axis=1)
                 curves[:, 0] = 0.0
