@@ -186,6 +186,25 @@ def test_product_marginals_converge_to_the_exact_ones():
     assert errs[1] < errs[0]
 
 
+def test_product_tree_stops_where_the_samples_give_no_support():
+    """Unsampled tokens have estimate 0: the product tree keeps only prefixes with support, and its
+    coverage and dead share are those of these nodes under the target (brute force)."""
+    from mfd_theory.llm.ceiling import TargetScorer, product_ceiling
+
+    V, L, ctx = 4, 3, [3, 1]
+    model = _tiny_model(V, seed=2)
+    brute = _brute_force(model, ctx, L, V)
+    samples = np.array([[0, 0, 0], [0, 1, 0], [0, 0, 0], [0, 1, 0]])
+    trees, cov, dead = product_ceiling(TargetScorer(model, torch.tensor(ctx), L), samples, [2, 10], eps=1e-3,
+                                       dead_at=10)
+    tree, lp = trees[10]
+    want = {(0,), (0, 0), (0, 1), (0, 0, 0), (0, 1, 0)}
+    assert set(tree.paths()) == want and dead["product_nodes"]["10"] == 5
+    assert cov[10] == pytest.approx(sum(math.exp(brute[s]) for s in want), rel=1e-6)
+    assert dead["dead"] == sum(brute[s] <= math.log(1e-3) for s in want)
+    assert dead["dead_splices"] == 0  # every node is the prefix of a sample
+
+
 def test_accepted_lengths_match_a_direct_count():
     from mfd_theory.llm.ceiling import accepted_lengths
     from mfd_theory.trees import product_tree
@@ -225,7 +244,7 @@ def run(tmp_path_factory):
     return results, out
 
 
-STEPS = ("corpus", "target", "distill", "drafter-k1", "drafter-k2", "drafter-dartree", "eval", "ceiling")
+STEPS = ("corpus", "target", "ceiling", "distill", "drafter-k1", "drafter-k2", "drafter-dartree", "eval")
 
 
 def test_micro_run_produces_every_part(run):

@@ -10,7 +10,10 @@ temperature 1, the sampling distribution) defines two trees of ``N`` nodes:
 * the **best product tree**: DDTree's top-N prefixes by ``prod_i p_i(s_i)``, where ``p_i`` is the
   target's exact marginal of position i (over everything before it), the best any product
   (single-mode) drafter can draft. The marginals are estimated from ``M`` sampled continuations
-  (:func:`sample_blocks`); each entry's binomial standard error is ``sqrt(p (1 - p) / M)``.
+  (:func:`sample_blocks`); each entry's binomial standard error is ``sqrt(p (1 - p) / M)``. A
+  token no sample shows has estimate 0, so when fewer than N prefixes have sampled support the
+  tree stops there (a drafter would fill the rest with tokens it cannot rank; the count is kept
+  as ``product_nodes``).
 
 Coverage of a tree = ``sum_s P(s)`` over its nodes = expected accepted tokens per round (bonus
 excluded), with ``P(s)`` from target forward passes on the tree's nodes (:func:`node_log_probs`),
@@ -172,6 +175,12 @@ def product_ceiling(scorer: TargetScorer, samples: np.ndarray, budgets, eps: flo
     cov, trees = {}, {}
     for n in sorted(set(budgets) | {dead_at}):
         t = product_tree(log_p, int(n))
+        keep = np.isfinite(t.log_score)  # prefix-closed: a child never outscores its parent
+        if not keep.all():  # fewer than n prefixes have sampled support: the tree stops there
+            new = np.cumsum(keep) - 1  # old node index -> new one (parents of kept nodes are kept)
+            par = t.parent[keep]
+            t = DraftTree(np.where(par >= 0, new[np.maximum(par, 0)], -1), t.token[keep], t.depth[keep],
+                          t.log_score[keep])
         lp = node_log_probs(scorer, t)
         trees[int(n)] = (t, lp)
         cov[int(n)] = float(np.exp(lp).sum())
@@ -179,7 +188,7 @@ def product_ceiling(scorer: TargetScorer, samples: np.ndarray, budgets, eps: flo
     dead = lp <= math.log(eps)
     prefixes = {tuple(r[:d].tolist()) for r in np.asarray(samples) for d in range(1, samples.shape[1] + 1)}
     unseen = np.array([s not in prefixes for s in t.paths()], dtype=bool)
-    dead_info = {"nodes": len(t), "dead": int(dead.sum()), "dead_share": float(dead.mean()) if len(t) else 0.0,
+    dead_info = {"nodes": len(t), "product_nodes": {str(n): len(tr) for n, (tr, _) in trees.items()}, "dead": int(dead.sum()), "dead_share": float(dead.mean()) if len(t) else 0.0,
                  "dead_splices": int((dead & unseen).sum()),
                  "dead_splice_share": float((dead & unseen).mean()) if len(t) else 0.0,
                  "dead_mass_lost": float(np.exp(lp[dead]).sum())}

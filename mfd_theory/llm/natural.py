@@ -9,9 +9,9 @@ redone from an empty directory, with everything after it):
    prompt files and the provenance;
 2. ``target``: a Qwen3ForCausalLM trained on the stream (:func:`~mfd_theory.llm.train.train_lm`,
    resumable), saved with its tokenizer into ``OUT/target``; its held-out perplexity per domain;
-3. ``distill``, ``drafter-k<K>``, ``drafter-dartree``, ``eval``: the public commands' entry points;
-4. ``ceiling``: per held-out prompt (one file each, so a killed run resumes), the target-only
+3. ``ceiling``: per held-out prompt (one file each, so a killed run resumes), the target-only
    ceiling (:mod:`mfd_theory.llm.ceiling`) and mixtures of K modes fitted to its sampled blocks;
+4. ``distill``, ``drafter-k<K>``, ``drafter-dartree``, ``eval``: the public commands' entry points;
 5. ``natural.json``: everything pooled (always rewritten; cheap).
 """
 
@@ -400,7 +400,15 @@ def run_natural(config, out_dir, progress: bool = True) -> dict:
         key_target = config_hash(key_corpus, arch, tcfg, config.ppl_windows)
 
         def make_target():
+            from .train import _lm_run_config
+
             corpus, held = load_corpus_dir(cdir, ccfg)
+            saved = out / "target_run" / "train_config.json"
+            want = json.loads(json.dumps(_lm_run_config(corpus, arch, tcfg), default=str))
+            if saved.is_file() and json.loads(saved.read_text()) != want:
+                shutil.rmtree(out / "target_run")  # a run of other options: start over
+            state = out / "target_run" / "train_state" / "state.json"
+            resumed = json.loads(state.read_text())["step"] if state.is_file() else 0
             t0 = time.perf_counter()
             model, curve = train_lm(corpus, out / "target_run", arch, tcfg, progress=progress, device=config.device)
             seconds = time.perf_counter() - t0
@@ -415,7 +423,8 @@ def run_natural(config, out_dir, progress: bool = True) -> dict:
                 shutil.rmtree(tdir)
             os.replace(tmp, tdir)
             atomic_write_text(out / "target_eval.json", json.dumps({
-                "perplexity": ppl, "train_seconds": round(seconds, 1), "threads": config.threads,
+                "perplexity": ppl, "train_seconds": round(seconds, 1), "resumed_from_step": resumed,
+                "threads": config.threads,
                 "params": int(sum(p.numel() for p in model.parameters())),
                 "arch": dataclasses.asdict(arch), "train": dataclasses.asdict(tcfg),
                 "loss_first": curve[0]["loss"], "loss_last": curve[-1]["loss"]}, indent=1))
@@ -424,6 +433,16 @@ def run_natural(config, out_dir, progress: bool = True) -> dict:
         steps.run("target", key_target, f"Qwen3 target {config.layers}x{config.hidden}, {config.target_steps} steps",
                   tdir, lambda: (tdir / "config.json").is_file() and (out / "target_eval.json").is_file(),
                   make_target)
+
+        # the ceiling needs the target alone; it runs before the pipeline
+        ceil_dir = out / "ceiling"
+        key_ceiling = config_hash(key_target, config.ceiling_prompts, config.ceiling_samples, config.ceiling_budgets,
+                                  config.dead_eps, config.dead_at, config.futures_modes, config.futures_lengths,
+                                  config.block_size, config.seed)
+        n_ceiling = 2 * config.ceiling_prompts
+        steps.run("ceiling", key_ceiling, "target-only ceiling and effective futures on held-out prompts", ceil_dir,
+                  lambda: len(list(ceil_dir.glob("*.json"))) >= min(n_ceiling, _n_prompts(pdir, config)),
+                  lambda: run_ceiling(config, out, progress))
 
         keys = {"target": key_target, "corpus": key_corpus}
         entry = {"distill": pipeline.distill_main, "train-drafter": pipeline.train_drafter_main,
@@ -442,15 +461,6 @@ def run_natural(config, out_dir, progress: bool = True) -> dict:
 
             steps.run(name, keys[name], line, where, lambda w=where, m=marker[cmd]: (w / m).is_file(), work)
 
-        torch.set_num_threads(config.threads)
-        ceil_dir = out / "ceiling"
-        key_ceiling = config_hash(key_target, config.ceiling_prompts, config.ceiling_samples, config.ceiling_budgets,
-                                  config.dead_eps, config.dead_at, config.futures_modes, config.futures_lengths,
-                                  config.block_size, config.seed)
-        n_ceiling = 2 * config.ceiling_prompts
-        steps.run("ceiling", key_ceiling, "target-only ceiling and effective futures on held-out prompts", ceil_dir,
-                  lambda: len(list(ceil_dir.glob("*.json"))) >= min(n_ceiling, _n_prompts(pdir, config)),
-                  lambda: run_ceiling(config, out, progress))
     finally:
         torch.set_num_threads(threads)
     res = natural_summary(config, out)
