@@ -330,3 +330,12 @@ def test_config_knows_evals_methods_and_reproduce_runs_it():
     argv = next(a for _, module, a in REPRO if module == "mfd_theory.experiments.natural")
     assert Path("results") / BLOCKS["natural"][0] == Path(argv[argv.index("--out") + 1]) / "natural.json"
     assert "<!-- report:natural -->" in (ROOT / "README.md").read_text()
+
+
+def test_out_at_a_file_is_a_usage_error(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    for out in (blocker, blocker / "sub"):
+        assert mfd(["natural", "--preset", "micro", "--out", str(out)]) == 2
+        assert "--out" in capsys.readouterr().err
+    assert blocker.read_text() == "x"

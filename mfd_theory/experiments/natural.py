@@ -52,7 +52,7 @@ class NaturalConfig(Checked):
     tokenizer_chars: int = opt(3_000_000, "training characters the tokenizer is trained on (a hash-ordered subset)",
                                ge=1000)
     prose_weight: int = opt(3, "copies of each training documentation topic in the target's training stream "
-                               "(prose is 6% of the raw text)", ge=1)
+                               "(prose is about a sixteenth of the raw text)", ge=1)
     # the target
     layers: int = opt(4, "target layers", ge=1)
     hidden: int = opt(128, "target hidden size", ge=16)
