@@ -339,3 +339,13 @@ def test_out_at_a_file_is_a_usage_error(tmp_path, capsys):
         assert mfd(["natural", "--preset", "micro", "--out", str(out)]) == 2
         assert "--out" in capsys.readouterr().err
     assert blocker.read_text() == "x"
+
+
+def test_readme_shows_the_commands_the_experiment_runs():
+    import re
+
+    from mfd_theory.experiments.natural import NaturalConfig, command_lines
+
+    flat = re.sub(r"\s*\\\n\s*", " ", (ROOT / "README.md").read_text())
+    for line in command_lines(NaturalConfig()):
+        assert line in flat, line
