@@ -89,8 +89,8 @@ class NaturalConfig(Checked):
     eval_prompts: int = opt(6, "mfd eval --max-prompts (per domain)", ge=1)
     passes: int = opt(2, "mfd eval --passes (timing passes)", ge=1)
     # the ceiling and the effective futures
-    ceiling_prompts: int = opt(10, "held-out prompts per domain for the target-only ceiling", ge=1)
-    ceiling_samples: int = opt(256, "continuations sampled per prompt for the marginals (as many again check "
+    ceiling_prompts: int = opt(12, "held-out prompts per domain for the target-only ceiling", ge=1)
+    ceiling_samples: int = opt(512, "continuations sampled per prompt for the marginals (as many again check "
                                      "coverage by Monte Carlo)", ge=2)
     ceiling_budgets: tuple[int, ...] = opt((1, 4, 16, 64), "tree sizes N of the ceiling table", ge=1)
     dead_eps: float = opt(1e-3, "a node is dead when its target prefix probability is <= this", gt=0, lt=1)
