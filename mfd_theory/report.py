@@ -830,7 +830,7 @@ def _ms(v, fmt="{:.2f}") -> str:
     """[mean, se] as "mean ± se" (or the mean alone)."""
     if not v or v[0] is None:
         return "-"
-    return fmt.format(v[0]) + ("" if len(v) < 2 or v[1] is None else " ± " + fmt.format(v[1]))
+    return fmt.format(v[0]) + ("" if len(v) < 2 or v[1] is None else " ± " + fmt.replace("+", "").format(v[1]))
 
 
 def natural_block(res: Result) -> str:
@@ -882,7 +882,9 @@ def natural_block(res: Result) -> str:
         lines += [""] + [f"* {dom}: at N = {v['dead_at']} the product tree's dead share (P(s) <= {c.get('dead_eps')}) "
                          f"is {100 * v['dead']['dead_share'][0]:.1f}% ± {100 * (v['dead']['dead_share'][1] or 0):.1f}%, "
                          f"dead splices (dead and the prefix of no sampled continuation) "
-                         f"{100 * v['dead']['dead_splice_share'][0]:.1f}% ({v['n_prompts']} prompts)."
+                         f"{100 * v['dead']['dead_splice_share'][0]:.1f}%; all dead nodes of a tree together hold "
+                         f"{v['dead']['dead_mass_lost'][0]:.4f} of the target's mass on average "
+                         f"({v['n_prompts']} prompts)."
                          for dom, v in ceil.items()]
         lines += ["", "**Effective futures**: K-mode mixtures fitted by EM to the first half of each prompt's sampled "
                       "blocks, cut to their first l tokens; held-out log-likelihood gain over K = 1 (nats per block, "
@@ -949,8 +951,14 @@ def _natural_answer(ceil: dict, e2e: dict) -> list[str]:
             ln = max(fut, key=int)
             best_k = max(fut[ln], key=lambda k: fut[ln][k]["gain_over_k1"][0] or 0)
             g = fut[ln][best_k]["gain_over_k1"][0]
-            parts.append(f"the best mixture of sampled {ln}-token blocks is K = {best_k} "
-                         f"({g:+.2f} nats per block over K = 1)")
+            if best_k == "1":
+                k2 = min((k for k in fut[ln] if k != "1"), key=int, default=None)
+                parts.append(f"no mixture of K > 1 modes fitted to sampled {ln}-token blocks beats one mode on "
+                             "held-out blocks" + (f" (K = {k2}: {fut[ln][k2]['gain_over_k1'][0]:+.2f} nats per block)"
+                                                  if k2 else ""))
+            else:
+                parts.append(f"the best mixture of sampled {ln}-token blocks is K = {best_k} "
+                             f"({g:+.2f} nats per block over K = 1)")
         for g in e2e.get("best_budget") or []:
             if g["dataset"] != dom or g["method"] not in ("mfd", "dartree"):
                 continue
