@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "path-gain": ("mfd_theory.experiments.path_gain", "main", "product vs mixture vs path-dependent (DARTree-style) trees, with drafting cost"),
     "e2e": ("mfd_theory.experiments.e2e", "main", "train a small Qwen3 target and drafters, measure acceptance and speedup"),
     "own-target": ("mfd_theory.experiments.own_target", "main", "distill, train-drafter K=1,2 and eval on a small local target"),
+    "natural": ("mfd_theory.experiments.natural", "main", "real text (the stdlib): target-only ceiling, effective futures, the pipeline on code and prose"),
     "report": ("mfd_theory.report", "main", "rewrite the README's result tables from results/*.json (--check: compare only)"),
     "distill": ("mfd_theory.llm.pipeline", "distill_main", "your target's own answers to JSONL prompts (drafter training data)"),
     "train-drafter": ("mfd_theory.llm.pipeline", "train_drafter_main", "train a product (K=1) or MFD (K>1) drafter on distilled data"),

@@ -26,6 +26,7 @@ STEPS: list[tuple[str, str, list[str]]] = [
     ("end to end, hybrid target", "mfd_theory.experiments.e2e",
      ["--preset", "default", "--target-arch", "qwen3_5", "--out", "results/hybrid"]),
     ("own target", "mfd_theory.experiments.own_target", ["--out", "results/own_target"]),
+    ("natural text", "mfd_theory.experiments.natural", ["--out", "results/natural"]),
 ]
 NOTEBOOKS: list[str] = [
     "notebooks/01_chimera_bound.ipynb",

@@ -1,0 +1,351 @@
+"""``mfd natural``: the stdlib corpus and its split, the target-only ceiling against brute force on a
+tiny model, the effective-futures fit, and a micro run of the whole thing through the CLI."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from mfd_theory.cli import main as mfd  # noqa: E402
+from mfd_theory.llm import natural_corpus as nc  # noqa: E402
+from mfd_theory.results import Result  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ------------------------------------------------------------------------------------ the corpus
+
+
+def _fake_stdlib(root: Path, n_modules: int = 40, n_topics: int = 30) -> Path:
+    for i in range(n_modules):
+        body = (f'"""Module {i}."""\n\n\ndef f{i}(x, y):\n    """Add {i} to the sum.\n\n    More text.\n    """\n'
+                f"    z = x + y\n    return z + {i}\n")
+        (root / f"mod{i}.py").write_text(body)
+    (root / "pkg").mkdir()
+    (root / "pkg" / "__init__.py").write_text('"""A package."""\nVALUE = 1\n')
+    for skip in ("test", "idlelib", "site-packages"):
+        (root / skip).mkdir()
+        (root / skip / "hidden.py").write_text("SECRET = 1\n")
+    (root / "bad.py").write_text("def broken(:\n")
+    (root / "pydoc_data").mkdir()
+    filler = "It keeps going with some further words, to be continued by the model later on, and then some more. "
+    topics = {f"topic{i}": (f"Topic {i} explains one thing, in a first sentence long enough to be a prompt on its "
+                            f"own. {filler * 2}\n\nA second paragraph about topic {i} starts here and runs on for a "
+                            f"while before it ends. {filler * 2}\n")
+              for i in range(n_topics)}
+    (root / "pydoc_data" / "topics.py").write_text("topics = " + repr(topics) + "\n")
+    return root
+
+
+def test_units_exclude_tests_and_read_topics_as_prose(tmp_path):
+    units = nc.list_units(_fake_stdlib(tmp_path))
+    names = {u.name for u in units}
+    assert "pkg" in names and "mod0" in names and "pydoc_data.topics:topic3" in names
+    assert not any("hidden" in n or n == "bad" for n in names)
+    assert {u.kind for u in units if u.name.startswith("pydoc_data")} == {"prose"}
+    assert [u.name for u in units] == sorted(names)
+
+
+def test_split_is_by_unit_deterministic_and_order_free(tmp_path):
+    units = nc.list_units(_fake_stdlib(tmp_path))
+    train, held = nc.split_units(units, 0.3)
+    shuffled = units[:]
+    random.Random(1).shuffle(shuffled)
+    train2, held2 = nc.split_units(shuffled, 0.3)
+    assert {u.name for u in held} == {u.name for u in held2} and {u.name for u in train} == {u.name for u in train2}
+    assert not {u.name for u in held} & {u.name for u in train}
+    assert len(held) + len(train) == len(units)
+    # the rule is a function of the name alone
+    assert all(nc.is_heldout(u.name, 0.3) for u in held) and not any(nc.is_heldout(u.name, 0.3) for u in train)
+    # about the asked share (binomial, 5 sigma)
+    n = len(units)
+    assert abs(len(held) - 0.3 * n) <= 5 * math.sqrt(n * 0.21)
+    with pytest.raises(ValueError, match="heldout_fraction"):
+        nc.is_heldout("x", 1.0)
+
+
+def test_no_held_out_text_in_training_and_the_check_can_fail(tmp_path):
+    units = nc.list_units(_fake_stdlib(tmp_path))
+    train, held = nc.split_units(units, 0.3)
+    nc.check_no_leak([u.text for u in train], held, min_chars=50)
+    leaky = [u.text for u in train] + ["prefix " + held[0].text + " suffix"]
+    with pytest.raises(ValueError, match="occurs in the training text"):
+        nc.check_no_leak(leaky, held, min_chars=50)
+
+
+def test_prompts_come_from_held_out_units_only(tmp_path):
+    units = nc.list_units(_fake_stdlib(tmp_path))
+    train, held = nc.split_units(units, 0.3)
+    code = nc.code_prompts(held, 5)
+    prose = nc.prose_prompts(held, 5)
+    held_names = {u.name for u in held}
+    assert code and prose
+    assert all(p["unit"] in held_names for p in code + prose)
+    for p in code:  # signature + docstring; the body is what the target is to write
+        assert p["prompt"].startswith("def ") and p["prompt"].endswith('"""\n') and "return" not in p["prompt"]
+        assert "return" in p["reference"]
+    for p in prose:
+        assert p["prompt"].rstrip().endswith(".") and p["reference"].strip()
+    # written as mfd eval reads them
+    path = nc.write_prompts(tmp_path / "out" / "code.jsonl", code, "code")
+    from mfd_theory.llm.prompts import read_prompt_files
+
+    read = read_prompt_files([str(path)])
+    assert [p.id for p in read] == [p["id"] for p in code] and {p.dataset for p in read} == {"code"}
+
+
+def test_real_stdlib_split(tmp_path):
+    """On this interpreter's stdlib: both domains on both sides, prompts parse, provenance hashes."""
+    units = nc.list_units()
+    assert sum(u.kind == "code" for u in units) > 300 and sum(u.kind == "prose" for u in units) > 40
+    train, held = nc.split_units(units, 0.15)
+    prov = nc.provenance(units, train, held)
+    assert prov["text_sha256"] == nc.text_hash(list(reversed(units)))  # order-free
+    assert sum(1 for _, _, s in prov["units"] if s == "heldout") == len(held)
+    code = nc.code_prompts(held, 6)
+    import ast
+
+    for p in code:
+        ast.parse(p["prompt"] + "    pass\n")  # a signature + docstring that only lacks its body
+    assert all(p["unit"] in {u.name for u in held} for p in code + nc.prose_prompts(held, 6))
+
+
+# ------------------------------------------------------------------------------------ the ceiling
+
+
+def _tiny_model(V: int = 5, seed: int = 0):
+    from mfd_theory.llm.train import LMConfig, _lm_class, _qwen3_config
+
+    torch.manual_seed(seed)
+    arch = LMConfig(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=8, intermediate_size=32)
+    model = _lm_class("qwen3")._from_config(_qwen3_config(arch, V, 0), attn_implementation="sdpa").eval()
+    with torch.no_grad():  # sharper conditionals than the init's, so prefixes differ clearly
+        model.lm_head.weight.mul_(30.0)
+    return model
+
+
+@torch.no_grad()
+def _brute_force(model, context, L: int, V: int) -> dict[tuple, float]:
+    """log P(s) of every prefix of length 1..L, each from one full forward of context + s (no cache)."""
+    out = {}
+    for d in range(1, L + 1):
+        for s in itertools.product(range(V), repeat=d):
+            ids = torch.tensor([list(context) + list(s)])
+            lp = torch.log_softmax(model(input_ids=ids).logits[0].double(), -1)
+            n = len(context)
+            out[s] = float(sum(lp[n - 1 + i, s[i]] for i in range(d)))
+    return out
+
+
+def test_oracle_search_equals_brute_force():
+    from mfd_theory.llm.ceiling import TargetScorer, node_log_probs, oracle_coverage
+
+    V, L, ctx = 4, 3, [1, 2, 3]
+    model = _tiny_model(V)
+    brute = _brute_force(model, ctx, L, V)
+    ranked = sorted(brute.items(), key=lambda kv: -kv[1])
+    scorer = TargetScorer(model, torch.tensor(ctx), L)
+    budgets = [1, 3, 10, 30]
+    tree, cov = oracle_coverage(scorer, budgets)
+    paths = tree.paths()
+    for n in budgets:
+        assert set(paths[:n]) == {s for s, _ in ranked[:n]}, n
+        assert cov[n] == pytest.approx(sum(math.exp(v) for _, v in ranked[:n]), rel=1e-6)  # float32 forwards: cached vs full
+    # P(s) of any tree's nodes from the scorer equals brute force
+    lp = node_log_probs(scorer, tree)
+    assert np.allclose(lp, [brute[s] for s in paths], atol=1e-5)
+
+
+def test_product_marginals_converge_to_the_exact_ones():
+    from mfd_theory.llm.ceiling import empirical_marginals, sample_blocks
+
+    V, L, ctx = 4, 3, [2, 1]
+    model = _tiny_model(V, seed=1)
+    brute = _brute_force(model, ctx, L, V)
+    exact = np.zeros((L, V))
+    for s, v in brute.items():
+        if len(s) == L:
+            for i, t in enumerate(s):
+                exact[i, t] += math.exp(v)
+    assert np.allclose(exact.sum(1), 1.0)
+    errs = []
+    for M in (100, 6000):
+        p, se = empirical_marginals(sample_blocks(model, torch.tensor(ctx), L, M, seed=3, batch=2000), V)
+        errs.append(np.abs(p - exact).max())
+        if M == 6000:  # within 5 standard errors everywhere (plus a floor for p near 0)
+            assert np.all(np.abs(p - exact) <= 5 * np.sqrt(exact * (1 - exact) / M) + 1e-3)
+    assert errs[1] < errs[0]
+
+
+def test_product_tree_stops_where_the_samples_give_no_support():
+    """Unsampled tokens have estimate 0: the product tree keeps only prefixes with support, and its
+    coverage and dead share are those of these nodes under the target (brute force)."""
+    from mfd_theory.llm.ceiling import TargetScorer, product_ceiling
+
+    V, L, ctx = 4, 3, [3, 1]
+    model = _tiny_model(V, seed=2)
+    brute = _brute_force(model, ctx, L, V)
+    samples = np.array([[0, 0, 0], [0, 1, 0], [0, 0, 0], [0, 1, 0]])
+    trees, cov, dead = product_ceiling(TargetScorer(model, torch.tensor(ctx), L), samples, [2, 10], eps=1e-3,
+                                       dead_at=10)
+    tree, lp = trees[10]
+    want = {(0,), (0, 0), (0, 1), (0, 0, 0), (0, 1, 0)}
+    assert set(tree.paths()) == want and dead["product_nodes"]["10"] == 5
+    assert cov[10] == pytest.approx(sum(math.exp(brute[s]) for s in want), rel=1e-6)
+    assert dead["dead"] == sum(brute[s] <= math.log(1e-3) for s in want)
+    assert dead["dead_splices"] == 0  # every node is the prefix of a sample
+
+
+def test_accepted_lengths_match_a_direct_count():
+    from mfd_theory.llm.ceiling import accepted_lengths
+    from mfd_theory.trees import product_tree
+
+    rng = np.random.default_rng(0)
+    log_q = np.log(rng.dirichlet(np.ones(4), size=3))
+    tree = product_tree(log_q, 12)
+    samples = rng.integers(0, 4, size=(200, 3))
+    paths = set(tree.paths())
+    slow = [sum(tuple(x[:d]) in paths for d in range(1, 4)) for x in samples.tolist()]  # prefix-closed tree
+    assert accepted_lengths(tree, samples).tolist() == slow
+
+
+def test_futures_fit_finds_two_futures_and_no_more():
+    from mfd_theory.llm.natural import futures_fit
+
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 40, size=6), rng.integers(0, 40, size=6)
+    two = np.where(rng.random((400, 1)) < 0.5, a, b)
+    noise = rng.random(two.shape) < 0.05
+    two[noise] = rng.integers(0, 40, size=noise.sum())
+    res = futures_fit(two, [1, 2, 4], [6])[6]
+    assert res[2]["heldout_ll"] > res[1]["heldout_ll"] + 1.0
+    assert res[2]["modes_with_weight"] == 2
+    flat = futures_fit(rng.integers(0, 40, size=(400, 6)), [1, 2], [6])[6]
+    assert flat[2]["heldout_ll"] <= flat[1]["heldout_ll"] + 0.05  # independent positions: nothing to gain
+
+
+# ------------------------------------------------------------------------------------ the run
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    results = tmp_path_factory.mktemp("natural") / "results"
+    out = results / "natural"
+    assert mfd(["natural", "--preset", "micro", "--out", str(out), "--quiet"]) == 0
+    return results, out
+
+
+STEPS = ("corpus", "target", "ceiling", "distill", "drafter-k1", "drafter-k2", "drafter-dartree", "eval")
+
+
+def test_micro_run_produces_every_part(run):
+    _, out = run
+    steps = json.loads((out / "steps.json").read_text())["steps"]
+    assert list(steps) == list(STEPS) and all(s["done"] for s in steps.values())
+    assert (out / "target" / "config.json").is_file() and (out / "target" / "tokenizer.json").is_file()
+    res = Result.load(out / "natural.json")
+    d = res.data
+    assert set(d["target"]["perplexity"]) == {"code", "prose"}
+    assert all(v["perplexity"] > 1 for v in d["target"]["perplexity"].values())
+    for dom in ("code", "prose"):
+        c = d["ceiling"][dom]
+        for n in ("1", "4"):
+            o, p = c["by_budget"][n]["oracle"][0], c["by_budget"][n]["product"][0]
+            assert 0 <= p <= o + 1e-9  # no product tree covers more than the oracle
+        assert set(c["futures"]) == {"2", "3"}
+    rows = d["e2e"]["rows"]
+    got = {(r["dataset"], r["temperature"], r["method"], r["K"]) for r in rows}
+    for ds in ("code", "prose"):
+        for t in (0.0, 1.0):
+            assert {(ds, t, "ar", 0), (ds, t, "ddtree", 1), (ds, t, "mfd", 2), (ds, t, "dartree", 1)} <= got
+    assert all(r["matches_ar"] for r in rows if r["temperature"] == 0 and r["method"] != "ar")
+    methods = {g["method"] for g in d["e2e"]["best_budget"]}
+    assert methods == {"mfd", "ddtree", "dartree"}
+    prov = d["provenance"]
+    assert prov["python_version"] and len(prov["text_sha256"]) == 64 and prov["subset"] is True
+    held = {n for n, _, s in prov["units"] if s == "heldout"}
+    ids = [json.loads(x)["id"] for f in ("code.jsonl", "prose.jsonl")
+           for x in (out / "prompts" / f).read_text().splitlines()]
+    assert ids and all(i.rsplit(":", 2 if "topics:" not in i else 1)[0] in held for i in ids)
+
+
+def test_rerun_reuses_every_step(run, capsys):
+    _, out = run
+    capsys.readouterr()
+    assert mfd(["natural", "--preset", "micro", "--out", str(out), "--quiet"]) == 0
+    said = capsys.readouterr().out
+    for name in STEPS:
+        assert f"{name}: finished earlier, reusing" in said, name
+    assert "\n== " not in said
+
+
+def test_report_block_from_the_run(run):
+    from mfd_theory.report import BLOCKS, natural_block, render
+
+    results, out = run
+    res = Result.load(out / "natural.json")
+    text = natural_block(res)
+    ppl = res.data["target"]["perplexity"]
+    assert f"code {ppl['code']['perplexity']:.1f}" in text and f"prose {ppl['prose']['perplexity']:.1f}" in text
+    n_rows = sum(r["method"] != "ar" for r in res.data["e2e"]["rows"])
+    import re
+
+    lines = text.splitlines()
+    assert len([ln for ln in lines if re.match(r"\| (code|prose) \| [01] \| (ddtree|mfd|dartree) \| (K = \d+|dartree) \| ", ln)]) \
+        == n_rows
+    assert len([ln for ln in lines if re.match(r"\| (code|prose) \| [01] \| (mfd \(K|ddtree on|dartree \| \d+ vs)", ln)]) \
+        == len(res.data["e2e"]["best_budget"])
+    c = res.data["ceiling"]["code"]["by_budget"]["4"]
+    assert f"| code | 4 | {c['product'][0]:.2f}" in text
+    assert BLOCKS["natural"][0] == "natural/natural.json"
+    new, changed, skipped = render("x\n<!-- report:natural -->\nold\n<!-- /report:natural -->\n", results)
+    assert changed == ["natural"] and text in new
+
+
+def test_bad_options_exit_2(tmp_path, capsys):
+    for argv, flag in ((["--modes", "2,4"], "--modes"), (["--preset", "huge"], "--preset"),
+                       (["--futures-lengths", "20"], "--futures-lengths"), (["--methods", "ar,beam"], "--methods"),
+                       (["--hidden", "102"], "--heads")):
+        assert mfd(["natural", "--out", str(tmp_path / "o"), *argv]) == 2, argv
+        assert flag in capsys.readouterr().err, argv
+    assert not (tmp_path / "o").exists()
+
+
+def test_config_knows_evals_methods_and_reproduce_runs_it():
+    from mfd_theory.experiments import natural as exp
+    from mfd_theory.llm.decode import METHODS
+    from mfd_theory.report import BLOCKS
+    from mfd_theory.reproduce import STEPS as REPRO
+
+    assert tuple(exp._METHODS) == tuple(METHODS)
+    argv = next(a for _, module, a in REPRO if module == "mfd_theory.experiments.natural")
+    assert Path("results") / BLOCKS["natural"][0] == Path(argv[argv.index("--out") + 1]) / "natural.json"
+    assert "<!-- report:natural -->" in (ROOT / "README.md").read_text()
+
+
+def test_out_at_a_file_is_a_usage_error(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    for out in (blocker, blocker / "sub"):
+        assert mfd(["natural", "--preset", "micro", "--out", str(out)]) == 2
+        assert "--out" in capsys.readouterr().err
+    assert blocker.read_text() == "x"
+
+
+def test_readme_shows_the_commands_the_experiment_runs():
+    import re
+
+    from mfd_theory.experiments.natural import NaturalConfig, command_lines
+
+    flat = re.sub(r"\s*\\\n\s*", " ", (ROOT / "README.md").read_text())
+    for line in command_lines(NaturalConfig()):
+        assert line in flat, line
