@@ -88,6 +88,8 @@ class NaturalConfig(Checked):
     eval_new_tokens: int = opt(32, "mfd eval --max-new-tokens", ge=1)
     eval_prompts: int = opt(6, "mfd eval --max-prompts (per domain)", ge=1)
     passes: int = opt(2, "mfd eval --passes (timing passes)", ge=1)
+    calibration_prompts: int = opt(8, "mfd eval --calibration-count: held-out prompts per domain held back (never "
+                                      "evaluated) to predict every row before the evaluation", ge=1)
     # the ceiling and the effective futures
     ceiling_prompts: int = opt(12, "held-out prompts per domain for the target-only ceiling", ge=1)
     ceiling_samples: int = opt(512, "continuations sampled per prompt for the marginals (as many again check "
@@ -114,9 +116,9 @@ class NaturalConfig(Checked):
         bad = [m for m in self.methods.split(",") if m.strip() and m.strip() not in _METHODS]
         if bad or not self.methods.strip():
             raise ValueError(f"--methods: unknown {bad}; choose from {','.join(_METHODS)}")
-        if self.eval_prompts > self.heldout_prompts:
-            raise ValueError(f"--eval-prompts: at most --heldout-prompts ({self.heldout_prompts}), "
-                             f"got {self.eval_prompts}")
+        if self.eval_prompts + self.calibration_prompts > self.heldout_prompts:
+            raise ValueError(f"--eval-prompts: at most --heldout-prompts ({self.heldout_prompts}) minus "
+                             f"--calibration-prompts ({self.calibration_prompts}), got {self.eval_prompts}")
         if self.ceiling_prompts > self.heldout_prompts:
             raise ValueError(f"--ceiling-prompts: at most --heldout-prompts ({self.heldout_prompts}), "
                              f"got {self.ceiling_prompts}")
@@ -138,6 +140,7 @@ PRESETS: dict[str, dict] = {
                   intermediate=64, seq_len=32, target_batch=4, target_steps=4, ppl_windows=2, train_prompts=3,
                   heldout_prompts=2, distill_new_tokens=6, modes=(1, 2), dartree_rank=4, block_size=4,
                   drafter_steps=2, drafter_batch=2, ckpt_every=1, budgets=(4,), eval_new_tokens=4, eval_prompts=1,
+                  calibration_prompts=1,
                   ceiling_prompts=1, ceiling_samples=8, ceiling_budgets=(1, 4), dead_at=4, futures_modes=(1, 2),
                   futures_lengths=(2, 3)),
 }
@@ -185,7 +188,7 @@ def commands(config: NaturalConfig, root: str | Path = ".") -> list[tuple[str, s
                  "--budgets", ",".join(map(str, config.budgets)),
                  "--temperatures", ",".join(map(_num, config.temperatures)),
                  "--max-new-tokens", str(config.eval_new_tokens), "--max-prompts", str(config.eval_prompts),
-                 "--passes", str(config.passes), *common]))
+                 "--passes", str(config.passes), "--calibration-count", str(config.calibration_prompts), *common]))
     return out
 
 
