@@ -26,6 +26,8 @@ import os
 import typing
 from pathlib import Path
 
+from ..results import wrote
+
 __all__ = [
     "Checked",
     "add_dataclass_args",
@@ -184,10 +186,6 @@ def check_out_file(path: str | os.PathLike, option: str) -> Path:
         raise ValueError(f"{option}: {p} is a directory, expected a file path")
     check_out_dir(p.parent if str(p.parent) else ".", option)
     return p
-
-
-def wrote(path: str | os.PathLike, replaced: bool = False) -> None:
-    print(f"wrote {path}" + (" (replaced)" if replaced else ""), flush=True)
 
 
 def save_result(result, path: str | os.PathLike) -> Path:
