@@ -40,7 +40,8 @@ def run_notebook(path: Path, small: bool = False, timeout: int = 1800):
     """Execute a notebook from its own folder and return the executed copy.
 
     The file on disk is not modified (notebooks are committed without outputs). ``small`` sets
-    MFD_NOTEBOOK_SMALL=1, which the notebooks read to run a tiny version into a temp folder.
+    MFD_NOTEBOOK_SMALL=1, which the notebooks read to run a tiny version (into
+    ``results/notebook_small/``, see :func:`mfd_theory.figures.notebook_output`).
     """
     import nbformat
     from nbclient import NotebookClient
