@@ -53,7 +53,9 @@ def run_notebook(path: Path, small: bool = False, timeout: int = 1800):
     os.environ["MFD_NOTEBOOK_SMALL"] = "1" if small else "0"
     os.environ.pop("MPLBACKEND", None)
     try:
-        NotebookClient(nb, timeout=timeout, kernel_name="python3",
+        # The kernel's log level ERROR drops its start-up warning about running over TCP (the
+        # kernel talks only to this process, on the local machine).
+        NotebookClient(nb, timeout=timeout, kernel_name="python3", extra_arguments=["--IPKernelApp.log_level=ERROR"],
                        resources={"metadata": {"path": str(path.parent)}}).execute()
         return nb
     finally:
