@@ -29,7 +29,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from ._config import Checked, check_out_dir, opt, parse_config
+from ._config import Checked, opt, parse_config
 from .e2e import PRESETS, preset_config
 
 __all__ = ["OwnTargetConfig", "command_lines", "commands", "e2e_config", "run", "main"]
@@ -145,8 +145,6 @@ def main(argv: list[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     config, args = parse_config(OwnTargetConfig, argv, prog="mfd own-target", description=__doc__.splitlines()[0],
                                 out_default="results/own_target")
-    if config.cache_dir:
-        check_out_dir(config.cache_dir, "--cache-dir")  # ValueError: `mfd` exits 2 with the message
     if args.quiet:
         from .e2e import _quiet_transformers
 
