@@ -58,6 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     # The CLI only writes figures to files: Agg needs no display. The library leaves the backend
     # alone so that notebooks draw inline; MPLBACKEND set by the user still wins.
     os.environ.setdefault("MPLBACKEND", "Agg")
+    # Output to a log file or a pipe: progress bars redraw now and then, not several times a second.
+    from .progress import use_log_bars
+
+    use_log_bars()
     parser = argparse.ArgumentParser(prog="mfd", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"mfd {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

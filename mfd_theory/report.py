@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from .formatting import _is_best, _num, speed_gain_text, tau_gain_text
 from .results import Result, atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,15 +39,6 @@ _BLOCK_RE = re.compile(r"<!-- report:(?P<name>[a-z0-9-]+) -->\n(?P<body>.*?)<!--
 
 
 # ------------------------------------------------------------------------------ spreads
-
-
-def _num(v) -> float | None:
-    """A stored number, or None for a missing one (null, or the "nan" string of older files)."""
-    if isinstance(v, bool) or v is None:
-        return None
-    if isinstance(v, (int, float)):
-        return None if math.isnan(v) else float(v)
-    return None
 
 
 def _passes(row: dict, key: str) -> list[float] | None:
@@ -219,11 +211,6 @@ def path_gain_block(res: Result) -> str:
         w = [(f, g, c) for f, g, c in break_even(res, p) if c is not None]
         lines.append(f"Under {p}: " + ("; ".join(f"{f} {g} up to c = {c:g}" for f, g, c in w) if w else "never") + ".")
     return "\n".join(lines)
-
-
-def _is_best(g: dict) -> bool:
-    """A best-budget comparison: ``budget == "best"`` (older files) or ``best_budget is True``."""
-    return g.get("budget") == "best" or g.get("best_budget") is True
 
 
 def _label(r: dict) -> str:
@@ -776,28 +763,6 @@ def bench_draft_block(res: Result) -> str:
               + ", ".join(f"{_span(cat[t])} ms at T = {t}" for t in contexts)
               + f" ({share} of the verify at T = {hi})." + repeat]
     return "\n".join(lines)
-
-
-def speed_gain_text(g: dict) -> str:
-    """A stored speedup gain (an ``mfd_gains`` entry) with the verdict ``mfd eval`` gave it: the
-    95% interval of its pass-to-pass spread, or "no measurable difference" inside it."""
-    if _num(g.get("speedup_gain")) is None:
-        return "-"
-    if "speedup_verdict" not in g:  # an older file: a single timing pass, no spread recorded
-        return f"{100 * g['speedup_gain']:+.1f}% (no spread)"
-    if g.get("speedup_verdict") == "no measurable difference":
-        return f"no measurable difference (+-{100 * g['speedup_gain_ci95']:.1f}%)"
-    ci = _num(g.get("speedup_gain_ci95"))
-    return f"{100 * g['speedup_gain']:+.1f}%" + (f" +- {100 * ci:.1f}%" if ci is not None else " (1 pass)")
-
-
-def tau_gain_text(g: dict) -> str:
-    """A stored tau gain, or "no measurable difference" when its z is inside +-2."""
-    if _num(g.get("tau_gain")) is None:
-        return "-"
-    if g.get("tau_verdict") == "no measurable difference":
-        return "no measurable difference"
-    return f"{100 * g['tau_gain']:+.1f}%"
 
 
 def _read_json(path: Path):

@@ -41,7 +41,8 @@ def run_notebook(path: Path, small: bool = False, timeout: int = 1800):
     """Execute a notebook from its own folder and return the executed copy.
 
     The file on disk is not modified (notebooks are committed without outputs). ``small`` sets
-    MFD_NOTEBOOK_SMALL=1, which the notebooks read to run a tiny version into a temp folder.
+    MFD_NOTEBOOK_SMALL=1, which the notebooks read to run a tiny version (into
+    ``results/notebook_small/``, see :func:`mfd_theory.figures.notebook_output`).
     """
     import nbformat
     from nbclient import NotebookClient
@@ -53,7 +54,9 @@ def run_notebook(path: Path, small: bool = False, timeout: int = 1800):
     os.environ["MFD_NOTEBOOK_SMALL"] = "1" if small else "0"
     os.environ.pop("MPLBACKEND", None)
     try:
-        NotebookClient(nb, timeout=timeout, kernel_name="python3",
+        # The kernel's log level ERROR drops its start-up warning about running over TCP (the
+        # kernel talks only to this process, on the local machine).
+        NotebookClient(nb, timeout=timeout, kernel_name="python3", extra_arguments=["--IPKernelApp.log_level=ERROR"],
                        resources={"metadata": {"path": str(path.parent)}}).execute()
         return nb
     finally:

@@ -31,6 +31,7 @@ __all__ = [
     "package_versions",
     "provenance",
     "to_jsonable",
+    "wrote",
 ]
 
 _UMASK = os.umask(0)
@@ -139,6 +140,11 @@ def atomic_write_bytes(path: str | os.PathLike, payload: bytes) -> None:
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     _atomic_write(Path(path), text.encode("utf-8"))
+
+
+def wrote(path: str | os.PathLike, replaced: bool = False) -> None:
+    """Say that ``path`` was written (and whether it replaced an older file)."""
+    print(f"wrote {path}" + (" (replaced)" if replaced else ""), flush=True)
 
 
 @dataclasses.dataclass

@@ -235,3 +235,73 @@ def test_ctrl_c_is_one_line_and_exit_130(capsys, monkeypatch):
     assert main(["train-drafter", "--help-not-parsed"]) == 130
     err = capsys.readouterr().err
     assert err.strip() == "mfd train-drafter: interrupted; checkpoints written so far are kept"
+
+
+_PROC = "/proc/self"
+needs_proc = pytest.mark.skipif(not os.path.isdir(_PROC), reason="needs /proc, a folder nobody can create entries in")
+
+
+def _no_work(monkeypatch, module: str):
+    """Make the command's work fail loudly: a path check must refuse before it."""
+    import importlib
+
+    def boom(*a, **k):
+        raise AssertionError("the work started before the output paths were checked")
+
+    monkeypatch.setattr(importlib.import_module(module), "run", boom)
+
+
+@needs_proc
+@pytest.mark.parametrize("cmd", [c for c in _all_commands() if c[0] not in ("reproduce", "report", "distill",
+                                                                             "train-drafter", "eval")], ids=" ".join)
+def test_out_that_cannot_be_created_exits_2_naming_out(cmd, tmp_path, capsys, monkeypatch):
+    # /proc refuses new entries even to root, for whom the permission bits say nothing
+    monkeypatch.chdir(tmp_path)
+    assert main([*cmd, "--out", "/proc/mfd-nope"]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and "/proc/mfd-nope" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@needs_proc
+@pytest.mark.parametrize("argv,module", [(["core-table", "--out", "/proc/nope"], "mfd_theory.experiments.core_table"),
+                                         (["e2e", "--out", "/proc/nope"], "mfd_theory.experiments.e2e")])
+def test_bad_out_is_refused_before_any_work(argv, module, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _no_work(monkeypatch, module)
+    assert main(argv) == 2
+    assert "--out" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("figure", ["/proc/x.png", "fig.txt", "fig", "sub"])
+def test_core_table_bad_figure_path_exits_2_before_work_and_writes_nothing(figure, tmp_path, capsys, monkeypatch):
+    if figure.startswith("/proc") and not os.path.isdir(_PROC):
+        pytest.skip("needs /proc")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()  # a directory is no figure file
+    _no_work(monkeypatch, "mfd_theory.experiments.core_table")
+    assert main(["core-table", "--V", "40", "--budgets", "4,8", "--out", "out", "--figure", figure]) == 2
+    err = capsys.readouterr().err
+    assert "--figure" in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sub"] and not any((tmp_path / "sub").iterdir())
+
+
+@pytest.mark.parametrize("suffix", [".png", ".pdf", ".svg"])
+def test_core_table_writes_each_figure_format(suffix, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    fig = tmp_path / f"fig{suffix}"
+    assert main(["core-table", "--V", "40", "--budgets", "4,8", "--out", str(tmp_path / "out"),
+                 "--figure", str(fig)]) == 0
+    assert fig.stat().st_size > 0
+
+
+@needs_proc
+@pytest.mark.parametrize("cmd,module", [("e2e", "mfd_theory.experiments.e2e"),
+                                        ("own-target", "mfd_theory.experiments.own_target")])
+def test_cache_dir_that_cannot_be_created_exits_2_naming_it(cmd, module, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _no_work(monkeypatch, module)
+    assert main([cmd, "--out", str(tmp_path / "out"), "--cache-dir", "/proc/nope"]) == 2
+    err = capsys.readouterr().err
+    assert "--cache-dir" in err and "out_dir" not in err
+    assert list(tmp_path.iterdir()) == []

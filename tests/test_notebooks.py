@@ -1,36 +1,95 @@
-"""Every notebook executes at its small size (MFD_NOTEBOOK_SMALL=1; figures go to a temp dir).
+"""Every notebook executes on a fresh clone's layout (no results file): it computes a small run,
+says so, and writes under ``results/notebook_small/``, leaving the tracked ``paper_figs/`` alone.
 
 nbclient raises CellExecutionError on the first failing cell, so a broken notebook fails here.
-Notebook 04 runs the micro end-to-end preset (training included) at its small size.
+Notebook 04 runs the micro end-to-end preset (training included) as its small run.
 """
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+REPO = Path(__file__).resolve().parent.parent
+NOTEBOOKS = REPO / "notebooks"
+RESULTS_FILE = {"01_chimera_bound.ipynb": "chimera_bound.json", "02_chimera_share.ipynb": "chimera_share.json",
+                "03_mixture_gain.ipynb": "mixture_gain.json", "04_end_to_end.ipynb": "end_to_end.json",
+                "05_path_gain.ipynb": "path_gain.json"}
 
 
-@pytest.mark.parametrize("name", ["01_chimera_bound.ipynb", "02_chimera_share.ipynb", "03_mixture_gain.ipynb", "04_end_to_end.ipynb",
-                                  "05_path_gain.ipynb"])
-def test_notebook_runs_at_small_size(name):
+def _files(d: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("name", sorted(RESULTS_FILE))
+def test_notebook_without_results_runs_small_and_leaves_paper_figs_alone(name, tmp_path, monkeypatch):
     pytest.importorskip("nbclient")
     from mfd_theory.reproduce import run_notebook
 
     if name.startswith("04"):
         pytest.importorskip("torch")
-    nb = run_notebook(NOTEBOOKS / name, small=True, timeout=300)
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
-    assert not errors
-    assert any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), "the notebook printed or drew nothing"
+    # a fresh clone's layout: the notebook, an empty results/, the tracked paper_figs/
+    (tmp_path / "notebooks").mkdir()
+    shutil.copy(NOTEBOOKS / name, tmp_path / "notebooks" / name)
+    (tmp_path / "results").mkdir()
+    figs = tmp_path / "paper_figs"
+    figs.mkdir()
+    (figs / "chimera_bound.png").write_bytes(b"tracked figure")
+    before = _files(figs)
+    # the kernel imports this checkout's package
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    monkeypatch.delenv("MFD_NOTEBOOK_SMALL", raising=False)
+    nb = run_notebook(tmp_path / "notebooks" / name, small=False, timeout=300)
+
+    assert _files(figs) == before, "a small run touched paper_figs/"
+    assert not (tmp_path / "results" / RESULTS_FILE[name]).exists(), "a small run wrote the full results' path"
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
-    # figures render as images (not as "<Figure size ...>" text), once per figure the notebook saves
-    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
     stdout = "".join(o.get("text", "") for o in outputs if o.get("name") == "stdout")
-    saved = [ln for ln in stdout.splitlines() if ln.startswith("wrote ") and ln.endswith(".png")]
+    assert "small run: no results/" + RESULTS_FILE[name] in stdout, stdout[:500]
+    # figures render as images (not as "<Figure size ...>" text), once per figure the notebook saves,
+    # and every saved one is under results/notebook_small/
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    saved = [ln[len("wrote "):] for ln in stdout.splitlines() if ln.startswith("wrote ") and ln.endswith(".png")]
     assert saved and len(images) == len(saved), (len(images), saved)
+    small_dir = (tmp_path / "results" / "notebook_small").resolve()
+    for f in saved:
+        assert Path(f).resolve().parent == small_dir and Path(f).is_file(), f
     stderr = "".join(o.get("text", "") for o in outputs if o.get("name") == "stderr")
     assert "IProgress not found" not in stderr and "Warning" not in stderr, stderr
+
+
+def test_notebook_output_draws_into_paper_figs_only_from_the_full_results(tmp_path):
+    from mfd_theory.figures import notebook_output
+
+    results = tmp_path / "results" / "mixture_gain.json"
+    small = notebook_output(results)
+    assert not small.full and small.fig_dir == tmp_path / "results" / "notebook_small"
+    assert small.note.startswith("small run: no results/mixture_gain.json")
+    results.parent.mkdir()
+    results.write_text("{}")
+    full = notebook_output(results)
+    assert full.full and full.fig_dir == tmp_path / "paper_figs" and full.note is None
+    forced = notebook_output(results, small=True)
+    assert not forced.full and forced.fig_dir == tmp_path / "results" / "notebook_small"
+    assert forced.note.startswith("small run: ")
+
+
+def test_small_run_note_is_drawn_on_the_figure(tmp_path):
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from mfd_theory.figures import save_figure
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1])
+    save_figure(fig, tmp_path / "f.png", note="small run: no results/x.json, not the full results")
+    assert any(t.get_text().startswith("small run: ") for t in fig.texts)
+    plt.close(fig)
 
 
 def test_committed_notebooks_have_no_outputs():

@@ -23,14 +23,18 @@ import argparse
 import dataclasses
 import math
 import os
+import tempfile
 import typing
 from pathlib import Path
+
+from ..results import wrote
 
 __all__ = [
     "Checked",
     "add_dataclass_args",
     "check_config",
     "check_out_dir",
+    "check_figure_file",
     "check_out_file",
     "config_from_args",
     "flag",
@@ -161,7 +165,11 @@ def config_from_args(cls, args: argparse.Namespace, **extra):
 
 
 def check_out_dir(path: str | os.PathLike, option: str = "--out") -> Path:
-    """The output directory, checked without creating it: not a file, and under a writable folder."""
+    """The output directory, checked without creating it: not a file, and creatable and writable.
+
+    The nearest folder that exists must accept a new entry: a scratch folder is made in it and
+    removed again (permission bits alone say nothing for root, nor for /proc and read-only mounts).
+    """
     p = Path(path)
     if str(path) == "":
         raise ValueError(f"{option}: needs a directory")
@@ -172,8 +180,11 @@ def check_out_dir(path: str | os.PathLike, option: str = "--out") -> Path:
         anc = anc.parent
     if not anc.is_dir():
         raise ValueError(f"{option}: {anc} is not a directory, so {p} cannot be created")
-    if not os.access(anc, os.W_OK | os.X_OK):
-        raise ValueError(f"{option}: {anc} is not writable")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".mfd-write-check-", dir=anc))
+    except OSError as exc:
+        what = "written to" if anc == p else f"created ({anc} does not accept new entries)"
+        raise ValueError(f"{option}: {p} cannot be {what}: {exc.strerror or exc}") from None
     return p
 
 
@@ -186,8 +197,16 @@ def check_out_file(path: str | os.PathLike, option: str) -> Path:
     return p
 
 
-def wrote(path: str | os.PathLike, replaced: bool = False) -> None:
-    print(f"wrote {path}" + (" (replaced)" if replaced else ""), flush=True)
+#: figure formats the commands write (matplotlib picks the format from the suffix)
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
+
+
+def check_figure_file(path: str | os.PathLike, option: str = "--figure") -> Path:
+    """A figure file to write: :func:`check_out_file` plus a suffix in :data:`FIGURE_SUFFIXES`."""
+    p = Path(path)
+    if p.suffix.lower() not in FIGURE_SUFFIXES:
+        raise ValueError(f"{option}: {p.name} must end in {', '.join(FIGURE_SUFFIXES)} (the figure's format)")
+    return check_out_file(p, option)
 
 
 def save_result(result, path: str | os.PathLike) -> Path:
@@ -210,11 +229,17 @@ def add_common(parser: argparse.ArgumentParser, out_default: str = "results") ->
 
 
 def finish(parser: argparse.ArgumentParser, cls, args: argparse.Namespace, **extra):
-    """Config and output directory from parsed args; a bad value is a usage error (exit 2)."""
+    """Config from parsed args, with every output path checked (``--out``, ``--figure``, and the
+    config's ``cache_dir`` as ``--cache-dir``); a bad value is a usage error (exit 2)."""
     try:
         config = config_from_args(cls, args, **extra)
+        # every path the command will write, before any work (each error names its flag)
         if hasattr(args, "out"):
             check_out_dir(args.out)
+        if getattr(args, "figure", ""):
+            check_figure_file(args.figure, "--figure")
+        if getattr(config, "cache_dir", ""):
+            check_out_dir(config.cache_dir, "--cache-dir")
     except ValueError as exc:
         parser.error(str(exc))
     return config

@@ -20,7 +20,7 @@ from ..coverage import chimera_mask, coverage, splice_mask
 from ..distributions import MixtureOfProducts, norm_tol
 from ..results import Result
 from ..trees import chain_tree, mixture_tree, oracle_tree, product_tree
-from ._config import (Checked, add_common, add_dataclass_args, check_out_file, finish, make_parser, opt,
+from ._config import (Checked, add_common, add_dataclass_args, finish, make_parser, opt,
                       save_result, wrote)
 
 
@@ -129,14 +129,9 @@ def main(argv=None) -> Result:
     add_dataclass_args(parser, CoreTableConfig)
     add_common(parser)
     parser.add_argument("--figure", default="", metavar="PATH",
-                        help="also draw coverage and dead share against N into this PNG (default: no figure)")
+                        help="also draw coverage and dead share against N into this file (.png, .pdf or .svg; default: no figure)")
     args = parser.parse_args(argv)
-    cfg = finish(parser, CoreTableConfig, args)
-    if args.figure:
-        try:
-            check_out_file(args.figure, "--figure")
-        except ValueError as exc:
-            parser.error(str(exc))
+    cfg = finish(parser, CoreTableConfig, args)  # checks --out and --figure too
     res = run(cfg)
     print(format_table(res))
     save_result(res, Path(args.out) / f"{NAME}.json")

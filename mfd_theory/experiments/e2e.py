@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from ..results import Result
-from ._config import Checked, add_common, add_dataclass_args, check_out_dir, finish, make_parser, opt, wrote
+from ._config import Checked, add_common, add_dataclass_args, finish, make_parser, opt, wrote
 
 __all__ = ["E2EConfig", "PRESETS", "preset_config", "run", "main"]
 
@@ -153,12 +153,7 @@ def main(argv: list[str] | None = None) -> Result:
     if known.preset in PRESETS:
         parser.set_defaults(**preset_config(known.preset).__dict__)
     args = parser.parse_args(argv)
-    config = finish(parser, E2EConfig, args)
-    if config.cache_dir:
-        try:
-            check_out_dir(config.cache_dir, "--cache-dir")
-        except ValueError as exc:
-            parser.error(str(exc))
+    config = finish(parser, E2EConfig, args)  # checks --out and --cache-dir too
     if args.quiet:
         _quiet_transformers()
     out = Path(args.out) / "end_to_end.json"

@@ -29,7 +29,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from ._config import Checked, check_out_dir, opt, parse_config
+from ._config import Checked, opt, parse_config
 from .e2e import PRESETS, preset_config
 
 __all__ = ["OwnTargetConfig", "command_lines", "commands", "e2e_config", "run", "main"]
@@ -126,18 +126,25 @@ def command_lines(config: OwnTargetConfig, root: str | Path = ".") -> list[str]:
 
 
 def run(config: OwnTargetConfig, out_dir: str | Path = "results/own_target", progress: bool = True) -> dict:
-    """Run (or resume) every step under ``out_dir``; returns ``steps.json``'s content."""
+    """Run (or resume) every step under ``out_dir``, then print the evaluation's summary; returns
+    ``steps.json``'s content."""
     from ..llm.own_target import run_own_target
+    from ..report import own_target_summary
 
-    return run_own_target(config, out_dir, progress=progress)
+    out = Path(out_dir)
+    steps = [(name, cmd, argv, rel, line) for (name, cmd, argv), (_, _, rel), line
+             in zip(commands(config, out), commands(config), command_lines(config))]
+    data = run_own_target(config, e2e_config(config), out, steps, progress=progress)
+    summary = own_target_summary(out / "eval" / "eval.json")
+    if summary:
+        print("\n" + summary)
+    return data
 
 
 def main(argv: list[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     config, args = parse_config(OwnTargetConfig, argv, prog="mfd own-target", description=__doc__.splitlines()[0],
                                 out_default="results/own_target")
-    if config.cache_dir:
-        check_out_dir(config.cache_dir, "--cache-dir")  # ValueError: `mfd` exits 2 with the message
     if args.quiet:
         from .e2e import _quiet_transformers
 

@@ -4,6 +4,7 @@ tree-verified speculative decoding. The only part of the package that imports to
 """
 
 from mfd_theory.llm.drafter import BlockDrafter, MFDDrafter, build_drafter, load_drafter
+from mfd_theory.llm.domino import DominoDrafter  # noqa: F401  (registers the dartree kind)
 from mfd_theory.llm.target import TargetModel
 
 __all__ = ["BlockDrafter", "MFDDrafter", "TargetModel", "build_drafter", "load_drafter",

@@ -44,6 +44,12 @@ __all__ = ["METHODS", "DEAD_EPS", "StepRecord", "DecodeResult", "speculative_gen
            "walk_tree", "build_tree"]
 
 METHODS = ("ar", "chain", "ddtree", "mfd", "dartree")
+
+
+def positions_needed(prompt_tokens: int, max_new_tokens: int) -> int:
+    """Positions a ``prompt_tokens`` prompt plus ``max_new_tokens`` new tokens occupy in the target:
+    the last new token is never fed back, so one fewer than their sum."""
+    return int(prompt_tokens) + int(max_new_tokens) - 1
 DEAD_EPS = 1e-3  # a node is "dead" when the target's prefix probability is below this
 # Below float32's smallest normal number, T itself is subnormal or rounds to 0 in the float32
 # division, and softmax(z / T) turns to 0/0; such temperatures are refused (0 means greedy).
@@ -442,7 +448,7 @@ def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method
     if ids.numel() == 0:
         raise ValueError("input_ids: the prompt is empty")
     target._check_positions(ids.numel())  # the prompt alone
-    need = ids.numel() + int(max_new_tokens) - 1  # the last new token is never fed back
+    need = positions_needed(ids.numel(), max_new_tokens)
     if target.max_positions is not None and need > target.max_positions:
         raise ValueError(f"max_new_tokens: a {ids.numel()}-token prompt plus {int(max_new_tokens)} new tokens "
                          f"needs {need} positions, beyond the target's context of {target.max_positions}")

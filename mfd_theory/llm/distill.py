@@ -35,11 +35,11 @@ import torch
 
 from mfd_theory.results import atomic_write_text
 
-from .decode import speculative_generate
-from .prompts import Prompt, run_conversation
+from .decode import positions_needed, speculative_generate
+from .prompts import Prompt, render, run_conversation
 from .train import _check_run_config, target_fingerprint
 
-__all__ = ["FORMAT", "distill_prompts", "load_distill_data", "prompt_files_digest"]
+__all__ = ["FORMAT", "check_context", "distill_prompts", "load_distill_data", "prompt_files_digest"]
 
 FORMAT = "mfd-distill-v1"
 
@@ -89,13 +89,40 @@ def _shard_ok(path: Path) -> bool:
     return True
 
 
+def check_context(prompts: list[Prompt], tokenizer, enable_thinking: bool, max_new_tokens: int,
+                  max_positions: int | None) -> None:
+    """Refuse a prompt whose conversation may not fit the target's context, naming its data set,
+    id and turn.
+
+    A later turn's prompt holds the earlier answers, whose length is known only once they are
+    generated; the check takes the worst case: the turn rendered with empty earlier answers plus
+    ``max_new_tokens`` tokens for each of them, plus the turn's own ``max_new_tokens``.
+    """
+    if max_positions is None:
+        return
+    for p in prompts:
+        messages = list(p.messages)
+        for turn in range(1 + len(p.turns)):
+            if turn:
+                messages += [("assistant", ""), ("user", p.turns[turn - 1])]
+            n = len(render(messages, tokenizer, enable_thinking))
+            need = positions_needed(n + turn * max_new_tokens, max_new_tokens)
+            if need > max_positions:
+                earlier = f" plus {turn} earlier answer(s) of up to {max_new_tokens} tokens" if turn else ""
+                raise ValueError(
+                    f"prompts: data set {p.dataset!r}, prompt {p.id!r}, turn {turn}: {n} prompt tokens{earlier} "
+                    f"plus {max_new_tokens} new tokens need up to {need} positions, beyond the target's context "
+                    f"of {max_positions}; lower --max-new-tokens or shorten the prompt")
+
+
 def distill_prompts(target_hf, tokenizer, prompts: list[Prompt], out: str | Path, *, max_new_tokens: int,
                     temperature: float, seed: int, enable_thinking: bool, config: dict,
                     shard_size: int = 64, dist=None, progress: bool = True) -> dict:
     """Answer ``prompts`` with the target and write the data set to ``out``; returns the manifest.
 
     ``config`` (the command's options) is recorded in ``distill_config.json`` together with the
-    target's fingerprint; a directory holding another configuration is refused.
+    target's fingerprint; a directory holding another configuration is refused. Every prompt is
+    checked against the target's context (:func:`check_context`) before anything is written.
     """
     from tqdm.auto import tqdm
 
@@ -104,11 +131,12 @@ def distill_prompts(target_hf, tokenizer, prompts: list[Prompt], out: str | Path
     out = Path(out)
     if shard_size < 1:
         raise ValueError(f"shard_size: must be >= 1, got {shard_size}")
+    target = TargetModel(target_hf)
+    check_context(prompts, tokenizer, enable_thinking, max_new_tokens, target.max_positions)
     fp = target_fingerprint(target_hf)
     run_cfg = {"format": FORMAT, "target_fingerprint": fp, "n_prompts": len(prompts),
                "shard_size": shard_size, **config}
     _check_run_config(out, run_cfg, dist)
-    target = TargetModel(target_hf)
     n_shards = math.ceil(len(prompts) / shard_size)
     rank, world = (dist.rank, dist.world) if dist is not None else (0, 1)
     mine = [s for s in range(rank, n_shards, world) if not _shard_ok(_shard_path(out, s))]
@@ -120,11 +148,14 @@ def distill_prompts(target_hf, tokenizer, prompts: list[Prompt], out: str | Path
         for g in range(s * shard_size, min(len(prompts), (s + 1) * shard_size)):
             p = prompts[g]
 
-            def answer(ids, turn, g=g):
+            def answer(ids, turn, g=g, p=p):
                 # One generator per (seed, prompt, turn): the answer does not depend on sharding.
-                res = speculative_generate(target, None, torch.tensor(ids), max_new_tokens, "ar",
-                                           temperature=temperature, seed=seed * 1_000_003 + 1000 * g + turn,
-                                           metrics=False)
+                try:
+                    res = speculative_generate(target, None, torch.tensor(ids), max_new_tokens, "ar",
+                                               temperature=temperature, seed=seed * 1_000_003 + 1000 * g + turn,
+                                               metrics=False)
+                except ValueError as exc:
+                    raise ValueError(f"prompts: data set {p.dataset!r}, prompt {p.id!r}, turn {turn}: {exc}") from exc
                 return res.tokens
 
             for turn, (ids, new) in enumerate(run_conversation(p, tokenizer, enable_thinking, answer)):

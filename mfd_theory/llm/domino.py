@@ -49,7 +49,7 @@ from torch import nn
 
 from mfd_theory.trees import DraftTree
 
-from .drafter import BlockDrafter, _draft_value
+from .drafter import BlockDrafter, _draft_value, _hf_model, load_drafter
 
 __all__ = ["DominoDrafter", "PathCorrection", "domino_from_checkpoint", "grow_path_tree", "DEFAULT_RANK",
            "ARCHITECTURE"]
@@ -80,6 +80,7 @@ class DominoDrafter(BlockDrafter):
     """DFlash backbone plus :class:`PathCorrection`; see the module docstring."""
 
     kind = "dartree"
+    architecture = ARCHITECTURE  # registers the class with load_drafter / build_drafter
     teacher_forced = True  # train_forward needs the block's true tokens (see train_drafter)
 
     def __init__(self, config, target: Any, rank: int | None = None):
@@ -180,8 +181,6 @@ def domino_from_checkpoint(directory, target: Any, rank: int | None = None) -> D
     a trained block drafter plus a new correction head). The head's output matrix starts at zero,
     so the new drafter drafts exactly the checkpoint's distributions until training moves it. A
     Domino checkpoint is loaded as it is (``rank``, if given, must match its head)."""
-    from .drafter import _hf_model, load_drafter
-
     base = load_drafter(directory, target)
     if isinstance(base, DominoDrafter):
         if rank is not None and int(rank) != base.correction_rank:

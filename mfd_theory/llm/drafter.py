@@ -72,6 +72,21 @@ _CONFIG_COPY_KEYS = (
 _PUBLISHED_MASK_IDS = {151936: 151669, 248320: 248070}
 _TARGET_ONLY_ROPE_KEYS = ("partial_rotary_factor", "mrope_section", "mrope_interleaved")
 
+# Drafter kinds defined in other modules (the Domino drafter of mfd_theory.llm.domino), by their
+# ``kind`` and by their checkpoint ``architecture``. A BlockDrafter subclass that sets
+# ``architecture`` registers itself here when its module loads; mfd_theory.llm's __init__ imports
+# those modules, so the tables are complete whenever any part of mfd_theory.llm is imported. This
+# keeps the dependency one way: those modules import this one, never the reverse.
+_KIND_CLASSES: dict[str, type] = {}
+_ARCH_CLASSES: dict[str, type] = {}
+
+
+def _registered(table: dict[str, type], name: str, what: str) -> type:
+    cls = table.get(name)
+    if cls is None:  # only if mfd_theory.llm.domino failed to load
+        raise ValueError(f"{what}: the module defining {name!r} drafters is not loaded")
+    return cls
+
 
 def default_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:
     """DFlash's default: one draft layer -> [n // 2]; otherwise evenly spaced over 1..n-3, rounded."""
@@ -231,6 +246,13 @@ class BlockDrafter(nn.Module):
     """DFlash-architecture block drafter (K = 1). See the module docstring for the interface."""
 
     num_modes = 1
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        arch = cls.__dict__.get("architecture")
+        if arch is not None:
+            _ARCH_CLASSES[arch] = cls
+            _KIND_CLASSES[cls.kind] = cls
 
     def __init__(self, config: Qwen3Config, target: Any):
         super().__init__()
@@ -577,9 +599,7 @@ def build_drafter(target: Any, block_size: int, num_layers: int, num_modes: int 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(seed))
         if kind == "dartree":
-            from .domino import DominoDrafter
-
-            drafter = DominoDrafter(cfg, hf, rank)
+            drafter = _registered(_KIND_CLASSES, kind, "kind")(cfg, hf, rank)
         else:
             drafter = MFDDrafter(cfg, hf, int(num_modes)) if num_modes > 1 else BlockDrafter(cfg, hf)
     std = float(getattr(cfg, "initializer_range", 0.02))
@@ -621,9 +641,7 @@ def load_drafter(directory, target: Any, dtype: torch.dtype | None = None) -> Bl
     hf = _hf_model(target)
     num_modes = int(cfg.dflash_config.get("num_modes", 1))
     if arch == "DominoDraftModel":
-        from .domino import DominoDrafter
-
-        drafter: BlockDrafter = DominoDrafter(cfg, hf)
+        drafter: BlockDrafter = _registered(_ARCH_CLASSES, arch, "directory")(cfg, hf)
     elif "mode_embeddings" in state:
         num_modes = state["mode_embeddings"].shape[0]
         drafter = MFDDrafter(cfg, hf, num_modes)

@@ -33,9 +33,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from mfd_theory.report import _is_best
-from mfd_theory.report import speed_gain_text as _gain_text
-from mfd_theory.report import tau_gain_text as _tau_gain_text
+from mfd_theory.formatting import _is_best
+from mfd_theory.formatting import speed_gain_text as _gain_text
+from mfd_theory.formatting import tau_gain_text as _tau_gain_text
 from mfd_theory.speedup import cell_speedup
 
 from .decode import speculative_generate

@@ -28,7 +28,7 @@ from typing import Callable
 
 import torch
 
-from mfd_theory.results import atomic_write_text
+from mfd_theory.results import atomic_write_text, wrote
 
 from .e2e import cached_corpus, cached_target, check_writable, target_run_name
 from .train import FINGERPRINT_VERSION, config_hash
@@ -97,16 +97,15 @@ class _Steps:
         return True
 
 
-def run_own_target(config, out_dir: str | Path, progress: bool = True) -> dict:
-    """Run or resume every step under ``out_dir``; returns ``steps.json``'s content."""
-    from mfd_theory.experiments._config import wrote
-    from mfd_theory.experiments.own_target import command_lines, commands, e2e_config
-    from mfd_theory.report import own_target_summary
+def run_own_target(config, ecfg, out_dir: str | Path, commands: list[tuple], progress: bool = True) -> dict:
+    """Run or resume every step under ``out_dir``; returns ``steps.json``'s content.
 
+    ``ecfg`` is the ``mfd e2e`` config of the target preset and ``commands`` the command steps, each
+    ``(name, command, argv, argv relative to the output directory, command line)``; both come from
+    :mod:`mfd_theory.experiments.own_target`, which owns the config (this module stays below it)."""
     from . import pipeline
 
     out = check_writable(Path(out_dir))
-    ecfg = e2e_config(config)
     cache = check_writable(Path(config.cache_dir) if config.cache_dir else out / "cache")
     if config.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device: {config.device!r} requested but CUDA is not available")
@@ -155,8 +154,7 @@ def run_own_target(config, out_dir: str | Path, progress: bool = True) -> dict:
         entry = {"distill": pipeline.distill_main, "train-drafter": pipeline.train_drafter_main,
                  "eval": pipeline.eval_main}
         marker = {"distill": "manifest.json", "train-drafter": "loss_curve.json", "eval": "eval.json"}
-        for (name, cmd, argv), (_, _, rel), line in zip(commands(config, out), commands(config),
-                                                         command_lines(config)):
+        for name, cmd, argv, rel, line in commands:
             upstream = ["target", "prompts"] if cmd == "distill" else (
                 ["distill"] if cmd == "train-drafter" else [f"drafter-k{K}" for K in config.modes])
             keys[name] = config_hash(rel, [keys[u] for u in upstream])
@@ -175,8 +173,5 @@ def run_own_target(config, out_dir: str | Path, progress: bool = True) -> dict:
         torch.set_num_threads(threads)
     steps.data["seconds_last_run"] = round(time.perf_counter() - t_all, 1)
     steps.save()
-    summary = own_target_summary(out / "eval" / "eval.json")
-    if summary:
-        print("\n" + summary)
     wrote(steps.path, steps.existed)
     return steps.data

@@ -1,0 +1,44 @@
+"""Small text helpers shared by the report (:mod:`mfd_theory.report`) and the tables the evaluation
+prints (:mod:`mfd_theory.llm.evaluate`). They sit below both so that neither imports the other."""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["speed_gain_text", "tau_gain_text"]
+
+
+def _num(v) -> float | None:
+    """A stored number, or None for a missing one (null, or the "nan" string of older files)."""
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, (int, float)):
+        return None if math.isnan(v) else float(v)
+    return None
+
+
+def _is_best(g: dict) -> bool:
+    """A best-budget comparison: ``budget == "best"`` (older files) or ``best_budget is True``."""
+    return g.get("budget") == "best" or g.get("best_budget") is True
+
+
+def speed_gain_text(g: dict) -> str:
+    """A stored speedup gain (an ``mfd_gains`` entry) with the verdict ``mfd eval`` gave it: the
+    95% interval of its pass-to-pass spread, or "no measurable difference" inside it."""
+    if _num(g.get("speedup_gain")) is None:
+        return "-"
+    if "speedup_verdict" not in g:  # an older file: a single timing pass, no spread recorded
+        return f"{100 * g['speedup_gain']:+.1f}% (no spread)"
+    if g.get("speedup_verdict") == "no measurable difference":
+        return f"no measurable difference (+-{100 * g['speedup_gain_ci95']:.1f}%)"
+    ci = _num(g.get("speedup_gain_ci95"))
+    return f"{100 * g['speedup_gain']:+.1f}%" + (f" +- {100 * ci:.1f}%" if ci is not None else " (1 pass)")
+
+
+def tau_gain_text(g: dict) -> str:
+    """A stored tau gain, or "no measurable difference" when its z is inside +-2."""
+    if _num(g.get("tau_gain")) is None:
+        return "-"
+    if g.get("tau_verdict") == "no measurable difference":
+        return "no measurable difference"
+    return f"{100 * g['tau_gain']:+.1f}%"

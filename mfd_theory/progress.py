@@ -1,0 +1,40 @@
+"""Progress bars off a terminal.
+
+On a terminal a tqdm bar redraws itself in place. Written to a log file or a pipe, every redraw is
+kept (a carriage return and a new copy of the bar, several times a second), which over a long run
+is megabytes. tqdm takes defaults for every bar from ``TQDM_*`` environment variables, read when
+tqdm is first imported, so ``mfd`` sets them at its start, before anything imports tqdm; the bars
+(also those of notebook kernels, which inherit the environment) then redraw at most every
+``TQDM_MININTERVAL`` seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Mapping, MutableMapping
+
+__all__ = ["LOG_INTERVAL_S", "bar_settings", "use_log_bars"]
+
+#: seconds between redraws of a progress bar whose output is not a terminal
+LOG_INTERVAL_S = 30
+
+
+def bar_settings(on_terminal: bool, environ: Mapping[str, str]) -> dict[str, str]:
+    """The ``TQDM_*`` variables to set: none on a terminal; off one, a redraw at most every
+    :data:`LOG_INTERVAL_S` seconds (the monitor thread's forced redraw no more often). Variables
+    the user has set already are left as they are."""
+    if on_terminal:
+        return {}
+    want = {"TQDM_MININTERVAL": str(LOG_INTERVAL_S), "TQDM_MAXINTERVAL": str(LOG_INTERVAL_S)}
+    return {k: v for k, v in want.items() if k not in environ}
+
+
+def use_log_bars(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
+    """Apply :func:`bar_settings` for this process (stdout and stderr both terminals, or not) to
+    ``environ`` (default ``os.environ``); returns what it set."""
+    environ = os.environ if environ is None else environ
+    on_terminal = all(s is not None and s.isatty() for s in (sys.stdout, sys.stderr))
+    settings = bar_settings(on_terminal, environ)
+    environ.update(settings)
+    return settings
