@@ -200,8 +200,14 @@ def command_lines(config: NaturalConfig, root: str | Path = ".") -> list[str]:
 def run(config: NaturalConfig, out_dir: str | Path = "results/natural", progress: bool = True) -> dict:
     """Run (or resume) every step under ``out_dir``; returns ``natural.json``'s data."""
     from ..llm.natural import run_natural
+    from ..report import natural_block
 
-    return run_natural(config, out_dir, progress=progress)
+    out = Path(out_dir)
+    steps = [(name, cmd, argv, rel, line) for (name, cmd, argv), (_, _, rel), line
+             in zip(commands(config, out), commands(config), command_lines(config))]
+    res = run_natural(config, out, steps, progress=progress)
+    print("\n" + natural_block(res))
+    return res.data
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -366,10 +366,13 @@ def natural_summary(config, out: Path) -> Result:
     return Result("natural", config=dataclasses.asdict(config), data=data, seed=config.seed)
 
 
-def run_natural(config, out_dir, progress: bool = True) -> dict:
-    """Run or resume every step under ``out_dir``; returns ``natural.json``'s data."""
-    from mfd_theory.experiments._config import wrote
-    from mfd_theory.experiments.natural import command_lines, commands
+def run_natural(config, out_dir, commands: list[tuple], progress: bool = True) -> Result:
+    """Run or resume every step under ``out_dir``; returns the ``natural.json`` result.
+
+    ``commands`` are the pipeline steps, each ``(name, command, argv, argv relative to the output
+    directory, command line)``; they come from :mod:`mfd_theory.experiments.natural`, which owns
+    the config (this module stays below it)."""
+    from mfd_theory.results import wrote
 
     from . import pipeline
     from .train import LMConfig, LMTrainConfig, train_lm
@@ -448,10 +451,9 @@ def run_natural(config, out_dir, progress: bool = True) -> dict:
         entry = {"distill": pipeline.distill_main, "train-drafter": pipeline.train_drafter_main,
                  "eval": pipeline.eval_main}
         marker = {"distill": "manifest.json", "train-drafter": "loss_curve.json", "eval": "eval.json"}
-        for (name, cmd, argv), (_, _, rel), line in zip(commands(config, out), commands(config),
-                                                         command_lines(config)):
+        for name, cmd, argv, rel, line in commands:
             upstream = ["target", "corpus"] if cmd == "distill" else (
-                ["distill"] if cmd == "train-drafter" else [n for n, c, _ in commands(config) if c == "train-drafter"])
+                ["distill"] if cmd == "train-drafter" else [n for n, c, *_ in commands if c == "train-drafter"])
             keys[name] = config_hash(rel, [keys[u] for u in upstream])
             where = Path(argv[argv.index("--out") + 1])
 
@@ -467,10 +469,7 @@ def run_natural(config, out_dir, progress: bool = True) -> dict:
     existed = (out / "natural.json").exists()
     res.save(out / "natural.json")
     wrote(out / "natural.json", existed)
-    from mfd_theory.report import natural_block
-
-    print("\n" + natural_block(res))
-    return res.data
+    return res
 
 
 def _n_prompts(pdir: Path, config) -> int:
