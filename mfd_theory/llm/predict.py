@@ -494,7 +494,7 @@ def prediction_check(predictions: dict, rows: list[dict], chosen_rows: list[dict
                       and not r.get("per_round_budget")), None)
             return None if r is None else r.get("speedup")
 
-        entry = {"dataset": ch.get("dataset"), "temperature": ch["temperature"], "method": ch["method"], "drafter": ch["drafter"],
+        entry = {"dataset": ch.get("dataset"), "K": ch.get("K"), "temperature": ch["temperature"], "method": ch["method"], "drafter": ch["drafter"],
                  "best_budget": best_n, "best_speedup": best}
         for rule, n in (("theory", ch["budget"]), ("smallest", ch.get("naive_smallest")),
                         ("calibration_best", ch.get("naive_calibration_best"))):
