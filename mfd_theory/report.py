@@ -947,6 +947,18 @@ def natural_block(res: Result) -> str:
             lines.append(f"| {r.get('dataset')} | {r['temperature']:g} | {r['method']} | {dr} | {r['budget']} | "
                          f"{r['tau']:.2f} | {value_with_spread(r, 'speedup')} | "
                          f"{'-' if ds is None else f'{100 * ds:.0f}%'} |")
+        pr = e2e.get("prediction") or {}
+        if pr.get("n_cells"):
+            tau, sp = pr.get("tau") or {}, pr.get("speedup") or {}
+            lines += ["", f"Predicted before decoding (`mfd eval`'s calibration: the first {ec.get('calibration_count')} "
+                          f"held-out prompts of each domain, held back and never evaluated), {pr['n_cells']} cells: tau "
+                          f"median |error| {100 * tau.get('median_abs_error', 0):.1f}%, worst "
+                          f"{100 * tau.get('worst_abs_error', 0):.1f}%; speedup median "
+                          f"{100 * sp.get('median_abs_error', 0):.1f}%, worst {100 * sp.get('worst_abs_error', 0):.1f}%"
+                          + ("" if pr.get("mean_regret_theory") is None else
+                             f"; mean budget regret: theory {100 * pr['mean_regret_theory']:+.1f}%, smallest budget "
+                             f"{100 * pr['mean_regret_smallest']:+.1f}%, fastest on calibration "
+                             f"{100 * pr['mean_regret_calibration_best']:+.1f}%") + "."]
         comps = e2e.get("best_budget") or []
         if comps:
             lines += ["", "Each method at its fastest budget against DDTree on the K = 1 drafter at its fastest "

@@ -337,9 +337,12 @@ def _e2e(eval_path: Path, ceiling: dict) -> dict:
                           "budget": r["budget"], "accepted_mean": r["accepted_mean"],
                           "of_oracle": r["accepted_mean"] / c["oracle"][0],
                           "of_product": r["accepted_mean"] / c["product"][0] if c["product"][0] else None})
-    return {"rows": out_rows, "best_budget": comps, "cost": cost, "ceiling_reach": reach,
+    pred = ev.get("prediction") or {}
+    prediction = {k: v for k, v in pred.items() if k != "cells"} if pred.get("n_cells") else None
+    return {"rows": out_rows, "best_budget": comps, "cost": cost, "ceiling_reach": reach, "prediction": prediction,
             "config": {k: v for k, v in Result.load(eval_path).config.items()
-                       if k in ("budgets", "temperatures", "max_new_tokens", "max_prompts", "passes", "methods")}}
+                       if k in ("budgets", "temperatures", "max_new_tokens", "max_prompts", "passes", "methods",
+                                "calibration_count")}}
 
 
 def natural_summary(config, out: Path) -> Result:
