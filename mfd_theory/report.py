@@ -600,6 +600,11 @@ def prediction_check_block(res: Result) -> str:
             lines[-1] += (" The AR round (every speedup's numerator) measured in the run took "
                           + ", ".join(f"{a['measured_over_predicted']:.2f}x (T = {a['temperature']:g})" for a in ar)
                           + " the profile's; an error of that size passes straight into every predicted speedup.")
+        insample = ((d.get("speedup_check") or {}).get("tau") or {})
+        if insample:
+            lines[-1] += (f" For scale, the same cost model fed the *measured* tau (in sample, the cost model's error "
+                          f"alone) misses by median {100 * insample['median_rel_error']:.1f}%, worst "
+                          f"{100 * insample['worst_rel_error']:.1f}%.")
     lines.append(f"* At T = 0, {chk['t0_cells_differing']} of {chk['t0_cells']} cells have a predicted tau "
                  "different from the measured one (a number computed from the measurement would equal it in all).")
     reg = chk.get("budget_regret") or []
