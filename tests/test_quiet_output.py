@@ -79,6 +79,10 @@ def test_assisted_baseline_drops_transformers_known_deprecation_only():
     rec = _Records()
     root = logging.getLogger("transformers")
     root.addHandler(rec)
+    # an earlier quiet command in the same process (e.g. mfd eval --quiet) may have raised
+    # transformers' verbosity: this test needs its warnings
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_warning()
     try:
         # transformers does emit it on this path (warning_once: clear its memory first)
         hf_logging.warning_once.cache_clear()
@@ -97,5 +101,6 @@ def test_assisted_baseline_drops_transformers_known_deprecation_only():
         assert "something else" in rec.messages
         assert not logging.getLogger("transformers.generation.utils").filters
     finally:
+        hf_logging.set_verbosity(verbosity)
         root.removeHandler(rec)
         hf_logging.warning_once.cache_clear()
