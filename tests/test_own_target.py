@@ -116,7 +116,7 @@ def test_report_block_from_the_run(run):
         assert cells[:5] == [f"{r['temperature']:g}", r["method"], f"K = {r['K']}", str(r["budget"]),
                              f"{r['tau']:.2f}"]
         assert cells[5] == f"{r['speedup']:.2f} ± {r['speedup_std']:.2f}"
-        assert cells[6] == f"{r['speedup_from_insample_coverage']:.2f}"  # eval measures its round profile first
+        assert cells[6] == f"{r['predicted_speedup']:.2f}"  # predicted before decoding, from predictions.json
         assert cells[7] == ("yes" if r["temperature"] == 0 else "")
     manifest = json.loads((out / "data" / "manifest.json").read_text())
     curve = json.loads((out / "drafter-k2" / "loss_curve.json").read_text())
