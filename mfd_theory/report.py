@@ -788,6 +788,22 @@ def _drafter_name(r: dict) -> str:
     return "-" if r["method"] == "ar" else f"K = {r.get('K', '?')}"
 
 
+def _prediction_summary(pr: dict | None, source: str) -> str | None:
+    """One line on a run's out-of-sample check (``llm.predict.prediction_check``): tau and speedup
+    errors, and the budget regrets when there are any."""
+    if not pr or not pr.get("n_cells"):
+        return None
+    tau, sp = pr.get("tau") or {}, pr.get("speedup") or {}
+    regret = "" if pr.get("mean_regret_theory") is None else (
+        f"; mean budget regret: theory {100 * pr['mean_regret_theory']:+.1f}%, smallest budget "
+        f"{100 * pr['mean_regret_smallest']:+.1f}%, fastest on calibration "
+        f"{100 * pr['mean_regret_calibration_best']:+.1f}%")
+    return (f"Predicted before decoding ({source}), {pr['n_cells']} cells: tau median |error| "
+            f"{100 * tau.get('median_abs_error', 0):.1f}%, worst {100 * tau.get('worst_abs_error', 0):.1f}%; speedup "
+            f"median {100 * sp.get('median_abs_error', 0):.1f}%, worst {100 * sp.get('worst_abs_error', 0):.1f}%"
+            f"{regret}.")
+
+
 def own_target_block(res: Result, source: Path | None = None) -> str:
     """``mfd own-target``'s evaluation (``OUT/eval/eval.json``): every row but ar's, and the MFD vs
     product gains; with ``source`` (where eval.json lies) also a line on the distilled data and the
@@ -841,14 +857,10 @@ def own_target_block(res: Result, source: Path | None = None) -> str:
         bad = [r for r in greedy if not r["matches_ar"]]
         lines += ["", f"Greedy rows whose tokens equal ar's on every prompt: {len(greedy) - len(bad)} of "
                       f"{len(greedy)}."]
-    pr = d.get("prediction") or {}
-    if pr.get("n_cells"):
-        tau, sp = pr.get("tau") or {}, pr.get("speedup") or {}
-        lines += ["", f"Predicted before decoding (`predictions.json`, from the calibration prompts and the round "
-                      f"profile, written before the first evaluated prompt): tau median |error| "
-                      f"{100 * tau.get('median_abs_error', 0):.1f}%, worst {100 * tau.get('worst_abs_error', 0):.1f}%; "
-                      f"speedup median {100 * sp.get('median_abs_error', 0):.1f}%, worst "
-                      f"{100 * sp.get('worst_abs_error', 0):.1f}% over {pr['n_cells']} cells."]
+    line = _prediction_summary(d.get("prediction"), "`predictions.json`, from the calibration prompts and the "
+                                                   "round profile, written before the first evaluated prompt")
+    if line:
+        lines += ["", line]
     chk = d.get("speedup_check") or {}
     if chk.get("n_rows"):
         lines += ["", "In sample (not a prediction): the same cost model with the evaluated rounds' own coverage "
@@ -960,18 +972,11 @@ def natural_block(res: Result) -> str:
             lines.append(f"| {r.get('dataset')} | {r['temperature']:g} | {r['method']} | {dr} | {r['budget']} | "
                          f"{r['tau']:.2f} | {value_with_spread(r, 'speedup')} | "
                          f"{'-' if ds is None else f'{100 * ds:.0f}%'} |")
-        pr = e2e.get("prediction") or {}
-        if pr.get("n_cells"):
-            tau, sp = pr.get("tau") or {}, pr.get("speedup") or {}
-            lines += ["", f"Predicted before decoding (`mfd eval`'s calibration: the first {ec.get('calibration_count')} "
-                          f"held-out prompts of each domain, held back and never evaluated), {pr['n_cells']} cells: tau "
-                          f"median |error| {100 * tau.get('median_abs_error', 0):.1f}%, worst "
-                          f"{100 * tau.get('worst_abs_error', 0):.1f}%; speedup median "
-                          f"{100 * sp.get('median_abs_error', 0):.1f}%, worst {100 * sp.get('worst_abs_error', 0):.1f}%"
-                          + ("" if pr.get("mean_regret_theory") is None else
-                             f"; mean budget regret: theory {100 * pr['mean_regret_theory']:+.1f}%, smallest budget "
-                             f"{100 * pr['mean_regret_smallest']:+.1f}%, fastest on calibration "
-                             f"{100 * pr['mean_regret_calibration_best']:+.1f}%") + "."]
+        line = _prediction_summary(e2e.get("prediction"), f"`mfd eval`'s calibration: the first "
+                                   f"{ec.get('calibration_count')} held-out prompts of each domain, held back and "
+                                   "never evaluated")
+        if line:
+            lines += ["", line]
         comps = e2e.get("best_budget") or []
         if comps:
             lines += ["", "Each method at its fastest budget against DDTree on the K = 1 drafter at its fastest "
