@@ -31,7 +31,7 @@ import torch
 from mfd_theory.results import Result, atomic_write_text
 
 from .e2e import check_writable
-from .own_target import _Steps
+from .own_target import _Steps, run_command_steps
 from .train import config_hash
 
 __all__ = ["NaturalCorpusConfig", "build_corpus_dir", "load_corpus_dir", "train_bpe", "perplexity",
@@ -377,7 +377,6 @@ def run_natural(config, out_dir, commands: list[tuple], progress: bool = True) -
     the config (this module stays below it)."""
     from mfd_theory.results import wrote
 
-    from . import pipeline
     from .train import LMConfig, LMTrainConfig, train_lm
 
     out = check_writable(Path(out_dir))
@@ -451,20 +450,7 @@ def run_natural(config, out_dir, commands: list[tuple], progress: bool = True) -
                   lambda: run_ceiling(config, out, progress))
 
         keys = {"target": key_target, "corpus": key_corpus}
-        entry = {"distill": pipeline.distill_main, "train-drafter": pipeline.train_drafter_main,
-                 "eval": pipeline.eval_main}
-        marker = {"distill": "manifest.json", "train-drafter": "loss_curve.json", "eval": "eval.json"}
-        for name, cmd, argv, rel, line in commands:
-            upstream = ["target", "corpus"] if cmd == "distill" else (
-                ["distill"] if cmd == "train-drafter" else [n for n, c, *_ in commands if c == "train-drafter"])
-            keys[name] = config_hash(rel, [keys[u] for u in upstream])
-            where = Path(argv[argv.index("--out") + 1])
-
-            def work(cmd=cmd, argv=argv):
-                torch.set_num_threads(config.eval_threads if cmd == "eval" else config.threads)
-                entry[cmd](argv + quiet)
-
-            steps.run(name, keys[name], line, where, lambda w=where, m=marker[cmd]: (w / m).is_file(), work)
+        run_command_steps(steps, commands, keys, ["target", "corpus"], config, quiet)
 
     finally:
         torch.set_num_threads(threads)

@@ -55,6 +55,34 @@ def write_prompt_files(corpus, directory: Path, n_train: int, n_heldout: int, wo
     return paths
 
 
+def run_command_steps(steps, commands: list[tuple], keys: dict, distill_inputs: list[str], config,
+                      quiet: list[str]) -> None:
+    """Run the distill / train-drafter / eval ``commands`` (``(name, command, argv, argv relative to
+    the output directory, command line)``) as steps of ``steps``, each keyed by its relative command
+    line and the keys of what it reads (distill: ``distill_inputs``; a drafter: distill; eval: every
+    drafter), so that moving the output directory keeps them valid. ``keys`` gains each step's key.
+    Data and drafters record the target's fingerprint: a new fingerprint version redoes distill
+    and, through the keys, every step after it."""
+    from . import pipeline
+
+    entry = {"distill": pipeline.distill_main, "train-drafter": pipeline.train_drafter_main,
+             "eval": pipeline.eval_main}
+    marker = {"distill": "manifest.json", "train-drafter": "loss_curve.json", "eval": "eval.json"}
+    for name, cmd, argv, rel, line in commands:
+        upstream = distill_inputs if cmd == "distill" else (
+            ["distill"] if cmd == "train-drafter" else [n for n, c, *_ in commands if c == "train-drafter"])
+        keys[name] = config_hash(rel, [keys[u] for u in upstream])
+        if cmd == "distill":
+            keys[name] = config_hash(keys[name], f"fingerprint-v{FINGERPRINT_VERSION}")
+        where = Path(argv[argv.index("--out") + 1])
+
+        def work(cmd=cmd, argv=argv):
+            torch.set_num_threads(config.eval_threads if cmd == "eval" else config.threads)
+            entry[cmd](argv + quiet)
+
+        steps.run(name, keys[name], line, where, lambda w=where, m=marker[cmd]: (w / m).is_file(), work)
+
+
 class _Steps:
     """``steps.json``: per step its key, what it runs (the command line), whether it finished, and
     its wall time."""
@@ -103,7 +131,6 @@ def run_own_target(config, ecfg, out_dir: str | Path, commands: list[tuple], pro
     ``ecfg`` is the ``mfd e2e`` config of the target preset and ``commands`` the command steps, each
     ``(name, command, argv, argv relative to the output directory, command line)``; both come from
     :mod:`mfd_theory.experiments.own_target`, which owns the config (this module stays below it)."""
-    from . import pipeline
 
     out = check_writable(Path(out_dir))
     cache = check_writable(Path(config.cache_dir) if config.cache_dir else out / "cache")
@@ -151,24 +178,7 @@ def run_own_target(config, ecfg, out_dir: str | Path, commands: list[tuple], pro
 
         # Keys from the command lines relative to the output directory: moving it keeps them valid.
         keys = {"target": key_target, "prompts": key_prompts}
-        entry = {"distill": pipeline.distill_main, "train-drafter": pipeline.train_drafter_main,
-                 "eval": pipeline.eval_main}
-        marker = {"distill": "manifest.json", "train-drafter": "loss_curve.json", "eval": "eval.json"}
-        for name, cmd, argv, rel, line in commands:
-            upstream = ["target", "prompts"] if cmd == "distill" else (
-                ["distill"] if cmd == "train-drafter" else [f"drafter-k{K}" for K in config.modes])
-            keys[name] = config_hash(rel, [keys[u] for u in upstream])
-            if cmd == "distill":
-                # Data and drafters record the target's fingerprint: a new fingerprint version
-                # redoes the distill step and, through the keys, every step after it.
-                keys[name] = config_hash(keys[name], f"fingerprint-v{FINGERPRINT_VERSION}")
-            where = Path(argv[argv.index("--out") + 1])
-
-            def work(cmd=cmd, argv=argv):
-                torch.set_num_threads(config.eval_threads if cmd == "eval" else config.threads)
-                entry[cmd](argv + quiet)
-
-            steps.run(name, keys[name], line, where, lambda w=where, m=marker[cmd]: (w / m).is_file(), work)
+        run_command_steps(steps, commands, keys, ["target", "prompts"], config, quiet)
     finally:
         torch.set_num_threads(threads)
     steps.data["seconds_last_run"] = round(time.perf_counter() - t_all, 1)
