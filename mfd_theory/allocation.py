@@ -1,0 +1,74 @@
+"""One verify budget shared by a batch of requests: the global top-N allocation.
+
+In a batched round every request b verifies its own tree; the expected number of tokens the batch
+accepts is the sum of the trees' covered masses (each request's expected acceptance is the mass
+its tree covers). With a drafter's prefix score standing in for that mass (the product score for
+DDTree, the mixture score for MFD), the best way to spend ``n_total`` nodes over the batch is the
+``n_total`` highest-scoring prefixes of the *union* of the requests' candidate prefixes.
+
+Each request's builder already returns its prefixes best first (parents before children, scores
+non-increasing, ties by the documented rule of :mod:`mfd_theory.trees`), so the global top-N is a
+merge: a prefix of every request's order. Ties between requests go to the lower request index,
+then to the earlier node of the request's order; the result is therefore one first-``n_b`` slice
+per request, prefix-closed like any first slice of a best-first tree.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["allocate_global", "split_evenly"]
+
+
+def _check_total(name: str, value) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"{name}: must be an integer >= 0, got {value!r}")
+    return int(value)
+
+
+def allocate_global(scores, n_total: int) -> np.ndarray:
+    """Node counts per request for the global top-``n_total`` prefixes.
+
+    ``scores``: one 1-D array per request, the log-scores of its tree's nodes in the builder's
+    best-first order (``DraftTree.log_score``); each must be non-increasing. Returns int64
+    ``counts`` [B] with ``counts[b] <= len(scores[b])`` and ``sum(counts) == min(n_total, total
+    nodes)``: request b keeps its first ``counts[b]`` nodes."""
+    n_total = _check_total("n_total", n_total)
+    rows = []
+    for b, s in enumerate(scores):
+        a = np.asarray(s, dtype=np.float64)
+        if a.ndim != 1:
+            raise ValueError(f"scores[{b}]: expected a 1-D array of node log-scores, got shape {a.shape}")
+        if np.isnan(a).any():
+            raise ValueError(f"scores[{b}]: contains NaN")
+        if a.size > 1 and (np.diff(a) > 0).any():
+            raise ValueError(f"scores[{b}]: not in best-first order (a score rises at node "
+                             f"{int(np.flatnonzero(np.diff(a) > 0)[0]) + 1}); pass a builder's log_score")
+        rows.append(a)
+    counts = np.zeros(len(rows), dtype=np.int64)
+    if not rows or n_total == 0:
+        return counts
+    score = np.concatenate(rows)
+    req = np.concatenate([np.full(a.size, b, dtype=np.int64) for b, a in enumerate(rows)])
+    pos = np.concatenate([np.arange(a.size, dtype=np.int64) for a in rows])
+    order = np.lexsort((pos, req, -score))[:n_total]  # last key primary: score down, request, node
+    np.add.at(counts, req[order], 1)
+    return counts
+
+
+def split_evenly(n_total: int, sizes) -> np.ndarray:
+    """``n_total`` nodes over requests whose trees hold ``sizes`` nodes, as evenly as the sizes allow
+    (the per-request policy at the same total: each request gets its share, the lower request
+    indices the remainder; a request whose tree is smaller gives its unused share to the others)."""
+    n_total = _check_total("n_total", n_total)
+    sizes = np.asarray(sizes, dtype=np.int64)
+    counts = np.zeros(sizes.size, dtype=np.int64)
+    left = min(n_total, int(sizes.sum()))
+    while left > 0:
+        open_ = np.flatnonzero(counts < sizes)
+        share = np.full(open_.size, left // open_.size, dtype=np.int64)
+        share[: left % open_.size] += 1
+        add = np.minimum(share, sizes[open_] - counts[open_])
+        counts[open_] += add
+        left -= int(add.sum())
+    return counts

@@ -1,0 +1,202 @@
+"""Batched tree verification: every request decodes what it decodes alone, in one forward per round."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+from scipy.stats import chisquare  # noqa: E402
+
+from llm_helpers import OracleDrafter, tiny_hybrid, tiny_qwen3  # noqa: E402
+
+from mfd_theory.llm import TargetModel, build_drafter  # noqa: E402
+from mfd_theory.llm.batch import BatchTarget, speculative_generate_batch  # noqa: E402
+from mfd_theory.llm.decode import sampling_probs, speculative_generate  # noqa: E402
+from mfd_theory.trees import product_tree  # noqa: E402
+
+# mixed lengths; token 0 (the helpers' pad id) avoided so HF generate's inferred mask is all ones
+PROMPTS = [[3, 7, 1, 9, 4], [50, 2], [11, 12, 13, 14, 15, 16, 17, 18, 19], [5, 33, 8]]
+P_MIN = 1e-3
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_qwen3(seed=0)
+
+
+@pytest.fixture(scope="module")
+def target(model):
+    return TargetModel(model)
+
+
+def _hf_greedy(model, prompt, n, eos=None):
+    kw = {"eos_token_id": eos, "pad_token_id": eos} if eos is not None else {}
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False, **kw)
+    return out[0, len(prompt):].tolist()
+
+
+def _drafters(model):
+    return {
+        "oracle2": OracleDrafter(model, block_size=6, num_modes=2, seed=1),
+        "block": build_drafter(model, block_size=5, num_layers=1, seed=3),
+        "mfd3": build_drafter(model, block_size=5, num_layers=1, num_modes=3, seed=4),
+    }
+
+
+@pytest.mark.parametrize("method", ["ar", "chain", "ddtree", "mfd"])
+def test_greedy_batch_equals_hf_generate(model, target, method):
+    refs = {n: [_hf_greedy(model, p, n) for p in PROMPTS] for n in (1, 7, 20)}
+    for (name, drafter), n, policy, max_batch in itertools.product(
+            _drafters(model).items(), (1, 7, 20), ("per_request", "global", "off"), (None, 2)):
+        if method == "ar" and name != "block":
+            continue
+        res = speculative_generate_batch(target, drafter, PROMPTS, n, method, budget=10, policy=policy,
+                                         max_batch=max_batch)
+        assert [r.tokens for r in res.results] == refs[n], (name, n, policy, max_batch)
+        if n > 1 and method != "ar" and policy != "off":
+            assert any(sum(r.nodes) for r in res.rounds)  # trees were verified
+        if policy == "off" or method == "ar":
+            assert all(sum(r.nodes) == 0 for r in res.rounds)
+
+
+def test_batch_rounds_accept_draft_tokens(model, target):
+    """The oracle drafter's trees are mostly right: many tokens per round, in both policies."""
+    drafter = OracleDrafter(model, block_size=6, num_modes=2, seed=1)
+    for policy in ("per_request", "global"):
+        res = speculative_generate_batch(target, drafter, PROMPTS, 30, "mfd", budget=12, policy=policy)
+        assert res.tau > 2.5, (policy, res.tau)
+        assert max(r.batch_size for r in res.rounds) == len(PROMPTS)
+        for r in res.rounds:  # per request: accepted <= predicted-capable tree depth, nodes within budget
+            assert all(a <= 5 for a in r.accepted)
+            if policy == "per_request":
+                assert all(n <= 12 for n in r.nodes)
+            else:
+                assert sum(r.nodes) <= 12 * r.batch_size
+
+
+def test_early_finish_by_eos_and_continuous_batching(model, target):
+    drafter = build_drafter(model, block_size=5, num_layers=1, seed=3)
+    ref_free = [_hf_greedy(model, p, 16) for p in PROMPTS]
+    j = next(j for j in range(2, 16) if ref_free[1][j] not in ref_free[1][:j])
+    eos = ref_free[1][j]  # request 1 ends at its token j (a first occurrence); the others may end too
+    refs = [_hf_greedy(model, p, 16, eos=eos) for p in PROMPTS]
+    assert len(refs[1]) == j + 1
+    for max_batch in (None, 1, 3):
+        res = speculative_generate_batch(target, drafter, PROMPTS, 16, "ddtree", budget=8, eos_token_id=eos,
+                                         max_batch=max_batch)
+        assert [r.tokens for r in res.results] == refs, max_batch
+        assert res.results[1].stopped_by == "eos"
+        assert max(r.batch_size for r in res.rounds) == (max_batch or len(PROMPTS))
+        assert all(np.isfinite(res.latency))
+
+
+def test_a_requests_output_does_not_depend_on_its_batch(model, target):
+    """Cache isolation: the same request among other requests, alone, or first/last decodes the same
+    (greedy for every policy; sampled for per_request, whose tree does not depend on the others)."""
+    drafter = build_drafter(model, block_size=5, num_layers=1, num_modes=2, seed=6)
+    p = [9, 9, 21, 4]
+    for policy, temp in (("per_request", 0.0), ("global", 0.0), ("per_request", 1.0)):
+        alone = speculative_generate_batch(target, drafter, [p], 18, "mfd", budget=8, policy=policy,
+                                           temperature=temp, seed=5).results[0].tokens
+        for others in ([[1, 2, 3]], [[40] * 12, [7, 8]]):
+            mixed = speculative_generate_batch(target, drafter, [p] + others, 18, "mfd", budget=8, policy=policy,
+                                               temperature=temp, seed=5).results[0].tokens
+            assert mixed == alone, (policy, temp, others)
+
+
+def test_sampled_batch_first_tokens_follow_the_target(model, target):
+    """Chi-square of the first two tokens of two requests decoded together, against the target."""
+    drafter = OracleDrafter(model, block_size=5, num_modes=2, seed=3)
+    prompts = [[3, 7, 1], [50, 2, 44, 5]]
+    temp = 1.3
+    probs = []
+    for p in prompts:
+        with torch.no_grad():
+            probs.append(sampling_probs(model(torch.tensor([p])).logits[0, -1], temp).numpy())
+    counts = [np.zeros(model.config.vocab_size) for _ in prompts]
+    runs = 600
+    for s in range(runs):
+        res = speculative_generate_batch(target, drafter, prompts, 2, "ddtree", budget=6, policy="global",
+                                         temperature=temp, seed=1000 + 2 * s)
+        for b, r in enumerate(res.results):
+            counts[b][r.tokens[0]] += 1
+    for c, p in zip(counts, probs):
+        keep = p * runs >= 5
+        obs = np.append(c[keep], c[~keep].sum())
+        exp = np.append(p[keep], p[~keep].sum()) * runs
+        assert chisquare(obs, exp).pvalue > P_MIN
+
+
+def test_batch_verify_equals_one_request_verify(model, target):
+    """The batched forward's logits at every tree row equal the one-request verify's."""
+    g = torch.Generator().manual_seed(0)
+    trees = []
+    for depth in (3, 2, 4):
+        lq = torch.log_softmax(torch.randn(depth, 64, generator=g), dim=-1).double().numpy()
+        trees.append(product_tree(lq, 7))
+    trees.append(None)
+    bt = BatchTarget(target)
+    roots = []
+    for p in PROMPTS:
+        logits, _ = bt.add(torch.tensor(p), hidden=False)
+        roots.append(int(logits.argmax()))
+    logits, _ = bt.verify(roots, trees, hidden=False)
+    for b, (p, tree) in enumerate(zip(PROMPTS, trees)):
+        single = TargetModel(model)
+        single.prefill(torch.tensor(p), hidden=False)
+        ref = single.verify(roots[b], tree, hidden=False).logits
+        torch.testing.assert_close(logits[b, : ref.shape[0]], ref, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="not a chain"):
+        bt.commit([[1], [], [], []] if trees[0].parent[1] != -1 else [[2, 0], [], [], []])
+    bt.commit([[], [], [], []])
+
+
+@pytest.mark.parametrize("gdn_commit", ["replay", "select"])
+def test_hybrid_greedy_batch_equals_hf_generate(gdn_commit):
+    model = tiny_hybrid("qwen3_5", seed=0)
+    target = TargetModel(model, gdn_commit=gdn_commit)
+    drafters = {"block": build_drafter(model, block_size=5, num_layers=1, seed=3),
+                "oracle2": OracleDrafter(model, block_size=5, num_modes=2, seed=1)}
+    refs = [_hf_greedy(model, p, 14) for p in PROMPTS]
+    for (name, drafter), method, policy in itertools.product(drafters.items(), ("ddtree", "mfd"),
+                                                             ("per_request", "global")):
+        res = speculative_generate_batch(target, drafter, PROMPTS, 14, method, budget=8, policy=policy,
+                                         max_batch=3)
+        assert [r.tokens for r in res.results] == refs, (name, method, policy)
+    assert speculative_generate_batch(target, drafters["oracle2"], PROMPTS, 14, "mfd", budget=8).tau > 2
+
+
+def test_batch_matches_one_request_decoding_records(model, target):
+    """B = 1 per_request decodes exactly what speculative_generate does, round for round."""
+    drafter = build_drafter(model, block_size=5, num_layers=1, num_modes=2, seed=6)
+    for p in PROMPTS:
+        one = speculative_generate(target, drafter, p, 15, "mfd", budget=9)
+        bat = speculative_generate_batch(target, drafter, [p], 15, "mfd", budget=9).results[0]
+        assert bat.tokens == one.tokens
+        assert [s.tree_size for s in bat.steps] == [s.tree_size for s in one.steps]
+        assert [s.accepted for s in bat.steps] == [s.accepted for s in one.steps]
+        np.testing.assert_allclose([s.predicted for s in bat.steps], [s.predicted for s in one.steps], atol=1e-5)
+
+
+def test_bad_batch_input_is_refused(model, target):
+    drafter = build_drafter(model, block_size=5, num_layers=1, seed=3)
+    with pytest.raises(ValueError, match="policy"):
+        speculative_generate_batch(target, drafter, PROMPTS, 4, "ddtree", policy="greedy")
+    with pytest.raises(ValueError, match="plan"):
+        speculative_generate_batch(target, drafter, PROMPTS, 4, "ddtree", policy="auto")
+    with pytest.raises(ValueError, match=r"prompts\[1\]"):
+        speculative_generate_batch(target, drafter, [[1, 2], []], 4, "ddtree")
+    with pytest.raises(ValueError, match="prompts"):
+        speculative_generate_batch(target, drafter, [], 4, "ddtree")
+    with pytest.raises(ValueError, match="dartree"):
+        speculative_generate_batch(target, drafter, PROMPTS, 4, "dartree")
+    with pytest.raises(ValueError, match="max_batch"):
+        speculative_generate_batch(target, drafter, PROMPTS, 4, "ddtree", max_batch=0)
+    with pytest.raises(ValueError, match="total_budget"):
+        speculative_generate_batch(target, drafter, PROMPTS, 4, "ddtree", policy="global", total_budget=0)
+    domino = build_drafter(model, block_size=5, num_layers=1, seed=5, kind="dartree")
+    with pytest.raises(ValueError, match="dartree"):
+        speculative_generate_batch(target, domino, PROMPTS, 4, "ddtree")
