@@ -26,14 +26,19 @@ def _check_total(name: str, value) -> int:
     return int(value)
 
 
-def allocate_global(scores, n_total: int) -> np.ndarray:
+def allocate_global(scores, n_total: int, cap: int | None = None) -> np.ndarray:
     """Node counts per request for the global top-``n_total`` prefixes.
 
     ``scores``: one 1-D array per request, the log-scores of its tree's nodes in the builder's
     best-first order (``DraftTree.log_score``); each must be non-increasing. Returns int64
     ``counts`` [B] with ``counts[b] <= len(scores[b])`` and ``sum(counts) == min(n_total, total
-    nodes)``: request b keeps its first ``counts[b]`` nodes."""
+    nodes)``: request b keeps its first ``counts[b]`` nodes. ``cap``: at most this many nodes per
+    request (the global top-N among the first ``cap`` nodes of every request: still exact, since
+    each request's list is best first; a batched forward pads every request to the largest tree,
+    so a cap bounds that padding)."""
     n_total = _check_total("n_total", n_total)
+    if cap is not None and _check_total("cap", cap) < 1:
+        raise ValueError(f"cap: must be >= 1, got {cap!r}")
     rows = []
     for b, s in enumerate(scores):
         a = np.asarray(s, dtype=np.float64)
@@ -44,7 +49,7 @@ def allocate_global(scores, n_total: int) -> np.ndarray:
         if a.size > 1 and (np.diff(a) > 0).any():
             raise ValueError(f"scores[{b}]: not in best-first order (a score rises at node "
                              f"{int(np.flatnonzero(np.diff(a) > 0)[0]) + 1}); pass a builder's log_score")
-        rows.append(a)
+        rows.append(a if cap is None else a[: int(cap)])
     counts = np.zeros(len(rows), dtype=np.int64)
     if not rows or n_total == 0:
         return counts

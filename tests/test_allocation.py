@@ -88,6 +88,19 @@ def test_global_never_covers_less_than_an_even_split():
         assert mass(counts) >= mass(even) - 1e-12
 
 
+def test_a_cap_is_the_top_n_of_the_capped_lists():
+    rng = np.random.default_rng(5)
+    reqs = _random_requests(rng, 3, 2, 3, 4)
+    trees = _trees(reqs, 30)
+    scores = [t.log_score for t in trees]
+    for cap in (1, 3, 7):
+        counts = allocate_global(scores, 12, cap=cap)
+        assert counts.max() <= cap and counts.sum() == min(12, 3 * cap)
+        assert counts.tolist() == allocate_global([s[:cap] for s in scores], 12).tolist()
+    with pytest.raises(ValueError, match="cap"):
+        allocate_global(scores, 12, cap=0)
+
+
 def test_split_evenly():
     assert split_evenly(10, [8, 8, 8]).tolist() == [4, 3, 3]
     assert split_evenly(10, [1, 8, 8]).tolist() == [1, 5, 4]

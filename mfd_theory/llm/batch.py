@@ -626,7 +626,7 @@ def speculative_generate_batch(target, drafter, prompts, max_new_tokens: int, me
                                policy: str = "per_request", temperature: float = 0.0, top_p: float = 1.0,
                                seed: int = 0, *, total_budget: int | None = None, max_batch: int | None = None,
                                eos_token_id=None, metrics: bool = True, plan=None,
-                               keep_trees: bool = False) -> BatchDecodeResult:
+                               keep_trees: bool = False, node_cap: int | None = None) -> BatchDecodeResult:
     """Decode every prompt of ``prompts`` in one batch; lossless for every request and policy.
 
     ``prompts``: a list of prompts, each in any form :func:`~mfd_theory.llm.decode.speculative_generate`
@@ -648,6 +648,8 @@ def speculative_generate_batch(target, drafter, prompts, max_new_tokens: int, me
         _check_count("total_budget", total_budget, 1)
     if max_batch is not None:
         _check_count("max_batch", max_batch, 1)
+    if node_cap is not None:
+        _check_count("node_cap", node_cap, 1)
     _check_count("seed", seed, 0, 2 ** 63 - 1)
     if isinstance(prompts, (str, bytes)) or not hasattr(prompts, "__len__") or len(prompts) == 0:
         raise ValueError(f"prompts: expected a non-empty list of prompts, got {type(prompts).__name__}")
@@ -732,7 +734,10 @@ def speculative_generate_batch(target, drafter, prompts, max_new_tokens: int, me
             if cur_policy == "global":  # a plan names the total; otherwise total_budget or budget per request
                 n_total = (int(nodes) if policy == "auto" else
                            int(total_budget) if total_budget is not None else int(budget) * bsz)
-            build_n = n_total if n_total is not None else int(nodes)
+            cap = None
+            if n_total is not None:
+                cap = int(node_cap) if node_cap is not None else 2 * -(-n_total // bsz)
+            build_n = min(n_total, cap) if n_total is not None else int(nodes)
             for b, r in enumerate(active):
                 depth = int(max_new_tokens) - len(r.result.tokens) - 1
                 if target.max_positions is not None:
@@ -740,7 +745,8 @@ def speculative_generate_batch(target, drafter, prompts, max_new_tokens: int, me
                 if depth > 0:
                     trees[b] = build_tree(method, log_pi[b], log_q[b, :, :depth], build_n)
             if n_total is not None:
-                counts = allocate_global([t.log_score if t is not None else np.empty(0) for t in trees], n_total)
+                counts = allocate_global([t.log_score if t is not None else np.empty(0) for t in trees], n_total,
+                                         cap=cap)
                 trees = [None if t is None or c == 0 else _first_nodes(t, int(c)) for t, c in zip(trees, counts)]
         td = _clock(dev)
         logits, hidden = bt.verify([r.root for r in active], trees, hidden=draft is not None)
