@@ -53,8 +53,10 @@ import torch.nn.functional as F
 from mfd_theory.allocation import allocate_global
 from mfd_theory.coverage import variance_from_prefix_probs
 
+from mfd_theory.trees import chain_tree, mixture_tree, product_tree
+
 from .decode import (DecodeResult, StepRecord, _check_count, _clock, _dead_and_splices, _eos_set, _first_nodes,
-                     _node_conditionals, _prefix_log_probs, _prompt_ids, _validate, build_tree, children_map,
+                     _node_conditionals, _prefix_log_probs, _prompt_ids, _topk, _validate, children_map,
                      positions_needed, sampling_probs, walk_tree)
 from .drafter import BlockDrafter, _fold_modes, _rope, block_mode_mask
 from .hybrid import _plan
@@ -541,6 +543,42 @@ def _draft_state(drafter):
     return _SequentialDraft(drafter)
 
 
+# ---------------------------------------------------------------------------------------- trees
+def build_trees(method: str, log_pi: torch.Tensor, log_q: torch.Tensor, budget: int, depths: list[int]) -> list:
+    """Every request's tree from one batched draft (log_pi [B, K], log_q [B, K, L, V]); request b's
+    tree is cut to depth ``depths[b]`` (None where it is 0). The candidate cut runs once over all
+    requests' rows; each tree equals :func:`~mfd_theory.llm.decode.build_tree` on that request alone
+    (the cut is row by row, the builders the same)."""
+    bsz = log_q.shape[0]
+    trees: list = [None] * bsz
+    live = [b for b in range(bsz) if depths[b] > 0]
+    if not live:
+        return trees
+    k_cand = min(int(budget), log_q.shape[-1])
+    if method == "chain":
+        best = torch.argmax(log_pi, dim=1)  # [B]
+        toks = torch.argmax(log_q[torch.arange(bsz), best], dim=-1).cpu().numpy()  # [B, L]
+        for b in live:
+            trees[b] = chain_tree(toks[b, : min(depths[b], int(budget))])
+        return trees
+    if method == "ddtree":
+        marg = log_q[:, 0] if log_q.shape[1] == 1 else torch.logsumexp(log_pi[:, :, None, None] + log_q, dim=1)
+        vals, ids = _topk(marg, k_cand)  # [B, L, k]
+        for b in live:
+            d = depths[b]
+            trees[b] = product_tree(np.minimum(vals[b, :d], 0.0), budget, token_ids=ids[b, :d])
+        return trees
+    if method == "mfd":
+        vals, ids = _topk(log_q, k_cand)  # [B, K, L, k]
+        lp = log_pi.double().cpu().numpy()
+        lp = lp - np.logaddexp.reduce(lp, axis=1, keepdims=True)
+        for b in live:
+            d = depths[b]
+            trees[b] = mixture_tree(lp[b], np.minimum(vals[b, :, :d], 0.0), budget, token_ids=ids[b, :, :d])
+        return trees
+    raise ValueError(f"method: batched trees are built for 'chain', 'ddtree' and 'mfd', got {method!r}")
+
+
 # ---------------------------------------------------------------------------------------- loop
 @dataclass
 class BatchRound:
@@ -738,12 +776,13 @@ def speculative_generate_batch(target, drafter, prompts, max_new_tokens: int, me
             if n_total is not None:
                 cap = int(node_cap) if node_cap is not None else 2 * -(-n_total // bsz)
             build_n = min(n_total, cap) if n_total is not None else int(nodes)
+            depths = []
             for b, r in enumerate(active):
                 depth = int(max_new_tokens) - len(r.result.tokens) - 1
                 if target.max_positions is not None:
                     depth = min(depth, target.max_positions - 1 - bt.lengths[b])
-                if depth > 0:
-                    trees[b] = build_tree(method, log_pi[b], log_q[b, :, :depth], build_n)
+                depths.append(min(max(depth, 0), log_q.shape[2]))
+            trees = build_trees(method, log_pi, log_q, build_n, depths)
             if n_total is not None:
                 counts = allocate_global([t.log_score if t is not None else np.empty(0) for t in trees], n_total,
                                          cap=cap)
@@ -795,14 +834,18 @@ def speculative_generate_batch(target, drafter, prompts, max_new_tokens: int, me
             counts_emitted.append(count)
         bt.commit(paths)
         if draft is not None:  # the committed rows' context features, fed to the drafter next round
-            fused = draft.fuse(hidden)  # [B, Q, H]
-            for b, r in enumerate(active):
-                if r.done:
-                    continue
-                keep = torch.tensor([0] + [i + 1 for i in paths[b]], device=dev)
-                r.feats = fused[b: b + 1].index_select(1, keep)
-                if isinstance(draft, _SequentialDraft):
-                    draft.observe(b, [r.root] + emitted_all[b][:-1])
+            going = [b for b, r in enumerate(active) if not r.done]
+            if going:  # gather every kept row of every request, then fuse them in one call
+                keeps = [[0] + [i + 1 for i in paths[b]] for b in going]
+                b_idx = torch.tensor([b for b, k in zip(going, keeps) for _ in k], device=dev)
+                r_idx = torch.tensor([i for k in keeps for i in k], device=dev)
+                fused = draft.fuse(tuple(h[b_idx, r_idx][None] for h in hidden))[0]  # [rows, H]
+                start = 0
+                for b, k in zip(going, keeps):
+                    active[b].feats = fused[start: start + len(k)][None]
+                    start += len(k)
+                    if isinstance(draft, _SequentialDraft):
+                        draft.observe(b, [active[b].root] + emitted_all[b][:-1])
             if not spec:  # an AR round ("auto" chose off): append now, nothing is drafted
                 draft.extend([r.feats for r in active])
                 for r in active:
