@@ -34,8 +34,8 @@ bench: $(STAMP)
 	$(BIN)/mfd bench decode --arch qwen3_5 --preset small --threads 1 --prompts 2 --max-new-tokens 32
 	$(BIN)/mfd bench draft --preset micro
 	$(BIN)/mfd bench draft --preset tiny
-	$(BIN)/mfd bench batch
-	$(BIN)/mfd bench batch --target-arch qwen3_5 --cache-dir results/hybrid/cache
+	$(BIN)/mfd bench batch --figure paper_figs/batch_throughput.png
+	$(BIN)/mfd bench batch --target-arch qwen3_5 --cache-dir results/hybrid/cache --figure paper_figs/batch_throughput_hybrid.png
 	$(BIN)/mfd report
 
 clean:

@@ -112,7 +112,9 @@ def test_bench_batch_micro_writes_predictions_before_measuring(tmp_path):
     from mfd_theory.experiments.bench_batch import main
 
     res = main(["--preset", "micro", "--batch-sizes", "1,2", "--budgets", "4", "--max-new-tokens", "8",
-                "--calibration-prompts", "2", "--passes", "1", "--out", str(tmp_path), "--quiet"])
+                "--calibration-prompts", "2", "--passes", "1", "--out", str(tmp_path), "--quiet",
+                "--figure", str(tmp_path / "fig.png")])
+    assert (tmp_path / "fig.png").stat().st_size > 10_000
     pred = json.loads((tmp_path / "bench_batch_predictions.json").read_text())["predictions"]
     saved = json.loads((tmp_path / "bench_batch.json").read_text())
     assert (tmp_path / "bench_batch_predictions.json").stat().st_mtime <= (tmp_path / "bench_batch.json").stat().st_mtime

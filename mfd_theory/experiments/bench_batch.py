@@ -354,9 +354,18 @@ def main(argv=None) -> Result:
     parser = make_parser("mfd bench batch", __doc__.split("\n\n")[0])
     add_dataclass_args(parser, BenchBatchConfig, skip=("out",))
     add_common(parser)
+    parser.add_argument("--figure", default="", metavar="PATH",
+                        help="also draw throughput against batch size to PATH (.png, .pdf or .svg)")
     args = parser.parse_args(argv)
     result = run(finish(parser, BenchBatchConfig, args, out=args.out), progress=not args.quiet)
     print(report(result))
+    if args.figure:
+        from mfd_theory.figures.batch import batch_throughput
+        from mfd_theory.results import wrote
+
+        fig = batch_throughput(result.to_dict())
+        fig.savefig(args.figure, dpi=120)
+        wrote(args.figure)
     return result
 
 

@@ -9,7 +9,7 @@ import importlib
 from pathlib import Path
 from typing import NamedTuple
 
-_TOPICS = ("core", "chimeras", "mixture", "e2e", "path")
+_TOPICS = ("core", "chimeras", "mixture", "e2e", "path", "batch")
 
 
 def __getattr__(name):
