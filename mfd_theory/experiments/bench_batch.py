@@ -111,7 +111,10 @@ def _measure(res, b: int) -> dict:
         "nodes_per_round": float(np.mean([sum(r.nodes) for r in steady])) if steady else float("nan"),
         "query_rows": float(np.mean([max(r.nodes) + 1 for r in steady])) if steady else float("nan"),
         "overhead_share": (sum(r.t_overhead for r in steady) / t) if t > 0 else float("nan"),
-        "auto_choices": sorted({f"{r.policy}:{sum(r.nodes)}" for r in spec}) if spec else ["off"],
+        # per request N for per_request rounds, the round's total for global ones
+        "auto_choices": sorted({f"{r.policy}:{max(r.nodes) if r.policy == 'per_request' else sum(r.nodes)}"
+                                for r in spec}) if spec else ["off"],
+        "accepted_se": float(np.std(acc, ddof=1) / np.sqrt(len(acc))) if len(acc) > 1 else float("nan"),
         "steady_rounds": len(steady),
         "round_ms": 1000.0 * t / len(steady) if steady else float("nan"),
     }
@@ -245,6 +248,8 @@ def run(cfg: BenchBatchConfig, progress: bool = True) -> Result:
         for key in runs[0]:
             if key == "auto_choices":
                 row[key] = sorted({x for r in runs for x in r[key]})
+            elif key == "accepted_se":  # the passes' means, each over its own rounds
+                row[key] = float(np.sqrt(np.nanmean([r[key] ** 2 for r in runs]) / len(runs)))
             else:
                 row[key] = float(np.mean([r[key] for r in runs]))
         row["steady_tokens_per_s_passes"] = [r["steady_tokens_per_s"] for r in runs]
@@ -287,9 +292,12 @@ def checks(rows, cfg: BenchBatchConfig) -> dict:
             for n in cfg.budgets:
                 per = next(r for r in rows if (r["batch_size"], r["method"], r["policy"], r["nodes"]) == (b, m, "per_request", n))
                 glo = next(r for r in rows if (r["batch_size"], r["method"], r["policy"], r["nodes"]) == (b, m, "global", n * b))
+                # noise: two standard errors of the difference of the two means over request-rounds
+                se = float(np.hypot(per.get("accepted_se", 0.0), glo.get("accepted_se", 0.0)))
+                se = 0.0 if not np.isfinite(se) else se
                 out["global_accepts_at_least_per_request"].append(
                     {"batch_size": b, "method": m, "nodes": n, "per_request": per["accepted"], "global": glo["accepted"],
-                     "ok": glo["accepted"] >= per["accepted"] - 0.02})
+                     "two_se": 2 * se, "ok": glo["accepted"] >= per["accepted"] - 2 * se})
             bp = _best(rows, b, lambda r, m=m: r["method"] == m and r["policy"] == "per_request")
             bg = _best(rows, b, lambda r, m=m: r["method"] == m and r["policy"] == "global")
             out["global_gain_over_best_per_request"].append(

@@ -54,20 +54,18 @@ def batch_throughput(res, run_label: str | None = None):
     ax.legend(fontsize=8, loc="upper left")
     ax.grid(alpha=0.3)
     gpu = d.get("gpu_predicted", [])
-    for method, color in (("ddtree", "C0"), ("mfd", "C3")):
+    for method, color, marker in (("ddtree", "C0", "s"), ("mfd", "C3", "^")):
         g = sorted((r for r in gpu if r["method"] == method), key=lambda r: r["batch_size"])
         if g:
-            gx.plot([r["batch_size"] for r in g], [r["tokens_per_s"] for r in g], color=color, marker="s",
-                    label=f"{method.upper() if method == 'mfd' else 'DDTree'}: best predicted policy")
-    ar = sorted({(r["batch_size"], r["ar_tokens_per_s"]) for r in gpu})
-    if ar:
-        gx.plot([b for b, _ in ar], [t for _, t in ar], color="black", marker="o", label="AR (batched)")
+            gx.plot([r["batch_size"] for r in g], [r["tokens_per_s"] / r["ar_tokens_per_s"] for r in g], color=color,
+                    marker=marker, label=f"{'MFD' if method == 'mfd' else 'DDTree'}, best predicted policy")
+    gx.axhline(1.0, color="black", lw=1, label="batched AR")
     gx.set_xscale("log", base=2)
     gx.set_xticks(sizes, [str(b) for b in sizes])
     gx.set_xlabel("batch size B")
-    gx.set_ylabel("tokens / s (PREDICTED)")
+    gx.set_ylabel("throughput / batched AR's (PREDICTED)")
     gx.set_title(f"PREDICTED for {d.get('gpu_profile', 'a GPU')} (assumed table)", fontsize=10)
-    gx.legend(fontsize=8, loc="upper left")
+    gx.legend(fontsize=8, loc="upper right")
     gx.grid(alpha=0.3)
     label = run_label or f"run: mfd bench batch, {d.get('model', '')}"
     fig.text(0.995, 0.005, label, ha="right", va="bottom", fontsize=7, color="0.4")
