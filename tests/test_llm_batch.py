@@ -200,3 +200,30 @@ def test_bad_batch_input_is_refused(model, target):
     domino = build_drafter(model, block_size=5, num_layers=1, seed=5, kind="dartree")
     with pytest.raises(ValueError, match="dartree"):
         speculative_generate_batch(target, domino, PROMPTS, 4, "ddtree")
+
+
+def test_batched_eval_rows_are_lossless_and_relative_to_batched_ar(model, target):
+    from mfd_theory.llm.evaluate import make_cells
+    from mfd_theory.llm.evaluate_batch import decode_batch_cells
+
+    drafters = {"k1": build_drafter(model, block_size=5, num_layers=1, seed=3),
+                "k2": build_drafter(model, block_size=5, num_layers=1, num_modes=2, seed=4)}
+    cells = make_cells(drafters, ("ar", "chain", "ddtree", "mfd"), [6])
+    for policy in ("per_request", "global"):
+        rows = decode_batch_cells(target, cells, PROMPTS[:3], batch_size=2, policy=policy, temperatures=[0.0, 1.0],
+                                  max_new_tokens=8, passes=2, eos_token_id=[], progress=False)
+        assert len(rows) == 2 * len(cells)
+        for r in rows:
+            assert r["batch_size"] == 2 and len(r["tokens_per_s_passes"]) == 2
+            if r["temperature"] == 0:
+                assert r["matches_ar"] is True, r
+            if r["method"] == "ar":
+                assert r["speedup"] == pytest.approx(1.0) and r["tau"] == pytest.approx(1.0)
+            else:
+                assert r["budget_policy"] == ("per_request" if r["method"] == "chain" else policy)
+    domino = build_drafter(model, block_size=5, num_layers=1, seed=5, kind="dartree")
+    with pytest.raises(ValueError, match="dartree"):
+        decode_batch_cells(target, make_cells({"d": domino}, ("ar", "dartree"), [6]), PROMPTS, batch_size=2,
+                           policy="per_request", temperatures=[0.0], max_new_tokens=4)
+    with pytest.raises(ValueError, match="auto"):
+        decode_batch_cells(target, cells, PROMPTS, batch_size=2, policy="auto", temperatures=[0.0], max_new_tokens=4)
