@@ -782,6 +782,11 @@ class BatchCell:
     round_ms: float
     query_rows: float = 1.0
     rounds: int = 0  # rounds averaged
+    # the round's terms (ms; they sum to round_ms when measured): the batched drafting pass, the one
+    # target forward over B x query_rows rows, and the rest (trees, walks, commits)
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
+    other_ms: float = 0.0
 
     def __post_init__(self):
         _size_list("batch_size", [self.batch_size])

@@ -57,7 +57,7 @@ def measure_batch_profile(target, drafter, method: str, prompts: list, batch_siz
     speculative_generate_batch(target, drafter, [prompts[0]], 4, method, budget=int(min(budgets)))  # warm-up
     for b, policy, nodes in bar(todo, desc=f"batch profile {method}", disable=not progress):
         batch = [prompts[i % len(prompts)] for i in range(b)]
-        times, rows = [], []
+        times, rows, parts = [], [], []
         for _ in range(repeats):
             res = speculative_generate_batch(
                 target, drafter, batch, max_new_tokens, method if policy != "off" else "ar",
@@ -66,8 +66,11 @@ def measure_batch_profile(target, drafter, method: str, prompts: list, batch_siz
             steady = steady_rounds(res, b)
             times += [1000.0 * r.t_step for r in steady]
             rows += [max(r.nodes) + 1 for r in steady]
+            parts += [(1000.0 * r.t_draft, 1000.0 * r.t_verify, 1000.0 * r.t_overhead) for r in steady]
         if times:
-            cells.append(BatchCell(b, policy, nodes, float(np.mean(times)), float(np.mean(rows)), len(times)))
+            d, v, o = np.mean(parts, axis=0)
+            cells.append(BatchCell(b, policy, nodes, float(np.mean(times)), float(np.mean(rows)), len(times),
+                                   float(d), float(v), float(o)))
     return BatchProfile(cells, name=name, device=device, model=model, method=method,
                         K=int(getattr(drafter, "num_modes", 1)), note="measured by measure_batch_profile")
 
