@@ -24,7 +24,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "e2e": ("mfd_theory.experiments.e2e", "main", "train a small Qwen3 target and drafters, measure acceptance and speedup"),
     "own-target": ("mfd_theory.experiments.own_target", "main", "distill, train-drafter K=1,2 and eval on a small local target"),
     "natural": ("mfd_theory.experiments.natural", "main", "real text (the stdlib): target-only ceiling, effective futures, the pipeline on code and prose"),
-    "report": ("mfd_theory.report", "main", "rewrite the README's result tables from results/*.json (--check: compare only)"),
+    "report": ("mfd_theory.report", "main", "rewrite the result blocks of README.md and docs/ from results/ (--check: compare only)"),
     "distill": ("mfd_theory.llm.pipeline", "distill_main", "your target's own answers to JSONL prompts (drafter training data)"),
     "train-drafter": ("mfd_theory.llm.pipeline", "train_drafter_main", "train a product (K=1) or MFD (K>1) drafter on distilled data"),
     "eval": ("mfd_theory.llm.pipeline", "eval_main", "tau and speedup of drafters on JSONL prompts (DDTree's protocol)"),
@@ -63,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     from .progress import use_log_bars
 
     use_log_bars()
-    parser = argparse.ArgumentParser(prog="mfd", description=__doc__.splitlines()[0])
+    from .formatting import help_summary
+
+    parser = argparse.ArgumentParser(prog="mfd", description=help_summary(__doc__))
     parser.add_argument("--version", action="version", version=f"mfd {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, _, help_) in COMMANDS.items():

@@ -1,11 +1,30 @@
 """Small text helpers shared by the report (:mod:`mfd_theory.report`) and the tables the evaluation
-prints (:mod:`mfd_theory.llm.evaluate`). They sit below both so that neither imports the other."""
+prints (:mod:`mfd_theory.llm.evaluate`), and the one that turns a module docstring into a command's
+``--help`` description. They sit below both so that neither imports the other."""
 
 from __future__ import annotations
 
 import math
+import re
 
-__all__ = ["speed_gain_text", "tau_gain_text"]
+__all__ = ["help_summary", "plain_text", "speed_gain_text", "tau_gain_text"]
+
+
+def plain_text(text: str) -> str:
+    """``text`` without the reStructuredText markup docstrings use: ````x```` and ``:role:`x```
+    become x, ``**x**`` becomes x, and runs of whitespace (line breaks included) one space."""
+    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", text)
+    text = re.sub(r"``([^`]+)``", r"\1", text)
+    text = re.sub(r"\*\*([^*]+)\*\*", r"\1", text)
+    return " ".join(text.split())
+
+
+def help_summary(doc: str | None) -> str:
+    """A command's ``--help`` description from its module docstring: the whole first paragraph
+    (not its first line, which may stop mid-sentence), in plain text, ending with a full stop."""
+    para = (doc or "").strip().split("\n\n")[0]
+    text = plain_text(para)
+    return text if not text or text.endswith((".", "?", "!")) else text + "."
 
 
 def _num(v) -> float | None:

@@ -1,14 +1,17 @@
-"""``mfd report``: rewrite the README's result tables from ``results/*.json``.
+"""``mfd report``: rewrite the result blocks of the README and docs/ from ``results/*.json``.
 
-The README holds marked blocks::
+The Markdown files hold marked blocks::
 
     <!-- report:NAME -->
     ... generated text ...
     <!-- /report:NAME -->
 
-and each NAME in :data:`BLOCKS` is regenerated from its results file, so the numbers the README
-states are the numbers the last run wrote. A block whose results file is missing is left as it
-is (and named). ``--check`` rewrites nothing and exits with status 1 when a block differs.
+and each NAME in :data:`BLOCKS` is regenerated from its results file(s), so the numbers the pages
+state are the numbers the last run wrote. Each block lives in one named file
+(:data:`mfd_theory.report_files.BLOCK_FILES`); by default every one of those files is rewritten,
+and ``--check`` compares them all without writing. A block whose results file is missing is left
+as it is and named; the command says how many blocks it checked and how many it skipped, and
+when every block was skipped (no results at all) it exits with status 2 naming the missing files.
 
 Timing comparisons carry their run-to-run spread: a row with several timing passes
 (``speedup_passes`` / ``*_std`` fields) prints mean +- standard deviation over the passes, and a
@@ -28,12 +31,14 @@ from pathlib import Path
 from typing import Callable
 
 from .formatting import _is_best, _num, speed_gain_text, tau_gain_text
+from .report_files import BLOCK_FILES, report_files
 from .results import Result, atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent
 
-__all__ = ["BLOCKS", "main", "render", "gain_with_spread", "value_with_spread", "own_target_block",
-           "own_target_summary", "speed_gain_text", "tau_gain_text", "natural_block"]
+__all__ = ["BLOCKS", "BLOCK_FILES", "main", "render", "gain_with_spread", "value_with_spread", "own_target_block",
+           "own_target_summary", "speed_gain_text", "tau_gain_text", "natural_block", "headline_block",
+           "block_inputs"]
 
 _BLOCK_RE = re.compile(r"<!-- report:(?P<name>[a-z0-9-]+) -->\n(?P<body>.*?)<!-- /report:(?P=name) -->", re.S)
 
@@ -1038,6 +1043,66 @@ def _natural_answer(ceil: dict, e2e: dict) -> list[str]:
     return out
 
 
+def _headline_e2e(res: Result) -> list[str]:
+    """Per temperature, the fastest MFD drafter against the product drafter, each at its fastest
+    budget, with the evaluator's verdict on the speed difference (as in the e2e-gains block)."""
+    d = res.data
+    rows = d["rows"]
+    out = []
+    for temp in sorted({r["temperature"] for r in rows}):
+        best = [g for g in d.get("mfd_gains") or []
+                if g["temperature"] == temp and g["method"] == "mfd" and _is_best(g)]
+        pairs = [_gain_pair(rows, g) + (g,) for g in best]
+        pairs = [p for p in pairs if _num(p[0].get("speedup")) is not None and "method" in p[1]]
+        if not pairs:
+            continue
+        a, b, _, g = max(pairs, key=lambda p: p[0]["speedup"])
+
+        def at(r):
+            return _label(r) + ("" if r["method"] == "chain" else f" N = {r['budget']}")
+
+        out.append(f"| End to end, small Qwen3 target on CPU, T = {temp:g}: the product drafter (DDTree's tree, or "
+                   f"the chain where that is faster) against MFD, each at its fastest budget | {at(b)}: tau "
+                   f"{b['tau']:.2f}, {value_with_spread(b, 'speedup', suffix='x')}; {at(a)}: tau {a['tau']:.2f}, "
+                   f"{value_with_spread(a, 'speedup', suffix='x')}; speed: {_speed_gain(g, a, b)} | "
+                   "[results](docs/results.md), `e2e` and `e2e-gains` |")
+    return out
+
+
+def headline_block(results: dict[str, Result]) -> str:
+    """The README's headline table: a few numbers from several results files (the chimera bound's
+    check, the end-to-end DDTree vs MFD comparison, the out-of-sample prediction error, the natural
+    text's ceiling), each with where the full table is."""
+    lines = ["| question | the last run's answer | full table |", "|---|---|---|"]
+    cb = results["chimera_bound.json"]
+    v, c = cb.data["verify"], cb.config
+    lines.append(f"| Does every product-ranked tree that holds two futures disagreeing in m positions hold at least "
+                 f"2^(m-1) - 1 chimeras? | {v['instances']:,} random instances, m = 1..{c['m_max']}: "
+                 f"**{v['violations']} violations** ({v['ties']} exact ties set aside) | "
+                 "[results](docs/results.md), `chimera-bound` |")
+    e2e = results["end_to_end.json"]
+    lines += _headline_e2e(e2e)
+    pr = e2e.data.get("prediction") or {}
+    if pr.get("n_cells"):
+        tau, sp = pr.get("tau") or {}, pr.get("speedup") or {}
+        lines.append(f"| How well are tau and speedup predicted before decoding, from calibration prompts only "
+                     f"(same run, {pr['n_cells']} cells)? | tau: median \\|error\\| {100 * tau['median_abs_error']:.1f}%, "
+                     f"worst {100 * tau['worst_abs_error']:.1f}%; speedup: median {100 * sp['median_abs_error']:.1f}%, "
+                     f"worst {100 * sp['worst_abs_error']:.1f}% | [results](docs/results.md), `prediction-check` |")
+    ceil = results["natural/natural.json"].data.get("ceiling") or {}
+    parts = []
+    for dom, e in ceil.items():
+        n = max(e["by_budget"], key=int)
+        r = e["by_budget"][n]["oracle_over_product"][0]
+        if r is not None:
+            parts.append(f"{dom} {100 * (r - 1):+.1f}% at N = {n}")
+    if parts:
+        lines.append("| On natural text (Python's standard library), how much more can any drafter cover than the "
+                     "best product tree? The target's own oracle tree over its best product tree | "
+                     + "; ".join(parts) + " | [results](docs/results.md), `natural` |")
+    return "\n".join(lines)
+
+
 #: block name -> (results file under the results directory, formatter)
 BLOCKS: dict[str, tuple[str, Callable[[Result], str]]] = {
     "core-table": ("core_table.json", core_block),
@@ -1061,35 +1126,56 @@ BLOCKS: dict[str, tuple[str, Callable[[Result], str]]] = {
     "bench-draft-tiny": ("bench_draft_tiny.json", bench_draft_block),
     "e2e-hybrid": ("hybrid/end_to_end.json", e2e_hybrid_block),
     "natural": ("natural/natural.json", natural_block),
+    "headline": ("end_to_end.json", headline_block),
 }
 #: blocks whose formatter also reads files beside its results file (it gets that file's path)
 _READS_BESIDE = {"own-target"}
+#: blocks made from several results files: the files besides the one in BLOCKS (every one must
+#: exist, else the block is skipped); the formatter gets {file name: Result} of all of them
+_ALSO_READS: dict[str, tuple[str, ...]] = {"headline": ("chimera_bound.json", "natural/natural.json")}
 
 
-def render(text: str, results_dir: str | Path) -> tuple[str, list[str], list[str]]:
-    """(new text, names of blocks that changed, names skipped for want of a results file)."""
+def block_inputs(name: str) -> tuple[str, ...]:
+    """The results files (relative to the results directory) that block ``name`` is made from."""
+    return (BLOCKS[name][0],) + _ALSO_READS.get(name, ())
+
+
+def render(text: str, results_dir: str | Path, source: str = "readme") -> tuple[str, list[str], list[str]]:
+    """(new text, names of blocks that changed, names skipped for want of a results file).
+
+    ``source`` names the text in error messages (an unknown block, a block without its closing
+    marker)."""
     results_dir = Path(results_dir)
     names = [m.group("name") for m in _BLOCK_RE.finditer(text)]
     unknown = sorted(set(names) - set(BLOCKS))
     if unknown:
-        raise ValueError(f"readme: unknown report block(s) {unknown}; known: {sorted(BLOCKS)}")
+        raise ValueError(f"{source}: unknown report block(s) {unknown}; known: {sorted(BLOCKS)}")
     opened = re.findall(r"<!-- report:([a-z0-9-]+) -->", text)
     if sorted(opened) != sorted(names):
-        raise ValueError(f"readme: report block(s) without a closing marker: {sorted(set(opened) - set(names))}")
+        raise ValueError(f"{source}: report block(s) without a closing marker: {sorted(set(opened) - set(names))}")
     changed: list[str] = []
     skipped: list[str] = []
     loaded: dict[str, Result] = {}
 
+    def load(fname: str) -> Result:
+        if fname not in loaded:
+            loaded[fname] = Result.load(results_dir / fname)
+        return loaded[fname]
+
     def replace(m: re.Match) -> str:
         name = m.group("name")
         fname, fmt = BLOCKS[name]
-        path = results_dir / fname
-        if not path.is_file():
+        inputs = block_inputs(name)
+        if not all((results_dir / f).is_file() for f in inputs):
             skipped.append(name)
             return m.group(0)
-        if fname not in loaded:
-            loaded[fname] = Result.load(path)
-        text = fmt(loaded[fname], path) if name in _READS_BESIDE else fmt(loaded[fname])
+        path = results_dir / fname
+        if name in _ALSO_READS:
+            text = fmt({f: load(f) for f in inputs})
+        elif name in _READS_BESIDE:
+            text = fmt(load(fname), path)
+        else:
+            text = fmt(load(fname))
         body = text.rstrip("\n") + "\n"
         if body != m.group("body"):
             changed.append(name)
@@ -1098,45 +1184,97 @@ def render(text: str, results_dir: str | Path) -> tuple[str, list[str], list[str
     return _BLOCK_RE.sub(replace, text), changed, skipped
 
 
+def check_layout(texts: dict[str, str]) -> None:
+    """Every block sits in the file :data:`BLOCK_FILES` names for it, once, and nowhere else
+    (``texts``: repository-relative file name -> its text); ValueError naming the file otherwise."""
+    for fname, text in texts.items():
+        found = [m.group("name") for m in _BLOCK_RE.finditer(text)]
+        want = sorted(n for n, f in BLOCK_FILES.items() if f == fname)
+        twice = sorted({n for n in found if found.count(n) > 1})
+        if twice:
+            raise ValueError(f"{fname}: block(s) {twice} appear more than once")
+        stray = sorted(n for n in found if BLOCK_FILES.get(n, fname) != fname)
+        if stray:
+            raise ValueError(f"{fname}: block(s) {stray} belong in "
+                             + ", ".join(sorted({BLOCK_FILES[n] for n in stray})) + " (report_files.BLOCK_FILES)")
+        missing = sorted(set(want) - set(found))
+        if missing:
+            raise ValueError(f"{fname}: block(s) {missing} are missing (report_files.BLOCK_FILES puts them there)")
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="mfd report", description=__doc__.splitlines()[0])
-    parser.add_argument("--readme", default=str(ROOT / "README.md"), metavar="PATH",
-                        help="the Markdown file whose report blocks are rewritten (default: the repository's README.md)")
+    from .formatting import help_summary
+
+    files_text = ", ".join(report_files())
+    parser = argparse.ArgumentParser(prog="mfd report", description=help_summary(__doc__))
     parser.add_argument("--results", default="results", metavar="DIR",
-                        help="directory holding the results/*.json files (default: results)")
+                        help="directory holding the results files (default: results)")
+    parser.add_argument("--file", "--readme", dest="file", default="", metavar="PATH",
+                        help=f"rewrite (or check) this Markdown file only; --readme is the older name of this "
+                             f"option (default: every file that holds a block: {files_text})")
     parser.add_argument("--out", default="", metavar="PATH",
-                        help="write the rewritten file here instead of over --readme (default: over --readme)")
+                        help="with --file: write the rewritten file here instead of over it (default: over --file)")
     parser.add_argument("--check", action="store_true",
-                        help="write nothing; exit 1 when a block differs from what the results give")
+                        help="write nothing; exit 1 when a block differs from what the results give, 2 when no block "
+                             "could be checked for want of results (default: off)")
     args = parser.parse_args(argv)
-    readme = Path(args.readme)
-    if not readme.is_file():
-        parser.error(f"--readme: no file at {readme}")
-    if not Path(args.results).is_dir():
+    if args.out and not args.file:
+        parser.error("--out: needs --file (one Markdown file to rewrite)")
+    if args.file:
+        paths = {args.file: Path(args.file)}
+        if not paths[args.file].is_file():
+            parser.error(f"--file: no file at {args.file}")
+    else:
+        paths = {name: ROOT / name for name in report_files()}
+        absent = [name for name, p in paths.items() if not p.is_file()]
+        if absent:
+            parser.error(f"no file at {', '.join(absent)} under {ROOT} (the files report_files.BLOCK_FILES names)")
+    results = Path(args.results)
+    if not results.is_dir():
         parser.error(f"--results: no directory at {args.results}")
-    out = Path(args.out) if args.out else readme
     if args.out:
         from .experiments._config import check_out_file
 
         try:
-            check_out_file(out, "--out")
+            check_out_file(args.out, "--out")
         except ValueError as exc:
             parser.error(str(exc))
-    text = readme.read_text(encoding="utf-8")
-    new, changed, skipped = render(text, args.results)
-    for name in skipped:
-        print(f"skipped block {name}: no {Path(args.results) / BLOCKS[name][0]}")
+    texts = {name: p.read_text(encoding="utf-8") for name, p in paths.items()}
+    if not args.file:
+        check_layout(texts)  # a ValueError (a block in the wrong file) exits 2 through the CLI
+    rendered = {name: render(text, results, name) for name, text in texts.items()}
+
+    total = changed = 0
+    skipped: list[tuple[str, str]] = []
+    for name, (_, ch, sk) in rendered.items():
+        total += len(_BLOCK_RE.findall(texts[name]))
+        changed += len(ch)
+        skipped += [(name, b) for b in sk]
+        for block in sk:
+            missing = [str(results / f) for f in block_inputs(block) if not (results / f).is_file()]
+            print(f"skipped block {block} ({name}): no {', '.join(missing)}")
+        if args.check:
+            for block in ch:
+                print(f"out of date: block {block} ({name}) differs from "
+                      + ", ".join(str(results / f) for f in block_inputs(block)))
+    if total and len(skipped) == total:
+        missing = sorted({f for _, b in skipped for f in block_inputs(b) if not (results / f).is_file()})
+        print(f"mfd report: error: none of the {total} report block(s) could be "
+              f"{'checked' if args.check else 'rewritten'}: every one needs a results file missing from "
+              f"{results}/ ({', '.join(missing)}); run the experiments first (mfd reproduce)", file=sys.stderr)
+        return 2
+    done = total - len(skipped)
+    skip_text = f"; {len(skipped)} skipped for missing results (listed above)" if skipped else ""
     if args.check:
-        for name in changed:
-            print(f"out of date: block {name} differs from {Path(args.results) / BLOCKS[name][0]}")
-        if not changed:
-            print(f"{readme}: every report block matches {args.results}/")
+        print(f"checked {done} of {total} report block(s) against {results}/: {done - changed} match, "
+              f"{changed} out of date{skip_text}")
         return 1 if changed else 0
-    if new != text or out != readme:
-        atomic_write_text(out, new)
-        print(f"wrote {out} ({len(changed)} block(s) changed: {', '.join(changed) or 'none'})")
-    else:
-        print(f"{readme}: every report block already matches {args.results}/")
+    for name, (new, ch, _) in rendered.items():
+        out = Path(args.out) if args.out else paths[name]
+        if new != texts[name] or out != paths[name]:
+            atomic_write_text(out, new)
+            print(f"wrote {out} ({len(ch)} block(s) changed: {', '.join(ch) or 'none'})")
+    print(f"regenerated {done} of {total} report block(s) from {results}/: {changed} changed{skip_text}")
     return 0
 
 

@@ -2,7 +2,8 @@
 
 Runs every experiment with its default config into ``results/`` (each skips work already saved),
 executes the notebooks, which draw the figures into ``paper_figs/``, and finally runs
-``mfd report``, which rewrites the README's result tables from the new ``results/*.json``.
+``mfd report``, which rewrites the result blocks of the README and ``docs/`` from the new
+``results/*.json``.
 """
 
 from __future__ import annotations
@@ -70,9 +71,12 @@ def run_notebook(path: Path, small: bool = False, timeout: int = 1800):
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="mfd reproduce", description=__doc__.splitlines()[0])
-    parser.add_argument("--skip-notebooks", action="store_true", help="run the experiments only, draw no figures")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    from .formatting import help_summary
+
+    parser = argparse.ArgumentParser(prog="mfd reproduce", description=help_summary(__doc__))
+    parser.add_argument("--skip-notebooks", action="store_true",
+                        help="run the experiments only, draw no figures (default: off)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars (default: off)")
     args = parser.parse_args(argv)
     os.chdir(ROOT)
     t_all = time.perf_counter()
@@ -87,7 +91,7 @@ def main(argv=None) -> None:
             t0 = time.perf_counter()
             run_notebook(ROOT / nb)
             print(f"--- {nb}: {time.perf_counter() - t0:.1f} s", flush=True)
-    print("\n=== report (README result tables from results/)", flush=True)
+    print("\n=== report (the result blocks of README.md and docs/ from results/)", flush=True)
     from .report import main as report
 
     report(["--results", "results"])

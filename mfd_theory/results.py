@@ -22,6 +22,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .report_files import report_files
+
 __all__ = [
     "Result",
     "ResultStore",
@@ -40,19 +42,30 @@ os.umask(_UMASK)
 _PACKAGES = ("mfd_theory", "numpy", "scipy", "numba", "torch", "transformers", "matplotlib")
 
 
-def git_sha() -> str | None:
-    """The commit of the working tree this package was loaded from ('+dirty' when modified)."""
-    root = Path(__file__).resolve().parent.parent
+def git_sha(root: str | os.PathLike | None = None) -> str | None:
+    """The commit of the working tree at ``root`` (default: the one this package was loaded from),
+    with '+dirty' when a tracked file differs from that commit.
+
+    The files ``mfd report`` writes (:func:`mfd_theory.report_files.report_files`: the README and
+    the result pages under ``docs/``) are left out of the dirty check, and only they: ``mfd
+    reproduce`` ends by rewriting them, so counting them would mark every later run '+dirty'.
+    Untracked files never count.
+    """
+    root = Path(__file__).resolve().parent.parent if root is None else Path(root)
     try:
         sha = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
         )
         if sha.returncode != 0:
             return None
+        # the whole repository (":/" is its top), minus the report's files (relative to root)
+        spec = [":/"] + [f":(exclude){name}" for name in report_files()]
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", *spec],
             cwd=root, capture_output=True, text=True, timeout=10,
         )
+        if dirty.returncode != 0:
+            return None
         return sha.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return None

@@ -329,7 +329,9 @@ def test_config_knows_evals_methods_and_reproduce_runs_it():
     assert tuple(exp._METHODS) == tuple(METHODS)
     argv = next(a for _, module, a in REPRO if module == "mfd_theory.experiments.natural")
     assert Path("results") / BLOCKS["natural"][0] == Path(argv[argv.index("--out") + 1]) / "natural.json"
-    assert "<!-- report:natural -->" in (ROOT / "README.md").read_text()
+    from mfd_theory.report_files import BLOCK_FILES
+
+    assert "<!-- report:natural -->" in (ROOT / BLOCK_FILES["natural"]).read_text()
 
 
 def test_out_at_a_file_is_a_usage_error(tmp_path, capsys):
@@ -341,11 +343,13 @@ def test_out_at_a_file_is_a_usage_error(tmp_path, capsys):
     assert blocker.read_text() == "x"
 
 
-def test_readme_shows_the_commands_the_experiment_runs():
+def test_docs_show_the_commands_the_experiment_runs():
+    """The page that holds the natural block shows the exact commands the experiment runs."""
     import re
 
     from mfd_theory.experiments.natural import NaturalConfig, command_lines
+    from mfd_theory.report_files import BLOCK_FILES
 
-    flat = re.sub(r"\s*\\\n\s*", " ", (ROOT / "README.md").read_text())
+    flat = re.sub(r"\s*\\\n\s*", " ", (ROOT / BLOCK_FILES["natural"]).read_text())
     for line in command_lines(NaturalConfig()):
         assert line in flat, line

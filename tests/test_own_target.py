@@ -1,5 +1,5 @@
 """``mfd own-target`` at a tiny size: the eval rows, lossless greedy rows, a rerun that reuses every
-step, step bookkeeping on a changed option, the README block made from the run, and the README's
+step, step bookkeeping on a changed option, the report block made from the run, and the docs'
 commands being the ones the experiment runs."""
 
 from __future__ import annotations
@@ -137,8 +137,11 @@ def test_report_block_from_the_run(run):
     assert text in new and "old" not in new
 
 
-def test_readme_shows_the_commands_the_experiment_runs():
-    text = (ROOT / "README.md").read_text()
+def test_docs_show_the_commands_the_experiment_runs():
+    """The page that holds the own-target block shows the exact commands the experiment runs."""
+    from mfd_theory.report_files import BLOCK_FILES
+
+    text = (ROOT / BLOCK_FILES["own-target"]).read_text()
     flat = re.sub(r"\s*\\\n\s*", " ", text)  # join continued shell lines
     for line in command_lines(OwnTargetConfig()):
         assert line in flat, line

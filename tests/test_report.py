@@ -1,4 +1,5 @@
-"""mfd report: README result blocks regenerated from results JSON; spreads and "(1 pass)"."""
+"""mfd report: the result blocks of README.md and docs/ regenerated from results JSON; which file
+holds which block; what --check says when results are missing; spreads and "(1 pass)"."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from mfd_theory.cli import main
-from mfd_theory.report import BLOCKS, gain_with_spread, render, value_with_spread
+from mfd_theory.report import BLOCKS, check_layout, gain_with_spread, headline_block, render, value_with_spread
+from mfd_theory.report_files import BLOCK_FILES, report_files
 from mfd_theory.results import Result
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -157,19 +159,122 @@ def test_report_refuses_unknown_or_unclosed_blocks(tmp_path, capsys):
     assert main(["report", "--readme", str(tmp_path / "missing.md"), "--results", str(tmp_path)]) == 2
 
 
-def test_readme_result_tables_are_all_generated():
-    """Every result table of the README sits inside a report block the command regenerates."""
-    text = (ROOT / "README.md").read_text()
+def test_result_tables_are_all_generated():
+    """Every measured number in a table of the pages mfd report writes sits inside a report block
+    the command regenerates (a table row outside the blocks holds no decimal, percentage, speedup
+    or spread: those are results; a version in a name, Qwen3.5, is not a number)."""
     import re
 
-    blocks = re.findall(r"<!-- report:([a-z0-9-]+) -->\n(.*?)<!-- /report:\1 -->", text, re.S)
-    names = {n for n, _ in blocks}
-    for required in ("core-table", "chimera-bound", "chimera-share", "mixture-gain", "e2e", "e2e-gains", "e2e-hf"):
-        assert required in names, required
-    assert names <= set(BLOCKS)
-    outside = re.sub(r"<!-- report:([a-z0-9-]+) -->\n.*?<!-- /report:\1 -->", "", text, flags=re.S)
-    table_rows = [ln for ln in outside.splitlines() if ln.startswith("|") and any(ch.isdigit() for ch in ln)]
-    assert table_rows == [], table_rows[:3]
+    names = set()
+    for fname in report_files():
+        text = (ROOT / fname).read_text()
+        blocks = re.findall(r"<!-- report:([a-z0-9-]+) -->\n(.*?)<!-- /report:\1 -->", text, re.S)
+        names |= {n for n, _ in blocks}
+        outside = re.sub(r"<!-- report:([a-z0-9-]+) -->\n.*?<!-- /report:\1 -->", "", text, flags=re.S)
+        measured = [ln for ln in outside.splitlines()
+                    if ln.startswith("|") and re.search(r"(?<![\w.])\d+(?:\.\d+|(?:\.\d+)?%|(?:\.\d+)?x\b)|±", ln)]
+        assert measured == [], (fname, measured[:3])
+    assert names == set(BLOCKS)
+
+
+def test_every_block_has_one_file_and_the_repository_follows_it():
+    assert set(BLOCK_FILES) == set(BLOCKS)
+    assert report_files()[0] == "README.md" and len(set(report_files())) == len(report_files())
+    check_layout({f: (ROOT / f).read_text() for f in report_files()})  # raises on a misplaced block
+
+
+def test_layout_check_names_misplaced_missing_and_repeated_blocks():
+    ok = {f: "".join(f"<!-- report:{n} -->\nx\n<!-- /report:{n} -->\n" for n, g in BLOCK_FILES.items() if g == f)
+          for f in report_files()}
+    check_layout(ok)
+    moved = dict(ok, **{"README.md": ok["README.md"] + "<!-- report:e2e -->\nx\n<!-- /report:e2e -->\n"})
+    with pytest.raises(ValueError, match="README.md: block.*e2e.*belong in docs/results.md"):
+        check_layout(moved)
+    with pytest.raises(ValueError, match="README.md: block.*headline.*missing"):
+        check_layout(dict(ok, **{"README.md": "no blocks here"}))
+    with pytest.raises(ValueError, match="more than once"):
+        check_layout(dict(ok, **{"README.md": ok["README.md"] * 2}))
+
+
+def test_check_counts_blocks_and_lists_the_skipped(tmp_path, capsys):
+    results = tmp_path / "results"
+    results.mkdir()
+    _e2e_result(True).save(results / "end_to_end.json")
+    readme = _readme(tmp_path, ["core-table", "e2e", "chimera-share"])
+    assert main(["report", "--file", str(readme), "--results", str(results)]) == 0
+    capsys.readouterr()
+    assert main(["report", "--file", str(readme), "--results", str(results), "--check"]) == 0
+    out = capsys.readouterr().out
+    assert f"skipped block core-table ({readme}): no {results / 'core_table.json'}" in out
+    assert f"skipped block chimera-share ({readme}): no {results / 'chimera_share.json'}" in out
+    assert "checked 1 of 3 report block(s)" in out and "1 match, 0 out of date; 2 skipped for missing results" in out
+
+
+def test_no_results_at_all_is_an_error_naming_the_missing_files(tmp_path, capsys):
+    empty = tmp_path / "results"
+    empty.mkdir()
+    readme = _readme(tmp_path, ["core-table", "e2e"])
+    before = readme.read_text()
+    for extra in (["--check"], []):
+        capsys.readouterr()
+        assert main(["report", "--file", str(readme), "--results", str(empty)] + extra) == 2
+        err = capsys.readouterr().err
+        assert "none of the 2 report block(s)" in err and "core_table.json" in err and "end_to_end.json" in err
+    assert readme.read_text() == before  # nothing written
+    # the repository's own pages on a fresh clone (no results/): every block skipped, exit 2
+    assert main(["report", "--results", str(empty), "--check"]) == 2
+    captured = capsys.readouterr()
+    assert f"none of the {len(BLOCKS)} report block(s) could be checked" in captured.err
+    assert "skipped block headline (README.md)" in captured.out
+
+
+def test_out_needs_file(tmp_path, capsys):
+    assert main(["report", "--results", str(tmp_path), "--out", str(tmp_path / "x.md")]) == 2
+    assert "--out" in capsys.readouterr().err
+
+
+def _headline_results(tmp_path) -> Path:
+    results = tmp_path / "results"
+    results.mkdir()
+    e2e = _e2e_result(True)
+    e2e.data["prediction"] = {"n_cells": 12, "tau": {"median_abs_error": 0.021, "worst_abs_error": 0.05},
+                              "speedup": {"median_abs_error": 0.043, "worst_abs_error": 0.12}}
+    e2e.save(results / "end_to_end.json")
+    Result("chimera_bound", {"m_max": 10}, {"verify": {"instances": 5000, "violations": 0, "ties": 3}}).save(
+        results / "chimera_bound.json")
+    (results / "natural").mkdir()
+    ceil = {dom: {"by_budget": {"16": {"oracle_over_product": [1.05, 0.01]}, "64": {"oracle_over_product": [r, 0.01]}}}
+            for dom, r in (("code", 1.104), ("prose", 1.135))}
+    Result("natural", {}, {"ceiling": ceil}).save(results / "natural" / "natural.json")
+    return results
+
+
+def test_headline_block_takes_a_few_numbers_from_three_results_files(tmp_path):
+    results = _headline_results(tmp_path)
+    text, changed, skipped = render("<!-- report:headline -->\nold\n<!-- /report:headline -->\n", results)
+    assert changed == ["headline"] and skipped == []
+    rows = [ln for ln in text.splitlines() if ln.startswith("| ") and "---" not in ln][1:]
+    assert len(rows) == 4  # chimera bound, e2e at T = 1, prediction, natural ceiling
+    assert "5,000 random instances, m = 1..10: **0 violations** (3 exact ties set aside)" in rows[0]
+    # the fixture's mfd best (N = 64, 1.41x) against the product drafter's best (ddtree N = 16, 1.50x)
+    assert "ddtree (product) N = 16: tau 3.60, 1.50x ± 0.02x; mfd K = 4 N = 64: tau 5.00, 1.41x ± 0.02x" in rows[1]
+    assert "tau: median \\|error\\| 2.1%, worst 5.0%; speedup: median 4.3%, worst 12.0%" in rows[2]
+    assert "code +10.4% at N = 64; prose +13.5% at N = 64" in rows[3]
+    assert headline_block({"chimera_bound.json": Result.load(results / "chimera_bound.json"),
+                           "end_to_end.json": Result.load(results / "end_to_end.json"),
+                           "natural/natural.json": Result.load(results / "natural" / "natural.json")}) in text
+    # one of its three files missing: skipped (left as it was), and the message names that file
+    (results / "natural" / "natural.json").unlink()
+    readme = tmp_path / "R.md"
+    readme.write_text("<!-- report:headline -->\nold\n<!-- /report:headline -->\n")
+    assert render(readme.read_text(), results)[2] == ["headline"]
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["report", "--file", str(readme), "--results", str(results)]) == 2
+    assert f"no {results / 'natural' / 'natural.json'}" in out.getvalue()
 
 
 def test_e2e_gains_use_the_evaluators_verdict_when_stored():

@@ -97,3 +97,38 @@ def test_load_missing_or_invalid(tmp_path):
     (tmp_path / "bad.json").write_text('{"name": "x"}')
     with pytest.raises(ValueError, match="path"):
         Result.load(tmp_path / "bad.json")
+
+
+def _git(repo, *args):
+    import subprocess
+
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,
+                   env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                        "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(repo), "PATH": __import__("os").environ["PATH"]})
+
+
+def test_git_sha_dirty_ignores_exactly_the_files_the_report_writes(tmp_path):
+    """A run after `mfd reproduce` rewrote the README and docs/ is not '+dirty'; any other change is."""
+    from mfd_theory.report_files import report_files
+    from mfd_theory.results import git_sha
+
+    repo = tmp_path / "repo"
+    (repo / "docs").mkdir(parents=True)
+    for name in report_files() + ("code.py", "docs/design.md"):
+        (repo / name).write_text("committed\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "x")
+    sha = git_sha(repo)
+    assert sha is not None and len(sha) == 40  # clean
+    for name in report_files():  # what mfd report writes: still clean
+        (repo / name).write_text("rewritten by mfd report\n")
+    assert git_sha(repo) == sha
+    (repo / "untracked.txt").write_text("new\n")  # untracked files never count
+    assert git_sha(repo) == sha
+    for other in ("code.py", "docs/design.md"):  # any other tracked file: dirty
+        (repo / other).write_text("edited\n")
+        assert git_sha(repo) == sha + "+dirty"
+        _git(repo, "checkout", "--", other)
+    assert git_sha(repo) == sha
+    assert git_sha(tmp_path) is None  # not a repository

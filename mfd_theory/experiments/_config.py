@@ -27,6 +27,7 @@ import tempfile
 import typing
 from pathlib import Path
 
+from ..formatting import help_summary
 from ..results import wrote
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "opt",
     "parse_config",
     "save_result",
+    "show_default",
     "wrote",
 ]
 
@@ -125,6 +127,18 @@ def _field_default(f):
     return f.default if f.default is not dataclasses.MISSING else f.default_factory()
 
 
+def show_default(value) -> str:
+    """A default as ``--help`` prints it: booleans as true / false, tuples comma-separated, the
+    empty string as ''."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    if value == "":
+        return "''"
+    return str(value)
+
+
 def add_dataclass_args(parser: argparse.ArgumentParser, cls, skip=()) -> None:
     """One option per field: ``--field-name``, typed from the annotation, help from the metadata."""
     hints = typing.get_type_hints(cls)
@@ -138,16 +152,16 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls, skip=()) -> None:
         origin = typing.get_origin(hint)
         if hint is bool:
             parser.add_argument(flag(f.name), type=_parse_bool, default=default, metavar="{true,false}",
-                                help=f"{help_} (default: {str(default).lower()})")
+                                help=f"{help_} (default: {show_default(default)})")
         elif origin is tuple:
             inner = typing.get_args(hint)[0]
             parser.add_argument(flag(f.name), type=_parse_tuple(inner), nargs="+", default=default,
-                                help=f"{help_}; comma- or space-separated (default: {','.join(map(str, default))})")
+                                help=f"{help_}; comma- or space-separated (default: {show_default(default)})")
         else:
             kind = hint if hint in (int, float, str) else str
             parser.add_argument(flag(f.name), type=kind, default=default,
                                 choices=choices if kind is str and choices else None,
-                                help=f"{help_} (default: {default})")
+                                help=f"{help_} (default: {show_default(default)})")
 
 
 def config_from_args(cls, args: argparse.Namespace, **extra):
@@ -219,13 +233,15 @@ def save_result(result, path: str | os.PathLike) -> Path:
 
 
 def make_parser(prog: str, description: str | None) -> argparse.ArgumentParser:
-    return argparse.ArgumentParser(prog=prog, description=description)
+    """A command's parser; ``description`` is the module docstring (its first paragraph, in plain
+    text, is what ``--help`` shows)."""
+    return argparse.ArgumentParser(prog=prog, description=help_summary(description))
 
 
 def add_common(parser: argparse.ArgumentParser, out_default: str = "results") -> None:
     parser.add_argument("--out", default=out_default, metavar="DIR",
-                        help=f"directory every output file goes to (default: {out_default})")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+                        help=f"directory that receives every output file (default: {out_default})")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars (default: off)")
 
 
 def finish(parser: argparse.ArgumentParser, cls, args: argparse.Namespace, **extra):
@@ -246,7 +262,8 @@ def finish(parser: argparse.ArgumentParser, cls, args: argparse.Namespace, **ext
 
 
 def parse_config(cls, argv=None, *, prog: str, description: str | None = None, out_default: str = "results"):
-    """Parse ``argv`` into ``cls`` plus the shared ``--out`` and ``--quiet`` options, all checked."""
+    """Parse ``argv`` into ``cls`` plus the shared ``--out`` and ``--quiet`` options, all checked
+    (``description``: the module docstring)."""
     parser = make_parser(prog, description)
     add_dataclass_args(parser, cls)
     add_common(parser, out_default)

@@ -481,7 +481,7 @@ def hybrid_table(prof: dict) -> str:
 
 
 def main(argv=None) -> Result:
-    parser = make_parser("mfd bench decode", __doc__.split("\n\n")[0])
+    parser = make_parser("mfd bench decode", __doc__)
     add_dataclass_args(parser, BenchDecodeConfig, skip=("out",))
     add_common(parser)
     args = parser.parse_args(argv)

@@ -23,7 +23,7 @@ shape and a random drafter sized to it, CPU threads fixed (1 by default):
 The whole measurement is repeated ``repeats`` times (interleaved, so drift in machine load hits
 both paths alike) and the spread of every ratio is printed. Needs a source checkout (the "before"
 path is the test suite's slow twin). Writes ``<out>/bench_draft_<preset>.json`` (one file per shape;
-``mfd report`` turns each into a README block).
+``mfd report`` turns each into a block of docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from .bench_decode import PRESETS, BenchDecodeConfig, build_target
 
 @dataclass(frozen=True)
 class BenchDraftConfig(Checked):
-    preset: str = opt("micro", "random target (and drafter) shape, a `mfd bench decode` preset",
+    preset: str = opt("micro", "random target (and drafter) shape, one of mfd bench decode's presets",
                       choices=tuple(PRESETS))
     block_size: int = opt(16, "drafter block size", ge=2)
     draft_layers: int = opt(1, "drafter layers", ge=1)
@@ -318,7 +318,7 @@ def report(result: Result) -> str:
 
 
 def main(argv=None) -> Result:
-    parser = make_parser("mfd bench draft", __doc__.split("\n\n")[0])
+    parser = make_parser("mfd bench draft", __doc__)
     add_dataclass_args(parser, BenchDraftConfig, skip=("out",))
     add_common(parser)
     args = parser.parse_args(argv)

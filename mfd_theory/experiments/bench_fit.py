@@ -24,7 +24,7 @@ class BenchFitConfig(Checked):
     L: int = opt(15, "block length", ge=1)
     V: int = opt(1000, "vocabulary size", ge=2)
     K: int = opt(4, "drafter modes fitted", ge=1)
-    F: int = opt(4, "futures of the target the blocks are drawn from", ge=1)
+    F: int = opt(4, "futures of the target that generates the blocks", ge=1)
     n_restarts: int = opt(4, "EM restarts", ge=1)
     seed: int = opt(0, "random seed", ge=0)
 
@@ -86,7 +86,7 @@ def run(config: BenchFitConfig) -> dict:
 
 
 def main(argv=None) -> dict:
-    parser = make_parser("mfd bench fit", __doc__.splitlines()[0])
+    parser = make_parser("mfd bench fit", __doc__)
     add_dataclass_args(parser, BenchFitConfig)
     add_common(parser)
     args = parser.parse_args(argv)

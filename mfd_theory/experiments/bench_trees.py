@@ -29,7 +29,7 @@ from typing import Callable
 import numpy as np
 
 from ..results import Result
-from ._config import Checked, add_common, add_dataclass_args, finish, make_parser, opt, wrote
+from ._config import Checked, add_common, add_dataclass_args, finish, make_parser, opt, show_default, wrote
 
 NAME = "bench_trees"
 
@@ -332,9 +332,11 @@ def markdown(result: Result) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = make_parser("mfd bench trees", __doc__.split("\n")[0])
+    p = make_parser("mfd bench trees", __doc__)
     add_dataclass_args(p, BenchTreesConfig)
-    p.add_argument("--quick", action="store_true", help=f"a small run; sets {QUICK} unless given")
+    quick = ", ".join(f"--{k.replace('_', '-')} {show_default(v)}" for k, v in QUICK.items())
+    p.add_argument("--quick", action="store_true",
+                   help=f"a small run: sets {quick} where those options are not given (default: off)")
     add_common(p)
     return p
 

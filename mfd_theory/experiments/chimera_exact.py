@@ -10,7 +10,7 @@ built explicitly (``min_product_tree_containing``) and counted (``witness_checke
 ``search_only`` skip the integer program (an upper bound only). Each finished case is written at
 once; a rerun with the same config skips the cases already in the file.
 
-Run: ``python -m mfd_theory.experiments.chimera_exact --out-dir mfd_theory/data`` (F = 4, m = 5
+Run: ``python -m mfd_theory.experiments.chimera_exact --out mfd_theory/data`` (F = 4, m = 5
 alone runs a 330,000-set integer program: minutes to tens of minutes on 2 cores).
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mfd_theory import chimeras as ch
-from mfd_theory.experiments._config import parse_config
+from mfd_theory.experiments._config import opt, parse_config
 from mfd_theory.results import Result
 
 NAME = "chimera_all_distinct"
@@ -31,12 +31,12 @@ NAME = "chimera_all_distinct"
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    cases: tuple[str, ...] = ("5:2", "5:3", "3:7", "4:5")  # F:m with the integer program
-    search_only: tuple[str, ...] = ("5:4", "3:8")  # F:m, drafter search only
-    n_trials: int = 2000  # drafters searched per try
-    retries: int = 3  # more tries (seed + try) while the search misses the lower bound
-    max_sets: int = 400_000
-    seed: int = 0
+    cases: tuple[str, ...] = opt(("5:2", "5:3", "3:7", "4:5"), "F:m cases solved with the integer program")
+    search_only: tuple[str, ...] = opt(("5:4", "3:8"), "F:m cases with the drafter search only (an upper bound)")
+    n_trials: int = opt(2000, "drafters searched per try", ge=1)
+    retries: int = opt(3, "more tries (seed + try) while the search misses the lower bound", ge=0)
+    max_sets: int = opt(400_000, "largest integer program (rearrangement sets) attempted", ge=1)
+    seed: int = opt(0, "random seed", ge=0)
 
 
 def _case(F: int, m: int, config: Config, bound: bool) -> dict[str, Any]:
@@ -102,8 +102,9 @@ def run(config: Config = Config(), out_dir: str | Path = "mfd_theory/data", prog
 
 
 def main(argv=None) -> Result:
-    config, args = parse_config(Config, argv, description=__doc__.splitlines()[0], out_default="mfd_theory/data")
-    return run(config, args.out_dir, progress=not args.quiet)
+    config, args = parse_config(Config, argv, prog="python -m mfd_theory.experiments.chimera_exact",
+                                description=__doc__, out_default="mfd_theory/data")
+    return run(config, args.out, progress=not args.quiet)
 
 
 if __name__ == "__main__":

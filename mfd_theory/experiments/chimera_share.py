@@ -201,7 +201,7 @@ def run(config: Config = Config(), out_dir: str | Path = "results", progress: bo
 
 
 def main(argv=None) -> Result:
-    config, args = parse_config(Config, argv, prog="mfd chimera-share", description=__doc__.splitlines()[0])
+    config, args = parse_config(Config, argv, prog="mfd chimera-share", description=__doc__)
     return run(config, args.out, progress=not args.quiet)
 
 

@@ -125,11 +125,11 @@ def format_table(result: Result) -> str:
 
 
 def main(argv=None) -> Result:
-    parser = make_parser("mfd core-table", __doc__.splitlines()[0])
+    parser = make_parser("mfd core-table", __doc__)
     add_dataclass_args(parser, CoreTableConfig)
     add_common(parser)
     parser.add_argument("--figure", default="", metavar="PATH",
-                        help="also draw coverage and dead share against N into this file (.png, .pdf or .svg; default: no figure)")
+                        help="also draw coverage and dead share against N into this file, a .png, .pdf or .svg (default: no figure)")
     args = parser.parse_args(argv)
     cfg = finish(parser, CoreTableConfig, args)  # checks --out and --figure too
     res = run(cfg)

@@ -31,7 +31,7 @@ __all__ = ["E2EConfig", "PRESETS", "preset_config", "run", "main"]
 class E2EConfig(Checked):
     """Defaults = the ``default`` preset (<= 15 minutes on 2 CPU cores, training included)."""
 
-    preset: str = opt("default", "starting values: default or micro (a 2-minute smoke run)",
+    preset: str = opt("default", "starting values: default (the run in docs/results.md) or micro (a small smoke run); options given explicitly override it",
                       choices=("default", "micro"))
     seed: int = opt(0, "random seed of data, training and sampling", ge=0)
     threads: int = opt(2, "torch threads for training", ge=1)
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> Result:
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--preset", default="default")
     known, _ = pre.parse_known_args(argv)
-    parser = make_parser("mfd e2e", __doc__.splitlines()[0])
+    parser = make_parser("mfd e2e", __doc__)
     add_dataclass_args(parser, E2EConfig)
     add_common(parser)
     if known.preset in PRESETS:

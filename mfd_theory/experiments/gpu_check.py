@@ -42,7 +42,7 @@ TIE_RTOL = 0.02  # top-two logit gap, relative to max(1, |top logit|), below whi
 class GpuCheckConfig(Checked):
     device: str = opt("cuda", "torch device (cuda, cuda:N; cpu only to prove the script runs)")
     small: bool = opt(False, "tiny shape and short lists (a CPU run that proves the script works)")
-    shape: str = opt("", "a `mfd bench decode` preset shape ('' = qwen3-8b, tiny with --small)")
+    shape: str = opt("", "one of mfd bench decode's preset shapes ('' = qwen3-8b, or tiny with --small)")
     dtype: str = opt("bfloat16", "model dtype", choices=("bfloat16", "float16", "float32"))
     check_layers: int = opt(4, "target layers of the greedy-equality check", ge=1)
     profile_layers: int = opt(36, "target layers of the verify-latency profile", ge=1)
@@ -58,7 +58,7 @@ class GpuCheckConfig(Checked):
     tree_sizes: str = opt("1,16,32,64,128,256,512,1024", "tree sizes N of the verify-latency profile")
     draft_contexts: str = opt("512,4096", "contexts of the K = 1 / K = 4 drafting latency")
     repeats: int = opt(5, "timed repeats per point", ge=1)
-    e2e: bool = opt(True, "also run `mfd e2e --preset micro` on the device")
+    e2e: bool = opt(True, "also run mfd e2e --preset micro on the device")
     seed: int = opt(0, "random seed", ge=0)
     out: str = opt("results", "output directory (the --out option)")
 
@@ -312,7 +312,7 @@ def report(result: Result) -> str:
 
 
 def main(argv=None) -> Result:
-    parser = make_parser("mfd bench gpu-check", __doc__.split("\n\n")[0])
+    parser = make_parser("mfd bench gpu-check", __doc__)
     add_dataclass_args(parser, GpuCheckConfig, skip=("out",))
     add_common(parser)
     args = parser.parse_args(argv)

@@ -74,7 +74,7 @@ class Config(Checked):
     budgets: tuple[int, ...] = opt((16, 32, 64, 128, 256, 512, 1024), "reported budgets N", ge=1)
     seeds: tuple[int, ...] = opt((0, 1, 2), "seeds (one target per seed and cell)", ge=0)
     L: int = opt(15, "block length", ge=1)
-    n_samples: int = opt(10_000, "target blocks the drafters are fitted to", ge=1)
+    n_samples: int = opt(10_000, "target blocks sampled to fit the drafters", ge=1)
     n_restarts: int = opt(2, "EM restarts", ge=1)
     max_iter: int = opt(100, "EM iterations at most", ge=1)
     tol: float = opt(1e-6, "EM stops when the log-likelihood gains less than this", gt=0)
@@ -504,7 +504,7 @@ def format_summary(result: Result, budgets=(64, 256), profile: str | None = None
 
 
 def main(argv=None) -> Result:
-    config, args = parse_config(Config, argv, prog="mfd mixture-gain", description=__doc__.splitlines()[0])
+    config, args = parse_config(Config, argv, prog="mfd mixture-gain", description=__doc__)
     result = run(config, args.out, progress=not args.quiet)
     print(format_summary(result))
     print(f"({result.data['seconds']:.0f} s)")

@@ -17,7 +17,7 @@ whether a mixture drafter helps over a product one. What it writes under ``DIR``
   prompt files, through their library entry points with the command lines of :func:`commands`;
 * ``ceiling/``: the target-only ceiling and the effective-futures fit, one file per prompt
   (resumable), pooled into ``ceiling.json``;
-* ``natural.json``: everything the README block reports, as a Result;
+* ``natural.json``: everything the report block in docs/results.md shows, as a Result;
 * ``steps.json``: per step its command, whether it finished, and its wall time. A rerun skips
   finished steps; a step whose options or inputs changed is redone with everything after it.
 
@@ -217,10 +217,10 @@ def main(argv: list[str] | None = None) -> dict:
     known, _ = pre.parse_known_args(argv)
     if known.preset not in PRESETS:
         raise ValueError(f"--preset: must be one of {', '.join(PRESETS)}, got {known.preset!r}")
-    parser = make_parser("mfd natural", __doc__.splitlines()[0])
+    parser = make_parser("mfd natural", __doc__)
     parser.add_argument("--preset", default="default", choices=tuple(PRESETS),
-                        help="sizes: default (the README's run) or micro (seconds; the tests'); options given "
-                             "explicitly override it")
+                        help="sizes: default (the run in docs/results.md) or micro (toy sizes, the tests' run); "
+                             "options given explicitly override it (default: default)")
     add_dataclass_args(parser, NaturalConfig)
     add_common(parser, "results/natural")
     parser.set_defaults(**PRESETS[known.preset])

@@ -17,7 +17,7 @@ would type. What it writes under ``DIR``:
 
 A rerun skips every finished step (and the commands themselves resume an interrupted one); a
 step whose options changed, or whose input was remade, is redone from scratch, and so is
-everything after it. :func:`command_lines` gives the exact commands, which the README shows.
+everything after it. :func:`command_lines` gives the exact commands, which docs/own-target.md shows.
 
 The config lives here (no torch import); the work is in :mod:`mfd_theory.llm.own_target`.
 """
@@ -143,7 +143,7 @@ def run(config: OwnTargetConfig, out_dir: str | Path = "results/own_target", pro
 
 def main(argv: list[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
-    config, args = parse_config(OwnTargetConfig, argv, prog="mfd own-target", description=__doc__.splitlines()[0],
+    config, args = parse_config(OwnTargetConfig, argv, prog="mfd own-target", description=__doc__,
                                 out_default="results/own_target")
     if args.quiet:
         from .e2e import _quiet_transformers

@@ -343,7 +343,7 @@ def break_even(result: Result, profile: str | None = None) -> list[tuple[str, st
 
 
 def main(argv=None) -> Result:
-    config, args = parse_config(Config, argv, prog="mfd path-gain", description=__doc__.splitlines()[0])
+    config, args = parse_config(Config, argv, prog="mfd path-gain", description=__doc__)
     result = run(config, args.out, progress=not args.quiet)
     print(format_summary(result))
     print(f"({result.data['seconds']:.0f} s)")

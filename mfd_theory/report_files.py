@@ -1,0 +1,47 @@
+"""Where ``mfd report`` writes: the Markdown file that holds each generated result block.
+
+This table sits apart from :mod:`mfd_theory.report` (which imports the experiments) so that
+:mod:`mfd_theory.results` can read it without an import cycle: the ``+dirty`` mark of a result's
+git sha ignores exactly the files listed here, since ``mfd reproduce`` ends by rewriting them.
+Paths are relative to the repository root.
+"""
+
+from __future__ import annotations
+
+__all__ = ["BLOCK_FILES", "report_files"]
+
+README = "README.md"
+RESULTS = "docs/results.md"
+BENCHMARKS = "docs/benchmarks.md"
+OWN_TARGET = "docs/own-target.md"
+
+#: report block name -> the Markdown file (relative to the repository root) that holds it
+BLOCK_FILES: dict[str, str] = {
+    "headline": README,
+    "core-table": RESULTS,
+    "chimera-bound": RESULTS,
+    "chimera-share": RESULTS,
+    "mixture-gain": RESULTS,
+    "path-gain": RESULTS,
+    "e2e": RESULTS,
+    "e2e-gains": RESULTS,
+    "e2e-hf": RESULTS,
+    "e2e-dartree": RESULTS,
+    "e2e-hybrid": RESULTS,
+    "speedup-check": RESULTS,
+    "prediction-check": RESULTS,
+    "prediction-check-hybrid": RESULTS,
+    "natural": RESULTS,
+    "bench-trees": BENCHMARKS,
+    "bench-fit": BENCHMARKS,
+    "bench-decode": BENCHMARKS,
+    "bench-draft-micro": BENCHMARKS,
+    "bench-draft-tiny": BENCHMARKS,
+    "bench-decode-hybrid": BENCHMARKS,
+    "own-target": OWN_TARGET,
+}
+
+
+def report_files() -> tuple[str, ...]:
+    """Every file ``mfd report`` rewrites by default, each once, in a fixed order."""
+    return tuple(dict.fromkeys(BLOCK_FILES.values()))
