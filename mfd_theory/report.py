@@ -1103,6 +1103,60 @@ def headline_block(results: dict[str, Result]) -> str:
     return "\n".join(lines)
 
 
+def bench_batch_block(res: Result) -> str:
+    """``mfd bench batch``: per batch size, the best measured cell of each (method, policy) with
+    the throughput predicted for it before the run, then the prediction error, the crossover, the
+    issue's targets and the GPU prediction (labelled as such)."""
+    d, c = res.data, res.config
+    rows = d["rows"]
+    sizes = sorted({r["batch_size"] for r in rows})
+    series = [("ar", "off", "AR"), ("chain", "per_request", "chain"), ("ddtree", "per_request", "DDTree per request"),
+              ("ddtree", "global", "DDTree global"), ("ddtree", "auto", "DDTree auto"),
+              ("mfd", "per_request", "MFD per request"), ("mfd", "global", "MFD global"), ("mfd", "auto", "MFD auto")]
+    lines = [f"{d['model']}; {d['eval_prompts']} held-out prompts (the first B per batch), {c['max_new_tokens']} new "
+             f"tokens each, {c['passes']} passes, {c['threads']} thread(s); predictions from "
+             f"{d['calibration_prompts']} training-split prompts, written before the evaluation. Steady tokens/s "
+             "(rounds holding all B requests), predicted in brackets; N per request (global: the round's total); "
+             "acc = draft tokens accepted per request per round:", "",
+             "| B | " + " | ".join(lbl for _, _, lbl in series) + " |", "|---" * (len(series) + 1) + "|"]
+    for b in sizes:
+        cells = []
+        for m, pol, _ in series:
+            cand = [r for r in rows if r["batch_size"] == b and r["method"] == m and r["policy"] == pol]
+            if not cand:
+                cells.append("-")
+                continue
+            r = max(cand, key=lambda r: r["steady_tokens_per_s"])
+            n = "" if pol in ("off", "auto") else f" N={r['nodes']}"
+            acc = "" if pol == "off" else f", acc {r['accepted']:.2f}"
+            cells.append(f"{r['steady_tokens_per_s']:.0f} ({r['predicted_tokens_per_s']:.0f}){n}{acc}")
+        lines.append(f"| {b} | " + " | ".join(cells) + " |")
+    s = d["checks"]["summary"]
+    errs = sorted(abs(r["prediction_error"]) for r in rows)
+    med = errs[len(errs) // 2] if len(errs) % 2 else 0.5 * (errs[len(errs) // 2 - 1] + errs[len(errs) // 2])
+    pc = d["predicted_crossover"]
+    lines += [
+        "",
+        f"- predicted vs measured steady tokens/s over all {len(rows)} cells: median error {100 * med:.1f}%, "
+        f"worst {100 * errs[-1]:.1f}%",
+        f"- AR fastest from B = {d['measured_crossover']} on (measured); predicted: DDTree {pc.get('ddtree')}, "
+        f"MFD {pc.get('mfd')} (None: speculation still pays at the largest B)",
+        f"- global top-N accepts at least as many tokens as per-request N at the same total, within two standard "
+        f"errors, at every (B, N, method): **{'yes' if s['global_accepts_at_least_per_request'] else 'no'}**",
+        f"- global beats the best per-request N by >= 5% at some B >= 4: "
+        f"**{'yes' if s['global_5pct_somewhere_b4'] else 'no'}** (best {100 * s['best_global_gain_b4']:+.1f}%)",
+        f"- auto within 3% of the best measured configuration at every B: "
+        f"**{'yes' if s['auto_within_3pct_everywhere'] else 'no'}** (worst {100 * s['worst_auto_gap']:+.1f}%)",
+        f"- share of a round outside the two forwards at B = 16, worst cell: {100 * s['overhead_at_16_max']:.1f}% "
+        "(target <= 10%)",
+        f"- PREDICTED, not measured, for a GPU from the packaged `{d['gpu_profile']}` table (an assumption; a "
+        "forward costed by its total rows): best policy / AR throughput at B = "
+        + ", ".join(f"{r['batch_size']}: {r['tokens_per_s'] / r['ar_tokens_per_s']:.2f}x ({r['policy']})"
+                    for r in d["gpu_predicted"] if r["method"] == "mfd") + " (MFD)",
+    ]
+    return "\n".join(lines)
+
+
 #: block name -> (results file under the results directory, formatter)
 BLOCKS: dict[str, tuple[str, Callable[[Result], str]]] = {
     "core-table": ("core_table.json", core_block),
@@ -1126,6 +1180,8 @@ BLOCKS: dict[str, tuple[str, Callable[[Result], str]]] = {
     "bench-draft-tiny": ("bench_draft_tiny.json", bench_draft_block),
     "e2e-hybrid": ("hybrid/end_to_end.json", e2e_hybrid_block),
     "natural": ("natural/natural.json", natural_block),
+    "bench-batch": ("bench_batch.json", bench_batch_block),
+    "bench-batch-hybrid": ("bench_batch_qwen3_5.json", bench_batch_block),
     "headline": ("end_to_end.json", headline_block),
 }
 #: blocks whose formatter also reads files beside its results file (it gets that file's path)

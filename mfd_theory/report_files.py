@@ -38,6 +38,8 @@ BLOCK_FILES: dict[str, str] = {
     "bench-draft-micro": BENCHMARKS,
     "bench-draft-tiny": BENCHMARKS,
     "bench-decode-hybrid": BENCHMARKS,
+    "bench-batch": BENCHMARKS,
+    "bench-batch-hybrid": BENCHMARKS,
     "own-target": OWN_TARGET,
 }
 

@@ -133,3 +133,8 @@ def test_bench_batch_micro_writes_predictions_before_measuring(tmp_path):
             p["predicted_tokens_per_s"] for p in pred["cells"]
             if (p["batch_size"], p["method"], p["policy"], p["nodes"]) == (r["batch_size"], r["method"], r["policy"], r["nodes"]))
     assert set(res.data["checks"]["summary"]) >= {"auto_within_3pct_everywhere", "global_5pct_somewhere_b4"}
+    from mfd_theory.report import bench_batch_block
+
+    block = bench_batch_block(res)
+    assert block.count("\n| 1 |") == 1 and block.count("\n| 2 |") == 1  # one table row per batch size
+    assert "PREDICTED, not measured" in block

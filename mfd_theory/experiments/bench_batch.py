@@ -363,7 +363,7 @@ def main(argv=None) -> Result:
     add_dataclass_args(parser, BenchBatchConfig, skip=("out",))
     add_common(parser)
     parser.add_argument("--figure", default="", metavar="PATH",
-                        help="also draw throughput against batch size to PATH (.png, .pdf or .svg)")
+                        help="also draw throughput against batch size into this file, a .png, .pdf or .svg (default: no figure)")
     args = parser.parse_args(argv)
     result = run(finish(parser, BenchBatchConfig, args, out=args.out), progress=not args.quiet)
     print(report(result))
