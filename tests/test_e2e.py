@@ -210,3 +210,13 @@ def test_cuda_requested_without_cuda(tmp_path):
 
     with pytest.raises(ValueError, match="device"):
         run(preset_config("micro", device="cuda"), tmp_path, progress=False)
+
+
+def test_budget_choice_without_a_profile_is_refused_before_any_work(tmp_path, capsys):
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exc:
+        main(["--preset", "micro", "--budget-choice", "true", "--profile-prompts", "0", "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "--budget-choice" in err and "--profile-prompts" in err
+    assert not out.exists()  # nothing written
+    preset_config("micro", budget_choice=False, profile_prompts=0)  # the consistent pair is fine

@@ -138,7 +138,8 @@ def run(cfg: BenchBatchConfig, progress: bool = True) -> Result:
     bmax = max(cfg.batch_sizes)
     prompts = [p.tolist() for p in corpus.prompts(bmax, ecfg.prompt_len, "heldout", seed=ecfg.seed + 2)]
     evald = [{"index": i, "sha256": prompt_digest(p), "dataset": "heldout"} for i, p in enumerate(prompts)]
-    calib_cfg = dataclasses.replace(ecfg, calibration_prompts=cfg.calibration_prompts, profile_prompts=0)
+    calib_cfg = dataclasses.replace(ecfg, calibration_prompts=cfg.calibration_prompts, profile_prompts=0,
+                                    budget_choice=False)
     calib = [p.tolist() for p in calibration_prompts(corpus, calib_cfg, {d["sha256"] for d in evald})]
     cald = [{"index": i, "sha256": prompt_digest(p), "dataset": "train"} for i, p in enumerate(calib)]
     check_disjoint(cald, evald)

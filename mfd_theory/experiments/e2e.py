@@ -96,6 +96,9 @@ class E2EConfig(Checked):
                              f"got {self.target_kv_heads}")
         if self.device != "cpu" and not self.device.startswith("cuda"):
             raise ValueError(f"--device: must be cpu, cuda or cuda:N, got {self.device!r}")
+        if self.budget_choice and self.profile_prompts == 0:
+            raise ValueError("--budget-choice: the theory's budget choice needs the round profile, which "
+                             "--profile-prompts 0 turns off; pass --profile-prompts >= 1 or --budget-choice false")
 
 
 PRESETS: dict[str, dict] = {
