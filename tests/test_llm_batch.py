@@ -167,6 +167,7 @@ def test_hybrid_greedy_batch_equals_hf_generate(gdn_commit):
                                          max_batch=3)
         assert [r.tokens for r in res.results] == refs, (name, method, policy)
     assert speculative_generate_batch(target, drafters["oracle2"], PROMPTS, 14, "mfd", budget=8).tau > 2
+    assert [r.tokens for r in speculative_generate_batch(target, None, PROMPTS, 14, "ar").results] == refs
 
 
 def test_batch_matches_one_request_decoding_records(model, target):

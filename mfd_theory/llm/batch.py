@@ -714,7 +714,7 @@ def speculative_generate_batch(target, drafter, prompts, max_new_tokens: int, me
     dev = target.device
     speculate = method != "ar" and policy != "off"
     bt = BatchTarget(target)
-    draft = _draft_state(drafter) if method != "ar" else None
+    draft = _draft_state(drafter) if speculate else None  # "off" never drafts: no drafter state
     out = BatchDecodeResult(results=[r.result for r in reqs], method=method, policy=policy,
                             latency=[float("nan")] * len(reqs))
     waiting = list(reqs)
