@@ -12,6 +12,14 @@ import pytest
 pytest.importorskip("matplotlib")
 
 
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
 def _e2e_rows():
     rows = []
     for temp in (0.0, 1.0):
@@ -76,8 +84,11 @@ def test_timing_figure_is_not_tracked():
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
-    out = subprocess.run(["git", "check-ignore", "-q", "paper_figs/e2e_speedup_vs_budget.png"], cwd=root)
-    assert out.returncode == 0
+    for name in ("e2e_speedup_vs_budget", "e2e_hybrid_speedup_vs_budget"):
+        out = subprocess.run(["git", "check-ignore", "-q", f"paper_figs/{name}.png"], cwd=root)
+        assert out.returncode == 0, name
+    out = subprocess.run(["git", "check-ignore", "-q", "paper_figs/e2e_hybrid_tau_vs_budget.png"], cwd=root)
+    assert out.returncode == 1  # acceptance only: tracked
 
 
 def test_chimera_bound_panel_a_plots_zero_at_zero():
@@ -104,8 +115,14 @@ def test_share_figure_has_one_line_per_family_and_readable_labels():
                              chimera_share=[0.1 * (m % 5), 0.2], cov_product=[1.0, 2.0], cov_mixture=[1.0, 2.0],
                              cov_oracle=[1.0, 2.0]))
     fig = share_figure({"settings": rows, "paper_range": [0.27, 0.33]})
-    a, b = fig.axes[0], fig.axes[1]
-    assert len([ln for ln in a.lines if ln.get_label().endswith("settings)")]) == 2  # not 24 lines
+    panels = [ax for ax in fig.axes if ax.get_gid() == "share-family"]
+    (b,) = [ax for ax in fig.axes if ax.get_gid() == "share-settings"]
+    # small multiples: one panel per family, each with its one median line (not 12 lines, not 5 bands in one)
+    assert [ax.get_title().split(" ")[0] for ax in panels] == ["two_futures", "branching"]
+    assert all(len([ln for ln in ax.lines if ln.get_label().startswith("median")]) == 1 for ax in panels)
+    from matplotlib.collections import PolyCollection
+
+    assert all(len([c for c in ax.collections if isinstance(c, PolyCollection)]) == 1 for ax in panels)  # one band
     assert min(t.get_fontsize() for t in b.get_yticklabels()) >= 8
 
 
@@ -120,9 +137,316 @@ def test_mixture_gain_legend_outside_and_enough_ticks():
            "data": {"summary": summary, "profiles": {"p": {"assumption": True}}}}
     fig = mixture_gain_bars(res)
     ax = fig.axes[0]
+    assert ax.get_yscale() == "linear" and ax.get_ylim()[0] == 0  # bars measured from 0 on a linear axis
     ticks = [t for t in ax.get_yticks() if ax.get_ylim()[0] <= t <= ax.get_ylim()[1]]
     assert len(ticks) >= 5
     fig.canvas.draw()
     legend = ax.get_legend().get_window_extent()
     axes_box = ax.get_window_extent()
     assert legend.x0 >= axes_box.x1 - 1  # beside the axes, covering no bar
+
+
+# --- the audit of the figures one by one (issue 21, D21) ------------------------------------------
+
+E2E_CONFIG = {"preset": "default", "target_arch": "qwen3", "target_layers": 4, "target_hidden": 128, "seed": 0}
+SERIES = [("ddtree", "product"), ("mfd", "mfd-k2"), ("mfd", "mfd-k4"), ("ddtree", "mfd-k2"), ("ddtree", "mfd-k4"),
+          ("dartree", "dartree")]
+
+
+def _full_e2e(arch="qwen3"):
+    """A saved e2e result (config and data) with every series of the e2e run, both temperatures."""
+    rows = []
+    for temp in (0.0, 1.0):
+        rows.append(dict(method="ar", drafter="none", K=0, budget=0, temperature=temp, tau=1.0, speedup=1.0))
+        rows.append(dict(method="chain", drafter="product", K=1, budget=7, temperature=temp, tau=2.5, speedup=1.2,
+                         speedup_std=0.01, speedup_from_insample_coverage=1.1, speedup_from_measured_tau=1.15))
+        for i, (method, drafter) in enumerate(SERIES):
+            for n in (16, 64):
+                rows.append(dict(method=method, drafter=drafter, K=1, budget=n, temperature=temp,
+                                 tau=4 + 0.1 * i + n / 64, speedup=1.3 + 0.05 * i, speedup_std=0.02,
+                                 dead_share=0.3 + 0.01 * i + n / 640, speedup_from_insample_coverage=1.2 + 0.05 * i,
+                                 speedup_from_measured_tau=1.25 + 0.05 * i))
+    curves = {"target": [{"step": s, "loss": 6.0 * 0.99 ** s} for s in range(1, 300)],
+              "draft_lm": [{"step": s, "loss": 5.5 * 0.99 ** s + 0.5} for s in range(1, 200)],
+              "product": [{"step": s, "loss": 6.5 * 0.995 ** s + 0.9} for s in range(1, 200)]}
+    return {"name": "end_to_end", "config": {**E2E_CONFIG, "target_arch": arch},
+            "data": {"rows": rows, "loss_curves": curves}}
+
+
+def _eval_result():
+    """An ``mfd eval`` result like own-target's: two drafters, each with its chain; ddtree and mfd on the K = 2
+    drafter give the same tau at T = 0 (a greedy decode of the same tree), and the same speedup at T = 1."""
+    rows = []
+    for temp in (0.0, 1.0):
+        rows.append(dict(dataset="heldout", method="ar", drafter="none", K=0, budget=0, temperature=temp, tau=1.0,
+                         speedup=1.0))
+        for d, chain_tau, chain_speedup in (("drafter-k1", 1.37, 0.6), ("drafter-k2", 1.19, 0.5)):
+            rows.append(dict(dataset="heldout", method="chain", drafter=d, K=1, budget=4, temperature=temp,
+                             tau=chain_tau, speedup=chain_speedup))
+        for n in (8, 32):
+            rows.append(dict(dataset="heldout", method="ddtree", drafter="drafter-k1", K=1, budget=n, temperature=temp,
+                             tau=1.8 + n / 100, speedup=0.7, speedup_std=0.02))
+            rows.append(dict(dataset="heldout", method="ddtree", drafter="drafter-k2", K=2, budget=n, temperature=temp,
+                             tau=1.7 + n / 100, speedup=0.6, speedup_std=0.02))
+            rows.append(dict(dataset="heldout", method="mfd", drafter="drafter-k2", K=2, budget=n, temperature=temp,
+                             tau=1.7 + n / 100 + (0.05 if temp else 0.0), speedup=0.6 if temp else 0.62,
+                             speedup_std=0.02))
+    cfg = {"target": "results/own_target/target", "drafter": ["results/own_target/drafter-k1",
+                                                               "results/own_target/drafter-k2"], "seed": 0}
+    return {"name": "eval", "config": cfg, "data": {"rows": rows}}
+
+
+def _series_styles(ax):
+    """(colour, marker) of every drawn series with a marker in ``ax``: the labelled lines and the data
+    line of each error-bar container (not its caps)."""
+    from matplotlib.colors import to_hex
+
+    lines = [ln for ln in ax.lines if not ln.get_label().startswith("_")]
+    lines += [c.lines[0] for c in ax.containers if hasattr(c, "has_xerr")]
+    return [(to_hex(ln.get_color()), ln.get_marker()) for ln in lines
+            if ln.get_marker() not in (None, "None", "", " ")]
+
+
+def _assert_distinct_series(fig):
+    for ax in fig.axes:
+        styles = _series_styles(ax)
+        assert len(styles) == len(set(styles)), (ax.get_title(), sorted(styles))
+
+
+def test_e2e_series_have_distinct_colour_and_marker():
+    from mfd_theory.figures.e2e import dead_share, speedup_check_figure, speedup_vs_budget, tau_vs_budget
+
+    res = _full_e2e()
+    for fn in (tau_vs_budget, speedup_vs_budget, dead_share, speedup_check_figure):
+        fig = fn(res)
+        _assert_distinct_series(fig)
+        n = max(len(_series_styles(ax)) for ax in fig.axes)
+        assert n >= len(SERIES), (fn.__name__, n)  # every series drawn, none merged away
+
+
+def test_dead_share_does_not_draw_the_papers_chimera_band():
+    from mfd_theory.figures.e2e import dead_share
+
+    fig = dead_share(_full_e2e())
+    labels = [a.get_label() for ax in fig.axes for a in ax.get_children()]
+    assert not [lab for lab in labels if isinstance(lab, str) and ("paper" in lab or "27" in lab)]
+    assert len(fig.axes[0].collections) == 0  # no band of any kind on the dead-node axis
+    assert any("not the paper's chimera share" in t.get_text() for t in fig.texts)
+
+
+def test_loss_curves_have_plain_tick_labels():
+    from mfd_theory.figures.e2e import loss_curves
+
+    fig = loss_curves(_full_e2e())
+    fig.canvas.draw()
+    for ax in fig.axes:
+        labels = [t.get_text() for t in ax.get_yticklabels() + ax.get_yticklabels(minor=True)]
+        shown = [lab for lab in labels if lab]
+        assert not [lab for lab in shown if "times" in lab or "^" in lab or "$" in lab], shown
+        assert len(shown) >= 3, shown  # plain numbers, enough of them to read the axis
+        for lab in shown:
+            float(lab)
+
+
+def _coincident_pairs(ax):
+    """Pairs (lower, upper) of lines in ``ax`` with the same data, in drawing order by zorder."""
+    import numpy as np
+
+    lines = [ln for ln in ax.lines if len(ln.get_xdata()) > 1 and ln.get_transform() == ax.transData
+             and ln.get_linestyle() not in ("None", "", " ")]  # not error-bar caps (markers only)
+    lines = sorted(lines, key=lambda ln: ln.get_zorder())
+    out = []
+    for i, a in enumerate(lines):
+        for b in lines[i + 1:]:
+            xa, xb = np.asarray(a.get_xdata(), float), np.asarray(b.get_xdata(), float)
+            ya, yb = np.asarray(a.get_ydata(), float), np.asarray(b.get_ydata(), float)
+            if xa.shape == xb.shape and np.allclose(xa, xb) and np.allclose(ya, yb):
+                out.append((a, b))
+    return out
+
+
+def _assert_overlaps_visible(ax):
+    """Every line drawn under another with the same data sticks out of it (wider) and the axes says so."""
+    pairs = _coincident_pairs(ax)
+    for lower, upper in pairs:
+        assert lower.get_linewidth() >= upper.get_linewidth() + 2, (lower.get_label(), upper.get_label())
+    if pairs:
+        assert any("coincide" in t.get_text() for t in ax.texts), [t.get_text() for t in ax.texts]
+    return len(pairs)
+
+
+def test_core_figure_shows_the_oracle_under_the_mixture_and_labels_both_panels():
+    from mfd_theory.experiments.core_table import CoreTableConfig, run
+    from mfd_theory.figures.core import coverage_vs_budget
+
+    fig = coverage_vs_budget(run(CoreTableConfig(V=30, budgets=(4, 8, 16, 64))))
+    # exact modes: the mixture tree is the oracle's at every budget, in both panels
+    assert sum(_assert_overlaps_visible(ax) for ax in fig.axes) >= 2
+    assert all(ax.get_legend() is not None for ax in fig.axes)
+
+
+def test_eval_figure_plots_tau_and_speedup_and_keeps_every_line_visible():
+    from mfd_theory.figures.e2e import eval_figure
+
+    fig = eval_figure(_eval_result(), "heldout")
+    axes = fig.axes
+    assert [ax.get_ylabel() for ax in axes if ax.get_ylabel()] == ["tau (tokens per target call)", "speedup vs ar"]
+    _assert_distinct_series(fig)
+    (legend,) = fig.legends
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert len(labels) == len(set(labels)), labels  # each entry once (two drafters' chains told apart)
+    assert sum("chain" in lab for lab in labels) == 2
+    assert _assert_overlaps_visible(axes[0]) == 1  # T = 0: ddtree and mfd on the K = 2 drafter coincide
+    assert _assert_overlaps_visible(axes[3]) == 1  # T = 1, speedup (error bars): the same pair
+    assert any("ddtree (drafter-k2) = mfd (drafter-k2)" in t.get_text() for t in axes[3].texts)
+    fig.canvas.draw()
+    title = fig._suptitle.get_window_extent()
+    for ax in axes:
+        assert not title.overlaps(ax.title.get_window_extent()), ax.get_title()
+
+
+def test_eval_figures_are_written_per_data_set(tmp_path):
+    from mfd_theory.llm.pipeline import _figures
+    from mfd_theory.results import Result
+
+    r = _eval_result()
+    res = Result("eval", r["config"], r["data"], seed=0)
+    (path,) = _figures(res, tmp_path)
+    assert path.name == "tau_speedup_vs_budget-heldout.png" and path.stat().st_size > 0
+
+
+def test_mixture_oracle_is_drawn_under_and_visible():
+    from mfd_theory.figures import mixture as fm
+
+    res = _mixture_run()
+    for fig in (fm.mixture_coverage_vs_budget(res), fm.mixture_speedup_vs_budget(res)):
+        for ax in fig.axes:
+            (oracle,) = [ln for ln in ax.lines if ln.get_label() == "oracle"]
+            others = [ln for ln in ax.lines if ln is not oracle]
+            assert others and all(oracle.get_zorder() < ln.get_zorder() for ln in others)
+            assert all(oracle.get_linewidth() >= ln.get_linewidth() + 2 for ln in others)
+
+
+def test_mixture_frac_vs_K_is_legible_and_shares_its_y_range():
+    from mfd_theory.figures.mixture import mixture_frac_vs_K
+
+    fig = mixture_frac_vs_K(_mixture_run(), budget=64)
+    fig.canvas.draw()
+    ylims = {ax.get_ylim() for ax in fig.axes}
+    assert len(ylims) == 1, ylims
+    texts = [t for ax in fig.axes for t in ax.texts + ax.get_xticklabels() + ax.get_yticklabels() + [ax.title]]
+    texts += [t for ax in fig.axes for t in ax.get_legend().get_texts()]
+    small = [(t.get_text(), t.get_fontsize()) for t in texts if t.get_text() and t.get_fontsize() < 8]
+    assert not small, small
+
+
+_MIXTURE: dict = {}
+
+
+def _mixture_run():
+    if "res" not in _MIXTURE:
+        import tempfile
+
+        from mfd_theory.experiments import mixture_gain as mg
+
+        cfg = mg.Config(families=("two_futures", "branching"), Fs=(1, 2), two_futures_ms=(4,), Ks=(1, 2),
+                        budgets=(16, 64), seeds=(0,), n_samples=500, hard=False, exact_fit=False, sequoia_depth=4,
+                        confidences=(0.5,), confidence_Fs=(2,), noise_repeats=0)
+        with tempfile.TemporaryDirectory() as d:
+            _MIXTURE["res"] = mg.run(cfg, out_dir=d, progress=False)
+    return _MIXTURE["res"]
+
+
+def test_chimera_share_figure_defines_every_abbreviation():
+    from mfd_theory.figures.chimeras import share_figure
+
+    kw = {"two_futures": {"m": 4, "noise": 0.1}, "branching": {"F": 3, "branch_at": 3},
+          "shifted": {"F": 2, "shift_at": 3}, "noisy_futures": {"F": 2, "temperature": 0.5},
+          "zipf_futures": {"F": 2, "branch_at": 0, "accuracies": "medusa"}}
+    rows = [dict(family=f, kwargs={**k, "L": 15, "V": 32}, budgets=[16, 64], chimera_share=[0.3, 0.2],
+                 cov_product=[1.0, 2.0], cov_mixture=[1.0, 2.0], cov_oracle=[1.0, 2.0]) for f, k in kw.items()]
+    fig = share_figure({"settings": rows, "paper_range": [0.27, 0.33]})
+    (b,) = [ax for ax in fig.axes if ax.get_gid() == "share-settings"]
+    used = {part.split("=")[0] if "=" in part else part for t in b.get_yticklabels()
+            for part in t.get_text().split("  ", 1)[1].split(", ")}
+    assert {"m", "noise", "F", "b", "T", "medusa"} <= used
+    legend = "".join(t.get_text() for ax in fig.axes for t in ax.texts if t.get_gid() == "share-abbreviations")
+    for name in used:
+        assert any(line.startswith(name + ":") or line.startswith(name + " /") for line in legend.splitlines()), name
+    (c,) = [ax for ax in fig.axes if ax.get_gid() == "share-coverage"]
+    # the mixture equals the oracle for every family: one dotted line stands for all, not five on top of each other
+    assert len([ln for ln in c.lines if ln.get_linestyle() == ":"]) == 1
+
+
+def _all_figures():
+    """(name, figure) for every figure function, each given a whole result (config included)."""
+    from mfd_theory.experiments import path_gain as pg
+    from mfd_theory.experiments.core_table import CoreTableConfig, run
+    from mfd_theory.figures import chimeras, e2e, mixture, path
+    from mfd_theory.figures.core import coverage_vs_budget
+
+    out = [("coverage_vs_budget", coverage_vs_budget(run(CoreTableConfig(V=30, budgets=(4, 8)))))]
+    table = [dict(m=m, bound=2 ** (m - 1) - 1, min=2 ** (m - 1) - 1, max=2 ** m - 2, ties=0, instances=10)
+             for m in range(1, 4)]
+    bound = {"name": "chimera_bound", "config": {"n_instances": 30, "m_max": 3, "seed": 0},
+             "data": {"verify": {"table": table, "instances": 30, "violations": 0},
+                      "ties": {"table": table, "config": {"grid": 3}}, "multi_future": []}}
+    out.append(("bound_figure", chimeras.bound_figure(bound)))
+    rows = [dict(family="branching", kwargs={"F": 2, "branch_at": 0, "L": 15, "V": 32}, budgets=[16, 64],
+                 chimera_share=[0.3, 0.2], cov_product=[1.0, 2.0], cov_mixture=[1.0, 2.0], cov_oracle=[1.0, 2.0])]
+    share = {"name": "chimera_share", "config": {"L": 15, "V": 32, "n_seeds": 2, "seed": 0},
+             "data": {"settings": rows, "paper_range": [0.27, 0.33]}}
+    out.append(("share_figure", chimeras.share_figure(share)))
+    mix = _mixture_run()
+    for name in ("mixture_coverage_vs_budget", "mixture_frac_vs_K", "mixture_speedup_vs_budget", "mixture_gain_bars",
+                 "mixture_gain_vs_confidence"):
+        out.append((name, getattr(mixture, name)(mix)))
+    import tempfile
+
+    cfg = pg.Config(families=("two_futures", "branching"), Fs=(2,), two_futures_ms=(4,), seeds=(0,), budgets=(16, 64),
+                    Ks=(2,), memories=(1, 4), depth_caps=(4, 15), step_costs=(0.05, 1.0))
+    with tempfile.TemporaryDirectory() as d:
+        pres = pg.run(cfg, out_dir=d, progress=False)
+    out += [("path_coverage_vs_budget", path.path_coverage_vs_budget(pres)),
+            ("path_speedup_vs_step_cost", path.path_speedup_vs_step_cost(pres))]
+    res = _full_e2e()
+    for name in ("tau_vs_budget", "speedup_vs_budget", "predicted_vs_measured", "dead_share", "loss_curves",
+                 "speedup_check_figure", "prediction_check_figure"):
+        if name == "predicted_vs_measured":
+            for r in res["data"]["rows"]:
+                r.update(covered_mass_insample=2.0, covered_mass_mean=2.0, accepted_mean=2.1, pred_gap_se=0.1)
+        out.append((name, getattr(e2e, name)(res)))
+    out.append(("eval_figure", e2e.eval_figure(_eval_result(), "heldout")))
+    return out
+
+
+def test_every_figure_names_its_run():
+    from mfd_theory.figures import RUN_LABEL_GID
+
+    expect = {"coverage_vs_budget": "run: core_table, 3-future target", "bound_figure": "run: chimera_bound, 30",
+              "share_figure": "run: chimera_share, L=15, V=32", "mixture_": "run: mixture_gain, L=15, seeds 0",
+              "path_": "run: path_gain", "eval_figure": "run: eval of results/own_target/target, drafters drafter-k1"}
+    names = []
+    for name, fig in _all_figures():
+        labels = [t.get_text() for t in fig.texts if t.get_gid() == RUN_LABEL_GID]
+        assert len(labels) == 1, (name, labels)
+        want = next((v for k, v in expect.items() if name.startswith(k)), "run: e2e default preset, qwen3 4x128")
+        assert labels[0].startswith(want), (name, labels[0])
+        names.append(name)
+    assert len(names) == 18
+
+
+def test_hybrid_e2e_figure_says_which_target():
+    from mfd_theory.figures import RUN_LABEL_GID
+    from mfd_theory.figures.e2e import tau_vs_budget
+
+    fig = tau_vs_budget(_full_e2e("qwen3_5"))
+    assert "Gated DeltaNet" in fig._suptitle.get_text()
+    (label,) = [t.get_text() for t in fig.texts if t.get_gid() == RUN_LABEL_GID]
+    assert label.startswith("run: e2e default preset, qwen3_5")
+
+
+def test_run_label_without_config_says_so():
+    from mfd_theory.figures import run_label
+
+    assert run_label({"rows": []}).startswith("run: not named")

@@ -99,3 +99,56 @@ def test_committed_notebooks_have_no_outputs():
         nb = nbformat.read(path, as_version=4)
         code = [c for c in nb.cells if c.cell_type == "code"]
         assert all(not c.outputs and c.execution_count is None for c in code), path.name
+
+
+def _e2e_result(arch: str):
+    """A small saved e2e result with every field notebook 04 reads (not a real run: only drawn)."""
+    from mfd_theory.results import Result
+
+    rows = []
+    for temp in (0.0, 1.0):
+        ar = dict(accepted_mean=0.0, accepted_std=0.0, covered_mass_insample=None, covered_mass_mean=None,
+                  pred_gap_z=None, pred_gap_se=None, dead_share=None)
+        rows.append(dict(method="ar", drafter="none", K=0, budget=0, temperature=temp, tau=1.0, speedup=1.0, **ar))
+        for method, drafter in (("ddtree", "product"), ("mfd", "mfd-k2")):
+            for n in (16, 64):
+                rows.append(dict(method=method, drafter=drafter, K=1, budget=n, temperature=temp, tau=3.0 + n / 64,
+                                 accepted_mean=2.0 + n / 64, accepted_std=0.5, covered_mass_insample=2.0,
+                                 covered_mass_mean=2.1, pred_gap_z=0.1, pred_gap_se=0.05, speedup=1.2,
+                                 speedup_std=0.02, dead_share=0.4, speedup_from_insample_coverage=1.1,
+                                 speedup_from_measured_tau=1.15))
+    data = {"rows": rows, "timings_s": {"train": 1.0}, "loss_curves": {"target": [{"step": 1, "loss": 5.0},
+                                                                                   {"step": 2, "loss": 4.0}]}}
+    cfg = {"preset": "default", "target_arch": arch, "target_layers": 4, "target_hidden": 128, "seed": 0}
+    return Result("end_to_end", cfg, data, seed=0)
+
+
+@pytest.mark.parametrize("with_hybrid", [True, False])
+def test_notebook_04_draws_the_hybrid_run_from_its_full_results(with_hybrid, tmp_path, monkeypatch):
+    """With results/end_to_end.json present, notebook 04 also draws results/hybrid/end_to_end.json (when there)
+    into paper_figs/: tau (tracked) and speedup (timing-dependent) of the hybrid target."""
+    pytest.importorskip("nbclient")
+    pytest.importorskip("torch")
+    from mfd_theory.reproduce import run_notebook
+
+    name = "04_end_to_end.ipynb"
+    (tmp_path / "notebooks").mkdir()
+    shutil.copy(NOTEBOOKS / name, tmp_path / "notebooks" / name)
+    _e2e_result("qwen3").save(tmp_path / "results" / "end_to_end.json")
+    if with_hybrid:
+        _e2e_result("qwen3_5").save(tmp_path / "results" / "hybrid" / "end_to_end.json")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    monkeypatch.delenv("MFD_NOTEBOOK_SMALL", raising=False)
+    nb = run_notebook(tmp_path / "notebooks" / name, small=False, timeout=300)
+
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    stdout = "".join(o.get("text", "") for o in outputs if o.get("name") == "stdout")
+    figs = tmp_path / "paper_figs"
+    assert (figs / "e2e_tau_vs_budget.png").is_file()
+    hybrid = [figs / "e2e_hybrid_tau_vs_budget.png", figs / "e2e_hybrid_speedup_vs_budget.png"]
+    if with_hybrid:
+        assert all(p.is_file() for p in hybrid), sorted(p.name for p in figs.iterdir())
+    else:
+        assert not any(p.exists() for p in hybrid)
+        assert "hybrid figures not drawn: no results/hybrid/end_to_end.json" in stdout

@@ -1,7 +1,8 @@
 """Plotting functions: each takes result objects (or their dicts) and returns a matplotlib Figure.
 
 Topic modules: :mod:`.core` (coverage vs budget), :mod:`.chimeras`, :mod:`.mixture`, :mod:`.e2e`,
-:mod:`.path`.
+:mod:`.path`. Shared here: :func:`stamp_run` (every figure names the run it was drawn from, in its
+bottom-right corner) and :func:`reveal_overlaps` (lines that lie on each other stay visible).
 matplotlib is imported lazily inside the functions (it is an optional extra).
 """
 
@@ -23,6 +24,110 @@ def __getattr__(name):
         if hasattr(mod, name):
             return getattr(mod, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+#: gid of the run label's Text (see :func:`stamp_run`), so tests and callers can find it
+RUN_LABEL_GID = "run-label"
+
+
+def _config_and_name(res) -> tuple[dict | None, str | None]:
+    """(config, name) of a Result, a saved result's dict, or (None, None) for a bare data dict."""
+    if hasattr(res, "config") and hasattr(res, "data"):
+        return dict(res.config or {}), getattr(res, "name", None)
+    if isinstance(res, dict) and isinstance(res.get("config"), dict) and "data" in res:
+        return res["config"], res.get("name")
+    return None, None
+
+
+def _join(values) -> str:
+    values = list(values)
+    if len(values) > 4 and all(isinstance(v, int) for v in values):
+        return f"{values[0]}..{values[-1]} ({len(values)} values)"
+    return ",".join(str(v) for v in values)
+
+
+def run_label(res) -> str:
+    """One line naming the run a figure was drawn from, built from the result's config.
+
+    e.g. ``run: e2e default preset, qwen3 4x128`` or ``run: mixture_gain, seeds 0,1,2, ...``.
+    A bare data dict (no config) gives ``run: not named (drawn from data without its config)``.
+    """
+    cfg, name = _config_and_name(res)
+    if cfg is None:
+        return "run: not named (drawn from data without its config)"
+    name = (name or "").split("/")[0] or "result"
+    if name == "end_to_end" or "preset" in cfg:
+        arch = cfg.get("target_arch", "qwen3")
+        kind = " (Gated DeltaNet hybrid)" if arch == "qwen3_5" else ""
+        size = f" {cfg['target_layers']}x{cfg['target_hidden']}" if "target_layers" in cfg else ""
+        return f"run: e2e {cfg.get('preset', '?')} preset, {arch}{kind}{size}, seed {cfg.get('seed', '?')}"
+    if name == "eval":
+        drafters = [str(d).rstrip("/").split("/")[-1] for d in cfg.get("drafter") or []]
+        return (f"run: eval of {cfg.get('target', '?')}, drafters {', '.join(drafters) or '?'}, "
+                f"seed {cfg.get('seed', '?')}")
+    if name == "core_table":
+        return (f"run: core_table, {cfg.get('n_futures')}-future target, L={cfg.get('L')}, V={cfg.get('V')}, "
+                f"noise={cfg.get('noise')}, seed {cfg.get('seed')}")
+    if name == "chimera_bound":
+        return (f"run: chimera_bound, {cfg.get('n_instances', 0):,} instances (m <= {cfg.get('m_max')}), "
+                f"seed {cfg.get('seed')}")
+    if name == "chimera_share":
+        return (f"run: chimera_share, L={cfg.get('L')}, V={cfg.get('V')}, {cfg.get('n_seeds')} seeds per setting, "
+                f"seed {cfg.get('seed')}")
+    if name in ("mixture_gain", "path_gain"):
+        return (f"run: {name}, L={cfg.get('L')}, seeds {_join(cfg.get('seeds', []))}, "
+                f"K {_join(cfg.get('Ks', []))}, N {_join(cfg.get('budgets', []))}")
+    return f"run: {name}" + (f", seed {cfg['seed']}" if "seed" in cfg else "")
+
+
+def stamp_run(fig, res):
+    """Write :func:`run_label` of ``res`` in small grey text below the figure's bottom-right corner
+    (below everything tight_layout placed, so it covers nothing); returns the Text."""
+    return fig.text(0.995, 0.0, run_label(res), ha="right", va="top", fontsize=8, color="0.45",
+                    gid=RUN_LABEL_GID)
+
+
+def reveal_overlaps(ax, lines, tol: float = 1e-6, note_loc=(0.02, 0.02), names=None):
+    """Keep lines that lie on each other visible, and say so on the axes.
+
+    ``lines`` (Line2D, in drawing order) are grouped by equal data (same x, y within ``tol``
+    relative); in each group of two or more the lower lines are widened and lightened so they show
+    as a halo around the top one, and a note "A = B (lines coincide)" (or "(within x%)" for a
+    larger ``tol``) is written in the axes corner ``note_loc``. ``names`` (parallel to ``lines``)
+    name them in the note, by default their labels. Returns the notes' texts.
+    """
+    import numpy as np
+
+    name_of = {id(ln): (names[i] if names else ln.get_label()) for i, ln in enumerate(lines)}
+    groups: list[list] = []
+    for ln in lines:
+        x, y = np.asarray(ln.get_xdata(), float), np.asarray(ln.get_ydata(), float)
+        for g in groups:
+            gx, gy = np.asarray(g[0].get_xdata(), float), np.asarray(g[0].get_ydata(), float)
+            if gx.shape == x.shape and np.allclose(gx, x) and np.allclose(gy, y, rtol=tol, atol=tol * 1e-3):
+                g.append(ln)
+                break
+        else:
+            groups.append([ln])
+    notes = []
+    for g in groups:
+        if len(g) < 2:
+            continue
+        g = sorted(g, key=lambda ln: ln.get_zorder())  # stable: drawing order among equal zorders
+        top_lw = g[-1].get_linewidth()
+        for depth, ln in enumerate(reversed(g[:-1]), start=1):
+            if ln.get_linewidth() < top_lw + 2.5 * depth:
+                ln.set_linewidth(top_lw + 2.5 * depth)
+                ln.set_alpha(0.45)
+                ln.set_markersize(ln.get_markersize() + 2.5 * depth)
+            ln.set_zorder(min(ln.get_zorder(), g[-1].get_zorder() - 0.1 * depth))
+        shown = [name_of[id(ln)] for ln in g if not name_of[id(ln)].startswith("_")]
+        notes.append(" = ".join(shown) + (" (lines coincide)" if tol <= 1e-6 else f" (within {100 * tol:g}%)"))
+    if notes:
+        ax.text(*note_loc, "\n".join(notes), transform=ax.transAxes, fontsize=8, color="0.25",
+                ha="left" if note_loc[0] < 0.5 else "right", va="bottom" if note_loc[1] < 0.5 else "top",
+                bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="0.8", alpha=0.85), zorder=10)
+    return notes
 
 
 class NotebookOutput(NamedTuple):

@@ -113,73 +113,130 @@ def bound_figure(res: Any):
     ax.set_ylim(0, 0.6)
     ax.legend(fontsize=8)
     fig.tight_layout()
+    from . import stamp_run
+
+    stamp_run(fig, res)
     return fig
+
+
+#: one marker per family, so lines stay apart where colours are hard to tell
+FAMILY_MARKERS = {"two_futures": "o", "branching": "s", "shifted": "^", "noisy_futures": "D", "zipf_futures": "v"}
+
+#: what the short names in the per-setting labels mean (written on the figure)
+ABBREVIATIONS = (
+    "F: number of futures (modes of the target)",
+    "m: positions where the two futures disagree (two_futures)",
+    "b: position where the futures branch (branching, zipf) or one is shifted (shifted)",
+    "T: temperature of each future's token distribution (noisy_futures)",
+    "noise: mass each position spreads uniformly over the vocabulary",
+    "medusa / dflash: zipf_futures confidence per position (Medusa's head accuracies / a constant 0.85)",
+    "N: tree budget (nodes); chimera share = chimeras / nodes of the product tree",
+)
 
 
 def _label(row: dict[str, Any]) -> str:
     kw = {k: v for k, v in row["kwargs"].items() if k not in ("L", "V")}
     short = {"temperature": "T", "branch_at": "b", "shift_at": "b", "accuracies": ""}
-    return ",".join(f"{short.get(k, k)}{'=' if short.get(k, k) else ''}{v}" for k, v in kw.items())
+    return ", ".join(f"{short.get(k, k)}{'=' if short.get(k, k) else ''}{v}" for k, v in kw.items())
 
 
 def share_figure(res: Any, budget: int = 64):
-    """Three panels: (a) chimera share vs N per family (median over the family's settings, band
-    from the first to the third quartile), (b) share at N = ``budget`` per setting against the paper's
-    27-33%, (c) coverage of product vs mixture vs oracle trees vs N."""
+    """(a) chimera share vs N, one small panel per family (median over the family's settings,
+    band from the first to the third quartile), (b) share at N = ``budget`` per setting against
+    the paper's 27-33%, with the abbreviations of its labels defined below it, (c) coverage of the
+    product tree (and of the mixture with the exact modes) relative to the oracle vs N."""
     d = _data(res)
     plt = _plt()
+    from . import reveal_overlaps, stamp_run
+
     rows = d["settings"]
     lo, hi = d.get("paper_range", (0.27, 0.33))
     budgets = rows[0]["budgets"]
-    fig = plt.figure(figsize=(15, max(9.0, 0.2 * len(rows) + 1.5)))
-    gs = fig.add_gridspec(2, 2, width_ratios=[1, 1.15])
-    ax = fig.add_subplot(gs[0, 0])
-    for fam, color in FAMILY_COLORS.items():
+    fams = [f for f in FAMILY_COLORS if any(r["family"] == f for r in rows)]
+    fams += sorted({r["family"] for r in rows} - set(fams))
+    fig = plt.figure(figsize=(16, max(11.0, 0.2 * len(rows) + 3.0)))
+    outer = fig.add_gridspec(1, 2, width_ratios=[1.3, 1], wspace=0.28)
+    left = outer[0, 0].subgridspec(2, 1, height_ratios=[1.25, 1], hspace=0.3)
+    n_rows = (len(fams) + 1 + 2) // 3  # one slot per family and one for the key
+    small = left[0].subgridspec(n_rows, 3, hspace=0.55, wspace=0.12)
+    first = None
+    for i, fam in enumerate(fams):
+        ax = fig.add_subplot(small[i // 3, i % 3], sharex=first, sharey=first, gid="share-family")
+        first = first or ax
+        color = FAMILY_COLORS.get(fam, "k")
         fr = np.array([r["chimera_share"] for r in rows if r["family"] == fam])  # [settings, budgets]
-        if not len(fr):
-            continue
         q1, med, q3 = np.percentile(fr, [25, 50, 75], axis=0)  # [budgets] each
-        ax.fill_between(budgets, q1, q3, color=color, alpha=0.12, lw=0)
-        ax.plot(budgets, med, "-o", color=color, ms=3, lw=1.5, label=f"{fam} ({len(fr)} settings)")
-    ax.errorbar([64], [(lo + hi) / 2], yerr=[[(hi - lo) / 2]], fmt="D", color="k", ms=5, capsize=4,
-                label=f"paper: {100 * lo:.0f}-{100 * hi:.0f}% at N = 64", zorder=5)
-    ax.set_xscale("log", base=2)
-    ax.set_ylim(0, 1)
-    ax.set_xlabel("N (tree budget)")
-    ax.set_ylabel("chimeras / nodes of the product tree")
-    ax.set_title("(a) chimera share vs budget: family median, band = middle half of its settings\n"
-                 "(every setting at N = 64 in (b))", fontsize=10)
-    ax.legend(fontsize=8)
+        ax.fill_between(budgets, q1, q3, color=color, alpha=0.25, lw=0, label="middle half of its settings")
+        ax.plot(budgets, med, "-", marker=FAMILY_MARKERS.get(fam, "o"), color=color, ms=3, lw=1.5,
+                label="median over its settings")
+        ax.errorbar([64], [(lo + hi) / 2], yerr=[[(hi - lo) / 2]], fmt="D", color="k", ms=4, capsize=3,
+                    label=f"paper: {100 * lo:.0f}-{100 * hi:.0f}% at N = 64", zorder=5)
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(0, 1)
+        ax.set_title(f"{fam} ({len(fr)} settings)", fontsize=9)
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+        if i % 3:
+            ax.tick_params(labelleft=False)
+        else:
+            ax.set_ylabel("chimera share", fontsize=9)
+        if i >= len(fams) - 3:
+            ax.set_xlabel("N (tree budget)", fontsize=9)
+    key = fig.add_subplot(small[len(fams) // 3, len(fams) % 3])
+    key.axis("off")
+    handles, labels = first.get_legend_handles_labels()
+    key.legend(handles, labels, loc="center", fontsize=8, title="each panel (family colour)", title_fontsize=8,
+               frameon=False)
+    first.annotate("(a) chimera share vs budget, one panel per family (every setting at N = 64 in (b))",
+                   (0, 1.16), xycoords="axes fraction", fontsize=10, ha="left", va="bottom")
 
-    ax = fig.add_subplot(gs[:, 1])
+    ax = fig.add_subplot(left[1], gid="share-coverage")
+    ratios = {}
+    for fam in fams:
+        fr = [r for r in rows if r["family"] == fam]
+        orc = np.mean([r["cov_oracle"] for r in fr], axis=0)
+        ratios[fam] = (np.mean([r["cov_product"] for r in fr], axis=0) / orc,
+                       np.mean([r["cov_mixture"] for r in fr], axis=0) / orc)
+        ax.plot(budgets, ratios[fam][0], "-", marker=FAMILY_MARKERS.get(fam, "o"), ms=4,
+                color=FAMILY_COLORS.get(fam, "k"), label=f"{fam}: product")
+    mix = np.array([m for _, m in ratios.values()])
+    if np.allclose(mix, mix[0]):  # one line stands for every family (with exact modes: all 1)
+        ax.plot(budgets, mix[0], "k:", lw=1.5, label="mixture with exact modes (every family)")
+        if np.allclose(mix, 1.0):
+            ax.text(0.02, 0.93, "mixture = oracle for every family and N", transform=ax.transAxes, ha="left",
+                    va="top", fontsize=8, color="0.25")
+    else:
+        lines = [ax.plot(budgets, m, ":", color=FAMILY_COLORS.get(fam, "k"), label=f"{fam}: mixture")[0]
+                 for fam, (_, m) in ratios.items()]
+        reveal_overlaps(ax, lines, note_loc=(0.98, 0.8))
+    reveal_overlaps(ax, [ln for ln in ax.lines if ln.get_label().endswith(": product")], note_loc=(0.02, 0.98))
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("N (tree budget)")
+    ax.set_ylabel("coverage / oracle coverage")
+    ax.set_title("(c) product tree (solid) vs mixture with the exact modes (dotted)", fontsize=10)
+    ax.set_ylim(0, 1.05)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right", ncol=2)
+
+    right = outer[0, 1].subgridspec(2, 1, height_ratios=[len(rows), 9], hspace=0.08)
+    ax = fig.add_subplot(right[0], gid="share-settings")
     at = budgets.index(budget) if budget in budgets else len(budgets) // 2
     shares = [r["chimera_share"][at] for r in rows]
     ys = np.arange(len(rows))
     ax.barh(ys, shares, color=[FAMILY_COLORS.get(r["family"], "k") for r in rows], alpha=0.8)
     ax.axvspan(lo, hi, color="k", alpha=0.12)
     ax.set_yticks(ys)
-    ax.set_yticklabels([f"{r['family'].split('_')[0]} {_label(r)}" for r in rows], fontsize=8)
+    ax.set_yticklabels([f"{r['family']}  {_label(r)}" for r in rows], fontsize=8)
     ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.set_xlim(0, 1)
     ax.set_xlabel(f"chimera share at N = {budgets[at]}")
+    ax.grid(axis="x", alpha=0.3)
     ax.set_title(f"(b) every setting at N = {budgets[at]}: shaded = paper's {100 * lo:.0f}-{100 * hi:.0f}%",
                  fontsize=10)
-
-    ax = fig.add_subplot(gs[1, 0])
-    for fam, color in FAMILY_COLORS.items():
-        fr = [r for r in rows if r["family"] == fam]
-        if not fr:
-            continue
-        prod = np.mean([r["cov_product"] for r in fr], axis=0)
-        mix = np.mean([r["cov_mixture"] for r in fr], axis=0)
-        orc = np.mean([r["cov_oracle"] for r in fr], axis=0)
-        ax.plot(budgets, prod / orc, "-", color=color, label=f"{fam}: product")
-        ax.plot(budgets, mix / orc, ":", color=color)  # equals 1: exact modes make the mixture the target
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("N (tree budget)")
-    ax.set_ylabel("coverage / oracle coverage")
-    ax.set_title("(c) product (solid) vs mixture with exact modes (dotted)", fontsize=10)
-    ax.set_ylim(0, 1.05)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    key = fig.add_subplot(right[1])
+    key.axis("off")
+    key.text(0.0, 0.0, "Labels in (b):\n" + "\n".join(ABBREVIATIONS), transform=key.transAxes, fontsize=8,
+             va="bottom", ha="left", wrap=True, gid="share-abbreviations")
+    fig.subplots_adjust(left=0.05, right=0.99, top=0.95, bottom=0.05)
+    stamp_run(fig, res)
     return fig

@@ -2,31 +2,40 @@
 
 from __future__ import annotations
 
+from . import reveal_overlaps, stamp_run
+
+# the oracle is drawn wide and grey underneath, so a tree that reaches it shows as a line on a halo
+_STYLES = {
+    "oracle": dict(color="0.6", lw=5, alpha=0.6, zorder=1, label="oracle"),
+    "mixture": dict(color="C2", marker="o", ms=3, lw=1.5, zorder=3, label="mixture"),
+    "product": dict(color="C0", marker="s", ms=3, lw=1.5, zorder=3, label="product"),
+}
+
 
 def coverage_vs_budget(result):
-    """Expected accepted tokens C(T_N) against N for each tree family of a ``core_table`` result."""
+    """Expected accepted tokens C(T_N) against N for each tree family of a ``core_table`` result
+    (left), and the share of each tree's nodes the target gives P(s) <= eps (right)."""
     import matplotlib.pyplot as plt
 
     data = result.data if hasattr(result, "data") else result["data"]
     cfg = result.config if hasattr(result, "config") else result["config"]
     budgets = data["budgets"]
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-    styles = {"oracle": "k--", "mixture": "C2-o", "product": "C0-s"}
-    for name, style in styles.items():
-        ax.plot(budgets, data["coverage_by_budget"][name], style, ms=3, label=name)
-        ax2.plot(budgets, data["dead_share_by_budget"][name], style, ms=3, label=name)
-    ax.axhline(data["chain"]["coverage"], color="C3", lw=1, label=f"chain (N = {cfg['L']})")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("tree budget N (nodes)")
+    for a, key in ((ax, "coverage_by_budget"), (ax2, "dead_share_by_budget")):
+        lines = [a.plot(budgets, data[key][name], **style)[0] for name, style in _STYLES.items()]
+        reveal_overlaps(a, lines, note_loc=(0.98, 0.02) if a is ax else (0.02, 0.98))
+        a.set_xscale("log", base=2)
+        a.set_xlabel("tree budget N (nodes)")
+    ax.axhline(data["chain"]["coverage"], color="C3", lw=1, ls=":", label=f"chain (N = {cfg['L']})")
     ax.set_ylabel("coverage C(T) = E[accepted draft tokens]")
     ax.set_title(f"{cfg['n_futures']}-future target, L = {cfg['L']}, V = {cfg['V']}")
-    ax.legend()
-    ax2.set_xscale("log", base=2)
-    ax2.set_xlabel("tree budget N (nodes)")
+    ax.legend(loc="center right", fontsize=9)
     ax2.set_ylabel(f"share of nodes with P(s) <= {cfg['eps']:g}")
     # dead is not chimera: the oracle's dead nodes are unlikely continuations of real futures,
     # only the product tree spends nodes on splices (the table's "dead splices" column)
     ax2.set_title("dead share (P(s) <= eps; chimeras only in the product tree)", fontsize=10)
     ax2.set_ylim(0, 1)
+    ax2.legend(loc="center right", fontsize=9)
     fig.tight_layout()
+    stamp_run(fig, result)
     return fig

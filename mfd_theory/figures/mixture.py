@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from . import reveal_overlaps, stamp_run
+
 __all__ = [
     "PAPER_GAIN",
     "mixture_coverage_vs_budget",
@@ -26,8 +28,12 @@ PAPER_GAIN = (0.05, 0.08)
 _STYLE = {
     "product": dict(color="tab:blue", label="product drafter (K=1, marginals)"),
     "mixture": dict(color="tab:red", label="fitted mixture (K={K})"),
-    "oracle": dict(color="black", ls="--", label="oracle"),
+    # wide and grey underneath: a curve that reaches the oracle shows as a line on a halo
+    "oracle": dict(color="0.6", lw=5, alpha=0.6, zorder=1, label="oracle"),
 }
+
+#: relative gap below which the mixture's curve is said to coincide with the oracle's
+_COINCIDE = 5e-3
 
 
 def _parts(result) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -52,10 +58,10 @@ def _headline_K(data) -> int:
     return int(fam.get("multi", fam.get("single"))["K"])
 
 
-def _axes(n, height=3.0):
+def _axes(n, height=3.0, sharey=False):
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, n, figsize=(3.2 * n, height), squeeze=False)
+    fig, axes = plt.subplots(1, n, figsize=(3.2 * n, height), squeeze=False, sharey=sharey)
     return fig, axes[0]
 
 
@@ -78,15 +84,20 @@ def _curves_by_family(config, data, families, transform, ylabel, with_counts):
             ax.set_visible(False)
             continue
         grid, prod, mix, orc = _mean_curves(cells, K)
-        ax.plot(grid, transform(mix, grid), color=_STYLE["mixture"]["color"],
-                label=_STYLE["mixture"]["label"].format(K=K))
-        ax.plot(grid, transform(prod, grid), **_STYLE["product"])
-        ax.plot(grid, transform(orc, grid), **_STYLE["oracle"])  # last, dashed: visible where the mixture meets it
+        lo = ax.plot(grid, transform(orc, grid), **_STYLE["oracle"])[0]
+        lm = ax.plot(grid, transform(mix, grid), color=_STYLE["mixture"]["color"], lw=1.5, zorder=3,
+                     label=_STYLE["mixture"]["label"].format(K=K))[0]
+        ax.plot(grid, transform(prod, grid), lw=1.5, zorder=2, **_STYLE["product"])
+        notes = reveal_overlaps(ax, [lo, lm], tol=_COINCIDE, note_loc=(0.02, 0.98))
+        if notes:  # the note names the lines; the panel's corner is small
+            ax.texts[-1].set_text(f"mixture = oracle\n(within {100 * _COINCIDE:g}%)")
         ax.set_xscale("log", base=2)
         ax.set_title(f"{fam} (F>=2, {len(cells)} targets)" if with_counts else fam, fontsize=9)
         ax.set_xlabel("budget N (nodes)")
+        ax.grid(alpha=0.3)
     axes[0].set_ylabel(ylabel)
-    axes[0].legend(fontsize=7, loc="lower right")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=3, fontsize=8, bbox_to_anchor=(0.5, 1.0), frameon=False)
     return fig
 
 
@@ -94,7 +105,8 @@ def mixture_coverage_vs_budget(result, families=None):
     """Coverage C(T_N) (expected accepted tokens) vs budget N, one panel per family."""
     config, data = _parts(result)
     fig = _curves_by_family(config, data, families, lambda c, n: c, "coverage = E[accepted tokens]", True)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.9))
+    stamp_run(fig, result)
     return fig
 
 
@@ -106,8 +118,9 @@ def mixture_speedup_vs_budget(result, profile: str | None = None, families=None)
     profile = profile or config["profiles"][0]
     prof = LatencyProfile.from_dict(data["profiles"][profile])
     fig = _curves_by_family(config, data, families, lambda c, n: speedup(c, n, prof), "predicted speedup", False)
-    fig.suptitle(f"latency profile: {prof.label}", fontsize=9)
-    fig.tight_layout()
+    fig.text(0.005, 1.0, f"latency profile: {prof.label}", fontsize=9, ha="left", va="top")
+    fig.tight_layout(rect=(0, 0, 1, 0.9))
+    stamp_run(fig, result)
     return fig
 
 
@@ -118,21 +131,25 @@ def mixture_frac_vs_K(result, budget: int = 64, families=None):
     families = list(families or config["families"])
     i = list(config["budgets"]).index(budget)
     Ks = list(config["Ks"])
-    fig, axes = _axes(len(families))
+    fig, axes = _axes(len(families), height=3.4, sharey=True)  # one y range: the panels are compared
     for ax, fam in zip(axes, families):
         cells = [c for c in data["cells"] if c["family"] == fam]
         keys = sorted({(c["F"], c["m"] or 0) for c in cells})
+        lines = []
         for F, m in keys:
             sel = [c for c in cells if c["F"] == F and (c["m"] or 0) == m]
             fr = [np.mean([_pick(c, K)["frac_oracle"][i] for c in sel]) for K in Ks]
-            ax.plot(Ks, fr, marker="o", label=f"F={F}" + (f", m={m}" if m else ""))
+            lines += ax.plot(Ks, fr, marker="o", label=f"F={F}" + (f", m={m}" if m else ""))
+        reveal_overlaps(ax, lines, tol=1e-3, note_loc=(0.98, 0.02))
         ax.set_xscale("log", base=2)
         ax.set_xticks(Ks, [str(k) for k in Ks])
-        ax.set_title(fam, fontsize=9)
+        ax.set_title(fam, fontsize=10)
         ax.set_xlabel("drafter modes K")
-        ax.legend(fontsize=6)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="center right")
     axes[0].set_ylabel(f"C(T) / C(oracle) at N={budget}")
     fig.tight_layout()
+    stamp_run(fig, result)
     return fig
 
 
@@ -150,27 +167,31 @@ def mixture_gain_bars(result, profile: str | None = None):
         vals = [100 * data["summary"][f]["multi"].get(key, {}).get("predicted_gain", {}).get(profile, np.nan)
                 for f in fams]
         ax.bar(np.arange(len(fams)) + (j - 1) * width, vals, width, label=label)
-    ax.axhspan(100 * PAPER_GAIN[0], 100 * PAPER_GAIN[1], color="gold", alpha=0.4,
+    ax.axhspan(100 * PAPER_GAIN[0], 100 * PAPER_GAIN[1], color="gold", alpha=0.5, zorder=0,
                label="paper: +5-8% (real Qwen3 targets)")
-    ax.set_yscale("symlog", linthresh=10)
-    # symlog's default locator leaves about three ticks; name the levels a reader compares with
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+    # a linear axis from 0, so bar lengths compare; each bar's value is written on it
+    from matplotlib.ticker import FuncFormatter
 
-    ymax = max([v for j in range(len(variants)) for v in ax.containers[j].datavalues if np.isfinite(v)] + [10])
-    ax.set_ylim(min(0, ax.get_ylim()[0]), ymax * 1.3)
-    ticks = [t for t in (-10, -5, 0, 2, 5, 8, 10, 20, 50, 100, 200, 500) if ax.get_ylim()[0] <= t <= ax.get_ylim()[1]]
-    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    vals_all = [v for c in ax.containers for v in c.datavalues if np.isfinite(v)]
+    for c in ax.containers:
+        ax.bar_label(c, labels=[f"{v:+.1f}%" if np.isfinite(v) else "n/a" for v in c.datavalues], fontsize=8,
+                     padding=2, rotation=90)
+    top = max(vals_all + [100 * PAPER_GAIN[1]])
+    bottom = min(vals_all + [0.0])
+    ax.set_ylim(bottom * 1.3 if bottom < 0 else 0, top * 1.3)
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:+g}%" if v else "0"))
-    ax.yaxis.set_minor_locator(NullLocator())
+    ax.axhline(0, color="k", lw=0.8)
     ax.grid(axis="y", alpha=0.3)
     ax.set_xticks(np.arange(len(fams)), fams, rotation=20, fontsize=8)
     ax.set_ylabel("predicted speed gain over product")
+    ax.set_xlabel("family (F >= 2 cells; best budget of each tree)", fontsize=8)
     prof_label = data["profiles"][profile]
     ax.set_title(f"profile {profile} ({'ASSUMED' if prof_label['assumption'] else 'measured'})", fontsize=9)
     # outside the axes, so no bar is hidden
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    fig.set_size_inches(8.5, 3.4)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    fig.set_size_inches(8.5, 3.6)
     fig.tight_layout()
+    stamp_run(fig, result)
     return fig
 
 
@@ -185,6 +206,7 @@ def mixture_gain_vs_confidence(result, profile: str | None = None):
     fig.set_size_inches(5.4, 3.6)
     if not rows:
         ax.text(0.5, 0.5, "no confidence sweep in this result", ha="center", transform=ax.transAxes)
+        stamp_run(fig, result)
         return fig
     c = [r["confidence"] for r in rows]
     gain = [100 * r["predicted_gain"][profile] for r in rows]
@@ -201,6 +223,7 @@ def mixture_gain_vs_confidence(result, profile: str | None = None):
     assumed = data["profiles"][profile]["assumption"]
     ax.set_title(f"zipf_futures, F={','.join(map(str, config['confidence_Fs']))}; "
                  f"profile {profile} ({'ASSUMED' if assumed else 'measured'})", fontsize=8)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
+    stamp_run(fig, result)
     return fig

@@ -487,7 +487,7 @@ def eval_main(argv: list[str] | None = None):
             print(line)
         print(f"wrote {out / 'eval.json'}")
         print(f"wrote {out / 'per_prompt.jsonl'}")
-        for path in _figures(rows, out):
+        for path in _figures(res, out):
             print(f"wrote {path}")
         return res
     finally:
@@ -541,24 +541,24 @@ def _calibration_sets(prompts: list, args) -> dict:
     return out
 
 
-def _figures(rows: list[dict], out: Path) -> list[Path]:
-    """tau and speedup against the budget, one figure per data set."""
+def _figures(res, out: Path) -> list[Path]:
+    """tau and measured speedup against the budget, one figure per data set
+    (``tau_speedup_vs_budget-<data set>.png``), each naming the run it was drawn from."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display needed
     import matplotlib.pyplot as plt
 
-    from mfd_theory.figures.e2e import tau_vs_budget
+    from mfd_theory.figures import save_figure
+    from mfd_theory.figures.e2e import eval_figure
 
+    rows = res.data["rows"]
     paths = []
     for ds in dict.fromkeys(r["dataset"] for r in rows):
         mine = [r for r in rows if r["dataset"] == ds and r["speedup"] is not None]
         if not any(r["method"] in ("ddtree", "mfd") for r in mine):
             continue
-        fig = tau_vs_budget({"rows": mine})
-        fig.suptitle(f"{ds}")
-        path = out / f"tau_speedup_vs_budget-{ds}.png"
-        fig.savefig(path, dpi=110, bbox_inches="tight")
+        fig = eval_figure(res, ds)
+        paths.append(Path(save_figure(fig, out / f"tau_speedup_vs_budget-{ds}.png")))
         plt.close(fig)
-        paths.append(path)
     return paths
