@@ -99,6 +99,33 @@ def test_cli_refuses_bad_flags_before_writing(tmp_path, capsys, argv, flag):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("argv, names", [
+    (["--families", "shifted", "--Fs", "8"], ("--families", "shifted", "F <= 4", "--Fs 8")),
+    (["--families", "branching", "shifted", "--Fs", "6", "8"], ("shifted", "F <= 4")),
+    (["--families", "two_futures", "--two-futures-ms", "20", "--L", "6"], ("two_futures", "--L (6)", "20")),
+])
+def test_a_family_with_no_cell_is_refused_before_work(tmp_path, capsys, argv, names):
+    """A family whose values the sweep skips entirely (shifted has at most 4 futures) would drop
+    out of the result silently, or leave it empty with exit status 0: refused, naming why."""
+    out = tmp_path / "o"
+    assert main(["path-gain", *argv, "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert all(n in err for n in names), err
+    assert not out.exists()
+    with pytest.raises(ValueError, match="--families"):
+        pg.Config(families=("shifted",), Fs=(8,))
+    assert list(pg.cells(pg.Config(families=("shifted",), Fs=(4, 8), seeds=(0,)))) == [("shifted", 4, None, 0)]
+
+
+@pytest.mark.parametrize("argv, flag", [(["--families", "shifted", "--Fs", "2", "8"], "--Fs"),
+                                        (["--families", "two_futures", "--two-futures-ms", "20"], "--two-futures-ms")])
+def test_mixture_gain_refuses_values_a_family_cannot_make(tmp_path, capsys, argv, flag):
+    out = tmp_path / "o"
+    assert main(["mixture-gain", *argv, "--out", str(out), "--quiet"]) == 2
+    assert f"error: {flag}: " in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_figures_draw_one_panel_per_family(small_run):
     import matplotlib.pyplot as plt
 

@@ -103,6 +103,13 @@ class Config(Checked):
                              f"got {','.join(map(str, self.Ks))}")
         if self.profile_path and not Path(self.profile_path).is_file():
             raise ValueError(f"--profile-path: no file at {self.profile_path}")
+        # values a family cannot make would stop the sweep half-way (after cells were written)
+        if "shifted" in self.families and max(self.Fs) > 4:
+            raise ValueError(f"--Fs: shifted takes F <= 4, got {','.join(map(str, self.Fs))} (drop the larger "
+                             "F or shifted from --families)")
+        if "two_futures" in self.families and max(self.Fs) >= 2 and max(self.two_futures_ms) > self.L:
+            raise ValueError(f"--two-futures-ms: two_futures needs m <= --L ({self.L}), got "
+                             f"{','.join(map(str, self.two_futures_ms))}")
 
 
 # fields that only choose which cells run; a stored cell stays valid when they change

@@ -75,6 +75,19 @@ class Config(Checked):
     def validate(self) -> None:
         if self.profile_path and not Path(self.profile_path).is_file():
             raise ValueError(f"--profile-path: no file at {self.profile_path}")
+        # a family none of whose cells the sweep's values allow would silently drop out of the
+        # result (all of them: an empty result and exit status 0)
+        empty = [f for f in self.families if not any(c[0] == f for c in cells(self))]
+        if empty:
+            why = []
+            for f in empty:
+                if f == "two_futures":
+                    why.append(f"two_futures varies m and needs an m <= --L ({self.L}), got --two-futures-ms "
+                               f"{','.join(map(str, self.two_futures_ms))}")
+                else:
+                    why.append(f"{f} takes F <= {_MAX_F[f]}, got --Fs {','.join(map(str, self.Fs))}")
+            raise ValueError(f"--families: no cell to run for {', '.join(empty)}: " + "; ".join(why)
+                             + " (every other family takes any F >= 2)")
 
 
 # fields that only choose which cells run; a stored cell stays valid when they change
