@@ -290,7 +290,7 @@ def e2e_summary(res: Result) -> list[str]:
     rows = d["rows"]
     k_of = {r["drafter"]: r.get("K", 0) for r in rows}
     out = []
-    greedy = [r for r in rows if r["method"] != "ar" and r["temperature"] == 0 and "matches_ar" in r]
+    greedy = [r for r in rows if r["method"] != "ar" and r["temperature"] == 0 and r.get("matches_ar") is not None]
     if greedy:
         same = sum(bool(r["matches_ar"]) for r in greedy)
         out.append(f"Greedy (T = 0): {same} of {len(greedy)} rows equal ar's output token for token.")
@@ -846,13 +846,13 @@ def own_target_block(res: Result, source: Path | None = None) -> str:
               "", ds_head + "| T | method | drafter | N | tau | speedup | predicted before decoding | = ar |",
               ds_rule + "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        same = "" if "matches_ar" not in r else ("yes" if r["matches_ar"] else "NO")
+        same = "" if r.get("matches_ar") is None else ("yes" if r["matches_ar"] else "NO")
         tau, pred = _num(r.get("tau")), _num(r.get("predicted_speedup"))
         lines.append((f"| {r.get('dataset')} " if ds_head else "")
                      + f"| {r['temperature']:g} | {r['method']} | {_drafter_name(r)} | {r['budget']} | "
                      f"{'-' if tau is None else f'{tau:.2f}'} | {value_with_spread(r, 'speedup')} | "
                      f"{'-' if pred is None else f'{pred:.2f}'} | {same} |")
-    greedy = [r for r in rows if "matches_ar" in r]
+    greedy = [r for r in rows if r.get("matches_ar") is not None]
     if greedy:
         bad = [r for r in greedy if not r["matches_ar"]]
         lines += ["", f"Greedy rows whose tokens equal ar's on every prompt: {len(greedy) - len(bad)} of "
