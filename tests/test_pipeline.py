@@ -93,8 +93,13 @@ def test_eval_rows_are_lossless_and_complete(run):
     for r in rows:
         assert all(k in r for k in need), r
         assert isinstance(r["budget"], int)
+        # one type per column: matches_ar is checked on greedy rows and null (not checked) on
+        # sampled ones, and lossless_checked, a bool on every row, says which
+        assert r["lossless_checked"] is (r["temperature"] == 0), r
         if r["temperature"] == 0:
             assert r["matches_ar"] is True, r
+        else:
+            assert "matches_ar" in r and r["matches_ar"] is None, r
     assert {r["dataset"] for r in rows} == {"alpha", "beta"}
     mfd_rows = [r for r in rows if r["method"] == "mfd"]
     assert mfd_rows and {r["drafter"] for r in mfd_rows} == {"k3"} and all(r["K"] == 3 for r in mfd_rows)
