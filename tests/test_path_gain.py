@@ -7,6 +7,7 @@ import pytest
 
 from mfd_theory.cli import main
 from mfd_theory.experiments import path_gain as pg
+from mfd_theory.results import Result
 from mfd_theory.speedup import default_profile, path_speedup, speedup
 
 L = 6
@@ -28,30 +29,52 @@ def test_coverage_against_the_limits_the_theory_fixes(small_run):
     res, _ = small_run
     assert len(res.data["cells"]) == 3  # two_futures m=3, branching F=2 and F=8
     for cell in res.data["cells"]:
-        m = {k: np.asarray(v["coverage"]) for k, v in cell["methods"].items()}
+        m = {k: np.asarray(pg.per_budget(cell["by_budget"], k)) for k in cell["methods"]}
         for name, cov in m.items():
             assert np.all(cov <= m["oracle"] + 1e-12), name
         np.testing.assert_allclose(m[f"path r=0 D={L}"], m["product"], atol=1e-12)
         np.testing.assert_allclose(m[f"path r={L - 1} D={L}"], m["oracle"], atol=1e-12)
         assert np.all(m[f"path r={L - 1} D=2"] <= m[f"path r={L - 1} D={L}"] + 1e-12)
-        assert max(cell["methods"]["path r=1 D=2"]["depth_curve"]) <= 2
+        assert max(cell["depth_curves"]["path r=1 D=2"]) <= 2
     # eight futures and two modes: the mixture cannot hold them all, a memory-1 drafter can
     br8 = next(c for c in res.data["cells"] if c["family"] == "branching" and c["F"] == 8)
-    assert br8["methods"][f"path r=1 D={L}"]["coverage"][-1] > br8["methods"]["mixture K=2"]["coverage"][-1] + 0.5
+    assert (pg.per_budget(br8["by_budget"], f"path r=1 D={L}")[-1]
+            > pg.per_budget(br8["by_budget"], "mixture K=2")[-1] + 0.5)
+
+
+def test_result_rows_hold_no_per_budget_lists_and_record_the_seeds(small_run):
+    """Long format: one row per method and budget (scalars only), curves as columnar tables, and
+    the seeds the sweep ran with (not null)."""
+    res, out = small_run
+    assert res.seed == list(SMALL.seeds)
+    assert Result.load(out / "path_gain.json").seed == list(SMALL.seeds)
+    rows = pg.budget_rows(res)
+    assert len(rows) == sum(len(c["methods"]) for c in res.data["cells"]) * len(SMALL.budgets)
+    assert all(not isinstance(v, (list, dict)) for r in rows for v in r.values())
+    assert {r["budget"] for r in rows} == set(SMALL.budgets)
+    for cell in res.data["cells"]:
+        n = cell["coverage_curves"]["n"]
+        assert all(len(v) == len(n) for v in cell["coverage_curves"].values())
+        for r in cell["by_budget"]:  # the reported budgets are points of the curve
+            assert cell["coverage_curves"][r["method"]][n.index(r["budget"])] == r["coverage"]
+            assert cell["depth_curves"][r["method"]][n.index(r["budget"])] == r["depth"]
+    for e in res.data["summary"]:
+        assert all(not isinstance(v, (list, dict)) for r in e["by_budget"] for v in r.values())
+        assert "coverage" not in e and "path_coverage" not in e
 
 
 def test_best_speedups_recomputed_from_the_stored_curves(small_run):
     res, _ = small_run
     prof = default_profile("h100_qwen3-8b")
     for cell in res.data["cells"]:
-        n = np.asarray(cell["curve_n"])
+        n = np.asarray(cell["coverage_curves"]["n"])
         assert np.array_equal(n, np.arange(1, 33))  # every budget up to 32 is on the grid
         for j, c in enumerate(SMALL.step_costs):
             row = cell["speed"][prof.name][j]
-            for name, meth in cell["methods"].items():
-                cov = np.asarray(meth["curve"])
+            for name in cell["methods"]:
+                cov = np.asarray(cell["coverage_curves"][name])
                 if name.startswith("path"):
-                    s = path_speedup(cov, n, np.asarray(meth["depth_curve"]), prof, step_cost=c)
+                    s = path_speedup(cov, n, np.asarray(cell["depth_curves"][name]), prof, step_cost=c)
                 else:
                     s = speedup(cov, n, prof)
                 i = int(np.argmax(s))

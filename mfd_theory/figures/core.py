@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 
+def budget_curve(data: dict, tree: str, key: str) -> tuple[list[int], list[float]]:
+    """(budgets, values) of one tree's ``key`` (coverage, dead_share) from a ``core_table`` result's
+    long ``by_budget`` rows (or, in a result written before them, ``<key>_by_budget`` lists)."""
+    if "by_budget" in data:
+        mine = [r for r in data["by_budget"] if r["tree"] == tree]
+        return [r["budget"] for r in mine], [r[key] for r in mine]
+    return list(data["budgets"]), list(data[f"{key}_by_budget"][tree])
+
+
 def coverage_vs_budget(result):
     """Expected accepted tokens C(T_N) against N for each tree family of a ``core_table`` result."""
     import matplotlib.pyplot as plt
 
     data = result.data if hasattr(result, "data") else result["data"]
     cfg = result.config if hasattr(result, "config") else result["config"]
-    budgets = data["budgets"]
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     styles = {"oracle": "k--", "mixture": "C2-o", "product": "C0-s"}
     for name, style in styles.items():
-        ax.plot(budgets, data["coverage_by_budget"][name], style, ms=3, label=name)
-        ax2.plot(budgets, data["dead_share_by_budget"][name], style, ms=3, label=name)
+        ax.plot(*budget_curve(data, name, "coverage"), style, ms=3, label=name)
+        ax2.plot(*budget_curve(data, name, "dead_share"), style, ms=3, label=name)
     ax.axhline(data["chain"]["coverage"], color="C3", lw=1, label=f"chain (N = {cfg['L']})")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("tree budget N (nodes)")
