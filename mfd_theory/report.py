@@ -163,22 +163,23 @@ def chimera_share_block(res: Result) -> str:
 
 
 def mixture_gain_block(res: Result) -> str:
-    from .experiments.mixture_gain import format_summary, headline_k
+    from .experiments.mixture_gain import at_budget, format_summary, headline_k
 
     lines = [format_summary(res)]
     s, cfg = res.data["summary"], res.config
     HEADLINE_K = headline_k(cfg["Ks"])
     profile = cfg["profiles"][0]
     budgets = list(cfg["budgets"])
-    i64 = budgets.index(64) if 64 in budgets else 0
+    b64 = 64 if 64 in budgets else budgets[0]
     notes = []
     for fam, e in s.items():
         noise = e.get("single", {}).get("sampling_noise")
         if noise:
             notes.append(f"{fam}, F = 1 (one future): K = {HEADLINE_K} minus product = "
-                         f"{100 * noise['mixture_minus_product_mean'][i64]:+.3f} points of the oracle's coverage at "
-                         f"N = {budgets[i64]} (worst draw {100 * noise['mixture_minus_product_worst'][i64]:+.3f}); "
-                         f"sampling noise of the product's fraction: {100 * noise['product_frac_std'][i64]:.3f} points")
+                         f"{100 * at_budget(noise, b64, 'mixture_minus_product_mean'):+.3f} points of the oracle's "
+                         f"coverage at N = {b64} (worst draw "
+                         f"{100 * at_budget(noise, b64, 'mixture_minus_product_worst'):+.3f}); sampling noise of "
+                         f"the product's fraction: {100 * at_budget(noise, b64, 'product_frac_std'):.3f} points")
         m = e.get("multi", {})
         bc = m.get("budget_choice", {}).get(profile, {})
         if "mixture" in bc:
