@@ -138,11 +138,13 @@ def _setting(row: dict) -> str:
 
 
 def chimera_share_block(res: Result) -> str:
+    from .experiments.chimera_share import widen_setting
+
     d, c = res.data, res.config
     budgets = list(c["budgets"])
     at = budgets.index(64) if 64 in budgets else len(budgets) // 2
     lo, hi = d.get("paper_range", (0.27, 0.33))
-    rows = d["settings"]
+    rows = [widen_setting(r) for r in d["settings"]]
     inside = sum(lo <= r["chimera_share"][at] <= hi for r in rows)
     lines = [
         f"{len(rows)} settings x {c['n_seeds']} seeds, L = {c['L']}; share of chimeras in a {budgets[at]}-node "
