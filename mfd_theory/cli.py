@@ -35,7 +35,7 @@ BENCHES: dict[str, tuple[str, str, str]] = {
     "decode": ("mfd_theory.experiments.bench_decode", "main", "per-component decoding time split, verify latency profile"),
     "draft": ("mfd_theory.experiments.bench_draft", "main", "drafting round vs context and modes, before/after; verify cache copy"),
     "batch": ("mfd_theory.experiments.bench_batch", "main", "batched decoding: throughput vs batch size by budget policy, predicted first"),
-    "gpu-check": ("mfd_theory.experiments.gpu_check", "main", "greedy equality in bf16, verify/draft latency profile, e2e micro (CUDA)"),
+    "gpu-check": ("mfd_theory.experiments.gpu_check", "main", "greedy equality in bf16, the measured round profile, e2e micro (CUDA), within 8 minutes"),
 }
 
 

@@ -143,11 +143,13 @@ def _setting(row: dict) -> str:
 
 
 def chimera_share_block(res: Result) -> str:
+    from .experiments.chimera_share import widen_setting
+
     d, c = res.data, res.config
     budgets = list(c["budgets"])
     at = budgets.index(64) if 64 in budgets else len(budgets) // 2
     lo, hi = d.get("paper_range", (0.27, 0.33))
-    rows = d["settings"]
+    rows = [widen_setting(r) for r in d["settings"]]
     inside = sum(lo <= r["chimera_share"][at] <= hi for r in rows)
     lines = [
         f"{len(rows)} settings x {c['n_seeds']} seeds, L = {c['L']}; share of chimeras in a {budgets[at]}-node "
@@ -168,22 +170,23 @@ def chimera_share_block(res: Result) -> str:
 
 
 def mixture_gain_block(res: Result) -> str:
-    from .experiments.mixture_gain import format_summary, headline_k
+    from .experiments.mixture_gain import at_budget, format_summary, headline_k
 
     lines = [format_summary(res)]
     s, cfg = res.data["summary"], res.config
     HEADLINE_K = headline_k(cfg["Ks"])
     profile = cfg["profiles"][0]
     budgets = list(cfg["budgets"])
-    i64 = budgets.index(64) if 64 in budgets else 0
+    b64 = 64 if 64 in budgets else budgets[0]
     notes = []
     for fam, e in s.items():
         noise = e.get("single", {}).get("sampling_noise")
         if noise:
             notes.append(f"{fam}, F = 1 (one future): K = {HEADLINE_K} minus product = "
-                         f"{100 * noise['mixture_minus_product_mean'][i64]:+.3f} points of the oracle's coverage at "
-                         f"N = {budgets[i64]} (worst draw {100 * noise['mixture_minus_product_worst'][i64]:+.3f}); "
-                         f"sampling noise of the product's fraction: {100 * noise['product_frac_std'][i64]:.3f} points")
+                         f"{100 * at_budget(noise, b64, 'mixture_minus_product_mean'):+.3f} points of the oracle's "
+                         f"coverage at N = {b64} (worst draw "
+                         f"{100 * at_budget(noise, b64, 'mixture_minus_product_worst'):+.3f}); sampling noise of "
+                         f"the product's fraction: {100 * at_budget(noise, b64, 'product_frac_std'):.3f} points")
         m = e.get("multi", {})
         bc = m.get("budget_choice", {}).get(profile, {})
         if "mixture" in bc:
@@ -295,7 +298,7 @@ def e2e_summary(res: Result) -> list[str]:
     rows = d["rows"]
     k_of = {r["drafter"]: r.get("K", 0) for r in rows}
     out = []
-    greedy = [r for r in rows if r["method"] != "ar" and r["temperature"] == 0 and "matches_ar" in r]
+    greedy = [r for r in rows if r["method"] != "ar" and r["temperature"] == 0 and r.get("matches_ar") is not None]
     if greedy:
         same = sum(bool(r["matches_ar"]) for r in greedy)
         out.append(f"Greedy (T = 0): {same} of {len(greedy)} rows equal ar's output token for token.")
@@ -851,13 +854,13 @@ def own_target_block(res: Result, source: Path | None = None) -> str:
               "", ds_head + "| T | method | drafter | N | tau | speedup | predicted before decoding | = ar |",
               ds_rule + "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        same = "" if "matches_ar" not in r else ("yes" if r["matches_ar"] else "NO")
+        same = "" if r.get("matches_ar") is None else ("yes" if r["matches_ar"] else "NO")
         tau, pred = _num(r.get("tau")), _num(r.get("predicted_speedup"))
         lines.append((f"| {r.get('dataset')} " if ds_head else "")
                      + f"| {r['temperature']:g} | {r['method']} | {_drafter_name(r)} | {r['budget']} | "
                      f"{'-' if tau is None else f'{tau:.2f}'} | {value_with_spread(r, 'speedup')} | "
                      f"{'-' if pred is None else f'{pred:.2f}'} | {same} |")
-    greedy = [r for r in rows if "matches_ar" in r]
+    greedy = [r for r in rows if r.get("matches_ar") is not None]
     if greedy:
         bad = [r for r in greedy if not r["matches_ar"]]
         lines += ["", f"Greedy rows whose tokens equal ar's on every prompt: {len(greedy) - len(bad)} of "

@@ -165,13 +165,16 @@ class Result:
     """A named result: raw data plus the config and seed that produced it, with provenance.
 
     ``data`` holds raw counts and measurements (JSON-able after :func:`to_jsonable`); derived
-    metrics are computed from it by whoever reads the file.
+    metrics are computed from it by whoever reads the file. Tables in ``data`` are lists of flat
+    rows; a quantity measured at several budgets takes one row per budget (long format), not a
+    list inside a row. ``seed``: the random seed, or for a sweep over seeds the list of seeds its
+    cells ran with (each cell's own file records its seed); None only where nothing is random.
     """
 
     name: str
     config: dict[str, Any]
     data: dict[str, Any]
-    seed: int | None = None
+    seed: int | list[int] | None = None
     provenance: dict[str, Any] = dataclasses.field(default_factory=provenance)
 
     def to_dict(self) -> dict[str, Any]:

@@ -349,7 +349,14 @@ def test_chimera_share_cli_writes_a_result_and_resumes(tmp_path):
     res = Result.load(tmp_path / "chimera_share.json")
     rows = res.data["settings"]
     assert {r["family"] for r in rows} == set(cs.syn.FAMILIES)
-    for r in rows:
+    assert res.seed == [0]  # the seeds the settings ran with
+    for row in rows:
+        # long format: one row of scalars per budget, no per-budget list inside the setting's row
+        assert [b["budget"] for b in row["by_budget"]] == [16, 64]
+        assert all(not isinstance(v, list) for k, v in row.items() if k != "by_budget")
+        assert all(not isinstance(v, (list, dict)) for b in row["by_budget"] for v in b.values())
+        assert row["share_at_64"] == row["by_budget"][1]["chimera_share"]
+        r = cs.widen_setting(row)
         assert r["budgets"] == [16, 64]
         assert all(0.0 <= x <= 1.0 for x in r["chimera_share"])
         assert all(p <= o + 1e-9 for p, o in zip(r["cov_product"], r["cov_oracle"]))  # oracle is the ceiling

@@ -207,7 +207,7 @@ def test_mixture_gain_small_run_and_resume(tmp_path):
                     confidences=(0.9,), confidence_Fs=(2,))
     res = mg.run(cfg, tmp_path, progress=False)
     assert Result.load(tmp_path / "mixture_gain.json").data["summary"].keys() == {"two_futures", "branching"}
-    for cell in res.data["cells"]:
+    for cell in map(mg.widen_cell, res.data["cells"]):
         prod = mg._pick(cell, 1)["frac_oracle"]
         mix = mg._pick(cell, 2)["frac_oracle"]
         if cell["F"] == 1:
@@ -216,12 +216,26 @@ def test_mixture_gain_small_run_and_resume(tmp_path):
             assert mix == pytest.approx([1.0, 1.0], abs=1e-9)  # exact futures, K = F: the oracle
             assert mg._pick(cell, 1)["chimera_share"][1] > 0
     noise = res.data["summary"]["branching"]["single"]["sampling_noise"]
-    assert min(noise["mixture_minus_product_worst"]) >= -0.01
+    assert min(r["mixture_minus_product_worst"] for r in noise) >= -0.01
     again = mg.run(cfg, tmp_path, progress=False)  # every cell is loaded from disk
     assert again.data["cells"] == res.data["cells"]
     assert "mixture" in mg.format_summary(again, budgets=(16, 64))
     (conf,) = res.data["confidence_summary"]
-    assert conf["mixture_frac"][1] > conf["product_frac"][1]  # c = 0.9, two futures: chimeras cost
+    at64 = next(r for r in conf["by_budget"] if r["budget"] == 64)
+    assert at64["mixture_frac"] > at64["product_frac"]  # c = 0.9, two futures: chimeras cost
+    # long format: rows of scalars, one per budget; the seeds the cells ran with
+    assert res.seed == [0]
+    rows = mg.budget_rows(res)
+    assert rows and all(not isinstance(v, (list, dict)) for r in rows for v in r.values())
+    assert {r["budget"] for r in rows} == {16, 64}
+    assert len(rows) == sum(len(c["drafters"]) for c in res.data["cells"] + res.data["confidence_cells"]) * 2
+    for fam in res.data["summary"].values():
+        for e in fam.values():
+            assert all(not isinstance(v, (list, dict)) for r in e["by_budget"] for v in r.values())
+            assert all(not isinstance(v, list) for k, v in e.items() if k not in ("by_budget", "sampling_noise"))
+    # a stored cell round-trips through the long format
+    wide = mg.widen_cell(res.data["cells"][0])
+    assert mg.long_cell(wide, cfg.budgets) == res.data["cells"][0]
 
 
 def test_soft_map_em_is_monotone_at_the_default_smoothing():

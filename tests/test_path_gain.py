@@ -7,6 +7,7 @@ import pytest
 
 from mfd_theory.cli import main
 from mfd_theory.experiments import path_gain as pg
+from mfd_theory.results import Result
 from mfd_theory.speedup import default_profile, path_speedup, speedup
 
 L = 6
@@ -28,30 +29,52 @@ def test_coverage_against_the_limits_the_theory_fixes(small_run):
     res, _ = small_run
     assert len(res.data["cells"]) == 3  # two_futures m=3, branching F=2 and F=8
     for cell in res.data["cells"]:
-        m = {k: np.asarray(v["coverage"]) for k, v in cell["methods"].items()}
+        m = {k: np.asarray(pg.per_budget(cell["by_budget"], k)) for k in cell["methods"]}
         for name, cov in m.items():
             assert np.all(cov <= m["oracle"] + 1e-12), name
         np.testing.assert_allclose(m[f"path r=0 D={L}"], m["product"], atol=1e-12)
         np.testing.assert_allclose(m[f"path r={L - 1} D={L}"], m["oracle"], atol=1e-12)
         assert np.all(m[f"path r={L - 1} D=2"] <= m[f"path r={L - 1} D={L}"] + 1e-12)
-        assert max(cell["methods"]["path r=1 D=2"]["depth_curve"]) <= 2
+        assert max(cell["depth_curves"]["path r=1 D=2"]) <= 2
     # eight futures and two modes: the mixture cannot hold them all, a memory-1 drafter can
     br8 = next(c for c in res.data["cells"] if c["family"] == "branching" and c["F"] == 8)
-    assert br8["methods"][f"path r=1 D={L}"]["coverage"][-1] > br8["methods"]["mixture K=2"]["coverage"][-1] + 0.5
+    assert (pg.per_budget(br8["by_budget"], f"path r=1 D={L}")[-1]
+            > pg.per_budget(br8["by_budget"], "mixture K=2")[-1] + 0.5)
+
+
+def test_result_rows_hold_no_per_budget_lists_and_record_the_seeds(small_run):
+    """Long format: one row per method and budget (scalars only), curves as columnar tables, and
+    the seeds the sweep ran with (not null)."""
+    res, out = small_run
+    assert res.seed == list(SMALL.seeds)
+    assert Result.load(out / "path_gain.json").seed == list(SMALL.seeds)
+    rows = pg.budget_rows(res)
+    assert len(rows) == sum(len(c["methods"]) for c in res.data["cells"]) * len(SMALL.budgets)
+    assert all(not isinstance(v, (list, dict)) for r in rows for v in r.values())
+    assert {r["budget"] for r in rows} == set(SMALL.budgets)
+    for cell in res.data["cells"]:
+        n = cell["coverage_curves"]["n"]
+        assert all(len(v) == len(n) for v in cell["coverage_curves"].values())
+        for r in cell["by_budget"]:  # the reported budgets are points of the curve
+            assert cell["coverage_curves"][r["method"]][n.index(r["budget"])] == r["coverage"]
+            assert cell["depth_curves"][r["method"]][n.index(r["budget"])] == r["depth"]
+    for e in res.data["summary"]:
+        assert all(not isinstance(v, (list, dict)) for r in e["by_budget"] for v in r.values())
+        assert "coverage" not in e and "path_coverage" not in e
 
 
 def test_best_speedups_recomputed_from_the_stored_curves(small_run):
     res, _ = small_run
     prof = default_profile("h100_qwen3-8b")
     for cell in res.data["cells"]:
-        n = np.asarray(cell["curve_n"])
+        n = np.asarray(cell["coverage_curves"]["n"])
         assert np.array_equal(n, np.arange(1, 33))  # every budget up to 32 is on the grid
         for j, c in enumerate(SMALL.step_costs):
             row = cell["speed"][prof.name][j]
-            for name, meth in cell["methods"].items():
-                cov = np.asarray(meth["curve"])
+            for name in cell["methods"]:
+                cov = np.asarray(cell["coverage_curves"][name])
                 if name.startswith("path"):
-                    s = path_speedup(cov, n, np.asarray(meth["depth_curve"]), prof, step_cost=c)
+                    s = path_speedup(cov, n, np.asarray(cell["depth_curves"][name]), prof, step_cost=c)
                 else:
                     s = speedup(cov, n, prof)
                 i = int(np.argmax(s))
@@ -96,6 +119,33 @@ def test_cli_refuses_bad_flags_before_writing(tmp_path, capsys, argv, flag):
     out = tmp_path / "o"
     assert main(["path-gain", *argv, "--out", str(out), "--quiet"]) == 2
     assert flag in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("argv, names", [
+    (["--families", "shifted", "--Fs", "8"], ("--families", "shifted", "F <= 4", "--Fs 8")),
+    (["--families", "branching", "shifted", "--Fs", "6", "8"], ("shifted", "F <= 4")),
+    (["--families", "two_futures", "--two-futures-ms", "20", "--L", "6"], ("two_futures", "--L (6)", "20")),
+])
+def test_a_family_with_no_cell_is_refused_before_work(tmp_path, capsys, argv, names):
+    """A family whose values the sweep skips entirely (shifted has at most 4 futures) would drop
+    out of the result silently, or leave it empty with exit status 0: refused, naming why."""
+    out = tmp_path / "o"
+    assert main(["path-gain", *argv, "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert all(n in err for n in names), err
+    assert not out.exists()
+    with pytest.raises(ValueError, match="--families"):
+        pg.Config(families=("shifted",), Fs=(8,))
+    assert list(pg.cells(pg.Config(families=("shifted",), Fs=(4, 8), seeds=(0,)))) == [("shifted", 4, None, 0)]
+
+
+@pytest.mark.parametrize("argv, flag", [(["--families", "shifted", "--Fs", "2", "8"], "--Fs"),
+                                        (["--families", "two_futures", "--two-futures-ms", "20"], "--two-futures-ms")])
+def test_mixture_gain_refuses_values_a_family_cannot_make(tmp_path, capsys, argv, flag):
+    out = tmp_path / "o"
+    assert main(["mixture-gain", *argv, "--out", str(out), "--quiet"]) == 2
+    assert f"error: {flag}: " in capsys.readouterr().err
     assert not out.exists()
 
 

@@ -93,8 +93,13 @@ def test_eval_rows_are_lossless_and_complete(run):
     for r in rows:
         assert all(k in r for k in need), r
         assert isinstance(r["budget"], int)
+        # one type per column: matches_ar is checked on greedy rows and null (not checked) on
+        # sampled ones, and lossless_checked, a bool on every row, says which
+        assert r["lossless_checked"] is (r["temperature"] == 0), r
         if r["temperature"] == 0:
             assert r["matches_ar"] is True, r
+        else:
+            assert "matches_ar" in r and r["matches_ar"] is None, r
     assert {r["dataset"] for r in rows} == {"alpha", "beta"}
     mfd_rows = [r for r in rows if r["method"] == "mfd"]
     assert mfd_rows and {r["drafter"] for r in mfd_rows} == {"k3"} and all(r["K"] == 3 for r in mfd_rows)
@@ -343,29 +348,86 @@ def test_drafter_of_another_target_exits_2(run, tmp_path, capsys):
     other = save_tiny_target(tmp_path / "other", seed=1)  # same shapes, other weights
     assert mfd(["eval", "--target", str(other), "--drafter", str(root / "k1"), "--prompts", files[0],
                 "--out", str(tmp_path / "o"), *EVAL_ARGS]) == 2
-    assert "another target" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "another target" in err and "error: --drafter: " in err
     # and data distilled from another target is refused by train-drafter
     assert mfd(["train-drafter", "--target", str(other), "--data", str(root / "data"), "--out",
                 str(tmp_path / "t"), *TRAIN_ARGS]) == 2
-    assert "another target" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "another target" in err and "error: --data: " in err
+    # both refused after loading the models, yet before making their output directories
+    assert not (tmp_path / "o").exists() and not (tmp_path / "t").exists()
 
 
-def test_bad_options_exit_2(run, tmp_path, capsys):
+def test_bad_options_exit_2_naming_the_flag(run, tmp_path, capsys):
+    """Every refusal names the flag the user typed (``--max-new-tokens``, not ``max_new_tokens``)
+    and leaves no output directory behind."""
     root, target, files = run
     base = ["eval", "--target", str(target), "--drafter", str(root / "k1"), "--prompts", files[0],
-            "--out", str(tmp_path / "o")]
-    for extra, flag in ((["--methods", "ar,beam"], "methods"), (["--budgets", "0"], "budgets"),
-                        (["--temperatures", "-1"], "temperatures"), (["--passes", "0"], "passes"),
-                        (["--max-new-tokens", "0"], "max_new_tokens"), (["--profile-prompts", "-1"], "--profile-prompts")):
-        assert mfd([*base, *extra]) == 2
-        assert flag in capsys.readouterr().err
+            "--out", str(tmp_path / "o"), "--calibration-count", "1", "--methods", "chain,ddtree"]
+    for extra, flag in ((["--methods", "ar,beam"], "--methods"), (["--budgets", "0"], "--budgets"),
+                        (["--budgets", "8", "x"], "--budgets"),
+                        (["--temperatures", "-1"], "--temperatures"), (["--passes", "0"], "--passes"),
+                        (["--max-new-tokens", "0"], "--max-new-tokens"), (["--max-prompts", "0"], "--max-prompts"),
+                        (["--profile-prompts", "-1"], "--profile-prompts"),
+                        (["--calibration-count", "0"], "--calibration-count"),
+                        (["--calibration-count", "5"], "--calibration-count"),  # leaves no prompt to evaluate
+                        (["--device", "tpu"], "--device"),
+                        (["--drafter", str(tmp_path)], "--drafter"),
+                        (["--max-new-tokens", "400"], "--prompts")):  # past the tiny target's context
+        assert mfd([*base, *extra]) == 2, extra
+        err = capsys.readouterr().err
+        assert f"error: {flag}: " in err, (extra, err)
+    assert mfd(["eval", "--target", str(tmp_path), "--drafter", str(root / "k1"), "--prompts", files[0],
+                "--out", str(tmp_path / "o"), "--calibration-count", "1"]) == 2
+    assert "error: --target: " in capsys.readouterr().err
+    assert mfd(["eval", "--target", str(target), "--drafter", str(root / "k1"), "--prompts",
+                str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "o"), "--calibration-count", "1"]) == 2
+    assert "error: --prompts: " in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
     train = ["train-drafter", "--target", str(target), "--data", str(root / "data"), "--out", str(tmp_path / "t")]
-    for extra, flag in ((["--kind", "beam"], "kind"), (["--kind", "dartree", "--modes", "2"], "modes"),
-                        (["--rank", "4"], "rank"), (["--kind", "dartree", "--rank", "0"], "rank")):
-        assert mfd([*train, *extra, *TRAIN_ARGS]) == 2
-        assert flag in capsys.readouterr().err
+    for extra, flag in ((["--kind", "beam"], "--kind"), (["--kind", "dartree", "--modes", "2"], "--modes"),
+                        (["--rank", "4"], "--rank"), (["--kind", "dartree", "--rank", "0"], "--rank"),
+                        (["--grad-accum", "0"], "--grad-accum"), (["--block-size", "1"], "--block-size"),
+                        (["--lr", "0"], "--lr"), (["--balance", "-1"], "--balance"),
+                        (["--mode-noise", "-1"], "--mode-noise"), (["--warmup", "-1"], "--warmup"),
+                        (["--init-from", str(tmp_path)], "--init-from"), (["--layers", "0"], "--layers")):
+        assert mfd([*train, *TRAIN_ARGS, *extra]) == 2, extra
+        err = capsys.readouterr().err
+        assert f"error: {flag}: " in err, (extra, err)
+    assert mfd(["train-drafter", "--target", str(target), "--data", str(tmp_path), "--out", str(tmp_path / "t"),
+                *TRAIN_ARGS]) == 2
+    assert "error: --data: " in capsys.readouterr().err
     assert not (tmp_path / "t").exists()
+    distill = ["distill", "--target", str(target), "--prompts", *files, "--out", str(tmp_path / "d")]
+    for extra, flag in ((["--max-new-tokens", "0"], "--max-new-tokens"), (["--shard-size", "0"], "--shard-size"),
+                        (["--temperature", "-1"], "--temperature"), (["--device", "tpu"], "--device"),
+                        (["--max-new-tokens", "400"], "--prompts")):
+        assert mfd([*distill, *extra, "--quiet"]) == 2, extra
+        err = capsys.readouterr().err
+        assert f"error: {flag}: " in err, (extra, err)
+    assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize("command", ["distill", "train-drafter", "eval"])
+def test_help_shows_every_options_default(command, capsys):
+    """``--help`` states each optional flag's default: the value, "off" for a switch, or, for an
+    option without a value default, what happens without it."""
+    from mfd_theory.llm import pipeline
+
+    parser = {"distill": pipeline._distill_parser, "train-drafter": pipeline._train_parser,
+              "eval": pipeline._eval_parser}[command]()
+    assert mfd([command, "--help"]) == 0
+    text = "".join(capsys.readouterr().out.split())  # without white space: wrapping may split at a hyphen
+    optional = [a for a in parser._actions if a.option_strings and not a.required and a.dest != "help"]
+    assert len(optional) >= 6
+    for a in optional:
+        shown = a.help % {"default": a.default} if "%(" in a.help else a.help.replace("%%", "%")
+        assert "".join(shown.split()) in text, (a.option_strings, shown)
+        assert "default" in shown, a.option_strings
+        if a.default not in (None, False) and "(default: " in a.help:
+            d = ",".join(map(str, a.default)) if isinstance(a.default, (list, tuple)) else str(a.default)
+            assert f"(default:{d})" in text, a.option_strings
 
 
 def test_distill_under_torchrun_writes_the_same_data(run, tmp_path):
@@ -410,8 +472,8 @@ def test_bad_mask_token_id_exits_2_naming_it(run, tmp_path, capsys, value):
     root, target_dir, _ = run
     assert mfd(["train-drafter", "--target", str(target_dir), "--data", str(root / "data"), "--out",
                 str(tmp_path / "x"), "--mask-token-id", value, *TRAIN_ARGS]) == 2
-    assert "mask_token_id" in capsys.readouterr().err
-    assert not (tmp_path / "x" / "drafter").exists()
+    assert "error: --mask-token-id: " in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
 
 
 def test_eval_refuses_methods_no_drafter_can_run(run, tmp_path, capsys):
@@ -421,4 +483,52 @@ def test_eval_refuses_methods_no_drafter_can_run(run, tmp_path, capsys):
                 "--out", str(out), "--methods", "ar,mfd", *EVAL_ARGS]) == 2
     err = capsys.readouterr().err
     assert "--methods" in err and "'mfd'" in err and "K > 1" in err
-    assert not (out / "eval.json").exists()
+    assert not out.exists()  # not even an empty directory
+
+
+def test_eval_spec_bench_answers_give_our_tau_and_speedup(run, tmp_path):
+    """``--format spec-bench`` answer files, read the Spec-Bench way, give each row's tau and its
+    Spec-Bench-convention speedup (and, pooled, the row's own per-pass speedups). The lists are
+    given space-separated, the syntax every other command takes."""
+    from mfd_theory.llm.spec_bench import model_id, read_answers, spec_bench_speed
+
+    root, target, files = run
+    out = tmp_path / "sb"
+    assert mfd(["eval", "--target", str(target), "--drafter", str(root / "k1"), "--prompts", *files,
+                "--out", str(out), "--methods", "chain", "ddtree", "--budgets", "4", "8", "--temperatures", "0", "1",
+                "--max-new-tokens", "8", "--passes", "2", "--profile-prompts", "0", "--format", "spec-bench",
+                "--quiet"]) == 0
+    res = json.loads((out / "eval.json").read_text())
+    rows = res["data"]["rows"]
+    assert res["config"]["budgets"] == [4, 8] and res["config"]["temperatures"] == [0.0, 1.0]
+    assert {r["method"] for r in rows} == {"ar", "chain", "ddtree"}
+    assert {r["budget"] for r in rows if r["method"] == "ddtree"} == {4, 8}
+    n_prompts = sum(r["n_prompts"] for r in rows if r["method"] == "ar" and r["temperature"] == 0)
+    checked = 0
+    for r in rows:
+        mid = model_id(r)
+        base = model_id({"method": "ar", "temperature": r["temperature"]})
+        runs = [out / "spec_bench" / f"run_{k}" for k in (1, 2)]
+        answers = read_answers(runs[0] / f"{mid}.jsonl")
+        assert len(answers) == n_prompts and {a["category"] for a in answers} == {"alpha", "beta"}
+        for a in answers:
+            c = a["choices"][0]
+            assert a["model_id"] == mid and len(c["turns"]) == len(c["new_tokens"]) == len(c["wall_time"])
+            assert all(isinstance(t, str) for t in c["turns"]) and min(c["accept_lengths"], default=1) >= 1
+        per_run = [spec_bench_speed(d / f"{mid}.jsonl", d / f"{base}.jsonl", category=r["dataset"]) for d in runs]
+        pooled = [spec_bench_speed(d / f"{mid}.jsonl", d / f"{base}.jsonl", category=r["dataset"], pooled=True)
+                  for d in runs]
+        assert per_run[1]["tau"] == per_run[0]["tau"]
+        if r["tau"] is None:  # no round at all (every answer ended at its first token)
+            assert per_run[0]["tau"] is None
+            continue
+        assert per_run[0]["tau"] == pytest.approx(r["tau"], rel=1e-12)
+        if r["speedup_spec_bench"] is None:
+            assert any(x["speedup"] is None for x in per_run)
+            continue
+        assert np.mean([x["speedup"] for x in per_run]) == pytest.approx(r["speedup_spec_bench"], rel=1e-12)
+        assert [x["speedup"] for x in pooled] == pytest.approx(r["speedup_passes"], rel=1e-9)
+        checked += 1
+    assert checked >= len(rows) // 2
+    multi = [a for a in read_answers(out / "spec_bench" / "run_1" / "ar-temperature-0.jsonl") if a["prompt_id"] == "mt"]
+    assert len(multi) == 1 and len(multi[0]["choices"][0]["turns"]) == 2

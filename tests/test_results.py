@@ -22,7 +22,8 @@ json_values = st.recursive(
 )
 
 
-@given(st.dictionaries(st.text(max_size=6), json_values, max_size=4), st.one_of(st.none(), st.integers(0, 2**31)))
+@given(st.dictionaries(st.text(max_size=6), json_values, max_size=4),
+       st.one_of(st.none(), st.integers(0, 2**31), st.lists(st.integers(0, 2**31), min_size=1, max_size=4)))
 def test_result_json_round_trip(tmp_path_factory, data, seed):
     path = tmp_path_factory.mktemp("res") / "r.json"
     r = Result("demo", {"N": 64, "L": 15}, data, seed=seed)

@@ -14,9 +14,15 @@ records per budget:
   prefixes than large budgets ask for; zero-score nodes are not counted);
 * ``cov_product``, ``cov_mixture``, ``cov_oracle``: expected accepted tokens C(T).
 
-Raw counts per seed are stored (one ResultStore cell per setting, so the sweep resumes) and the
-summary ``results/chimera_share.json`` holds the per-setting means. Best-first builders emit
-nodes in score order, so the first N nodes of the N = 1024 tree are the top-N tree for every N.
+Raw counts per seed are stored (one ResultStore cell per setting, so the sweep resumes: its
+``per_seed`` rows, one per seed and budget, and each seed's [F, F] ``disagreements``) and the
+summary ``results/chimera_share.json`` holds the per-setting means: ``settings``, one row per
+setting (``family``, ``kwargs``, ``share_at_64``, ``in_paper_range``) whose ``by_budget`` holds one
+row per budget (``budget``, ``nodes``, ``chimera_share`` and its ``chimera_share_std`` over seeds,
+``eps_chimera_share``, ``splice_share``, ``chimera_mass``, ``cov_product``, ``cov_mixture``,
+``cov_oracle``): long format, no per-budget list inside a row (:func:`widen_setting` gives the
+lists back, as the figures draw them). Best-first builders emit nodes in score order, so the
+first N nodes of the N = 1024 tree are the top-N tree for every N.
 
 Run: ``python experiments/chimera_share.py`` (about 30 s with the defaults).
 """
@@ -123,43 +129,72 @@ def measure(st: syn.SyntheticTarget, budgets: tuple[int, ...], eps: float) -> di
 
 
 def run_setting(family: str, kwargs: dict[str, Any], config: Config) -> Result:
-    per_seed = []
+    per_seed, disagreements = [], []
     for s in range(config.n_seeds):
         st = syn.make(family, seed=config.seed + s, **kwargs)
-        row = measure(st, config.budgets, config.eps)
-        row["disagreements"] = st.disagreements().tolist()
-        per_seed.append(row)
+        m = measure(st, config.budgets, config.eps)
+        per_seed += [dict(seed=config.seed + s, budget=int(b), **{k: v[i] for k, v in m.items()})
+                     for i, b in enumerate(config.budgets)]
+        disagreements.append(st.disagreements().tolist())
     return Result(NAME + "_cell", dict(family=family, kwargs=kwargs, budgets=list(config.budgets),
-                                       eps=config.eps, n_seeds=config.n_seeds), dict(per_seed=per_seed),
-                  seed=config.seed)
+                                       eps=config.eps, n_seeds=config.n_seeds),
+                  dict(per_seed=per_seed, disagreements=disagreements),
+                  seed=list(range(config.seed, config.seed + config.n_seeds)))
+
+
+_MEANS = ("nodes", "chimera_share", "chimera_share_std", "eps_chimera_share", "splice_share", "chimera_mass",
+          "cov_product", "cov_mixture", "cov_oracle")
 
 
 def summarize(cell: Result) -> dict[str, Any]:
-    """Means over seeds: shares of the tree's nodes and coverages per budget."""
+    """Means over seeds: shares of the tree's nodes and coverages, one ``by_budget`` row per budget."""
     rows = cell.data["per_seed"]
-    arr = {k: np.array([r[k] for r in rows], dtype=np.float64) for k in rows[0] if k != "disagreements"}
-    nodes = np.maximum(arr["nodes"], 1)
-    return dict(
-        family=cell.config["family"],
-        kwargs=cell.config["kwargs"],
-        budgets=cell.config["budgets"],
-        nodes=arr["nodes"].mean(0).tolist(),
-        chimera_share=(arr["chimeras"] / nodes).mean(0).tolist(),
-        chimera_share_std=(arr["chimeras"] / nodes).std(0).tolist(),
-        eps_chimera_share=(arr["eps_chimeras"] / nodes).mean(0).tolist(),
-        splice_share=(arr["splices"] / nodes).mean(0).tolist(),
-        chimera_mass=arr["chimera_mass"].mean(0).tolist(),
-        cov_product=arr["cov_product"].mean(0).tolist(),
-        cov_mixture=arr["cov_mixture"].mean(0).tolist(),
-        cov_oracle=arr["cov_oracle"].mean(0).tolist(),
+    budgets = list(cell.config["budgets"])
+    seeds = list(dict.fromkeys(r["seed"] for r in rows))
+
+    def arr(key):  # [seeds, budgets]
+        at = {(r["seed"], r["budget"]): r[key] for r in rows}
+        return np.array([[at[(s, b)] for b in budgets] for s in seeds], dtype=np.float64)
+
+    nodes = np.maximum(arr("nodes"), 1)
+    means = dict(
+        nodes=arr("nodes").mean(0),
+        chimera_share=(arr("chimeras") / nodes).mean(0),
+        chimera_share_std=(arr("chimeras") / nodes).std(0),
+        eps_chimera_share=(arr("eps_chimeras") / nodes).mean(0),
+        splice_share=(arr("splices") / nodes).mean(0),
+        chimera_mass=arr("chimera_mass").mean(0),
+        cov_product=arr("cov_product").mean(0),
+        cov_mixture=arr("cov_mixture").mean(0),
+        cov_oracle=arr("cov_oracle").mean(0),
     )
+    return dict(family=cell.config["family"], kwargs=cell.config["kwargs"],
+                by_budget=[dict(budget=int(b), **{k: float(v[i]) for k, v in means.items()})
+                           for i, b in enumerate(budgets)])
+
+
+def widen_setting(row: dict[str, Any]) -> dict[str, Any]:
+    """A summary row with its ``by_budget`` rows as lists over the budgets again (``budgets``,
+    ``chimera_share``, ...); a row already in that form (an older result) is returned as is."""
+    if "by_budget" not in row:
+        return row
+    out = {k: v for k, v in row.items() if k != "by_budget"}
+    out["budgets"] = [r["budget"] for r in row["by_budget"]]
+    out.update({k: [r[k] for r in row["by_budget"]] for k in _MEANS})
+    return out
+
+
+def at_budget(row: dict[str, Any], budget: int, key: str):
+    """``key`` of a summary row at ``budget``."""
+    return next(r[key] for r in row["by_budget"] if r["budget"] == budget)
 
 
 def run(config: Config = Config(), out_dir: str | Path = "results", progress: bool = True) -> Result:
     t0 = time.perf_counter()
     store = ResultStore(Path(out_dir) / NAME)
     grid = settings(config)
-    fingerprint = f"n{config.n_seeds},s{config.seed},L{config.L},V{config.V},e{config.eps:g}"
+    # f2: the cells' long layout (cells of the older layout are not reused)
+    fingerprint = f"n{config.n_seeds},s{config.seed},L{config.L},V{config.V},e{config.eps:g},f2"
     it = grid
     if progress:
         from tqdm import tqdm
@@ -172,16 +207,16 @@ def run(config: Config = Config(), out_dir: str | Path = "results", progress: bo
         n_new += not store.has(key)
         cell = store.get_or_compute(key, lambda: run_setting(family, kwargs, config))
         summary.append(summarize(cell))
-    at = list(config.budgets).index(64) if 64 in config.budgets else None
+    at = 64 if 64 in config.budgets else None
     in_paper_range = []
     if at is not None:
         for row in summary:
-            share = row["chimera_share"][at]
+            share = at_budget(row, at, "chimera_share")
             row["share_at_64"] = share
             row["in_paper_range"] = bool(PAPER_RANGE[0] <= share <= PAPER_RANGE[1])
             in_paper_range.append(row["in_paper_range"])
     data = dict(settings=summary, paper_range=list(PAPER_RANGE), seconds=time.perf_counter() - t0)
-    res = Result(NAME, dataclasses.asdict(config), data, seed=config.seed)
+    res = Result(NAME, dataclasses.asdict(config), data, seed=list(range(config.seed, config.seed + config.n_seeds)))
     path = Path(out_dir) / f"{NAME}.json"
     existed = path.exists()
     res.save(path)
@@ -195,8 +230,8 @@ def run(config: Config = Config(), out_dir: str | Path = "results", progress: bo
                 kw = ",".join(f"{k}={v}" for k, v in row["kwargs"].items() if k not in ("L", "V"))
                 mark = "  <- in the paper's range" if row["in_paper_range"] else ""
                 print(f"  {row['family']:14s} {kw:28s} {100 * row['share_at_64']:5.1f}%"
-                      f"  cov product {row['cov_product'][at]:5.2f} mixture {row['cov_mixture'][at]:5.2f}"
-                      f" oracle {row['cov_oracle'][at]:5.2f}{mark}")
+                      f"  cov product {at_budget(row, at, 'cov_product'):5.2f} mixture "
+                      f"{at_budget(row, at, 'cov_mixture'):5.2f} oracle {at_budget(row, at, 'cov_oracle'):5.2f}{mark}")
     return res
 
 

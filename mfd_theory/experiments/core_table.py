@@ -1,6 +1,10 @@
 """The main job's first table: coverage and dead-node share of chain, product, mixture and oracle
 trees on a multi-future synthetic target, plus coverage against budget.
 
+Result data: ``rows`` (the table at ``budget``, keyed by tree), ``chain``, ``futures`` [F, L], and
+``by_budget``, one row per (tree, budget N of ``budgets``): ``tree``, ``budget``, ``n_nodes``,
+``coverage``, ``dead``, ``dead_splices``, ``dead_share``.
+
 The target has F futures over L = 15 positions that agree at some positions and disagree at the
 others (the situation of a sentence with several valid continuations), each future a peaked
 product (``noise`` spread uniformly, the rest on the future's token). The product drafter is the
@@ -83,8 +87,7 @@ def run(cfg: CoreTableConfig = CoreTableConfig(), progress: bool = False) -> Res
         "oracle": oracle_tree(target, cfg.budget),
     }
     rows = {name: _tree_stats(t, target, seqs, cfg.eps) for name, t in trees.items()}
-    by_budget = {"product": [], "mixture": [], "oracle": []}
-    dead_by_budget = {"product": [], "mixture": [], "oracle": []}
+    by_budget = []  # long format: one row per (tree, budget)
     for N in cfg.budgets:
         for name, t in (
             ("product", product_tree(log_m, N)),
@@ -92,15 +95,12 @@ def run(cfg: CoreTableConfig = CoreTableConfig(), progress: bool = False) -> Res
             ("oracle", oracle_tree(target, N)),
         ):
             s = _tree_stats(t, target, seqs, cfg.eps)
-            by_budget[name].append(s["coverage"])
-            dead_by_budget[name].append(s["dead"] / s["n_nodes"])
+            by_budget.append({"tree": name, "budget": int(N), **s, "dead_share": s["dead"] / s["n_nodes"]})
     data = {
         "futures": seqs,
         "rows": rows,
         "chain": rows["chain"],
-        "budgets": list(cfg.budgets),
-        "coverage_by_budget": by_budget,
-        "dead_share_by_budget": dead_by_budget,
+        "by_budget": by_budget,
     }
     return Result(name="core_table", config=dataclasses.asdict(cfg), data=data, seed=cfg.seed)
 

@@ -1,6 +1,8 @@
-"""GPU check and latency profile: greedy equality in bfloat16, verify and drafting latency, e2e.
+"""GPU check and round cost profile: greedy equality in bfloat16, the measured round profile, e2e.
 
-``make gpu-check`` (= ``mfd bench gpu-check --device cuda``) runs, on one CUDA device:
+``make gpu-check`` (= ``mfd bench gpu-check --device cuda``) runs, on one CUDA device, four steps
+in one script sized to finish within ``time_budget_s`` (8 minutes); each step prints its elapsed
+time, and the result keeps them (``elapsed_s``):
 
 1. **greedy equality.** A random target of Qwen3-8B's shape with ``check_layers`` layers
    (bfloat16, SDPA); every method of :mod:`mfd_theory.llm.decode` decodes the same prompts with
@@ -9,13 +11,25 @@
    (accepted paths, cache compaction). Every output must equal HF ``generate`` (greedy). A
    divergence where HF's own top-two logits are closer than ``TIE_RTOL`` is reported as a
    bfloat16 near-tie, any other divergence as a failure (exit status 1).
-2. **verify latency.** A Qwen3-8B-shaped stack of ``profile_layers`` layers (36 = the whole
-   model) after a ``profile_context``-token prompt: median verify time per tree size N, the AR
-   step and the block drafter's time, written to ``results/verify_latency_<device>.json`` in the
-   format :func:`mfd_theory.speedup.load_latency_profile` reads (read back to prove it).
-3. **drafting latency.** K = 1 and K = ``num_modes`` drafting rounds at ``draft_contexts`` on the
-   same stack (drafter width 4096, vocabulary 151,936).
+2. **round profile.** A Qwen3-8B-shaped stack of ``profile_layers`` layers (36 = the whole
+   model) and random block drafters (K = 1 and K = ``num_modes``): the full round cost model of
+   :func:`mfd_theory.llm.profile.measure_round_profile` (the AR round, verify by tree size,
+   drafting by K, tree build / walk / commit by method and N, the sampling draw, the context
+   probe), from ``profile_prompts`` decodes of ``profile_tokens`` tokens after a
+   ``profile_context``-token prompt with chain, ddtree and mfd at every ``tree_sizes`` budget.
+   Written to ``results/verify_latency_<device>.json`` (the file ``--profile-path`` takes, the
+   format :func:`mfd_theory.speedup.load_latency_profile` reads; read back to prove it).
+3. **drafting latency vs context.** K = 1 and K = ``num_modes`` drafting rounds at
+   ``draft_contexts`` on the same stack (drafter width 4096, vocabulary 151,936).
 4. **e2e.** ``mfd e2e --preset micro --device <device>`` (``--e2e false`` skips it).
+
+Time per step on one H100/H200-class GPU, *estimated* from the sizes (not measured here):
+(1) a 4-layer model and about 30 decodes of 32 tokens, plus numba compiling the tree builders
+once: under 1 minute; (2) building the 36-layer stack (16 GB of bfloat16 weights) and 2 x 18
+decodes of 16 rounds, each round a forward of up to 1,025 tokens after 512: 1-2 minutes;
+(3) 2 drafters x 2 contexts x ``repeats`` rounds: seconds; (4) the micro preset (a 2-layer
+target, three drafters, each a few dozen steps, then a short evaluation): 2-3 minutes. Total
+about 5-6 minutes; a run that exceeds ``time_budget_s`` says so at the end.
 
 ``--small true`` runs all of it at the ``tiny`` bench shape (for ``--device cpu``: it proves the
 script runs; the numbers are not a GPU profile).
@@ -32,8 +46,7 @@ from mfd_theory.results import Result, atomic_write_text, provenance
 
 from ._config import Checked, add_common, add_dataclass_args, finish, make_parser, opt
 
-from .bench_decode import PRESETS, BenchDecodeConfig, _device_tag, verify_profile
-from .bench_draft import round_ms
+from .bench_decode import PRESETS, _device_tag
 
 TIE_RTOL = 0.02  # top-two logit gap, relative to max(1, |top logit|), below which bfloat16 rounding may flip argmax
 
@@ -45,7 +58,7 @@ class GpuCheckConfig(Checked):
     shape: str = opt("", "one of mfd bench decode's preset shapes ('' = qwen3-8b, or tiny with --small)")
     dtype: str = opt("bfloat16", "model dtype", choices=("bfloat16", "float16", "float32"))
     check_layers: int = opt(4, "target layers of the greedy-equality check", ge=1)
-    profile_layers: int = opt(36, "target layers of the verify-latency profile", ge=1)
+    profile_layers: int = opt(36, "target layers of the round profile", ge=1)
     draft_layers: int = opt(5, "drafter layers (a guess at DFlash's Qwen3-8B drafter)", ge=1)
     block_size: int = opt(16, "drafter block size", ge=2)
     num_modes: int = opt(4, "modes K of the MFD drafter", ge=2)
@@ -54,11 +67,15 @@ class GpuCheckConfig(Checked):
     prompt_len: int = opt(32, "prompt length in tokens", ge=1)
     new_tokens: int = opt(32, "new tokens per prompt", ge=1)
     init_std: float = opt(0.02, "standard deviation of the random weights", gt=0)
-    profile_context: int = opt(512, "context length of the verify-latency profile", ge=1)
-    tree_sizes: str = opt("1,16,32,64,128,256,512,1024", "tree sizes N of the verify-latency profile")
+    profile_context: int = opt(512, "prompt length (context) of the round profile's decodes", ge=1)
+    profile_prompts: int = opt(2, "round profile: prompts each cell decodes", ge=1)
+    profile_tokens: int = opt(16, "round profile: new tokens per decode", ge=2)
+    tree_sizes: str = opt("1,16,32,64,128,256,512,1024", "round profile: budgets N of ddtree and mfd")
     draft_contexts: str = opt("512,4096", "contexts of the K = 1 / K = 4 drafting latency")
-    repeats: int = opt(5, "timed repeats per point", ge=1)
+    repeats: int = opt(5, "timed repeats per drafting-latency point", ge=1)
     e2e: bool = opt(True, "also run mfd e2e --preset micro on the device")
+    time_budget_s: float = opt(480.0, "seconds the whole check should take (it says so when it takes longer)",
+                               gt=0)
     seed: int = opt(0, "random seed", ge=0)
     out: str = opt("results", "output directory (the --out option)")
 
@@ -74,7 +91,8 @@ class GpuCheckConfig(Checked):
                 raise ValueError(f"{flag}: need positive integers, got {text!r}")
 
 SMALL = {"check_layers": 2, "profile_layers": 4, "draft_layers": 1, "prompts": 1, "new_tokens": 12,
-         "profile_context": 64, "tree_sizes": "1,16,64", "draft_contexts": "128,512", "repeats": 2}
+         "profile_context": 64, "profile_prompts": 1, "profile_tokens": 8, "tree_sizes": "1,16,64",
+         "draft_contexts": "128,512", "repeats": 2}
 
 
 def effective(cfg: GpuCheckConfig) -> GpuCheckConfig:
@@ -97,22 +115,24 @@ def _ints(name: str, text: str) -> list[int]:
 
 def _check(cfg: GpuCheckConfig, torch):
     if cfg.device not in ("cuda", "cpu") and not cfg.device.startswith("cuda:"):
-        raise ValueError(f"device: must be cuda, cuda:<i> or cpu, got {cfg.device!r}")
+        raise ValueError(f"--device: must be cuda, cuda:<i> or cpu, got {cfg.device!r}")
     if cfg.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device: {cfg.device!r} requested but CUDA is not available (use --device cpu --small true)")
+        raise ValueError(f"--device: {cfg.device!r} requested but CUDA is not available (use --device cpu --small true)")
     if cfg.dtype not in ("bfloat16", "float16", "float32"):
-        raise ValueError(f"dtype: must be bfloat16, float16 or float32, got {cfg.dtype!r}")
+        raise ValueError(f"--dtype: must be bfloat16, float16 or float32, got {cfg.dtype!r}")
     for name in ("check_layers", "profile_layers", "draft_layers", "num_modes", "budget", "prompts", "prompt_len",
-                 "new_tokens", "profile_context", "repeats"):
+                 "new_tokens", "profile_context", "profile_prompts", "repeats"):
         if getattr(cfg, name) < 1:
-            raise ValueError(f"{name}: must be >= 1, got {getattr(cfg, name)}")
+            raise ValueError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(cfg, name)}")
+    if cfg.profile_tokens < 2:
+        raise ValueError(f"--profile-tokens: a round needs at least 2 new tokens, got {cfg.profile_tokens}")
     if cfg.block_size < 2:
-        raise ValueError(f"block_size: must be >= 2, got {cfg.block_size}")
+        raise ValueError(f"--block-size: must be >= 2, got {cfg.block_size}")
     if cfg.shape and cfg.shape not in PRESETS:
-        raise ValueError(f"shape: must be one of {sorted(PRESETS)}, got {cfg.shape!r}")
+        raise ValueError(f"--shape: must be one of {sorted(PRESETS)}, got {cfg.shape!r}")
     if not cfg.init_std > 0:
-        raise ValueError(f"init_std: must be > 0, got {cfg.init_std}")
-    return _ints("tree_sizes", cfg.tree_sizes), _ints("draft_contexts", cfg.draft_contexts)
+        raise ValueError(f"--init-std: must be > 0, got {cfg.init_std}")
+    return _ints("--tree-sizes", cfg.tree_sizes), _ints("--draft-contexts", cfg.draft_contexts)
 
 
 def random_qwen3(shape: str, layers: int, dtype, dev, seed: int, std: float, torch):
@@ -224,30 +244,54 @@ def _compare(tokens: list[int], ref: list[int], scores) -> dict:
     return {"status": "near-tie" if tie else "FAIL", "first_diff": i, "gap": gap}
 
 
-def latency(cfg: GpuCheckConfig, shape: str, sizes: list[int], contexts: list[int], torch, dev, dtype) -> dict:
+def round_cost(cfg: GpuCheckConfig, shape: str, sizes: list[int], torch, dev, dtype, progress: bool = True):
+    """The round profile (:func:`~mfd_theory.llm.profile.measure_round_profile`) of a random
+    ``shape``-shaped stack of ``profile_layers`` layers with random block drafters (K = 1 for
+    chain and ddtree, K = ``num_modes`` for mfd); returns (HF model, {K: drafter}, LatencyProfile)."""
     from mfd_theory.llm import TargetModel, build_drafter
-    from mfd_theory.llm.warmup import warm_up
+    from mfd_theory.llm.evaluate import Cell
+    from mfd_theory.llm.profile import measure_round_profile
 
     hf = random_qwen3(shape, cfg.profile_layers, dtype, dev, cfg.seed, cfg.init_std, torch)
     target = TargetModel(hf)
     drafters = {k: build_drafter(hf, cfg.block_size, cfg.draft_layers, num_modes=k, seed=cfg.seed)
                 for k in sorted({1, cfg.num_modes})}
-    warm_up(target, drafters[max(drafters)], budget=cfg.budget)
-    bcfg = BenchDecodeConfig(block_size=cfg.block_size, prompt_len=cfg.profile_context, seed=cfg.seed,
-                             profile_sizes=",".join(map(str, sizes)), profile_repeats=cfg.repeats)
-    profile = verify_profile(target, drafters[1], bcfg, torch, dev)
-    g = torch.Generator().manual_seed(cfg.seed)
-    feats = torch.randn(1, max(contexts) + 4 * (cfg.repeats + 1), hf.config.hidden_size, generator=g)
+    K = cfg.num_modes
+    cells = [Cell("chain", "k1", cfg.block_size - 1, drafters[1])]
+    cells += [Cell("ddtree", "k1", n, drafters[1]) for n in sizes]
+    cells += [Cell("mfd", f"k{K}", n, drafters[K]) for n in sizes]
+    g = torch.Generator().manual_seed(cfg.seed + 1)
+    prompts = [torch.randint(0, hf.config.vocab_size, (cfg.profile_context,), generator=g)
+               for _ in range(cfg.profile_prompts)]
+    name = f"verify_latency_{dev.type}" if not cfg.small else f"verify_latency_{dev.type}_small"
+    profile = measure_round_profile(
+        target, cells, prompts, cfg.profile_tokens, name=name, device=_device_tag(torch, dev),
+        model=f"random {shape}-shaped Qwen3, {cfg.profile_layers} layers, {cfg.dtype}, batch 1, HF SDPA",
+        note=(f"Measured by mfd bench gpu-check: random weights and random {cfg.draft_layers}-layer block drafters "
+              f"(K = 1 and {K}), {cfg.profile_prompts} prompt(s) of {cfg.profile_context} tokens, "
+              f"{cfg.profile_tokens} new tokens per decode"),
+        progress=progress)
+    return hf, drafters, profile
+
+
+def draft_latency(cfg: GpuCheckConfig, hf, drafters: dict, contexts: list[int], torch, dev, dtype) -> dict:
+    """{"K=k,T=t": ms}: the fastest of ``repeats`` drafting rounds after ``t`` context rows."""
+    from .bench_draft import round_ms
+
+    gen = torch.Generator().manual_seed(cfg.seed)
+    feats = torch.randn(1, max(contexts) + 4 * (cfg.repeats + 1), hf.config.hidden_size, generator=gen)
     feats = drafters[1].hidden_norm(feats.to(dev, dtype)).detach()
-    draft_ms = {}
+    out = {}
     for k, d in drafters.items():
         round_ms(d, feats, min(contexts), 1, 4, torch)  # first call: buffers, kernels
         for t in contexts:
-            draft_ms[f"K={k},T={t}"] = round_ms(d, feats, t, cfg.repeats, 4, torch)
-    return {"profile": profile, "draft_ms": draft_ms}
+            out[f"K={k},T={t}"] = round_ms(d, feats, t, cfg.repeats, 4, torch)
+    return out
 
 
 def run(config: GpuCheckConfig = GpuCheckConfig(), out_dir: str | None = None, progress: bool = True) -> Result:
+    import time
+
     import torch
 
     from mfd_theory.speedup import load_latency_profile
@@ -258,34 +302,55 @@ def run(config: GpuCheckConfig = GpuCheckConfig(), out_dir: str | None = None, p
     dev = torch.device(cfg.device)
     dtype = getattr(torch, cfg.dtype)
     shape = cfg.shape or ("tiny" if cfg.small else "qwen3-8b")
+    start = time.perf_counter()
+    elapsed: dict[str, float] = {}
+
+    def step(i: int, what: str):
+        if progress:
+            print(f"[{i}/4] {what} ...", flush=True)
+        return time.perf_counter()
+
+    def done(key: str, t0: float):
+        elapsed[key] = time.perf_counter() - t0
+        if progress:
+            print(f"      {elapsed[key]:.1f} s (total {time.perf_counter() - start:.1f} s of the "
+                  f"{cfg.time_budget_s:.0f} s budget)", flush=True)
+
     if progress:
-        print(f"gpu-check on {dev} ({shape} shape, {cfg.dtype}): greedy equality ...", flush=True)
+        print(f"gpu-check on {dev} ({shape} shape, {cfg.dtype})", flush=True)
+    t0 = step(1, "greedy equality against HF generate")
     rows = greedy_check(cfg, shape, torch, dev, dtype)
-    if progress:
-        print("verify and drafting latency ...", flush=True)
-    lat = latency(cfg, shape, sizes, contexts, torch, dev, dtype)
+    done("greedy", t0)
+    t0 = step(2, "round profile (measure_round_profile)")
+    hf, drafters, profile = round_cost(cfg, shape, sizes, torch, dev, dtype, progress)
+    done("round_profile", t0)
+    t0 = step(3, "drafting latency by context")
+    draft_ms = draft_latency(cfg, hf, drafters, contexts, torch, dev, dtype)
+    done("draft_latency", t0)
+    del hf, drafters  # the profile stack's memory, before the e2e run
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
     tag = _device_tag(torch, dev)
-    name = f"verify_latency_{dev.type}" if not cfg.small else f"verify_latency_{dev.type}_small"
-    desc = "" if dev.type == "cpu" else f" on {torch.cuda.get_device_name(dev)}"
-    prof = {"name": name, "device": tag + desc, "assumption": False,
-            "model": f"random {shape}-shaped Qwen3, {cfg.profile_layers} layers, {cfg.dtype}, batch 1, HF SDPA",
-            "note": (f"Measured by mfd bench gpu-check after a {cfg.profile_context}-token prompt; the draft time "
-                     f"is a {cfg.draft_layers}-layer block drafter (K = 1)."),
-            **lat["profile"], "provenance": provenance()}
-    path = out_dir / f"{name}.json"
+    if dev.type == "cuda":
+        profile.device = f"{tag} ({torch.cuda.get_device_name(dev)})"
+    prof = {**profile.to_dict(), "provenance": provenance()}
+    path = out_dir / f"{profile.name}.json"
     atomic_write_text(path, json.dumps(prof, indent=1) + "\n")
     load_latency_profile(path, make_monotone=True)  # the speedup model reads it
     e2e = None
     if cfg.e2e:
         from .e2e import main as e2e_main
 
-        if progress:
-            print("mfd e2e --preset micro ...", flush=True)
+        t0 = step(4, "mfd e2e --preset micro")
         res = e2e_main(["--preset", "micro", "--device", cfg.device, "--out", str(out_dir / "gpu_check_e2e"),
                         *([] if progress else ["--quiet"])])
+        done("e2e", t0)
         e2e = {"out": str(out_dir / "gpu_check_e2e"), "result": res.name}
+    total = time.perf_counter() - start
     data = {"device": tag, "shape": shape, "greedy": rows, "latency_profile": str(path),
-            "verify_profile": lat["profile"], "draft_ms": lat["draft_ms"], "e2e": e2e}
+            "round_profile": profile.to_dict(), "draft_ms": draft_ms, "e2e": e2e,
+            "elapsed_s": elapsed, "total_s": total, "time_budget_s": cfg.time_budget_s,
+            "within_budget": total <= cfg.time_budget_s}
     result = Result("gpu_check", dataclasses.asdict(cfg), data, seed=cfg.seed)
     result.save(out_dir / f"gpu_check_{dev.type}{'_small' if cfg.small else ''}.json")
     return result
@@ -301,13 +366,24 @@ def report(result: Result) -> str:
             lines.append(f"  {r['status']}: prompt {r['prompt']} {r['drafter']} {r['method']} first diff at "
                          f"{r['first_diff']} (HF top-two gap {r['gap']})")
     lines.append("greedy equality vs HF generate: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
-    p = d["verify_profile"]
-    lines.append(f"AR step {p['t_target_ms']:.2f} ms, draft (K = 1) {p['t_draft_ms']:.2f} ms; verify ms by N: "
+    p = d["round_profile"]
+    lines.append(f"round profile: AR round {p['t_target_ms']:.2f} ms; verify ms by N: "
                  + ", ".join(f"{n}:{t:.2f}" for n, t in zip(p["tree_sizes"], p["verify_ms"])))
-    lines.append("drafting round ms: " + ", ".join(f"{k} {v:.2f}" for k, v in d["draft_ms"].items()))
-    lines.append(f"latency profile written to {d['latency_profile']}")
+    lines.append("  drafting pass ms by K: " + ", ".join(f"{k}:{t:.2f}" for k, t in zip(p["draft_modes"], p["draft_ms"]))
+                 + f"; sampling draw {p['draw_ms']:.3f} ms")
+    for o in p.get("overhead") or []:
+        lines.append(f"  {o['method']} (K = {o['K']}) tree + walk + commit ms by N: "
+                     + ", ".join(f"{n}:{a + b + e:.2f}" for n, a, b, e in
+                                 zip(o["tree_sizes"], o["tree_ms"], o["walk_ms"], o["commit_ms"])))
+    lines.append("drafting round ms by context: " + ", ".join(f"{k} {v:.2f}" for k, v in d["draft_ms"].items()))
+    lines.append(f"round profile written to {d['latency_profile']}")
     if d["e2e"]:
         lines.append(f"e2e micro: results in {d['e2e']['out']}")
+    el = d.get("elapsed_s") or {}
+    lines.append("elapsed: " + ", ".join(f"{k} {v:.1f} s" for k, v in el.items())
+                 + f"; total {d['total_s']:.1f} s of the {d['time_budget_s']:.0f} s budget"
+                 + ("" if d["within_budget"] else " (OVER BUDGET: lower --tree-sizes, --profile-prompts or "
+                                                  "--profile-layers)"))
     return "\n".join(lines)
 
 

@@ -23,6 +23,25 @@ r-th ranked token of a position's marginal is the target's, averaged over positi
 Cells are stored one per file under ``<out_dir>/mixture_gain/`` (a rerun resumes); the merged
 result with a per-family summary goes to ``<out_dir>/mixture_gain.json``.
 
+Result layout (long format: no list of per-budget values inside a row; :func:`budget_rows`
+flattens every cell into one table):
+
+* ``cells`` (and ``confidence_cells``): one per (family, F, m, seed[, confidence]): its keys,
+  ``oracle`` ({n_nodes, best}), ``drafters`` (one row per fitted drafter: ``K``, ``assignment``,
+  ``source``, fit time, log-likelihood, best fixed budget and per-step budget per profile),
+  ``by_budget`` (one row per drafter and reported budget: the drafter's keys, ``budget``,
+  ``coverage``, ``oracle_coverage``, ``frac_oracle``, ``chimera_share``), ``speedup_at`` (one row
+  per drafter, profile and budget), ``coverage_curves`` (a columnar table: ``n`` on
+  :func:`curve_grid`, ``oracle``, then one column per drafter, named by :func:`drafter_key`),
+  ``sampling_repeats`` (F = 1 cells: one row per drafter, repeat and budget) and ``sequoia``;
+* ``summary`` / ``confidence_summary``: per family (and F = 1 or not) / per confidence: scalars
+  and, in ``by_budget``, one row per budget (and drafter);
+* the result's ``seed``: the list of seeds the cells ran with (each cell file records its own;
+  a cell's fits, samples and repeats derive their streams from it).
+
+:func:`widen_cell` turns a stored cell back into per-drafter arrays over the budgets (what the
+summaries and figures compute with).
+
 Run: ``python experiments/mixture_gain.py`` (about 3 minutes on 2 cores with the defaults).
 """
 
@@ -103,6 +122,13 @@ class Config(Checked):
                              f"got {','.join(map(str, self.Ks))}")
         if self.profile_path and not Path(self.profile_path).is_file():
             raise ValueError(f"--profile-path: no file at {self.profile_path}")
+        # values a family cannot make would stop the sweep half-way (after cells were written)
+        if "shifted" in self.families and max(self.Fs) > 4:
+            raise ValueError(f"--Fs: shifted takes F <= 4, got {','.join(map(str, self.Fs))} (drop the larger "
+                             "F or shifted from --families)")
+        if "two_futures" in self.families and max(self.Fs) >= 2 and max(self.two_futures_ms) > self.L:
+            raise ValueError(f"--two-futures-ms: two_futures needs m <= --L ({self.L}), got "
+                             f"{','.join(map(str, self.two_futures_ms))}")
 
 
 # fields that only choose which cells run; a stored cell stays valid when they change
@@ -268,7 +294,88 @@ def run_cell(config: Config, family: str, F: int, m: int | None, seed: int,
         out["sequoia"]["choice"][p.name] = dict(
             budget=ch.budget, max_depth=ch.max_depth, predicted_accepted=ch.expected_accepted,
             predicted_speedup=ch.speedup)
+    return long_cell(out, config.budgets)
+
+
+# ----------------------------------------------------------------------------- result layout
+
+_PER_BUDGET = ("coverage", "frac_oracle", "chimera_share")  # a drafter's values at the reported budgets
+
+
+def drafter_key(K: int, assignment: str = "soft", source: str = "samples") -> str:
+    """The name of a drafter's column in ``coverage_curves``: ``K=4,soft,samples``."""
+    return f"K={K},{assignment},{source}"
+
+
+def long_cell(cell: dict, budgets) -> dict:
+    """A cell as :func:`run_cell` computes it (per-drafter arrays over ``budgets`` and the curve
+    grid) in the stored long format (see the module docstring)."""
+    budgets = [int(b) for b in budgets]
+    out = {k: v for k, v in cell.items() if k not in ("oracle", "drafters", "curve_n", "sampling_repeats")}
+    oc = cell["oracle"]["coverage"]
+    out["oracle"] = {k: v for k, v in cell["oracle"].items() if k not in ("coverage", "curve")}
+    out["drafters"] = [{k: v for k, v in d.items() if k not in (*_PER_BUDGET, "curve", "speedup_at")}
+                       for d in cell["drafters"]]
+    keys = [dict(K=d["K"], assignment=d["assignment"], source=d["source"]) for d in cell["drafters"]]
+    out["by_budget"] = [dict(**k, budget=b, coverage=d["coverage"][i], oracle_coverage=oc[i],
+                             frac_oracle=d["frac_oracle"][i], chimera_share=d["chimera_share"][i])
+                        for k, d in zip(keys, cell["drafters"]) for i, b in enumerate(budgets)]
+    out["speedup_at"] = [dict(**k, profile=pn, budget=b, speedup=v[i])
+                         for k, d in zip(keys, cell["drafters"]) for pn, v in d["speedup_at"].items()
+                         for i, b in enumerate(budgets)]
+    out["coverage_curves"] = {"n": cell["curve_n"], "oracle": cell["oracle"]["curve"],
+                              **{drafter_key(**k): d["curve"] for k, d in zip(keys, cell["drafters"])}}
+    if "sampling_repeats" in cell:
+        out["sampling_repeats"] = [dict(drafter=name, repeat=r, budget=b, frac_oracle=fr[i])
+                                   for name, reps in cell["sampling_repeats"].items()
+                                   for r, fr in enumerate(reps) for i, b in enumerate(budgets)]
     return out
+
+
+def widen_cell(cell: dict) -> dict:
+    """The inverse of :func:`long_cell`: per-drafter lists over the reported budgets (``coverage``,
+    ``frac_oracle``, ``chimera_share``, ``speedup_at``), ``curve`` and ``curve_n``, and the oracle's
+    ``coverage`` and ``curve``. A cell already in that form (an older result) is returned as is."""
+    if "by_budget" not in cell:
+        return cell
+    out = {k: v for k, v in cell.items() if k not in ("by_budget", "speedup_at", "coverage_curves")}
+    curves = cell["coverage_curves"]
+    out["curve_n"] = curves["n"]
+    budgets = list(dict.fromkeys(r["budget"] for r in cell["by_budget"]))
+    first = [r for r in cell["by_budget"] if r["budget"] == budgets[0]][0]
+    out["oracle"] = {**cell["oracle"], "curve": curves["oracle"],
+                     "coverage": [r["oracle_coverage"] for r in cell["by_budget"] if _same(r, first)]}
+    out["drafters"] = []
+    for d in cell["drafters"]:
+        mine = [r for r in cell["by_budget"] if _same(r, d)]
+        sp = [r for r in cell["speedup_at"] if _same(r, d)]
+        out["drafters"].append({
+            **d, **{key: [r[key] for r in mine] for key in _PER_BUDGET},
+            "curve": curves[drafter_key(d["K"], d["assignment"], d["source"])],
+            "speedup_at": {pn: [r["speedup"] for r in sp if r["profile"] == pn]
+                           for pn in dict.fromkeys(r["profile"] for r in sp)},
+        })
+    if "sampling_repeats" in cell:
+        reps: dict[str, list] = {}
+        for r in cell["sampling_repeats"]:
+            rows = reps.setdefault(r["drafter"], [])
+            if r["repeat"] == len(rows):
+                rows.append([])
+            rows[r["repeat"]].append(r["frac_oracle"])
+        out["sampling_repeats"] = reps
+    return out
+
+
+def _same(row: dict, drafter: dict) -> bool:
+    return (row["K"], row["assignment"], row["source"]) == (drafter["K"], drafter["assignment"], drafter["source"])
+
+
+def budget_rows(result) -> list[dict]:
+    """Every cell's ``by_budget`` rows with the cell's keys (family, F, m, seed, confidence): one
+    flat table, ``pandas.DataFrame(budget_rows(result))``."""
+    data = result.data if hasattr(result, "data") else result["data"]
+    return [dict(family=c["family"], F=c["F"], m=c["m"], seed=c["seed"], confidence=c.get("confidence"), **r)
+            for c in [*data["cells"], *data.get("confidence_cells", [])] for r in c["by_budget"]]
 
 
 def cells(config: Config):
@@ -294,9 +401,13 @@ def _cell_key(family, F, m, seed) -> str:
     return f"{family},F={F},m={m if m is not None else 0},seed={seed}"
 
 
+#: the cells' layout; a cell stored in another (older) layout is recomputed
+CELL_FORMAT = 2
+
+
 def _cell_config(config: Config) -> dict[str, Any]:
     d = to_jsonable(dataclasses.asdict(config))
-    return {k: v for k, v in d.items() if k not in _SWEEP_FIELDS}
+    return {**{k: v for k, v in d.items() if k not in _SWEEP_FIELDS}, "cell_format": CELL_FORMAT}
 
 
 def summarize_confidence(cell_rows: list[dict], config: Config) -> list[dict[str, Any]]:
@@ -442,16 +553,63 @@ def run(config: Config = Config(), out_dir: str | Path = "results", progress: bo
         rows.append(res.data)
     main_rows = [r for r in rows if r.get("confidence") is None]
     conf_rows = [r for r in rows if r.get("confidence") is not None]
-    data = dict(cells=main_rows, summary=summarize(main_rows, config),
-                confidence_cells=conf_rows, confidence_summary=summarize_confidence(conf_rows, config),
+    budgets = list(config.budgets)
+    summary = long_summary(summarize([widen_cell(r) for r in main_rows], config), budgets)
+    conf_summary = long_confidence_summary(summarize_confidence([widen_cell(r) for r in conf_rows], config), budgets)
+    data = dict(cells=main_rows, summary=summary, confidence_cells=conf_rows, confidence_summary=conf_summary,
                 seconds=time.perf_counter() - t0,
                 profiles={p.name: p.to_dict() for p in _profiles(config)})
-    result = Result(NAME, cfg_dict, data, seed=None)
+    result = Result(NAME, cfg_dict, data, seed=sorted({seed for _, _, _, seed, _ in todo}))
     print(f"wrote {n_new} cell files under {store.directory}/ ({len(todo) - n_new} reused)")
     path = Path(out_dir) / f"{NAME}.json"
     existed = path.exists()
     wrote(result.save(path), existed)
     return result
+
+
+_SUMMARY_LISTS = ("frac_oracle_mean", "frac_oracle_std", "chimera_share_mean", "frac_gap_vs_product_mean",
+                  "frac_gap_vs_product_min")
+
+
+def long_summary(summary: dict, budgets: list[int]) -> dict:
+    """:func:`summarize`'s per-budget lists as rows: each entry's ``by_budget`` holds one row per
+    (drafter, budget) (``drafter``, ``budget``, ``frac_oracle_mean``, ``frac_oracle_std``,
+    ``chimera_share_mean``, and for a mixture ``frac_gap_vs_product_mean`` / ``_min``), and its
+    ``sampling_noise`` one row per budget."""
+    out: dict[str, Any] = {}
+    for family, fam in summary.items():
+        out[family] = {}
+        for label, entry in fam.items():
+            e = {k: v for k, v in entry.items() if k != "budgets"}
+            rows = []
+            for name, d in entry.items():
+                if isinstance(d, dict) and "frac_oracle_mean" in d:
+                    e[name] = {k: v for k, v in d.items() if k not in _SUMMARY_LISTS}
+                    rows += [dict(drafter=name, budget=int(b), **{k: d[k][i] for k in _SUMMARY_LISTS if k in d})
+                             for i, b in enumerate(budgets)]
+            e["by_budget"] = rows
+            if "sampling_noise" in entry:
+                noise = entry["sampling_noise"]
+                e["sampling_noise"] = [dict(budget=int(b), **{k: v[i] for k, v in noise.items()})
+                                       for i, b in enumerate(budgets)]
+            out[family][label] = e
+    return out
+
+
+def long_confidence_summary(rows: list[dict], budgets: list[int]) -> list[dict]:
+    """:func:`summarize_confidence`'s per-budget lists as one row per budget (``by_budget``)."""
+    lists = ("oracle_coverage", "product_frac", "mixture_frac", "product_chimera_share")
+    return [{**{k: v for k, v in e.items() if k not in (*lists, "budgets")},
+             "by_budget": [dict(budget=int(b), **{k: e[k][i] for k in lists}) for i, b in enumerate(budgets)]}
+            for e in rows]
+
+
+def at_budget(rows: list[dict], budget: int, key: str, drafter: str | None = None):
+    """``key`` of the ``by_budget`` row at ``budget`` (and of ``drafter``, when the rows name one)."""
+    for r in rows:
+        if r["budget"] == budget and (drafter is None or r.get("drafter") == drafter):
+            return r[key]
+    raise KeyError(f"no {key} at budget {budget}" + (f" for {drafter}" if drafter else ""))
 
 
 def format_summary(result: Result, budgets=(64, 256), profile: str | None = None) -> str:
@@ -463,12 +621,11 @@ def format_summary(result: Result, budgets=(64, 256), profile: str | None = None
     # the requested budgets that the run has; otherwise its middle and largest ones
     budgets = [b for b in budgets if b in cfg_budgets] or sorted({cfg_budgets[len(cfg_budgets) // 2],
                                                                   cfg_budgets[-1]})
-    idx = [cfg_budgets.index(b) for b in budgets]
     hk = headline_k(result.config["Ks"])
     head = " | ".join(f"product N={b} | mixture K={hk} N={b}" for b in budgets)
-    i64 = cfg_budgets.index(64) if 64 in cfg_budgets else idx[0]
+    b64 = 64 if 64 in cfg_budgets else budgets[0]
     lines = [
-        f"| family (F >= 2) | {head} | chimeras N={cfg_budgets[i64]} (product) | predicted gain ({profile}) |",
+        f"| family (F >= 2) | {head} | chimeras N={b64} (product) | predicted gain ({profile}) |",
         "|---" * (2 + 2 * len(budgets) + 1) + "|",
     ]
     for family, fam in s.items():
@@ -476,12 +633,12 @@ def format_summary(result: Result, budgets=(64, 256), profile: str | None = None
             if label not in fam or "mixture" not in fam[label]:
                 continue
             e = fam[label]
-            cells = " | ".join(
-                f"{e['product']['frac_oracle_mean'][i]:.3f} | {e['mixture']['frac_oracle_mean'][i]:.3f}" for i in idx
-            )
+            rows = e["by_budget"]
+            cells = " | ".join(f"{at_budget(rows, b, 'frac_oracle_mean', 'product'):.3f} | "
+                               f"{at_budget(rows, b, 'frac_oracle_mean', 'mixture'):.3f}" for b in budgets)
             name = family if label == "multi" else f"{family} (F = 1)"
             lines.append(
-                f"| {name} | {cells} | {e['product']['chimera_share_mean'][i64]:.2f} | "
+                f"| {name} | {cells} | {at_budget(rows, b64, 'chimera_share_mean', 'product'):.2f} | "
                 f"{100 * e['mixture']['predicted_gain'][profile]:+.1f}% |"
             )
     conf = result.data.get("confidence_summary") or []
@@ -494,10 +651,10 @@ def format_summary(result: Result, budgets=(64, 256), profile: str | None = None
             "|---|---|---|---|---|---|",
         ]
         for e in conf:
-            i0 = idx[0]
+            r = next(x for x in e["by_budget"] if x["budget"] == budgets[0])
             lines.append(
-                f"| c = {e['confidence']:g} | {e['oracle_coverage'][i0]:.2f} | {e['product_frac'][i0]:.3f} | "
-                f"{e['mixture_frac'][i0]:.3f} | {e['product_best'][profile]['tau']:.2f} | "
+                f"| c = {e['confidence']:g} | {r['oracle_coverage']:.2f} | {r['product_frac']:.3f} | "
+                f"{r['mixture_frac']:.3f} | {e['product_best'][profile]['tau']:.2f} | "
                 f"{100 * e['predicted_gain'][profile]:+.1f}% |"
             )
     return "\n".join(lines)

@@ -25,6 +25,19 @@ unless a measured one is given).
 
 Cells are stored one per file under ``<out_dir>/path_gain/`` (a rerun resumes); the merged
 result with a per-family summary goes to ``<out_dir>/path_gain.json``.
+
+Result layout (no list of per-budget values inside a row; :func:`budget_rows` flattens it):
+
+* ``cells``: one per (family, F or m, seed): its keys, ``methods`` ({method: {build_seconds}}),
+  ``by_budget`` (one row per method and reported budget: ``method``, ``budget``, ``coverage``,
+  ``depth``), ``coverage_curves`` and ``depth_curves`` (columnar tables: ``n``, the budgets of
+  :func:`~mfd_theory.experiments.mixture_gain.curve_grid`, then one column per method), and
+  ``speed`` (per profile, one row per step cost: each method's best budget, speedup, coverage
+  and depth);
+* ``summary``: one row per (family, F or m): ``by_budget`` (``method``, ``budget``, mean
+  ``coverage`` over the row's cells) and ``speed`` (per profile and step cost: means, wins,
+  winner);
+* the result's ``seed``: the list of seeds the cells ran with (each cell file records its own).
 """
 
 from __future__ import annotations
@@ -75,6 +88,19 @@ class Config(Checked):
     def validate(self) -> None:
         if self.profile_path and not Path(self.profile_path).is_file():
             raise ValueError(f"--profile-path: no file at {self.profile_path}")
+        # a family none of whose cells the sweep's values allow would silently drop out of the
+        # result (all of them: an empty result and exit status 0)
+        empty = [f for f in self.families if not any(c[0] == f for c in cells(self))]
+        if empty:
+            why = []
+            for f in empty:
+                if f == "two_futures":
+                    why.append(f"two_futures varies m and needs an m <= --L ({self.L}), got --two-futures-ms "
+                               f"{','.join(map(str, self.two_futures_ms))}")
+                else:
+                    why.append(f"{f} takes F <= {_MAX_F[f]}, got --Fs {','.join(map(str, self.Fs))}")
+            raise ValueError(f"--families: no cell to run for {', '.join(empty)}: " + "; ".join(why)
+                             + " (every other family takes any F >= 2)")
 
 
 # fields that only choose which cells run; a stored cell stays valid when they change
@@ -143,13 +169,14 @@ def run_cell(config: Config, family: str, F: int, m: int | None, seed: int) -> d
             timed(f"path r={r} D={D}", lambda: path_tree(drafter, max_n, max_depth=D))
 
     out: dict[str, Any] = dict(
-        family=family, F=t.F, m=m, seed=seed, L=config.L, V=t.V, params=t.params, curve_n=grid.tolist(),
-        methods={}, speed={},
+        family=family, F=t.F, m=m, seed=seed, L=config.L, V=t.V, params=t.params,
+        methods={name: dict(build_seconds=seconds[name]) for name in curves},
+        by_budget=[dict(method=name, budget=int(n), coverage=float(curves[name][n]), depth=int(depths[name][n]))
+                   for name in curves for n in bidx],
+        coverage_curves={"n": grid.tolist(), **{name: curves[name][grid].tolist() for name in curves}},
+        depth_curves={"n": grid.tolist(), **{name: depths[name][grid].tolist() for name in curves}},
+        speed={},
     )
-    for name in curves:
-        out["methods"][name] = dict(coverage=curves[name][bidx].tolist(), curve=curves[name][grid].tolist(),
-                                    depth=depths[name][bidx].tolist(), depth_curve=depths[name][grid].tolist(),
-                                    build_seconds=seconds[name])
     # best speedup per method: block drafters pay one pass whatever the depth; path trees pay per depth
     for p in profiles:
         per_cost = []
@@ -185,9 +212,26 @@ def _cell_key(family, F, m, seed) -> str:
     return f"{family},F={F},m={m if m is not None else 0},seed={seed}"
 
 
+#: the cells' layout; a cell stored in another (older) layout is recomputed
+CELL_FORMAT = 2
+
+
 def _cell_config(config: Config) -> dict[str, Any]:
     d = to_jsonable(dataclasses.asdict(config))
-    return {k: v for k, v in d.items() if k not in _SWEEP_FIELDS}
+    return {**{k: v for k, v in d.items() if k not in _SWEEP_FIELDS}, "cell_format": CELL_FORMAT}
+
+
+def per_budget(rows: list[dict], method: str, key: str = "coverage") -> list:
+    """``key`` of one method over the budgets, in the order the long ``by_budget`` rows hold them."""
+    return [r[key] for r in rows if r["method"] == method]
+
+
+def budget_rows(result) -> list[dict]:
+    """Every cell's ``by_budget`` rows with the cell's keys (family, F, m, seed): one flat table,
+    ``pandas.DataFrame(budget_rows(result))``."""
+    data = result.data if hasattr(result, "data") else result["data"]
+    return [dict(family=c["family"], F=c["F"], m=c["m"], seed=c["seed"], **r)
+            for c in data["cells"] for r in c["by_budget"]]
 
 
 def _best_path(row: dict, memory: int | None = None) -> tuple[str, dict]:
@@ -213,16 +257,13 @@ def summarize(cell_rows: list[dict], config: Config) -> list[dict[str, Any]]:
         for label in dict.fromkeys(group_label(c) for c in rows):
             sel = [c for c in rows if group_label(c) == label]
             names = list(sel[0]["methods"])
+            mean_cov = {n: np.mean([per_budget(c["by_budget"], n) for c in sel], axis=0) for n in names}
             entry: dict[str, Any] = dict(
-                family=family, group=label, n_cells=len(sel), budgets=list(config.budgets), K=K,
-                coverage={n: np.mean([c["methods"][n]["coverage"] for c in sel], axis=0).tolist() for n in names},
+                family=family, group=label, n_cells=len(sel), K=K,
+                by_budget=[dict(method=n, budget=int(b), coverage=float(mean_cov[n][i]))
+                           for n in names for i, b in enumerate(config.budgets)],
                 speed={},
             )
-            # path coverage per memory at full depth: the best the memory allows at each budget
-            full = min(max(config.depth_caps), config.L)
-            entry["path_coverage"] = {
-                str(r): entry["coverage"][f"path r={r} D={full}"] for r in config.memories
-            }
             for pn in profiles:
                 per_cost = []
                 for j, c in enumerate(config.step_costs):
@@ -273,7 +314,7 @@ def run(config: Config = Config(), out_dir: str | Path = "results", progress: bo
         rows.append(res.data)
     data = dict(cells=rows, summary=summarize(rows, config), seconds=time.perf_counter() - t0,
                 profiles={p.name: p.to_dict() for p in _profiles(config)})
-    result = Result(NAME, dataclasses.asdict(config), data, seed=None)
+    result = Result(NAME, dataclasses.asdict(config), data, seed=sorted({seed for _, _, _, seed in todo}))
     print(f"wrote {n_new} cell files under {store.directory}/ ({len(todo) - n_new} reused)")
     path = Path(out_dir) / f"{NAME}.json"
     existed = path.exists()
@@ -292,10 +333,10 @@ def format_summary(result: Result, budget: int = 64, profile: str | None = None)
     cfg, s = result.config, result.data["summary"]
     budgets = list(cfg["budgets"])
     b = budget if budget in budgets else budgets[len(budgets) // 2]
-    i = budgets.index(b)
     profile = profile or cfg["profiles"][0]
     mems = list(cfg["memories"])
     K = max(cfg["Ks"])
+    full = min(max(cfg["depth_caps"]), cfg["L"])  # path trees at full depth: the best each memory allows
     lines = [
         f"Coverage (expected accepted tokens) at N = {b}; path trees at full depth, memory r:",
         "",
@@ -303,10 +344,10 @@ def format_summary(result: Result, budget: int = 64, profile: str | None = None)
         "|---" * (5 + len(mems)) + "|",
     ]
     for e in s:
-        cov = e["coverage"]
-        path = " | ".join(f"{e['path_coverage'][str(r)][i]:.2f}" for r in mems)
-        lines.append(f"| {e['family']} | {e['group']} | {cov['product'][i]:.2f} | {cov[f'mixture K={K}'][i]:.2f} | "
-                     f"{path} | {cov['oracle'][i]:.2f} |")
+        cov = {r["method"]: r["coverage"] for r in e["by_budget"] if r["budget"] == b}
+        path = " | ".join(f"{cov[f'path r={r} D={full}']:.2f}" for r in mems)
+        lines.append(f"| {e['family']} | {e['group']} | {cov['product']:.2f} | {cov[f'mixture K={K}']:.2f} | "
+                     f"{path} | {cov['oracle']:.2f} |")
     costs = list(cfg["step_costs"])
     ci = _cost_indices(costs)
     head = " | ".join(f"c = {costs[j]:g}: product / mixture / path | winner" for j in ci)

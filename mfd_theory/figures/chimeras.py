@@ -24,12 +24,22 @@ FAMILY_COLORS = {
 
 def _data(res: Any) -> dict[str, Any]:
     if hasattr(res, "data"):
-        return res.data
+        return _wide(res.data)
     if isinstance(res, dict) and "data" in res and isinstance(res["data"], dict):
-        return res["data"]
+        return _wide(res["data"])
     if isinstance(res, dict):
-        return res
+        return _wide(res)
     raise ValueError(f"res: expected a Result or a dict, got {type(res).__name__}")
+
+
+def _wide(data: dict[str, Any]) -> dict[str, Any]:
+    """A chimera-share result's settings with their per-budget rows as lists (what the panels
+    draw; :func:`~mfd_theory.experiments.chimera_share.widen_setting`); other results unchanged."""
+    if not isinstance(data.get("settings"), list):
+        return data
+    from mfd_theory.experiments.chimera_share import widen_setting
+
+    return {**data, "settings": [widen_setting(r) for r in data["settings"]]}
 
 
 def _plt():

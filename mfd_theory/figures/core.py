@@ -12,6 +12,15 @@ _STYLES = {
 }
 
 
+def budget_curve(data: dict, tree: str, key: str) -> tuple[list[int], list[float]]:
+    """(budgets, values) of one tree's ``key`` (coverage, dead_share) from a ``core_table`` result's
+    long ``by_budget`` rows (or, in a result written before them, ``<key>_by_budget`` lists)."""
+    if "by_budget" in data:
+        mine = [r for r in data["by_budget"] if r["tree"] == tree]
+        return [r["budget"] for r in mine], [r[key] for r in mine]
+    return list(data["budgets"]), list(data[f"{key}_by_budget"][tree])
+
+
 def coverage_vs_budget(result):
     """Expected accepted tokens C(T_N) against N for each tree family of a ``core_table`` result
     (left), and the share of each tree's nodes the target gives P(s) <= eps (right)."""
@@ -19,10 +28,9 @@ def coverage_vs_budget(result):
 
     data = result.data if hasattr(result, "data") else result["data"]
     cfg = result.config if hasattr(result, "config") else result["config"]
-    budgets = data["budgets"]
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-    for a, key in ((ax, "coverage_by_budget"), (ax2, "dead_share_by_budget")):
-        lines = [a.plot(budgets, data[key][name], **style)[0] for name, style in _STYLES.items()]
+    for a, key in ((ax, "coverage"), (ax2, "dead_share")):
+        lines = [a.plot(*budget_curve(data, name, key), **style)[0] for name, style in _STYLES.items()]
         reveal_overlaps(a, lines, note_loc=(0.98, 0.02) if a is ax else (0.02, 0.98))
         a.set_xscale("log", base=2)
         a.set_xlabel("tree budget N (nodes)")

@@ -37,9 +37,14 @@ _COINCIDE = 5e-3
 
 
 def _parts(result) -> tuple[dict[str, Any], dict[str, Any]]:
-    if hasattr(result, "data"):
-        return result.config, result.data
-    return result["config"], result["data"]
+    """(config, data) with every cell widened back to per-drafter arrays over the budgets
+    (:func:`~mfd_theory.experiments.mixture_gain.widen_cell`; the file stores them in long rows)."""
+    from mfd_theory.experiments.mixture_gain import widen_cell
+
+    config, data = (result.config, result.data) if hasattr(result, "data") else (result["config"], result["data"])
+    if "cells" in data:
+        data = {**data, "cells": [widen_cell(c) for c in data["cells"]]}
+    return config, data
 
 
 def _pick(cell, K, assignment="soft", source="samples"):

@@ -58,10 +58,10 @@ def path_coverage_vs_budget(result, groups=None):
     shades = plt.cm.Greens(np.linspace(0.45, 0.95, len(mems)))
     for ax, e in zip(axes, rows):
         cells = [c for c in data["cells"] if c["family"] == e["family"] and group_label(c) == e["group"]]
-        grid = np.asarray(cells[0]["curve_n"])
+        grid = np.asarray(cells[0]["coverage_curves"]["n"])
 
         def mean(name):
-            return np.mean([c["methods"][name]["curve"] for c in cells], axis=0)
+            return np.mean([c["coverage_curves"][name] for c in cells], axis=0)
 
         orc = mean("oracle")
         # the oracle wide and grey underneath: a curve that reaches it shows as a line on a halo

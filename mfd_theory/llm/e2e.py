@@ -251,7 +251,8 @@ def evaluate(cfg, target, drafters: dict[int, Any], prompts: np.ndarray, progres
     """All rows: for each temperature, ar and every cell (default :func:`e2e_cells`; ``dartree``: a
     Domino drafter), through the shared evaluator (:mod:`mfd_theory.llm.evaluate`: methods
     interleaved per prompt, warm-up, decode-only timing over ``cfg.timing_passes`` passes). At
-    T = 0 each row also records whether its outputs equal ar's (``matches_ar``: lossless).
+    T = 0 each row also records whether its outputs equal ar's (``matches_ar``: lossless; None on
+    sampled rows, see :func:`~mfd_theory.llm.evaluate.rows_from_records`).
     ``with_records`` also returns the per-prompt records. With a round ``profile`` (measured
     before), every row gets the in-sample speedups of :func:`~mfd_theory.llm.evaluate.add_speedup_predictions`."""
     cells = e2e_cells(cfg, drafters, dartree) if cells is None else cells

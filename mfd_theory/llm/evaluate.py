@@ -115,7 +115,8 @@ def decode_cells(target, cells: list[Cell], items: list, *, temperatures, max_ne
     Returns the merged records on rank 0 (None on other ranks), sorted by temperature, item and
     cell. A record holds the cell, the item's index / dataset / id, the tokens (all turns), the
     accepted length of every round, the per-round predictions, and ``secs`` / ``n_decoded``: decode
-    seconds per pass and the tokens they produced (first token of each turn excluded).
+    seconds per pass and the tokens they produced (first token of each turn excluded);
+    ``turn_secs`` splits each pass's seconds by turn.
     ``eos_token_id`` is passed to the decoder ([] decodes a fixed number of tokens).
     ``dataset_name`` names the data set of items that are bare token arrays.
     """
@@ -151,7 +152,8 @@ def decode_cells(target, cells: list[Cell], items: list, *, temperatures, max_ne
                         return res.tokens
 
                     _item_turns(items[i], tokenizer, enable_thinking, answer)
-                    secs = sum(s.t_step for r in turns_res for s in r.steps)
+                    turn_secs = [sum(s.t_step for s in r.steps) for r in turns_res]
+                    secs = sum(turn_secs)
                     n_dec = sum(len(r.tokens) - 1 for r in turns_res)
                     if pss == 0:
                         steps = [s for r in turns_res for s in r.steps]
@@ -175,9 +177,10 @@ def decode_cells(target, cells: list[Cell], items: list, *, temperatures, max_ne
                             "dead": [s.dead_share for s in steps if s.tree_size],
                             "dead_splice": [s.dead_splices / s.tree_size for s in steps if s.tree_size],
                             "tree_sizes": [s.tree_size for s in steps],
-                            "split": split, "secs": [], "n_decoded": n_dec,
+                            "split": split, "secs": [], "turn_secs": [], "n_decoded": n_dec,
                         }
                     recs[(i, ci)]["secs"].append(secs)
+                    recs[(i, ci)]["turn_secs"].append(turn_secs)
                     bar.update(1)
         records.extend(recs[k] for k in sorted(recs))
     bar.close()
@@ -200,8 +203,21 @@ def _std(a) -> float | None:
 def rows_from_records(records: list[dict], cells: list[Cell]) -> list[dict]:
     """One row per (dataset, cell, temperature) from merged records (see :func:`decode_cells`).
 
-    Missing values are None (JSON null). ``matches_ar`` (greedy rows only): every prompt's tokens
-    equal ar's. Speedup is per pass, against ar in the same pass and dataset.
+    Missing values are None (JSON null). Speedup is per pass, against ar in the same pass and
+    dataset: ``speedup_passes`` holds one per pass, ``speedup`` their mean. Each pass's speedup
+    pools the row's prompts (all decoded tokens over all decode time, against ar's pooled rate).
+
+    ``speedup_spec_bench`` is Spec-Bench's convention instead (``evaluation/speed.py``): per pass,
+    the mean over prompts of each prompt's tokens/s, over the same mean for ar, then averaged over
+    passes (prompts with no decode time, an answer that ended at its first token, are left out:
+    they have no rate). It weights every prompt alike, where ``speedup`` weights them by their
+    decode time.
+
+    ``matches_ar`` is on every row: True / False on greedy rows (T = 0) when an ar cell ran
+    (every prompt's tokens equal ar's, the lossless check); None (null) on every other row, which
+    is not checked (sampled rows: the walk's draws use the same seeded generator as ar, but a
+    last-bit difference in the logits may flip a draw, so equality is not required there).
+    ``lossless_checked`` (bool, every row) says which: ``matches_ar is not None``.
     """
     rows = []
     keys = sorted({(r["temperature"], r["dataset"]) for r in records}, key=lambda k: (str(k[1]), k[0]))
@@ -235,6 +251,7 @@ def rows_from_records(records: list[dict], cells: list[Cell]) -> list[dict]:
                 sp = [None] * len(secs)
             sp_ok = [x for x in sp if x is not None]
             tps_ok = [x for x in tps if x is not None]
+            sb = _per_answer_ratio(recs, by_cell[ar_ci]) if ar_ci is not None else None
             pvar = np.array([a for r in recs for a in r.get("predicted_var", [np.nan] * len(r["predicted"]))],
                             dtype=float)
             diff = acc - pred
@@ -264,15 +281,37 @@ def rows_from_records(records: list[dict], cells: list[Cell]) -> list[dict]:
                 "seconds": float(np.mean(secs)),
                 "tokens_per_s_passes": tps, "tokens_per_s": _mean(tps_ok), "tokens_per_s_std": _std(tps_ok),
                 "speedup_passes": sp, "speedup": _mean(sp_ok), "speedup_std": _std(sp_ok),
+                "speedup_spec_bench": sb,
                 "dead_share": _mean(dead), "dead_splice_share": _mean(dspl),
                 "mean_tree_size": _mean(sizes), "time_split": split,
                 "per_round_budget": c.budget_rule is not None,
             }
+            row["matches_ar"] = None
             if temp == 0 and ar_ci is not None:
                 ar_out = {r["item"]: r["tokens"] for r in by_cell[ar_ci]}
                 row["matches_ar"] = all(r["tokens"] == ar_out.get(r["item"]) for r in recs)
+            row["lossless_checked"] = row["matches_ar"] is not None
             rows.append(row)
     return rows
+
+
+def _per_answer_rate(recs: list[dict], pss: int) -> float | None:
+    """Mean over prompts of tokens / decode seconds in pass ``pss`` (prompts with no decode time
+    left out); None when no prompt has one."""
+    rates = [r["n_decoded"] / r["secs"][pss] for r in recs if r["secs"][pss] > 0]
+    return float(np.mean(rates)) if rates else None
+
+
+def _per_answer_ratio(recs: list[dict], ar_recs: list[dict]) -> float | None:
+    """Spec-Bench's speedup (see :func:`rows_from_records`), averaged over passes."""
+    if not recs or not ar_recs:
+        return None
+    ratios = []
+    for pss in range(min(len(recs[0]["secs"]), len(ar_recs[0]["secs"]))):
+        mine, base = _per_answer_rate(recs, pss), _per_answer_rate(ar_recs, pss)
+        if mine is not None and base:
+            ratios.append(mine / base)
+    return float(np.mean(ratios)) if ratios else None
 
 
 _TERMS = ("draft", "tree", "verify", "walk", "commit")
@@ -586,7 +625,7 @@ def format_rows(rows: list[dict]) -> list[str]:
             f"{_fmt(r['tau'])} | {_pm(r['accepted_mean'], r['accepted_std'])} | "
             f"{_fmt(r['covered_mass_insample'])} | {_pm(r['speedup'], r.get('speedup_std'))} | "
             f"{_pm(r['tokens_per_s'], r.get('tokens_per_s_std'), 1)} | {_fmt(r['dead_share'])} | "
-            f"{'' if 'matches_ar' not in r else ('yes' if r['matches_ar'] else 'NO')} |")
+            f"{'' if r.get('matches_ar') is None else ('yes' if r['matches_ar'] else 'NO')} |")
     return lines
 
 

@@ -302,7 +302,8 @@ def _e2e(eval_path: Path, ceiling: dict) -> dict:
     keep = ("dataset", "temperature", "method", "drafter", "K", "budget", "tau", "accepted_mean", "speedup",
             "speedup_std", "speedup_passes", "dead_share", "covered_mass_mean", "matches_ar", "n_prompts",
             "accepted_std", "n_steps")
-    out_rows = [{k: r.get(k) for k in keep} for r in rows]
+    # matches_ar: bool on greedy rows, null on sampled ones (not checked); lossless_checked says which
+    out_rows = [{**{k: r.get(k) for k in keep}, "lossless_checked": r.get("matches_ar") is not None} for r in rows]
     comps = []
     for ds, temp in sorted({(r.get("dataset"), r["temperature"]) for r in rows}, key=lambda k: (str(k[0]), k[1])):
         at = [r for r in rows if r.get("dataset") == ds and r["temperature"] == temp and r["speedup"] is not None]

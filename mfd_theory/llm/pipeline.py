@@ -35,46 +35,48 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
-def _check_target_dir(path: str) -> Path:
+def _check_target_dir(path: str, flag: str = "--target") -> Path:
     d = Path(path)
     if not (d / "config.json").is_file():
-        raise ValueError(f"target: no config.json in {d}")
+        raise ValueError(f"{flag}: no config.json in {d}")
     if not any((d / f).is_file() for f in _TOKENIZER_FILES):
-        raise ValueError(f"target: {d} has no tokenizer (none of {', '.join(_TOKENIZER_FILES)}); "
+        raise ValueError(f"{flag}: {d} has no tokenizer (none of {', '.join(_TOKENIZER_FILES)}); "
                          "save it there with tokenizer.save_pretrained")
     return d
 
 
-def _positive_int(name: str, v) -> int:
+def _positive_int(flag: str, v) -> int:
     if v is None or isinstance(v, bool) or int(v) != v or v < 1:
-        raise ValueError(f"{name}: must be an integer >= 1, got {v!r}")
+        raise ValueError(f"{flag}: must be an integer >= 1, got {v!r}")
     return int(v)
 
 
-def _temperature(name: str, t: float) -> float:
+def _temperature(flag: str, t: float) -> float:
     if not math.isfinite(t) or t < 0:
-        raise ValueError(f"{name}: must be finite and >= 0, got {t}")
+        raise ValueError(f"{flag}: must be finite and >= 0, got {t}")
     return float(t)
 
 
-def _int_list(name: str, text: str) -> list[int]:
+def _int_list(flag: str, value) -> list[int]:
+    words = _list_tokens(value)
     try:
-        vals = [int(x) for x in text.replace(",", " ").split()]
+        vals = [int(x) for x in words]
     except ValueError as exc:
-        raise ValueError(f"{name}: expected comma-separated integers, got {text!r}") from exc
+        raise ValueError(f"{flag}: expected integers (comma- or space-separated), got {' '.join(words)!r}") from exc
     if not vals or min(vals) < 1:
-        raise ValueError(f"{name}: expected integers >= 1, got {text!r}")
+        raise ValueError(f"{flag}: expected integers >= 1, got {' '.join(words)!r}")
     return sorted(set(vals))
 
 
-def _float_list(name: str, text: str) -> list[float]:
+def _float_list(flag: str, value) -> list[float]:
+    words = _list_tokens(value)
     try:
-        vals = [float(x) for x in text.replace(",", " ").split()]
+        vals = [float(x) for x in words]
     except ValueError as exc:
-        raise ValueError(f"{name}: expected comma-separated numbers, got {text!r}") from exc
+        raise ValueError(f"{flag}: expected numbers (comma- or space-separated), got {' '.join(words)!r}") from exc
     if not vals:
-        raise ValueError(f"{name}: expected at least one value")
-    return [_temperature(name, t) for t in vals]
+        raise ValueError(f"{flag}: expected at least one value")
+    return [_temperature(flag, t) for t in vals]
 
 
 def _torch_dtype(name: str, device: str):
@@ -96,7 +98,7 @@ def load_target(directory, device: str = "cpu", dtype: str = "auto"):
     """(frozen HF causal LM, tokenizer) from a local directory; ValueError naming the problem."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    d = _check_target_dir(str(directory))
+    d = _check_target_dir(str(directory), "target")
     try:
         tok = AutoTokenizer.from_pretrained(str(d))
     except Exception as exc:  # noqa: BLE001 - any loader failure is the directory's fault
@@ -112,10 +114,91 @@ def load_target(directory, device: str = "cpu", dtype: str = "auto"):
     return model, tok
 
 
+def _check_out(path: str) -> Path:
+    """``--out`` checked without creating it: not a file, and its nearest existing folder accepts
+    a new entry (a scratch folder is made there and removed again). Nothing is left behind, so a
+    command refused later (a bad option, a drafter of another target) leaves no empty directory."""
+    import os
+    import tempfile
+
+    p = Path(path)
+    if str(path) == "":
+        raise ValueError("--out: needs a directory")
+    if p.exists() and not p.is_dir():
+        raise ValueError(f"--out: {p} exists and is not a directory")
+    anc = p
+    while not anc.exists():
+        anc = anc.parent
+    if not anc.is_dir():
+        raise ValueError(f"--out: {anc} is not a directory, so {p} cannot be created")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".mfd-write-check-", dir=anc))
+    except OSError as exc:
+        raise ValueError(f"--out: {p} cannot be written ({anc} does not accept new entries: "
+                         f"{exc.strerror or exc})") from None
+    return p
+
+
 def _writable(path: str) -> Path:
+    """Create ``--out`` (after every check has passed) and prove it writable."""
     from .e2e import check_writable
 
-    return check_writable(Path(path))
+    try:
+        return check_writable(Path(path))
+    except ValueError as exc:
+        raise ValueError(f"--out: {str(exc).split(': ', 1)[-1]}") from exc
+
+
+def _list_tokens(value) -> list[str]:
+    """The items of a list option given as one comma-separated word, several space-separated
+    words, or both (``16,32``, ``16 32``, ``16, 32``): the syntax every ``mfd`` command takes."""
+    words = [value] if isinstance(value, str) else list(value)
+    return [x for w in words for x in w.replace(",", " ").split()]
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argparse parser whose ``--help`` shows every option's default.
+
+    An option with a value default gets ``(default: VALUE)`` appended; a switch ``(default: off)``;
+    an option whose default is None must say in its own help what happens without it (checked
+    when the parser is built, so a new option cannot forget it)."""
+
+    def add_argument(self, *args, **kwargs):
+        action = super().add_argument(*args, **kwargs)
+        if action.option_strings and action.help and not action.required and action.dest != "help":
+            if isinstance(action, argparse._StoreTrueAction):
+                action.help += " (default: off)"
+            elif action.default is None:
+                if "default" not in action.help:
+                    raise AssertionError(f"{action.option_strings[0]}: a None default must be explained in its help")
+            elif "default" not in action.help:
+                d = action.default
+                shown = ",".join(map(str, d)) if isinstance(d, (list, tuple)) else d
+                action.help += f" (default: {shown})".replace("%", "%%")
+        return action
+
+
+def _flag_errors(parser: argparse.ArgumentParser):
+    """A context in which a ValueError that starts with a Python parameter name (``max_new_tokens:
+    ...``, the library's style) is raised again naming the command-line flag (``--max-new-tokens:
+    ...``), so every bad-input message of these commands names what the user typed."""
+    import contextlib
+
+    names = {a.dest: a.option_strings[-1] for a in parser._actions if a.option_strings and a.dest != "help"}
+    names["out_dir"] = "--out"
+
+    @contextlib.contextmanager
+    def ctx():
+        try:
+            yield
+        except ValueError as exc:
+            msg = str(exc)
+            head, sep, rest = msg.partition(": ")
+            if sep and head in names:
+                raise ValueError(f"{names[head]}: {rest}") from exc
+            raise
+
+    return ctx()
 
 
 def _say(dist, msg: str) -> None:
@@ -126,9 +209,8 @@ def _say(dist, msg: str) -> None:
 # --------------------------------------------------------------------------------------- distill
 
 
-def distill_main(argv: list[str] | None = None) -> dict:
-    """``mfd distill``: the target's own answers to prompt files (self-distillation data)."""
-    parser = argparse.ArgumentParser(prog="mfd distill", description=distill_main.__doc__.split(": ", 1)[1])
+def _distill_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="mfd distill", description=distill_main.__doc__.split(": ", 1)[1])
     _common(parser)
     parser.add_argument("--prompts", nargs="+", required=True, help="JSONL prompt files")
     parser.add_argument("--out", required=True, help="output directory (shards + manifest.json)")
@@ -137,27 +219,44 @@ def distill_main(argv: list[str] | None = None) -> dict:
                         help="sampling temperature (1 keeps all the target's futures; 0 is greedy)")
     parser.add_argument("--enable-thinking", action="store_true", help="chat template with thinking on")
     parser.add_argument("--shard-size", type=int, default=64, help="prompts per shard (the unit of resuming)")
+    return parser
+
+
+def distill_main(argv: list[str] | None = None) -> dict:
+    """``mfd distill``: the target's own answers to prompt files (self-distillation data)."""
+    parser = _distill_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    _positive_int("max_new_tokens", args.max_new_tokens)
-    _positive_int("shard_size", args.shard_size)
-    _temperature("temperature", args.temperature)
+    with _flag_errors(parser):
+        return _distill(args)
+
+
+def _distill(args) -> dict:
+    _positive_int("--max-new-tokens", args.max_new_tokens)
+    _positive_int("--shard-size", args.shard_size)
+    _temperature("--temperature", args.temperature)
     from .prompts import read_prompt_files
 
     prompts = read_prompt_files(args.prompts)
     _check_target_dir(args.target)
+    _check_out(args.out)
 
     from .dist import setup, teardown
     from .distill import distill_prompts, prompt_files_digest
 
     dist = setup(args.device)
     try:
-        out = _writable(args.out)
         if args.quiet:
             _quiet_transformers()
         target, tok = load_target(args.target, dist.device, args.dtype)
         config = {"prompt_files": prompt_files_digest(args.prompts), "max_new_tokens": args.max_new_tokens,
                   "temperature": args.temperature, "seed": args.seed, "enable_thinking": args.enable_thinking,
                   "dtype": str(next(target.parameters()).dtype).replace("torch.", "")}
+        from .distill import check_context
+        from .target import TargetModel
+
+        # the context check distill_prompts repeats, here before the output directory is made
+        check_context(prompts, tok, args.enable_thinking, args.max_new_tokens, TargetModel(target).max_positions)
+        out = _writable(args.out)
         manifest = distill_prompts(target, tok, prompts, out, max_new_tokens=args.max_new_tokens,
                                    temperature=args.temperature, seed=args.seed,
                                    enable_thinking=args.enable_thinking, config=config,
@@ -173,10 +272,8 @@ def distill_main(argv: list[str] | None = None) -> dict:
 # --------------------------------------------------------------------------------------- train
 
 
-def train_drafter_main(argv: list[str] | None = None) -> list[dict]:
-    """``mfd train-drafter``: a product (K = 1), MFD (K > 1) or Domino (``--kind dartree``) drafter on a distilled data set."""
-    parser = argparse.ArgumentParser(prog="mfd train-drafter",
-                                     description=train_drafter_main.__doc__.split(": ", 1)[1])
+def _train_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="mfd train-drafter", description=train_drafter_main.__doc__.split(": ", 1)[1])
     _common(parser)
     parser.add_argument("--data", required=True, help="data set directory written by mfd distill")
     parser.add_argument("--out", required=True, help="run directory (checkpoints; the drafter in OUT/drafter)")
@@ -196,7 +293,8 @@ def train_drafter_main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--warmup", type=int, default=None, help="warm-up steps (default steps // 20)")
     parser.add_argument("--balance", type=float, default=0.1, help="MFD load-balancing weight")
     parser.add_argument("--ckpt-every", type=int, default=100, help="steps between checkpoints")
-    parser.add_argument("--init-from", default=None, help="start from this DFlash checkpoint directory")
+    parser.add_argument("--init-from", default=None,
+                        help="start from this DFlash checkpoint directory (default: a new drafter)")
     parser.add_argument("--mask-token-id", type=int, default=None,
                         help="the drafter's mask token id (default: the tokenizer's mask token; without one, "
                              "the id published drafters use for this vocabulary, else the last id, with a warning)")
@@ -204,35 +302,49 @@ def train_drafter_main(argv: list[str] | None = None) -> list[dict]:
                         help="with --init-from and K > 1: std of the mode embeddings relative to the "
                              "target's embedding rms (0 starts exactly at the checkpoint, but identical "
                              "modes then get identical gradients and never separate)")
+    return parser
+
+
+def train_drafter_main(argv: list[str] | None = None) -> list[dict]:
+    """``mfd train-drafter``: a product (K = 1), MFD (K > 1) or Domino (``--kind dartree``) drafter on a distilled data set."""
+    parser = _train_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    K = _positive_int("modes", args.modes)
+    with _flag_errors(parser):
+        return _train(args)
+
+
+def _train(args) -> list[dict]:
+    K = _positive_int("--modes", args.modes)
     if args.kind not in ("dflash", "dartree"):
-        raise ValueError(f"kind: must be dflash or dartree, got {args.kind!r}")
+        raise ValueError(f"--kind: must be dflash or dartree, got {args.kind!r}")
     if args.kind == "dartree" and K != 1:
-        raise ValueError(f"modes: a dartree (Domino) drafter has one mode, got --modes {K}")
+        raise ValueError(f"--modes: a dartree (Domino) drafter has one mode, got --modes {K}")
     if args.rank is not None and (args.kind != "dartree" or args.rank < 1):
-        raise ValueError(f"rank: an integer >= 1, and only with --kind dartree (got {args.rank}, kind {args.kind})")
+        raise ValueError(f"--rank: an integer >= 1, and only with --kind dartree (got {args.rank}, kind {args.kind})")
     for name in ("steps", "batch_size", "grad_accum", "blocks_per_seq", "ckpt_every"):
-        _positive_int(name, getattr(args, name))
+        _positive_int("--" + name.replace("_", "-"), getattr(args, name))
     if args.block_size is not None and args.block_size < 2:
-        raise ValueError(f"block_size: must be >= 2, got {args.block_size}")
+        raise ValueError(f"--block-size: must be >= 2, got {args.block_size}")
     if args.layers is not None:
-        _positive_int("layers", args.layers)
+        _positive_int("--layers", args.layers)
     if not (math.isfinite(args.lr) and args.lr > 0):
-        raise ValueError(f"lr: must be > 0, got {args.lr}")
+        raise ValueError(f"--lr: must be > 0, got {args.lr}")
+    if not (math.isfinite(args.balance) and args.balance >= 0):
+        raise ValueError(f"--balance: must be finite and >= 0, got {args.balance}")
     if not (math.isfinite(args.mode_noise) and args.mode_noise >= 0):
-        raise ValueError(f"mode_noise: must be >= 0, got {args.mode_noise}")
+        raise ValueError(f"--mode-noise: must be >= 0, got {args.mode_noise}")
     if args.warmup is not None and args.warmup < 0:
-        raise ValueError(f"warmup: must be >= 0, got {args.warmup}")
+        raise ValueError(f"--warmup: must be >= 0, got {args.warmup}")
     if args.init_from is not None and not (Path(args.init_from) / "config.json").is_file():
-        raise ValueError(f"init_from: no DFlash checkpoint (config.json) in {args.init_from}")
+        raise ValueError(f"--init-from: no DFlash checkpoint (config.json) in {args.init_from}")
     if args.mask_token_id is not None and (args.mask_token_id < 0 or args.init_from is not None):
-        raise ValueError(f"mask_token_id: --mask-token-id must be a token id >= 0 and is not used with "
+        raise ValueError(f"--mask-token-id: must be a token id >= 0 and is not used with "
                          f"--init-from (the checkpoint has its own), got {args.mask_token_id}")
     from .distill import load_distill_data
 
     seqs, plens, manifest = load_distill_data(args.data)
     _check_target_dir(args.target)
+    _check_out(args.out)
 
     import torch
 
@@ -242,13 +354,12 @@ def train_drafter_main(argv: list[str] | None = None) -> list[dict]:
 
     dist = setup(args.device)
     try:
-        out = _writable(args.out)
         if args.quiet:
             _quiet_transformers()
         target, tok = load_target(args.target, dist.device, args.dtype)
         fp = target_fingerprint(target)
         if manifest.get("target_fingerprint") != fp:
-            raise ValueError(f"data: {args.data} was distilled from another target (fingerprint "
+            raise ValueError(f"--data: {args.data} was distilled from another target (fingerprint "
                              f"{manifest.get('target_fingerprint')}, this target's is {fp}; data distilled "
                              "before the fingerprint's version 2 records an older one: distill again)")
         if args.init_from is not None:
@@ -260,9 +371,9 @@ def train_drafter_main(argv: list[str] | None = None) -> list[dict]:
                 else:
                     drafter = drafter_from_checkpoint(args.init_from, target, K)
             except (OSError, RuntimeError) as exc:
-                raise ValueError(f"init_from: cannot load {args.init_from}: {exc}") from exc
-            for name, mine, want in (("block_size", drafter.block_size, args.block_size),
-                                     ("layers", len(drafter.layers), args.layers)):
+                raise ValueError(f"--init-from: cannot load {args.init_from}: {exc}") from exc
+            for name, mine, want in (("--block-size", drafter.block_size, args.block_size),
+                                     ("--layers", len(drafter.layers), args.layers)):
                 if want is not None and want != mine:
                     raise ValueError(f"{name}: {want} differs from the --init-from checkpoint's {mine}")
             if K > 1 and args.mode_noise > 0 and not drafter.mode_embeddings.detach().abs().sum():
@@ -275,7 +386,7 @@ def train_drafter_main(argv: list[str] | None = None) -> list[dict]:
             mask = args.mask_token_id if args.mask_token_id is not None else getattr(tok, "mask_token_id", None)
             n_vocab = int(target.get_input_embeddings().num_embeddings)
             if mask is not None and not 0 <= int(mask) < n_vocab:
-                raise ValueError(f"mask_token_id: {mask} is not a token of the target's {n_vocab}-token vocabulary")
+                raise ValueError(f"--mask-token-id: {mask} is not a token of the target's {n_vocab}-token vocabulary")
             drafter = build_drafter(target, args.block_size or 16, args.layers or 1, num_modes=K, seed=args.seed,
                                     mask_token_id=mask, kind=args.kind, rank=args.rank)
             if mask is None:
@@ -285,6 +396,7 @@ def train_drafter_main(argv: list[str] | None = None) -> list[dict]:
                               f"{drafter.mask_token_id} as its mask; pass --mask-token-id to choose it",
                               stacklevel=2)
         drafter = drafter.float()  # float32 weights for the optimizer, whatever the target's dtype
+        out = _writable(args.out)  # every check passed: now the run directory is made
         cfg = DrafterTrainConfig(
             block_size=int(drafter.block_size), num_layers=len(drafter.layers), num_modes=K,
             batch_size=args.batch_size, blocks_per_seq=args.blocks_per_seq, steps=args.steps, lr=args.lr,
@@ -311,7 +423,7 @@ def _drafter_dir(path: str) -> Path:
     if (d / "drafter" / "config.json").is_file():  # a train-drafter run directory
         d = d / "drafter"
     if not (d / "config.json").is_file():
-        raise ValueError(f"drafter: no drafter checkpoint (config.json) in {path}")
+        raise ValueError(f"--drafter: no drafter checkpoint (config.json) in {path}")
     return d
 
 
@@ -324,23 +436,24 @@ def _label(d: Path, taken: set) -> str:
     return label
 
 
-def eval_main(argv: list[str] | None = None):
-    """``mfd eval``: tau and speedup of drafters on prompt files under DDTree's protocol."""
+def _eval_parser() -> argparse.ArgumentParser:
     from .decode import METHODS
 
-    parser = argparse.ArgumentParser(prog="mfd eval", description=eval_main.__doc__.split(": ", 1)[1])
+    parser = _Parser(prog="mfd eval", description=eval_main.__doc__.split(": ", 1)[1])
     _common(parser)
     parser.add_argument("--drafter", action="append", required=True,
                         help="drafter checkpoint (or train-drafter run) directory; repeat for several")
     parser.add_argument("--prompts", nargs="+", required=True, help="JSONL prompt files (one data set each)")
     parser.add_argument("--out", required=True, help="output directory (eval.json, per_prompt.jsonl, figures)")
-    parser.add_argument("--methods", default="ar,chain,ddtree,mfd",
-                        help="comma-separated subset of " + ",".join(METHODS) + " (ar is always run)")
-    parser.add_argument("--budgets", default="16,32,64", help="tree budgets (nodes) for ddtree and mfd")
-    parser.add_argument("--temperatures", default="0,1", help="sampling temperatures (0 = greedy)")
+    parser.add_argument("--methods", nargs="+", default="ar,chain,ddtree,mfd",
+                        help="subset of " + ",".join(METHODS) + ", comma- or space-separated (ar is always run)")
+    parser.add_argument("--budgets", nargs="+", default="16,32,64",
+                        help="tree budgets (nodes) for ddtree and mfd, comma- or space-separated")
+    parser.add_argument("--temperatures", nargs="+", default="0,1",
+                        help="sampling temperatures (0 = greedy), comma- or space-separated")
     parser.add_argument("--max-new-tokens", type=int, default=128, help="answer length cap per turn")
     parser.add_argument("--max-prompts", type=int, default=None,
-                        help="per data set, the first n prompts after a shuffle with seed 0")
+                        help="per data set, the first n prompts after a shuffle with seed 0 (default: all)")
     parser.add_argument("--enable-thinking", action="store_true", help="chat template with thinking on")
     parser.add_argument("--passes", type=int, default=3, help="timing passes (speedups carry their spread)")
     parser.add_argument("--profile-prompts", type=int, default=2,
@@ -352,19 +465,42 @@ def eval_main(argv: list[str] | None = None):
                              "shuffle), which are then not evaluated")
     parser.add_argument("--calibration-count", type=int, default=8,
                         help="calibration prompts per data set (or taken from --calibration-prompts)")
+    parser.add_argument("--format", default="mfd", choices=("mfd", "spec-bench"),
+                        help="mfd: eval.json, per_prompt.jsonl and figures; spec-bench: also every method's "
+                             "answers in Spec-Bench's model_answer JSONL layout, OUT/spec_bench/run_<pass>/"
+                             "<model_id>.jsonl (one file per timing pass, as Spec-Bench keeps one per run). "
+                             "Their accept_lengths count the bonus token (tokens per target call, our tau); "
+                             "new_tokens and wall_time are decode only (the prefill's first token and time left "
+                             "out, as our speedup does). Spec-Bench's speedup is the mean per-answer tokens/s "
+                             "over the baseline's (each row's speedup_spec_bench); ours, speedup, pools tokens "
+                             "and time over the answers")
+    return parser
+
+
+def eval_main(argv: list[str] | None = None):
+    """``mfd eval``: tau and speedup of drafters on prompt files under DDTree's protocol."""
+    parser = _eval_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    with _flag_errors(parser):
+        return _eval(args)
+
+
+def _eval(args):
+    from .decode import METHODS
+
+    methods = _list_tokens(args.methods)
     bad = [m for m in methods if m not in METHODS]
     if bad or not methods:
-        raise ValueError(f"methods: unknown {bad}; choose from {','.join(METHODS)}")
+        raise ValueError(f"--methods: unknown {bad}; choose from {','.join(METHODS)}")
+    methods = list(dict.fromkeys(methods))
     if "ar" not in methods:  # speedups and matches_ar are relative to ar
         methods = ["ar", *methods]
-    budgets = _int_list("budgets", args.budgets)
-    temps = _float_list("temperatures", args.temperatures)
-    _positive_int("max_new_tokens", args.max_new_tokens)
-    _positive_int("passes", args.passes)
+    budgets = _int_list("--budgets", args.budgets)
+    temps = _float_list("--temperatures", args.temperatures)
+    _positive_int("--max-new-tokens", args.max_new_tokens)
+    _positive_int("--passes", args.passes)
     if args.max_prompts is not None:
-        _positive_int("max_prompts", args.max_prompts)
+        _positive_int("--max-prompts", args.max_prompts)
     if args.profile_prompts < 0:
         raise ValueError(f"--profile-prompts: must be >= 0, got {args.profile_prompts}")
     _positive_int("--calibration-count", args.calibration_count)
@@ -377,6 +513,7 @@ def eval_main(argv: list[str] | None = None):
     prompts = shuffle_take([p for p in prompts if (p.dataset, p.id) not in held], args.max_prompts)
     _check_target_dir(args.target)
     ddirs = [_drafter_dir(p) for p in args.drafter]
+    _check_out(args.out)
 
     from mfd_theory.results import Result, atomic_write_text
 
@@ -395,7 +532,6 @@ def eval_main(argv: list[str] | None = None):
 
     dist = setup(args.device)
     try:
-        out = _writable(args.out)
         if args.quiet:
             _quiet_transformers()
         target_hf, tok = load_target(args.target, dist.device, args.dtype)
@@ -403,14 +539,23 @@ def eval_main(argv: list[str] | None = None):
         for d in ddirs:
             try:
                 dr = load_drafter(d, target_hf).eval()
+            except ValueError as exc:  # e.g. trained for another target; the library names its parameter
+                raise ValueError(f"--drafter: {str(exc).split(': ', 1)[-1]}") from exc
             except (OSError, RuntimeError, KeyError, TypeError) as exc:
-                raise ValueError(f"drafter: cannot load {d}: {exc}") from exc
+                raise ValueError(f"--drafter: cannot load {d}: {exc}") from exc
             label = _label(d, taken)
             drafters[label] = dr
             info[label] = {"dir": str(d), "K": int(dr.num_modes), "block_size": int(dr.block_size)}
         cells = make_cells(drafters, methods, budgets)
         _check_cells(cells, methods, drafters)
         target = TargetModel(target_hf)
+        from .distill import check_context
+
+        # every prompt (and its later turns, at worst) fits the target's context: checked here,
+        # not half-way through the decoding
+        check_context([*prompts, *(p for ps in calib_sets.values() for p in ps)], tok, args.enable_thinking,
+                      args.max_new_tokens, target.max_positions)
+        out = _writable(args.out)  # every check passed: now the output directory is made
         profile, pred_path, speed, choices = None, out / "predictions.json", {}, []
         if calib_sets and any(c.method != "ar" for c in cells):
             # Everything the predictions use, measured before the first evaluated prompt: the round
@@ -474,6 +619,11 @@ def eval_main(argv: list[str] | None = None):
         res.save(out / "eval.json")
         atomic_write_text(out / "per_prompt.jsonl",
                           "".join(json.dumps(r) + "\n" for r in per_prompt_records(records)))
+        answer_files = []
+        if args.format == "spec-bench":
+            from .spec_bench import write_answers
+
+            answer_files = write_answers(out / "spec_bench", records, tok)
         print("\n".join(format_rows(rows)))
         if best:
             print("\nbest budget per dataset, temperature, drafter and method:")
@@ -487,6 +637,8 @@ def eval_main(argv: list[str] | None = None):
             print(line)
         print(f"wrote {out / 'eval.json'}")
         print(f"wrote {out / 'per_prompt.jsonl'}")
+        if answer_files:
+            print(f"wrote {len(answer_files)} Spec-Bench answer files under {out / 'spec_bench'}/")
         for path in _figures(res, out):
             print(f"wrote {path}")
         return res
