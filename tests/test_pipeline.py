@@ -532,3 +532,31 @@ def test_eval_spec_bench_answers_give_our_tau_and_speedup(run, tmp_path):
     assert checked >= len(rows) // 2
     multi = [a for a in read_answers(out / "spec_bench" / "run_1" / "ar-temperature-0.jsonl") if a["prompt_id"] == "mt"]
     assert len(multi) == 1 and len(multi[0]["choices"][0]["turns"]) == 2
+
+
+def test_eval_batch_size_decodes_losslessly_in_batches(run, tmp_path, capsys):
+    root, target, files = run
+    out = tmp_path / "batched"
+    args = ["eval", "--target", str(target), "--drafter", str(root / "k1"), "--drafter", str(root / "k3"),
+            "--prompts", *files, *EVAL_ARGS, "--batch-size", "2"]
+    for policy in ("global", "auto"):
+        o = out / policy
+        assert mfd([*args, "--out", str(o), "--budget-policy", policy]) == 0
+        res = json.loads((o / "eval.json").read_text())["data"]
+        assert res["batch_size"] == 2 and res["budget_policy"] == policy
+        rows = res["rows"]
+        assert {r["method"] for r in rows} == {"ar", "chain", "ddtree", "mfd"}
+        for r in rows:
+            assert r["lossless_checked"] is (r["temperature"] == 0)
+            if r["temperature"] == 0:
+                assert r["matches_ar"] is True, r
+        if policy == "auto":  # the plans were measured on the calibration prompts and written first
+            plans = json.loads((o / "batch_plans.json").read_text())
+            assert plans["written_at_unix"] < res["evaluation_started_unix"]
+            assert set(plans["plans"]) == {"ddtree/k1", "ddtree/k3", "mfd/k3"}
+    capsys.readouterr()
+    assert mfd([*args, "--out", str(tmp_path / "x"), "--format", "spec-bench"]) == 2
+    assert "--format" in capsys.readouterr().err
+    assert mfd(["eval", "--target", str(target), "--drafter", str(root / "k1"), "--prompts", *files, *EVAL_ARGS,
+                "--budget-policy", "global", "--out", str(tmp_path / "y")]) == 2
+    assert "--batch-size" in capsys.readouterr().err and not (tmp_path / "y").exists()

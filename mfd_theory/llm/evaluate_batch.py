@@ -33,7 +33,8 @@ def decode_batch_cells(target, cells: list[Cell], items: list, *, batch_size: in
     if bad:
         raise ValueError("--batch-size: method dartree grows its trees depth by depth and is not batched; "
                          "leave it out of --methods")
-    if policy == "auto" and any((c.method, c.drafter_label) not in (plans or {}) for c in cells if c.method != "ar"):
+    if policy == "auto" and any((c.method, c.drafter_label) not in (plans or {}) for c in cells
+                                if c.method not in ("ar", "chain")):
         raise ValueError("--budget-policy: auto needs a plan for every tree cell")
     datasets: dict = {}
     for it in items:
@@ -72,10 +73,15 @@ def decode_batch_cells(target, cells: list[Cell], items: list, *, batch_size: in
                "tau": float(np.mean(outs[0]["accepted"])) + 1.0 if outs[0]["accepted"] else None,
                "tokens_per_s": float(np.mean(tps)), "tokens_per_s_passes": tps,
                "latency_s": float(np.mean(outs[0]["latency"]))}
+        # matches_ar: checked (a bool) on greedy rows where batched AR ran, null elsewhere;
+        # lossless_checked says which, as the one-at-a-time rows do
+        row["lossless_checked"] = ar_ci is not None and temp == 0
+        row["matches_ar"] = None
         if ar_ci is not None:
             ar = runs[(ds, ar_ci, temp)]
             row["speedup_passes"] = [t / (a["n"] / a["secs"]) for t, a in zip(tps, ar)]
             row["speedup"] = float(np.mean(row["speedup_passes"]))
-            row["matches_ar"] = bool(outs[0]["tokens"] == ar[0]["tokens"]) if temp == 0 else None
+            if temp == 0:
+                row["matches_ar"] = bool(outs[0]["tokens"] == ar[0]["tokens"])
         rows.append(row)
     return rows

@@ -474,6 +474,15 @@ def _eval_parser() -> argparse.ArgumentParser:
                              "out, as our speedup does). Spec-Bench's speedup is the mean per-answer tokens/s "
                              "over the baseline's (each row's speedup_spec_bench); ours, speedup, pools tokens "
                              "and time over the answers")
+    parser.add_argument("--batch-size", type=int, default=1,
+                        help="requests decoded together (1: one at a time, DDTree's protocol). Above 1 every cell "
+                             "decodes the first turns of its prompts B at a time in one target forward per round, "
+                             "and rows report throughput over all requests against batched AR at the same B")
+    parser.add_argument("--budget-policy", default="per_request", choices=("per_request", "global", "off", "auto"),
+                        help="with --batch-size above 1: per_request (every tree --budgets nodes), global (B times "
+                             "the budget per round, spent on the global top prefixes), off (batched AR), auto (the "
+                             "policy and size the batch cost model, measured on the calibration prompts before the "
+                             "evaluation, predicts fastest)")
     return parser
 
 
@@ -504,6 +513,17 @@ def _eval(args):
     if args.profile_prompts < 0:
         raise ValueError(f"--profile-prompts: must be >= 0, got {args.profile_prompts}")
     _positive_int("--calibration-count", args.calibration_count)
+    _positive_int("--batch-size", args.batch_size)
+    if args.batch_size == 1 and args.budget_policy != "per_request":
+        raise ValueError(f"--budget-policy: {args.budget_policy} shares a budget across a batch; it needs "
+                         "--batch-size above 1")
+    if args.batch_size > 1:
+        if "dartree" in methods:
+            raise ValueError("--methods: dartree grows its trees depth by depth and is not batched; leave it out "
+                             "with --batch-size above 1")
+        if args.format != "mfd":
+            raise ValueError("--format: spec-bench answer files are written for one-at-a-time decoding "
+                             "(--batch-size 1)")
     from .prompts import read_prompt_files, shuffle_take
 
     prompts = read_prompt_files(args.prompts)
@@ -555,7 +575,11 @@ def _eval(args):
         # not half-way through the decoding
         check_context([*prompts, *(p for ps in calib_sets.values() for p in ps)], tok, args.enable_thinking,
                       args.max_new_tokens, target.max_positions)
+        if args.batch_size > 1 and dist.world > 1:
+            raise ValueError("--batch-size: batched evaluation runs in one process (drop torchrun)")
         out = _writable(args.out)  # every check passed: now the output directory is made
+        if args.batch_size > 1:
+            return _eval_batched(args, target, tok, cells, prompts, calib_sets, methods, budgets, temps, info, out)
         profile, pred_path, speed, choices = None, out / "predictions.json", {}, []
         if calib_sets and any(c.method != "ar" for c in cells):
             # Everything the predictions use, measured before the first evaluated prompt: the round
@@ -644,6 +668,60 @@ def _eval(args):
         return res
     finally:
         teardown(dist)
+
+
+def _eval_batched(args, target, tok, cells, prompts, calib_sets, methods, budgets, temps, info, out):
+    """``mfd eval --batch-size B``: batched rows (:mod:`mfd_theory.llm.evaluate_batch`); with
+    ``--budget-policy auto`` the plan of every tree cell is measured on the calibration prompts and
+    written to ``batch_plans.json`` before the first evaluated prompt."""
+    from mfd_theory.results import Result, atomic_write_text, to_jsonable
+
+    from .evaluate import _first_ids
+    from .evaluate_batch import decode_batch_cells
+
+    b = int(args.batch_size)
+    plans = {}
+    if args.budget_policy == "auto":
+        from .batch_predict import make_batch_plan, measure_batch_profile, predict_batch_acceptance
+
+        pooled = [_first_ids(p, tok, args.enable_thinking) for ps in calib_sets.values() for p in ps]
+        if not pooled:
+            raise ValueError("--budget-policy: auto needs calibration prompts (--calibration-count or "
+                             "--calibration-prompts)")
+        saved = {}
+        for c in cells:
+            key = (c.method, c.drafter_label)
+            if c.method in ("ar", "chain") or key in plans:
+                continue
+            prof = measure_batch_profile(target, c.drafter, c.method, pooled, [b], budgets, args.max_new_tokens,
+                                         seed=args.seed)
+            acc = predict_batch_acceptance(target, c.drafter, c.method, pooled, [b], budgets, args.max_new_tokens,
+                                           seed=args.seed)
+            plans[key] = make_batch_plan(prof, acc)
+            saved[f"{c.method}/{c.drafter_label}"] = {"profile": prof.to_dict(), "plan": plans[key].table[b],
+                                                      "choice": list(plans[key].choose(b))}
+        atomic_write_text(out / "batch_plans.json", json.dumps(to_jsonable(
+            {"written_at_unix": time.time(), "batch_size": b, "plans": saved}), indent=1) + "\n")
+        if not args.quiet:
+            print(f"wrote {out / 'batch_plans.json'} (before the evaluation)")
+    eval_started = time.time()
+    rows = decode_batch_cells(target, cells, prompts, batch_size=b, policy=args.budget_policy, temperatures=temps,
+                              max_new_tokens=args.max_new_tokens, seed=args.seed, passes=args.passes, tokenizer=tok,
+                              enable_thinking=args.enable_thinking, plans=plans, progress=not args.quiet)
+    cfg = dict(vars(args))
+    cfg.update(methods=methods, budgets=budgets, temperatures=temps)
+    data = {"rows": rows, "drafters": info, "batch_size": b, "budget_policy": args.budget_policy,
+            "datasets": {ds: sum(p.dataset == ds for p in prompts) for ds in dict.fromkeys(p.dataset for p in prompts)},
+            "evaluation_started_unix": eval_started}
+    res = Result("eval", config=cfg, data=data, seed=args.seed)
+    res.save(out / "eval.json")
+    print(f"batch size {b}, budget policy {args.budget_policy} (first turns; tokens/s over all requests)")
+    for r in rows:
+        extra = f", speedup {r['speedup']:.2f}" if "speedup" in r else ""
+        print(f"  {r['dataset']} T={r['temperature']:g} {r['drafter']} {r['method']} N={r['budget']}: "
+              f"tau {r['tau'] or float('nan'):.2f}, {r['tokens_per_s']:.1f} tok/s{extra}, latency {r['latency_s']:.3f} s")
+    print(f"wrote {out / 'eval.json'}")
+    return res
 
 
 def _check_cells(cells: list, methods: list[str], drafters: dict) -> None:
