@@ -80,17 +80,29 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     os.chdir(ROOT)
     t_all = time.perf_counter()
+    seconds: dict[str, float] = {}
+
+    def record() -> None:  # after every step, so an interrupted run keeps what it measured
+        from .results import Result
+
+        Result("reproduce_times", {"skip_notebooks": args.skip_notebooks, "cpu_count": os.cpu_count()},
+               {"seconds": seconds, "total_s": time.perf_counter() - t_all}).save(ROOT / "results" / "reproduce_times.json")
+
     for label, module, step_argv in STEPS:
         print(f"\n=== {label} ({module})", flush=True)
         t0 = time.perf_counter()
         importlib.import_module(module).main(list(step_argv) + (["--quiet"] if args.quiet else []))
-        print(f"--- {label}: {time.perf_counter() - t0:.1f} s", flush=True)
+        seconds[label] = time.perf_counter() - t0
+        print(f"--- {label}: {seconds[label]:.1f} s", flush=True)
+        record()
     if not args.skip_notebooks:
         for nb in NOTEBOOKS:
             print(f"\n=== notebook {nb}", flush=True)
             t0 = time.perf_counter()
             run_notebook(ROOT / nb)
-            print(f"--- {nb}: {time.perf_counter() - t0:.1f} s", flush=True)
+            seconds[nb] = time.perf_counter() - t0
+            print(f"--- {nb}: {seconds[nb]:.1f} s", flush=True)
+            record()
     print("\n=== report (the result blocks of README.md and docs/ from results/)", flush=True)
     from .report import main as report
 
