@@ -926,13 +926,16 @@ class BatchPlan:
         return sizes[i]
 
 
-def batch_rows_profile(profile: LatencyProfile, batch_sizes, budgets, *, shares=None) -> BatchProfile:
+def batch_rows_profile(profile: LatencyProfile, batch_sizes, budgets, *, global_rows=None) -> BatchProfile:
     """A batch profile *predicted* from a one-request verify table (e.g. the packaged GPU one): a
     round of B requests with N nodes each is costed as one drafting pass plus a verify forward of
     ``B (N + 1)`` rows read off ``t_verify(B (N + 1) - 1)``, and an AR round of B requests as
     ``t_verify(B - 1)`` (``t_target_ms`` at B = 1). This assumes the forward's cost depends on its
     total rows only (weights read once per forward; per-request KV reads and the drafting pass's
-    growth with B ignored): an ASSUMPTION, labelled as such."""
+    growth with B ignored): an ASSUMPTION, labelled as such. A padded batch verifies every request
+    at the largest tree's rows: ``global_rows[(B, N)]`` gives the mean rows per request of the
+    global policy at B N nodes (a property of the allocation, e.g. a measured profile's
+    ``query_rows``; default N + 1, as if the shares were even)."""
     cells = []
     for b in _size_list("batch_sizes", batch_sizes):
         ar = profile.t_target_ms if b == 1 else max(profile.t_target_ms, float(profile.t_verify(b - 1)))
@@ -940,7 +943,9 @@ def batch_rows_profile(profile: LatencyProfile, batch_sizes, budgets, *, shares=
         for n in _size_list("budgets", budgets):
             ms = profile.t_draft_ms + float(profile.t_verify(b * (n + 1) - 1))
             cells.append(BatchCell(b, "per_request", n, ms, query_rows=n + 1))
-            cells.append(BatchCell(b, "global", n * b, ms, query_rows=n + 1))
+            q = float((global_rows or {}).get((b, n), n + 1))
+            ms_g = profile.t_draft_ms + float(profile.t_verify(max(b * q - 1, 1)))
+            cells.append(BatchCell(b, "global", n * b, ms_g, query_rows=q))
     return BatchProfile(cells, name=f"{profile.name} (rows model)", device=profile.device, model=profile.model,
                         assumption=True, note="predicted from a one-request verify table by total rows; " +
                         (profile.note or ""))
