@@ -228,3 +228,38 @@ def test_batched_eval_rows_are_lossless_and_relative_to_batched_ar(model, target
                            policy="per_request", temperatures=[0.0], max_new_tokens=4)
     with pytest.raises(ValueError, match="auto"):
         decode_batch_cells(target, cells, PROMPTS, batch_size=2, policy="auto", temperatures=[0.0], max_new_tokens=4)
+
+
+def test_auto_switching_off_and_on_keeps_the_drafter_context_whole(model, target, monkeypatch):
+    """Under "auto", AR rounds keep their rows for the drafter; when drafting resumes its context
+    holds exactly the target's committed rows, and the output stays the target's greedy one."""
+    import mfd_theory.llm.batch as batch_mod
+
+    class Switching:  # off for two rounds, then trees, then off again, ...
+        calls = 0
+
+        def choose(self, b):
+            self.calls += 1
+            return ("off", 0) if (self.calls // 2) % 2 == 0 else ("per_request", 6)
+
+    seen = {}
+    init, draft = batch_mod.BatchTarget.__init__, batch_mod._BlockBatchDraft.draft
+
+    def init_spy(self, *a, **k):
+        init(self, *a, **k)
+        seen["bt"] = self
+
+    checks = []
+
+    def draft_spy(self, new_feats, roots):
+        out = draft(self, new_feats, roots)
+        checks.append(list(self.n) == list(seen["bt"].lengths))
+        return out
+
+    monkeypatch.setattr(batch_mod.BatchTarget, "__init__", init_spy)
+    monkeypatch.setattr(batch_mod._BlockBatchDraft, "draft", draft_spy)
+    drafter = build_drafter(model, block_size=5, num_layers=1, num_modes=2, seed=6)
+    res = speculative_generate_batch(target, drafter, PROMPTS, 20, "mfd", policy="auto", plan=Switching())
+    assert [r.tokens for r in res.results] == [_hf_greedy(model, p, 20) for p in PROMPTS]
+    assert {r.policy for r in res.rounds} == {"off", "per_request"}
+    assert len(checks) >= 2 and all(checks)

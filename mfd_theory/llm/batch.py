@@ -647,7 +647,8 @@ class _Req:
     result: DecodeResult
     root: int = 0
     done: bool = False
-    feats: Any = None  # hidden rows (tuple) to feed the drafter next round
+    feats: Any = None  # fused context rows [1, t, H] to feed the drafter next round
+    pending: list = field(default_factory=list)  # hidden rows of AR rounds, not fused yet
     t_start: float = 0.0
 
 
@@ -763,6 +764,12 @@ def speculative_generate_batch(target, drafter, prompts, max_new_tokens: int, me
         t_prefill = tb - ta
         trees: list = [None] * bsz
         if spec:
+            for r in active:  # rows of AR rounds since the last draft, after any older fused rows
+                if r.pending:
+                    late = draft.fuse(tuple(torch.cat([p[i] for p in r.pending], dim=1)
+                                            for i in range(len(r.pending[0]))))
+                    r.feats = late if r.feats is None else torch.cat([r.feats, late], dim=1)
+                    r.pending = []
             log_pi, log_q = draft.draft([r.feats for r in active], [r.root for r in active])
             for r in active:
                 r.feats = None
@@ -835,7 +842,7 @@ def speculative_generate_batch(target, drafter, prompts, max_new_tokens: int, me
         bt.commit(paths)
         if draft is not None:  # the committed rows' context features, fed to the drafter next round
             going = [b for b, r in enumerate(active) if not r.done]
-            if going:  # gather every kept row of every request, then fuse them in one call
+            if going and spec:  # gather every kept row of every request, then fuse them in one call
                 keeps = [[0] + [i + 1 for i in paths[b]] for b in going]
                 b_idx = torch.tensor([b for b, k in zip(going, keeps) for _ in k], device=dev)
                 r_idx = torch.tensor([i for k in keeps for i in k], device=dev)
@@ -844,12 +851,12 @@ def speculative_generate_batch(target, drafter, prompts, max_new_tokens: int, me
                 for b, k in zip(going, keeps):
                     active[b].feats = fused[start: start + len(k)][None]
                     start += len(k)
-                    if isinstance(draft, _SequentialDraft):
-                        draft.observe(b, [active[b].root] + emitted_all[b][:-1])
-            if not spec:  # an AR round ("auto" chose off): append now, nothing is drafted
-                draft.extend([r.feats for r in active])
-                for r in active:
-                    r.feats = None
+            elif going:  # an AR round ("auto" chose off): keep the root rows, fused when drafting resumes
+                for b in going:
+                    active[b].pending.append(tuple(h[b: b + 1, :1] for h in hidden))
+            if isinstance(draft, _SequentialDraft):
+                for b in going:
+                    draft.observe(b, [active[b].root] + emitted_all[b][:-1])
         for b, r in enumerate(active):
             r.root = emitted_all[b][-1]
         th = _clock(dev)
