@@ -46,8 +46,9 @@ def measure_batch_profile(target, drafter, method: str, prompts: list, batch_siz
                           *, policies=("per_request", "global"), repeats: int = 1, seed: int = 0,
                           name: str = "batch_profile", device: str = "", model: str = "",
                           progress: bool = False) -> BatchProfile:
-    """Mean steady-state round time of every (B, policy, nodes) cell, over ``repeats`` batched
-    decodes of B prompts (``prompts`` cycled) at temperature 0."""
+    """Steady-state round time of every (B, policy, nodes) cell: the mean round of each of
+    ``repeats`` batched decodes of B prompts (``prompts`` cycled, temperature 0), median over the
+    decodes."""
     from tqdm.auto import tqdm as bar
 
     if not prompts:
@@ -64,12 +65,16 @@ def measure_batch_profile(target, drafter, method: str, prompts: list, batch_siz
                 budget=nodes if policy == "per_request" else 1, policy="per_request" if policy == "off" else policy,
                 total_budget=nodes if policy == "global" else None, seed=seed, metrics=False, eos_token_id=[])
             steady = steady_rounds(res, b)
-            times += [1000.0 * r.t_step for r in steady]
-            rows += [max(r.nodes) + 1 for r in steady]
-            parts += [(1000.0 * r.t_draft, 1000.0 * r.t_verify, 1000.0 * r.t_overhead) for r in steady]
+            if steady:  # one mean per decode; the cell takes the median decode (a shared machine's
+                # slow spells hit whole decodes, and the median leaves them out)
+                times.append(np.mean([1000.0 * r.t_step for r in steady]))
+                rows += [max(r.nodes) + 1 for r in steady]
+                parts.append(np.mean([(1000.0 * r.t_draft, 1000.0 * r.t_verify, 1000.0 * r.t_overhead)
+                                      for r in steady], axis=0))
         if times:
-            d, v, o = np.mean(parts, axis=0)
-            cells.append(BatchCell(b, policy, nodes, float(np.mean(times)), float(np.mean(rows)), len(times),
+            mid = int(np.argsort(times)[(len(times) - 1) // 2])  # the median decode (lower middle)
+            d, v, o = parts[mid]
+            cells.append(BatchCell(b, policy, nodes, float(times[mid]), float(np.mean(rows)), len(rows),
                                    float(d), float(v), float(o)))
     return BatchProfile(cells, name=name, device=device, model=model, method=method,
                         K=int(getattr(drafter, "num_modes", 1)), note="measured by measure_batch_profile")
