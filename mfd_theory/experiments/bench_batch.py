@@ -117,7 +117,10 @@ def _measure(res, b: int) -> dict:
         # per request N for per_request rounds, the round's total for global ones
         "auto_choices": sorted({f"{r.policy}:{max(r.nodes) if r.policy == 'per_request' else sum(r.nodes)}"
                                 for r in spec}) if spec else ["off"],
-        "accepted_se": float(np.std(acc, ddof=1) / np.sqrt(len(acc))) if len(acc) > 1 else float("nan"),
+        # clustered by request (a request's rounds share its text): the spread of the per-request
+        # means over the B requests, each mean over the steady rounds, which keep the batch order
+        "accepted_se": (float(np.std(np.mean([r.accepted for r in steady], axis=0), ddof=1) / np.sqrt(b))
+                        if steady and b > 1 else float("nan")),
         "steady_rounds": len(steady),
         "round_ms": 1000.0 * t / len(steady) if steady else float("nan"),
     }
@@ -303,7 +306,7 @@ def checks(rows, cfg: BenchBatchConfig) -> dict:
             for n in cfg.budgets:
                 per = next(r for r in rows if (r["batch_size"], r["method"], r["policy"], r["nodes"]) == (b, m, "per_request", n))
                 glo = next(r for r in rows if (r["batch_size"], r["method"], r["policy"], r["nodes"]) == (b, m, "global", n * b))
-                # noise: two standard errors of the difference of the two means over request-rounds
+                # noise: two standard errors of the difference of the two means (clustered by request)
                 se = float(np.hypot(per.get("accepted_se", 0.0), glo.get("accepted_se", 0.0)))
                 se = 0.0 if not np.isfinite(se) else se
                 out["global_accepts_at_least_per_request"].append(

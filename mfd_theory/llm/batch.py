@@ -648,7 +648,7 @@ class _Req:
     root: int = 0
     done: bool = False
     feats: Any = None  # fused context rows [1, t, H] to feed the drafter next round
-    pending: list = field(default_factory=list)  # hidden rows of AR rounds, not fused yet
+    pending: list = field(default_factory=list)  # (AR round, batch row) of rows not fused yet
     t_start: float = 0.0
 
 
@@ -720,6 +720,7 @@ def speculative_generate_batch(target, drafter, prompts, max_new_tokens: int, me
                             latency=[float("nan")] * len(reqs))
     waiting = list(reqs)
     active: list[_Req] = []
+    off_rounds: list = []  # hidden states of AR rounds under "auto", until every request fused its rows
     limit = int(max_batch) if max_batch is not None else len(reqs)
 
     def draw(r: _Req, row: torch.Tensor) -> int:
@@ -766,10 +767,12 @@ def speculative_generate_batch(target, drafter, prompts, max_new_tokens: int, me
         if spec:
             for r in active:  # rows of AR rounds since the last draft, after any older fused rows
                 if r.pending:
-                    late = draft.fuse(tuple(torch.cat([p[i] for p in r.pending], dim=1)
-                                            for i in range(len(r.pending[0]))))
+                    late = draft.fuse(tuple(torch.cat([off_rounds[k][i][b: b + 1, :1] for k, b in r.pending], dim=1)
+                                            for i in range(len(off_rounds[0]))))
                     r.feats = late if r.feats is None else torch.cat([r.feats, late], dim=1)
                     r.pending = []
+            if not any(r.pending for r in active):
+                off_rounds.clear()
             log_pi, log_q = draft.draft([r.feats for r in active], [r.root for r in active])
             for r in active:
                 r.feats = None
@@ -851,9 +854,11 @@ def speculative_generate_batch(target, drafter, prompts, max_new_tokens: int, me
                 for b, k in zip(going, keeps):
                     active[b].feats = fused[start: start + len(k)][None]
                     start += len(k)
-            elif going:  # an AR round ("auto" chose off): keep the root rows, fused when drafting resumes
+            elif going:  # an AR round ("auto" chose off): the round's hidden states are kept once, each
+                # request notes where its root row is; they are fused when drafting resumes
+                off_rounds.append(hidden)
                 for b in going:
-                    active[b].pending.append(tuple(h[b: b + 1, :1] for h in hidden))
+                    active[b].pending.append((len(off_rounds) - 1, b))
             if isinstance(draft, _SequentialDraft):
                 for b in going:
                     draft.observe(b, [active[b].root] + emitted_all[b][:-1])
