@@ -260,8 +260,8 @@ def run(cfg: BenchBatchConfig, progress: bool = True) -> Result:
         for key in runs[0]:
             if key == "auto_choices":
                 row[key] = sorted({x for r in runs for x in r[key]})
-            elif key == "accepted_se":  # the passes' means, each over its own rounds
-                row[key] = float(np.sqrt(np.nanmean([r[key] ** 2 for r in runs]) / len(runs)))
+            elif key == "accepted_se":  # greedy passes decode the same tokens: one pass's error, not / passes
+                row[key] = float(np.sqrt(np.nanmean([r[key] ** 2 for r in runs])))
             elif key == "accepted":  # a count: the mean over passes
                 row[key] = float(np.mean([r[key] for r in runs]))
             else:  # times and rates: the median pass (slow spells of a shared machine hit whole passes)
