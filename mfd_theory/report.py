@@ -1142,8 +1142,10 @@ def bench_batch_block(res: Result) -> str:
         "",
         f"- predicted vs measured steady tokens/s over all {len(rows)} cells: median error {100 * med:.1f}%, "
         f"worst {100 * errs[-1]:.1f}%",
-        f"- AR fastest from B = {d['measured_crossover']} on (measured); predicted: DDTree {pc.get('ddtree')}, "
-        f"MFD {pc.get('mfd')} (None: speculation still pays at the largest B)",
+        "- the batch size from which batched AR is the fastest configuration at every larger B: "
+        + "; ".join(f"{what} {'B = ' + str(v) if v is not None else 'none (speculation pays at the largest B)'}"
+                    for what, v in (("measured", d["measured_crossover"]), ("predicted for DDTree", pc.get("ddtree")),
+                                    ("predicted for MFD", pc.get("mfd")))),
         f"- global top-N accepts at least as many tokens as per-request N at the same total, within two standard "
         f"errors, at every (B, N, method): **{'yes' if s['global_accepts_at_least_per_request'] else 'no'}**",
         f"- global beats the best per-request N by >= 5% at some B >= 4: "
