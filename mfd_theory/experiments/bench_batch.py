@@ -261,7 +261,8 @@ def run(cfg: BenchBatchConfig, progress: bool = True) -> Result:
             if key == "auto_choices":
                 row[key] = sorted({x for r in runs for x in r[key]})
             elif key == "accepted_se":  # greedy passes decode the same tokens: one pass's error, not / passes
-                row[key] = float(np.sqrt(np.nanmean([r[key] ** 2 for r in runs])))
+                se2 = [r[key] ** 2 for r in runs if np.isfinite(r[key])]
+                row[key] = float(np.sqrt(np.mean(se2))) if se2 else float("nan")  # nan: one request (B = 1)
             elif key == "accepted":  # a count: the mean over passes
                 row[key] = float(np.mean([r[key] for r in runs]))
             else:  # times and rates: the median pass (slow spells of a shared machine hit whole passes)
