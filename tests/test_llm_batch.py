@@ -198,6 +198,10 @@ def test_bad_batch_input_is_refused(model, target):
         speculative_generate_batch(target, drafter, PROMPTS, 4, "ddtree", max_batch=0)
     with pytest.raises(ValueError, match="total_budget"):
         speculative_generate_batch(target, drafter, PROMPTS, 4, "ddtree", policy="global", total_budget=0)
+    with pytest.raises(ValueError, match="total_budget.*ignore"):
+        speculative_generate_batch(target, drafter, PROMPTS, 4, "ddtree", total_budget=40)
+    with pytest.raises(ValueError, match="node_cap.*ignore"):
+        speculative_generate_batch(target, drafter, PROMPTS, 4, "ddtree", policy="off", node_cap=4)
     domino = build_drafter(model, block_size=5, num_layers=1, seed=5, kind="dartree")
     with pytest.raises(ValueError, match="dartree"):
         speculative_generate_batch(target, domino, PROMPTS, 4, "ddtree")

@@ -689,6 +689,9 @@ def speculative_generate_batch(target, drafter, prompts, max_new_tokens: int, me
         _check_count("max_batch", max_batch, 1)
     if node_cap is not None:
         _check_count("node_cap", node_cap, 1)
+    for name, value in (("total_budget", total_budget), ("node_cap", node_cap)):
+        if value is not None and policy not in ("global", "auto"):
+            raise ValueError(f"{name}: only the global policy shares a budget (policy {policy!r} would ignore it)")
     _check_count("seed", seed, 0, 2 ** 63 - 1)
     if isinstance(prompts, (str, bytes)) or not hasattr(prompts, "__len__") or len(prompts) == 0:
         raise ValueError(f"prompts: expected a non-empty list of prompts, got {type(prompts).__name__}")
