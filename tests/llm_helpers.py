@@ -34,6 +34,15 @@ def tiny_qwen3(vocab_size: int = 64, hidden_size: int = 32, num_layers: int = 4,
     return model
 
 
+def hf_greedy(model, prompt, n: int, eos: int | None = None) -> list[int]:
+    """The reference every lossless test compares with: HF ``generate``'s greedy continuation of
+    ``prompt`` (``n`` new tokens at most; ``eos`` ends it early)."""
+    kw = {"eos_token_id": eos, "pad_token_id": eos} if eos is not None else {}
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False, **kw)
+    return out[0, len(prompt):].tolist()
+
+
 class OracleDrafter:
     """A test drafter that knows the target: it drafts the target's greedy continuation, with one
     position per block corrupted in mode 0 (so paths are partly accepted) and the true chain as a

@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 from scipy.stats import chisquare  # noqa: E402
 
-from llm_helpers import OracleDrafter, tiny_hybrid, tiny_qwen3  # noqa: E402
+from llm_helpers import OracleDrafter, hf_greedy, tiny_hybrid, tiny_qwen3  # noqa: E402
 
 from mfd_theory.llm import TargetModel, build_drafter  # noqa: E402
 from mfd_theory.llm.batch import BatchTarget, speculative_generate_batch  # noqa: E402
@@ -31,12 +31,6 @@ def target(model):
     return TargetModel(model)
 
 
-def _hf_greedy(model, prompt, n, eos=None):
-    kw = {"eos_token_id": eos, "pad_token_id": eos} if eos is not None else {}
-    with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False, **kw)
-    return out[0, len(prompt):].tolist()
-
 
 def _drafters(model):
     return {
@@ -48,7 +42,7 @@ def _drafters(model):
 
 @pytest.mark.parametrize("method", ["ar", "chain", "ddtree", "mfd"])
 def test_greedy_batch_equals_hf_generate(model, target, method):
-    refs = {n: [_hf_greedy(model, p, n) for p in PROMPTS] for n in (1, 7, 20)}
+    refs = {n: [hf_greedy(model, p, n) for p in PROMPTS] for n in (1, 7, 20)}
     for (name, drafter), n, policy, max_batch in itertools.product(
             _drafters(model).items(), (1, 7, 20), ("per_request", "global", "off"), (None, 2)):
         if method == "ar" and name != "block":
@@ -79,10 +73,10 @@ def test_batch_rounds_accept_draft_tokens(model, target):
 
 def test_early_finish_by_eos_and_continuous_batching(model, target):
     drafter = build_drafter(model, block_size=5, num_layers=1, seed=3)
-    ref_free = [_hf_greedy(model, p, 16) for p in PROMPTS]
+    ref_free = [hf_greedy(model, p, 16) for p in PROMPTS]
     j = next(j for j in range(2, 16) if ref_free[1][j] not in ref_free[1][:j])
     eos = ref_free[1][j]  # request 1 ends at its token j (a first occurrence); the others may end too
-    refs = [_hf_greedy(model, p, 16, eos=eos) for p in PROMPTS]
+    refs = [hf_greedy(model, p, 16, eos=eos) for p in PROMPTS]
     assert len(refs[1]) == j + 1
     for max_batch in (None, 1, 3):
         res = speculative_generate_batch(target, drafter, PROMPTS, 16, "ddtree", budget=8, eos_token_id=eos,
@@ -160,7 +154,7 @@ def test_hybrid_greedy_batch_equals_hf_generate(gdn_commit):
     target = TargetModel(model, gdn_commit=gdn_commit)
     drafters = {"block": build_drafter(model, block_size=5, num_layers=1, seed=3),
                 "oracle2": OracleDrafter(model, block_size=5, num_modes=2, seed=1)}
-    refs = [_hf_greedy(model, p, 14) for p in PROMPTS]
+    refs = [hf_greedy(model, p, 14) for p in PROMPTS]
     for (name, drafter), method, policy in itertools.product(drafters.items(), ("ddtree", "mfd"),
                                                              ("per_request", "global")):
         res = speculative_generate_batch(target, drafter, PROMPTS, 14, method, budget=8, policy=policy,
@@ -264,6 +258,6 @@ def test_auto_switching_off_and_on_keeps_the_drafter_context_whole(model, target
     monkeypatch.setattr(batch_mod._BlockBatchDraft, "draft", draft_spy)
     drafter = build_drafter(model, block_size=5, num_layers=1, num_modes=2, seed=6)
     res = speculative_generate_batch(target, drafter, PROMPTS, 20, "mfd", policy="auto", plan=Switching())
-    assert [r.tokens for r in res.results] == [_hf_greedy(model, p, 20) for p in PROMPTS]
+    assert [r.tokens for r in res.results] == [hf_greedy(model, p, 20) for p in PROMPTS]
     assert {r.policy for r in res.rounds} == {"off", "per_request"}
     assert len(checks) >= 2 and all(checks)

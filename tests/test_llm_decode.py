@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 from scipy.stats import chisquare  # noqa: E402
 
-from llm_helpers import OracleDrafter, sampled_continuations_pvalue, tiny_qwen3  # noqa: E402
+from llm_helpers import OracleDrafter, hf_greedy, sampled_continuations_pvalue, tiny_qwen3  # noqa: E402
 
 from mfd_theory.coverage import coverage  # noqa: E402
 from mfd_theory.llm import TargetModel, build_drafter  # noqa: E402
@@ -32,13 +32,6 @@ def target(model):
     return TargetModel(model)
 
 
-def _hf_greedy(model, prompt, n, eos=None):
-    ids = torch.tensor([prompt])
-    kw = {"eos_token_id": eos, "pad_token_id": eos} if eos is not None else {}
-    with torch.no_grad():
-        out = model.generate(ids, max_new_tokens=n, do_sample=False, **kw)
-    return out[0, len(prompt):].tolist()
-
 
 def _drafters(model):
     return {
@@ -56,7 +49,7 @@ def test_greedy_equals_hf_generate(model, target, method):
     for (name, drafter), prompt, n in itertools.product(drafters.items(), PROMPTS, (1, 9, 24)):
         if (method == "ar" and name != "block") or (method == "dartree" and not hasattr(drafter, "grow_tree")):
             continue
-        ref = _hf_greedy(model, prompt, n)
+        ref = hf_greedy(model, prompt, n)
         res = speculative_generate(target, drafter, prompt, n, method, budget=12)
         assert res.tokens == ref, (name, prompt, n)
         assert len(res.tokens) == n and res.stopped_by == "max_new_tokens"
@@ -64,7 +57,7 @@ def test_greedy_equals_hf_generate(model, target, method):
 
 def test_eos_inside_an_accepted_path(model, target):
     prompt = PROMPTS[0]
-    free = _hf_greedy(model, prompt, 20)
+    free = hf_greedy(model, prompt, 20)
     inside = 0
     for j in range(1, 12):
         eos = free[j]
@@ -73,7 +66,7 @@ def test_eos_inside_an_accepted_path(model, target):
         for method in ("chain", "ddtree", "mfd"):
             res = speculative_generate(target, OracleDrafter(model, 8, 2, seed=j), prompt, 20, method,
                                        budget=16, eos_token_id=eos)
-            assert res.tokens == _hf_greedy(model, prompt, 20, eos=eos) == free[: j + 1]
+            assert res.tokens == hf_greedy(model, prompt, 20, eos=eos) == free[: j + 1]
             assert res.stopped_by == "eos"
             last = res.steps[-1]
             # accepted counts emitted draft tokens only: none past the EOS, so never above emitted
@@ -91,7 +84,7 @@ def test_max_new_tokens_caps_the_tree_depth(model, target):
         for method in ("chain", "mfd"):
             res = speculative_generate(target, OracleDrafter(model, 8, 2, seed=n), prompt, n, method, budget=16,
                                        keep_trees=True)
-            assert res.tokens == _hf_greedy(model, prompt, n)
+            assert res.tokens == hf_greedy(model, prompt, n)
             done = 1  # the prefill's token
             for s in res.steps:
                 depth = int(s.tree.depth.max()) if s.tree_size else 0
@@ -105,7 +98,7 @@ def test_max_new_tokens_caps_the_tree_depth(model, target):
 def test_sdpa_target_gives_the_same_tokens():
     m = tiny_qwen3(seed=0, attn="sdpa")
     res = speculative_generate(TargetModel(m), OracleDrafter(m, 6, 2), PROMPTS[0], 16, "mfd", budget=16)
-    assert res.tokens == _hf_greedy(m, PROMPTS[0], 16)
+    assert res.tokens == hf_greedy(m, PROMPTS[0], 16)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
@@ -211,7 +204,7 @@ def test_bad_sampling_parameters(target, block):
 def test_bad_input_leaves_the_target_usable(model, target, block):
     with pytest.raises(ValueError):
         speculative_generate(target, block, [1, 2], 4, "ddtree", budget=0)
-    assert speculative_generate(target, block, PROMPTS[0], 6, "ddtree").tokens == _hf_greedy(model, PROMPTS[0], 6)
+    assert speculative_generate(target, block, PROMPTS[0], 6, "ddtree").tokens == hf_greedy(model, PROMPTS[0], 6)
 
 
 def test_tree_builders_are_the_core_s():

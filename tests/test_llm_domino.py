@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from llm_helpers import sampled_continuations_pvalue, tiny_qwen3  # noqa: E402
+from llm_helpers import hf_greedy, sampled_continuations_pvalue, tiny_qwen3  # noqa: E402
 from reference_decode import slow_path_tree  # noqa: E402
 
 from mfd_theory.llm import TargetModel  # noqa: E402
@@ -153,18 +153,13 @@ def test_teacher_forced_training_forward_matches_drafting(model):
 
 
 # ------------------------------------------------------------------------------------ decoding
-def _hf_greedy(model, prompt, n):
-    with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False)
-    return out[0, len(prompt):].tolist()
-
 
 def test_greedy_equals_hf_generate(model, target):
     """Budgets below and above the block's L = 4; a strongly corrected drafter and a plain one."""
     for drafter, prompt, n, budget in itertools.product(
             (_domino(model), _domino(model, seed=5, strong=True)), PROMPTS, (1, 9, 24), (2, 12)):
         res = speculative_generate(target, drafter, prompt, n, "dartree", budget=budget, keep_trees=True)
-        assert res.tokens == _hf_greedy(model, prompt, n), (prompt, n, budget)
+        assert res.tokens == hf_greedy(model, prompt, n), (prompt, n, budget)
         for s in res.steps:
             assert s.tree_size <= budget
             if s.tree_size:

@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from llm_helpers import OracleDrafter, tiny_qwen3  # noqa: E402
+from llm_helpers import OracleDrafter, hf_greedy, tiny_qwen3  # noqa: E402
 
 from mfd_theory.llm import TargetModel, build_drafter  # noqa: E402
 from mfd_theory.llm.decode import METHODS, sampling_probs, speculative_generate  # noqa: E402
@@ -38,11 +38,6 @@ def short():
     return tiny_qwen3(seed=2, max_position_embeddings=64)
 
 
-def _hf_greedy(model, prompt, n):
-    with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False)
-    return out[0, len(prompt):].tolist()
-
 
 def _prompt(n, seed=0):
     return torch.randint(1, 60, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
@@ -58,7 +53,7 @@ def test_generation_near_the_context_limit_finishes_like_hf(short, method, block
     prompt = _prompt(50)
     drafter = OracleDrafter(short, block_size=block_size, num_modes=2, seed=1, corrupt=0.0)
     res = speculative_generate(TargetModel(short), drafter, prompt, 10, method, budget=16)
-    assert res.tokens == _hf_greedy(short, prompt, 10)
+    assert res.tokens == hf_greedy(short, prompt, 10)
     if method != "ar":
         assert max(s.accepted for s in res.steps) >= 2  # the drafter was really accepted
 
@@ -70,9 +65,9 @@ def test_a_full_context_prompt_plus_one_token(short, method):
     prompt = _prompt(64, seed=1)
     drafter = OracleDrafter(short, block_size=6, num_modes=2, seed=1, corrupt=0.0)
     res = speculative_generate(TargetModel(short), drafter, prompt, 1, method, budget=16)
-    assert res.tokens == _hf_greedy(short, prompt, 1)
+    assert res.tokens == hf_greedy(short, prompt, 1)
     res = speculative_generate(TargetModel(short), drafter, prompt[:60], 5, method, budget=16)
-    assert res.tokens == _hf_greedy(short, prompt[:60], 5)
+    assert res.tokens == hf_greedy(short, prompt[:60], 5)
     with pytest.raises(ValueError, match="max_new_tokens: a 64-token prompt plus 2 new tokens needs 65 positions"):
         speculative_generate(TargetModel(short), drafter, prompt, 2, method, budget=16)
 
@@ -127,7 +122,7 @@ def test_non_integer_input_ids_are_refused(target, block, ids):
 
 
 def test_integral_values_of_other_types_are_accepted(model, target, block):
-    ref = _hf_greedy(model, [1, 2, 3], 4)
+    ref = hf_greedy(model, [1, 2, 3], 4)
     res = speculative_generate(target, block, np.array([1, 2, 3], dtype=np.int32), np.int64(4), "mfd",
                                budget=8.0, seed=2 ** 64 - 1)
     assert res.tokens == ref
@@ -142,7 +137,7 @@ def test_tiny_temperature_samples_the_argmax(model, target, block):
     prompt = [5, 9, 2, 7]
     for method in ("ar", "chain", "mfd"):
         res = speculative_generate(target, block, prompt, 8, method, budget=8, temperature=1e-30, seed=1)
-        assert res.tokens == _hf_greedy(model, prompt, 8)
+        assert res.tokens == hf_greedy(model, prompt, 8)
 
 
 # ------------------------------------------------------------------------------- commit
@@ -179,7 +174,7 @@ def test_cache_holds_exactly_the_committed_sequence_at_return(model, method):
     """At return the cache is the prompt plus every output token but the last (which was never fed
     to the target), whether generation stopped at max_new_tokens or at EOS, mid-path or on a bonus."""
     prompt = [3, 7, 1, 9, 4]
-    free = _hf_greedy(model, prompt, 12)
+    free = hf_greedy(model, prompt, 12)
     cases = [(n, []) for n in (1, 2, 5, 9, 12)] + [(12, free[j]) for j in range(10) if free[j] not in free[:j]]
     mid_path = 0
     for n, eos in cases:
@@ -197,7 +192,7 @@ def test_cache_holds_exactly_the_committed_sequence_at_return(model, method):
         # the returned state continues like a fresh one: feed the last token as the next root
         nxt = int(t.verify(res.tokens[-1]).logits[0].argmax())
         t.commit([])
-        assert nxt == _hf_greedy(model, prompt + res.tokens, 1)[0]
+        assert nxt == hf_greedy(model, prompt + res.tokens, 1)[0]
     assert mid_path > 0 or method == "ar"  # the last round's path was cut short, and still committed
 
 

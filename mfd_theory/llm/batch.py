@@ -55,7 +55,7 @@ from mfd_theory.coverage import variance_from_prefix_probs
 
 from mfd_theory.trees import chain_tree, mixture_tree, product_tree
 
-from .decode import (DecodeResult, StepRecord, _check_count, _clock, _dead_and_splices, _eos_set, _first_nodes,
+from .decode import (DecodeResult, RoundTimes, StepRecord, _check_count, _clock, _dead_and_splices, _eos_set, _first_nodes,
                      _node_conditionals, _prefix_log_probs, _prompt_ids, _topk, _validate, children_map,
                      positions_needed, sampling_probs, walk_tree)
 from .drafter import BlockDrafter, _fold_modes, _rope, block_mode_mask
@@ -311,8 +311,6 @@ class BatchTarget:
     # ------------------------------------------------------------------ hybrid targets
     def _hybrid_verifying(self, trees, sizes):
         """GDN layers run the one-request tree rule request by request inside the batched forward."""
-        import contextlib
-
         hyb = self.target.hybrid
         dev = self.target.device
         proxy = _CtxProxy()
@@ -338,18 +336,7 @@ class BatchTarget:
                 return out
             return forward
 
-        @contextlib.contextmanager
-        def block():
-            try:
-                with hyb._swapped(proxy):
-                    for idx, module in hyb.gdn.items():
-                        module.forward = stand_in(idx, module)
-                    yield
-            finally:
-                for module in hyb.gdn.values():
-                    module.__dict__.pop("forward", None)
-
-        return block()
+        return hyb._standing_in(proxy, stand_in)
 
     def _hybrid_commit(self, keeps) -> None:
         hyb = self.target.hybrid
@@ -411,9 +398,6 @@ class _BlockBatchDraft:
 
     def fuse(self, hidden_states):
         return self.d.fuse_hidden(hidden_states)
-
-    def extend(self, feats: list) -> None:
-        self._append(feats)
 
     def _append(self, feats: list) -> None:
         """Append each request's new context features [1, t_b, H] (None: nothing new)."""
@@ -581,7 +565,7 @@ def build_trees(method: str, log_pi: torch.Tensor, log_q: torch.Tensor, budget: 
 
 # ---------------------------------------------------------------------------------------- loop
 @dataclass
-class BatchRound:
+class BatchRound(RoundTimes):
     """One batched round (times in seconds, shared by every request of the round)."""
 
     batch_size: int
@@ -596,14 +580,6 @@ class BatchRound:
     t_verify: float
     t_walk: float
     t_commit: float
-
-    @property
-    def t_step(self) -> float:
-        return self.t_draft + self.t_tree + self.t_verify + self.t_walk + self.t_commit
-
-    @property
-    def t_overhead(self) -> float:
-        return self.t_tree + self.t_walk + self.t_commit
 
 
 @dataclass
@@ -624,19 +600,10 @@ class BatchDecodeResult:
         return self.new_tokens / self.t_total if self.t_total > 0 else float("nan")
 
     @property
-    def accepted_per_round(self) -> float:
-        """Mean draft tokens accepted per round, summed over the batch."""
-        return float(np.mean([sum(r.accepted) for r in self.rounds])) if self.rounds else float("nan")
-
-    @property
     def tau(self) -> float:
         """Tokens per request per round (bonus included), over every request-round."""
         per = [a + 1 for r in self.rounds for a in r.accepted]
         return float(np.mean(per)) if per else float("nan")
-
-    def overhead_share(self) -> float:
-        tot = sum(r.t_step for r in self.rounds)
-        return float(sum(r.t_overhead for r in self.rounds) / tot) if tot > 0 else float("nan")
 
 
 @dataclass

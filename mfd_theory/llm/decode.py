@@ -56,8 +56,27 @@ DEAD_EPS = 1e-3  # a node is "dead" when the target's prefix probability is belo
 MIN_TEMPERATURE = float(torch.finfo(torch.float32).tiny)
 
 
+class RoundTimes:
+    """The two sums every round record (one request's, or a batch's) derives from its five clocks."""
+
+    t_draft: float
+    t_tree: float
+    t_verify: float
+    t_walk: float
+    t_commit: float
+
+    @property
+    def t_step(self) -> float:
+        return self.t_draft + self.t_tree + self.t_verify + self.t_walk + self.t_commit
+
+    @property
+    def t_overhead(self) -> float:
+        """Time outside the two forwards: tree build + mask, walk, compaction."""
+        return self.t_tree + self.t_walk + self.t_commit
+
+
 @dataclass
-class StepRecord:
+class StepRecord(RoundTimes):
     """One round of drafting, tree building, verification and commit (times in seconds)."""
 
     tree_size: int
@@ -80,15 +99,6 @@ class StepRecord:
     # "dartree" only: seconds of the backbone pass ([0]) and of each depth's growth step ([d]);
     # they sum to t_draft up to the clock reads between them
     t_draft_depths: tuple[float, ...] = ()
-
-    @property
-    def t_step(self) -> float:
-        return self.t_draft + self.t_tree + self.t_verify + self.t_walk + self.t_commit
-
-    @property
-    def t_overhead(self) -> float:
-        """Time outside the two forwards: tree build + mask, walk, compaction."""
-        return self.t_tree + self.t_walk + self.t_commit
 
 
 @dataclass

@@ -322,6 +322,13 @@ class HybridTree:
             return forward
 
         kv_cache = cache
+        with self._standing_in(ctx, stand_in):
+            yield
+
+    @contextlib.contextmanager
+    def _standing_in(self, ctx, stand_in):
+        """Inside the block every GDN module's forward is ``stand_in(idx, module)`` and the model
+        files' sequence-level functions are the tree-aware ones over ``ctx``; both undone after."""
         try:
             with self._swapped(ctx):
                 for idx, module in self.gdn.items():

@@ -115,28 +115,12 @@ def load_target(directory, device: str = "cpu", dtype: str = "auto"):
 
 
 def _check_out(path: str) -> Path:
-    """``--out`` checked without creating it: not a file, and its nearest existing folder accepts
-    a new entry (a scratch folder is made there and removed again). Nothing is left behind, so a
-    command refused later (a bad option, a drafter of another target) leaves no empty directory."""
-    import os
-    import tempfile
+    """``--out`` checked without creating it (:func:`mfd_theory.results.check_out_dir`): nothing is
+    left behind, so a command refused later (a bad option, a drafter of another target) leaves no
+    empty directory."""
+    from mfd_theory.results import check_out_dir
 
-    p = Path(path)
-    if str(path) == "":
-        raise ValueError("--out: needs a directory")
-    if p.exists() and not p.is_dir():
-        raise ValueError(f"--out: {p} exists and is not a directory")
-    anc = p
-    while not anc.exists():
-        anc = anc.parent
-    if not anc.is_dir():
-        raise ValueError(f"--out: {anc} is not a directory, so {p} cannot be created")
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".mfd-write-check-", dir=anc))
-    except OSError as exc:
-        raise ValueError(f"--out: {p} cannot be written ({anc} does not accept new entries: "
-                         f"{exc.strerror or exc})") from None
-    return p
+    return check_out_dir(path, "--out")
 
 
 def _writable(path: str) -> Path:
