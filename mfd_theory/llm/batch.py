@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,13 +50,11 @@ import torch
 import torch.nn.functional as F
 
 from mfd_theory.allocation import allocate_global
-from mfd_theory.coverage import variance_from_prefix_probs
 
 from mfd_theory.trees import chain_tree, mixture_tree, product_tree
 
-from .decode import (DecodeResult, RoundTimes, StepRecord, _check_count, _clock, _dead_and_splices, _eos_set, _first_nodes,
-                     _node_conditionals, _prefix_log_probs, _prompt_ids, _topk, _validate, children_map,
-                     positions_needed, sampling_probs, walk_tree)
+from .decode import (DecodeResult, RoundTimes, StepRecord, _check_count, _clock, _eos_set, _first_nodes, _prompt_ids,
+                     _topk, _validate, children_map, positions_needed, round_metrics, sampling_probs, walk_tree)
 from .drafter import BlockDrafter, _fold_modes, _rope, block_mode_mask
 from .hybrid import _plan
 from .target import TargetModel
@@ -783,18 +780,9 @@ def speculative_generate_batch(target, drafter, prompts, max_new_tokens: int, me
         tf = _clock(dev)
         preds = []
         for b, r in enumerate(active):
-            tree = trees[b]
-            n = 0 if tree is None else len(tree)
-            if n and metrics:
-                dec, metric = _node_conditionals(tree, logits[b, : n + 1], temperature, top_p)
-                dec_lp = _prefix_log_probs(tree.parent, tree.depth, dec)
-                met_lp = _prefix_log_probs(tree.parent, tree.depth, metric)
-                predicted, covered = float(np.exp(dec_lp).sum()), float(np.exp(met_lp).sum())
-                var = variance_from_prefix_probs(tree.depth, np.exp(dec_lp))
-                dead, splices = _dead_and_splices(tree, met_lp)
-            else:
-                nan = float("nan") if n else 0.0
-                dec, predicted, covered, var, dead, splices = None, nan, nan, nan, nan, 0
+            n = 0 if trees[b] is None else len(trees[b])
+            dec, predicted, covered, var, dead, splices = round_metrics(trees[b], logits[b, : n + 1], temperature,
+                                                                        top_p, metrics)
             preds.append(predicted)
             r._rec = (n, predicted, covered, var, dead, splices, dec)
         tg = _clock(dev)

@@ -329,6 +329,22 @@ def _dead_and_splices(tree: DraftTree, metric_lp: np.ndarray) -> tuple[float, in
     return float(dead.mean()), int((dead & splice).sum())
 
 
+def round_metrics(tree: DraftTree | None, logits: torch.Tensor, temperature: float, top_p: float,
+                  metrics: bool = True) -> tuple:
+    """One round's coverage bookkeeping from its verify logits [N+1, V]: (decoding-rule node
+    conditionals or None, predicted E[accepted], covered mass, Var[accepted], dead share, dead
+    splices). Without a tree everything is 0; with ``metrics=False`` the numbers are NaN."""
+    n = 0 if tree is None else len(tree)
+    if not (n and metrics):
+        nan = float("nan") if n else 0.0
+        return None, nan, nan, nan, nan, 0
+    dec, metric = _node_conditionals(tree, logits, temperature, top_p)
+    dec_lp = _prefix_log_probs(tree.parent, tree.depth, dec)
+    met_lp = _prefix_log_probs(tree.parent, tree.depth, metric)
+    var = variance_from_prefix_probs(tree.depth, np.exp(dec_lp))
+    return (dec, float(np.exp(dec_lp).sum()), float(np.exp(met_lp).sum()), var) + _dead_and_splices(tree, met_lp)
+
+
 # ---------------------------------------------------------------------------------------- loop
 def _clock(device: torch.device) -> float:
     if device.type == "cuda":
@@ -526,17 +542,8 @@ def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method
             path, bonus = walk_tree(children, lambda r: draw_from(out.logits[r]))
         emitted = [int(tree.token[i]) for i in path] + [bonus]
         te = _clock(dev)
-        if n and metrics:
-            dec, metric = _node_conditionals(tree, out.logits, temperature, top_p)
-            dec_lp = _prefix_log_probs(tree.parent, tree.depth, dec)
-            met_lp = _prefix_log_probs(tree.parent, tree.depth, metric)
-            predicted, covered = float(np.exp(dec_lp).sum()), float(np.exp(met_lp).sum())
-            predicted_var = variance_from_prefix_probs(tree.depth, np.exp(dec_lp))
-            dead_share, dead_splices = _dead_and_splices(tree, met_lp)
-        else:
-            nan = float("nan") if n else 0.0
-            dec, predicted, covered, dead_share, dead_splices = None, nan, nan, nan, 0
-            predicted_var = nan
+        dec, predicted, covered, predicted_var, dead_share, dead_splices = round_metrics(
+            tree, out.logits, temperature, top_p, metrics)
         tf = _clock(dev)
         count = 0
         for tok in emitted:
