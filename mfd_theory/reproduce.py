@@ -4,6 +4,12 @@ Runs every experiment with its default config into ``results/`` (each skips work
 executes the notebooks, which draw the figures into ``paper_figs/``, and finally runs
 ``mfd report``, which rewrites the result blocks of the README and ``docs/`` from the new
 ``results/*.json``.
+
+Where two cores are usable the steps run in two lanes, each pinned to its own core with one torch
+thread: lane 1 trains every checkpoint (and computes natural text's target-only ceiling) ahead of
+the evaluation that needs it, then evaluates natural text; lane 0 runs the theory, the own-target
+pipeline and the two end-to-end evaluations. Decoding is timed on one thread either way;
+``--jobs 1`` runs every step in turn.
 """
 
 from __future__ import annotations
@@ -16,21 +22,107 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# (label, module, argv) in order; each module exposes main(argv)
-STEPS: list[tuple[str, str, list[str]]] = [
+# (label, module, argv); each module exposes main(argv)
+THEORY: list[tuple[str, str, list[str]]] = [
     ("core table", "mfd_theory.experiments.core_table", ["--figure", "paper_figs/coverage_vs_budget.png"]),
     ("chimera bound", "mfd_theory.experiments.chimera_bound", []),
     ("chimera share", "mfd_theory.experiments.chimera_share", []),
     ("mixture gain", "mfd_theory.experiments.mixture_gain", []),
     ("path gain", "mfd_theory.experiments.path_gain", []),
-    ("end to end", "mfd_theory.experiments.e2e", ["--preset", "default", "--out", "results"]),
-    # The hybrid run stops at N = 64: at 128 and 256 every method measured below AR's speed
-    # (0.84-0.97 and 0.54-0.59, run of 2026-11-30), and those cells were over half its decode time.
-    ("end to end, hybrid target", "mfd_theory.experiments.e2e",
-     ["--preset", "default", "--target-arch", "qwen3_5", "--budgets", "16,32,64", "--out", "results/hybrid"]),
-    ("own target", "mfd_theory.experiments.own_target", ["--out", "results/own_target"]),
-    ("natural text", "mfd_theory.experiments.natural", ["--out", "results/natural"]),
 ]
+E2E = ("end to end", "mfd_theory.experiments.e2e", ["--preset", "default", "--out", "results"])
+# The hybrid run stops at N = 64: at 128 and 256 every method measured below AR's speed
+# (0.84-0.97 and 0.54-0.59, run of 2026-11-30), and those cells were over half its decode time.
+HYBRID = ("end to end, hybrid target", "mfd_theory.experiments.e2e",
+          ["--preset", "default", "--target-arch", "qwen3_5", "--budgets", "16,32,64", "--out", "results/hybrid"])
+OWN = ("own target", "mfd_theory.experiments.own_target", ["--out", "results/own_target"])
+NATURAL = ("natural text", "mfd_theory.experiments.natural", ["--out", "results/natural"])
+#: every step, in the order one core runs them (``--jobs 1``)
+STEPS: list[tuple[str, str, list[str]]] = [*THEORY, E2E, HYBRID, OWN, NATURAL]
+#: steps with a --threads option (torch threads for training) and a --prepare-only option
+#: (everything before the timed evaluation: training, and natural's ceiling)
+THREADED = {E2E[0], HYBRID[0], OWN[0], NATURAL[0]}
+PREPARED = {E2E[0], HYBRID[0], NATURAL[0]}
+
+
+def plan(jobs: int) -> list[list[tuple[str, str, list[str], str]]]:
+    """The lanes: one list of ``(label, module, argv, what)`` per core, ``what`` being "run" (the
+    whole step) or "prepare" (``--prepare-only``). A step that lane 0 runs after its "prepare" on
+    lane 1 waits for it.
+
+    Two lanes: lane 1 trains every checkpoint (and computes natural's target-only ceiling) ahead of
+    the evaluation that needs it, then evaluates natural text; lane 0 runs the theory, the
+    own-target pipeline and the two timed end-to-end evaluations. The two time their decoding
+    each on its own pinned core, one torch thread each."""
+    if jobs == 1:
+        return [[(*s, "run") for s in STEPS]]
+    return [[*((*s, "run") for s in THEORY), (*OWN, "run"), (*E2E, "run"), (*HYBRID, "run")],
+            [(*E2E, "prepare"), (*HYBRID, "prepare"), (*NATURAL, "prepare"), (*NATURAL, "run")]]
+
+
+def step_argv(label: str, argv: list[str], what: str, jobs: int, quiet: bool) -> list[str]:
+    extra = ["--prepare-only"] if what == "prepare" else []
+    if jobs > 1 and label in THREADED:
+        extra += ["--threads", "1"]  # one core per lane
+    return list(argv) + extra + (["--quiet"] if quiet else [])
+
+
+def _run_step(module: str, argv: list[str]) -> float:
+    t0 = time.perf_counter()
+    importlib.import_module(module).main(argv)
+    return time.perf_counter() - t0
+
+
+def _lane_init(cpu: int | None, log: str) -> None:
+    """A lane's worker process: pinned to its core, one thread per library, output to ``log``."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+        os.environ[var] = "1"
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _chain(pool, jobs: list) -> None:
+    """Run ``jobs`` (``(module, argv, future)``) on ``pool`` one after another: each is submitted
+    when the one before it succeeded, and its outcome goes to its ``future``; after a failure the
+    rest are not run (their futures say so)."""
+    if not jobs:
+        return
+    (module, argv, out), rest = jobs[0], jobs[1:]
+
+    def done(f) -> None:
+        if f.cancelled() or f.exception() is not None:
+            out.set_exception(f.exception() if not f.cancelled() else RuntimeError("cancelled"))
+            for *_, later in rest:
+                later.set_exception(RuntimeError("not run: an earlier step of its lane failed"))
+            return
+        out.set_result(f.result())
+        try:
+            _chain(pool, rest)
+        except RuntimeError as exc:  # the pool was shut down (the run is stopping)
+            for *_, later in rest:
+                if not later.done():
+                    later.set_exception(exc)
+
+    pool.submit(_run_step, module, argv).add_done_callback(done)
+
+
+def lane_cpus(jobs: int) -> list[int | None]:
+    """The core each lane is pinned to (None: not pinned, where the platform cannot pin)."""
+    if not hasattr(os, "sched_getaffinity"):
+        return [None] * jobs
+    cpus = sorted(os.sched_getaffinity(0))
+    return [cpus[i] for i in range(jobs)]
+
+
+def default_jobs() -> int:
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return 2 if n >= 2 else 1
+
+
 NOTEBOOKS: list[str] = [
     "notebooks/01_chimera_bound.ipynb",
     "notebooks/02_chimera_share.ipynb",
@@ -76,25 +168,86 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="mfd reproduce", description=help_summary(__doc__))
     parser.add_argument("--skip-notebooks", action="store_true",
                         help="run the experiments only, draw no figures (default: off)")
+    parser.add_argument("--jobs", type=int, choices=(1, 2), default=default_jobs(),
+                        help="1: every step in turn on the machine's threads; 2: two lanes, each pinned to its "
+                             "own core with one torch thread, the second training ahead of the evaluations and "
+                             "evaluating natural text (default: 2 where two cores are usable, else 1)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars (default: off)")
     args = parser.parse_args(argv)
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if args.jobs > usable:
+        parser.error(f"--jobs: {args.jobs} lanes need {args.jobs} usable cores, this process may use {usable}")
     os.chdir(ROOT)
+    (ROOT / "results").mkdir(exist_ok=True)
     t_all = time.perf_counter()
     seconds: dict[str, float] = {}
+    lanes = plan(args.jobs)
+    cpus = lane_cpus(args.jobs)
+    log = ROOT / "results" / "reproduce_lane1.log"
 
     def record() -> None:  # after every step, so an interrupted run keeps what it measured
         from .results import Result
 
-        Result("reproduce_times", {"skip_notebooks": args.skip_notebooks, "cpu_count": os.cpu_count()},
+        Result("reproduce_times", {"skip_notebooks": args.skip_notebooks, "cpu_count": os.cpu_count(),
+                                   "jobs": args.jobs, "lanes": [[f"{w} {lab}" for lab, _, _, w in lane]
+                                                                 for lane in lanes]},
                {"seconds": seconds, "total_s": time.perf_counter() - t_all}).save(ROOT / "results" / "reproduce_times.json")
 
-    for label, module, step_argv in STEPS:
-        print(f"\n=== {label} ({module})", flush=True)
-        t0 = time.perf_counter()
-        importlib.import_module(module).main(list(step_argv) + (["--quiet"] if args.quiet else []))
-        seconds[label] = time.perf_counter() - t0
-        print(f"--- {label}: {seconds[label]:.1f} s", flush=True)
-        record()
+    pending: dict[tuple[str, str], object] = {}
+    pool = None
+    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    if args.jobs > 1:
+        import concurrent.futures
+        import multiprocessing
+
+        log.write_text("")
+        pool = concurrent.futures.ProcessPoolExecutor(
+            max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_lane_init,
+            initargs=(cpus[1], str(log)))
+        for label, module, step, what in lanes[1]:
+            pending[(label, what)] = concurrent.futures.Future()
+        _chain(pool, [(module, step_argv(label, step, what, args.jobs, args.quiet), pending[(label, what)])
+                      for label, module, step, what in lanes[1]])
+        where = f"core {cpus[1]}" if cpus[1] is not None else "not pinned"
+        print(f"lane 1 ({where}): {', '.join(f'{w} {lab}' for lab, _, _, w in lanes[1])}; "
+              f"its output goes to {log.relative_to(ROOT)}", flush=True)
+        if cpus[0] is not None:
+            os.sched_setaffinity(0, {cpus[0]})
+
+    def collect(key) -> None:
+        fut = pending.pop(key, None)
+        if fut is not None:
+            label = f"{key[1]} {key[0]}" if key[1] == "prepare" else key[0]
+            seconds[f"lane 1: {label}"] = fut.result()  # re-raises the step's error here
+            print(f"--- lane 1: {label}: {seconds[f'lane 1: {label}']:.1f} s", flush=True)
+            record()
+
+    try:
+        for label, module, step, what in lanes[0]:
+            for key in [k for k, f in pending.items() if f.done()]:
+                collect(key)  # a failed lane-1 step stops the run now, not when it is needed
+            if (label, "prepare") in pending:
+                print(f"\n... waiting for lane 1 to prepare {label}", flush=True)
+                collect((label, "prepare"))
+            print(f"\n=== {label} ({module})", flush=True)
+            seconds[label] = _run_step(module, step_argv(label, step, what, args.jobs, args.quiet))
+            print(f"--- {label}: {seconds[label]:.1f} s", flush=True)
+            record()
+        for key in list(pending):
+            print(f"\n... waiting for lane 1: {key[1]} {key[0]}", flush=True)
+            collect(key)
+    except BaseException:
+        if pool is not None:  # stop lane 1 too (ProcessPoolExecutor has no public way to end a running job)
+            pool.shutdown(wait=False, cancel_futures=True)
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                proc.terminate()
+            pool = None
+        raise
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
+        if affinity is not None:
+            os.sched_setaffinity(0, affinity)  # the notebooks' kernels get every core again
     if not args.skip_notebooks:
         for nb in NOTEBOOKS:
             print(f"\n=== notebook {nb}", flush=True)

@@ -19,8 +19,22 @@ REQUIRED = ("method", "budget", "temperature", "tau", "accepted_mean", "accepted
 
 @pytest.fixture(scope="module")
 def micro(tmp_path_factory):
+    """The micro run as ``mfd reproduce`` runs it on two cores: ``--prepare-only`` first (every
+    checkpoint trained, nothing evaluated), then the evaluation, which must train nothing (and
+    whose cache keys ignore --threads)."""
+    import mfd_theory.llm.train as train
+
     out = tmp_path_factory.mktemp("e2e")
-    main(["--preset", "micro", "--out", str(out), "--quiet"])
+    assert main(["--preset", "micro", "--out", str(out), "--quiet", "--prepare-only", "--threads", "1"]) is None
+    assert not (out / "end_to_end.json").exists() and not (out / "predictions.json").exists()
+    assert {p.name.split("-")[0] for p in (out / "cache").iterdir()} >= {"target", "draftlm", "distill", "drafter"}
+
+    def no_training(*a, **k):
+        raise AssertionError("the evaluation after --prepare-only trained a model")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(train, "run_training", no_training)
+        main(["--preset", "micro", "--out", str(out), "--quiet"])
     return out, json.loads((out / "end_to_end.json").read_text())
 
 

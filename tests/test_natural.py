@@ -236,15 +236,32 @@ def test_futures_fit_finds_two_futures_and_no_more():
 # ------------------------------------------------------------------------------------ the run
 
 
+STEPS = ("corpus", "target", "ceiling", "distill", "drafter-k1", "drafter-k2", "drafter-dartree", "eval")
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
+    """The micro run as ``mfd reproduce`` runs it on two cores: ``--prepare-only`` (every step but
+    the evaluation), then the whole command, which only evaluates."""
+    import contextlib
+    import io
+
     results = tmp_path_factory.mktemp("natural") / "results"
     out = results / "natural"
-    assert mfd(["natural", "--preset", "micro", "--out", str(out), "--quiet"]) == 0
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):
+        assert mfd(["natural", "--preset", "micro", "--out", str(out), "--quiet", "--prepare-only",
+                    "--threads", "1"]) == 0
+    steps = json.loads((out / "steps.json").read_text())["steps"]
+    assert list(steps) == list(STEPS[:-1]) and all(s["done"] for s in steps.values())
+    assert not (out / "natural.json").exists() and not (out / "eval").exists()
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):
+        assert mfd(["natural", "--preset", "micro", "--out", str(out), "--quiet"]) == 0
+    text = said.getvalue()
+    assert all(f"{name}: finished earlier, reusing" in text for name in STEPS[:-1]), text
+    assert "\n== eval: " in text
     return results, out
-
-
-STEPS = ("corpus", "target", "ceiling", "distill", "drafter-k1", "drafter-k2", "drafter-dartree", "eval")
 
 
 def test_micro_run_produces_every_part(run):

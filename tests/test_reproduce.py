@@ -1,6 +1,8 @@
-"""`mfd reproduce` records each step's seconds as it goes (results/reproduce_times.json)."""
+"""`mfd reproduce`: each step's seconds recorded as it goes (results/reproduce_times.json), and the
+two lanes (a pinned worker that prepares ahead of the evaluations that wait for it)."""
 
 import json
+import os
 import sys
 import types
 
@@ -25,8 +27,95 @@ def test_reproduce_records_step_times_as_it_goes(tmp_path, monkeypatch):
     monkeypatch.setattr(reproduce, "STEPS", [("first", fake.__name__, ["--x"]), ("second", boom.__name__, [])])
     (tmp_path / "results").mkdir()
     with pytest.raises(RuntimeError):
-        reproduce.main(["--skip-notebooks", "--quiet"])
+        reproduce.main(["--skip-notebooks", "--quiet", "--jobs", "1"])
     saved = json.loads((tmp_path / "results" / "reproduce_times.json").read_text())
     assert calls == [["--x", "--quiet"]]
     assert list(saved["data"]["seconds"]) == ["first"]  # the step that finished is kept
     assert saved["data"]["total_s"] >= saved["data"]["seconds"]["first"] >= 0
+
+
+def test_plan_runs_every_step_once_and_prepares_before_it_evaluates():
+    from mfd_theory import reproduce
+
+    one = reproduce.plan(1)
+    assert [(lab, w) for lab, _, _, w in one[0]] == [(s[0], "run") for s in reproduce.STEPS]
+    two = reproduce.plan(2)
+    runs = [lab for lane in two for lab, _, _, w in lane if w == "run"]
+    assert sorted(runs) == sorted(s[0] for s in reproduce.STEPS)  # every step run once, on some lane
+    prepared = [lab for lab, _, _, w in two[1] if w == "prepare"]
+    assert set(prepared) == reproduce.PREPARED
+    lane1 = [(lab, w) for lab, _, _, w in two[1]]
+    for lab in prepared:  # its run is on lane 0 (which waits for it) or later on lane 1 itself
+        assert lab in [x[0] for x in two[0]] or lane1.index((lab, "run")) > lane1.index((lab, "prepare"))
+    assert reproduce.step_argv(reproduce.E2E[0], ["--x"], "prepare", 2, True) == [
+        "--x", "--prepare-only", "--threads", "1", "--quiet"]
+    assert reproduce.step_argv(reproduce.E2E[0], ["--x"], "run", 1, False) == ["--x"]
+
+
+def _lanes(tmp_path, lane0, lane1):
+    rec = str(tmp_path / "record.jsonl")
+    mod = "reproduce_fake_steps"
+    return rec, [[(lab, mod, [rec, lab, *flags], w) for lab, flags, w in lane0],
+                 [(lab, mod, [rec, lab, *flags], w) for lab, flags, w in lane1]]
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="two lanes need two usable cores")
+def test_two_lanes_pin_their_cores_and_an_evaluation_waits_for_its_preparation(tmp_path, monkeypatch):
+    from mfd_theory import reproduce
+
+    rec, lanes = _lanes(tmp_path, [("theory", [], "run"), ("e2e", [], "run")],
+                        [("e2e", ["--sleep", "1.5"], "prepare"), ("natural", [], "run")])
+    monkeypatch.setattr(reproduce, "ROOT", tmp_path)
+    monkeypatch.setattr(reproduce, "plan", lambda jobs: lanes)
+    monkeypatch.setattr("mfd_theory.report.main", lambda argv: None)
+    before = os.sched_getaffinity(0)
+    reproduce.main(["--skip-notebooks", "--quiet", "--jobs", "2"])
+    assert os.sched_getaffinity(0) == before  # the calling process gets its cores back
+    rows = {(r["label"], "--prepare-only" in r["flags"]): r
+            for r in map(json.loads, open(rec).read().splitlines())}
+    assert set(rows) == {("theory", False), ("e2e", False), ("e2e", True), ("natural", False)}
+    cpus = reproduce.lane_cpus(2)
+    main_pid = os.getpid()
+    for key in (("theory", False), ("e2e", False)):
+        assert rows[key]["pid"] == main_pid and rows[key]["affinity"] == [cpus[0]]
+    for key in (("e2e", True), ("natural", False)):
+        assert rows[key]["pid"] != main_pid and rows[key]["affinity"] == [cpus[1]]
+    # the evaluation started only after its preparation ended; the lanes overlapped
+    assert rows[("e2e", False)]["start"] >= rows[("e2e", True)]["end"]
+    assert rows[("theory", False)]["end"] < rows[("e2e", True)]["end"]
+    saved = json.loads((tmp_path / "results" / "reproduce_times.json").read_text())["data"]["seconds"]
+    assert set(saved) == {"theory", "e2e", "lane 1: prepare e2e", "lane 1: natural"}
+    assert saved["lane 1: prepare e2e"] >= 1.5
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="two lanes need two usable cores")
+def test_a_failing_lane_one_step_stops_the_run(tmp_path, monkeypatch):
+    from mfd_theory import reproduce
+
+    rec, lanes = _lanes(tmp_path, [("first", ["--wait-for", str(tmp_path / "record.jsonl.failed"),
+                                              "--sleep", "0.5"], "run"), ("second", [], "run")],
+                        [("broken", ["--fail"], "run"), ("later", [], "run")])
+    monkeypatch.setattr(reproduce, "ROOT", tmp_path)
+    monkeypatch.setattr(reproduce, "plan", lambda jobs: lanes)
+    before = os.sched_getaffinity(0)
+    with pytest.raises(RuntimeError, match="step broken fails"):
+        reproduce.main(["--skip-notebooks", "--quiet", "--jobs", "2"])
+    assert os.sched_getaffinity(0) == before
+    labels = [json.loads(x)["label"] for x in open(rec).read().splitlines()]
+    assert labels == ["first"]  # lane 0 stopped before its next step; lane 1's queue was dropped
+
+
+def test_two_lanes_on_one_usable_core_are_refused(tmp_path, monkeypatch, capsys):
+    from mfd_theory import reproduce
+
+    if not hasattr(os, "sched_getaffinity"):
+        pytest.skip("no affinity on this platform")
+    monkeypatch.setattr(reproduce, "ROOT", tmp_path)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert reproduce.default_jobs() == 1
+    with pytest.raises(SystemExit) as exc:
+        reproduce.main(["--jobs", "2", "--skip-notebooks"])
+    assert exc.value.code == 2 and "--jobs: 2 lanes need 2 usable cores" in capsys.readouterr().err
+    assert not (tmp_path / "results").exists()  # refused before anything was written

@@ -126,11 +126,12 @@ def preset_config(name: str, **overrides) -> E2EConfig:
     return E2EConfig(**values)
 
 
-def run(config: E2EConfig, out_dir: str | Path, progress: bool = True) -> Result:
-    """Train (or load from the cache) and evaluate; writes ``out_dir/end_to_end.json``."""
+def run(config: E2EConfig, out_dir: str | Path, progress: bool = True, prepare_only: bool = False) -> Result | None:
+    """Train (or load from the cache) and evaluate; writes ``out_dir/end_to_end.json``.
+    ``prepare_only``: train every checkpoint into the cache and stop (returns None)."""
     from ..llm.e2e import run_e2e
 
-    return run_e2e(config, out_dir, progress=progress)
+    return run_e2e(config, out_dir, progress=progress, prepare_only=prepare_only)
 
 
 def _quiet_transformers() -> None:
@@ -155,6 +156,9 @@ def main(argv: list[str] | None = None) -> Result:
     parser = make_parser("mfd e2e", __doc__)
     add_dataclass_args(parser, E2EConfig)
     add_common(parser)
+    parser.add_argument("--prepare-only", action="store_true",
+                        help="train (or find in the cache) every checkpoint, then stop before the evaluation; "
+                             "a later run with the same options only evaluates (default: off)")
     if known.preset in PRESETS:
         parser.set_defaults(**preset_config(known.preset).__dict__)
     args = parser.parse_args(argv)
@@ -163,7 +167,10 @@ def main(argv: list[str] | None = None) -> Result:
         _quiet_transformers()
     out = Path(args.out) / "end_to_end.json"
     existed = out.exists()
-    result = run(config, args.out, progress=not args.quiet)
+    result = run(config, args.out, progress=not args.quiet, prepare_only=args.prepare_only)
+    if result is None:
+        print(f"prepared: checkpoints cached under {config.cache_dir or Path(args.out) / 'cache'}/ (nothing evaluated)")
+        return None
     from ..llm.e2e import format_table
 
     print(format_table(result.data))

@@ -197,15 +197,20 @@ def command_lines(config: NaturalConfig, root: str | Path = ".") -> list[str]:
     return [shlex.join(["mfd", cmd, *argv]) for _, cmd, argv in commands(config, root)]
 
 
-def run(config: NaturalConfig, out_dir: str | Path = "results/natural", progress: bool = True) -> dict:
-    """Run (or resume) every step under ``out_dir``; returns ``natural.json``'s data."""
+def run(config: NaturalConfig, out_dir: str | Path = "results/natural", progress: bool = True,
+        prepare_only: bool = False) -> dict | None:
+    """Run (or resume) every step under ``out_dir``; returns ``natural.json``'s data.
+    ``prepare_only``: every step before the evaluation, then stop (returns None)."""
     from ..llm.natural import run_natural
     from ..report import natural_block
 
     out = Path(out_dir)
     steps = [(name, cmd, argv, rel, line) for (name, cmd, argv), (_, _, rel), line
              in zip(commands(config, out), commands(config), command_lines(config))]
-    res = run_natural(config, out, steps, progress=progress)
+    res = run_natural(config, out, steps, progress=progress, prepare_only=prepare_only)
+    if res is None:
+        print(f"prepared: every step before the evaluation is done under {out}/ (nothing evaluated)")
+        return None
     print("\n" + natural_block(res))
     return res.data
 
@@ -223,6 +228,9 @@ def main(argv: list[str] | None = None) -> dict:
                              "options given explicitly override it (default: default)")
     add_dataclass_args(parser, NaturalConfig)
     add_common(parser, "results/natural")
+    parser.add_argument("--prepare-only", action="store_true",
+                        help="run every step before the evaluation (corpus, target, ceiling, distill, drafters), "
+                             "then stop; a later run with the same options only evaluates (default: off)")
     parser.set_defaults(**PRESETS[known.preset])
     args = parser.parse_args(argv)
     config = finish(parser, NaturalConfig, args)
@@ -230,7 +238,7 @@ def main(argv: list[str] | None = None) -> dict:
         from .e2e import _quiet_transformers
 
         _quiet_transformers()
-    return run(config, args.out, progress=not args.quiet)
+    return run(config, args.out, progress=not args.quiet, prepare_only=args.prepare_only)
 
 
 if __name__ == "__main__":

@@ -299,8 +299,11 @@ def format_table(data: dict) -> str:
 # --------------------------------------------------------------------------------------- driver
 
 
-def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
-    """Train (cached) and evaluate per ``cfg`` (an :class:`~mfd_theory.experiments.e2e.E2EConfig`)."""
+def run_e2e(cfg, out_dir: str | Path, progress: bool = True, prepare_only: bool = False) -> Result | None:
+    """Train (cached) and evaluate per ``cfg`` (an :class:`~mfd_theory.experiments.e2e.E2EConfig`).
+
+    ``prepare_only``: train (or find in the cache) every checkpoint the evaluation needs, then stop
+    and return None; a later run with the same config only evaluates."""
     out_dir = check_writable(Path(out_dir))
     cache = check_writable(Path(cfg.cache_dir) if cfg.cache_dir else out_dir / "cache")
     if cfg.block_size < 2:
@@ -350,6 +353,8 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True) -> Result:
         t = time.perf_counter()
         dartree, dartree_curve = _drafter(cfg, 1, target_hf, corpus, data, dpath, cache, progress, kind="dartree")
         times["drafter_dartree"] = time.perf_counter() - t
+    if prepare_only:
+        return None
 
     # Held-out self-distillation blocks (other prompts, other seed) for the mode diagnostics.
     held = make_distill_data(target_hf, corpus.prompts(32, cfg.prompt_len, "heldout", seed=cfg.seed + 3),

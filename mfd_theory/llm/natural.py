@@ -370,8 +370,11 @@ def natural_summary(config, out: Path) -> Result:
     return Result("natural", config=dataclasses.asdict(config), data=data, seed=config.seed)
 
 
-def run_natural(config, out_dir, commands: list[tuple], progress: bool = True) -> Result:
+def run_natural(config, out_dir, commands: list[tuple], progress: bool = True,
+                prepare_only: bool = False) -> Result | None:
     """Run or resume every step under ``out_dir``; returns the ``natural.json`` result.
+    ``prepare_only``: every step before ``mfd eval`` (corpus, target, ceiling, distill, drafters),
+    then stop and return None, writing no ``natural.json``.
 
     ``commands`` are the pipeline steps, each ``(name, command, argv, argv relative to the output
     directory, command line)``; they come from :mod:`mfd_theory.experiments.natural`, which owns
@@ -451,10 +454,13 @@ def run_natural(config, out_dir, commands: list[tuple], progress: bool = True) -
                   lambda: run_ceiling(config, out, progress))
 
         keys = {"target": key_target, "corpus": key_corpus}
-        run_command_steps(steps, commands, keys, ["target", "corpus"], config, quiet)
+        run_command_steps(steps, [c for c in commands if not (prepare_only and c[1] == "eval")], keys,
+                          ["target", "corpus"], config, quiet)
 
     finally:
         torch.set_num_threads(threads)
+    if prepare_only:
+        return None
     res = natural_summary(config, out)
     existed = (out / "natural.json").exists()
     res.save(out / "natural.json")
