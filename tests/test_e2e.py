@@ -108,6 +108,10 @@ def test_micro_rows_carry_predicted_speedups(micro):
             assert r["matches_ar"], r
     grid = {(r["method"], r["drafter"], r["budget"]) for r in data["rows"]}
     assert not any((r["method"], r["drafter"], r["budget"]) in grid for r in chosen)
+    # a fixed chosen budget is decoded at the temperature(s) it was chosen for, and only there
+    picked = {(c["temperature"], c["method"], c["drafter"], c["budget"]) for c in choices}
+    fixed = {(r["temperature"], r["method"], r["drafter"], r["budget"]) for r in chosen if not r["per_round_budget"]}
+    assert fixed == {p for p in picked if p[1:] not in grid}
 
 
 def test_micro_predictions_are_written_before_the_evaluation_and_checked_after(micro):

@@ -225,3 +225,24 @@ def test_tree_builders_are_the_core_s():
     assert np.allclose(got.log_score, ref.log_score, atol=1e-6)
     chain = build_tree("chain", lp, lq, 3)
     assert chain.paths()[-1] == tuple(lq[int(lp.argmax())].argmax(-1)[:3].tolist())
+
+
+def test_a_cell_limited_to_some_temperatures_is_decoded_and_calibrated_only_there(model, target):
+    """Cell.temperatures: decode_cells, calibrate_acceptance and predict_cells skip the others."""
+    from mfd_theory.llm.evaluate import Cell, decode_cells
+    from mfd_theory.llm.predict import calibrate_acceptance, predict_cells, uncalibrated
+
+    drafter = build_drafter(model, block_size=5, num_layers=1, seed=3)
+    cells = [Cell("ar", "none", 0), Cell("ddtree", "d", 4, drafter),
+             Cell("ddtree", "d", 6, drafter, temperatures=(1.0,))]
+    prompts = [torch.tensor([1, 2, 3]), torch.tensor([4, 5])]
+    recs = decode_cells(target, cells, prompts, temperatures=(0.0, 1.0), max_new_tokens=4, passes=1,
+                        eos_token_id=[], progress=False)
+    got = sorted((r["temperature"], r["cell"]) for r in recs)
+    assert got == sorted([(t, c) for t in (0.0, 1.0) for c in (0, 1) for _ in prompts] + [(1.0, 2)] * len(prompts))
+    cal = calibrate_acceptance(target, cells, [p.numpy() for p in prompts], temperatures=(0.0, 1.0),
+                               max_new_tokens=4, progress=False)
+    assert sorted((e.temperature, e.budget) for e in cal.entries) == [(0.0, 4), (1.0, 4), (1.0, 6)]
+    assert uncalibrated(cal, cells, (0.0, 1.0)) == []
+    preds = predict_cells(cal, cells, (0.0, 1.0))
+    assert sorted((p["temperature"], p["budget"]) for p in preds) == [(0.0, 0), (0.0, 4), (1.0, 0), (1.0, 4), (1.0, 6)]

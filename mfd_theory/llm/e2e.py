@@ -231,7 +231,8 @@ def e2e_cells(cfg, drafters: dict[int, Any], dartree=None) -> list:
 def all_cells(cfg, drafters: dict[int, Any], dartree=None, extra_budgets: dict | None = None,
               per_round: dict | None = None) -> list:
     """The grid (:func:`e2e_cells`) plus the theory's choices: ``extra_budgets`` {(method, drafter
-    label): [N, ...]} adds cells off the budget grid; ``per_round`` {(method, drafter label):
+    label): [N, ...] or {N: temperatures}} adds cells off the budget grid (with temperatures: decoded
+    only at the temperatures whose choice they are); ``per_round`` {(method, drafter label):
     {temperature: rule}} adds a cell per entry whose tree size each round's rule picks (drafter
     label ``<label>/per-round``, built at the rules' cap and cut)."""
     cells = e2e_cells(cfg, drafters, dartree)
@@ -241,7 +242,10 @@ def all_cells(cfg, drafters: dict[int, Any], dartree=None, extra_budgets: dict |
         cells.append(Cell(method, f"{label}/per-round", cap, like.drafter, budget_rule=rules))
     for (method, label), budgets in (extra_budgets or {}).items():
         like = next(c for c in cells if c.method == method and c.drafter_label == label)
-        cells += [Cell(method, label, int(n), like.drafter) for n in budgets
+        temps = budgets if isinstance(budgets, dict) else dict.fromkeys(budgets)
+        cells += [Cell(method, label, int(n), like.drafter,
+                       temperatures=None if temps[n] is None else tuple(sorted(float(t) for t in temps[n])))
+                  for n in sorted(temps)
                   if not any(c.method == method and c.drafter_label == label and c.budget == n for c in cells)]
     return cells
 
@@ -388,10 +392,12 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True, prepare_only: bool 
         if cfg.budget_choice:
             choices = choose_budgets(cal, grid, cfg.temperatures, profile, speed, dataset="heldout")
             per_round = per_round_rules(choices, profile, grid)
-            for ch in choices:  # the chosen budgets off the grid are decoded too
+            # the chosen budgets off the grid are decoded too, each at the temperature(s) it was chosen for
+            for ch in choices:
                 if ch["budget"] not in cfg.budgets:
-                    extra.setdefault((ch["method"], ch["drafter"]), set()).add(ch["budget"])
-    cells = all_cells(cfg, drafters, dartree, {k: sorted(v) for k, v in extra.items()}, per_round)
+                    extra.setdefault((ch["method"], ch["drafter"]), {}).setdefault(ch["budget"], set()).add(
+                        ch["temperature"])
+    cells = all_cells(cfg, drafters, dartree, extra, per_round)
     pred_path = out_dir / "predictions.json"
     if cal is not None:
         todo = uncalibrated(cal, cells, cfg.temperatures)  # the chosen and per-round cells

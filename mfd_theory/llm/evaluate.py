@@ -53,10 +53,15 @@ class Cell:
     budget: int                     # 0 for ar; the block's L for chain
     drafter: Any = None
     budget_rule: Any = None         # per-round tree size (speedup.PerRoundBudget); budget is then the cap
+    temperatures: tuple | None = None  # decoded only at these temperatures (None: at every one)
 
     @property
     def K(self) -> int:
         return 0 if self.drafter is None else int(self.drafter.num_modes)
+
+    def at(self, temperature) -> bool:
+        """Whether this cell is decoded at ``temperature``."""
+        return self.temperatures is None or float(temperature) in {float(t) for t in self.temperatures}
 
 
 def make_cells(drafters: dict[str, Any], methods, budgets, ddtree_on_mfd: bool = True) -> list[Cell]:
@@ -132,16 +137,19 @@ def decode_cells(target, cells: list[Cell], items: list, *, temperatures, max_ne
         ids = torch.tensor(_first_ids(items[mine[0]], tokenizer, enable_thinking))
         for temp in temperatures:
             for c in cells:
-                speculative_generate(target, c.drafter, ids, min(4, max_new_tokens), c.method, budget=max(1, c.budget),
-                                     temperature=temp, seed=0, **kw, **_rule(c, temp))
+                if c.at(temp):
+                    speculative_generate(target, c.drafter, ids, min(4, max_new_tokens), c.method,
+                                         budget=max(1, c.budget), temperature=temp, seed=0, **kw, **_rule(c, temp))
     records = []
-    bar = tqdm(total=len(temperatures) * passes * len(mine) * len(cells),
+    bar = tqdm(total=passes * len(mine) * sum(c.at(t) for t in temperatures for c in cells),
                desc=f"evaluate (rank {rank})" if world > 1 else "evaluate", disable=not progress, leave=False)
     for temp in temperatures:
         recs = {}
         for pss in range(passes):
             for i in mine:
                 for ci, c in enumerate(cells):
+                    if not c.at(temp):
+                        continue
                     turns_res = []
 
                     def answer(ids, turn, c=c, i=i):

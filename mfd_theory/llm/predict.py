@@ -187,7 +187,7 @@ def uncalibrated(cal: Calibration, cells: list, temperatures) -> list:
     (e.g. the theory's chosen budgets, chosen after the first calibration)."""
     return [c for c in cells if c.method != "ar" and any(
         cal.find(c.method, _base(c.drafter_label), t, max(1, int(c.budget)), _rule_at(c, t) is not None) is None
-        for t in temperatures)]
+        for t in temperatures if c.at(t))]
 
 
 def _cluster_mean_se(values: np.ndarray, groups: np.ndarray) -> tuple[float, float | None]:
@@ -222,10 +222,12 @@ def calibrate_acceptance(target, cells: list, prompts: list, *, temperatures, ma
     eos = None if eos_token_id is None else list(eos_token_id)
     t0 = time.perf_counter()
     entries = []
-    bar = tqdm(total=len(temperatures) * len(todo) * len(ids), desc="calibrate acceptance", disable=not progress,
-               leave=False)
+    bar = tqdm(total=len(ids) * sum(c.at(t) for t in temperatures for c in todo), desc="calibrate acceptance",
+               disable=not progress, leave=False)
     for temp in temperatures:
         for cell in todo:
+            if not cell.at(temp):
+                continue
             rule = _rule_at(cell, temp)
             budget = max(1, int(cell.budget))
             e = CalibrationEntry(cell.method, _base(cell.drafter_label), cell.K, float(temp), budget, rule is not None)
@@ -297,6 +299,8 @@ def predict_cells(cal: Calibration, cells: list, temperatures, profile=None, dat
     out = []
     for temp in temperatures:
         for c in cells:
+            if not c.at(temp):
+                continue
             if c.method == "ar":
                 out.append({"method": "ar", "drafter": c.drafter_label, "K": 0, "budget": 0,
                             "temperature": float(temp), "per_round_budget": False, "source": "ar",
