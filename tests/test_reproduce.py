@@ -1,5 +1,5 @@
 """`mfd reproduce`: each step's seconds recorded as it goes (results/reproduce_times.json), and the
-two lanes (a pinned worker that prepares ahead of the evaluations that wait for it)."""
+two lanes (a pinned worker for untimed work; a timed step waits until it is idle)."""
 
 import json
 import os
@@ -34,7 +34,7 @@ def test_reproduce_records_step_times_as_it_goes(tmp_path, monkeypatch):
     assert saved["data"]["total_s"] >= saved["data"]["seconds"]["first"] >= 0
 
 
-def test_plan_runs_every_step_once_and_prepares_before_it_evaluates():
+def test_plan_runs_every_step_once_and_times_nothing_beside_a_timed_run():
     from mfd_theory import reproduce
 
     one = reproduce.plan(1)
@@ -42,11 +42,15 @@ def test_plan_runs_every_step_once_and_prepares_before_it_evaluates():
     two = reproduce.plan(2)
     runs = [lab for lane in two for lab, _, _, w in lane if w == "run"]
     assert sorted(runs) == sorted(s[0] for s in reproduce.STEPS)  # every step run once, on some lane
-    prepared = [lab for lab, _, _, w in two[1] if w == "prepare"]
-    assert set(prepared) == reproduce.PREPARED
-    lane1 = [(lab, w) for lab, _, _, w in two[1]]
-    for lab in prepared:  # its run is on lane 0 (which waits for it) or later on lane 1 itself
-        assert lab in [x[0] for x in two[0]] or lane1.index((lab, "run")) > lane1.index((lab, "prepare"))
+    assert {lab for lab, _, _, w in two[0] + two[1] if w == "prepare"} == reproduce.PREPARED
+    # lane 1 holds untimed work only; each prepared step is prepared before lane 0 runs it
+    assert not any(w == "run" and lab in reproduce.TIMED for lab, _, _, w in two[1])
+    lane0 = [(lab, w) for lab, _, _, w in two[0]]
+    for lab in reproduce.PREPARED:
+        if (lab, "prepare") in lane0:
+            assert lane0.index((lab, "prepare")) < lane0.index((lab, "run"))
+        else:  # prepared on lane 1: its run is timed, so it waits for lane 1
+            assert lab in reproduce.TIMED and (lab, "run") in lane0
     assert reproduce.step_argv(reproduce.E2E[0], ["--x"], "prepare", 2, True) == [
         "--x", "--prepare-only", "--threads", "1", "--quiet"]
     assert reproduce.step_argv(reproduce.E2E[0], ["--x"], "run", 1, False) == ["--x"]
@@ -65,9 +69,10 @@ def test_two_lanes_pin_their_cores_and_an_evaluation_waits_for_its_preparation(t
     from mfd_theory import reproduce
 
     rec, lanes = _lanes(tmp_path, [("theory", [], "run"), ("e2e", [], "run")],
-                        [("e2e", ["--sleep", "1.5"], "prepare"), ("natural", [], "run")])
+                        [("e2e", ["--sleep", "1.0"], "prepare"), ("natural", ["--sleep", "0.5"], "run")])
     monkeypatch.setattr(reproduce, "ROOT", tmp_path)
     monkeypatch.setattr(reproduce, "plan", lambda jobs: lanes)
+    monkeypatch.setattr(reproduce, "TIMED", {"e2e"})
     monkeypatch.setattr("mfd_theory.report.main", lambda argv: None)
     before = os.sched_getaffinity(0)
     reproduce.main(["--skip-notebooks", "--quiet", "--jobs", "2"])
@@ -81,12 +86,12 @@ def test_two_lanes_pin_their_cores_and_an_evaluation_waits_for_its_preparation(t
         assert rows[key]["pid"] == main_pid and rows[key]["affinity"] == [cpus[0]]
     for key in (("e2e", True), ("natural", False)):
         assert rows[key]["pid"] != main_pid and rows[key]["affinity"] == [cpus[1]]
-    # the evaluation started only after its preparation ended; the lanes overlapped
-    assert rows[("e2e", False)]["start"] >= rows[("e2e", True)]["end"]
+    # the timed step started only after lane 1 had finished everything; the untimed ones overlapped
+    assert rows[("e2e", False)]["start"] >= max(rows[("e2e", True)]["end"], rows[("natural", False)]["end"])
     assert rows[("theory", False)]["end"] < rows[("e2e", True)]["end"]
     saved = json.loads((tmp_path / "results" / "reproduce_times.json").read_text())["data"]["seconds"]
     assert set(saved) == {"theory", "e2e", "lane 1: prepare e2e", "lane 1: natural"}
-    assert saved["lane 1: prepare e2e"] >= 1.5
+    assert saved["lane 1: prepare e2e"] >= 1.0
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
