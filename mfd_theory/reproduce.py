@@ -8,8 +8,8 @@ executes the notebooks, which draw the figures into ``paper_figs/``, and finally
 Where two cores are usable, the work that times nothing runs first in two lanes, each pinned to
 its own core with one torch thread: lane 0 trains the attention end-to-end run's checkpoints and
 prepares natural text (corpus, target, ceiling, drafters), lane 1 trains the hybrid run's and
-computes the theory. The timed evaluations then run one after another on lane 0 while the other
-core stays idle: on the 2-core machine this package is developed on, a process busy on the other
+computes the theory. The timed evaluations then run one after another, alone (unpinned, the
+lane-1 worker gone): on the 2-core machine this package is developed on, a process busy on the other
 core slowed decoding by 13-23% and moved speedups by up to 19% (measured 2026-11-30), so nothing
 runs beside a timed evaluation. ``--jobs 1`` runs every step in turn.
 """
@@ -230,10 +230,15 @@ def main(argv=None) -> None:
         for label, module, step, what in lanes[0]:
             for key in [k for k, f in pending.items() if f.done()]:
                 collect(key)  # a failed lane-1 step stops the run now, not when it is needed
-            if what == "run" and label in TIMED and pending:
-                print(f"\n... {label} times its decoding: waiting for lane 1 to finish", flush=True)
+            if what == "run" and label in TIMED and pool is not None:
+                if pending:
+                    print(f"\n... {label} times its decoding: waiting for lane 1 to finish", flush=True)
                 for key in list(pending):
                     collect(key)
+                pool.shutdown(wait=True)  # no lane-1 process lingers beside the timed steps
+                pool = None
+                if affinity is not None:  # alone now: the timed steps run where the scheduler puts them
+                    os.sched_setaffinity(0, affinity)
             name = f"prepare {label}" if what == "prepare" else label
             print(f"\n=== {name} ({module})", flush=True)
             seconds[name] = _run_step(module, step_argv(label, step, what, args.jobs, args.quiet))

@@ -82,8 +82,9 @@ def test_two_lanes_pin_their_cores_and_an_evaluation_waits_for_its_preparation(t
     assert set(rows) == {("theory", False), ("e2e", False), ("e2e", True), ("natural", False)}
     cpus = reproduce.lane_cpus(2)
     main_pid = os.getpid()
-    for key in (("theory", False), ("e2e", False)):
-        assert rows[key]["pid"] == main_pid and rows[key]["affinity"] == [cpus[0]]
+    assert rows[("theory", False)]["pid"] == main_pid and rows[("theory", False)]["affinity"] == [cpus[0]]
+    # the timed step runs alone, on every core the caller had
+    assert rows[("e2e", False)]["pid"] == main_pid and rows[("e2e", False)]["affinity"] == sorted(before)
     for key in (("e2e", True), ("natural", False)):
         assert rows[key]["pid"] != main_pid and rows[key]["affinity"] == [cpus[1]]
     # the timed step started only after lane 1 had finished everything; the untimed ones overlapped
