@@ -923,7 +923,7 @@ def natural_block(res: Result) -> str:
         lines.append(f"Target: Qwen3 {a.get('num_layers')} layers x {a.get('hidden_size')}, "
                      f"{tgt.get('params', 0) / 1e6:.1f} M parameters, vocabulary {prov.get('vocab_size')}, "
                      f"{tgt.get('train', {}).get('steps')} steps in {tgt.get('train_seconds', 0) / 60:.1f} min on "
-                     f"{tgt.get('threads')} threads"
+                     f"{tgt.get('threads')} thread{'' if tgt.get('threads') == 1 else 's'}"
                      + (f" (resumed from step {tgt['resumed_from_step']}; the time is that of the last segment)"
                         if tgt.get("resumed_from_step") else "") + f" (loss {tgt.get('loss_first', 0):.2f} -> {tgt.get('loss_last', 0):.2f}); "
                      "held-out perplexity: " + ", ".join(
