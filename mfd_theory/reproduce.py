@@ -121,9 +121,13 @@ def lane_cpus(jobs: int) -> list[int | None]:
     return [cpus[i] for i in range(jobs)]
 
 
+def usable_cores() -> int:
+    """Cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def default_jobs() -> int:
-    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return 2 if n >= 2 else 1
+    return 2 if usable_cores() >= 2 else 1
 
 
 NOTEBOOKS: list[str] = [
@@ -174,11 +178,11 @@ def main(argv=None) -> None:
     parser.add_argument("--jobs", type=int, choices=(1, 2), default=default_jobs(),
                         help="1: every step in turn on the machine's threads; 2: the untimed work (training, "
                              "the theory, natural text's ceiling) first in two lanes, each pinned to its own core "
-                             "with one torch thread, then the timed evaluations on one core with the other idle "
+                             "with one torch thread, then the timed evaluations alone, with nothing else running "
                              "(default: 2 where two cores are usable, else 1)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars (default: off)")
     args = parser.parse_args(argv)
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    usable = usable_cores()
     if args.jobs > usable:
         parser.error(f"--jobs: {args.jobs} lanes need {args.jobs} usable cores, this process may use {usable}")
     os.chdir(ROOT)
