@@ -95,11 +95,14 @@ def test_micro_rows_carry_predicted_speedups(micro):
     assert len(check["best_budget"]) == 8  # (product ddtree, k2 ddtree, k2 mfd, dartree) x 2 temperatures
     # the theory's own budget choices, made before decoding, and their decoded cells
     choices = data["budget_choice"]
-    assert len(choices) == 8 and all(1 <= c["budget"] <= max(PRESETS["micro"]["budgets"]) for c in choices)
+    # (product ddtree, k2 mfd, dartree) x 2 temperatures: no choice for the ablation (ddtree on k2)
+    assert len(choices) == 6 and all(1 <= c["budget"] <= max(PRESETS["micro"]["budgets"]) for c in choices)
+    assert not any(c["method"] == "ddtree" and c["K"] > 1 for c in choices)
     chosen = data["chosen_budget_rows"]
+    assert not any(r["method"] == "ddtree" and r["K"] > 1 for r in chosen)
     per_round = [r for r in chosen if r["per_round_budget"]]
     # no per-round cut for dartree: its tree is grown depth by depth, not best first
-    assert len(per_round) == 6 and all(r["drafter"].endswith("/per-round") for r in per_round)
+    assert len(per_round) == 4 and all(r["drafter"].endswith("/per-round") for r in per_round)
     assert not any(r["method"] == "dartree" for r in per_round)
     assert all(1 <= r["mean_tree_size"] <= r["budget"] for r in per_round)
     for r in chosen:

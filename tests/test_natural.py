@@ -285,8 +285,10 @@ def test_micro_run_produces_every_part(run):
         for t in (0.0, 1.0):
             assert {(ds, t, "ar", 0), (ds, t, "ddtree", 1), (ds, t, "mfd", 2), (ds, t, "dartree", 1)} <= got
     assert all(r["matches_ar"] for r in rows if r["temperature"] == 0 and r["method"] != "ar")
+    # the ddtree-on-MFD ablation is off by default (--ddtree-on-mfd)
+    assert not any(r["method"] == "ddtree" and r["K"] > 1 for r in rows)
     methods = {g["method"] for g in d["e2e"]["best_budget"]}
-    assert methods == {"mfd", "ddtree", "dartree"}
+    assert methods == {"mfd", "dartree"}
     prov = d["provenance"]
     assert prov["python_version"] and len(prov["text_sha256"]) == 64 and prov["subset"] is True
     held = {n for n, _, s in prov["units"] if s == "heldout"}

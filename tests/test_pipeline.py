@@ -486,6 +486,25 @@ def test_eval_refuses_methods_no_drafter_can_run(run, tmp_path, capsys):
     assert not out.exists()  # not even an empty directory
 
 
+def test_eval_ddtree_on_mfd_false_leaves_out_the_ablation_only(run, tmp_path, capsys):
+    """``--ddtree-on-mfd false``: no ddtree cell on the K = 3 drafter, every other cell still there;
+    a request left with nothing for a drafter to run is refused, naming the flag."""
+    root, target, files = run
+    out = tmp_path / "o"
+    assert mfd(["eval", "--target", str(target), "--drafter", str(root / "k1"), "--drafter", str(root / "k3"),
+                "--prompts", *files, "--out", str(out), "--methods", "ar,ddtree,mfd", "--ddtree-on-mfd", "false",
+                "--profile-prompts", "0", *EVAL_ARGS]) == 0
+    rows = json.loads((out / "eval.json").read_text())["data"]["rows"]
+    got = {(r["method"], r["drafter"]) for r in rows}
+    assert got == {("ar", "none"), ("ddtree", "k1"), ("mfd", "k3")}
+    capsys.readouterr()
+    bad = tmp_path / "bad"
+    assert mfd(["eval", "--target", str(target), "--drafter", str(root / "k3"), "--prompts", *files,
+                "--out", str(bad), "--methods", "ar,ddtree", "--ddtree-on-mfd", "false", *EVAL_ARGS]) == 2
+    err = capsys.readouterr().err
+    assert "--ddtree-on-mfd" in err and not bad.exists()
+
+
 def test_eval_spec_bench_answers_give_our_tau_and_speedup(run, tmp_path):
     """``--format spec-bench`` answer files, read the Spec-Bench way, give each row's tau and its
     Spec-Bench-convention speedup (and, pooled, the row's own per-pass speedups). The lists are

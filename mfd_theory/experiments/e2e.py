@@ -89,7 +89,8 @@ class E2EConfig(Checked):
                                   "(0: no profile, no predicted speedups)", ge=0)
     profile_repeats: int = opt(1, "decodes of each calibration prompt per cell for the round profile", ge=1)
     budget_choice: bool = opt(True, "also decode each tree method at the budget the theory picks before decoding "
-                                    "(fixed, and per round), from the round profile (needs --profile-prompts > 0)")
+                                    "(fixed, and per round), from the round profile (needs --profile-prompts > 0); "
+                                    "not for the ddtree-on-MFD ablation, which stays on the grid")
     ckpt_every: int = opt(100, "checkpoint every this many training steps", ge=1)
 
     def validate(self) -> None:

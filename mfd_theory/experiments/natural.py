@@ -83,6 +83,9 @@ class NaturalConfig(Checked):
     ckpt_every: int = opt(50, "mfd train-drafter --ckpt-every", ge=1)
     # mfd eval
     methods: str = opt("ar,ddtree,mfd,dartree", "mfd eval --methods")
+    ddtree_on_mfd: bool = opt(False, "mfd eval --ddtree-on-mfd: also ddtree on each K > 1 drafter's marginals (the "
+                                     "ablation that splits an MFD gain into training and tree; off by default, "
+                                     "see docs/results.md, real text)")
     budgets: tuple[int, ...] = opt((16, 64), "mfd eval --budgets", ge=1)
     temperatures: tuple[float, ...] = opt((0.0, 1.0), "mfd eval --temperatures (0 = greedy)", ge=0)
     eval_new_tokens: int = opt(32, "mfd eval --max-new-tokens", ge=1)
@@ -185,6 +188,7 @@ def commands(config: NaturalConfig, root: str | Path = ".") -> list[tuple[str, s
                 ["--target", target, *drafters,
                  "--prompts", str(root / "prompts" / "code.jsonl"), str(root / "prompts" / "prose.jsonl"),
                  "--out", str(root / "eval"), "--methods", config.methods,
+                 "--ddtree-on-mfd", "true" if config.ddtree_on_mfd else "false",
                  "--budgets", ",".join(map(str, config.budgets)),
                  "--temperatures", ",".join(map(_num, config.temperatures)),
                  "--max-new-tokens", str(config.eval_new_tokens), "--max-prompts", str(config.eval_prompts),

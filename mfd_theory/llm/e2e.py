@@ -390,7 +390,10 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True, prepare_only: bool 
         cal.prompts = [{"index": i, "id": f"train-{i}", "sha256": prompt_digest(p), "dataset": "train"}
                        for i, p in enumerate(calib)]
         if cfg.budget_choice:
-            choices = choose_budgets(cal, grid, cfg.temperatures, profile, speed, dataset="heldout")
+            # the methods one would deploy; the ablation (ddtree on a K > 1 drafter's marginals) is
+            # a diagnostic, measured on the grid only
+            deployable = [c for c in grid if not (c.method == "ddtree" and c.K > 1)]
+            choices = choose_budgets(cal, deployable, cfg.temperatures, profile, speed, dataset="heldout")
             per_round = per_round_rules(choices, profile, grid)
             # the chosen budgets off the grid are decoded too, each at the temperature(s) it was chosen for
             for ch in choices:

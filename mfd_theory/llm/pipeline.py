@@ -431,6 +431,9 @@ def _eval_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True, help="output directory (eval.json, per_prompt.jsonl, figures)")
     parser.add_argument("--methods", nargs="+", default="ar,chain,ddtree,mfd",
                         help="subset of " + ",".join(METHODS) + ", comma- or space-separated (ar is always run)")
+    parser.add_argument("--ddtree-on-mfd", default="true", choices=("true", "false"),
+                        help="also run ddtree on each K > 1 drafter (the product tree over its per-position "
+                             "marginals: the ablation that separates mixture training from the mixture tree)")
     parser.add_argument("--budgets", nargs="+", default="16,32,64",
                         help="tree budgets (nodes) for ddtree and mfd, comma- or space-separated")
     parser.add_argument("--temperatures", nargs="+", default="0,1",
@@ -550,7 +553,7 @@ def _eval(args):
             label = _label(d, taken)
             drafters[label] = dr
             info[label] = {"dir": str(d), "K": int(dr.num_modes), "block_size": int(dr.block_size)}
-        cells = make_cells(drafters, methods, budgets)
+        cells = make_cells(drafters, methods, budgets, ddtree_on_mfd=args.ddtree_on_mfd == "true")
         _check_cells(cells, methods, drafters)
         target = TargetModel(target_hf)
         from .distill import check_context
@@ -717,11 +720,12 @@ def _check_cells(cells: list, methods: list[str], drafters: dict) -> None:
             kinds = ", ".join(f"{label} (K = {d.num_modes}{', Domino' if getattr(d, 'kind', '') == 'dartree' else ''})"
                               for label, d in drafters.items())
             raise ValueError(f"--methods: no drafter can run {m!r} (drafters: {kinds}); mfd needs K > 1, "
-                             "dartree a Domino drafter, chain and ddtree a block drafter")
+                             "dartree a Domino drafter, chain a block drafter, ddtree a block drafter with K = 1 "
+                             "(or any K with --ddtree-on-mfd true)")
     for label in drafters:
         if not any(c.drafter_label == label for c in cells):
             raise ValueError(f"--drafter: {label} runs none of --methods {','.join(methods)} "
-                             "(a Domino drafter runs dartree only)")
+                             "(a Domino drafter runs dartree only; a K > 1 drafter runs ddtree only with --ddtree-on-mfd true)")
 
 
 def _calibration_sets(prompts: list, args) -> dict:
