@@ -43,6 +43,30 @@ def test_mfd_run_into_a_pipe_gives_bars_the_long_interval():
     assert f"INTERVAL {float(LOG_INTERVAL_S)}" in out.stdout, out.stdout[-500:]
 
 
+def test_training_bar_into_a_pipe_redraws_rarely(tmp_path):
+    """The training loop's loss display must not force a redraw per step (tqdm's set_postfix
+    redraws by default, whatever the interval): 40 steps into a pipe give a handful of redraws."""
+    pytest.importorskip("torch")
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TQDM_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
+                                                      env.get("PYTHONPATH")]))
+    code = ("from mfd_theory.cli import main; main(['--help'])\n"
+            "import torch\nfrom mfd_theory.llm.train import run_training\n"
+            "m = torch.nn.Linear(2, 1)\nx = torch.ones(4, 2)\n"
+            "run_training(%r, m, lambda step: (m(x).pow(2).mean(), {}), steps=40, lr=1e-2, warmup=0, "
+            "ckpt_every=100, config={'t': 1}, progress=True)\n" % str(tmp_path / "run"))
+    # bytes: text mode would turn every carriage return into a newline
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    redraws = out.stderr.count(b"\r")
+    assert 1 <= redraws <= 4, out.stderr[-2000:]
+
+
 def test_notebook_kernel_start_up_warning_is_not_printed(tmp_path, capfd):
     pytest.importorskip("nbclient")
     from mfd_theory.reproduce import run_notebook

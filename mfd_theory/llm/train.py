@@ -281,8 +281,10 @@ def run_training(
                 total = dist.mean(total)
                 logs = {k: dist.mean(v) for k, v in logs.items()}
             curve.append({"step": step, "loss": total, "lr": cur_lr, **logs})
+            # no redraw of its own (refresh=False): the update's, at most every TQDM_MININTERVAL
+            # seconds, shows it (off a terminal a redraw per step was a log line per step)
+            bar.set_postfix(loss=f"{curve[-1]['loss']:.3f}", refresh=False)
             bar.update(1)
-            bar.set_postfix(loss=f"{curve[-1]['loss']:.3f}")
             if step % ckpt_every == 0 and step < steps:
                 save(step)
     except KeyboardInterrupt:
