@@ -36,7 +36,7 @@ E2E = ("end to end", "mfd_theory.experiments.e2e", ["--preset", "default", "--ou
 # The hybrid run stops at N = 64: at 128 and 256 every method measured below AR's speed
 # (0.84-0.97 and 0.54-0.59, run of 2026-11-30), and those cells were over half its decode time.
 # It leaves out the ddtree-on-MFD ablation, which the attention run measures (on the hybrid it
-# took 6.4 of its 18 minutes; see docs/results.md for what it showed there).
+# was 18 of its 57 decoded rows; docs/results.md says what it showed there).
 HYBRID = ("end to end, hybrid target", "mfd_theory.experiments.e2e",
           ["--preset", "default", "--target-arch", "qwen3_5", "--budgets", "16,32,64", "--ddtree-on-mfd", "false",
            "--out", "results/hybrid"])
