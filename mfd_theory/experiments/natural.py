@@ -39,7 +39,7 @@ __all__ = ["NaturalConfig", "PRESETS", "command_lines", "commands", "preset_conf
 
 @dataclasses.dataclass(frozen=True)
 class NaturalConfig(Checked):
-    """Defaults (``--preset default``): sized to train and evaluate in about ten minutes on 2 CPU cores."""
+    """Defaults (``--preset default``): sized to train and evaluate in about eight minutes on 2 CPU cores."""
 
     seed: int = opt(0, "random seed of the target, the data, training and sampling", ge=0)
     device: str = opt("cpu", "torch device of every step (cpu, cuda, cuda:N)")
