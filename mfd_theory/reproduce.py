@@ -48,8 +48,6 @@ STEPS: list[tuple[str, str, list[str]]] = [*THEORY, E2E, HYBRID, OWN, NATURAL]
 #: (everything before the timed evaluation: training, and natural's ceiling)
 THREADED = {E2E[0], HYBRID[0], OWN[0], NATURAL[0]}
 PREPARED = {E2E[0], HYBRID[0], NATURAL[0]}
-
-
 #: steps whose run times decoding: nothing runs on the other core while they do
 TIMED = {E2E[0], HYBRID[0], OWN[0], NATURAL[0]}
 
