@@ -3,7 +3,7 @@
     python experiments/bench_draft.py [--preset micro] [--contexts 128,4096] [--modes 1,4] [--repeats 3]
 """
 
-from mfd_theory.experiments.bench_draft import main
+from mfd_theory.commands.bench_draft import main
 
 if __name__ == "__main__":
     main()

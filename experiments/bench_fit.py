@@ -1,6 +1,6 @@
-"""EM benchmark (see mfd_theory.experiments.bench_fit)."""
+"""EM benchmark (see mfd_theory.commands.bench_fit)."""
 
-from mfd_theory.experiments.bench_fit import main
+from mfd_theory.commands.bench_fit import main
 
 if __name__ == "__main__":
     main()

@@ -1,6 +1,6 @@
-"""Speed of the tree builders and the Monte Carlo walk (see mfd_theory.experiments.bench_trees)."""
+"""Speed of the tree builders and the Monte Carlo walk (see mfd_theory.commands.bench_trees)."""
 
-from mfd_theory.experiments.bench_trees import main
+from mfd_theory.commands.bench_trees import main
 
 if __name__ == "__main__":
     main()

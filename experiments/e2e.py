@@ -3,7 +3,7 @@
     python experiments/e2e.py --preset {micro,default} --out DIR   (same as ``mfd e2e``)
 """
 
-from mfd_theory.experiments.e2e import main
+from mfd_theory.commands.e2e import main
 
 if __name__ == "__main__":
     main()

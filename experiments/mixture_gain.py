@@ -1,6 +1,6 @@
-"""Mixture drafters vs the product drafter and the oracle (see mfd_theory.experiments.mixture_gain)."""
+"""Mixture drafters vs the product drafter and the oracle (see mfd_theory.commands.mixture_gain)."""
 
-from mfd_theory.experiments.mixture_gain import main
+from mfd_theory.commands.mixture_gain import main
 
 if __name__ == "__main__":
     main()

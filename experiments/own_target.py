@@ -3,7 +3,7 @@
     python experiments/own_target.py --out DIR   (same as ``mfd own-target``)
 """
 
-from mfd_theory.experiments.own_target import main
+from mfd_theory.commands.own_target import main
 
 if __name__ == "__main__":
     main()

@@ -1,6 +1,6 @@
-"""Product vs mixture vs path-dependent draft trees (see mfd_theory.experiments.path_gain)."""
+"""Product vs mixture vs path-dependent draft trees (see mfd_theory.commands.path_gain)."""
 
-from mfd_theory.experiments.path_gain import main
+from mfd_theory.commands.path_gain import main
 
 if __name__ == "__main__":
     main()

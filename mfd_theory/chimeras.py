@@ -55,10 +55,10 @@ from typing import Any
 
 import numpy as np
 
-from ._kernels import chimeras as _k
-from .coverage import chimera_mask, splice_mask
-from .distributions import MixtureOfProducts
-from .trees import DraftTree
+from mfd_theory._kernels import chimeras as _k
+from mfd_theory.coverage import chimera_mask, splice_mask
+from mfd_theory.distributions import MixtureOfProducts
+from mfd_theory.trees import DraftTree
 
 __all__ = [
     "BoundCheck",
@@ -241,12 +241,12 @@ def min_product_tree_containing(
             "raise max_nodes or give the sequences more drafter probability"
         )
     parent, token, depth, score = parent[:n], token[:n], depth[:n], score[:n]
-    on_path = _on_sequence_paths(parent, token, depth, seqs).any(axis=0)  # [n]
+    on_path = on_sequence_paths(parent, token, depth, seqs).any(axis=0)  # [n]
     keep = (score > t + tol) | on_path  # tied prefixes off every sequence are left out
     return _subtree(parent, token, depth, score, keep)
 
 
-def _on_sequence_paths(parent, token, depth, seqs) -> np.ndarray:
+def on_sequence_paths(parent, token, depth, seqs) -> np.ndarray:
     """bool [F, N]: node n's prefix is a prefix of sequence f (parents must precede children)."""
     F = seqs.shape[0]
     N = parent.shape[0]
@@ -324,7 +324,7 @@ def count_chimeras(tree: DraftTree, target: Any, eps: float = 0.0) -> ChimeraCou
         L = seqs.shape[1]
         if tree.max_depth > L:
             raise ValueError(f"sequences: length {L} is shorter than the tree's depth {tree.max_depth}")
-        chim = ~_on_sequence_paths(tree.parent, tree.token, tree.depth, seqs).any(axis=0)  # [N]
+        chim = ~on_sequence_paths(tree.parent, tree.token, tree.depth, seqs).any(axis=0)  # [N]
     spl = splice_mask(tree, seqs) if len(tree) else np.zeros(0, dtype=np.bool_)
     full = tree.depth == L
     return ChimeraCount(
@@ -855,7 +855,7 @@ def conjectured_min_all_distinct(F: int, m: int) -> int:
 
     F = 2 is the theorem. Computed (computer-assisted: MILP lower bound met by a drafter whose
     tree is built and counted) for the cases stored in ``mfd_theory/data/chimera_all_distinct.json``
-    (``python -m mfd_theory.experiments.chimera_exact``) and the sweep of ``chimera_bound``;
+    (``python -m mfd_theory.commands.chimera_exact``) and the sweep of ``chimera_bound``;
     see docs/chimeras.md.
     """
     F = _check_int("F", F, 2)

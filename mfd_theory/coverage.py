@@ -14,9 +14,9 @@ import types
 
 import numpy as np
 
-from ._kernels.coverage import _cumulative_log, _simulate_acceptance, _splice_mask
-from .distributions import MixtureOfProducts, _as_sequences
-from .trees import DraftTree
+from mfd_theory._kernels.coverage import _cumulative_log, _simulate_acceptance, _splice_mask
+from mfd_theory.distributions import MixtureOfProducts, _as_sequences
+from mfd_theory.trees import DraftTree
 
 __all__ = [
     "acceptance_variance",
@@ -24,6 +24,7 @@ __all__ = [
     "coverage",
     "depth_profile",
     "node_log_probs",
+    "prefix_log_probs",
     "simulate_acceptance",
     "splice_mask",
     "variance_from_prefix_probs",
@@ -53,6 +54,17 @@ def node_log_probs(tree: DraftTree, target: MixtureOfProducts | None = None, *, 
     if (c > 1e-6).any():
         raise ValueError("node_log_cond: has entries above 0 (a conditional probability > 1)")
     return _cumulative_log(tree.parent, np.minimum(c, 0.0))
+
+
+def prefix_log_probs(parent: np.ndarray, depth: np.ndarray, cond: np.ndarray) -> np.ndarray:
+    """log P(path) of every node from its own conditional ``cond`` [N] given its parent (node arrays
+    ``parent`` [N], -1 for the root's children, and ``depth`` [N], 1-based): the cumulative sum of
+    the conditionals along each path, one vector step per depth. No check: callers pass a tree's arrays."""
+    lp = cond.copy()
+    for d in range(2, int(depth.max()) + 1 if len(depth) else 0):
+        at = np.flatnonzero(depth == d)
+        lp[at] += lp[parent[at]]
+    return lp
 
 
 def coverage(tree: DraftTree, target: MixtureOfProducts | None = None, *, node_log_cond=None) -> float:

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ._kernels.distributions import _node_mode_log_weights
+from mfd_theory._kernels.distributions import _node_mode_log_weights
 
 __all__ = ["MixtureOfProducts", "check_log_probs", "check_weights", "logsumexp", "norm_tol", "pos_tol"]
 

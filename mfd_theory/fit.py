@@ -30,7 +30,7 @@ import numpy as np
 from mfd_theory._kernels.fit import _em, _log_likelihood
 from mfd_theory.distributions import MixtureOfProducts
 
-__all__ = ["FitInfo", "fit_mixture", "fit_mixture_exact", "log_likelihood"]
+__all__ = ["FitInfo", "em_kernel", "fit_mixture", "fit_mixture_exact", "log_likelihood"]
 
 Assignment = Literal["soft", "hard"]
 
@@ -243,6 +243,13 @@ def fit_mixture(
     )
     model = MixtureOfProducts(log_pi, log_q)
     return (model, info) if return_info else model
+
+
+def em_kernel(samples, weights, log_pi, log_q, max_iter: int, smoothing: float = 1e-4, hard: bool = False):
+    """EM iterations alone, for benchmarks that time them apart from :func:`fit_mixture`'s checks,
+    deduplication and restarts: ``samples`` int64 [n, L], ``weights`` [n], ``log_pi`` [K] and
+    ``log_q`` [K, L, V] (updated in place), no checks. Returns (objective trace, iterations)."""
+    return _em(samples, weights, log_pi, log_q, int(max_iter), 0.0, float(smoothing), bool(hard))
 
 
 def _support_rows(target: MixtureOfProducts, max_support: int) -> np.ndarray | None:

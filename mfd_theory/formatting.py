@@ -1,5 +1,5 @@
-"""Small text helpers shared by the report (:mod:`mfd_theory.report`) and the tables the evaluation
-prints (:mod:`mfd_theory.llm.evaluate`), and the one that turns a module docstring into a command's
+"""Small text helpers shared by the report (:mod:`mfd_theory.commands.report`) and the tables the evaluation
+prints (:mod:`mfd_theory.llm.measure.evaluate`), and the one that turns a module docstring into a command's
 ``--help`` description. They sit below both so that neither imports the other."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["help_summary", "plain_text", "speed_gain_text", "tau_gain_text"]
+__all__ = ["help_summary", "is_best_budget", "plain_text", "speed_gain_text", "stored_number", "tau_gain_text"]
 
 
 def plain_text(text: str) -> str:
@@ -27,7 +27,7 @@ def help_summary(doc: str | None) -> str:
     return text if not text or text.endswith((".", "?", "!")) else text + "."
 
 
-def _num(v) -> float | None:
+def stored_number(v) -> float | None:
     """A stored number, or None for a missing one (null, or the "nan" string of older files)."""
     if isinstance(v, bool) or v is None:
         return None
@@ -36,7 +36,7 @@ def _num(v) -> float | None:
     return None
 
 
-def _is_best(g: dict) -> bool:
+def is_best_budget(g: dict) -> bool:
     """A best-budget comparison: ``budget == "best"`` (older files) or ``best_budget is True``."""
     return g.get("budget") == "best" or g.get("best_budget") is True
 
@@ -44,19 +44,19 @@ def _is_best(g: dict) -> bool:
 def speed_gain_text(g: dict) -> str:
     """A stored speedup gain (an ``mfd_gains`` entry) with the verdict ``mfd eval`` gave it: the
     95% interval of its pass-to-pass spread, or "no measurable difference" inside it."""
-    if _num(g.get("speedup_gain")) is None:
+    if stored_number(g.get("speedup_gain")) is None:
         return "-"
     if "speedup_verdict" not in g:  # an older file: a single timing pass, no spread recorded
         return f"{100 * g['speedup_gain']:+.1f}% (no spread)"
     if g.get("speedup_verdict") == "no measurable difference":
         return f"no measurable difference (+-{100 * g['speedup_gain_ci95']:.1f}%)"
-    ci = _num(g.get("speedup_gain_ci95"))
+    ci = stored_number(g.get("speedup_gain_ci95"))
     return f"{100 * g['speedup_gain']:+.1f}%" + (f" +- {100 * ci:.1f}%" if ci is not None else " (1 pass)")
 
 
 def tau_gain_text(g: dict) -> str:
     """A stored tau gain, or "no measurable difference" when its z is inside +-2."""
-    if _num(g.get("tau_gain")) is None:
+    if stored_number(g.get("tau_gain")) is None:
         return "-"
     if g.get("tau_verdict") == "no measurable difference":
         return "no measurable difference"

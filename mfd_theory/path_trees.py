@@ -23,7 +23,7 @@ import heapq
 
 import numpy as np
 
-from .distributions import MixtureOfProducts, logsumexp, pos_tol
+from mfd_theory.distributions import MixtureOfProducts, logsumexp, pos_tol
 
 __all__ = ["MemoryDrafter", "best_first", "check_drafter"]
 

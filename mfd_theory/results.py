@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .report_files import report_files
+from mfd_theory.report_files import report_files
 
 __all__ = [
     "check_out_dir",

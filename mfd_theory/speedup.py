@@ -29,7 +29,7 @@ Latency file format (JSON)::
      "verify_ms": [float, ...],   # ms per verify forward of that tree, non-decreasing
      "note": str}                 # optional
 
-A *measured round profile* (written by :func:`mfd_theory.llm.profile.measure_round_profile`, from
+A *measured round profile* (written by :func:`mfd_theory.llm.measure.profile.measure_round_profile`, from
 ``mfd bench decode`` and before every ``mfd e2e`` / ``mfd eval`` run) adds optional fields, so that
 one round's cost is modelled term by term, as the decoding loop times it::
 
@@ -802,7 +802,7 @@ class BatchCell:
 
 class BatchProfile:
     """Round times of batched decoding by (batch size, policy, nodes), as measured by
-    :func:`mfd_theory.llm.profile.measure_batch_profile` (or assumed: ``assumption``).
+    :func:`mfd_theory.llm.measure.profile.measure_batch_profile` (or assumed: ``assumption``).
 
     The cost model of a batch: a round of B requests costs ``round_ms(B, policy, nodes)`` and emits
     ``B (1 + E[accepted per request])`` tokens, so the predicted throughput is

@@ -36,14 +36,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ._kernels import trees as _k
-from .distributions import MixtureOfProducts, norm_tol, pos_tol
+from mfd_theory._kernels import trees as _k
+from mfd_theory.distributions import MixtureOfProducts, norm_tol, pos_tol
 
 __all__ = [
     "DraftTree",
     "chain_tree",
     "mixture_tree",
     "oracle_tree",
+    "product_lattice_stage",
     "product_tree",
     "total_prefixes",
 ]
@@ -167,7 +168,7 @@ class DraftTree:
         """Save as .npz (atomically)."""
         import io
 
-        from .results import atomic_write_bytes
+        from mfd_theory.results import atomic_write_bytes
 
         buf = io.BytesIO()
         np.savez(buf, parent=self.parent, token=self.token, depth=self.depth, log_score=self.log_score)
@@ -488,6 +489,19 @@ def product_tree(log_q, budget: int, token_ids=None) -> DraftTree:
     return _build(np.zeros(1), log_q[None], budget, ids, "log_q", tol)
 
 
+def product_lattice_stage(log_probs, token_ids):
+    """The product builder's heap alone, for benchmarks that time it apart from the checks.
+
+    ``log_probs`` [L, k] (each row sorted descending) and ``token_ids`` [L, k] as
+    :func:`product_tree` takes them with ``token_ids=``; they are prepared once here, and the
+    returned ``build(budget)`` runs only the lattice kernel on them, no checks, returning its raw
+    node arrays. Use :func:`product_tree` for anything but timing."""
+    vals, ids, status = _k._prepare_candidates(np.asarray(log_probs)[None], np.asarray(token_ids)[None], 1e-6)
+    _raise_status("log_probs", status)
+    lens = np.full(vals.shape[1], vals.shape[2], dtype=np.int64)
+    return lambda budget: _k._product_lattice(vals[0], ids[0], lens, int(budget))
+
+
 def _product_rows(log_q):
     """A one-mode MixtureOfProducts -> its rows [L, V]; anything else unchanged."""
     if isinstance(log_q, MixtureOfProducts):
@@ -572,7 +586,7 @@ def path_tree(drafter, budget: int, max_depth: int | None = None) -> DraftTree:
     per depth, so a cost model may prefer a shallower tree). The search is
     :func:`mfd_theory.path_trees.best_first`.
     """
-    from .path_trees import best_first, check_drafter
+    from mfd_theory.path_trees import best_first, check_drafter
 
     budget = _check_budget(budget)
     L, V = check_drafter(drafter, max_depth)  # L: the depth limit, min(drafter.L, max_depth)

@@ -47,7 +47,7 @@ class OracleDrafter:
     """A test drafter that knows the target: it drafts the target's greedy continuation, with one
     position per block corrupted in mode 0 (so paths are partly accepted) and the true chain as a
     lower-weight mode 1 (K = 2) or as the second choice (K = 1). Implements the drafter protocol of
-    :mod:`mfd_theory.llm.decode` plus the optional ``observe_tokens`` hook."""
+    :mod:`mfd_theory.llm.decoding.generate` plus the optional ``observe_tokens`` hook."""
 
     def __init__(self, hf_model, block_size: int = 6, num_modes: int = 2, seed: int = 0, corrupt: float = 0.5):
         self.model = hf_model
@@ -102,7 +102,7 @@ class OracleDrafter:
         """Method "dartree" on this drafter: the block's mode-0 distributions with a path-dependent
         nudge (each node favours (7 * its token + 3) mod V for its children), grown by the package's
         depth-by-depth path-tree search."""
-        from mfd_theory.llm.domino import grow_path_tree
+        from mfd_theory.llm.models.domino import grow_path_tree
 
         V = log_q.shape[-1]
 
@@ -185,7 +185,7 @@ def sampled_continuations_pvalue(model, vocab_size: int, n: int, temperature: fl
     from scipy.stats import chisquare
 
     from mfd_theory.llm import TargetModel, build_drafter
-    from mfd_theory.llm.decode import sampling_probs, speculative_generate
+    from mfd_theory.llm.decoding.generate import sampling_probs, speculative_generate
 
     V, T = vocab_size, temperature
     t = TargetModel(model)

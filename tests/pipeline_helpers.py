@@ -17,7 +17,7 @@ CHAT_TEMPLATE = (
 def save_tiny_target(directory: Path, *, num_layers: int = 2, seed: int = 0, tokenizer: bool = True,
                      chat_template: bool = True) -> Path:
     """A random tiny Qwen3 target and a byte-level BPE tokenizer trained on the synthetic corpus."""
-    from mfd_theory.llm.data import generate_documents, train_tokenizer
+    from mfd_theory.llm.training.corpus import generate_documents, train_tokenizer
 
     directory = Path(directory)
     tok = train_tokenizer(generate_documents(200, seed=0), vocab_size=96)

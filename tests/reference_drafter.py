@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from mfd_theory.llm.drafter import _rope
+from mfd_theory.llm.models.drafter import rope
 
 
 def slow_attention(attn, x, cos, sin, ctx_k, ctx_v, mask):
@@ -23,7 +23,7 @@ def slow_attention(attn, x, cos, sin, ctx_k, ctx_v, mask):
     q = attn.q_norm(attn.q_proj(x).view(b, s, attn.num_heads, attn.head_dim)).transpose(1, 2)
     k = attn.k_norm(attn.k_proj(x).view(b, s, attn.num_kv_heads, attn.head_dim)).transpose(1, 2)
     v = attn.v_proj(x).view(b, s, attn.num_kv_heads, attn.head_dim).transpose(1, 2)
-    q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+    q, k = rope(q, cos, sin), rope(k, cos, sin)
     k = torch.cat([ctx_k, k], dim=2)  # [B, kvh, T+S, d]
     v = torch.cat([ctx_v, v], dim=2)
     rep = attn.num_heads // attn.num_kv_heads

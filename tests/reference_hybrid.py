@@ -1,4 +1,4 @@
-"""Slow, obviously correct twin of the tree form of the gated delta rule (mfd_theory.llm.hybrid).
+"""Slow, obviously correct twin of the tree form of the gated delta rule (mfd_theory.llm.models.hybrid).
 
 Every row walks its own root path one token at a time with Hugging Face's one-token function
 (``torch_recurrent_gated_delta_rule`` of the Qwen3.5 model file), starting from the committed state.

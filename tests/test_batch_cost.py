@@ -78,7 +78,7 @@ def _rows(tok):
 
 
 def test_bench_checks_can_fail():
-    from mfd_theory.experiments.bench_batch import BenchBatchConfig, checks, measured_crossover
+    from mfd_theory.commands.bench_batch import BenchBatchConfig, checks, measured_crossover
 
     cfg = BenchBatchConfig(batch_sizes=(1, 4), budgets=(8,))
     tok = {}
@@ -109,7 +109,7 @@ def test_bench_batch_micro_writes_predictions_before_measuring(tmp_path):
     pytest.importorskip("torch")
     import json
 
-    from mfd_theory.experiments.bench_batch import main
+    from mfd_theory.commands.bench_batch import main
 
     res = main(["--preset", "micro", "--batch-sizes", "1,2", "--budgets", "4", "--max-new-tokens", "8",
                 "--calibration-prompts", "2", "--passes", "1", "--out", str(tmp_path), "--quiet",
@@ -133,7 +133,7 @@ def test_bench_batch_micro_writes_predictions_before_measuring(tmp_path):
             p["predicted_tokens_per_s"] for p in pred["cells"]
             if (p["batch_size"], p["method"], p["policy"], p["nodes"]) == (r["batch_size"], r["method"], r["policy"], r["nodes"]))
     assert set(res.data["checks"]["summary"]) >= {"auto_within_3pct_everywhere", "global_5pct_somewhere_b4"}
-    from mfd_theory.report import bench_batch_block
+    from mfd_theory.commands.report import bench_batch_block
 
     block = bench_batch_block(res)
     assert block.count("\n| 1 |") == 1 and block.count("\n| 2 |") == 1  # one table row per batch size

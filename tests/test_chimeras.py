@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mfd_theory import chimeras as ch
+from mfd_theory.layouts import widen_setting
 from mfd_theory.trees import product_tree
 
 import reference_chimeras as ref
@@ -325,7 +326,7 @@ def test_all_distinct_minimum_matches_the_conjectured_formula_small():
 
 
 def test_chimera_bound_cli_writes_a_result(tmp_path):
-    from mfd_theory.experiments import chimera_bound as cb
+    import mfd_theory.commands.chimera_bound as cb
     from mfd_theory.results import Result
 
     cb.main(["--n-instances", "5000", "--n-tie-instances", "1000", "--n-cross-check", "5",
@@ -339,7 +340,7 @@ def test_chimera_bound_cli_writes_a_result(tmp_path):
 
 
 def test_chimera_share_cli_writes_a_result_and_resumes(tmp_path):
-    from mfd_theory.experiments import chimera_share as cs
+    import mfd_theory.commands.chimera_share as cs
     from mfd_theory.results import Result
 
     argv = ["--n-seeds", "1", "--budgets", "16", "64", "--two-futures-m", "2", "--F-values", "2",
@@ -356,7 +357,7 @@ def test_chimera_share_cli_writes_a_result_and_resumes(tmp_path):
         assert all(not isinstance(v, list) for k, v in row.items() if k != "by_budget")
         assert all(not isinstance(v, (list, dict)) for b in row["by_budget"] for v in b.values())
         assert row["share_at_64"] == row["by_budget"][1]["chimera_share"]
-        r = cs.widen_setting(row)
+        r = widen_setting(row)
         assert r["budgets"] == [16, 64]
         assert all(0.0 <= x <= 1.0 for x in r["chimera_share"])
         assert all(p <= o + 1e-9 for p, o in zip(r["cov_product"], r["cov_oracle"]))  # oracle is the ceiling
@@ -400,7 +401,7 @@ def test_count_chimeras_and_chimera_mask_take_the_same_arguments():
 
 
 def test_pattern_sweep_builds_and_counts_every_witness_tree():
-    from mfd_theory.experiments.chimera_bound import Config, multi_future_rows
+    from mfd_theory.commands.chimera_bound import Config, multi_future_rows
 
     cfg = Config(multi_F3_columns=2, multi_F4_columns=1, multi_all_distinct_F3=3, multi_all_distinct_F4=2,
                  multi_trials=200, multi_retry_trials=400, multi_retries=2)

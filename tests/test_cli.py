@@ -169,7 +169,7 @@ def test_mixture_gain_with_other_budgets_and_modes_summarises(tmp_path, capsys):
 
 def test_quiet_e2e_silences_transformers_bars(monkeypatch):
     transformers = pytest.importorskip("transformers")
-    from mfd_theory.experiments.e2e import _quiet_transformers
+    from mfd_theory.commands.e2e import _quiet_transformers
 
     monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
     transformers.utils.logging.enable_progress_bar()
@@ -183,7 +183,7 @@ def test_quiet_e2e_silences_transformers_bars(monkeypatch):
 
         huggingface_hub.utils.enable_progress_bars()
     # before transformers is imported (what `mfd e2e --quiet` meets): the environment decides
-    code = ("from mfd_theory.experiments.e2e import _quiet_transformers; _quiet_transformers(); "
+    code = ("from mfd_theory.commands.e2e import _quiet_transformers; _quiet_transformers(); "
             "import transformers; print(transformers.utils.logging.is_progress_bar_enabled())")
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
@@ -226,7 +226,7 @@ def test_bench_decode_cuda_without_cuda_exits_2_naming_the_flag(tmp_path, capsys
 
 def test_ctrl_c_is_one_line_and_exit_130(capsys, monkeypatch):
     pytest.importorskip("torch")
-    import mfd_theory.llm.pipeline as pipeline
+    import mfd_theory.commands.pipeline as pipeline
 
     def interrupted(argv):
         raise KeyboardInterrupt
@@ -264,8 +264,8 @@ def test_out_that_cannot_be_created_exits_2_naming_out(cmd, tmp_path, capsys, mo
 
 
 @needs_proc
-@pytest.mark.parametrize("argv,module", [(["core-table", "--out", "/proc/nope"], "mfd_theory.experiments.core_table"),
-                                         (["e2e", "--out", "/proc/nope"], "mfd_theory.experiments.e2e")])
+@pytest.mark.parametrize("argv,module", [(["core-table", "--out", "/proc/nope"], "mfd_theory.commands.core_table"),
+                                         (["e2e", "--out", "/proc/nope"], "mfd_theory.commands.e2e")])
 def test_bad_out_is_refused_before_any_work(argv, module, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _no_work(monkeypatch, module)
@@ -279,7 +279,7 @@ def test_core_table_bad_figure_path_exits_2_before_work_and_writes_nothing(figur
         pytest.skip("needs /proc")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "sub").mkdir()  # a directory is no figure file
-    _no_work(monkeypatch, "mfd_theory.experiments.core_table")
+    _no_work(monkeypatch, "mfd_theory.commands.core_table")
     assert main(["core-table", "--V", "40", "--budgets", "4,8", "--out", "out", "--figure", figure]) == 2
     err = capsys.readouterr().err
     assert "--figure" in err and "Traceback" not in err
@@ -296,8 +296,8 @@ def test_core_table_writes_each_figure_format(suffix, tmp_path, capsys):
 
 
 @needs_proc
-@pytest.mark.parametrize("cmd,module", [("e2e", "mfd_theory.experiments.e2e"),
-                                        ("own-target", "mfd_theory.experiments.own_target")])
+@pytest.mark.parametrize("cmd,module", [("e2e", "mfd_theory.commands.e2e"),
+                                        ("own-target", "mfd_theory.commands.own_target")])
 def test_cache_dir_that_cannot_be_created_exits_2_naming_it(cmd, module, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _no_work(monkeypatch, module)

@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("tokenizers")
 pytest.importorskip("transformers")
 
-from mfd_theory.llm.data import (  # noqa: E402
+from mfd_theory.llm.training.corpus import (  # noqa: E402
     EOS_TOKEN, MASK_TOKEN, Corpus, CorpusConfig, build_corpus, generate_documents,
 )
 

@@ -11,8 +11,8 @@ from llm_helpers import tiny_qwen3  # noqa: E402
 from reference_decode import slow_topk  # noqa: E402
 
 from mfd_theory.llm import build_drafter  # noqa: E402
-from mfd_theory.llm.decode import _topk, _topk_torch, build_tree, speculative_generate  # noqa: E402
-from mfd_theory.llm.warmup import warm_up  # noqa: E402
+from mfd_theory.llm.decoding.generate import _topk, _topk_torch, build_tree, speculative_generate  # noqa: E402
+from mfd_theory.llm.decoding.warmup import warm_up  # noqa: E402
 
 
 @pytest.mark.parametrize("shape,k", [((3, 5, 50), 7), ((4, 40), 40), ((2, 1, 9), 1)])

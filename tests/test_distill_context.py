@@ -53,8 +53,8 @@ def test_prompt_past_the_context_is_refused_before_writing_and_the_rerun_runs(ta
 def test_worst_case_check_counts_earlier_answers(target):
     from transformers import AutoTokenizer
 
-    from mfd_theory.llm.distill import check_context
-    from mfd_theory.llm.prompts import Prompt, render
+    from mfd_theory.llm.training.distill import check_context
+    from mfd_theory.llm.training.prompts import Prompt, render
 
     tok = AutoTokenizer.from_pretrained(str(target))
     p = Prompt(dataset="d", id="x", kind="turns", messages=(("user", "hi"),), turns=("more",))

@@ -173,7 +173,7 @@ def test_command_check_catches_what_it_is_for():
     assert command_problems("make no-such-target")
     assert command_problems("python experiments/no_such.py")
     assert command_problems("torchrun --standalone -m mfd_theory.cli eval --no-such 1")
-    assert command_problems("python -m mfd_theory.experiments.chimera_exact --out mfd_theory/data") == []
+    assert command_problems("python -m mfd_theory.commands.chimera_exact --out mfd_theory/data") == []
 
 
 # ------------------------------------------------------------------------------ links, lists

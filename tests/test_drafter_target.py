@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from mfd_theory.llm import build_drafter, load_drafter  # noqa: E402
-from mfd_theory.llm.decode import speculative_generate  # noqa: E402
+from mfd_theory.llm.decoding.generate import speculative_generate  # noqa: E402
 
 from llm_helpers import tiny_qwen3  # noqa: E402
 
@@ -66,7 +66,7 @@ def test_layer_count_is_compared(tmp_path):
 
 
 def test_fingerprint_does_not_depend_on_the_load_dtype():
-    from mfd_theory.llm.train import target_fingerprint
+    from mfd_theory.llm.models.fingerprint import target_fingerprint
 
     m32 = tiny_qwen3(seed=3)
     m16 = tiny_qwen3(seed=3).to(torch.bfloat16)
@@ -76,7 +76,7 @@ def test_fingerprint_does_not_depend_on_the_load_dtype():
 
 @pytest.mark.parametrize("large", [False, True])
 def test_fingerprint_covers_the_decoder_layers(large):
-    from mfd_theory.llm.train import target_fingerprint
+    from mfd_theory.llm.models.fingerprint import target_fingerprint
 
     # ``large``: a tensor big enough to be sampled, changed in every value.
     m = tiny_qwen3(seed=4, hidden_size=64 if large else 32)

@@ -10,8 +10,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from mfd_theory.experiments.e2e import PRESETS, E2EConfig, main, preset_config  # noqa: E402
-from mfd_theory.llm.e2e import mfd_gains  # noqa: E402
+from mfd_theory.commands.e2e import PRESETS, E2EConfig, main, preset_config  # noqa: E402
+from mfd_theory.commands.e2e_run import mfd_gains  # noqa: E402
 
 REQUIRED = ("method", "budget", "temperature", "tau", "accepted_mean", "accepted_std",
             "covered_mass_insample", "n_steps", "speedup", "dead_share")
@@ -22,7 +22,7 @@ def micro(tmp_path_factory):
     """The micro run as ``mfd reproduce`` runs it on two cores: ``--prepare-only`` first (every
     checkpoint trained, nothing evaluated), then the evaluation, which must train nothing (and
     whose cache keys ignore --threads)."""
-    import mfd_theory.llm.train as train
+    import mfd_theory.llm.training.train as train
 
     out = tmp_path_factory.mktemp("e2e")
     assert main(["--preset", "micro", "--out", str(out), "--quiet", "--prepare-only", "--threads", "1"]) is None
@@ -175,7 +175,7 @@ def test_unwritable_out_dir(tmp_path, capsys):
 
 
 def test_bad_modes(tmp_path):
-    from mfd_theory.experiments.e2e import run
+    from mfd_theory.commands.e2e import run
 
     with pytest.raises(ValueError, match="modes"):
         run(preset_config("micro", modes=(1,)), tmp_path, progress=False)
@@ -216,7 +216,7 @@ def test_mfd_gains_against_best_single_mode_tree():
     assert best["tau_gain"] == pytest.approx(3.3 / 3.2 - 1)
     # every budget in the gain table is a number (pandas gets a numeric column)
     assert all(isinstance(x["budget"], int) for x in g)
-    from mfd_theory.llm.evaluate import format_gains
+    from mfd_theory.llm.measure.evaluate import format_gains
 
     text = "\n".join(format_gains(g))
     assert "no measurable difference" in text and "+5.0%" in text
@@ -227,7 +227,7 @@ def test_cuda_requested_without_cuda(tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("CUDA is available here")
-    from mfd_theory.experiments.e2e import run
+    from mfd_theory.commands.e2e import run
 
     with pytest.raises(ValueError, match="device"):
         run(preset_config("micro", device="cuda"), tmp_path, progress=False)

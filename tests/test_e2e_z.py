@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("torch")
 
 from mfd_theory.coverage import acceptance_variance, coverage  # noqa: E402
-from mfd_theory.llm.evaluate import Cell, prediction_summary, rows_from_records  # noqa: E402
+from mfd_theory.llm.measure.evaluate import Cell, prediction_summary, rows_from_records  # noqa: E402
 from mfd_theory.trees import chain_tree  # noqa: E402
 
 
@@ -56,7 +56,7 @@ def test_step_records_carry_the_exact_predicted_variance():
     from llm_helpers import OracleDrafter, tiny_qwen3
 
     from mfd_theory.llm import TargetModel
-    from mfd_theory.llm.decode import speculative_generate
+    from mfd_theory.llm.decoding.generate import speculative_generate
 
     model = tiny_qwen3(seed=0)
     res = speculative_generate(TargetModel(model), OracleDrafter(model, 6, 2, seed=5),

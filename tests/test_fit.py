@@ -11,6 +11,7 @@ from mfd_theory._kernels.fit import _em
 from mfd_theory.coverage import coverage
 from mfd_theory.distributions import MixtureOfProducts
 from mfd_theory.fit import fit_mixture, fit_mixture_exact, log_likelihood
+from mfd_theory.layouts import long_cell, widen_cell
 from mfd_theory.synthetic import branching, two_futures, zipf_futures
 from mfd_theory.trees import mixture_tree, oracle_tree
 
@@ -199,7 +200,7 @@ def test_log_likelihood_wrong_length():
 
 # ------------------------------------------------------------------------------ experiment
 def test_mixture_gain_small_run_and_resume(tmp_path):
-    from mfd_theory.experiments import mixture_gain as mg
+    import mfd_theory.commands.mixture_gain as mg
     from mfd_theory.results import Result
 
     cfg = mg.Config(families=("two_futures", "branching"), Fs=(1, 2), two_futures_ms=(4,), Ks=(1, 2),
@@ -207,7 +208,7 @@ def test_mixture_gain_small_run_and_resume(tmp_path):
                     confidences=(0.9,), confidence_Fs=(2,))
     res = mg.run(cfg, tmp_path, progress=False)
     assert Result.load(tmp_path / "mixture_gain.json").data["summary"].keys() == {"two_futures", "branching"}
-    for cell in map(mg.widen_cell, res.data["cells"]):
+    for cell in map(widen_cell, res.data["cells"]):
         prod = mg._pick(cell, 1)["frac_oracle"]
         mix = mg._pick(cell, 2)["frac_oracle"]
         if cell["F"] == 1:
@@ -234,8 +235,8 @@ def test_mixture_gain_small_run_and_resume(tmp_path):
             assert all(not isinstance(v, (list, dict)) for r in e["by_budget"] for v in r.values())
             assert all(not isinstance(v, list) for k, v in e.items() if k not in ("by_budget", "sampling_noise"))
     # a stored cell round-trips through the long format
-    wide = mg.widen_cell(res.data["cells"][0])
-    assert mg.long_cell(wide, cfg.budgets) == res.data["cells"][0]
+    wide = widen_cell(res.data["cells"][0])
+    assert long_cell(wide, cfg.budgets) == res.data["cells"][0]
 
 
 def test_soft_map_em_is_monotone_at_the_default_smoothing():

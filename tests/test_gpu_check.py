@@ -10,7 +10,7 @@ pytest.importorskip("transformers")
 import llm_helpers  # noqa: E402,F401  (single-threaded torch)
 
 from mfd_theory.cli import main as cli_main  # noqa: E402
-from mfd_theory.experiments.gpu_check import GpuCheckConfig, _compare, report, run  # noqa: E402
+from mfd_theory.commands.gpu_check import GpuCheckConfig, _compare, report, run  # noqa: E402
 from mfd_theory.speedup import load_latency_profile  # noqa: E402
 
 
@@ -20,7 +20,7 @@ MICRO = dict(device="cpu", small=True, shape="micro", e2e=False, prompt_len=8, n
 
 
 def test_gpu_check_micro_on_cpu(tmp_path, monkeypatch):
-    import mfd_theory.experiments.e2e as e2e
+    import mfd_theory.commands.e2e as e2e
 
     calls = []
 

@@ -1,7 +1,7 @@
 """``mfd <command> --help`` reads as plain, finished text, and every option shows its default.
 
 The rules, checked on the printed help of every command in ``COMMANDS`` and ``BENCHES`` (except
-distill / train-drafter / eval, whose parsers live in ``llm/pipeline.py`` and are checked there):
+distill / train-drafter / eval, whose parsers live in ``commands/pipeline.py`` and are checked there):
 
 * no backtick anywhere (neither reStructuredText's ````x```` nor Markdown's ```x```);
 * the description under the usage line is a finished sentence: it ends with ".", "?" or "!";

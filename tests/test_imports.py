@@ -1,7 +1,11 @@
-"""The package's internal import graph: no cycles anywhere, and ``mfd_theory.llm`` never reaches up.
+"""The package's layering, read from the source with :mod:`ast` (nothing is imported).
 
-The graph is read from the source with :mod:`ast` (nothing is imported), counting imports at module
-level and inside functions alike, since a function-level import still ties the two modules together.
+Floors, lowest first: the theory core, ``figures``, ``llm.models``, ``llm.decoding``,
+``llm.training``, ``llm.measure``, ``commands``, ``cli``. A module imports only from its own floor
+or below; a private name (one leading underscore) or a private module or folder is imported only
+inside the folder that holds it (the core's public wrappers and their ``_kernels`` are one folder's
+two halves); and there is no import cycle. Imports inside functions count like any other: they tie
+the two modules together just the same.
 """
 
 from __future__ import annotations
@@ -12,6 +16,27 @@ from pathlib import Path
 import mfd_theory
 
 PKG = Path(mfd_theory.__file__).resolve().parent
+
+#: floors, lowest first: (name, module-name prefixes on that floor)
+FLOORS = [
+    ("core", ()),  # every module not named on a floor below
+    ("figures", ("mfd_theory.figures",)),
+    ("llm.models", ("mfd_theory.llm.models",)),
+    ("llm.decoding", ("mfd_theory.llm.decoding",)),
+    ("llm.training", ("mfd_theory.llm.training",)),
+    ("llm.measure", ("mfd_theory.llm.measure", "mfd_theory.llm")),
+    ("commands", ("mfd_theory.commands",)),
+    ("cli", ("mfd_theory.cli",)),
+]
+
+
+def floor(module: str) -> int:
+    best, level = -1, 0
+    for i, (_, prefixes) in enumerate(FLOORS):
+        for p in prefixes:
+            if (module == p or module.startswith(p + ".")) and len(p) > best:
+                best, level = len(p), i
+    return level
 
 
 def _module_name(path: Path) -> str:
@@ -25,23 +50,21 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in sorted(PKG.rglob("*.py"))}
 
 
-def _imports(name: str, path: Path, known: set[str]) -> set[str]:
-    """The package modules that ``name`` imports (the most specific known module of each import)."""
+def _edges(name: str, path: Path, known: set[str]):
+    """(imported module, imported name or None) for every package import in ``name``."""
     is_pkg = path.name == "__init__.py"
     package = name if is_pkg else name.rpartition(".")[0]
-    out: set[str] = set()
 
-    def add(target: str):
+    def most_specific(target: str) -> str:
         while target and target not in known:
             target = target.rpartition(".")[0]
-        if target and target != name:
-            out.add(target)
+        return target
 
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
             for a in node.names:
                 if a.name == "mfd_theory" or a.name.startswith("mfd_theory."):
-                    add(a.name)
+                    yield most_specific(a.name), None
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
@@ -53,16 +76,15 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
                 continue
             for a in node.names:  # `from pkg import submodule` imports the submodule
                 if f"{mod}.{a.name}" in known:
-                    add(f"{mod}.{a.name}")
+                    yield f"{mod}.{a.name}", None
                 else:
-                    add(mod)
-    return out
+                    yield most_specific(mod), a.name
 
 
 def import_graph() -> dict[str, set[str]]:
     mods = _modules()
     known = set(mods)
-    return {name: _imports(name, path, known) for name, path in mods.items()}
+    return {name: {m for m, _ in _edges(name, path, known) if m and m != name} for name, path in mods.items()}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -91,13 +113,67 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_graph_reader_sees_relative_absolute_and_function_level_imports():
+def _folder(module: str, is_package: bool) -> str:
+    return module if is_package else module.rpartition(".")[0]
+
+
+def private_owner(module: str, name: str | None, packages: set[str]) -> str | None:
+    """The folder whose modules alone may import ``module`` (and ``name`` from it), or None when
+    both are public. The highest private part of the module's path decides: ``a._b.c`` belongs to
+    folder ``a``; else a private ``name`` belongs to the module's own folder."""
+    parts = module.split(".")
+    for i, part in enumerate(parts[1:], start=1):
+        if part.startswith("_") and not part.startswith("__"):
+            return ".".join(parts[:i])
+    if name is not None and name.startswith("_") and not name.startswith("__"):
+        return _folder(module, module in packages)
+    return None
+
+
+def private_imports() -> list[str]:
+    mods = _modules()
+    known = set(mods)
+    packages = {m for m, p in mods.items() if p.name == "__init__.py"}
+    bad = []
+    for name, path in mods.items():
+        here = _folder(name, name in packages)
+        for mod, imported in _edges(name, path, known):
+            owner = private_owner(mod, imported, packages)
+            # inside: the owner folder itself, or a folder below it on the same floor (a floor of
+            # its own, such as commands/ under mfd_theory/, is another room)
+            if owner is None:
+                continue
+            inside = here == owner or (here.startswith(owner + ".") and floor(here) == floor(owner))
+            if not inside:
+                bad.append(f"{name} imports {mod}" + (f".{imported}" if imported else ""))
+    return sorted(set(bad))
+
+
+def upward_imports() -> list[str]:
+    return sorted(f"{m} ({FLOORS[floor(m)][0]}) imports {d} ({FLOORS[floor(d)][0]})"
+                  for m, deps in import_graph().items() for d in deps if floor(d) > floor(m))
+
+
+def test_graph_reader_sees_absolute_relative_and_function_level_imports():
     graph = import_graph()
     # sanity: the reader finds edges of each kind, so an empty graph cannot pass the tests below
-    assert "mfd_theory.llm.drafter" in graph["mfd_theory.llm"]  # absolute, in a package __init__
-    assert "mfd_theory.llm.e2e" in graph["mfd_theory.experiments.e2e"]  # relative, inside a function
+    assert "mfd_theory.llm.models" in graph["mfd_theory.llm"]  # absolute, in a package __init__
+    assert "mfd_theory.commands.e2e_run" in graph["mfd_theory.commands.e2e"]  # inside a function
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_floors_are_read_as_intended():
+    assert [floor(m) for m in ("mfd_theory.trees", "mfd_theory.figures.e2e", "mfd_theory.llm.models.target",
+                               "mfd_theory.llm.decoding.batch", "mfd_theory.llm.training.train",
+                               "mfd_theory.llm.measure.predict", "mfd_theory.commands.e2e", "mfd_theory.cli")] \
+        == list(range(8))
+    pk = {"mfd_theory", "mfd_theory.llm", "mfd_theory.llm.models"}
+    assert private_owner("mfd_theory._kernels.trees", "_product_tree", pk) == "mfd_theory"
+    assert private_owner("mfd_theory.llm.models.drafter", "_draft_value", pk) == "mfd_theory.llm.models"
+    assert private_owner("mfd_theory.commands._cli", "opt", pk) == "mfd_theory.commands"
+    assert private_owner("mfd_theory.llm.models.drafter", "load_drafter", pk) is None
+    assert floor("mfd_theory.chimeras.bound") == floor("mfd_theory") != floor("mfd_theory.commands.x")
 
 
 def test_no_import_cycles():
@@ -105,7 +181,11 @@ def test_no_import_cycles():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
-def test_llm_does_not_import_report_or_experiments():
-    bad = [f"{m} imports {d}" for m, deps in import_graph().items() if m.startswith("mfd_theory.llm")
-           for d in deps if d == "mfd_theory.report" or d.startswith("mfd_theory.experiments")]
-    assert not bad, bad
+def test_no_module_imports_from_a_higher_floor():
+    bad = upward_imports()
+    assert not bad, "\n".join(bad)
+
+
+def test_no_private_name_is_imported_outside_its_folder():
+    bad = private_imports()
+    assert not bad, "\n".join(bad)

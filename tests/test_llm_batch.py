@@ -12,8 +12,8 @@ from scipy.stats import chisquare  # noqa: E402
 from llm_helpers import OracleDrafter, hf_greedy, tiny_hybrid, tiny_qwen3  # noqa: E402
 
 from mfd_theory.llm import TargetModel, build_drafter  # noqa: E402
-from mfd_theory.llm.batch import BatchTarget, speculative_generate_batch  # noqa: E402
-from mfd_theory.llm.decode import sampling_probs, speculative_generate  # noqa: E402
+from mfd_theory.llm.decoding.batch import BatchTarget, speculative_generate_batch  # noqa: E402
+from mfd_theory.llm.decoding.generate import sampling_probs, speculative_generate  # noqa: E402
 from mfd_theory.trees import product_tree  # noqa: E402
 
 # mixed lengths; token 0 (the helpers' pad id) avoided so HF generate's inferred mask is all ones
@@ -202,8 +202,8 @@ def test_bad_batch_input_is_refused(model, target):
 
 
 def test_batched_eval_rows_are_lossless_and_relative_to_batched_ar(model, target):
-    from mfd_theory.llm.evaluate import make_cells
-    from mfd_theory.llm.evaluate_batch import decode_batch_cells
+    from mfd_theory.llm.measure.evaluate import make_cells
+    from mfd_theory.llm.measure.evaluate_batch import decode_batch_cells
 
     drafters = {"k1": build_drafter(model, block_size=5, num_layers=1, seed=3),
                 "k2": build_drafter(model, block_size=5, num_layers=1, num_modes=2, seed=4)}
@@ -231,7 +231,7 @@ def test_batched_eval_rows_are_lossless_and_relative_to_batched_ar(model, target
 def test_auto_switching_off_and_on_keeps_the_drafter_context_whole(model, target, monkeypatch):
     """Under "auto", AR rounds keep their rows for the drafter; when drafting resumes its context
     holds exactly the target's committed rows, and the output stays the target's greedy one."""
-    import mfd_theory.llm.batch as batch_mod
+    import mfd_theory.llm.decoding.batch as batch_mod
 
     class Switching:  # off for two rounds, then trees, then off again, ...
         calls = 0

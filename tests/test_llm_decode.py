@@ -13,7 +13,7 @@ from llm_helpers import OracleDrafter, hf_greedy, sampled_continuations_pvalue, 
 
 from mfd_theory.coverage import coverage  # noqa: E402
 from mfd_theory.llm import TargetModel, build_drafter  # noqa: E402
-from mfd_theory.llm.decode import (  # noqa: E402
+from mfd_theory.llm.decoding.generate import (  # noqa: E402
     METHODS, children_map, sampling_probs, speculative_generate, walk_tree,
 )
 from mfd_theory.trees import DraftTree  # noqa: E402
@@ -210,7 +210,7 @@ def test_bad_input_leaves_the_target_usable(model, target, block):
 def test_tree_builders_are_the_core_s():
     """One code path: mfd with K = 1 is ddtree, and with V <= budget the candidates are the whole
     vocabulary, so the trees equal the core's builders on the full distributions."""
-    from mfd_theory.llm.decode import build_tree
+    from mfd_theory.llm.decoding.generate import build_tree
     from mfd_theory.trees import mixture_tree, product_tree
 
     g = torch.Generator().manual_seed(0)
@@ -229,8 +229,8 @@ def test_tree_builders_are_the_core_s():
 
 def test_a_cell_limited_to_some_temperatures_is_decoded_and_calibrated_only_there(model, target):
     """Cell.temperatures: decode_cells, calibrate_acceptance and predict_cells skip the others."""
-    from mfd_theory.llm.evaluate import Cell, decode_cells
-    from mfd_theory.llm.predict import calibrate_acceptance, predict_cells, uncalibrated
+    from mfd_theory.llm.measure.evaluate import Cell, decode_cells
+    from mfd_theory.llm.measure.predict import calibrate_acceptance, predict_cells, uncalibrated
 
     drafter = build_drafter(model, block_size=5, num_layers=1, seed=3)
     cells = [Cell("ar", "none", 0), Cell("ddtree", "d", 4, drafter),

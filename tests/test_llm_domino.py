@@ -13,9 +13,9 @@ from llm_helpers import hf_greedy, sampled_continuations_pvalue, tiny_qwen3  # n
 from reference_decode import slow_path_tree  # noqa: E402
 
 from mfd_theory.llm import TargetModel  # noqa: E402
-from mfd_theory.llm.decode import build_tree, speculative_generate  # noqa: E402
-from mfd_theory.llm.domino import DominoDrafter  # noqa: E402
-from mfd_theory.llm.drafter import build_drafter, load_drafter  # noqa: E402
+from mfd_theory.llm.decoding.generate import build_tree, speculative_generate  # noqa: E402
+from mfd_theory.llm.models.domino import DominoDrafter  # noqa: E402
+from mfd_theory.llm.models.drafter import build_drafter, load_drafter  # noqa: E402
 
 PROMPTS = [[3, 7, 1, 9, 4], [50, 2], [11, 12, 13, 14, 15, 16, 17, 18, 19]]
 SCORE_TOL = 1e-5  # float32 GRU and log-softmax evaluated for one path vs a batched frontier: rounding only
@@ -205,7 +205,7 @@ def test_checkpoint_refused_for_another_target(model, tmp_path):
 
 def test_train_drafter_trains_the_correction(model, tmp_path):
     """A few teacher-forced steps: the head's weights move, the loss falls, the checkpoint loads."""
-    from mfd_theory.llm.train import DrafterTrainConfig, train_drafter
+    from mfd_theory.llm.training.train import DrafterTrainConfig, train_drafter
 
     g = np.random.default_rng(0)
     data = g.integers(0, 64, size=(8, 20))

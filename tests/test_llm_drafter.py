@@ -10,7 +10,7 @@ from safetensors.torch import save_file  # noqa: E402
 
 from llm_helpers import tiny_qwen3  # noqa: E402
 
-from mfd_theory.llm.drafter import (  # noqa: E402
+from mfd_theory.llm.models.drafter import (  # noqa: E402
     BlockDrafter, MFDDrafter, build_drafter, default_target_layer_ids, load_drafter,
 )
 

@@ -9,7 +9,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM  # noqa: E402
 import llm_helpers  # noqa: E402,F401  (single-threaded torch)
 from reference_drafter import SlowDraftCache, slow_train_modes  # noqa: E402
 
-from mfd_theory.llm.drafter import build_drafter  # noqa: E402
+from mfd_theory.llm.models.drafter import build_drafter  # noqa: E402
 
 # Same weights and the same sums; only the key order inside one softmax and the SDPA kernel
 # (masked vs unmasked, folded heads) differ: float32 rounding of log-probs of size ~log V.
@@ -137,7 +137,7 @@ def test_heads_not_a_multiple_of_kv_heads_is_refused():
     tgt = _target()
     cfg = build_drafter(tgt, block_size=4, num_layers=1).config
     cfg.num_key_value_heads = 3
-    from mfd_theory.llm.drafter import BlockDrafter
+    from mfd_theory.llm.models.drafter import BlockDrafter
 
     with pytest.raises(ValueError, match="num_key_value_heads"):
         BlockDrafter(cfg, tgt)

@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 from llm_helpers import OracleDrafter, hf_greedy, tiny_qwen3  # noqa: E402
 
 from mfd_theory.llm import TargetModel, build_drafter  # noqa: E402
-from mfd_theory.llm.decode import METHODS, sampling_probs, speculative_generate  # noqa: E402
+from mfd_theory.llm.decoding.generate import METHODS, sampling_probs, speculative_generate  # noqa: E402
 from mfd_theory.trees import DraftTree  # noqa: E402
 
 ATOL = 1e-4  # float32 forwards over differently shaped batches differ in rounding only

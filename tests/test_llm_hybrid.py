@@ -13,8 +13,8 @@ from llm_helpers import (  # noqa: E402
 )
 
 from mfd_theory.llm import TargetModel, build_drafter  # noqa: E402
-from mfd_theory.llm.decode import METHODS, speculative_generate  # noqa: E402
-from mfd_theory.llm.hybrid import gdn_state_bytes  # noqa: E402
+from mfd_theory.llm.decoding.generate import METHODS, speculative_generate  # noqa: E402
+from mfd_theory.llm.models.hybrid import gdn_state_bytes  # noqa: E402
 from mfd_theory.trees import DraftTree  # noqa: E402
 
 # float32 throughout: the tree runs HF's per-token recurrent kernel, a fresh prefill its chunked
@@ -263,7 +263,7 @@ def test_sliding_window_draft_layers_are_refused(tmp_path):
 
 
 def test_build_drafter_on_a_hybrid_uses_full_rotary_qwen3_layers():
-    from mfd_theory.llm.drafter import default_target_layer_ids
+    from mfd_theory.llm.models.drafter import default_target_layer_ids
 
     model = tiny_hybrid("qwen3_5", seed=8)
     assert model.config.rope_parameters["partial_rotary_factor"] < 1
@@ -279,7 +279,7 @@ def test_e2e_trains_and_decodes_a_hybrid_target(tmp_path):
     row equals ar's output (lossless), the same table is written."""
     import json
 
-    from mfd_theory.experiments.e2e import main
+    from mfd_theory.commands.e2e import main
 
     main(["--preset", "micro", "--target-arch", "qwen3_5", "--out", str(tmp_path), "--quiet",
           "--n-train", "200", "--seq-len", "32", "--target-steps", "6", "--drafter-steps", "4",
@@ -293,7 +293,7 @@ def test_e2e_trains_and_decodes_a_hybrid_target(tmp_path):
     assert {r["method"] for r in rows} == set(METHODS)
     assert all(r["matches_ar"] for r in rows)
     # the README's e2e-hybrid block is generated from this file under results/hybrid/
-    from mfd_theory.report import BLOCKS, render
+    from mfd_theory.commands.report import BLOCKS, render
 
     assert BLOCKS["e2e-hybrid"][0] == "hybrid/end_to_end.json"
     (tmp_path / "results" / "hybrid").mkdir(parents=True)
@@ -306,7 +306,7 @@ def test_e2e_trains_and_decodes_a_hybrid_target(tmp_path):
 
 
 def test_bench_hybrid_profile_micro():
-    from mfd_theory.experiments.bench_decode import BenchDecodeConfig, hybrid_profile, hybrid_table
+    from mfd_theory.commands.bench_decode import BenchDecodeConfig, hybrid_profile, hybrid_table
 
     cfg = BenchDecodeConfig(preset="micro", arch="qwen3_5", block_size=4, prompt_len=8, hybrid_sizes="1,4",
                             profile_repeats=1)
@@ -321,8 +321,8 @@ def test_bench_hybrid_profile_micro():
 def test_bench_decode_hybrid_writes_its_own_file_and_block(tmp_path):
     """``mfd bench decode --arch qwen3_5`` writes bench_decode_qwen3_5.json (never the attention
     run's bench_decode.json), and the README's bench-decode-hybrid block is generated from it."""
-    from mfd_theory.experiments.bench_decode import BenchDecodeConfig, run
-    from mfd_theory.report import BLOCKS, render
+    from mfd_theory.commands.bench_decode import BenchDecodeConfig, run
+    from mfd_theory.commands.report import BLOCKS, render
 
     cfg = BenchDecodeConfig(preset="micro", arch="qwen3_5", block_size=4, num_modes=2, budget=4, prompt_len=8,
                             max_new_tokens=4, prompts=1, hybrid_sizes="1,4", profile_repeats=1)
@@ -348,13 +348,13 @@ def test_tree_gated_delta_rule_equals_walking_each_path(n_nodes, hk, seed):
     """The all-rows-at-once tree form against HF's one-token rule run along every row's path."""
     from reference_hybrid import tree_gated_delta_rule_ref
 
-    from mfd_theory.llm.hybrid import _plan, tree_gated_delta_rule
+    from mfd_theory.llm.models.hybrid import plan_verify, tree_gated_delta_rule
     from mfd_theory.trees import product_tree
 
     g0 = torch.Generator().manual_seed(seed)
     lq = torch.log_softmax(2.0 * torch.randn(6, 5, generator=g0), -1).double().numpy()
     tree = product_tree(lq, n_nodes)
-    plan = _plan(tree.parent, tree.depth, 4, "cpu")
+    plan = plan_verify(tree.parent, tree.depth, 4, "cpu")
     n, hv, dk, dv = n_nodes + 1, 4, 8, 6
     q = torch.nn.functional.normalize(torch.randn(n, hk, dk, generator=g0), dim=-1)
     k = torch.nn.functional.normalize(torch.randn(n, hk, dk, generator=g0), dim=-1)

@@ -8,7 +8,7 @@ pytest.importorskip("transformers")
 
 from llm_helpers import tiny_qwen3  # noqa: E402
 
-from mfd_theory.llm.target import TargetModel, ancestor_mask, tree_attention_mask  # noqa: E402
+from mfd_theory.llm.models.target import TargetModel, ancestor_mask, tree_attention_mask  # noqa: E402
 from mfd_theory.trees import DraftTree  # noqa: E402
 
 ATOL = 1e-4  # float32 forwards over differently shaped batches differ in rounding only

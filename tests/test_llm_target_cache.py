@@ -8,7 +8,7 @@ pytest.importorskip("transformers")
 
 from llm_helpers import tiny_qwen3  # noqa: E402
 
-from mfd_theory.llm.target import TargetModel  # noqa: E402
+from mfd_theory.llm.models.target import TargetModel  # noqa: E402
 from mfd_theory.trees import DraftTree  # noqa: E402
 
 # Same weights and inputs; only the memory layout of the cached keys (a view of a longer buffer

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from mfd_theory.cli import main as mfd  # noqa: E402
-from mfd_theory.llm import natural_corpus as nc  # noqa: E402
+import mfd_theory.llm.training.natural_corpus as nc
 from mfd_theory.results import Result  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,7 +97,7 @@ def test_prompts_come_from_held_out_units_only(tmp_path):
         assert p["prompt"].rstrip().endswith(".") and p["reference"].strip()
     # written as mfd eval reads them
     path = nc.write_prompts(tmp_path / "out" / "code.jsonl", code, "code")
-    from mfd_theory.llm.prompts import read_prompt_files
+    from mfd_theory.llm.training.prompts import read_prompt_files
 
     read = read_prompt_files([str(path)])
     assert [p.id for p in read] == [p["id"] for p in code] and {p.dataset for p in read} == {"code"}
@@ -123,11 +123,11 @@ def test_real_stdlib_split(tmp_path):
 
 
 def _tiny_model(V: int = 5, seed: int = 0):
-    from mfd_theory.llm.train import LMConfig, _lm_class, _qwen3_config
+    from mfd_theory.llm.training.train import LMConfig, lm_class, qwen3_config
 
     torch.manual_seed(seed)
     arch = LMConfig(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=8, intermediate_size=32)
-    model = _lm_class("qwen3")._from_config(_qwen3_config(arch, V, 0), attn_implementation="sdpa").eval()
+    model = lm_class("qwen3")._from_config(qwen3_config(arch, V, 0), attn_implementation="sdpa").eval()
     with torch.no_grad():  # sharper conditionals than the init's, so prefixes differ clearly
         model.lm_head.weight.mul_(30.0)
     return model
@@ -147,7 +147,7 @@ def _brute_force(model, context, L: int, V: int) -> dict[tuple, float]:
 
 
 def test_oracle_search_equals_brute_force():
-    from mfd_theory.llm.ceiling import TargetScorer, node_log_probs, oracle_coverage
+    from mfd_theory.llm.measure.ceiling import TargetScorer, node_log_probs, oracle_coverage
 
     V, L, ctx = 4, 3, [1, 2, 3]
     model = _tiny_model(V)
@@ -166,7 +166,7 @@ def test_oracle_search_equals_brute_force():
 
 
 def test_product_marginals_converge_to_the_exact_ones():
-    from mfd_theory.llm.ceiling import empirical_marginals, sample_blocks
+    from mfd_theory.llm.measure.ceiling import empirical_marginals, sample_blocks
 
     V, L, ctx = 4, 3, [2, 1]
     model = _tiny_model(V, seed=1)
@@ -189,7 +189,7 @@ def test_product_marginals_converge_to_the_exact_ones():
 def test_product_tree_stops_where_the_samples_give_no_support():
     """Unsampled tokens have estimate 0: the product tree keeps only prefixes with support, and its
     coverage and dead share are those of these nodes under the target (brute force)."""
-    from mfd_theory.llm.ceiling import TargetScorer, product_ceiling
+    from mfd_theory.llm.measure.ceiling import TargetScorer, product_ceiling
 
     V, L, ctx = 4, 3, [3, 1]
     model = _tiny_model(V, seed=2)
@@ -206,7 +206,7 @@ def test_product_tree_stops_where_the_samples_give_no_support():
 
 
 def test_accepted_lengths_match_a_direct_count():
-    from mfd_theory.llm.ceiling import accepted_lengths
+    from mfd_theory.llm.measure.ceiling import accepted_lengths
     from mfd_theory.trees import product_tree
 
     rng = np.random.default_rng(0)
@@ -219,7 +219,7 @@ def test_accepted_lengths_match_a_direct_count():
 
 
 def test_futures_fit_finds_two_futures_and_no_more():
-    from mfd_theory.llm.natural import futures_fit
+    from mfd_theory.commands.natural_run import futures_fit
 
     rng = np.random.default_rng(0)
     a, b = rng.integers(0, 40, size=6), rng.integers(0, 40, size=6)
@@ -308,7 +308,7 @@ def test_rerun_reuses_every_step(run, capsys):
 
 
 def test_report_block_from_the_run(run):
-    from mfd_theory.report import BLOCKS, natural_block, render
+    from mfd_theory.commands.report import BLOCKS, natural_block, render
 
     results, out = run
     res = Result.load(out / "natural.json")
@@ -340,13 +340,13 @@ def test_bad_options_exit_2(tmp_path, capsys):
 
 
 def test_config_knows_evals_methods_and_reproduce_runs_it():
-    from mfd_theory.experiments import natural as exp
-    from mfd_theory.llm.decode import METHODS
-    from mfd_theory.report import BLOCKS
-    from mfd_theory.reproduce import STEPS as REPRO
+    import mfd_theory.commands.natural as exp
+    from mfd_theory.llm.decoding.generate import METHODS
+    from mfd_theory.commands.report import BLOCKS
+    from mfd_theory.commands.reproduce import STEPS as REPRO
 
     assert tuple(exp._METHODS) == tuple(METHODS)
-    argv = next(a for _, module, a in REPRO if module == "mfd_theory.experiments.natural")
+    argv = next(a for _, module, a in REPRO if module == "mfd_theory.commands.natural")
     assert Path("results") / BLOCKS["natural"][0] == Path(argv[argv.index("--out") + 1]) / "natural.json"
     from mfd_theory.report_files import BLOCK_FILES
 
@@ -366,7 +366,7 @@ def test_docs_show_the_commands_the_experiment_runs():
     """The page that holds the natural block shows the exact commands the experiment runs."""
     import re
 
-    from mfd_theory.experiments.natural import NaturalConfig, command_lines
+    from mfd_theory.commands.natural import NaturalConfig, command_lines
     from mfd_theory.report_files import BLOCK_FILES
 
     flat = re.sub(r"\s*\\\n\s*", " ", (ROOT / BLOCK_FILES["natural"]).read_text())

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mfd_theory.cli import main
-from mfd_theory.experiments import path_gain as pg
+import mfd_theory.commands.path_gain as pg
 from mfd_theory.results import Result
 from mfd_theory.speedup import default_profile, path_speedup, speedup
 
@@ -100,7 +100,7 @@ def test_path_speedup_is_speedup_with_depth_passes():
 
 
 def test_rerun_resumes_and_report_block_renders(small_run, capsys):
-    from mfd_theory.report import render
+    from mfd_theory.commands.report import render
 
     res, out = small_run
     capsys.readouterr()

@@ -46,7 +46,7 @@ def run(tmp_path_factory):
 
 
 def test_distill_writes_shards_and_manifest(run):
-    from mfd_theory.llm.distill import load_distill_data
+    from mfd_theory.llm.training.distill import load_distill_data
 
     root, _, _ = run
     seqs, plens, manifest = load_distill_data(root / "data")
@@ -178,10 +178,10 @@ def test_distill_resume_skips_finished_shards_and_remakes_a_missing_one(run):
 
 
 def test_training_resumes_to_the_same_curve(run, tmp_path):
-    from mfd_theory.llm.distill import load_distill_data
-    from mfd_theory.llm.drafter import build_drafter
-    from mfd_theory.llm.pipeline import load_target
-    from mfd_theory.llm.train import DrafterTrainConfig, train_drafter
+    from mfd_theory.llm.training.distill import load_distill_data
+    from mfd_theory.llm.models.drafter import build_drafter
+    from mfd_theory.commands.pipeline import load_target
+    from mfd_theory.llm.training.train import DrafterTrainConfig, train_drafter
 
     root, target_dir, _ = run
     target, _ = load_target(target_dir)
@@ -247,8 +247,8 @@ def test_training_under_torchrun_matches_one_process(run, tmp_path):
 
 
 def test_init_from_starts_exactly_at_the_checkpoint(run, tmp_path):
-    from mfd_theory.llm.drafter import drafter_from_checkpoint, load_drafter
-    from mfd_theory.llm.pipeline import load_target
+    from mfd_theory.llm.models.drafter import drafter_from_checkpoint, load_drafter
+    from mfd_theory.commands.pipeline import load_target
 
     root, target_dir, _ = run
     target, _ = load_target(target_dir)
@@ -275,9 +275,9 @@ def test_init_from_starts_exactly_at_the_checkpoint(run, tmp_path):
 def test_dartree_drafter_from_scratch_and_from_a_dflash_checkpoint(run, tmp_path):
     """--kind dartree trains a Domino drafter (checkpoint DominoDraftModel, decodable with method
     dartree); from a DFlash checkpoint it starts exactly at that checkpoint's distributions."""
-    from mfd_theory.llm.domino import DominoDrafter, domino_from_checkpoint
-    from mfd_theory.llm.drafter import load_drafter
-    from mfd_theory.llm.pipeline import load_target
+    from mfd_theory.llm.models.domino import DominoDrafter, domino_from_checkpoint
+    from mfd_theory.llm.models.drafter import load_drafter
+    from mfd_theory.commands.pipeline import load_target
 
     root, target_dir, files = run
     target, _ = load_target(target_dir)
@@ -413,7 +413,7 @@ def test_bad_options_exit_2_naming_the_flag(run, tmp_path, capsys):
 def test_help_shows_every_options_default(command, capsys):
     """``--help`` states each optional flag's default: the value, "off" for a switch, or, for an
     option without a value default, what happens without it."""
-    from mfd_theory.llm import pipeline
+    import mfd_theory.commands.pipeline as pipeline
 
     parser = {"distill": pipeline._distill_parser, "train-drafter": pipeline._train_parser,
               "eval": pipeline._eval_parser}[command]()
@@ -445,8 +445,8 @@ def test_a_tokenizer_without_mask_token_warns_with_the_id_used(run, tmp_path):
     import shutil
     import warnings
 
-    from mfd_theory.llm.drafter import load_drafter
-    from mfd_theory.llm.pipeline import load_target
+    from mfd_theory.llm.models.drafter import load_drafter
+    from mfd_theory.commands.pipeline import load_target
 
     root, target_dir, _ = run
     bare = tmp_path / "target"
@@ -509,7 +509,7 @@ def test_eval_spec_bench_answers_give_our_tau_and_speedup(run, tmp_path):
     """``--format spec-bench`` answer files, read the Spec-Bench way, give each row's tau and its
     Spec-Bench-convention speedup (and, pooled, the row's own per-pass speedups). The lists are
     given space-separated, the syntax every other command takes."""
-    from mfd_theory.llm.spec_bench import model_id, read_answers, spec_bench_speed
+    from mfd_theory.llm.measure.spec_bench import model_id, read_answers, spec_bench_speed
 
     root, target, files = run
     out = tmp_path / "sb"

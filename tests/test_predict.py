@@ -1,4 +1,4 @@
-"""Predictions made before decoding (llm/predict.py): subtree coverage, statistics, the check."""
+"""Predictions made before decoding (llm/measure/predict.py): subtree coverage, statistics, the check."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ torch = pytest.importorskip("torch")
 from llm_helpers import tiny_qwen3  # noqa: E402
 
 from mfd_theory.llm import TargetModel, build_drafter  # noqa: E402
-from mfd_theory.llm.decode import _node_conditionals, build_tree  # noqa: E402
-from mfd_theory.llm.predict import (  # noqa: E402
+from mfd_theory.llm.decoding.generate import _node_conditionals, build_tree  # noqa: E402
+from mfd_theory.llm.measure.predict import (  # noqa: E402
     CoverageMap, _cluster_mean_se, check_disjoint, prediction_check, prompt_digest, subtree_coverage,
 )
 from mfd_theory.speedup import isotonic  # noqa: E402
@@ -64,7 +64,7 @@ def test_mixture_trees_are_not_nested_across_budgets_but_their_first_nodes_are(b
     """Why mfd is verified at each budget: its candidate lists grow with the budget, so on a flat
     drafter the 11-node tree is not the 60-node tree's first 11 nodes. A per-round rule cuts one
     build, and that cut is read off one verify exactly."""
-    from mfd_theory.llm.decode import _first_nodes
+    from mfd_theory.llm.decoding.generate import _first_nodes
 
     target, prompt, root, log_pi, log_q = block
     big = build_tree("mfd", log_pi, log_q, 60)
@@ -161,7 +161,7 @@ def test_prediction_check_errors_and_regret_by_hand():
 
 def test_clustered_z_pools_every_rows_gaps_per_prompt():
     """The theorem's T > 0 test with prompts as the independent units (rows share a prompt's seed)."""
-    from mfd_theory.llm.evaluate import prediction_summary
+    from mfd_theory.llm.measure.evaluate import prediction_summary
 
     recs = []
     gaps = {}

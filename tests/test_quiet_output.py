@@ -56,7 +56,7 @@ def test_training_bar_into_a_pipe_redraws_rarely(tmp_path):
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
                                                       env.get("PYTHONPATH")]))
     code = ("from mfd_theory.cli import main; main(['--help'])\n"
-            "import torch\nfrom mfd_theory.llm.train import run_training\n"
+            "import torch\nfrom mfd_theory.llm.training.train import run_training\n"
             "m = torch.nn.Linear(2, 1)\nx = torch.ones(4, 2)\n"
             "run_training(%r, m, lambda step: (m(x).pow(2).mean(), {}), steps=40, lr=1e-2, warmup=0, "
             "ckpt_every=100, config={'t': 1}, progress=True)\n" % str(tmp_path / "run"))
@@ -69,7 +69,7 @@ def test_training_bar_into_a_pipe_redraws_rarely(tmp_path):
 
 def test_notebook_kernel_start_up_warning_is_not_printed(tmp_path, capfd):
     pytest.importorskip("nbclient")
-    from mfd_theory.reproduce import run_notebook
+    from mfd_theory.commands.reproduce import run_notebook
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("print(6 * 7)")]
@@ -97,7 +97,7 @@ def test_assisted_baseline_drops_transformers_known_deprecation_only():
     from transformers.utils import logging as hf_logging
 
     from llm_helpers import tiny_qwen3
-    from mfd_theory.llm.assisted import _generation_config, _quiet_known_deprecations, hf_assisted_baseline
+    from mfd_theory.llm.measure.assisted import _generation_config, _quiet_known_deprecations, hf_assisted_baseline
 
     target, draft = tiny_qwen3(seed=0), tiny_qwen3(num_layers=1, seed=1)
     rec = _Records()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mfd_theory.cli import main
-from mfd_theory.report import BLOCKS, check_layout, gain_with_spread, headline_block, render, value_with_spread
+from mfd_theory.commands.report import BLOCKS, check_layout, gain_with_spread, headline_block, render, value_with_spread
 from mfd_theory.report_files import BLOCK_FILES, report_files
 from mfd_theory.results import Result
 
@@ -279,7 +279,7 @@ def test_headline_block_takes_a_few_numbers_from_three_results_files(tmp_path):
 
 def test_e2e_gains_use_the_evaluators_verdict_when_stored():
     # a gain whose rows' spreads would call it measured, but whose per-pass 95% interval does not
-    from mfd_theory.report import e2e_gains_block
+    from mfd_theory.commands.report import e2e_gains_block
 
     res = _e2e_result(passes=True)
     g = dict(res.data["mfd_gains"][0])

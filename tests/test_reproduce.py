@@ -10,7 +10,7 @@ import pytest
 
 
 def test_reproduce_records_step_times_as_it_goes(tmp_path, monkeypatch):
-    from mfd_theory import reproduce
+    import mfd_theory.commands.reproduce as reproduce
 
     calls = []
     fake = types.ModuleType("fake_step_for_reproduce")
@@ -35,7 +35,7 @@ def test_reproduce_records_step_times_as_it_goes(tmp_path, monkeypatch):
 
 
 def test_plan_runs_every_step_once_and_times_nothing_beside_a_timed_run():
-    from mfd_theory import reproduce
+    import mfd_theory.commands.reproduce as reproduce
 
     one = reproduce.plan(1)
     assert [(lab, w) for lab, _, _, w in one[0]] == [(s[0], "run") for s in reproduce.STEPS]
@@ -66,14 +66,14 @@ def _lanes(tmp_path, lane0, lane1):
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
                     reason="two lanes need two usable cores")
 def test_two_lanes_pin_their_cores_and_an_evaluation_waits_for_its_preparation(tmp_path, monkeypatch):
-    from mfd_theory import reproduce
+    import mfd_theory.commands.reproduce as reproduce
 
     rec, lanes = _lanes(tmp_path, [("theory", [], "run"), ("e2e", [], "run")],
                         [("e2e", ["--sleep", "1.0"], "prepare"), ("natural", ["--sleep", "0.5"], "run")])
     monkeypatch.setattr(reproduce, "ROOT", tmp_path)
     monkeypatch.setattr(reproduce, "plan", lambda jobs: lanes)
     monkeypatch.setattr(reproduce, "TIMED", {"e2e"})
-    monkeypatch.setattr("mfd_theory.report.main", lambda argv: None)
+    monkeypatch.setattr("mfd_theory.commands.report.main", lambda argv: None)
     before = os.sched_getaffinity(0)
     reproduce.main(["--skip-notebooks", "--quiet", "--jobs", "2"])
     assert os.sched_getaffinity(0) == before  # the calling process gets its cores back
@@ -98,7 +98,7 @@ def test_two_lanes_pin_their_cores_and_an_evaluation_waits_for_its_preparation(t
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
                     reason="two lanes need two usable cores")
 def test_a_failing_lane_one_step_stops_the_run(tmp_path, monkeypatch):
-    from mfd_theory import reproduce
+    import mfd_theory.commands.reproduce as reproduce
 
     rec, lanes = _lanes(tmp_path, [("first", ["--wait-for", str(tmp_path / "record.jsonl.failed"),
                                               "--sleep", "0.5"], "run"), ("second", [], "run")],
@@ -114,7 +114,7 @@ def test_a_failing_lane_one_step_stops_the_run(tmp_path, monkeypatch):
 
 
 def test_two_lanes_on_one_usable_core_are_refused(tmp_path, monkeypatch, capsys):
-    from mfd_theory import reproduce
+    import mfd_theory.commands.reproduce as reproduce
 
     if not hasattr(os, "sched_getaffinity"):
         pytest.skip("no affinity on this platform")

@@ -15,8 +15,8 @@ import torch  # noqa: E402
 from llm_helpers import OracleDrafter, tiny_qwen3  # noqa: E402
 
 from mfd_theory.llm import TargetModel  # noqa: E402
-from mfd_theory.llm.evaluate import Cell, add_speedup_predictions, rows_from_records, speedup_check  # noqa: E402
-from mfd_theory.llm.profile import measure_round_profile, trimmed_mean  # noqa: E402
+from mfd_theory.llm.measure.evaluate import Cell, add_speedup_predictions, rows_from_records, speedup_check  # noqa: E402
+from mfd_theory.llm.measure.profile import measure_round_profile, trimmed_mean  # noqa: E402
 from mfd_theory.speedup import LatencyProfile, cell_speedup  # noqa: E402
 
 ROUNDOFF = 1e-12  # a few float64 operations
@@ -146,7 +146,7 @@ def test_speedup_check_block_and_figure():
 
     matplotlib.use("Agg")
     from mfd_theory.figures.e2e import speedup_check_figure
-    from mfd_theory.report import speedup_check_block
+    from mfd_theory.commands.report import speedup_check_block
     from mfd_theory.results import Result
 
     records, cells = _records(1.0, [3, 1, 2, 2, 0, 3], [2.5, 1.5, 2.0, 2.0, 0.5, 2.5], [0.5] * 6, 17)
@@ -166,7 +166,7 @@ def test_speedup_check_block_and_figure():
 
 
 def test_budget_rule_cuts_each_round_and_stays_lossless(tiny):
-    from mfd_theory.llm.decode import speculative_generate
+    from mfd_theory.llm.decoding.generate import speculative_generate
     from mfd_theory.speedup import PerRoundBudget
 
     target, drafters = tiny

@@ -11,9 +11,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from mfd_theory.llm import build_drafter  # noqa: E402
-from mfd_theory.llm.data import CorpusConfig, build_corpus  # noqa: E402
-from mfd_theory.llm.e2e import load_trained_drafter  # noqa: E402
-from mfd_theory.llm.train import (  # noqa: E402
+from mfd_theory.llm.training.corpus import CorpusConfig, build_corpus  # noqa: E402
+from mfd_theory.commands.e2e_run import load_trained_drafter  # noqa: E402
+from mfd_theory.llm.training.train import (  # noqa: E402
     DrafterTrainConfig, LMConfig, LMTrainConfig, block_loss, left_align_context, load_lm,
     make_distill_data, mode_diagnostics, position_weights, train_drafter, train_lm,
 )

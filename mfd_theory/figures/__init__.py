@@ -163,7 +163,7 @@ def save_figure(fig, path, note: str | None = None) -> str:
     """
     import io
 
-    from ..results import atomic_write_bytes
+    from mfd_theory.results import atomic_write_bytes
 
     if note:
         fig.text(0.5, 1.0, note, ha="center", va="bottom", color="tab:red", fontsize=9)

@@ -34,10 +34,10 @@ def _data(res: Any) -> dict[str, Any]:
 
 def _wide(data: dict[str, Any]) -> dict[str, Any]:
     """A chimera-share result's settings with their per-budget rows as lists (what the panels
-    draw; :func:`~mfd_theory.experiments.chimera_share.widen_setting`); other results unchanged."""
+    draw; :func:`~mfd_theory.layouts.widen_setting`); other results unchanged."""
     if not isinstance(data.get("settings"), list):
         return data
-    from mfd_theory.experiments.chimera_share import widen_setting
+    from mfd_theory.layouts import widen_setting
 
     return {**data, "settings": [widen_setting(r) for r in data["settings"]]}
 
@@ -123,7 +123,7 @@ def bound_figure(res: Any):
     ax.set_ylim(0, 0.6)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    from . import stamp_run
+    from mfd_theory.figures import stamp_run
 
     stamp_run(fig, res)
     return fig
@@ -157,7 +157,7 @@ def share_figure(res: Any, budget: int = 64):
     product tree (and of the mixture with the exact modes) relative to the oracle vs N."""
     d = _data(res)
     plt = _plt()
-    from . import reveal_overlaps, stamp_run
+    from mfd_theory.figures import reveal_overlaps, stamp_run
 
     rows = d["settings"]
     lo, hi = d.get("paper_range", (0.27, 0.33))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import reveal_overlaps, stamp_run
+from mfd_theory.figures import reveal_overlaps, stamp_run
 
 # the oracle is drawn wide and grey underneath, so a tree that reaches it shows as a line on a halo
 _STYLES = {

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from . import reveal_overlaps, stamp_run
+from mfd_theory.figures import reveal_overlaps, stamp_run
 
 __all__ = ["tau_vs_budget", "speedup_vs_budget", "predicted_vs_measured", "dead_share", "loss_curves",
            "speedup_check_figure", "prediction_check_figure", "eval_figure"]
@@ -337,7 +337,7 @@ def prediction_check_figure(res):
 
 def dead_share(res, eps_label: str = "1e-3"):
     """Share of tree nodes whose target prefix probability is strictly below eps (the decoder's
-    rule, ``mfd_theory.llm.decode.DEAD_EPS``), against the budget.
+    rule, ``mfd_theory.llm.decoding.generate.DEAD_EPS``), against the budget.
 
     A dead node is not a chimera (a real target defines no futures to splice), so the paper's
     27-33% chimera share is not drawn here; the synthetic chimera shares are in ``chimera_share.png``.

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from . import reveal_overlaps, stamp_run
+from mfd_theory.figures import reveal_overlaps, stamp_run
 
 __all__ = [
     "PAPER_GAIN",
@@ -38,8 +38,8 @@ _COINCIDE = 5e-3
 
 def _parts(result) -> tuple[dict[str, Any], dict[str, Any]]:
     """(config, data) with every cell widened back to per-drafter arrays over the budgets
-    (:func:`~mfd_theory.experiments.mixture_gain.widen_cell`; the file stores them in long rows)."""
-    from mfd_theory.experiments.mixture_gain import widen_cell
+    (:func:`~mfd_theory.layouts.widen_cell`; the file stores them in long rows)."""
+    from mfd_theory.layouts import widen_cell
 
     config, data = (result.config, result.data) if hasattr(result, "data") else (result["config"], result["data"])
     if "cells" in data:

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from . import stamp_run
+from mfd_theory.figures import stamp_run
 
 __all__ = ["path_coverage_vs_budget", "path_speedup_vs_step_cost"]
 
@@ -45,7 +45,7 @@ def _axes(n, height=3.0):
 def path_coverage_vs_budget(result, groups=None):
     """Coverage C(T_N) vs N: product, mixture (largest K), path trees per memory r (full depth),
     oracle. One panel per family (its largest F, or the (family, group) pairs in ``groups``)."""
-    from mfd_theory.experiments.path_gain import group_label
+    from mfd_theory.layouts import group_label
 
     config, data = _parts(result)
     rows = _rows(config, data, groups)

@@ -1,0 +1,8 @@
+"""Every ``mfd`` command, one module each, named after the command.
+
+``X.py`` is the command itself: its frozen config (the options, their checks and defaults), and
+``main(argv)``, which parses and checks everything before any work and never imports torch at
+the top, so ``--help`` is fast and a bad option costs nothing. Where a command drives models,
+``X_run.py`` beside it holds that torch half, imported only once the checks have passed.
+``_cli.py`` is the one framework that turns a config into a command line.
+"""

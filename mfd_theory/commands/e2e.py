@@ -1,0 +1,180 @@
+"""End to end on one machine: corpus -> small Qwen3 target -> product and MFD drafters -> decoding.
+
+``mfd e2e --preset {micro,default} --out DIR`` trains (or loads from the cache) a byte-level-BPE
+multi-future corpus, a small Qwen3ForCausalLM target, a plain draft LM for Hugging Face's assisted
+generation, and block drafters with K = 1 (product, DFlash loss) and K in ``modes`` (MFD, mixture
+likelihood) and a Domino drafter (DFlash backbone plus a GRU path correction, for DARTree's
+path-dependent trees) on the target's own generations; then decodes held-out prompts with ar,
+chain, ddtree, mfd and dartree at every budget and temperature and writes ``DIR/end_to_end.json``: one row per
+(method, drafter, budget, temperature) with tau, accepted mean/std, predicted acceptance, speedup
+vs ar and the dead-node share, plus the loss curves, the MFD gain table and the HF baseline.
+
+The config lives here (no torch import); the work is in :mod:`mfd_theory.commands.e2e_run`.
+Every field can be overridden on the command line (``--target-steps 800``); ``--preset`` picks the
+starting values. Bigger runs (a GPU, larger targets) are options alone (``--device cuda``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+from mfd_theory.results import Result
+from mfd_theory.commands._cli import Checked, add_common, add_dataclass_args, finish, make_parser, opt, wrote
+
+__all__ = ["E2EConfig", "PRESETS", "preset_config", "run", "main"]
+
+
+@dataclasses.dataclass(frozen=True)
+class E2EConfig(Checked):
+    """Defaults = the ``default`` preset (<= 15 minutes on 2 CPU cores, training included)."""
+
+    preset: str = opt("default", "starting values: default (the run in docs/results.md) or micro (a small smoke run); options given explicitly override it",
+                      choices=("default", "micro"))
+    seed: int = opt(0, "random seed of data, training and sampling", ge=0)
+    threads: int = opt(2, "torch threads for training", ge=1)
+    eval_threads: int = opt(1, "torch threads for decoding (timing)", ge=1)
+    device: str = opt("cpu", "torch device (cpu, cuda, cuda:N)")
+    cache_dir: str = opt("", "checkpoint cache ('' means <out>/cache)")
+    # corpus
+    n_train: int = opt(6000, "training documents of the corpus", ge=1)
+    n_heldout: int = opt(200, "held-out documents", ge=1)
+    vocab_size: int = opt(512, "BPE vocabulary size", ge=64)
+    # target (Qwen3ForCausalLM; target_arch "qwen3_5": the Qwen3.5 hybrid, 3 of 4 layers Gated DeltaNet)
+    target_arch: str = opt("qwen3", "target architecture: qwen3 (attention) or qwen3_5 (Gated DeltaNet hybrid)",
+                           choices=("qwen3", "qwen3_5"))
+    target_hidden: int = opt(128, "target hidden size", ge=1)
+    target_layers: int = opt(4, "target decoder layers", ge=1)
+    target_heads: int = opt(4, "target attention heads", ge=1)
+    target_kv_heads: int = opt(2, "target key/value heads", ge=1)
+    target_intermediate: int = opt(384, "target MLP size", ge=1)
+    target_steps: int = opt(600, "target training steps", ge=1)
+    target_batch: int = opt(16, "target batch size", ge=1)
+    seq_len: int = opt(128, "training sequence length", ge=2)
+    target_lr: float = opt(3e-3, "target learning rate", gt=0)
+    # plain draft LM for HF assisted generation (same corpus, same steps as the block drafters)
+    draft_lm_hidden: int = opt(64, "HF assisted generation: draft LM hidden size", ge=1)
+    draft_lm_layers: int = opt(1, "HF assisted generation: draft LM layers", ge=1)
+    # self-distillation data (the target's own T=1 continuations of training prompts)
+    distill_prompts: int = opt(768, "training prompts the target continues for the drafters' data", ge=1)
+    prompt_len: int = opt(24, "prompt length in tokens", ge=1)
+    distill_gen_len: int = opt(64, "tokens the target generates per distillation prompt", ge=1)
+    distill_temperature: float = opt(1.0, "sampling temperature of the distillation data", gt=0)
+    # block drafters: identical data, steps and sizes for every K
+    block_size: int = opt(8, "drafter block size (L = block size - 1 drafted positions)", ge=2)
+    drafter_layers: int = opt(1, "drafter decoder layers", ge=1)
+    drafter_steps: int = opt(400, "drafter training steps", ge=1)
+    drafter_batch: int = opt(16, "drafter batch size", ge=1)
+    blocks_per_seq: int = opt(4, "training blocks drawn per sequence", ge=1)
+    drafter_lr: float = opt(3e-3, "drafter learning rate", gt=0)
+    modes: tuple[int, ...] = opt((2, 4), "MFD drafter modes K (each >= 2)", ge=2)
+    dartree: bool = opt(True, "also train a DARTree (Domino) drafter the same way and decode it with method dartree")
+    dartree_rank: int = opt(32, "width (rank) of the Domino drafter's GRU path correction", ge=1)
+    balance: float = opt(0.1, "load-balancing penalty of the MFD drafters", ge=0)
+    # evaluation on held-out prompts
+    eval_prompts: int = opt(24, "held-out prompts decoded per cell", ge=1)
+    max_new_tokens: int = opt(64, "new tokens per prompt", ge=1)
+    # N = 256 was dropped from the default grid after a run in which every method decoded slower
+    # than AR there (0.67x-0.82x, run of 2026-11-30) while it took 30% of the decode time.
+    budgets: tuple[int, ...] = opt((16, 32, 64, 128), "tree budgets N", ge=1)
+    temperatures: tuple[float, ...] = opt((0.0, 1.0), "sampling temperatures (0 = greedy)", ge=0)
+    ddtree_on_mfd: bool = opt(True, "ablation: product tree over the MFD drafter's marginals")
+    hf_assisted: bool = opt(True, "also time Hugging Face assisted generation with a draft LM")
+    timing_passes: int = opt(3, "timing passes per cell (speedups carry their pass-to-pass spread)", ge=1)
+    calibration_prompts: int = opt(8, "training-split prompts decoded before the evaluation to predict every cell's "
+                                      "acceptance (the round profile uses the first --profile-prompts of them)", ge=1)
+    profile_prompts: int = opt(2, "calibration prompts of the round cost model measured before decoding "
+                                  "(0: no profile, no predicted speedups)", ge=0)
+    profile_repeats: int = opt(1, "decodes of each calibration prompt per cell for the round profile", ge=1)
+    budget_choice: bool = opt(True, "also decode each tree method at the budget the theory picks before decoding "
+                                    "(fixed, and per round), from the round profile (needs --profile-prompts > 0); "
+                                    "not for the ddtree-on-MFD ablation, which stays on the grid")
+    ckpt_every: int = opt(100, "checkpoint every this many training steps", ge=1)
+
+    def validate(self) -> None:
+        if self.target_heads % self.target_kv_heads:
+            raise ValueError(f"--target-kv-heads: must divide --target-heads ({self.target_heads}), "
+                             f"got {self.target_kv_heads}")
+        if self.device != "cpu" and not self.device.startswith("cuda"):
+            raise ValueError(f"--device: must be cpu, cuda or cuda:N, got {self.device!r}")
+        if self.budget_choice and self.profile_prompts == 0:
+            raise ValueError("--budget-choice: the theory's budget choice needs the round profile, which "
+                             "--profile-prompts 0 turns off; pass --profile-prompts >= 1 or --budget-choice false")
+
+
+PRESETS: dict[str, dict] = {
+    "default": {},
+    # Tiny everything: the whole pipeline, training included, in well under 2 minutes on 2 cores.
+    "micro": dict(
+        preset="micro", n_train=600, n_heldout=20, vocab_size=256,
+        target_hidden=64, target_layers=2, target_heads=2, target_kv_heads=1, target_intermediate=128,
+        target_steps=60, target_batch=8, seq_len=64,
+        draft_lm_hidden=32, distill_prompts=48, prompt_len=12, distill_gen_len=24,
+        block_size=5, drafter_steps=30, drafter_batch=8, blocks_per_seq=2, modes=(2,),
+        eval_prompts=2, calibration_prompts=2, max_new_tokens=20, budgets=(8, 32), temperatures=(0.0, 1.0),
+        ckpt_every=20,
+    ),
+}
+
+
+def preset_config(name: str, **overrides) -> E2EConfig:
+    """The named preset's config with ``overrides`` applied."""
+    if name not in PRESETS:
+        raise ValueError(f"preset: unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+    values = {**PRESETS[name], "preset": name, **overrides}
+    return E2EConfig(**values)
+
+
+def run(config: E2EConfig, out_dir: str | Path, progress: bool = True, prepare_only: bool = False) -> Result | None:
+    """Train (or load from the cache) and evaluate; writes ``out_dir/end_to_end.json``.
+    ``prepare_only``: train every checkpoint into the cache and stop (returns None)."""
+    from mfd_theory.commands.e2e_run import run_e2e
+
+    return run_e2e(config, out_dir, progress=progress, prepare_only=prepare_only)
+
+
+def _quiet_transformers() -> None:
+    """Silence transformers' and the hub's loading bars (read when they are imported, so set both
+    the environment and, when transformers is already loaded, its switch)."""
+    import os
+    import sys
+
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    if "huggingface_hub" in sys.modules:
+        sys.modules["huggingface_hub"].utils.disable_progress_bars()
+    if "transformers" in sys.modules:
+        sys.modules["transformers"].utils.logging.disable_progress_bar()
+
+
+def main(argv: list[str] | None = None) -> Result:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--preset", default="default")
+    known, _ = pre.parse_known_args(argv)
+    parser = make_parser("mfd e2e", __doc__)
+    add_dataclass_args(parser, E2EConfig)
+    add_common(parser)
+    parser.add_argument("--prepare-only", action="store_true",
+                        help="train (or find in the cache) every checkpoint, then stop before the evaluation; "
+                             "a later run with the same options only evaluates (default: off)")
+    if known.preset in PRESETS:
+        parser.set_defaults(**preset_config(known.preset).__dict__)
+    args = parser.parse_args(argv)
+    config = finish(parser, E2EConfig, args)  # checks --out and --cache-dir too
+    if args.quiet:
+        _quiet_transformers()
+    out = Path(args.out) / "end_to_end.json"
+    existed = out.exists()
+    result = run(config, args.out, progress=not args.quiet, prepare_only=args.prepare_only)
+    if result is None:
+        print(f"prepared: checkpoints cached under {config.cache_dir or Path(args.out) / 'cache'}/ (nothing evaluated)")
+        return None
+    from mfd_theory.commands.e2e_run import format_table
+
+    print(format_table(result.data))
+    print(f"checkpoints cached under {config.cache_dir or Path(args.out) / 'cache'}/")
+    wrote(out, existed)
+    return result

@@ -1,0 +1,478 @@
+"""End-to-end orchestration: cached training stages, then decoding every method on held-out prompts.
+
+Stages (each cached under ``cache_dir`` in a directory named by a hash of everything upstream, so
+a rerun skips what is done and a changed option retrains only what depends on it):
+
+1. corpus + BPE tokenizer                  ``corpus-<h>/``
+2. target Qwen3 (or Qwen3.5 hybrid) LM     ``target-<h>/model`` (save_pretrained) + loss curve
+3. plain draft LM (HF assisted baseline)   ``draftlm-<h>/model``
+4. self-distillation data                  ``distill-<h>.npy`` (the target's T=1 continuations)
+5. drafters K = 1 and K in ``modes``       ``drafter-k<K>-<h>/drafter`` (DFlash format) + curve,
+   and the Domino drafter (``dartree``)    ``drafter-dartree-<h>/drafter``: same data, steps, sizes
+6. predictions -> ``predictions.json``: the round cost model and the acceptance calibration,
+   measured on training-split prompts, and every cell's predicted tau and speedup
+   (:mod:`mfd_theory.llm.measure.predict`), written before the first evaluated prompt is decoded
+7. evaluation -> ``end_to_end.json`` (never cached: it is the measurement), with the check of
+   the predictions read back from ``predictions.json``
+
+Measured quantities per (method, drafter, budget, temperature), pooled over prompts and rounds:
+tau (tokens per target call, bonus included), accepted length mean/std, predicted acceptance (the
+tree's covered mass under the decoding rule's conditionals, computed from the verify forward: at
+T = 1 it is E[accepted] exactly, so measured and predicted must agree within the standard error
+that the trees' exact acceptance variances give, ``coverage.variance_from_prefix_probs``; greedy
+conditionals are one-hot, so there it equals the accepted length by construction and
+``covered_mass_mean`` gives the soft T = 1 mass instead), the dead-node share (nodes whose
+target prefix probability is below ``decode.DEAD_EPS``) and speedup (AR time per token
+over the method's, same harness, same temperature).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from mfd_theory.results import Result, atomic_write_bytes
+
+# Everything imported up front (not inside the functions): a long run must not pick up a module
+# that was edited while it was training.
+from mfd_theory.llm.measure.assisted import hf_assisted_baseline
+from mfd_theory.llm.training.corpus import Corpus, CorpusConfig, build_corpus
+from mfd_theory.llm.models.drafter import build_drafter, load_drafter
+from mfd_theory.llm.models.target import TargetModel
+from mfd_theory.llm.measure.evaluate import (
+    Cell, add_speedup_predictions, decode_cells, format_gains, make_cells, mfd_gains, per_prompt_records,
+    prediction_summary, rows_from_records, speedup_check,
+)
+from mfd_theory.llm.measure.predict import (
+    attach_predictions, calibrate_acceptance, choose_budgets, load_predictions, per_round_rules, predict_cells,
+    prediction_check, prompt_digest, uncalibrated, write_predictions,
+)
+from mfd_theory.llm.measure.profile import measure_round_profile
+from mfd_theory.llm.models.fingerprint import FINGERPRINT_VERSION, target_fingerprint
+from mfd_theory.llm.training.train import (
+    LM_ARCHS, DrafterTrainConfig, LMConfig, LMTrainConfig, config_hash, make_distill_data, mode_diagnostics,
+    train_drafter, train_lm,
+)
+
+__all__ = ["run_e2e", "evaluate", "mfd_gains", "format_table", "load_trained_drafter", "check_writable",
+           "cached_corpus", "cached_target", "target_run_name"]
+
+
+def check_writable(out_dir: Path) -> Path:
+    """Create ``out_dir`` and prove it is writable, or raise ValueError naming it."""
+    out_dir = Path(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / f".write-probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ValueError(f"out_dir: cannot write to {out_dir}: {exc}") from exc
+    return out_dir
+
+
+def load_trained_drafter(directory: str | Path, target):
+    """Load a drafter saved by :func:`~mfd_theory.llm.training.train.train_drafter`, refusing one trained
+    for another target (``target_fingerprint.json`` beside the checkpoint must match)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ValueError(f"directory: drafter checkpoint {directory} does not exist")
+    fp_path = directory / "target_fingerprint.json"
+    try:
+        saved = json.loads(fp_path.read_text())["target"]
+    except (OSError, json.JSONDecodeError, KeyError) as exc:
+        raise ValueError(f"directory: {directory} has no readable target_fingerprint.json: {exc}") from exc
+    if saved != target_fingerprint(target):
+        raise ValueError(f"directory: drafter in {directory} was trained for another target "
+                         f"(fingerprint {saved}, this target {target_fingerprint(target)})")
+    try:
+        drafter = load_drafter(directory, target)
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise ValueError(f"directory: corrupt drafter checkpoint in {directory}: {exc}") from exc
+    return drafter.eval()
+
+
+# --------------------------------------------------------------------------------------- stages
+
+
+def _lm_configs(cfg, draft: bool):
+    if draft:
+        arch = LMConfig(hidden_size=cfg.draft_lm_hidden, num_layers=cfg.draft_lm_layers,
+                        num_heads=max(1, cfg.draft_lm_hidden // 32), num_kv_heads=1, head_dim=32,
+                        intermediate_size=2 * cfg.draft_lm_hidden)
+        # Trained like the block drafters: the same number of steps.
+        steps = cfg.drafter_steps
+    else:
+        arch = LMConfig(hidden_size=cfg.target_hidden, num_layers=cfg.target_layers,
+                        num_heads=cfg.target_heads, num_kv_heads=cfg.target_kv_heads,
+                        head_dim=cfg.target_hidden // cfg.target_heads,
+                        intermediate_size=cfg.target_intermediate, arch=cfg.target_arch)
+        steps = cfg.target_steps
+    train = LMTrainConfig(seq_len=cfg.seq_len, batch_size=cfg.target_batch, steps=steps,
+                          lr=cfg.target_lr, warmup=max(1, steps // 20), ckpt_every=cfg.ckpt_every,
+                          seed=cfg.seed)
+    return arch, train
+
+
+def _corpus_config(cfg) -> CorpusConfig:
+    return CorpusConfig(n_train=cfg.n_train, n_heldout=cfg.n_heldout, vocab_size=cfg.vocab_size, seed=cfg.seed)
+
+
+def target_run_name(cfg) -> str:
+    """The cache directory name of ``cfg``'s target: a hash of its architecture, training and corpus."""
+    arch, train = _lm_configs(cfg, draft=False)
+    return f"target-{config_hash(arch, train, _corpus_config(cfg))}"
+
+
+def cached_corpus(cfg, cache: Path) -> Corpus:
+    """The corpus and tokenizer of ``cfg``, built once and then loaded from ``cache``."""
+    ccfg = _corpus_config(cfg)
+    d = cache / f"corpus-{config_hash(ccfg)}"
+    if (d / "corpus.json").is_file():
+        return Corpus.load(d)
+    corpus = build_corpus(ccfg)
+    corpus.save(d)
+    return corpus
+
+
+def cached_target(cfg, corpus: Corpus, cache: Path, progress: bool = True):
+    """(frozen target, its run directory, loss curve): ``cfg``'s target Qwen3ForCausalLM, trained
+    on ``corpus`` once and then loaded from ``cache`` (``target-<hash>/model``)."""
+    if corpus.config != _corpus_config(cfg):
+        raise ValueError(f"corpus: built with {corpus.config}, but the config asks for {_corpus_config(cfg)}")
+    arch, train = _lm_configs(cfg, draft=False)
+    tdir = cache / target_run_name(cfg)
+    target_hf, curve = train_lm(corpus, tdir, arch, train, progress=progress, desc="target", device=cfg.device)
+    for p in target_hf.parameters():
+        p.requires_grad_(False)
+    return target_hf, tdir, curve
+
+
+def _distill(cfg, corpus, target_hf, tdir: Path, cache: Path, progress: bool) -> tuple[np.ndarray, Path]:
+    h = config_hash(tdir.name, cfg.distill_prompts, cfg.prompt_len, cfg.distill_gen_len,
+                    cfg.distill_temperature, cfg.seed)
+    path = cache / f"distill-{h}.npy"
+    if path.is_file():
+        try:
+            return np.load(path), path
+        except (OSError, ValueError):
+            path.unlink()  # a damaged cache file is rebuilt
+    prompts = corpus.prompts(cfg.distill_prompts, cfg.prompt_len, "train", seed=cfg.seed + 1)
+    data = make_distill_data(target_hf, prompts, cfg.distill_gen_len, cfg.distill_temperature,
+                             seed=cfg.seed, progress=progress)
+    buf = io.BytesIO()
+    np.save(buf, data)
+    atomic_write_bytes(path, buf.getvalue())
+    return data, path
+
+
+def _drafter(cfg, K: int, target_hf, corpus, data, dpath: Path, cache: Path, progress: bool,
+             kind: str = "dflash"):
+    """A trained drafter (cached): K modes, or with ``kind="dartree"`` the Domino drafter (one
+    mode, the correction head of rank ``cfg.dartree_rank``), trained on the same data and steps."""
+    dcfg = DrafterTrainConfig(
+        block_size=cfg.block_size, num_layers=cfg.drafter_layers, num_modes=K,
+        batch_size=cfg.drafter_batch, blocks_per_seq=cfg.blocks_per_seq, steps=cfg.drafter_steps,
+        lr=cfg.drafter_lr, warmup=max(1, cfg.drafter_steps // 20), balance=cfg.balance,
+        ckpt_every=cfg.ckpt_every, seed=cfg.seed,
+    )
+    # The fingerprint version is part of the key: a drafter cached under an older fingerprint
+    # (which this target's no longer matches) is retrained rather than refused.
+    fpv = f"fingerprint-v{FINGERPRINT_VERSION}"
+    if kind == "dartree":
+        run_dir = cache / f"drafter-dartree-{config_hash(dcfg, dpath.name, kind, cfg.dartree_rank, fpv)}"
+    else:
+        run_dir = cache / f"drafter-k{K}-{config_hash(dcfg, dpath.name, fpv)}"
+    if (run_dir / "drafter" / "config.json").is_file() and (run_dir / "loss_curve.json").is_file():
+        return (load_trained_drafter(run_dir / "drafter", target_hf),
+                json.loads((run_dir / "loss_curve.json").read_text()))
+    drafter = build_drafter(target_hf, cfg.block_size, cfg.drafter_layers, num_modes=K, seed=cfg.seed,
+                            mask_token_id=corpus.mask_id, kind=kind,
+                            rank=cfg.dartree_rank if kind == "dartree" else None)
+    curve = train_drafter(target_hf, drafter, data, cfg.prompt_len, run_dir, dcfg, progress=progress,
+                          desc="drafter dartree" if kind == "dartree" else f"drafter K={K}")
+    return drafter.eval(), curve
+
+
+# --------------------------------------------------------------------------------------- evaluation
+
+
+def calibration_prompts(corpus, cfg, exclude: set[str]) -> np.ndarray:
+    """``cfg.calibration_prompts`` prompts from the training split (at least ``cfg.profile_prompts``),
+    none of whose token hashes is in ``exclude`` (the evaluated prompts)."""
+    n = max(cfg.calibration_prompts, cfg.profile_prompts)
+    pool = corpus.prompts(3 * n, cfg.prompt_len, "train", seed=cfg.seed + 5)
+    keep = [p for p in pool if prompt_digest(p) not in exclude][:n]
+    if len(keep) < n:
+        raise ValueError(f"calibration_prompts: only {len(keep)} training prompts differ from the evaluated ones")
+    return np.stack(keep)
+
+
+def e2e_cells(cfg, drafters: dict[int, Any], dartree=None) -> list:
+    """The cells ``mfd e2e`` decodes: ar, chain (product drafter), ddtree and mfd at every budget,
+    and with a Domino drafter (``dartree``) method "dartree" at every budget, labelled "dartree"."""
+    labelled = {("product" if K == 1 else f"mfd-k{K}"): d for K, d in sorted(drafters.items())}
+    if dartree is not None:
+        labelled["dartree"] = dartree  # last: the product drafter stays the first single-mode one
+    cells = make_cells(labelled, ("ar", "chain", "ddtree", "mfd", "dartree"), cfg.budgets,
+                       ddtree_on_mfd=cfg.ddtree_on_mfd)
+    # e2e's single-mode drafter is not run as chain-of-MFD: chain only for the product drafter.
+    return [c for c in cells if not (c.method == "chain" and c.K > 1)]
+
+
+def all_cells(cfg, drafters: dict[int, Any], dartree=None, extra_budgets: dict | None = None,
+              per_round: dict | None = None) -> list:
+    """The grid (:func:`e2e_cells`) plus the theory's choices: ``extra_budgets`` {(method, drafter
+    label): [N, ...] or {N: temperatures}} adds cells off the budget grid (with temperatures: decoded
+    only at the temperatures whose choice they are); ``per_round`` {(method, drafter label):
+    {temperature: rule}} adds a cell per entry whose tree size each round's rule picks (drafter
+    label ``<label>/per-round``, built at the rules' cap and cut)."""
+    cells = e2e_cells(cfg, drafters, dartree)
+    for (method, label), rules in (per_round or {}).items():
+        like = next(c for c in cells if c.method == method and c.drafter_label == label)
+        cap = max(r.max_budget for r in rules.values())
+        cells.append(Cell(method, f"{label}/per-round", cap, like.drafter, budget_rule=rules))
+    for (method, label), budgets in (extra_budgets or {}).items():
+        like = next(c for c in cells if c.method == method and c.drafter_label == label)
+        temps = budgets if isinstance(budgets, dict) else dict.fromkeys(budgets)
+        cells += [Cell(method, label, int(n), like.drafter,
+                       temperatures=None if temps[n] is None else tuple(sorted(float(t) for t in temps[n])))
+                  for n in sorted(temps)
+                  if not any(c.method == method and c.drafter_label == label and c.budget == n for c in cells)]
+    return cells
+
+
+def evaluate(cfg, target, drafters: dict[int, Any], prompts: np.ndarray, progress: bool = True,
+             with_records: bool = False, profile=None, cells: list | None = None, dartree=None):
+    """All rows: for each temperature, ar and every cell (default :func:`e2e_cells`; ``dartree``: a
+    Domino drafter), through the shared evaluator (:mod:`mfd_theory.llm.measure.evaluate`: methods
+    interleaved per prompt, warm-up, decode-only timing over ``cfg.timing_passes`` passes). At
+    T = 0 each row also records whether its outputs equal ar's (``matches_ar``: lossless; None on
+    sampled rows, see :func:`~mfd_theory.llm.measure.evaluate.rows_from_records`).
+    ``with_records`` also returns the per-prompt records. With a round ``profile`` (measured
+    before), every row gets the in-sample speedups of :func:`~mfd_theory.llm.measure.evaluate.add_speedup_predictions`."""
+    cells = e2e_cells(cfg, drafters, dartree) if cells is None else cells
+    records = decode_cells(target, cells, list(prompts), temperatures=cfg.temperatures,
+                           max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, passes=cfg.timing_passes,
+                           eos_token_id=[], progress=progress, dataset_name="heldout")
+    rows = rows_from_records(records, cells)
+    if profile is not None:
+        add_speedup_predictions(rows, records, profile)
+    return (rows, records) if with_records else rows
+
+
+def format_table(data: dict) -> str:
+    """A markdown table of the rows (what the README reports)."""
+    lines = ["| T | method | drafter | N | tau | accepted (mean +- std) | predicted | covered@T1 | "
+             "z | speedup | dead share |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    def f(v, p=2):
+        # Missing values (null; "nan" in older files) print as "-".
+        if not isinstance(v, (int, float)) or (isinstance(v, float) and math.isnan(v)):
+            return "-"
+        return f"{v:.{p}f}"
+
+    for r in data["rows"]:
+        lines.append(
+            f"| {r['temperature']:g} | {r['method']} | {r['drafter']} | {r['budget']} | {f(r['tau'])} | "
+            f"{f(r['accepted_mean'])} +- {f(r['accepted_std'])} | {f(r['covered_mass_insample'])} | "
+            f"{f(r['covered_mass_mean'])} | {f(r['pred_gap_z'], 1)} | {f(r['speedup'])}"
+            f"{'' if r.get('speedup_std') is None else ' +- ' + f(r['speedup_std'])} | "
+            f"{f(r['dead_share'])} |")
+    lines += format_gains(data.get("mfd_gains", []))
+    pc = data.get("prediction_check") or {}
+    if pc.get("n_rows"):
+        lines += ["", f"T > 0, measured vs predicted acceptance over {pc['n_rows']} rows: mean z "
+                  f"{pc['mean_z']:+.2f}, max |z| {pc['max_abs_z']:.2f}, {100 * pc['share_abs_z_below_2']:.0f}% "
+                  f"within +-2, sum z^2 = {pc['sum_z2']:.1f}"]
+    hf = data.get("hf_assisted") or []
+    if hf:
+        lines += ["", "| T | HF method | tokens/s | speedup vs HF AR |", "|---|---|---|---|"]
+        for r in hf:
+            lines.append(f"| {r['temperature']:g} | {r['method']} | {f(r['tokens_per_s'], 1)} | {f(r['speedup'])} |")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------- driver
+
+
+def run_e2e(cfg, out_dir: str | Path, progress: bool = True, prepare_only: bool = False) -> Result | None:
+    """Train (cached) and evaluate per ``cfg`` (an :class:`~mfd_theory.commands.e2e.E2EConfig`).
+
+    ``prepare_only``: train (or find in the cache) every checkpoint the evaluation needs, then stop
+    and return None; a later run with the same config only evaluates."""
+    out_dir = check_writable(Path(out_dir))
+    cache = check_writable(Path(cfg.cache_dir) if cfg.cache_dir else out_dir / "cache")
+    if cfg.block_size < 2:
+        raise ValueError(f"block_size: must be >= 2, got {cfg.block_size}")
+    if not cfg.budgets or min(cfg.budgets) < 1:
+        raise ValueError(f"budgets: need positive budgets, got {cfg.budgets}")
+    if cfg.timing_passes < 1:
+        raise ValueError(f"timing_passes: must be >= 1, got {cfg.timing_passes}")
+    if cfg.target_arch not in LM_ARCHS:
+        raise ValueError(f"target_arch: must be one of {LM_ARCHS}, got {cfg.target_arch!r}")
+    if any(k < 2 for k in cfg.modes):
+        raise ValueError(f"modes: MFD drafters need K >= 2, got {cfg.modes}")
+    torch.set_num_threads(cfg.threads)
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device: {cfg.device!r} requested but CUDA is not available")
+    if cfg.eval_threads < 1 or cfg.threads < 1:
+        raise ValueError(f"threads/eval_threads: must be >= 1, got {cfg.threads}/{cfg.eval_threads}")
+    times: dict[str, float] = {}
+    t0 = time.perf_counter()
+
+    corpus = cached_corpus(cfg, cache)
+    times["corpus"] = time.perf_counter() - t0
+    t = time.perf_counter()
+    target_hf, tdir, target_curve = cached_target(cfg, corpus, cache, progress)
+    times["target"] = time.perf_counter() - t
+
+    draft_lm, draft_curve = None, []
+    # HF's assisted generation cannot roll a recurrent (GDN) state back: no baseline on hybrids
+    if cfg.hf_assisted and cfg.target_arch == "qwen3":
+        darch, dtrain = _lm_configs(cfg, draft=True)
+        t = time.perf_counter()
+        draft_lm, draft_curve = train_lm(corpus, cache / f"draftlm-{config_hash(darch, dtrain, corpus.config)}",
+                                         darch, dtrain, progress=progress, desc="draft LM",
+                                         device=cfg.device)
+        times["draft_lm"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    data, dpath = _distill(cfg, corpus, target_hf, tdir, cache, progress)
+    times["distill"] = time.perf_counter() - t
+    drafters, curves = {}, {}
+    for K in (1, *cfg.modes):
+        t = time.perf_counter()
+        drafters[K], curves[K] = _drafter(cfg, K, target_hf, corpus, data, dpath, cache, progress)
+        times[f"drafter_k{K}"] = time.perf_counter() - t
+    dartree, dartree_curve = None, []
+    if cfg.dartree:
+        t = time.perf_counter()
+        dartree, dartree_curve = _drafter(cfg, 1, target_hf, corpus, data, dpath, cache, progress, kind="dartree")
+        times["drafter_dartree"] = time.perf_counter() - t
+    if prepare_only:
+        return None
+
+    # Held-out self-distillation blocks (other prompts, other seed) for the mode diagnostics.
+    held = make_distill_data(target_hf, corpus.prompts(32, cfg.prompt_len, "heldout", seed=cfg.seed + 3),
+                             cfg.distill_gen_len, cfg.distill_temperature, seed=cfg.seed + 3,
+                             progress=False)
+    modes_diag = {f"mfd-k{K}": mode_diagnostics(target_hf, drafters[K], held, cfg.prompt_len, seed=cfg.seed)
+                  for K in cfg.modes}
+    target = TargetModel(target_hf)
+    prompts = corpus.prompts(cfg.eval_prompts, cfg.prompt_len, "heldout", seed=cfg.seed + 2)
+    # Decoding a small model is a chain of tiny kernels: one thread avoids OpenMP barriers, which
+    # stall badly when the machine's cores are shared.
+    torch.set_num_threads(cfg.eval_threads)
+    # Everything the predictions use is measured here, before the first evaluated prompt: the
+    # round cost model and the acceptance calibration, on prompts of the training split only.
+    t = time.perf_counter()
+    profile, choices, extra, per_round, cal, speed = None, [], {}, {}, None, {}
+    eval_digests = [{"index": i, "id": str(i), "sha256": prompt_digest(p), "dataset": "heldout"}
+                    for i, p in enumerate(prompts)]
+    grid = e2e_cells(cfg, drafters, dartree)
+    if cfg.profile_prompts > 0:
+        calib = calibration_prompts(corpus, cfg, {d["sha256"] for d in eval_digests})
+        profile = measure_round_profile(
+            target, grid, list(calib[: cfg.profile_prompts]), cfg.max_new_tokens, repeats=cfg.profile_repeats,
+            name="round_profile", device=str(target.device), model=f"e2e target {tdir.name}", progress=progress,
+            speed_out=speed)
+        times["round_profile"] = time.perf_counter() - t
+        cal = calibrate_acceptance(target, grid, list(calib), temperatures=cfg.temperatures,
+                                   max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, progress=progress)
+        cal.prompts = [{"index": i, "id": f"train-{i}", "sha256": prompt_digest(p), "dataset": "train"}
+                       for i, p in enumerate(calib)]
+        if cfg.budget_choice:
+            # the methods one would deploy; the ablation (ddtree on a K > 1 drafter's marginals) is
+            # a diagnostic, measured on the grid only
+            deployable = [c for c in grid if not (c.method == "ddtree" and c.K > 1)]
+            choices = choose_budgets(cal, deployable, cfg.temperatures, profile, speed, dataset="heldout")
+            per_round = per_round_rules(choices, profile, grid)
+            # the chosen budgets off the grid are decoded too, each at the temperature(s) it was chosen for
+            for ch in choices:
+                if ch["budget"] not in cfg.budgets:
+                    extra.setdefault((ch["method"], ch["drafter"]), {}).setdefault(ch["budget"], set()).add(
+                        ch["temperature"])
+    cells = all_cells(cfg, drafters, dartree, extra, per_round)
+    pred_path = out_dir / "predictions.json"
+    if cal is not None:
+        todo = uncalibrated(cal, cells, cfg.temperatures)  # the chosen and per-round cells
+        if todo:
+            more = calibrate_acceptance(target, todo, list(calib), temperatures=cfg.temperatures,
+                                        max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, progress=progress)
+            cal.entries += more.entries
+            cal.seconds += more.seconds
+        times["calibration"] = cal.seconds
+        write_predictions(pred_path, predictions=predict_cells(cal, cells, cfg.temperatures, profile, "heldout"),
+                          choices=choices, cal=cal, evaluation_prompts=eval_digests, profile=profile,
+                          config=dataclasses.asdict(cfg), seed=cfg.seed,
+                          extra={"calibration_speed": [{"method": m, "drafter": d, "budget": n, "speedup": v}
+                                                       for (m, d, n), v in speed.items()]})
+    t = time.perf_counter()
+    eval_started = time.time()
+    rows, records = evaluate(cfg, target, drafters, prompts, progress=progress, with_records=True, profile=profile,
+                             cells=cells)
+    times["evaluate"] = time.perf_counter() - t
+
+    def off_grid(r):  # the theory's chosen budgets: kept apart, so the grid's tables stay as they were
+        return r["method"] not in ("ar", "chain") and (r["budget"] not in cfg.budgets or "/per-round" in r["drafter"])
+
+    chosen_rows = [r for r in rows if off_grid(r)]
+    rows = [r for r in rows if not off_grid(r)]
+    records = [r for r in records if not off_grid(r)]
+    prediction = None
+    if cal is not None:  # read back what was written before the evaluation, then compare
+        predictions = load_predictions(pred_path)
+        attach_predictions(rows, predictions)
+        attach_predictions(chosen_rows, predictions)
+        prediction = prediction_check(predictions, rows, chosen_rows)
+    hf_rows = []
+    if draft_lm is not None:
+        t = time.perf_counter()
+        hf_rows = hf_assisted_baseline(target_hf, draft_lm, prompts, cfg.max_new_tokens,
+                                       cfg.temperatures, seed=cfg.seed)
+        times["hf_assisted"] = time.perf_counter() - t
+    times["total"] = time.perf_counter() - t0
+
+    def thin(curve, keys=("step", "loss", "nll", "acc1")):
+        return [{k: c[k] for k in c if k in keys or k.startswith("usage")} for c in curve]
+
+    payload = {
+        "rows": rows,
+        "mfd_gains": mfd_gains(rows),
+        "prediction_check": prediction_summary(rows, records),
+        "round_profile": profile.to_dict() if profile is not None else None,
+        "speedup_check": speedup_check(rows) if profile is not None else None,
+        "budget_choice": choices,
+        "chosen_budget_rows": chosen_rows,
+        "prediction": prediction,
+        "evaluation_started_unix": eval_started,
+        "calibration_prompts": cal.prompts if cal is not None else [],
+        "evaluation_prompts": eval_digests,
+        "per_prompt": per_prompt_records(records),
+        "mode_diagnostics": modes_diag,
+        "hf_assisted": hf_rows,
+        "loss_curves": {"target": thin(target_curve), "draft_lm": thin(draft_curve),
+                        **{("product" if K == 1 else f"mfd-k{K}"): thin(c) for K, c in curves.items()},
+                        **({"dartree": thin(dartree_curve)} if dartree is not None else {})},
+        "corpus": {"vocab_size": corpus.vocab_size, "train_docs": len(corpus.train_docs),
+                   "heldout_docs": len(corpus.heldout_docs), "train_tokens": int(len(corpus.stream())),
+                   "tokenizer": "byte-level BPE (tokenizers), trained on the train split",
+                   "example": corpus.train_docs[0]},
+        "prompts": prompts,
+        "eval_texts": [corpus.tokenizer.decode(p.tolist()) for p in prompts[:3]],
+        "cache_dir": str(cache),
+        "timings_s": times,
+        "host_threads": torch.get_num_threads(),
+    }
+    result = Result("end_to_end", config=dataclasses.asdict(cfg), data=payload, seed=cfg.seed)
+    result.save(out_dir / "end_to_end.json")
+    return result

@@ -1,0 +1,600 @@
+"""Experiment: how much of the oracle's coverage a fitted K-mode mixture drafter recovers, and
+what that is worth in predicted speed, on the synthetic target families.
+
+For every family (two futures with m disagreements, branching, shifted, noisy, Zipf background),
+number of futures F (F = 1: the family's first future alone, a product target) and seed:
+
+1. draw ``n_samples`` blocks from the target and fit drafters by EM (:func:`mfd_theory.fit.
+   fit_mixture`): K = 1 (the marginals: the best product drafter a cross-entropy-trained
+   single-mode network converges to) and K in ``Ks`` (soft EM and the winner-take-all variant);
+   also, with no sampling noise, :func:`~mfd_theory.fit.fit_mixture_exact` for the same K;
+2. build each drafter's best-first tree (``product_tree`` for K = 1, ``mixture_tree`` otherwise)
+   and the oracle tree at the largest budget; best-first emission makes the first N nodes the
+   N-node tree, so one tree gives the whole coverage curve C(T_N), N = 1..max budget;
+3. record coverage, the fraction of the oracle's coverage, the chimera share (nodes that splice
+   the futures' tokens but are no prefix of any single future), and the predicted speedup under
+   each latency profile (:mod:`mfd_theory.speedup`): best fixed budget, and the per-step choice
+   (the drafter's own Q as the predicted gain of each node, as CaDDTree does).
+
+A Sequoia baseline per cell: the product drafter's positional acceptance vector (chance the
+r-th ranked token of a position's marginal is the target's, averaged over positions) fed to
+:func:`mfd_theory.speedup.sequoia_choice`.
+
+Cells are stored one per file under ``<out_dir>/mixture_gain/`` (a rerun resumes); the merged
+result with a per-family summary goes to ``<out_dir>/mixture_gain.json``.
+
+Result layout (long format: no list of per-budget values inside a row; :func:`budget_rows`
+flattens every cell into one table):
+
+* ``cells`` (and ``confidence_cells``): one per (family, F, m, seed[, confidence]): its keys,
+  ``oracle`` ({n_nodes, best}), ``drafters`` (one row per fitted drafter: ``K``, ``assignment``,
+  ``source``, fit time, log-likelihood, best fixed budget and per-step budget per profile),
+  ``by_budget`` (one row per drafter and reported budget: the drafter's keys, ``budget``,
+  ``coverage``, ``oracle_coverage``, ``frac_oracle``, ``chimera_share``), ``speedup_at`` (one row
+  per drafter, profile and budget), ``coverage_curves`` (a columnar table: ``n`` on
+  :func:`curve_grid`, ``oracle``, then one column per drafter, named by :func:`mfd_theory.layouts.drafter_key`),
+  ``sampling_repeats`` (F = 1 cells: one row per drafter, repeat and budget) and ``sequoia``;
+* ``summary`` / ``confidence_summary``: per family (and F = 1 or not) / per confidence: scalars
+  and, in ``by_budget``, one row per budget (and drafter);
+* the result's ``seed``: the list of seeds the cells ran with (each cell file records its own;
+  a cell's fits, samples and repeats derive their streams from it).
+
+:func:`mfd_theory.layouts.widen_cell` turns a stored cell back into per-drafter arrays over the budgets (what the
+summaries and figures compute with).
+
+Run: ``python experiments/mixture_gain.py`` (about 3 minutes on 2 cores with the defaults).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mfd_theory.distributions import MixtureOfProducts
+from mfd_theory.commands._cli import Checked, opt, parse_config, wrote
+from mfd_theory.fit import fit_mixture, fit_mixture_exact, log_likelihood
+from mfd_theory.layouts import long_cell, widen_cell
+from mfd_theory.results import Result, ResultStore, to_jsonable
+from mfd_theory.speedup import (
+    best_fixed_budget,
+    default_profile,
+    default_profile_names,
+    load_latency_profile,
+    per_step_budget,
+    sequoia_choice,
+    speedup,
+)
+from mfd_theory.synthetic import make
+from mfd_theory.trees import mixture_tree, oracle_tree, product_tree
+
+NAME = "mixture_gain"
+HEADLINE_K = 4  # the summary's "mixture" column: a fixed K, as a trained MFD drafter has
+
+
+def headline_k(Ks) -> int:
+    """The K of the summary's "mixture" column: HEADLINE_K when the sweep fits it, else the
+    largest K it fits (so a sweep over other K still gets a full summary)."""
+    return HEADLINE_K if HEADLINE_K in Ks else max(Ks)
+
+
+_FAMILIES = ("two_futures", "branching", "shifted", "noisy_futures", "zipf_futures")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config(Checked):
+    families: tuple[str, ...] = opt(_FAMILIES, "synthetic target families", choices=_FAMILIES)
+    Fs: tuple[int, ...] = opt((1, 2, 3, 4), "futures per target (two_futures: F in {1, 2}, m varies)", ge=1)
+    two_futures_ms: tuple[int, ...] = opt((2, 4, 8), "disagreeing positions of the two futures", ge=1)
+    Ks: tuple[int, ...] = opt((1, 2, 4, 8), f"drafter modes; must include 1 (the product drafter) and one K > 1 "
+                              f"(the summary's mixture: {HEADLINE_K} when present, else the largest)", ge=1)
+    budgets: tuple[int, ...] = opt((16, 32, 64, 128, 256, 512, 1024), "reported budgets N", ge=1)
+    seeds: tuple[int, ...] = opt((0, 1, 2), "seeds (one target per seed and cell)", ge=0)
+    L: int = opt(15, "block length", ge=1)
+    n_samples: int = opt(10_000, "target blocks sampled to fit the drafters", ge=1)
+    n_restarts: int = opt(2, "EM restarts", ge=1)
+    max_iter: int = opt(100, "EM iterations at most", ge=1)
+    tol: float = opt(1e-6, "EM stops when the log-likelihood gains less than this", gt=0)
+    smoothing: float = opt(1e-4, "Dirichlet smoothing of the fitted per-position distributions", ge=0)
+    hard: bool = opt(True, "also fit the winner-take-all variant")
+    exact_fit: bool = opt(True, "also fit from the exact target (no sampling noise)")
+    profiles: tuple[str, ...] = opt(("h100_qwen3-8b", "cpu_small"), "shipped latency profiles (assumed)",
+                                    choices=tuple(default_profile_names()))
+    profile_path: str = opt("", "a measured profile (results/verify_latency*.json), added when given "
+                                "(running max applied)")
+    sequoia_ranks: int = opt(8, "Sequoia baseline: ranks of the positional acceptance vector", ge=1)
+    sequoia_depth: int = opt(15, "Sequoia baseline: largest tree depth", ge=1)
+    # zipf_futures with a constant per-position confidence c (the target's own token gets c, a Zipf
+    # background the rest): how the gain moves from Medusa-like (tau ~ 2) to DFlash-like (tau ~ 7)
+    # acceptance. Fitted K = 1 and K = HEADLINE_K only, for F in confidence_Fs.
+    confidences: tuple[float, ...] = opt((0.3, 0.5, 0.7, 0.85, 0.95), "zipf confidence sweep: per-position "
+                                         "confidence c of each future", gt=0, lt=1, empty=True)
+    confidence_Fs: tuple[int, ...] = opt((2, 3, 4), "zipf confidence sweep: numbers of futures F", ge=2)
+    # F = 1 cells: refit K = 1 and K = HEADLINE_K on this many fresh sample draws, to size the
+    # sampling noise the mixture's loss (if any) is compared with
+    noise_repeats: int = opt(4, "F = 1 cells: refits on fresh samples that size the sampling noise", ge=0)
+
+    def validate(self) -> None:
+        if 1 not in self.Ks or max(self.Ks) < 2:
+            raise ValueError(f"--Ks: must include 1 (the product drafter) and a K > 1 (the mixture), "
+                             f"got {','.join(map(str, self.Ks))}")
+        if self.profile_path and not Path(self.profile_path).is_file():
+            raise ValueError(f"--profile-path: no file at {self.profile_path}")
+        # values a family cannot make would stop the sweep half-way (after cells were written)
+        if "shifted" in self.families and max(self.Fs) > 4:
+            raise ValueError(f"--Fs: shifted takes F <= 4, got {','.join(map(str, self.Fs))} (drop the larger "
+                             "F or shifted from --families)")
+        if "two_futures" in self.families and max(self.Fs) >= 2 and max(self.two_futures_ms) > self.L:
+            raise ValueError(f"--two-futures-ms: two_futures needs m <= --L ({self.L}), got "
+                             f"{','.join(map(str, self.two_futures_ms))}")
+
+
+# fields that only choose which cells run; a stored cell stays valid when they change
+_SWEEP_FIELDS = ("families", "Fs", "two_futures_ms", "seeds", "confidences", "confidence_Fs")
+
+
+def _single_future(t):
+    """The family's first future alone (F = 1): a product target with one mode."""
+    target = MixtureOfProducts(np.zeros(1), t.target.log_q[:1])
+    return target, t.futures[:1]
+
+
+def make_target(family: str, F: int, m: int | None, seed: int, L: int, confidence: float | None = None):
+    """(target MixtureOfProducts, futures [F, L], params) for one cell."""
+    if confidence is not None:
+        t = make("zipf_futures", seed=seed, L=L, F=max(F, 2), accuracies=np.full(L, confidence))
+    elif family == "two_futures":
+        t = make(family, seed=seed, L=L, m=m if m is not None else 4)
+    else:
+        t = make(family, seed=seed, L=L, F=max(F, 2))
+    if F == 1:
+        target, futures = _single_future(t)
+    else:
+        target, futures = t.target, t.futures
+    return target, futures, dict(t.params)
+
+
+def _future_prefix_mask(tree, futures: np.ndarray) -> np.ndarray:
+    """bool [N]: the node's prefix is a prefix of some single future."""
+    N = len(tree)
+    match = np.zeros((N, futures.shape[0]), dtype=bool)  # [N, F]
+    for n in range(N):
+        p = tree.parent[n]
+        here = futures[:, tree.depth[n] - 1] == tree.token[n]  # [F]
+        match[n] = here if p < 0 else (match[p] & here)
+    return match.any(axis=1)
+
+
+def _chimera_share(tree, futures: np.ndarray) -> np.ndarray:
+    """float [N]: share of the first N nodes that splice the futures but follow none of them."""
+    from mfd_theory.coverage import splice_mask
+
+    chim = splice_mask(tree, futures) & ~_future_prefix_mask(tree, futures)  # [N]
+    return np.cumsum(chim) / np.arange(1, len(tree) + 1)
+
+
+def _curve(tree, target: MixtureOfProducts) -> np.ndarray:
+    """[N + 1]: C(T_n) for n = 0..N, the first n nodes of a best-first tree being T_n."""
+    p = np.exp(target.node_log_probs(tree))  # [N]
+    return np.concatenate([[0.0], np.cumsum(p)])
+
+
+def _acceptance_vector(product: MixtureOfProducts, target: MixtureOfProducts, ranks: int) -> np.ndarray:
+    """Chance that the r-th ranked token of the product drafter's marginal is the target's token,
+    averaged over positions (Sequoia's positional model, which ignores where the walk stands)."""
+    tm = np.exp(target.marginals().log_q[0])  # [L, V]
+    order = np.argsort(-product.log_q[0], axis=1, kind="stable")[:, :ranks]  # [L, r]
+    acc = np.take_along_axis(tm, order, axis=1).mean(axis=0)  # [r]
+    return np.minimum(acc, 1.0) / max(1.0, acc.sum())
+
+
+def curve_grid(max_n: int) -> np.ndarray:
+    """Budgets at which whole coverage curves are stored: every N to 32, then every 8 to 256,
+    then every 32 (enough to draw curves and pick a fixed budget without storing every N)."""
+    grid = np.concatenate([np.arange(1, 33), np.arange(40, 257, 8), np.arange(288, max_n + 1, 32)])
+    return np.unique(np.append(grid[grid <= max_n], max_n)).astype(np.int64)
+
+
+def _profiles(config: Config):
+    profs = [default_profile(name) for name in config.profiles]
+    if config.profile_path:
+        profs.append(load_latency_profile(config.profile_path, make_monotone=True))  # timing noise
+    return profs
+
+
+def run_cell(config: Config, family: str, F: int, m: int | None, seed: int,
+             confidence: float | None = None) -> dict[str, Any]:
+    target, futures, params = make_target(family, F, m, seed, config.L, confidence)
+    V = target.V
+    max_n = max(config.budgets)
+    bidx = np.asarray(config.budgets)
+    grid = curve_grid(max_n)
+    profiles = _profiles(config)
+    x = target.sample(config.n_samples, seed=10_000 + seed)  # [n, L]
+
+    oracle = oracle_tree(target, max_n)
+    oc = _curve(oracle, target)  # [n + 1]
+    oc = np.concatenate([oc, np.full(max_n + 1 - oc.shape[0], oc[-1])])  # the support ran out
+    out: dict[str, Any] = dict(
+        family=family, F=F, m=m, seed=seed, L=config.L, V=V, params=params, confidence=confidence,
+        exact=bool(np.all(np.isneginf(target.log_q) | (target.log_q == 0.0))),
+        oracle=dict(coverage=oc[bidx].tolist(), curve=oc[grid].tolist(),
+                    n_nodes=len(oracle)),
+        curve_n=grid.tolist(),
+        drafters=[],
+    )
+    fixed = {p.name: best_fixed_budget(oc, p) for p in profiles}
+    out["oracle"]["best"] = {k: dict(budget=v.budget, speedup=v.speedup) for k, v in fixed.items()}
+
+    fits = []
+    hk = headline_k(config.Ks)
+    for K in config.Ks if confidence is None else (1, hk):
+        fits.append((K, "soft", "samples"))
+        if K > 1 and config.hard and confidence is None:
+            fits.append((K, "hard", "samples"))
+        if K > 1 and config.exact_fit and confidence is None:
+            fits.append((K, "soft", "exact"))
+    product_model = None
+    for K, assignment, source in fits:
+        t0 = time.perf_counter()
+        kw = dict(smoothing=config.smoothing, n_restarts=config.n_restarts,
+                  max_iter=config.max_iter, tol=config.tol, assignment=assignment)
+        if source == "samples":
+            model = fit_mixture(x, K, V, seed=seed, **kw)
+        else:
+            model = fit_mixture_exact(target, K, seed=seed, **{**kw, "tol": 1e-9})
+        fit_s = time.perf_counter() - t0
+        if K == 1:
+            tree = product_tree(model.log_q[0], max_n)
+            product_model = model
+        else:
+            tree = mixture_tree(model.log_pi, model.log_q, max_n)
+        cov = _curve(tree, target)  # [n + 1], n = len(tree) <= max_n
+        cov = np.concatenate([cov, np.full(max_n + 1 - cov.shape[0], cov[-1])])  # no node to add
+        q_gain = np.exp(model.node_log_probs(tree))  # [n]: the drafter's own predicted gains
+        chim = _chimera_share(tree, futures)
+        chim = np.concatenate([chim, np.full(max_n - chim.shape[0], chim[-1])])
+        row = dict(
+            K=K, assignment=assignment, source=source, fit_seconds=fit_s,
+            log_lik=log_likelihood(model, x),
+            coverage=cov[bidx].tolist(),
+            curve=cov[grid].tolist(),
+            frac_oracle=(cov[bidx] / oc[bidx]).tolist(),
+            chimera_share=chim[bidx - 1].tolist(),
+            best={}, per_step={}, speedup_at={},
+        )
+        for p in profiles:
+            b = best_fixed_budget(cov, p)
+            row["best"][p.name] = dict(budget=b.budget, speedup=b.speedup, coverage=float(cov[b.budget]))
+            n_step = per_step_budget(q_gain, p, max_budget=max_n)
+            row["per_step"][p.name] = dict(budget=n_step, coverage=float(cov[n_step]),
+                                           step_ms=float(p.step_ms(n_step)))
+            row["speedup_at"][p.name] = speedup(cov[bidx], bidx, p).tolist()
+        out["drafters"].append(row)
+
+    if F == 1 and config.noise_repeats > 0 and confidence is None:
+        reps: dict[str, list] = {"product": [], "mixture": []}
+        for r in range(config.noise_repeats):
+            xr = target.sample(config.n_samples, seed=20_000 + 100 * seed + r)
+            for name, K in (("product", 1), ("mixture", hk)):
+                mr = fit_mixture(xr, K, V, seed=r, smoothing=config.smoothing, n_restarts=config.n_restarts,
+                                 max_iter=config.max_iter, tol=config.tol)
+                tr = product_tree(mr.log_q[0], max_n) if K == 1 else mixture_tree(mr.log_pi, mr.log_q, max_n)
+                c = _curve(tr, target)
+                c = np.concatenate([c, np.full(max_n + 1 - c.shape[0], c[-1])])
+                reps[name].append((c[bidx] / oc[bidx]).tolist())
+        out["sampling_repeats"] = reps  # [repeats, budgets] fractions of the oracle
+
+    acc = _acceptance_vector(product_model, target, config.sequoia_ranks)
+    out["sequoia"] = dict(acceptance=acc.tolist(), choice={})
+    for p in profiles:
+        ch = sequoia_choice(acc, p, min(max_n, 256), config.sequoia_depth)
+        out["sequoia"]["choice"][p.name] = dict(
+            budget=ch.budget, max_depth=ch.max_depth, predicted_accepted=ch.expected_accepted,
+            predicted_speedup=ch.speedup)
+    return long_cell(out, config.budgets)
+
+
+def budget_rows(result) -> list[dict]:
+    """Every cell's ``by_budget`` rows with the cell's keys (family, F, m, seed, confidence): one
+    flat table, ``pandas.DataFrame(budget_rows(result))``."""
+    data = result.data if hasattr(result, "data") else result["data"]
+    return [dict(family=c["family"], F=c["F"], m=c["m"], seed=c["seed"], confidence=c.get("confidence"), **r)
+            for c in [*data["cells"], *data.get("confidence_cells", [])] for r in c["by_budget"]]
+
+
+def cells(config: Config):
+    """(family, F, m, seed, confidence) of every cell; confidence is set for the confidence sweep."""
+    for family in config.families:
+        for seed in config.seeds:
+            if family == "two_futures":
+                if 1 in config.Fs:
+                    yield family, 1, None, seed, None
+                if 2 in config.Fs or any(F > 2 for F in config.Fs):
+                    for m in config.two_futures_ms:
+                        yield family, 2, m, seed, None
+            else:
+                for F in config.Fs:
+                    yield family, F, None, seed, None
+    for c in config.confidences:
+        for seed in config.seeds:
+            for F in config.confidence_Fs:
+                yield f"zipf_conf={c:g}", F, None, seed, float(c)
+
+
+def _cell_key(family, F, m, seed) -> str:
+    return f"{family},F={F},m={m if m is not None else 0},seed={seed}"
+
+
+#: the cells' layout; a cell stored in another (older) layout is recomputed
+CELL_FORMAT = 2
+
+
+def _cell_config(config: Config) -> dict[str, Any]:
+    d = to_jsonable(dataclasses.asdict(config))
+    return {**{k: v for k, v in d.items() if k not in _SWEEP_FIELDS}, "cell_format": CELL_FORMAT}
+
+
+def summarize_confidence(cell_rows: list[dict], config: Config) -> list[dict[str, Any]]:
+    """Per confidence: mean oracle coverage, fractions of the oracle and predicted gain (K = 4 vs
+    K = 1, both fitted to samples), over the sweep's F and seeds."""
+    out = []
+    profiles = [p.name for p in _profiles(config)]
+    budgets = list(config.budgets)
+    for c in config.confidences:
+        sel = [r for r in cell_rows if r.get("confidence") == float(c)]
+        if not sel:
+            continue
+        prod = [_pick(r, 1) for r in sel]
+        mix = [_pick(r, headline_k(config.Ks)) for r in sel]
+        out.append(dict(
+            confidence=float(c), n_cells=len(sel), budgets=budgets,
+            oracle_coverage=np.mean([r["oracle"]["coverage"] for r in sel], axis=0).tolist(),
+            product_frac=np.mean([p["frac_oracle"] for p in prod], axis=0).tolist(),
+            mixture_frac=np.mean([m["frac_oracle"] for m in mix], axis=0).tolist(),
+            product_chimera_share=np.mean([p["chimera_share"] for p in prod], axis=0).tolist(),
+            product_best={pn: dict(
+                speedup=float(np.mean([p["best"][pn]["speedup"] for p in prod])),
+                tau=float(np.mean([1 + p["best"][pn]["coverage"] for p in prod])),
+            ) for pn in profiles},
+            predicted_gain={pn: float(np.mean([m["best"][pn]["speedup"] / p["best"][pn]["speedup"] - 1
+                                               for m, p in zip(mix, prod)])) for pn in profiles},
+        ))
+    return out
+
+
+def _pick(cell, K, assignment="soft", source="samples"):
+    for d in cell["drafters"]:
+        if d["K"] == K and d["assignment"] == assignment and d["source"] == source:
+            return d
+    return None
+
+
+def summarize(cell_rows: list[dict], config: Config) -> dict[str, Any]:
+    """Per family: mean fraction of the oracle (product vs mixture, multi-future and F = 1 cells),
+    predicted gain of the best-budget mixture tree over the best-budget product tree, the
+    per-step vs fixed budget comparison, and the F = 1 sampling-noise check."""
+    summary: dict[str, Any] = {}
+    budgets = list(config.budgets)
+    profiles = [p.name for p in _profiles(config)]
+    hk = headline_k(config.Ks)
+    for family in config.families:
+        rows = [c for c in cell_rows if c["family"] == family]
+        fam: dict[str, Any] = {}
+        for label, sel in (("multi", [c for c in rows if c["F"] >= 2]), ("single", [c for c in rows if c["F"] == 1])):
+            if not sel:
+                continue
+            entry: dict[str, Any] = dict(n_cells=len(sel), budgets=budgets, K=hk)
+            for name, K, assignment, source in (
+                ("product", 1, "soft", "samples"), ("mixture", hk, "soft", "samples"),
+                ("mixture_hard", hk, "hard", "samples"), ("mixture_exact", hk, "soft", "exact"),
+                ("mixture_K=F", None, "soft", "samples"),
+            ):
+                picked = [_pick(c, K if K is not None else max(c["F"], 1), assignment, source) for c in sel]
+                if any(p is None for p in picked):
+                    continue
+                frac = np.array([p["frac_oracle"] for p in picked])  # [cells, budgets]
+                chim = np.array([p["chimera_share"] for p in picked])
+                entry[name] = dict(
+                    frac_oracle_mean=frac.mean(axis=0).tolist(),
+                    frac_oracle_std=frac.std(axis=0).tolist(),
+                    chimera_share_mean=chim.mean(axis=0).tolist(),
+                    best_speedup={pn: float(np.mean([p["best"][pn]["speedup"] for p in picked])) for pn in profiles},
+                )
+            prod = [_pick(c, 1) for c in sel]
+            for name in ("mixture", "mixture_hard", "mixture_exact", "mixture_K=F"):
+                if name not in entry:
+                    continue
+                K = hk if name != "mixture_K=F" else None
+                assignment = "hard" if name == "mixture_hard" else "soft"
+                source = "exact" if name == "mixture_exact" else "samples"
+                mix = [_pick(c, K if K is not None else max(c["F"], 1), assignment, source) for c in sel]
+                entry[name]["predicted_gain"] = {
+                    pn: float(np.mean([mm["best"][pn]["speedup"] / pp["best"][pn]["speedup"] - 1
+                                       for mm, pp in zip(mix, prod)]))
+                    for pn in profiles
+                }
+                diff = np.array([mm["frac_oracle"] for mm in mix]) - np.array([pp["frac_oracle"] for pp in prod])
+                entry[name]["frac_gap_vs_product_mean"] = diff.mean(axis=0).tolist()
+                entry[name]["frac_gap_vs_product_min"] = diff.min(axis=0).tolist()
+            # budget choice: one fixed budget for all the family's cells vs each cell's own
+            entry["budget_choice"] = {}
+            for pn in profiles:
+                prof = next(p for p in _profiles(config) if p.name == pn)
+                choice = {}
+                for name, K in (("product", 1), ("mixture", hk)):
+                    picked = [_pick(c, K) for c in sel]
+                    if any(p is None for p in picked):
+                        continue
+                    steps = [p["per_step"][pn] for p in picked]
+                    per_step = prof.t_target_ms * sum(1 + s["coverage"] for s in steps) / sum(s["step_ms"] for s in steps)
+                    cov = np.array([p["curve"] for p in picked])  # [cells, grid]
+                    grid = np.asarray(sel[0]["curve_n"])
+                    s_fixed = speedup(cov.mean(axis=0), grid, prof)  # [grid]
+                    i = int(np.argmax(s_fixed))
+                    choice[name] = dict(per_step_speedup=float(per_step),
+                                        per_step_budgets=[s["budget"] for s in steps],
+                                        fixed_budget=int(grid[i]), fixed_speedup=float(s_fixed[i]))
+                entry["budget_choice"][pn] = choice
+            entry["sequoia"] = {
+                pn: float(np.mean([c["sequoia"]["choice"][pn]["predicted_speedup"] for c in sel])) for pn in profiles
+            }
+            reps = [c["sampling_repeats"] for c in sel if "sampling_repeats" in c]
+            if reps:
+                prod_r = np.array([r["product"] for r in reps])  # [cells, repeats, budgets]
+                gap_r = np.array([r["mixture"] for r in reps]) - prod_r
+                entry["sampling_noise"] = dict(
+                    product_frac_std=prod_r.std(axis=1).mean(axis=0).tolist(),  # per target, then mean
+                    mixture_minus_product_mean=gap_r.mean(axis=(0, 1)).tolist(),
+                    mixture_minus_product_worst=gap_r.min(axis=(0, 1)).tolist(),
+                )
+            fam[label] = entry
+        summary[family] = fam
+    return summary
+
+
+def run(config: Config = Config(), out_dir: str | Path = "results", progress: bool = True) -> Result:
+    from tqdm import tqdm  # text bars: tqdm.auto wants ipywidgets in a notebook and warns without it
+
+    store = ResultStore(Path(out_dir) / NAME)
+    todo = list(cells(config))
+    cfg_dict = dataclasses.asdict(config)
+    rows: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    cell_cfg = _cell_config(config)
+    n_new = 0
+    for family, F, m, seed, conf in tqdm(todo, desc=NAME, disable=not progress):
+        key = _cell_key(family, F, m, seed)
+        n_new += not store.has(key)
+
+        def compute():
+            return Result(f"{NAME}/{key}", cell_cfg, run_cell(config, family, F, m, seed, conf), seed=seed)
+
+        res = store.get_or_compute(key, compute)
+        if res.config != cell_cfg:  # a cell stored under different settings is recomputed
+            res = compute()
+            store.save(key, res)
+            n_new += 1
+        rows.append(res.data)
+    main_rows = [r for r in rows if r.get("confidence") is None]
+    conf_rows = [r for r in rows if r.get("confidence") is not None]
+    budgets = list(config.budgets)
+    summary = long_summary(summarize([widen_cell(r) for r in main_rows], config), budgets)
+    conf_summary = long_confidence_summary(summarize_confidence([widen_cell(r) for r in conf_rows], config), budgets)
+    data = dict(cells=main_rows, summary=summary, confidence_cells=conf_rows, confidence_summary=conf_summary,
+                seconds=time.perf_counter() - t0,
+                profiles={p.name: p.to_dict() for p in _profiles(config)})
+    result = Result(NAME, cfg_dict, data, seed=sorted({seed for _, _, _, seed, _ in todo}))
+    print(f"wrote {n_new} cell files under {store.directory}/ ({len(todo) - n_new} reused)")
+    path = Path(out_dir) / f"{NAME}.json"
+    existed = path.exists()
+    wrote(result.save(path), existed)
+    return result
+
+
+_SUMMARY_LISTS = ("frac_oracle_mean", "frac_oracle_std", "chimera_share_mean", "frac_gap_vs_product_mean",
+                  "frac_gap_vs_product_min")
+
+
+def long_summary(summary: dict, budgets: list[int]) -> dict:
+    """:func:`summarize`'s per-budget lists as rows: each entry's ``by_budget`` holds one row per
+    (drafter, budget) (``drafter``, ``budget``, ``frac_oracle_mean``, ``frac_oracle_std``,
+    ``chimera_share_mean``, and for a mixture ``frac_gap_vs_product_mean`` / ``_min``), and its
+    ``sampling_noise`` one row per budget."""
+    out: dict[str, Any] = {}
+    for family, fam in summary.items():
+        out[family] = {}
+        for label, entry in fam.items():
+            e = {k: v for k, v in entry.items() if k != "budgets"}
+            rows = []
+            for name, d in entry.items():
+                if isinstance(d, dict) and "frac_oracle_mean" in d:
+                    e[name] = {k: v for k, v in d.items() if k not in _SUMMARY_LISTS}
+                    rows += [dict(drafter=name, budget=int(b), **{k: d[k][i] for k in _SUMMARY_LISTS if k in d})
+                             for i, b in enumerate(budgets)]
+            e["by_budget"] = rows
+            if "sampling_noise" in entry:
+                noise = entry["sampling_noise"]
+                e["sampling_noise"] = [dict(budget=int(b), **{k: v[i] for k, v in noise.items()})
+                                       for i, b in enumerate(budgets)]
+            out[family][label] = e
+    return out
+
+
+def long_confidence_summary(rows: list[dict], budgets: list[int]) -> list[dict]:
+    """:func:`summarize_confidence`'s per-budget lists as one row per budget (``by_budget``)."""
+    lists = ("oracle_coverage", "product_frac", "mixture_frac", "product_chimera_share")
+    return [{**{k: v for k, v in e.items() if k not in (*lists, "budgets")},
+             "by_budget": [dict(budget=int(b), **{k: e[k][i] for k in lists}) for i, b in enumerate(budgets)]}
+            for e in rows]
+
+
+def at_budget(rows: list[dict], budget: int, key: str, drafter: str | None = None):
+    """``key`` of the ``by_budget`` row at ``budget`` (and of ``drafter``, when the rows name one)."""
+    for r in rows:
+        if r["budget"] == budget and (drafter is None or r.get("drafter") == drafter):
+            return r[key]
+    raise KeyError(f"no {key} at budget {budget}" + (f" for {drafter}" if drafter else ""))
+
+
+def format_summary(result: Result, budgets=(64, 256), profile: str | None = None) -> str:
+    """A Markdown table: per family, the fraction of the oracle's coverage at two budgets for the
+    product drafter and the fitted K-mode mixture, and the predicted speed gain."""
+    s = result.data["summary"]
+    cfg_budgets = list(result.config["budgets"])
+    profile = profile or result.config["profiles"][0]
+    # the requested budgets that the run has; otherwise its middle and largest ones
+    budgets = [b for b in budgets if b in cfg_budgets] or sorted({cfg_budgets[len(cfg_budgets) // 2],
+                                                                  cfg_budgets[-1]})
+    hk = headline_k(result.config["Ks"])
+    head = " | ".join(f"product N={b} | mixture K={hk} N={b}" for b in budgets)
+    b64 = 64 if 64 in cfg_budgets else budgets[0]
+    lines = [
+        f"| family (F >= 2) | {head} | chimeras N={b64} (product) | predicted gain ({profile}) |",
+        "|---" * (2 + 2 * len(budgets) + 1) + "|",
+    ]
+    for family, fam in s.items():
+        for label in ("multi", "single"):
+            if label not in fam or "mixture" not in fam[label]:
+                continue
+            e = fam[label]
+            rows = e["by_budget"]
+            cells = " | ".join(f"{at_budget(rows, b, 'frac_oracle_mean', 'product'):.3f} | "
+                               f"{at_budget(rows, b, 'frac_oracle_mean', 'mixture'):.3f}" for b in budgets)
+            name = family if label == "multi" else f"{family} (F = 1)"
+            lines.append(
+                f"| {name} | {cells} | {at_budget(rows, b64, 'chimera_share_mean', 'product'):.2f} | "
+                f"{100 * e['mixture']['predicted_gain'][profile]:+.1f}% |"
+            )
+    conf = result.data.get("confidence_summary") or []
+    if conf:
+        lines += [
+            "",
+            f"| zipf, constant confidence c (F = {','.join(map(str, result.config['confidence_Fs']))}) | "
+            f"oracle C at N={budgets[0]} | product N={budgets[0]} | mixture N={budgets[0]} | "
+            f"product tau at best N | predicted gain ({profile}) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for e in conf:
+            r = next(x for x in e["by_budget"] if x["budget"] == budgets[0])
+            lines.append(
+                f"| c = {e['confidence']:g} | {r['oracle_coverage']:.2f} | {r['product_frac']:.3f} | "
+                f"{r['mixture_frac']:.3f} | {e['product_best'][profile]['tau']:.2f} | "
+                f"{100 * e['predicted_gain'][profile]:+.1f}% |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> Result:
+    config, args = parse_config(Config, argv, prog="mfd mixture-gain", description=__doc__)
+    result = run(config, args.out, progress=not args.quiet)
+    print(format_summary(result))
+    print(f"({result.data['seconds']:.0f} s)")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,472 @@
+"""The work behind ``mfd natural`` (config and command lines: :mod:`mfd_theory.commands.natural`).
+
+Steps, each recorded in ``OUT/steps.json`` (the bookkeeping of ``mfd own-target``: a step whose key
+is recorded as finished and whose files are there is skipped; one recorded under another key is
+redone from an empty directory, with everything after it):
+
+1. ``corpus``: the standard library, split by module; a byte-level BPE on the training split; the
+   training stream (documentation topics ``prose_weight`` times), the held-out text per domain, the
+   prompt files and the provenance;
+2. ``target``: a Qwen3ForCausalLM trained on the stream (:func:`~mfd_theory.llm.training.train.train_lm`,
+   resumable), saved with its tokenizer into ``OUT/target``; its held-out perplexity per domain;
+3. ``ceiling``: per held-out prompt (one file each, so a killed run resumes), the target-only
+   ceiling (:mod:`mfd_theory.llm.measure.ceiling`) and mixtures of K modes fitted to its sampled blocks;
+4. ``distill``, ``drafter-k<K>``, ``drafter-dartree``, ``eval``: the public commands' entry points;
+5. ``natural.json``: everything pooled (always rewritten; cheap).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mfd_theory.results import Result, atomic_write_text
+
+from mfd_theory.commands.e2e_run import check_writable
+from mfd_theory.commands.own_target_run import _Steps, run_command_steps
+from mfd_theory.llm.training.train import config_hash
+
+__all__ = ["NaturalCorpusConfig", "build_corpus_dir", "load_corpus_dir", "train_bpe", "perplexity",
+           "futures_fit", "run_natural", "natural_summary"]
+
+DOMAINS = ("code", "prose")
+
+
+@dataclasses.dataclass(frozen=True)
+class NaturalCorpusConfig:
+    """What the corpus (and so the target's cache key) depends on."""
+
+    heldout_fraction: float
+    max_units: int
+    vocab_size: int
+    tokenizer_chars: int
+    prose_weight: int
+    python: str
+    stdlib: str
+
+
+def _corpus_config(config) -> NaturalCorpusConfig:
+    from mfd_theory.llm.training.natural_corpus import stdlib_root
+    import platform
+
+    return NaturalCorpusConfig(config.heldout_fraction, config.max_units, config.vocab_size, config.tokenizer_chars,
+                               config.prose_weight, platform.python_version(), str(stdlib_root()))
+
+
+def train_bpe(texts: list[str], vocab_size: int):
+    """Byte-level BPE over the full 256-byte alphabet (no held-out byte can be lost), with the
+    package's special tokens; a ``PreTrainedTokenizerFast``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from mfd_theory.llm.training.corpus import EOS_TOKEN, MASK_TOKEN
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS_TOKEN, MASK_TOKEN],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_TOKEN, pad_token=EOS_TOKEN,
+                                   mask_token=MASK_TOKEN, model_max_length=10**9)
+
+
+def _subset(units, max_units: int):
+    """``max_units`` code units and a quarter as many (at least 12) documentation topics, by hash."""
+    from mfd_theory.llm.training.natural_corpus import unit_hash
+
+    if not max_units:
+        return units
+    order = sorted(units, key=lambda u: (unit_hash(u.name, "subset"), u.name))
+    code = [u for u in order if u.kind == "code"][:max_units]
+    prose = [u for u in order if u.kind == "prose"][: max(12, max_units // 4)]
+    return sorted(code + prose, key=lambda u: u.name)
+
+
+def build_corpus_dir(config, out: Path, progress: bool = True) -> dict:
+    """The ``corpus`` step: ``out/corpus/`` and ``out/prompts/``; returns the provenance."""
+    import mfd_theory.llm.training.natural_corpus as nc
+
+    cdir, pdir = out / "corpus", out / "prompts"
+    t0 = time.perf_counter()
+    units = _subset(nc.list_units(), config.max_units)
+    train, held = nc.split_units(units, config.heldout_fraction)
+    if progress:
+        print(f"corpus: {len(units)} units ({len(train)} train, {len(held)} held out) in "
+              f"{time.perf_counter() - t0:.0f} s", flush=True)
+    ordered = sorted(train, key=lambda u: (nc.unit_hash(u.name, "order"), u.name))
+    # the tokenizer: every training topic, then code, until tokenizer_chars
+    tok_texts, n = [], 0
+    for u in [u for u in ordered if u.kind == "prose"] + [u for u in ordered if u.kind == "code"]:
+        if n >= config.tokenizer_chars:
+            break
+        tok_texts.append(u.text[: config.tokenizer_chars - n])
+        n += len(tok_texts[-1])
+    tok = train_bpe(tok_texts, config.vocab_size)
+    eos = int(tok.eos_token_id)
+
+    def ids(texts):
+        return [np.asarray(x + [eos], dtype=np.int32) for x in tok(texts, add_special_tokens=False)["input_ids"]]
+
+    docs = [u.text for u in ordered for _ in range(config.prose_weight if u.kind == "prose" else 1)]
+    nc.check_no_leak([u.text for u in ordered], held)
+    stream = np.concatenate(ids(docs))
+    heldout = {d: np.concatenate(ids([u.text for u in held if u.kind == d])) for d in DOMAINS}
+    tmp = out / "corpus.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    tok.save_pretrained(str(tmp / "tokenizer"))
+    np.save(tmp / "stream.npy", stream)
+    np.savez(tmp / "heldout.npz", **heldout)
+    prov = nc.provenance(units, train, held)
+    prov.update(tokens={"train_stream": int(stream.size), **{f"heldout_{d}": int(v.size) for d, v in heldout.items()}},
+                vocab_size=len(tok), subset=bool(config.max_units))
+    atomic_write_text(tmp / "provenance.json", json.dumps(prov, indent=1))
+    # prompts: training units for distill (both domains, interleaved), held-out units for eval
+    tc = nc.code_prompts(train, config.train_prompts, max_chars=config.code_chars)
+    tp = nc.prose_prompts(train, config.train_prompts, max_chars=config.prose_chars)
+    mixed = [p for pair in zip(tc, tp) for p in pair] + tc[len(tp):] + tp[len(tc):]
+    pdir.mkdir(parents=True, exist_ok=True)
+    nc.write_prompts(pdir / "train.jsonl", mixed, "train")
+    nc.write_prompts(pdir / "code.jsonl", nc.code_prompts(held, config.heldout_prompts, max_chars=config.code_chars),
+                     "code")
+    nc.write_prompts(pdir / "prose.jsonl",
+                     nc.prose_prompts(held, config.heldout_prompts, max_chars=config.prose_chars), "prose")
+    if cdir.exists():
+        shutil.rmtree(cdir)
+    os.replace(tmp, cdir)
+    return prov
+
+
+def load_corpus_dir(cdir: Path, ccfg: NaturalCorpusConfig):
+    """The corpus step's output as a :class:`~mfd_theory.llm.training.corpus.Corpus` (the training stream as
+    its one training document) plus the held-out streams per domain."""
+    from mfd_theory.llm.training.corpus import Corpus, load_tokenizer
+
+    tok = load_tokenizer(cdir / "tokenizer")
+    stream = np.load(cdir / "stream.npy").astype(np.int64)
+    held = dict(np.load(cdir / "heldout.npz"))
+    return Corpus(ccfg, tok, [], [], [stream], []), {d: held[d].astype(np.int64) for d in DOMAINS}
+
+
+@torch.no_grad()
+def perplexity(model, stream: np.ndarray, seq_len: int, windows: int, seed: int = 0, batch: int = 8) -> dict:
+    """exp(mean next-token cross-entropy) over ``windows`` windows of ``seq_len`` tokens at seeded
+    starts in ``stream``, with the standard error of the mean loss over windows."""
+    if len(stream) <= seq_len + 1:
+        raise ValueError(f"stream: {len(stream)} tokens, need more than seq_len + 1 = {seq_len + 1}")
+    rng = np.random.default_rng([seed, 7])
+    starts = rng.integers(0, len(stream) - seq_len, size=windows)
+    losses = []
+    dev = next(model.parameters()).device
+    for i in range(0, windows, batch):
+        x = torch.from_numpy(np.stack([stream[s: s + seq_len] for s in starts[i: i + batch]])).to(dev)
+        logits = model(input_ids=x).logits[:, :-1].float()
+        nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1),
+                                                reduction="none").view(x.shape[0], -1).mean(1)
+        losses += nll.tolist()
+    loss = np.asarray(losses)
+    se = float(loss.std(ddof=1) / math.sqrt(len(loss))) if len(loss) > 1 else None
+    return {"perplexity": float(np.exp(loss.mean())), "loss": float(loss.mean()), "loss_se": se,
+            "windows": int(windows), "seq_len": int(seq_len)}
+
+
+def futures_fit(samples: np.ndarray, modes, lengths, seed: int = 0, weight_floor: float = 0.05,
+                floor: float = 0.01) -> dict:
+    """Mixtures of K modes fitted (EM, :func:`mfd_theory.fit.fit_mixture`) to the first half of
+    ``samples`` [2M, L] cut to their first l positions, scored on the second half.
+
+    Tokens are renumbered to those the samples contain. Before scoring, every mode's rows are mixed
+    with a uniform floor, ``(1 - floor) q + floor / V``, the same for every K: a token the fit half
+    never shows then costs the same whatever K is (the fit's own Dirichlet smoothing grows as a
+    mode's share of the data shrinks, which would otherwise reward many modes for smoothing
+    rather than for structure). Per (l, K): held-out mean log-likelihood per block, the number of
+    modes with weight >= ``weight_floor``, and exp(entropy of the weights).
+    """
+    from mfd_theory.distributions import MixtureOfProducts
+    from mfd_theory.fit import fit_mixture, log_likelihood
+
+    x = np.asarray(samples)
+    M = x.shape[0] // 2
+    vocab, inv = np.unique(x, return_inverse=True)
+    xc = inv.reshape(x.shape)
+    out = {}
+    for ln in lengths:
+        fit_part, held = xc[:M, :ln], xc[M: 2 * M, :ln]
+        row = {}
+        for K in modes:
+            model = fit_mixture(fit_part, int(K), len(vocab), seed=seed, n_restarts=2, max_iter=100)
+            pi = np.exp(model.log_pi)
+            floored = MixtureOfProducts(model.log_pi, np.logaddexp(np.log1p(-floor) + model.log_q,
+                                                                   np.log(floor / len(vocab))))
+            row[int(K)] = {"heldout_ll": log_likelihood(floored, held),
+                           "modes_with_weight": int((pi >= weight_floor).sum()),
+                           "effective_modes": float(np.exp(-(pi[pi > 0] * np.log(pi[pi > 0])).sum()))}
+        out[int(ln)] = row
+    return out
+
+
+def _ceiling_prompt(model, tok, prompt: str, config, seed: int) -> dict:
+    from mfd_theory.llm.measure.ceiling import prompt_ceiling
+
+    ids = tok(prompt, add_special_tokens=False)["input_ids"]
+    L = config.block_size - 1
+    res = prompt_ceiling(model, torch.tensor(ids), L, list(config.ceiling_budgets), config.ceiling_samples, seed,
+                         eps=config.dead_eps, dead_at=config.dead_at)
+    samples = res.pop("samples")
+    res["futures"] = futures_fit(samples, config.futures_modes, config.futures_lengths, seed=seed)
+    res["prompt_tokens"] = len(ids)
+    return res
+
+
+def run_ceiling(config, out: Path, progress: bool = True) -> None:
+    from tqdm.auto import tqdm
+
+    from mfd_theory.commands.pipeline import load_target
+
+    model, tok = load_target(str(out / "target"), config.device, "float32")
+    cdir = out / "ceiling"
+    cdir.mkdir(parents=True, exist_ok=True)
+    for d_i, dom in enumerate(DOMAINS):
+        lines = (out / "prompts" / f"{dom}.jsonl").read_text().splitlines()
+        prompts = [json.loads(x) for x in lines if x.strip()][: config.ceiling_prompts]
+        for i, p in enumerate(tqdm(prompts, desc=f"ceiling {dom}", disable=not progress, leave=False)):
+            path = cdir / f"{dom}-{i:03d}.json"
+            if path.is_file():
+                continue
+            res = _ceiling_prompt(model, tok, p["prompt"], config, seed=config.seed * 1000 + 100 * d_i + i)
+            res["id"] = p["id"]
+            atomic_write_text(path, json.dumps(res))
+
+
+def _mean_se(vals) -> list:
+    v = np.asarray([x for x in vals if x is not None], dtype=float)
+    if not len(v):
+        return [None, None]
+    return [float(v.mean()), float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else None]
+
+
+def _pool_ceiling(cdir: Path, config) -> dict:
+    out = {}
+    for dom in DOMAINS:
+        recs = [json.loads(p.read_text()) for p in sorted(cdir.glob(f"{dom}-*.json"))]
+        if not recs:
+            continue
+        by_n = {}
+        for n in config.ceiling_budgets:
+            k = str(n)
+            o = [r["oracle"][k] for r in recs]
+            pr = [r["product"][k] for r in recs]
+            by_n[k] = {"oracle": _mean_se(o), "product": _mean_se(pr),
+                       "oracle_over_product": _mean_se([a / b if b > 0 else None for a, b in zip(o, pr)]),
+                       "mc_oracle": _mean_se([r["mc"]["oracle"][k][0] for r in recs]),
+                       "mc_product": _mean_se([r["mc"]["product"][k][0] for r in recs]),
+                       "mc_product_se_per_prompt": float(np.mean([r["mc"]["product"][k][1] for r in recs]))}
+        dead = {key: _mean_se([r["dead"][key] for r in recs])
+                for key in ("dead_share", "dead_splice_share", "dead_mass_lost")}
+        fut = {}
+        for ln in config.futures_lengths:
+            fut[str(ln)] = {}
+            for K in config.futures_modes:
+                gains = [r["futures"][str(ln)][str(K)]["heldout_ll"] - r["futures"][str(ln)]["1"]["heldout_ll"]
+                         for r in recs]
+                fut[str(ln)][str(K)] = {
+                    "heldout_ll": _mean_se([r["futures"][str(ln)][str(K)]["heldout_ll"] for r in recs]),
+                    "gain_over_k1": _mean_se(gains),
+                    "modes_with_weight": _mean_se([r["futures"][str(ln)][str(K)]["modes_with_weight"] for r in recs]),
+                    "effective_modes": _mean_se([r["futures"][str(ln)][str(K)]["effective_modes"] for r in recs])}
+        out[dom] = {"n_prompts": len(recs), "by_budget": by_n, "dead": dead, "dead_at": config.dead_at,
+                    "futures": fut, "prompt_tokens": _mean_se([r["prompt_tokens"] for r in recs]),
+                    "target_forwards": int(sum(r["forwards"] for r in recs))}
+    return out
+
+
+def _e2e(eval_path: Path, ceiling: dict) -> dict:
+    """The eval's rows, the best-budget comparisons (MFD and DARTree against DDTree on the K = 1
+    drafter, with eval's significance rules), the round cost, and the ceiling share reached."""
+    from mfd_theory.llm.measure.evaluate import diff_z, gain_entry
+
+    if not eval_path.is_file():
+        return {}
+    ev = Result.load(eval_path).data
+    rows = ev["rows"]
+    keep = ("dataset", "temperature", "method", "drafter", "K", "budget", "tau", "accepted_mean", "speedup",
+            "speedup_std", "speedup_passes", "dead_share", "covered_mass_mean", "matches_ar", "n_prompts",
+            "accepted_std", "n_steps")
+    # matches_ar: bool on greedy rows, null on sampled ones (not checked); lossless_checked says which
+    out_rows = [{**{k: r.get(k) for k in keep}, "lossless_checked": r.get("matches_ar") is not None} for r in rows]
+    comps = []
+    for ds, temp in sorted({(r.get("dataset"), r["temperature"]) for r in rows}, key=lambda k: (str(k[0]), k[1])):
+        at = [r for r in rows if r.get("dataset") == ds and r["temperature"] == temp and r["speedup"] is not None]
+        base = [r for r in at if r["method"] == "ddtree" and r["K"] == 1 and "dartree" not in r["drafter"]]
+        if not base:
+            continue
+        bs = max(base, key=lambda r: r["speedup"])
+        for method in ("mfd", "ddtree", "dartree"):
+            for label in dict.fromkeys(r["drafter"] for r in at if r["method"] == method):
+                mine = [r for r in at if r["method"] == method and r["drafter"] == label]
+                if method == "ddtree" and mine[0]["K"] == 1:
+                    continue
+                bm = max(mine, key=lambda r: r["speedup"])
+                comps.append({"dataset": ds, "temperature": temp, "method": method, "drafter": label,
+                              "K": bm["K"], "budget": bm["budget"], "single_budget": bs["budget"],
+                              **gain_entry(bm, bs, diff_z(bm, bs))})
+    prof = ev.get("round_profile") or {}
+    cost = {}
+    if prof.get("t_target_ms") and prof.get("t_draft_ms"):
+        cost = {"t_target_ms": prof["t_target_ms"], "t_draft_ms": prof["t_draft_ms"],
+                "target_over_draft": prof["t_target_ms"] / prof["t_draft_ms"],
+                "verify_ms": dict(zip(map(str, prof.get("tree_sizes", [])), prof.get("verify_ms", []))),
+                "verify_over_draft": {str(n): v / prof["t_draft_ms"]
+                                      for n, v in zip(prof.get("tree_sizes", []), prof.get("verify_ms", []))}}
+    reach = []
+    for r in rows:
+        if r["method"] in ("ar", "chain") or r["temperature"] != 1 or r.get("accepted_mean") is None:
+            continue
+        c = (ceiling.get(r.get("dataset")) or {}).get("by_budget", {}).get(str(r["budget"]))
+        if c and c["oracle"][0]:
+            reach.append({"dataset": r.get("dataset"), "method": r["method"], "drafter": r["drafter"], "K": r["K"],
+                          "budget": r["budget"], "accepted_mean": r["accepted_mean"],
+                          "of_oracle": r["accepted_mean"] / c["oracle"][0],
+                          "of_product": r["accepted_mean"] / c["product"][0] if c["product"][0] else None})
+    pred = ev.get("prediction") or {}
+    prediction = {k: v for k, v in pred.items() if k != "cells"} if pred.get("n_cells") else None
+    return {"rows": out_rows, "best_budget": comps, "cost": cost, "ceiling_reach": reach, "prediction": prediction,
+            "config": {k: v for k, v in Result.load(eval_path).config.items()
+                       if k in ("budgets", "temperatures", "max_new_tokens", "max_prompts", "passes", "methods",
+                                "calibration_count")}}
+
+
+def natural_summary(config, out: Path) -> Result:
+    """Pool every step's output into one Result (``OUT/natural.json``)."""
+    steps = (json.loads((out / "steps.json").read_text()) if (out / "steps.json").is_file() else {}).get("steps", {})
+    seconds = {k: v.get("seconds") for k, v in steps.items()}
+    prov = json.loads((out / "corpus" / "provenance.json").read_text())
+    target = json.loads((out / "target_eval.json").read_text()) if (out / "target_eval.json").is_file() else {}
+    ceiling = _pool_ceiling(out / "ceiling", config)
+    data = {"provenance": prov, "target": target, "ceiling": ceiling,
+            "e2e": _e2e(out / "eval" / "eval.json", ceiling), "seconds": seconds,
+            "total_seconds": round(sum(v for v in seconds.values() if v), 1)}
+    curves = {}
+    for name in [p.name for p in sorted(out.glob("drafter-*"))]:
+        p = out / name / "loss_curve.json"
+        if p.is_file():
+            c = json.loads(p.read_text())
+            curves[name] = {"first": c[0]["loss"], "last": c[-1]["loss"], "steps": len(c)}
+    data["drafters"] = curves
+    man = out / "data" / "manifest.json"
+    if man.is_file():
+        m = json.loads(man.read_text())
+        data["distill"] = {"n_sequences": m.get("n_sequences"), "n_response_tokens": m.get("n_response_tokens")}
+    return Result("natural", config=dataclasses.asdict(config), data=data, seed=config.seed)
+
+
+def run_natural(config, out_dir, commands: list[tuple], progress: bool = True,
+                prepare_only: bool = False) -> Result | None:
+    """Run or resume every step under ``out_dir``; returns the ``natural.json`` result.
+    ``prepare_only``: every step before ``mfd eval`` (corpus, target, ceiling, distill, drafters),
+    then stop and return None, writing no ``natural.json``.
+
+    ``commands`` are the pipeline steps, each ``(name, command, argv, argv relative to the output
+    directory, command line)``; they come from :mod:`mfd_theory.commands.natural`, which owns
+    the config (this module stays below it)."""
+    from mfd_theory.results import wrote
+
+    from mfd_theory.llm.training.train import LMConfig, LMTrainConfig, train_lm
+
+    out = check_writable(Path(out_dir))
+    if config.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device: {config.device!r} requested but CUDA is not available")
+    steps = _Steps(out / "steps.json")
+    threads = torch.get_num_threads()
+    quiet = [] if progress else ["--quiet"]
+    ccfg = _corpus_config(config)
+    arch = LMConfig(hidden_size=config.hidden, num_layers=config.layers, num_heads=config.heads,
+                    num_kv_heads=config.kv_heads, head_dim=config.hidden // config.heads,
+                    intermediate_size=config.intermediate, max_position_embeddings=1024)
+    tcfg = LMTrainConfig(seq_len=config.seq_len, batch_size=config.target_batch, steps=config.target_steps,
+                         lr=config.target_lr, warmup=max(1, config.target_steps // 20),
+                         ckpt_every=max(1, min(100, config.target_steps // 4)), seed=config.seed)
+    try:
+        torch.set_num_threads(config.threads)
+        cdir, pdir = out / "corpus", out / "prompts"
+        key_corpus = config_hash(ccfg, config.train_prompts, config.heldout_prompts, config.code_chars,
+                                 config.prose_chars)
+        steps.run("corpus", key_corpus, "the standard library, split by module; BPE; prompts", cdir,
+                  lambda: (cdir / "provenance.json").is_file() and (pdir / "prose.jsonl").is_file(),
+                  lambda: build_corpus_dir(config, out, progress))
+
+        tdir = out / "target"
+        key_target = config_hash(key_corpus, arch, tcfg, config.ppl_windows)
+
+        def make_target():
+            from mfd_theory.llm.training.train import lm_run_config
+
+            corpus, held = load_corpus_dir(cdir, ccfg)
+            saved = out / "target_run" / "train_config.json"
+            want = json.loads(json.dumps(lm_run_config(corpus, arch, tcfg), default=str))
+            if saved.is_file() and json.loads(saved.read_text()) != want:
+                shutil.rmtree(out / "target_run")  # a run of other options: start over
+            state = out / "target_run" / "train_state" / "state.json"
+            resumed = json.loads(state.read_text())["step"] if state.is_file() else 0
+            t0 = time.perf_counter()
+            model, curve = train_lm(corpus, out / "target_run", arch, tcfg, progress=progress, device=config.device)
+            seconds = time.perf_counter() - t0
+            tmp = out / "target.tmp"
+            if tmp.exists():
+                shutil.rmtree(tmp)
+            model.save_pretrained(str(tmp))
+            corpus.tokenizer.save_pretrained(str(tmp))
+            ppl = {d: perplexity(model, held[d], config.seq_len, config.ppl_windows, seed=config.seed)
+                   for d in DOMAINS}
+            if tdir.exists():
+                shutil.rmtree(tdir)
+            os.replace(tmp, tdir)
+            atomic_write_text(out / "target_eval.json", json.dumps({
+                "perplexity": ppl, "train_seconds": round(seconds, 1), "resumed_from_step": resumed,
+                "threads": config.threads,
+                "params": int(sum(p.numel() for p in model.parameters())),
+                "arch": dataclasses.asdict(arch), "train": dataclasses.asdict(tcfg),
+                "loss_first": curve[0]["loss"], "loss_last": curve[-1]["loss"]}, indent=1))
+            wrote(tdir)
+
+        steps.run("target", key_target, f"Qwen3 target {config.layers}x{config.hidden}, {config.target_steps} steps",
+                  tdir, lambda: (tdir / "config.json").is_file() and (out / "target_eval.json").is_file(),
+                  make_target)
+
+        # the ceiling needs the target alone; it runs before the pipeline
+        ceil_dir = out / "ceiling"
+        key_ceiling = config_hash(key_target, config.ceiling_prompts, config.ceiling_samples, config.ceiling_budgets,
+                                  config.dead_eps, config.dead_at, config.futures_modes, config.futures_lengths,
+                                  config.block_size, config.seed)
+        n_ceiling = 2 * config.ceiling_prompts
+        steps.run("ceiling", key_ceiling, "target-only ceiling and effective futures on held-out prompts", ceil_dir,
+                  lambda: len(list(ceil_dir.glob("*.json"))) >= min(n_ceiling, _n_prompts(pdir, config)),
+                  lambda: run_ceiling(config, out, progress))
+
+        keys = {"target": key_target, "corpus": key_corpus}
+        run_command_steps(steps, [c for c in commands if not (prepare_only and c[1] == "eval")], keys,
+                          ["target", "corpus"], config, quiet)
+
+    finally:
+        torch.set_num_threads(threads)
+    if prepare_only:
+        return None
+    res = natural_summary(config, out)
+    existed = (out / "natural.json").exists()
+    res.save(out / "natural.json")
+    wrote(out / "natural.json", existed)
+    return res
+
+
+def _n_prompts(pdir: Path, config) -> int:
+    return sum(min(config.ceiling_prompts, len((pdir / f"{d}.jsonl").read_text().splitlines())) for d in DOMAINS)

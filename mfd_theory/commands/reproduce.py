@@ -1,0 +1,279 @@
+"""``mfd reproduce``: the main job on embedded defaults.
+
+Runs every experiment with its default config into ``results/`` (each skips work already saved),
+executes the notebooks, which draw the figures into ``paper_figs/``, and finally runs
+``mfd report``, which rewrites the result blocks of the README and ``docs/`` from the new
+``results/*.json``.
+
+Where two cores are usable, the work that times nothing runs first in two lanes, each pinned to
+its own core with one torch thread: lane 0 trains the attention end-to-end run's checkpoints and
+prepares natural text (corpus, target, ceiling, drafters), lane 1 trains the hybrid run's and
+computes the theory. The timed evaluations then run one after another, alone (unpinned, the
+lane-1 worker gone): on the 2-core machine this package is developed on, a process busy on the other
+core slowed decoding by 13-23% and moved speedups by up to 19% (measured 2026-11-30), so nothing
+runs beside a timed evaluation. ``--jobs 1`` runs every step in turn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# (label, module, argv); each module exposes main(argv)
+THEORY: list[tuple[str, str, list[str]]] = [
+    ("core table", "mfd_theory.commands.core_table", ["--figure", "paper_figs/coverage_vs_budget.png"]),
+    ("chimera bound", "mfd_theory.commands.chimera_bound", []),
+    ("chimera share", "mfd_theory.commands.chimera_share", []),
+    ("mixture gain", "mfd_theory.commands.mixture_gain", []),
+    ("path gain", "mfd_theory.commands.path_gain", []),
+]
+E2E = ("end to end", "mfd_theory.commands.e2e", ["--preset", "default", "--out", "results"])
+# The hybrid run stops at N = 64: at 128 and 256 every method measured below AR's speed
+# (0.84-0.97 and 0.54-0.59, run of 2026-11-30), and those cells were over half its decode time.
+# It leaves out the ddtree-on-MFD ablation, which the attention run measures (on the hybrid it
+# was 18 of its 57 decoded rows; docs/results.md says what it showed there).
+HYBRID = ("end to end, hybrid target", "mfd_theory.commands.e2e",
+          ["--preset", "default", "--target-arch", "qwen3_5", "--budgets", "16,32,64", "--ddtree-on-mfd", "false",
+           "--out", "results/hybrid"])
+OWN = ("own target", "mfd_theory.commands.own_target", ["--out", "results/own_target"])
+NATURAL = ("natural text", "mfd_theory.commands.natural", ["--out", "results/natural"])
+#: every step, in the order one core runs them (``--jobs 1``)
+STEPS: list[tuple[str, str, list[str]]] = [*THEORY, E2E, HYBRID, OWN, NATURAL]
+#: steps with a --threads option (torch threads for training) and a --prepare-only option
+#: (everything before the timed evaluation: training, and natural's ceiling)
+THREADED = {E2E[0], HYBRID[0], OWN[0], NATURAL[0]}
+PREPARED = {E2E[0], HYBRID[0], NATURAL[0]}
+#: steps whose run times decoding: nothing runs on the other core while they do
+TIMED = {E2E[0], HYBRID[0], OWN[0], NATURAL[0]}
+
+
+def plan(jobs: int) -> list[list[tuple[str, str, list[str], str]]]:
+    """The lanes: one list of ``(label, module, argv, what)`` per core, ``what`` being "run" (the
+    whole step) or "prepare" (``--prepare-only``: everything before its timed evaluation). Lane 1
+    holds untimed work only; a "run" of a timed step (:data:`TIMED`) on lane 0 waits until lane 1
+    has finished everything."""
+    if jobs == 1:
+        return [[(*s, "run") for s in STEPS]]
+    return [[(*E2E, "prepare"), (*NATURAL, "prepare"),
+             (*E2E, "run"), (*HYBRID, "run"), (*OWN, "run"), (*NATURAL, "run")],
+            [(*HYBRID, "prepare"), *((*s, "run") for s in THEORY)]]
+
+
+def step_argv(label: str, argv: list[str], what: str, jobs: int, quiet: bool) -> list[str]:
+    extra = ["--prepare-only"] if what == "prepare" else []
+    if jobs > 1 and label in THREADED:
+        extra += ["--threads", "1"]  # one core per lane
+    return list(argv) + extra + (["--quiet"] if quiet else [])
+
+
+def _run_step(module: str, argv: list[str]) -> float:
+    t0 = time.perf_counter()
+    importlib.import_module(module).main(argv)
+    return time.perf_counter() - t0
+
+
+def _lane_init(cpu: int | None, log: str) -> None:
+    """A lane's worker process: pinned to its core, one thread per library, output to ``log``."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+        os.environ[var] = "1"
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _chain(pool, jobs: list) -> None:
+    """Run ``jobs`` (``(module, argv, future)``) on ``pool`` one after another: each is submitted
+    when the one before it succeeded, and its outcome goes to its ``future``; after a failure the
+    rest are not run (their futures say so)."""
+    if not jobs:
+        return
+    (module, argv, out), rest = jobs[0], jobs[1:]
+
+    def done(f) -> None:
+        if f.cancelled() or f.exception() is not None:
+            out.set_exception(f.exception() if not f.cancelled() else RuntimeError("cancelled"))
+            for *_, later in rest:
+                later.set_exception(RuntimeError("not run: an earlier step of its lane failed"))
+            return
+        out.set_result(f.result())
+        try:
+            _chain(pool, rest)
+        except RuntimeError as exc:  # the pool was shut down (the run is stopping)
+            for *_, later in rest:
+                if not later.done():
+                    later.set_exception(exc)
+
+    pool.submit(_run_step, module, argv).add_done_callback(done)
+
+
+def lane_cpus(jobs: int) -> list[int | None]:
+    """The core each lane is pinned to (None: not pinned, where the platform cannot pin)."""
+    if not hasattr(os, "sched_getaffinity"):
+        return [None] * jobs
+    cpus = sorted(os.sched_getaffinity(0))
+    return [cpus[i] for i in range(jobs)]
+
+
+def usable_cores() -> int:
+    """Cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def default_jobs() -> int:
+    return 2 if usable_cores() >= 2 else 1
+
+
+NOTEBOOKS: list[str] = [
+    "notebooks/01_chimera_bound.ipynb",
+    "notebooks/02_chimera_share.ipynb",
+    "notebooks/03_mixture_gain.ipynb",
+    "notebooks/04_end_to_end.ipynb",
+    "notebooks/05_path_gain.ipynb",
+]
+
+
+def run_notebook(path: Path, small: bool = False, timeout: int = 1800):
+    """Execute a notebook from its own folder and return the executed copy.
+
+    The file on disk is not modified (notebooks are committed without outputs). ``small`` sets
+    MFD_NOTEBOOK_SMALL=1, which the notebooks read to run a tiny version (into
+    ``results/notebook_small/``, see :func:`mfd_theory.figures.notebook_output`).
+    """
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    # the kernel inherits the environment: MFD_NOTEBOOK_SMALL picks the size, and MPLBACKEND is
+    # removed so the kernel uses its inline backend and the executed copy holds the images
+    saved = {k: os.environ.get(k) for k in ("MFD_NOTEBOOK_SMALL", "MPLBACKEND")}
+    os.environ["MFD_NOTEBOOK_SMALL"] = "1" if small else "0"
+    os.environ.pop("MPLBACKEND", None)
+    try:
+        # The kernel's log level ERROR drops its start-up warning about running over TCP (the
+        # kernel talks only to this process, on the local machine).
+        NotebookClient(nb, timeout=timeout, kernel_name="python3", extra_arguments=["--IPKernelApp.log_level=ERROR"],
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
+        return nb
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def main(argv=None) -> None:
+    from mfd_theory.formatting import help_summary
+
+    parser = argparse.ArgumentParser(prog="mfd reproduce", description=help_summary(__doc__))
+    parser.add_argument("--skip-notebooks", action="store_true",
+                        help="run the experiments only, draw no figures (default: off)")
+    parser.add_argument("--jobs", type=int, choices=(1, 2), default=default_jobs(),
+                        help="1: every step in turn on the machine's threads; 2: the untimed work (training, "
+                             "the theory, natural text's ceiling) first in two lanes, each pinned to its own core "
+                             "with one torch thread, then the timed evaluations alone, with nothing else running "
+                             "(default: 2 where two cores are usable, else 1)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars (default: off)")
+    args = parser.parse_args(argv)
+    usable = usable_cores()
+    if args.jobs > usable:
+        parser.error(f"--jobs: {args.jobs} lanes need {args.jobs} usable cores, this process may use {usable}")
+    os.chdir(ROOT)
+    (ROOT / "results").mkdir(exist_ok=True)
+    t_all = time.perf_counter()
+    seconds: dict[str, float] = {}
+    lanes = plan(args.jobs)
+    cpus = lane_cpus(args.jobs)
+    log = ROOT / "results" / "reproduce_lane1.log"
+
+    def record() -> None:  # after every step, so an interrupted run keeps what it measured
+        from mfd_theory.results import Result
+
+        Result("reproduce_times", {"skip_notebooks": args.skip_notebooks, "cpu_count": os.cpu_count(),
+                                   "jobs": args.jobs, "lanes": [[f"{w} {lab}" for lab, _, _, w in lane]
+                                                                 for lane in lanes]},
+               {"seconds": seconds, "total_s": time.perf_counter() - t_all}).save(ROOT / "results" / "reproduce_times.json")
+
+    pending: dict[tuple[str, str], object] = {}
+    pool = None
+    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    if args.jobs > 1:
+        import concurrent.futures
+        import multiprocessing
+
+        log.write_text("")
+        pool = concurrent.futures.ProcessPoolExecutor(
+            max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_lane_init,
+            initargs=(cpus[1], str(log)))
+        for label, module, step, what in lanes[1]:
+            pending[(label, what)] = concurrent.futures.Future()
+        _chain(pool, [(module, step_argv(label, step, what, args.jobs, args.quiet), pending[(label, what)])
+                      for label, module, step, what in lanes[1]])
+        where = f"core {cpus[1]}" if cpus[1] is not None else "not pinned"
+        print(f"lane 1 ({where}): {', '.join(f'{w} {lab}' for lab, _, _, w in lanes[1])}; "
+              f"its output goes to {log.relative_to(ROOT)}", flush=True)
+        if cpus[0] is not None:
+            os.sched_setaffinity(0, {cpus[0]})
+
+    def collect(key) -> None:
+        fut = pending.pop(key, None)
+        if fut is not None:
+            label = f"{key[1]} {key[0]}" if key[1] == "prepare" else key[0]
+            seconds[f"lane 1: {label}"] = fut.result()  # re-raises the step's error here
+            print(f"--- lane 1: {label}: {seconds[f'lane 1: {label}']:.1f} s", flush=True)
+            record()
+
+    try:
+        for label, module, step, what in lanes[0]:
+            for key in [k for k, f in pending.items() if f.done()]:
+                collect(key)  # a failed lane-1 step stops the run now, not when it is needed
+            if what == "run" and label in TIMED and pool is not None:
+                if pending:
+                    print(f"\n... {label} times its decoding: waiting for lane 1 to finish", flush=True)
+                for key in list(pending):
+                    collect(key)
+                pool.shutdown(wait=True)  # no lane-1 process lingers beside the timed steps
+                pool = None
+                if affinity is not None:  # alone now: the timed steps run where the scheduler puts them
+                    os.sched_setaffinity(0, affinity)
+            name = f"prepare {label}" if what == "prepare" else label
+            print(f"\n=== {name} ({module})", flush=True)
+            seconds[name] = _run_step(module, step_argv(label, step, what, args.jobs, args.quiet))
+            print(f"--- {name}: {seconds[name]:.1f} s", flush=True)
+            record()
+        for key in list(pending):
+            print(f"\n... waiting for lane 1: {key[1]} {key[0]}", flush=True)
+            collect(key)
+    except BaseException:
+        if pool is not None:  # stop lane 1 too (ProcessPoolExecutor has no public way to end a running job)
+            pool.shutdown(wait=False, cancel_futures=True)
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                proc.terminate()
+            pool = None
+        raise
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
+        if affinity is not None:
+            os.sched_setaffinity(0, affinity)  # the notebooks' kernels get every core again
+    if not args.skip_notebooks:
+        for nb in NOTEBOOKS:
+            print(f"\n=== notebook {nb}", flush=True)
+            t0 = time.perf_counter()
+            run_notebook(ROOT / nb)
+            seconds[nb] = time.perf_counter() - t0
+            print(f"--- {nb}: {seconds[nb]:.1f} s", flush=True)
+            record()
+    print("\n=== report (the result blocks of README.md and docs/ from results/)", flush=True)
+    from mfd_theory.commands.report import main as report
+
+    report(["--results", "results"])
+    print(f"\nreproduce finished in {time.perf_counter() - t_all:.0f} s; results/ and paper_figs/ are up to date")

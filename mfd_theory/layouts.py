@@ -1,0 +1,110 @@
+"""How the theory sweeps store their results, and how they are read back.
+
+On disk a sweep's rows are *long* (one row per budget, so a table reads them without knowing the
+grid); figures and summaries want *wide* per-budget lists. The converters live here, below the
+commands that write the files and the figures and report that read them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["CHIMERA_SHARE_MEANS", "MIXTURE_PER_BUDGET", "drafter_key", "group_label", "long_cell",
+           "setting_at_budget", "widen_cell", "widen_setting"]
+
+# ----------------------------------------------------------------------------- chimera share
+CHIMERA_SHARE_MEANS = ("nodes", "chimera_share", "chimera_share_std", "eps_chimera_share", "splice_share", "chimera_mass",
+          "cov_product", "cov_mixture", "cov_oracle")
+
+
+def widen_setting(row: dict[str, Any]) -> dict[str, Any]:
+    """A summary row with its ``by_budget`` rows as lists over the budgets again (``budgets``,
+    ``chimera_share``, ...); a row already in that form is returned as is."""
+    if "by_budget" not in row:
+        return row
+    out = {k: v for k, v in row.items() if k != "by_budget"}
+    out["budgets"] = [r["budget"] for r in row["by_budget"]]
+    out.update({k: [r[k] for r in row["by_budget"]] for k in CHIMERA_SHARE_MEANS})
+    return out
+
+
+def setting_at_budget(row: dict[str, Any], budget: int, key: str):
+    """``key`` of a summary row at ``budget``."""
+    return next(r[key] for r in row["by_budget"] if r["budget"] == budget)
+
+
+# ----------------------------------------------------------------------------- mixture gain
+MIXTURE_PER_BUDGET = ("coverage", "frac_oracle", "chimera_share")  # a drafter's values at the reported budgets
+
+
+def drafter_key(K: int, assignment: str = "soft", source: str = "samples") -> str:
+    """The name of a drafter's column in ``coverage_curves``: ``K=4,soft,samples``."""
+    return f"K={K},{assignment},{source}"
+
+
+def long_cell(cell: dict, budgets) -> dict:
+    """A cell as :func:`mfd_theory.commands.mixture_gain.run_cell` computes it (per-drafter arrays over ``budgets`` and the curve
+    grid) in the stored long format (see the module docstring)."""
+    budgets = [int(b) for b in budgets]
+    out = {k: v for k, v in cell.items() if k not in ("oracle", "drafters", "curve_n", "sampling_repeats")}
+    oc = cell["oracle"]["coverage"]
+    out["oracle"] = {k: v for k, v in cell["oracle"].items() if k not in ("coverage", "curve")}
+    out["drafters"] = [{k: v for k, v in d.items() if k not in (*MIXTURE_PER_BUDGET, "curve", "speedup_at")}
+                       for d in cell["drafters"]]
+    keys = [dict(K=d["K"], assignment=d["assignment"], source=d["source"]) for d in cell["drafters"]]
+    out["by_budget"] = [dict(**k, budget=b, coverage=d["coverage"][i], oracle_coverage=oc[i],
+                             frac_oracle=d["frac_oracle"][i], chimera_share=d["chimera_share"][i])
+                        for k, d in zip(keys, cell["drafters"]) for i, b in enumerate(budgets)]
+    out["speedup_at"] = [dict(**k, profile=pn, budget=b, speedup=v[i])
+                         for k, d in zip(keys, cell["drafters"]) for pn, v in d["speedup_at"].items()
+                         for i, b in enumerate(budgets)]
+    out["coverage_curves"] = {"n": cell["curve_n"], "oracle": cell["oracle"]["curve"],
+                              **{drafter_key(**k): d["curve"] for k, d in zip(keys, cell["drafters"])}}
+    if "sampling_repeats" in cell:
+        out["sampling_repeats"] = [dict(drafter=name, repeat=r, budget=b, frac_oracle=fr[i])
+                                   for name, reps in cell["sampling_repeats"].items()
+                                   for r, fr in enumerate(reps) for i, b in enumerate(budgets)]
+    return out
+
+
+def widen_cell(cell: dict) -> dict:
+    """The inverse of :func:`long_cell`: per-drafter lists over the reported budgets (``coverage``,
+    ``frac_oracle``, ``chimera_share``, ``speedup_at``), ``curve`` and ``curve_n``, and the oracle's
+    ``coverage`` and ``curve``. A cell already in that form is returned as is."""
+    if "by_budget" not in cell:
+        return cell
+    out = {k: v for k, v in cell.items() if k not in ("by_budget", "speedup_at", "coverage_curves")}
+    curves = cell["coverage_curves"]
+    out["curve_n"] = curves["n"]
+    budgets = list(dict.fromkeys(r["budget"] for r in cell["by_budget"]))
+    first = [r for r in cell["by_budget"] if r["budget"] == budgets[0]][0]
+    out["oracle"] = {**cell["oracle"], "curve": curves["oracle"],
+                     "coverage": [r["oracle_coverage"] for r in cell["by_budget"] if _same_drafter(r, first)]}
+    out["drafters"] = []
+    for d in cell["drafters"]:
+        mine = [r for r in cell["by_budget"] if _same_drafter(r, d)]
+        sp = [r for r in cell["speedup_at"] if _same_drafter(r, d)]
+        out["drafters"].append({
+            **d, **{key: [r[key] for r in mine] for key in MIXTURE_PER_BUDGET},
+            "curve": curves[drafter_key(d["K"], d["assignment"], d["source"])],
+            "speedup_at": {pn: [r["speedup"] for r in sp if r["profile"] == pn]
+                           for pn in dict.fromkeys(r["profile"] for r in sp)},
+        })
+    if "sampling_repeats" in cell:
+        reps: dict[str, list] = {}
+        for r in cell["sampling_repeats"]:
+            rows = reps.setdefault(r["drafter"], [])
+            if r["repeat"] == len(rows):
+                rows.append([])
+            rows[r["repeat"]].append(r["frac_oracle"])
+        out["sampling_repeats"] = reps
+    return out
+
+
+def _same_drafter(row: dict, drafter: dict) -> bool:
+    return (row["K"], row["assignment"], row["source"]) == (drafter["K"], drafter["assignment"], drafter["source"])
+
+
+# ----------------------------------------------------------------------------- path gain
+def group_label(cell: dict) -> str:
+    return f"m={cell['m']}" if cell["family"] == "two_futures" else f"F={cell['F']}"

@@ -1,0 +1,16 @@
+"""Lossless tree-verified decoding, one request (``generate.py``) or many at once (``batch.py``).
+
+A round drafts a block, builds the method's tree, verifies it in one target forward, walks it by
+the lossless rule and commits the accepted path. ``warmup.py`` runs every piece once before
+anything is timed. The rule and its proof: docs/background.md.
+"""
+
+from mfd_theory.llm.decoding.batch import (POLICIES, BatchDecodeResult, BatchRound, BatchTarget,
+                                           speculative_generate_batch)
+from mfd_theory.llm.decoding.generate import (DEAD_EPS, METHODS, DecodeResult, StepRecord, build_tree,
+                                              sampling_probs, speculative_generate, walk_tree)
+from mfd_theory.llm.decoding.warmup import warm_up
+
+__all__ = ["BatchDecodeResult", "BatchRound", "BatchTarget", "DEAD_EPS", "DecodeResult", "METHODS", "POLICIES",
+           "StepRecord", "build_tree", "sampling_probs", "speculative_generate", "speculative_generate_batch",
+           "walk_tree", "warm_up"]

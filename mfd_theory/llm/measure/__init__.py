@@ -1,0 +1,15 @@
+"""Measurement: decoding cells timed and scored, predictions made before decoding, baselines.
+
+``evaluate.py`` (the one evaluator: cells, rows, gains), ``evaluate_batch.py`` (the same for
+batched decoding), ``predict.py`` and ``batch_predict.py`` (calibration and predictions written
+before the evaluation), ``profile.py`` (the round cost model), ``ceiling.py`` (the target's own
+oracle and product trees), ``assisted.py`` (Hugging Face's assisted generation as an outside
+baseline), ``spec_bench.py`` (Spec-Bench answer files).
+"""
+
+from mfd_theory.llm.measure.evaluate import Cell, decode_cells, make_cells, rows_from_records
+from mfd_theory.llm.measure.predict import calibrate_acceptance, predict_cells, prediction_check
+from mfd_theory.llm.measure.profile import measure_round_profile
+
+__all__ = ["Cell", "calibrate_acceptance", "decode_cells", "make_cells", "measure_round_profile", "predict_cells",
+           "prediction_check", "rows_from_records"]

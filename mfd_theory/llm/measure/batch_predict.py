@@ -1,0 +1,137 @@
+"""What batched decoding costs and accepts, measured on calibration prompts before any evaluation.
+
+* :func:`measure_batch_profile` - the batched round's time per (batch size, policy, nodes), from
+  the batched loop's own clocks, into a :class:`mfd_theory.speedup.BatchProfile`;
+* :func:`predict_batch_acceptance` - draft tokens accepted per request per round for every
+  (batch size, policy, nodes): "per_request" N is exactly the one-request acceptance at N (the
+  trees do not depend on the batch), measured by decoding each calibration prompt at N; "global"
+  multiplies it by the gain of the global top-N over an even split, read off the calibration rounds
+  of one large-tree decode (nested reading: the first n nodes of a best-first tree and the decoding
+  rule's prefix probabilities of those nodes), so the nested reading's own bias cancels in the ratio.
+
+Both use only the prompts they are given; the caller keeps those disjoint from the evaluated ones.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from mfd_theory.allocation import allocate_global, split_evenly
+from mfd_theory.speedup import BatchCell, BatchPlan, BatchProfile
+
+from mfd_theory.llm.decoding.batch import speculative_generate_batch
+from mfd_theory.coverage import prefix_log_probs
+from mfd_theory.llm.decoding.generate import speculative_generate
+
+__all__ = ["measure_batch_profile", "predict_batch_acceptance", "steady_rounds", "make_batch_plan"]
+
+
+def steady_rounds(res, batch_size: int) -> list:
+    """The rounds of a batched decode that held all ``batch_size`` requests (the steady state)."""
+    return [r for r in res.rounds if r.batch_size == batch_size]
+
+
+def _cells(batch_sizes, budgets, policies):
+    for b in batch_sizes:
+        yield b, "off", 0
+        for n in budgets:
+            if "per_request" in policies:
+                yield b, "per_request", int(n)
+            if "global" in policies:
+                yield b, "global", int(n) * b
+
+
+@torch.no_grad()
+def measure_batch_profile(target, drafter, method: str, prompts: list, batch_sizes, budgets, max_new_tokens: int,
+                          *, policies=("per_request", "global"), repeats: int = 1, seed: int = 0,
+                          name: str = "batch_profile", device: str = "", model: str = "",
+                          progress: bool = False) -> BatchProfile:
+    """Steady-state round time of every (B, policy, nodes) cell: the mean round of each of
+    ``repeats`` batched decodes of B prompts (``prompts`` cycled, temperature 0), median over the
+    decodes."""
+    from tqdm.auto import tqdm as bar
+
+    if not prompts:
+        raise ValueError("prompts: the batch profile needs at least one prompt")
+    cells = []
+    todo = list(_cells(batch_sizes, budgets, policies))
+    speculative_generate_batch(target, drafter, [prompts[0]], 4, method, budget=int(min(budgets)))  # warm-up
+    for b, policy, nodes in bar(todo, desc=f"batch profile {method}", disable=not progress):
+        batch = [prompts[i % len(prompts)] for i in range(b)]
+        times, rows, parts = [], [], []
+        for _ in range(repeats):
+            res = speculative_generate_batch(
+                target, drafter, batch, max_new_tokens, method if policy != "off" else "ar",
+                budget=nodes if policy == "per_request" else 1, policy="per_request" if policy == "off" else policy,
+                total_budget=nodes if policy == "global" else None, seed=seed, metrics=False, eos_token_id=[])
+            steady = steady_rounds(res, b)
+            if steady:  # one mean per decode; the cell takes the median decode (a shared machine's
+                # slow spells hit whole decodes, and the median leaves them out)
+                times.append(np.mean([1000.0 * r.t_step for r in steady]))
+                rows += [max(r.nodes) + 1 for r in steady]
+                parts.append(np.mean([(1000.0 * r.t_draft, 1000.0 * r.t_verify, 1000.0 * r.t_overhead)
+                                      for r in steady], axis=0))
+        if times:
+            mid = int(np.argsort(times)[(len(times) - 1) // 2])  # the median decode (lower middle)
+            d, v, o = parts[mid]
+            cells.append(BatchCell(b, policy, nodes, float(times[mid]), float(np.mean(rows)), len(rows),
+                                   float(d), float(v), float(o)))
+    return BatchProfile(cells, name=name, device=device, model=model, method=method,
+                        K=int(getattr(drafter, "num_modes", 1)), note="measured by measure_batch_profile")
+
+
+@torch.no_grad()
+def predict_batch_acceptance(target, drafter, method: str, prompts: list, batch_sizes, budgets, max_new_tokens: int,
+                             *, temperature: float = 0.0, seed: int = 0, draws: int = 200,
+                             progress: bool = False) -> dict:
+    """``{(B, policy, nodes): accepted per request per round}`` for every cell of
+    :func:`measure_batch_profile`, plus ``{"single": {N: accepted}, "global_gain": {(B, N): ratio}}``
+    under the keys "single" and "global_gain" (see the module docstring)."""
+    from tqdm.auto import tqdm as bar
+
+    budgets = sorted(int(n) for n in budgets)
+    single = {}
+    for n in bar(budgets, desc=f"acceptance {method}", disable=not progress):
+        vals = []
+        for i, p in enumerate(prompts):
+            res = speculative_generate(target, drafter, p, max_new_tokens, method, budget=n,
+                                       temperature=temperature, seed=seed + i, eos_token_id=[])
+            vals += [s.predicted for s in res.steps if s.tree_size]
+        single[n] = float(np.mean(vals)) if vals else 0.0
+    # one large-tree decode per prompt: every round's best-first scores and decoding-rule masses
+    cap = max(budgets) * max(1, min(max(batch_sizes), 4))
+    rounds = []
+    for i, p in enumerate(prompts):
+        res = speculative_generate(target, drafter, p, max_new_tokens, method, budget=cap, temperature=temperature,
+                                   seed=seed + i, eos_token_id=[], keep_trees=True)
+        for s in res.steps:
+            if s.tree is not None and len(s.tree) and s.node_log_cond is not None:
+                mass = np.exp(prefix_log_probs(s.tree.parent, s.tree.depth, s.node_log_cond))
+                rounds.append((s.tree.log_score, mass))
+    rng = np.random.default_rng(seed)
+    gain = {}
+    out: dict = {}
+    for b in batch_sizes:
+        for n in budgets:
+            if not rounds:
+                gain[(b, n)] = 1.0
+            else:
+                got = even = 0.0
+                for _ in range(draws):
+                    pick = [rounds[j] for j in rng.integers(0, len(rounds), size=b)]
+                    counts = allocate_global([sc for sc, _ in pick], b * n, cap=2 * n)
+                    split = split_evenly(b * n, [len(sc) for sc, _ in pick])
+                    got += sum(m[:c].sum() for (_, m), c in zip(pick, counts))
+                    even += sum(m[:c].sum() for (_, m), c in zip(pick, split))
+                gain[(b, n)] = float(got / even) if even > 0 else 1.0
+            out[(b, "per_request", n)] = single[n]
+            out[(b, "global", n * b)] = single[n] * gain[(b, n)]
+    out["single"] = single
+    out["global_gain"] = gain
+    return out
+
+
+def make_batch_plan(profile: BatchProfile, accepted: dict) -> BatchPlan:
+    """The plan (``auto`` policy) from a measured profile and predicted acceptance."""
+    return BatchPlan(profile, {k: v for k, v in accepted.items() if isinstance(k, tuple)})

@@ -1,0 +1,266 @@
+"""The Domino drafter and DARTree's path-dependent draft tree.
+
+A product tree (DDTree) ranks every path by the product of the block's per-position marginals, so
+it cannot tell that token a at depth 1 makes token b at depth 2 unlikely: it fills the budget with
+*chimeras*, paths that splice continuations of different futures. MFD fixes this with a latent
+mixture drafted in one pass. DARTree fixes it with *path dependence*: the drafter's distribution
+at depth d is corrected by the concrete path that leads there, and the tree is grown depth by
+depth, so each parent's children come from its own corrected distribution.
+
+The Domino drafter is the DFlash block drafter (same backbone, same checkpoint layout) plus a
+small causal correction head over the path:
+
+* ``in_proj`` maps [embedding of the path's previous token ; the backbone's final state at the
+  drafted position] (2H) to the head's width r;
+* a GRU cell (width r) carries the path: ``g_d = GRU(in_proj([e(x_{d-1}) ; h_d]), g_{d-1})`` with
+  ``g_0 = 0`` and x_0 the block's root (the last committed token);
+* ``up`` (r -> V, no bias) turns the state into a rank-r logit correction:
+  ``log q~(x_d | x_<d) = log_softmax(log q_block(x_d) + up(g_d))``.
+
+Training is teacher-forced: the correction at position d sees the block's true tokens x_0..x_{d-1}
+and the loss is DFlash's per-position weighted cross-entropy of the corrected distributions
+(:func:`mfd_theory.llm.training.train.block_loss`), backbone and head together.
+
+Drafting costs one backbone pass per round (the block logits and states), then one sequential GRU
+step per depth, batched over the frontier: :meth:`DominoDrafter.grow_tree` expands every frontier
+node into its top-k children under its corrected distribution, merges them with the nodes kept so
+far and keeps the global top-N by path score (log-probability of the path under the corrected
+conditionals). Scores never increase along a path and ties favour earlier (shallower) nodes, so
+the kept set is prefix-closed; a child ranked below N among its siblings can never be among the
+top N, so k = min(N, V) children per parent make the result the exact top-N tree of all paths up
+to the block's depth. Verification and the walk are the decoder's usual lossless code.
+
+Checkpoint: DFlash's files with ``architectures = ["DominoDraftModel"]`` and
+``dflash_config.dartree = {"rank": r, "parameters": [names of the head's tensors]}``; the head's
+tensors (``correction.in_proj.weight``, ``correction.gru.*``, ``correction.up.weight``) sit in
+``model.safetensors`` beside the backbone's.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from mfd_theory.trees import DraftTree
+
+from mfd_theory.llm.models.drafter import BlockDrafter, _draft_value, _hf_model, load_drafter
+
+__all__ = ["DominoDrafter", "PathCorrection", "domino_from_checkpoint", "grow_path_tree", "DEFAULT_RANK",
+           "ARCHITECTURE"]
+
+DEFAULT_RANK = 32
+ARCHITECTURE = "DominoDraftModel"
+
+
+class PathCorrection(nn.Module):
+    """The causal correction head: a GRU over the path and a rank-r logit correction."""
+
+    def __init__(self, hidden_size: int, vocab_size: int, rank: int):
+        super().__init__()
+        self.in_proj = nn.Linear(2 * hidden_size, rank, bias=False)
+        self.gru = nn.GRUCell(rank, rank)
+        self.up = nn.Linear(rank, vocab_size, bias=False)
+
+    def step(self, state: torch.Tensor, prev_emb: torch.Tensor, block_state: torch.Tensor) -> torch.Tensor:
+        """One depth: state [F, r], previous token's embedding [F, H], backbone state [F, H] -> [F, r]."""
+        return self.gru(self.in_proj(torch.cat([prev_emb, block_state.to(prev_emb.dtype)], dim=-1)), state)
+
+    def delta(self, state: torch.Tensor) -> torch.Tensor:
+        """Logit correction [F, V] (float32) from the path state [F, r]."""
+        return self.up(state).float()
+
+
+class DominoDrafter(BlockDrafter):
+    """DFlash backbone plus :class:`PathCorrection`; see the module docstring."""
+
+    kind = "dartree"
+    architecture = ARCHITECTURE  # registers the class with load_drafter / build_drafter
+    teacher_forced = True  # train_forward needs the block's true tokens (see train_drafter)
+
+    def __init__(self, config, target: Any, rank: int | None = None):
+        super().__init__(config, target)
+        saved = _draft_value(config, "dartree") or {}
+        r = rank if rank is not None else saved.get("rank", DEFAULT_RANK)
+        if isinstance(r, bool) or int(r) != r or int(r) < 1:
+            raise ValueError(f"rank: the correction head's rank must be an integer >= 1, got {r!r}")
+        self.correction_rank = int(r)
+        self.correction = PathCorrection(config.hidden_size, config.vocab_size, self.correction_rank)
+        self._block_states: torch.Tensor | None = None
+
+    # Every block forward (training and drafting) ends in _log_probs on the final block states of
+    # positions 1..L; they are kept so the correction head can read them.
+    def _log_probs(self, h: torch.Tensor) -> torch.Tensor:
+        self._block_states = h  # [B, L, H]
+        return super()._log_probs(h)
+
+    def _token_embeddings(self, ids: torch.Tensor) -> torch.Tensor:
+        """[B, S] token ids -> [B, S, H], the target's (frozen) embeddings as the backbone reads them."""
+        return super()._block_embeddings(ids)
+
+    # ------------------------------------------------------------------ training
+    def train_forward(self, ctx_feats, block_ids, ctx_valid=None, paths: torch.Tensor | None = None):
+        """Corrected log-probs [B, block_size - 1, V], teacher-forced on ``paths`` [B, block_size]:
+        the block's true tokens (x_0 the root), so position d's correction sees x_0..x_{d-1}."""
+        if paths is None:
+            raise ValueError("paths: the Domino drafter's correction is teacher-forced; pass the block's "
+                             "true tokens [B, block_size]")
+        if paths.shape != block_ids.shape:
+            raise ValueError(f"paths: expected shape {tuple(block_ids.shape)} like block_ids, got {tuple(paths.shape)}")
+        log_q = super().train_forward(ctx_feats, block_ids, ctx_valid)  # [B, L, V]
+        h = self._block_states  # [B, L, H]
+        emb = self._token_embeddings(paths[:, :-1])  # [B, L, H]: x_0..x_{L-1}
+        state = h.new_zeros(h.shape[0], self.correction_rank)  # [B, r]
+        deltas = []
+        for d in range(h.shape[1]):
+            state = self.correction.step(state, emb[:, d], h[:, d])
+            deltas.append(self.correction.delta(state))
+        return torch.log_softmax(log_q + torch.stack(deltas, dim=1), dim=-1)  # [B, L, V]
+
+    # ------------------------------------------------------------------ drafting
+    def last_block_states(self) -> torch.Tensor:
+        """Final backbone states [L, H] of the last :meth:`draft_modes` call (positions 1..L)."""
+        h = self._block_states
+        if h is None or h.dim() != 3 or h.shape[0] != 1:
+            raise ValueError("drafter: no drafted block to grow a tree from (call draft_modes first)")
+        return h[0]
+
+    @torch.no_grad()
+    def corrected_log_probs(self, root_token: int, path, log_q: torch.Tensor) -> torch.Tensor:
+        """The corrected distribution [V] after ``root_token`` and the drafted ``path`` (tokens at
+        depths 1..d), for the block of the last :meth:`draft_modes` call; ``log_q`` [D, V] its block
+        log-probs. One path at a time: what :meth:`grow_tree` batches."""
+        h = self.last_block_states()
+        toks = torch.tensor([[int(root_token), *[int(t) for t in path]]], device=h.device)
+        emb = self._token_embeddings(toks)[0]  # [d+1, H]
+        state = h.new_zeros(1, self.correction_rank)
+        for d in range(len(path) + 1):
+            state = self.correction.step(state, emb[d:d + 1], h[d:d + 1])
+        return torch.log_softmax(log_q[len(path)].float() + self.correction.delta(state)[0], dim=-1)
+
+    @torch.no_grad()
+    def grow_tree(self, root_token: int, log_q: torch.Tensor, budget: int,
+                  clock: Callable[[], float] | None = None) -> tuple[DraftTree, list[float]]:
+        """The exact top-``budget`` tree under the corrected path scores, grown depth by depth
+        (:func:`grow_path_tree` with the GRU correction as the step).
+
+        ``log_q`` [D, V]: the block log-probs of the last :meth:`draft_modes` call, possibly cut to
+        fewer depths D <= L. Returns the tree (nodes depth by depth, ``log_score`` = corrected path
+        log-probability) and the seconds each depth took (measured with ``clock``)."""
+        h = self.last_block_states()  # [L, H]
+        if log_q.shape[0] > h.shape[0]:
+            raise ValueError(f"log_q: {log_q.shape[0]} depths, but the drafted block has {h.shape[0]}")
+
+        def step(state, prev, d):
+            emb = self._token_embeddings(prev[None])[0]  # [F, H]
+            state = self.correction.step(state, emb, h[d].expand(len(prev), -1))  # [F, r]
+            return state, torch.log_softmax(log_q[d].float()[None] + self.correction.delta(state), dim=-1)
+
+        return grow_path_tree(root_token, log_q.shape[0], budget, step, h.new_zeros(1, self.correction_rank),
+                              clock)
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_pretrained(self, directory) -> Path:
+        directory = super().save_pretrained(directory)
+        path = directory / "config.json"
+        cfg = json.loads(path.read_text())
+        cfg["architectures"] = [ARCHITECTURE]
+        names = sorted(n for n in self.state_dict() if n.startswith("correction."))
+        cfg["dflash_config"]["dartree"] = {"rank": self.correction_rank, "parameters": names}
+        path.write_text(json.dumps(cfg, indent=2, default=str) + "\n")
+        return directory
+
+
+def domino_from_checkpoint(directory, target: Any, rank: int | None = None) -> DominoDrafter:
+    """A Domino drafter whose backbone is the DFlash checkpoint in ``directory`` (DARTree's recipe:
+    a trained block drafter plus a new correction head). The head's output matrix starts at zero,
+    so the new drafter drafts exactly the checkpoint's distributions until training moves it. A
+    Domino checkpoint is loaded as it is (``rank``, if given, must match its head)."""
+    base = load_drafter(directory, target)
+    if isinstance(base, DominoDrafter):
+        if rank is not None and int(rank) != base.correction_rank:
+            raise ValueError(f"rank: {rank} differs from the Domino checkpoint's {base.correction_rank} in {directory}")
+        return base
+    if base.num_modes != 1:
+        raise ValueError(f"directory: the checkpoint in {directory} has {base.num_modes} modes; a Domino "
+                         "drafter starts from a single-mode (DFlash) drafter")
+    drafter = DominoDrafter(base.config, _hf_model(target), rank)
+    state = {n: v for n, v in base.state_dict().items() if not n.startswith("rotary_emb.")}
+    missing, unexpected = drafter.load_state_dict(state, strict=False)
+    left = [m for m in missing if not m.startswith(("rotary_emb.", "correction."))]
+    if left or unexpected:
+        raise ValueError(f"directory: checkpoint in {directory} does not fit a Domino backbone ({left}, {unexpected})")
+    with torch.no_grad():
+        drafter.correction.up.weight.zero_()
+    param = next(base.parameters())
+    return drafter.to(device=param.device, dtype=param.dtype)
+
+
+def grow_path_tree(root_token: int, depth_max: int, budget: int, step: Callable, state0: torch.Tensor,
+                   clock: Callable[[], float] | None = None) -> tuple[DraftTree, list[float]]:
+    """The exact top-``budget`` draft tree of a path-dependent drafter, one batched step per depth.
+
+    ``step(state [F, ...], prev_tokens [F], d) -> (state [F, ...], log-probs [F, V])`` advances the
+    drafter's path state of F frontier nodes by their last tokens and returns each one's
+    distribution for depth d + 1 (0-based d); ``state0`` [1, ...] is the root's state. Paths are
+    scored by their summed log-probabilities; see the module docstring for why the kept set is
+    prefix-closed and exact. Returns (tree with ``log_score`` = path score, seconds per depth)."""
+    if isinstance(budget, bool) or int(budget) != budget or int(budget) < 1:
+        raise ValueError(f"budget: must be an integer >= 1, got {budget!r}")
+    clock = clock or time.perf_counter
+    n_max = int(budget)
+    dev = state0.device
+    state = state0  # [F, ...], F = frontier size
+    prev = torch.tensor([int(root_token)], device=dev)  # [F] each frontier node's token
+    front_node = np.array([-1])  # [F] node index (-1: the root)
+    front_score = np.zeros(1)  # [F] path log-probabilities
+    parent: list[np.ndarray] = []
+    token: list[np.ndarray] = []
+    depth: list[np.ndarray] = []
+    score = np.zeros(0)  # [n] every node created so far
+    alive = np.zeros(0, dtype=bool)  # [n] in the current top-N
+    times = []
+    for d in range(int(depth_max)):
+        t0 = clock()
+        state, lp = step(state, prev, d)  # [F, ...], [F, V]
+        kept = np.flatnonzero(alive)
+        # a child can enter only by beating the N-th kept score (when N nodes are kept)
+        worst = np.partition(score[kept], len(kept) - n_max)[len(kept) - n_max] if len(kept) >= n_max \
+            else -np.inf
+        cand_t = torch.as_tensor(front_score, device=dev)[:, None] + lp.double().clamp_max(0.0)  # [F, V]
+        rows_t, toks_t = torch.nonzero(cand_t > worst, as_tuple=True)  # row-major: by parent, then token
+        cand = cand_t[rows_t, toks_t].cpu().numpy()
+        rows, toks = rows_t.cpu().numpy(), toks_t.cpu().numpy()
+        pool = np.concatenate([score[kept], cand])
+        # stable: on equal scores the kept (shallower, earlier) nodes win, so parents precede children
+        top = np.sort(np.argsort(-pool, kind="stable")[:n_max])
+        alive[:] = False
+        alive[kept[top[top < len(kept)]]] = True
+        new = top[top >= len(kept)] - len(kept)  # indices into cand, ascending
+        rows, toks = rows[new], toks[new]
+        first = len(score)
+        parent.append(front_node[rows])
+        token.append(toks)
+        depth.append(np.full(len(new), d + 1))
+        score = np.concatenate([score, cand[new]])
+        alive = np.concatenate([alive, np.ones(len(new), dtype=bool)])
+        times.append(clock() - t0)
+        if not len(new):
+            break
+        state = state.index_select(0, torch.as_tensor(rows, device=dev))  # [F', ...]
+        prev = torch.as_tensor(toks, device=dev)
+        front_node = first + np.arange(len(new))
+        front_score = cand[new]
+    par = np.concatenate(parent) if parent else np.zeros(0, dtype=np.int64)
+    keep = np.flatnonzero(alive)
+    remap = np.full(len(score) + 1, -1, dtype=np.int64)
+    remap[keep] = np.arange(len(keep))
+    tok = np.concatenate(token) if token else np.zeros(0, dtype=np.int64)
+    dep = np.concatenate(depth) if depth else np.zeros(0, dtype=np.int64)
+    tree = DraftTree(np.where(par[keep] < 0, -1, remap[par[keep]]), tok[keep], dep[keep], score[keep])
+    return tree, times

@@ -1,0 +1,735 @@
+"""Block drafters in DFlash's architecture and checkpoint format, and the MFD mixture drafter.
+
+Architecture (docs/background.md). A few Qwen3 decoder layers with no embedding and no LM head of
+their own: the block's input embeddings come from the target's ``embed_tokens`` and the drafted
+logits from the target's ``lm_head``. Both are *referenced*, not owned: they are not parameters of
+the drafter, do not appear in its ``state_dict`` and are never trained (the target is frozen).
+Conditioning is on the target's hidden states of layers ``target_layer_ids`` (HF
+``hidden_states[layer_id + 1]``), concatenated, projected by ``fc`` (no bias) and normalised by
+``hidden_norm``: these are the *context features*. In every draft layer the keys and values are
+projections of [context features ; block states], the queries come from the block only, and
+attention is non-causal; q_norm / k_norm and RoPE as in Qwen3. The context occupies positions
+0..T-1 and the block (``[last committed token, MASK x (block_size - 1)]``) positions
+T..T+block_size-1. A final ``norm`` and the target's ``lm_head`` give L = block_size - 1
+per-position distributions for block positions 1..block_size-1.
+
+MFD (Multi-Future Drafting) adds K+1 vectors: ``mode_embeddings`` [K, H], added to every input
+embedding of the block (K copies of the block run in one batched forward that shares the context
+keys/values), and ``weight_readout`` [H]: ``log pi = log_softmax_k(weight_readout . mean_j h_{k,j})``
+over the final normalised block states of each mode. With K = 1 (and a zero mode embedding) it is
+exactly the block drafter.
+
+Interface (used by decoding in :mod:`mfd_theory.llm.decoding.generate` and by training):
+
+``drafter.fuse_hidden(hidden_states)``
+    context features [B, T, H] from the target's HF ``hidden_states`` tuple (differentiable with
+    respect to the drafter's ``fc`` / ``hidden_norm``).
+``drafter.train_forward(ctx_feats [B, T, H], block_ids [B, block_size], ctx_valid [B, T] | None)``
+    differentiable; ``block_ids[:, 0]`` is the last committed token, the rest are
+    ``mask_token_id``. ``ctx_valid`` (bool) marks real context rows; padding must be on the left,
+    and each row's positions then start at its first valid row. Returns
+    BlockDrafter: log-probs [B, block_size - 1, V] for block positions 1..block_size - 1;
+    MFDDrafter: ``(log_pi [B, K], log_q [B, K, block_size - 1, V])``.
+``drafter.reset()`` / ``drafter.draft_modes(new_ctx_feats [1, t, H], root_token)``
+    inference with the drafter's own cache of context keys/values across rounds: the new context
+    rows are appended at the next positions, the block is drafted after them. Returns
+    ``(log_pi [K], log_q [K, L, V])`` (float32). ``draft(...)`` returns ``log_q [L, V]`` for a
+    BlockDrafter and ``(log_pi, log_q)`` for an MFD drafter.
+Attributes: ``block_size``, ``mask_token_id``, ``num_modes`` (1 for BlockDrafter),
+``target_layer_ids``, ``config`` (a Qwen3Config in DFlash's layout). Drafters are ``nn.Module``.
+
+Checkpoints: ``save_pretrained(dir)`` writes ``config.json`` (a Qwen3 config with ``block_size``,
+``num_target_layers`` and ``dflash_config: {target_layer_ids, mask_token_id[, num_modes]}``) and
+``model.safetensors`` with DFlash's parameter names (``layers.{i}.self_attn.q_proj.weight``, ...,
+``norm.weight``, ``fc.weight``, ``hidden_norm.weight``) plus, for MFD, ``mode_embeddings`` and
+``weight_readout``. ``from_pretrained(dir, target)`` reads that layout (single or sharded
+safetensors) and returns the right class.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import Qwen3Config
+from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding
+
+from mfd_theory.llm.models.fingerprint import target_fingerprint
+
+__all__ = ["BlockDrafter", "MFDDrafter", "DRAFTER_KINDS", "build_drafter", "load_drafter", "default_target_layer_ids",
+           "drafter_from_checkpoint", "check_drafter_target"]
+
+_CONFIG_COPY_KEYS = (
+    "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "hidden_act", "rms_norm_eps", "max_position_embeddings", "vocab_size", "attention_bias",
+    "rope_parameters", "rope_theta", "rope_scaling",
+)
+
+
+# Mask token of z-lab's published drafters, by the target tokenizer's vocabulary size.
+_PUBLISHED_MASK_IDS = {151936: 151669, 248320: 248070}
+_TARGET_ONLY_ROPE_KEYS = ("partial_rotary_factor", "mrope_section", "mrope_interleaved")
+
+# Drafter kinds defined in other modules (the Domino drafter of mfd_theory.llm.models.domino), by their
+# ``kind`` and by their checkpoint ``architecture``. A BlockDrafter subclass that sets
+# ``architecture`` registers itself here when its module loads; mfd_theory.llm's __init__ imports
+# those modules, so the tables are complete whenever any part of mfd_theory.llm is imported. This
+# keeps the dependency one way: those modules import this one, never the reverse.
+_KIND_CLASSES: dict[str, type] = {}
+_ARCH_CLASSES: dict[str, type] = {}
+
+
+def _registered(table: dict[str, type], name: str, what: str) -> type:
+    cls = table.get(name)
+    if cls is None:  # only if mfd_theory.llm.models.domino failed to load
+        raise ValueError(f"{what}: the module defining {name!r} drafters is not loaded")
+    return cls
+
+
+def default_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:
+    """DFlash's default: one draft layer -> [n // 2]; otherwise evenly spaced over 1..n-3, rounded."""
+    n = int(num_target_layers)
+    if num_draft_layers == 1:
+        return [n // 2]
+    lo, hi = 1, max(1, n - 3)
+    ids = [round(lo + i * (hi - lo) / (num_draft_layers - 1)) for i in range(num_draft_layers)]
+    return [min(max(0, i), n - 1) for i in ids]
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x [B, heads, T, d]; cos/sin [B, T, d]
+    return x * cos[:, None] + _rotate_half(x) * sin[:, None]
+
+
+def fold_modes(x: torch.Tensor, modes: int) -> torch.Tensor:
+    """[B*K, h, S, d] -> [B, h, K*S, d]: a sample's K blocks as one sequence of K*S rows, mode-major."""
+    bk, h, s, d = x.shape
+    return x.view(bk // modes, modes, h, s, d).transpose(1, 2).reshape(bk // modes, h, modes * s, d)
+
+
+def block_mode_mask(modes: int, block: int, rep: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """Additive mask [rep*K*S, K*S] over the block keys: mode k's queries see mode k's block only.
+
+    Rows follow the folded query layout of :class:`_DraftAttention` (``rep`` query heads per kv
+    head, then mode, then block position); columns the block keys (mode, then block position)."""
+    mode = torch.arange(modes, device=device).repeat_interleave(block)  # [K*S]
+    hidden = (mode[:, None] != mode[None, :]).repeat(rep, 1)  # [rep*K*S, K*S]
+    return torch.zeros(hidden.shape, dtype=dtype, device=device).masked_fill_(hidden, torch.finfo(dtype).min)
+
+
+class _DraftAttention(nn.Module):
+    """Block queries attend, without a causal mask, to [context ; the block] keys of their mode.
+
+    The K blocks of a sample share one copy of the context's keys/values: their queries are folded
+    into one sequence of K*S rows, and the ``rep = heads / kv_heads`` query heads that read the same
+    kv head are folded in as well ([B, kv_heads, rep*K*S, d]), so one SDPA call reads the context
+    keys/values once, in place, for every mode and head (no ``repeat_interleave``, no per-mode
+    concatenation). Each mode's block keys sit after the context; :func:`block_mode_mask` keeps
+    the modes apart. (SDPA's ``enable_gqa`` does the head sharing too, but with a mask it was about
+    1.8x slower than the fold on CPU, torch 2.13.)
+
+    Drafting from the cache can instead attend mode by mode (``per_mode``): mode k's block keys are
+    written right after the context and its queries attend [context ; its block] unmasked, K SDPA
+    calls over the same in-place cache rows. On CPU attention is arithmetic-bound: every mode's
+    queries score every context key either way, one call over the folded queries costs what K
+    calls do, and the fold's mask only adds work (2-10% of a K = 4 round at context 4096 in
+    ``mfd bench draft``). Where attention is memory-bound (a GPU at batch 1), the fold's single
+    read of the context is what counts.
+    """
+
+    def __init__(self, config: Qwen3Config):
+        super().__init__()
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"config: num_attention_heads ({self.num_heads}) must be a multiple of "
+                             f"num_key_value_heads ({self.num_kv_heads})")
+        self.rep = self.num_heads // self.num_kv_heads
+        bias = bool(getattr(config, "attention_bias", False))
+        h, d = config.hidden_size, self.head_dim
+        self.q_proj = nn.Linear(h, self.num_heads * d, bias=bias)
+        self.k_proj = nn.Linear(h, self.num_kv_heads * d, bias=bias)
+        self.v_proj = nn.Linear(h, self.num_kv_heads * d, bias=bias)
+        self.o_proj = nn.Linear(self.num_heads * d, h, bias=bias)
+        self.q_norm = Qwen3RMSNorm(d, eps=config.rms_norm_eps)
+        self.k_norm = Qwen3RMSNorm(d, eps=config.rms_norm_eps)
+
+    def context_kv(self, ctx: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """Keys/values of context features: they depend on the features only, so they are cacheable."""
+        b, t, _ = ctx.shape
+        k = self.k_norm(self.k_proj(ctx).view(b, t, self.num_kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(ctx).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        return rope(k, cos, sin), v  # [B, kvh, t, d] each
+
+    def forward(self, x, cos, sin, ctx_k, ctx_v, mask, modes: int = 1, cache_len: int | None = None,
+                per_mode: bool = False):
+        """x [B*K, S, H] (normalised block states, K blocks per sample sharing one context).
+
+        ``cache_len=None``: ctx_k/ctx_v [B, kvh, T, d] are exactly the context and the block keys
+        are concatenated after them (training). Otherwise ctx_k/ctx_v are a preallocated cache
+        [B, kvh, capacity, d] holding the context in rows [0, cache_len) with rows up to
+        cache_len + K*S free: the block keys/values are written there, nothing is copied.
+        ``mask``: additive [B | 1, 1, rep*K*S, T + K*S] (context columns first) or None.
+        ``per_mode`` (cache only, B = 1, no mask, rows up to cache_len + S free): modes one after
+        another, see the class docstring."""
+        bk, s, _ = x.shape
+        b, d = bk // modes, self.head_dim
+        q = self.q_norm(self.q_proj(x).view(bk, s, self.num_heads, d)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(bk, s, self.num_kv_heads, d)).transpose(1, 2)
+        v = self.v_proj(x).view(bk, s, self.num_kv_heads, d).transpose(1, 2)
+        q, k = rope(q, cos, sin), rope(k, cos, sin)  # [B*K, heads, S, d]
+        if per_mode:
+            return self.o_proj(self._attend_per_mode(q, k, v, ctx_k, ctx_v, cache_len))
+        q = fold_modes(q, modes).reshape(b, self.num_kv_heads, self.rep * modes * s, d)  # [B, kvh, rep*K*S, d]
+        k, v = fold_modes(k, modes), fold_modes(v, modes)  # [B, kvh, K*S, d]
+        if cache_len is None:
+            keys, values = torch.cat([ctx_k, k], dim=2), torch.cat([ctx_v, v], dim=2)  # [B, kvh, T+K*S, d]
+        else:
+            end = cache_len + modes * s
+            ctx_k[:, :, cache_len:end] = k
+            ctx_v[:, :, cache_len:end] = v
+            keys, values = ctx_k[:, :, :end], ctx_v[:, :, :end]  # views of the cache
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=d ** -0.5)
+        out = out.view(b, self.num_heads, modes, s, d).permute(0, 2, 3, 1, 4)  # [B, K, S, heads, d]
+        return self.o_proj(out.reshape(bk, s, self.num_heads * d))  # [B*K, S, H]
+
+    def _attend_per_mode(self, q, k, v, cache_k, cache_v, cache_len: int) -> torch.Tensor:
+        """q [K, heads, S, d], k/v [K, kvh, S, d] of one sample's K blocks; the cache [1, kvh,
+        capacity, d] holds the context in rows [0, cache_len). Returns [K, S, heads*d]."""
+        modes, _, s, d = q.shape
+        end = cache_len + s
+        q = q.reshape(modes, self.num_kv_heads, self.rep * s, d)  # [K, kvh, rep*S, d]: GQA heads folded
+        out = torch.empty_like(q)
+        keys, values = cache_k[:, :, :end], cache_v[:, :, :end]  # views: [context ; one block]
+        for m in range(modes):
+            cache_k[:, :, cache_len:end] = k[m]  # this mode's block keys overwrite the last one's
+            cache_v[:, :, cache_len:end] = v[m]
+            out[m] = F.scaled_dot_product_attention(q[m:m + 1], keys, values, scale=d ** -0.5)[0]
+        out = out.view(modes, self.num_heads, s, d).transpose(1, 2)  # [K, S, heads, d]
+        return out.reshape(modes, s, self.num_heads * d)
+
+
+class _DraftLayer(nn.Module):
+    def __init__(self, config: Qwen3Config):
+        super().__init__()
+        self.self_attn = _DraftAttention(config)
+        self.mlp = Qwen3MLP(config)
+        self.input_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(self, h, cos, sin, ctx_k, ctx_v, mask, modes=1, cache_len=None, per_mode=False):
+        h = h + self.self_attn(self.input_layernorm(h), cos, sin, ctx_k, ctx_v, mask, modes, cache_len, per_mode)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+def _hf_model(target: Any) -> nn.Module:
+    """Accept a TargetModel or a bare HF causal LM."""
+    return getattr(target, "model", target) if not isinstance(target, nn.Module) else target
+
+
+def _draft_value(cfg: Any, name: str, default: Any = None) -> Any:
+    sub = getattr(cfg, "dflash_config", None) or {}
+    if name in sub:
+        return sub[name]
+    return getattr(cfg, name, default)
+
+
+class BlockDrafter(nn.Module):
+    """DFlash-architecture block drafter (K = 1). See the module docstring for the interface."""
+
+    num_modes = 1
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        arch = cls.__dict__.get("architecture")
+        if arch is not None:
+            _ARCH_CLASSES[arch] = cls
+            _KIND_CLASSES[cls.kind] = cls
+
+    def __init__(self, config: Qwen3Config, target: Any):
+        super().__init__()
+        hf = _hf_model(target)
+        tcfg = hf.config.get_text_config() if hasattr(hf.config, "get_text_config") else hf.config
+        self.config = config
+        self.block_size = int(_draft_value(config, "block_size", 16))
+        self.mask_token_id = _draft_value(config, "mask_token_id")
+        ids = _draft_value(config, "target_layer_ids")
+        n_target = int(getattr(config, "num_target_layers", None) or tcfg.num_hidden_layers)
+        if ids is None:
+            ids = default_target_layer_ids(n_target, config.num_hidden_layers)
+        self.target_layer_ids = [int(i) for i in ids]
+        # optional DFlash scalars (absent in the Qwen3 b16 drafters, where they are 1 / none)
+        self.input_embedding_scale = float(_draft_value(config, "input_embedding_scale", 1.0) or 1.0)
+        self.output_multiplier = float(_draft_value(config, "output_multiplier", 1.0) or 1.0)
+        self.logit_softcap = float(_draft_value(config, "final_logit_softcapping", 0.0) or 0.0)
+        layer_types = getattr(config, "layer_types", None) or []
+        if getattr(config, "is_causal", False) or (
+                getattr(config, "use_sliding_window", False) and "sliding_attention" in layer_types):
+            raise ValueError("config: causal or sliding-window draft layers (DFlash2-style) are not supported")
+        _check_compatible(self, config, tcfg)
+        self.layers = nn.ModuleList([_DraftLayer(config) for _ in range(config.num_hidden_layers)])
+        self.norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.fc = nn.Linear(len(self.target_layer_ids) * config.hidden_size, config.hidden_size, bias=False)
+        self.hidden_norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.rotary_emb = Qwen3RotaryEmbedding(config)
+        # Referenced, not owned: object.__setattr__ keeps them out of parameters() and state_dict().
+        object.__setattr__(self, "_embed_tokens", hf.get_input_embeddings())
+        object.__setattr__(self, "_lm_head", hf.get_output_embeddings())
+        object.__setattr__(self, "_target", hf)  # for the fingerprint written with the checkpoint
+        # K > 1 drafting: True folds the modes into one attention call (one read of the context),
+        # False attends mode by mode, None picks by device (fold off CPU); see _DraftAttention.
+        self.fold_modes: bool | None = None
+        self.reset()
+
+    # ------------------------------------------------------------------ shared pieces
+    @property
+    def L(self) -> int:
+        return self.block_size - 1
+
+    def fuse_hidden(self, hidden_states) -> torch.Tensor:
+        """Context features [B, T, H] from the target's HF ``hidden_states`` tuple."""
+        n = len(hidden_states) - 1
+        bad = [i for i in self.target_layer_ids if not 0 <= i < n]
+        if bad:
+            raise ValueError(f"hidden_states: has {n} layers, target_layer_ids {bad} are out of range")
+        cat = torch.cat([hidden_states[i + 1] for i in self.target_layer_ids], dim=-1)
+        cat = cat.to(self.fc.weight.dtype)
+        return self.hidden_norm(self.fc(cat))  # [B, T, H]
+
+    def _block_embeddings(self, block_ids: torch.Tensor) -> torch.Tensor:
+        """[B, S] -> [B*K, S, H]: the target's embeddings (plus the mode embeddings for MFD)."""
+        # detached: the target is frozen, gradients stop at its (shared) embedding table
+        emb = F.embedding(block_ids, self._embed_tokens.weight.detach()).to(self.fc.weight.dtype)
+        return emb * self.input_embedding_scale if self.input_embedding_scale != 1.0 else emb
+
+    def _run(self, block_h, ctx_k, ctx_v, blk_pos, mask, cache_len=None, per_mode=False):
+        """Run the draft layers over block states [B*K, S, H] with per-layer context keys/values
+        [B, kvh, T, d] shared by a sample's K modes (see :class:`_DraftAttention` for cache_len
+        and per_mode)."""
+        cos, sin = self.rotary_emb(block_h, blk_pos)
+        h = block_h
+        for layer, k, v in zip(self.layers, ctx_k, ctx_v):
+            h = layer(h, cos, sin, k, v, mask, self.num_modes, cache_len, per_mode)
+        return self.norm(h)  # [B*K, S, H]
+
+    def _context_kv(self, ctx, ctx_pos):
+        cos, sin = self.rotary_emb(ctx, ctx_pos)
+        kv = [layer.self_attn.context_kv(ctx, cos, sin) for layer in self.layers]
+        return [k for k, _ in kv], [v for _, v in kv]
+
+    def _log_probs(self, h: torch.Tensor) -> torch.Tensor:
+        head = self._lm_head  # the target's, frozen: gradients reach h but never the head
+        bias = head.bias.detach() if getattr(head, "bias", None) is not None else None
+        # One 2-D matmul over all rows: a sliced 3-D input (h[:, 1:]) would go through a batched
+        # matmul with the head broadcast per batch row, ~1.4x slower at K = 4 on CPU.
+        rows = h.reshape(-1, h.shape[-1]).to(head.weight.dtype)  # [B*K*L, H]
+        logits = F.linear(rows, head.weight.detach(), bias).float().view(*h.shape[:-1], -1)  # [..., V]
+        if self.output_multiplier != 1.0:
+            logits = logits * self.output_multiplier
+        if self.logit_softcap > 0:
+            logits = torch.tanh(logits / self.logit_softcap) * self.logit_softcap
+        return torch.log_softmax(logits, dim=-1)
+
+    def _readout(self, h: torch.Tensor, batch: int) -> torch.Tensor:
+        """log pi [batch, K] from final block states [batch*K, S, H]."""
+        return h.new_zeros(batch, 1, dtype=torch.float32)
+
+    # ------------------------------------------------------------------ training
+    def train_forward(self, ctx_feats: torch.Tensor, block_ids: torch.Tensor, ctx_valid: torch.Tensor | None = None):
+        """Differentiable forward; see the module docstring."""
+        log_pi, log_q = self._train_modes(ctx_feats, block_ids, ctx_valid)
+        return log_q[:, 0]  # [B, S-1, V]
+
+    def _train_modes(self, ctx_feats, block_ids, ctx_valid):
+        if ctx_feats.dim() != 3 or block_ids.dim() != 2 or ctx_feats.shape[0] != block_ids.shape[0]:
+            raise ValueError("ctx_feats must be [B, T, H] and block_ids [B, block_size] with the same B")
+        if block_ids.shape[1] < 2:
+            raise ValueError("block_ids: a block needs at least 2 positions")
+        b, t, _ = ctx_feats.shape
+        s, k = block_ids.shape[1], self.num_modes
+        dev = ctx_feats.device
+        if ctx_valid is None:
+            start = torch.zeros(b, dtype=torch.long, device=dev)
+        else:
+            if ctx_valid.shape != (b, t):
+                raise ValueError(f"ctx_valid: expected shape {(b, t)}, got {tuple(ctx_valid.shape)}")
+            start = t - ctx_valid.long().sum(dim=1)  # number of left-padding rows per sample
+        ctx_pos = (torch.arange(t, device=dev)[None] - start[:, None]).clamp_min(0)  # [B, T]
+        blk_pos = (t - start)[:, None] + torch.arange(s, device=dev)[None]  # [B, S]
+        ctx_k, ctx_v = self._context_kv(ctx_feats, ctx_pos)  # per layer [B, kvh, T, d], shared by the K modes
+        mask = None
+        if ctx_valid is not None or k > 1:
+            dtype, rep = self.fc.weight.dtype, self.layers[0].self_attn.rep
+            ctx_cols = torch.zeros((b, rep * k * s, t), dtype=dtype, device=dev)  # [B, rep*K*S, T]
+            if ctx_valid is not None:
+                ctx_cols.masked_fill_(~ctx_valid.bool()[:, None, :], torch.finfo(dtype).min)
+            blk_cols = block_mode_mask(k, s, rep, dtype, dev).expand(b, -1, -1)  # [B, rep*K*S, K*S]
+            mask = torch.cat([ctx_cols, blk_cols], dim=2)[:, None]  # [B, 1, rep*K*S, T+K*S]
+        h = self._run(self._block_embeddings(block_ids), ctx_k, ctx_v, blk_pos.repeat_interleave(k, dim=0), mask)
+        log_q = self._log_probs(h[:, 1:]).view(b, k, s - 1, -1)  # [B, K, S-1, V]
+        return self._readout(h, b), log_q
+
+    # ------------------------------------------------------------------ inference
+    def reset(self) -> None:
+        """Forget the cached context (start of a new sequence); the buffers are kept for reuse."""
+        self._cache_len = 0
+        if not hasattr(self, "_cache_k"):
+            self._cache_k: list[torch.Tensor] = []  # per layer [1, kvh, capacity, d]
+            self._cache_v: list[torch.Tensor] = []
+            self._mask_buf: torch.Tensor | None = None  # [rep*K*S, capacity] (K > 1 only)
+
+    @property
+    def cache_capacity(self) -> int:
+        """Rows the preallocated context cache holds before it has to grow."""
+        return self._cache_k[0].shape[2] if self._cache_k else 0
+
+    def _reserve(self, rows: int, like: torch.Tensor) -> None:
+        """Make the cache hold ``rows`` rows; growth at least doubles it (amortised O(1) per row),
+        copying the cached rows once into the new buffers."""
+        if self._cache_k and (self._cache_k[0].dtype != like.dtype or self._cache_k[0].device != like.device):
+            if self._cache_len:
+                raise ValueError("drafter: moved to another dtype/device mid-sequence; call reset() first")
+            self._cache_k, self._cache_v, self._mask_buf = [], [], None  # moved since: reallocate
+        if rows <= self.cache_capacity:
+            return
+        cap = max(rows, 2 * self.cache_capacity, 256)
+        attn = self.layers[0].self_attn
+        shape = (1, attn.num_kv_heads, cap, attn.head_dim)
+        n = self._cache_len
+        grow = []
+        for old in (self._cache_k, self._cache_v):
+            new = [like.new_empty(shape) for _ in self.layers]
+            for a, o in zip(new, old):
+                a[:, :, :n] = o[:, :, :n]
+            grow.append(new)
+        self._cache_k, self._cache_v = grow
+        if self.num_modes > 1:
+            # context columns stay 0 (visible); the block columns are rewritten every round
+            self._mask_buf = like.new_zeros((attn.rep * self.num_modes * self.block_size, cap))
+            self._block_mask = block_mode_mask(self.num_modes, self.block_size, attn.rep, like.dtype, like.device)
+
+    @property
+    def context_length(self) -> int:
+        return self._cache_len
+
+    @torch.no_grad()
+    def draft_modes(self, new_ctx_feats: torch.Tensor, root_token: int):
+        """Append new context features, draft one block after them: (log_pi [K], log_q [K, L, V])."""
+        if new_ctx_feats.dim() != 3 or new_ctx_feats.shape[0] != 1:
+            raise ValueError("new_ctx_feats: expected [1, t, H]")
+        t = new_ctx_feats.shape[1]
+        dev = new_ctx_feats.device
+        if self._cache_len + t == 0:
+            raise ValueError("new_ctx_feats: the drafter has no context yet (feed the prompt's features first)")
+        k, s, n = self.num_modes, self.block_size, self._cache_len
+        fold = k > 1 and (self.fold_modes if self.fold_modes is not None else dev.type != "cpu")
+        # room for the new rows and, after them, the blocks' keys (scratch, overwritten next round):
+        # all K blocks when folded, one at a time otherwise
+        self._reserve(n + t + (k if fold else 1) * s, self.fc.weight)
+        if t > 0:
+            pos = torch.arange(n, n + t, device=dev)[None]
+            ks, vs = self._context_kv(new_ctx_feats, pos)  # per layer [1, kvh, t, d]
+            for buf_k, buf_v, a, b in zip(self._cache_k, self._cache_v, ks, vs):
+                buf_k[:, :, n:n + t] = a
+                buf_v[:, :, n:n + t] = b
+            n = self._cache_len = n + t
+        mask = None
+        if k > 1:  # columns that held a block are context now: visible (in both ways of attending,
+            # so every context column is cleared once and fold_modes may change mid-sequence)
+            self._mask_buf[:, n - t:n] = 0
+        if fold:
+            self._mask_buf[:, n:n + k * s] = self._block_mask  # [rep*K*S, K*S]
+            mask = self._mask_buf[:, :n + k * s]  # [rep*K*S, T+K*S], a view
+        block_ids = torch.full((1, s), int(self.mask_token_id), dtype=torch.long, device=dev)
+        block_ids[0, 0] = int(root_token)
+        blk_pos = (n + torch.arange(s, device=dev))[None].expand(k, s)  # [K, S]
+        h = self._run(self._block_embeddings(block_ids), self._cache_k, self._cache_v, blk_pos, mask,
+                      cache_len=n, per_mode=k > 1 and not fold)  # [K, S, H]
+        return self._readout(h, 1)[0], self._log_probs(h[:, 1:])  # [K], [K, L, V]
+
+    def draft(self, new_ctx_feats: torch.Tensor, root_token: int):
+        """Block drafter: per-position log-probs [L, V]."""
+        return self.draft_modes(new_ctx_feats, root_token)[1][0]
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_pretrained(self, directory) -> Path:
+        from safetensors.torch import save_file
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        cfg = self.config.to_dict()
+        cfg["architectures"] = ["DFlashDraftModel"] if self.num_modes == 1 else ["MFDDraftModel"]
+        cfg["block_size"] = self.block_size
+        dcfg = dict(cfg.get("dflash_config") or {})
+        dcfg.update(target_layer_ids=list(self.target_layer_ids), mask_token_id=int(self.mask_token_id),
+                    block_size=self.block_size)
+        if self.num_modes > 1:
+            dcfg["num_modes"] = self.num_modes
+        else:
+            dcfg.pop("num_modes", None)
+        cfg["dflash_config"] = dcfg
+        # Which target the drafter was built on: load_drafter refuses the checkpoint for another one.
+        cfg["target_fingerprint"] = target_fingerprint(self._target)
+        state = {name: p.detach().contiguous().cpu() for name, p in self.state_dict().items()
+                 if not name.startswith("rotary_emb.")}
+        save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
+        (directory / "config.json").write_text(json.dumps(cfg, indent=2, default=str) + "\n")
+        return directory
+
+    @classmethod
+    def from_pretrained(cls, directory, target: Any, dtype: torch.dtype | None = None) -> "BlockDrafter":
+        """Load a DFlash-layout checkpoint (or an MFD one) from a local directory."""
+        return load_drafter(directory, target, dtype=dtype)
+
+
+class MFDDrafter(BlockDrafter):
+    """Mixture drafter: the block drafter's backbone plus K mode embeddings and a weight readout."""
+
+    def __init__(self, config: Qwen3Config, target: Any, num_modes: int | None = None):
+        super().__init__(config, target)
+        k = int(num_modes if num_modes is not None else _draft_value(config, "num_modes", 1))
+        if k < 1:
+            raise ValueError(f"num_modes: must be >= 1, got {k}")
+        self.num_modes = k
+        self.mode_embeddings = nn.Parameter(torch.zeros(k, config.hidden_size))  # [K, H]
+        self.weight_readout = nn.Parameter(torch.zeros(config.hidden_size))  # [H]
+
+    def _block_embeddings(self, block_ids):
+        b, s = block_ids.shape
+        emb = super()._block_embeddings(block_ids)  # [B, S, H]
+        emb = emb[:, None] + self.mode_embeddings[None, :, None, :].to(emb.dtype)  # [B, K, S, H]
+        return emb.reshape(b * self.num_modes, s, -1)  # [B*K, S, H]
+
+    def _readout(self, h, batch):
+        pooled = h.float().mean(dim=1).view(batch, self.num_modes, -1)  # [B, K, H]
+        return torch.log_softmax(pooled @ self.weight_readout.float(), dim=-1)  # [B, K]
+
+    def train_forward(self, ctx_feats, block_ids, ctx_valid=None):
+        """(log_pi [B, K], log_q [B, K, block_size - 1, V])."""
+        return self._train_modes(ctx_feats, block_ids, ctx_valid)
+
+    def draft(self, new_ctx_feats, root_token):
+        return self.draft_modes(new_ctx_feats, root_token)
+
+
+def _check_compatible(drafter: BlockDrafter, config, tcfg) -> None:
+    if drafter.block_size < 2:
+        raise ValueError(f"block_size: must be >= 2 (one committed token plus drafts), got {drafter.block_size}")
+    if config.hidden_size != tcfg.hidden_size:
+        raise ValueError(f"hidden_size: drafter has {config.hidden_size}, target has {tcfg.hidden_size}")
+    if config.vocab_size != tcfg.vocab_size:
+        raise ValueError(f"vocab_size: drafter has {config.vocab_size}, target has {tcfg.vocab_size}")
+    if drafter.mask_token_id is None or not 0 <= int(drafter.mask_token_id) < tcfg.vocab_size:
+        raise ValueError(f"mask_token_id: {drafter.mask_token_id} is not a token of the target's vocabulary")
+    n = tcfg.num_hidden_layers
+    built_for = getattr(config, "num_target_layers", None)
+    if built_for is not None and int(built_for) != int(n):
+        raise ValueError(f"num_target_layers: the drafter was built for a {built_for}-layer target, "
+                         f"this target has {n} layers")
+    bad = [i for i in drafter.target_layer_ids if not 0 <= i < n]
+    if bad or not drafter.target_layer_ids:
+        raise ValueError(f"target_layer_ids: {drafter.target_layer_ids} must be non-empty layer ids in [0, {n})")
+
+
+def _drafter_config(tcfg, block_size: int, num_layers: int, target_layer_ids, mask_token_id, num_modes: int):
+    src = tcfg.to_dict()
+    kw = {key: src[key] for key in _CONFIG_COPY_KEYS if key in src and src[key] is not None}
+    if isinstance(kw.get("rope_parameters"), dict):
+        # Hybrid targets rotate part of each head (and Qwen3.5 sections it for images); the draft
+        # layers are Qwen3 layers with full rotary, as in the published Qwen3.5 drafters.
+        kw["rope_parameters"] = {k: v for k, v in kw["rope_parameters"].items() if k not in _TARGET_ONLY_ROPE_KEYS}
+    dcfg = {"target_layer_ids": list(target_layer_ids), "mask_token_id": int(mask_token_id), "block_size": block_size}
+    if num_modes > 1:
+        dcfg["num_modes"] = num_modes
+    cfg = Qwen3Config(num_hidden_layers=num_layers, **kw)
+    cfg.block_size = block_size
+    cfg.num_target_layers = tcfg.num_hidden_layers
+    cfg.dflash_config = dcfg
+    cfg.use_sliding_window = False
+    return cfg
+
+
+DRAFTER_KINDS = ("dflash", "dartree")
+
+
+def build_drafter(target: Any, block_size: int, num_layers: int, num_modes: int = 1, seed: int = 0, *,
+                  mask_token_id: int | None = None, target_layer_ids: list[int] | None = None,
+                  kind: str = "dflash", rank: int | None = None) -> BlockDrafter:
+    """A randomly initialised drafter sized to ``target`` (BlockDrafter if num_modes == 1, else MFD).
+
+    ``kind="dartree"`` builds a Domino drafter (:mod:`mfd_theory.llm.models.domino`): the same backbone
+    plus a path-correction head of ``rank`` (default ``domino.DEFAULT_RANK``); it has one mode.
+
+    ``mask_token_id`` defaults to the id z-lab's published drafters use for the target's tokenizer
+    (151669 for Qwen3's 151,936-token vocabulary, 248070 for Qwen3.5/3.6's 248,320), otherwise to
+    the last id of the vocabulary. Hybrid targets (Qwen3.5, Qwen3-Next) get the same Qwen3 draft
+    layers; ``target_layer_ids`` index the hybrid stack's ``hidden_states`` as for Qwen3.
+    Placed on the target's device and dtype.
+    """
+    hf = _hf_model(target)
+    tcfg = hf.config.get_text_config() if hasattr(hf.config, "get_text_config") else hf.config
+    if int(block_size) < 2:
+        raise ValueError(f"block_size: must be >= 2, got {block_size}")
+    if int(num_layers) < 1:
+        raise ValueError(f"num_layers: must be >= 1, got {num_layers}")
+    if int(num_modes) < 1:
+        raise ValueError(f"num_modes: must be >= 1, got {num_modes}")
+    if not isinstance(kind, str) or kind not in DRAFTER_KINDS:
+        raise ValueError(f"kind: must be one of {DRAFTER_KINDS}, got {kind!r}")
+    if kind == "dartree" and int(num_modes) != 1:
+        raise ValueError(f"num_modes: a dartree (Domino) drafter has one mode, got {num_modes}")
+    if kind != "dartree" and rank is not None:
+        raise ValueError(f"rank: only a dartree drafter has a correction rank (kind is {kind!r})")
+    ids = target_layer_ids or default_target_layer_ids(tcfg.num_hidden_layers, int(num_layers))
+    default_mask = _PUBLISHED_MASK_IDS.get(int(tcfg.vocab_size), tcfg.vocab_size - 1)
+    mask_id = default_mask if mask_token_id is None else int(mask_token_id)
+    cfg = _drafter_config(tcfg, int(block_size), int(num_layers), ids, mask_id, int(num_modes))
+    param = next(hf.parameters())
+    gen = torch.Generator().manual_seed(int(seed))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))
+        if kind == "dartree":
+            drafter = _registered(_KIND_CLASSES, kind, "kind")(cfg, hf, rank)
+        else:
+            drafter = MFDDrafter(cfg, hf, int(num_modes)) if num_modes > 1 else BlockDrafter(cfg, hf)
+    std = float(getattr(cfg, "initializer_range", 0.02))
+    for name, p in drafter.named_parameters():
+        if name.endswith("norm.weight"):
+            continue
+        if name == "weight_readout":
+            continue
+        p.data.copy_(torch.randn(p.shape, generator=gen) * std)
+    return drafter.to(device=param.device, dtype=param.dtype)
+
+
+def load_drafter(directory, target: Any, dtype: torch.dtype | None = None) -> BlockDrafter:
+    """Read config.json + safetensors (DFlash names) from ``directory``; MFD if it has mode tensors,
+    a Domino drafter (:mod:`mfd_theory.llm.models.domino`) if its architecture is ``DominoDraftModel``."""
+    from safetensors.torch import load_file
+
+    directory = Path(directory)
+    cfg_path = directory / "config.json"
+    if not cfg_path.is_file():
+        raise FileNotFoundError(f"directory: no config.json in {directory}")
+    raw = json.loads(cfg_path.read_text())
+    arch = (raw.get("architectures") or ["DFlashDraftModel"])[0]
+    if arch not in ("DFlashDraftModel", "MFDDraftModel", "DominoDraftModel"):
+        raise ValueError(f"directory: architecture {arch!r} is not a DFlash block drafter")
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"directory: no .safetensors files in {directory}")
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        state.update(load_file(str(f)))
+    state = {k[len("model."):] if k.startswith("model.") else k: v for k, v in state.items()}
+    block_size = raw.get("block_size", (raw.get("dflash_config") or {}).get("block_size", 16))
+    cfg = Qwen3Config(**{k: v for k, v in raw.items() if k not in ("architectures", "target_fingerprint")})
+    cfg.block_size = int(block_size)
+    cfg.dflash_config = dict(raw.get("dflash_config") or {})
+    if "num_target_layers" in raw:
+        cfg.num_target_layers = raw["num_target_layers"]
+    hf = _hf_model(target)
+    num_modes = int(cfg.dflash_config.get("num_modes", 1))
+    if arch == "DominoDraftModel":
+        drafter: BlockDrafter = _registered(_ARCH_CLASSES, arch, "directory")(cfg, hf)
+    elif "mode_embeddings" in state:
+        num_modes = state["mode_embeddings"].shape[0]
+        drafter = MFDDrafter(cfg, hf, num_modes)
+    else:
+        drafter = BlockDrafter(cfg, hf)
+    state = {k: v for k, v in state.items() if not k.startswith("rotary_emb.")}
+    missing, unexpected = drafter.load_state_dict(state, strict=False)
+    missing = [m for m in missing if not m.startswith("rotary_emb.")]
+    if missing or unexpected:
+        raise ValueError(f"directory: checkpoint does not match DFlash's layout (missing {missing}, "
+                         f"unexpected {unexpected})")
+    _check_fingerprint(directory, raw, hf)
+    param = next(hf.parameters())
+    return drafter.to(device=param.device, dtype=dtype or param.dtype)
+
+
+def _check_fingerprint(directory: Path, raw: dict, hf) -> None:
+    """Refuse a checkpoint whose recorded target fingerprint is not this target's.
+
+    Drafters saved by this package record it (``target_fingerprint`` in config.json, and
+    ``target_fingerprint.json`` beside the weights for trained ones); third-party DFlash
+    checkpoints have none and are checked by shapes and layer count only.
+    """
+    saved = raw.get("target_fingerprint")
+    fp_path = directory / "target_fingerprint.json"
+    if saved is None and fp_path.is_file():
+        try:
+            saved = json.loads(fp_path.read_text())["target"]
+        except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise ValueError(f"directory: unreadable {fp_path}: {exc}") from exc
+    if saved is None:
+        return
+    mine = target_fingerprint(hf)
+    if saved != mine:
+        raise ValueError(f"directory: the drafter in {directory} was trained for another target "
+                         f"(fingerprint {saved}, this target's is {mine})")
+
+
+def _same_table(a: torch.Tensor, b: torch.Tensor) -> bool:
+    # The same tensor, or (rarely) an equal copy: a drafter built on an identical reload is fine.
+    return a is b or (a.shape == b.shape and a.device == b.device and a.dtype == b.dtype and torch.equal(a, b))
+
+
+def check_drafter_target(drafter: Any, target_hf: nn.Module) -> None:
+    """Refuse a drafter object built on another target: its referenced embedding and LM-head
+    tables must be this target's, and its ``num_target_layers`` this target's layer count."""
+    emb = getattr(drafter, "_embed_tokens", None)
+    head = getattr(drafter, "_lm_head", None)
+    if emb is not None and not _same_table(emb.weight, target_hf.get_input_embeddings().weight):
+        raise ValueError("drafter: built on another target (its input embedding table is not this target's)")
+    if head is not None and not _same_table(head.weight, target_hf.get_output_embeddings().weight):
+        raise ValueError("drafter: built on another target (its LM head is not this target's)")
+    cfg = getattr(drafter, "config", None)
+    built_for = getattr(cfg, "num_target_layers", None) if cfg is not None else None
+    tcfg = target_hf.config.get_text_config() if hasattr(target_hf.config, "get_text_config") else target_hf.config
+    if built_for is not None and int(built_for) != int(tcfg.num_hidden_layers):
+        raise ValueError(f"drafter: built for a {built_for}-layer target, this target has "
+                         f"{tcfg.num_hidden_layers} layers")
+
+
+def drafter_from_checkpoint(directory, target: Any, num_modes: int = 1) -> BlockDrafter:
+    """A drafter with ``num_modes`` modes initialised from a DFlash checkpoint in ``directory``.
+
+    For ``num_modes`` > 1 the checkpoint's backbone is copied into an MFD drafter whose mode
+    embeddings and weight readout are zero: every mode is then the checkpoint's block drafter and
+    the mixture weights are uniform, so it drafts exactly the checkpoint's distributions.
+    A checkpoint that already has modes must have ``num_modes`` of them.
+    """
+    base = load_drafter(directory, target)
+    k = int(num_modes)
+    if k < 1:
+        raise ValueError(f"num_modes: must be >= 1, got {num_modes}")
+    if base.num_modes == k:
+        return base
+    if base.num_modes != 1:
+        raise ValueError(f"num_modes: the checkpoint in {directory} has {base.num_modes} modes, "
+                         f"cannot start a {k}-mode drafter from it")
+    cfg = base.config
+    dcfg = dict(getattr(cfg, "dflash_config", None) or {})
+    if k > 1:
+        dcfg["num_modes"] = k
+    cfg.dflash_config = dcfg
+    hf = _hf_model(target)
+    drafter = MFDDrafter(cfg, hf, k)
+    state = {n: v for n, v in base.state_dict().items() if not n.startswith("rotary_emb.")}
+    missing, unexpected = drafter.load_state_dict(state, strict=False)
+    left = [m for m in missing if not m.startswith("rotary_emb.") and m not in ("mode_embeddings", "weight_readout")]
+    if left or unexpected:
+        raise ValueError(f"directory: checkpoint in {directory} does not fit an MFD drafter ({left}, {unexpected})")
+    param = next(base.parameters())
+    return drafter.to(device=param.device, dtype=param.dtype)

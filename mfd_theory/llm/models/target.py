@@ -1,0 +1,318 @@
+"""The target model adapter: prefill, one tree-verification forward, KV compaction.
+
+``TargetModel`` wraps any Hugging Face causal LM whose forward accepts a 4D attention mask
+(Qwen3ForCausalLM first) and keeps its own ``DynamicCache``, whose attention layers write new rows
+in place into preallocated buffers (``cache_in_place``, default) rather than concatenating the
+whole cache every forward. A decoding round is
+
+    logits, hidden = target.verify(root_token, tree)   # [N+1, V]: root first, then the nodes
+    ... walk the tree with the logits ...
+    target.commit(path)                                # keep the rows of root + accepted nodes
+
+Verification input is ``[root, node tokens...]`` at positions ``start + depth`` (the root has
+depth 0), and every query sees all cached context plus its own ancestors and itself. The mask is a
+*float additive* mask (0 visible, dtype minimum hidden): transformers 5.x passes a 4D mask through
+unchanged, and the eager kernel adds it to the scores, so a bool mask would be silently wrong.
+Hybrid targets (Gated DeltaNet + attention) are verified through :mod:`mfd_theory.llm.models.hybrid`.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from mfd_theory.llm.models.hybrid import HybridTree, is_hybrid_cache
+
+__all__ = ["TargetModel", "VerifyOutput", "ancestor_mask", "tree_attention_mask"]
+
+
+@dataclass
+class VerifyOutput:
+    logits: torch.Tensor  # [N+1, V] float32: the target's next-token logits at the root and every node
+    hidden_states: tuple | None  # HF hidden_states tuple, each [1, N+1, H] (None when not requested)
+
+
+def tree_attention_mask(ancestor: np.ndarray | torch.Tensor, past_len: int, dtype: torch.dtype,
+                        device: torch.device | str) -> torch.Tensor:
+    """Float additive mask [1, 1, N+1, past_len + N+1] from an ancestor mask [N+1, N+1] (root first)."""
+    anc = ancestor.to(device) if isinstance(ancestor, torch.Tensor) else torch.as_tensor(
+        np.asarray(ancestor, dtype=bool), device=device)
+    n1 = anc.shape[0]
+    mask = torch.zeros((n1, past_len + n1), dtype=dtype, device=device)
+    mask[:, past_len:].masked_fill_(~anc, torch.finfo(dtype).min)
+    return mask[None, None]  # [1, 1, N+1, past+N+1]
+
+
+def ancestor_mask(tree, device) -> torch.Tensor:
+    """bool [N+1, N+1] (root first, row = query): the core's ``DraftTree.ancestor_mask()`` (a numba
+    walk up the parents, microseconds at N = 1024), moved to ``device`` in one copy."""
+    return torch.from_numpy(tree.ancestor_mask()).to(device)
+
+
+@functools.lru_cache(maxsize=None)
+def _in_place_layer_class():
+    """A ``DynamicLayer`` that keeps its rows in preallocated buffers grown by doubling.
+
+    ``DynamicLayer.update`` concatenates the new rows to the cached ones, which copies the whole
+    cache every forward (every verify round). This layer writes the new rows in place instead;
+    ``keys`` / ``values`` are views of the buffers' first rows, so ``crop`` (a shorter view) and
+    :meth:`TargetModel.commit`'s in-place row moves work on it unchanged. Growth copies the rows
+    once into a buffer at least twice as long (amortised O(1) per row; up to 2x the cache memory).
+    """
+    from transformers.cache_utils import DynamicLayer
+
+    class InPlaceLayer(DynamicLayer):
+        _buf_k: torch.Tensor | None = None  # [B, kvh, capacity, d]
+        _buf_v: torch.Tensor | None = None
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            n, t = self.get_seq_length(), key_states.shape[-2]
+            buf = self._buf_k
+            # a fresh layer, no room, or keys replaced behind our back (batch ops, offloading)
+            if (buf is None or n + t > buf.shape[-2] or buf.shape[:-2] != key_states.shape[:-2]
+                    or buf.dtype != key_states.dtype or buf.device != key_states.device
+                    or (n and self.keys.data_ptr() != buf.data_ptr())):
+                cap = max(n + t, 2 * n, 256)
+                new_k = key_states.new_empty((*key_states.shape[:-2], cap, key_states.shape[-1]))
+                new_v = value_states.new_empty((*value_states.shape[:-2], cap, value_states.shape[-1]))
+                if n:
+                    new_k[..., :n, :] = self.keys
+                    new_v[..., :n, :] = self.values
+                self._buf_k, self._buf_v = new_k, new_v
+            self._buf_k[..., n:n + t, :] = key_states
+            self._buf_v[..., n:n + t, :] = value_states
+            self.keys, self.values = self._buf_k[..., :n + t, :], self._buf_v[..., :n + t, :]  # views
+            return self.keys, self.values
+
+        def reset(self) -> None:
+            self._buf_k = self._buf_v = None
+            super().reset()
+
+    return InPlaceLayer
+
+
+def _check_one_device(model: nn.Module) -> None:
+    """Refuse a model spread over several devices (``device_map="auto"`` over GPUs, or with CPU /
+    disk offload): cache compaction, hidden-state fusion and the step clock assume one device."""
+    placed = getattr(model, "hf_device_map", None) or {}
+    # accelerate records GPU i as the int i; "cuda:i" is the same device. The map and the
+    # parameters are checked apart: a one-device map goes stale when the model is moved later.
+    mapped = {f"cuda:{d}" if isinstance(d, int) else str(d) for d in placed.values()}
+    held = {str(p.device) for p in model.parameters()}
+    where = mapped if len(mapped) > 1 else held
+    if len(where) > 1:
+        raise ValueError(f"hf_model: spread over devices {sorted(where)} (device_map); tree verification "
+                         "needs the whole target on one device: load it with device_map=None and .to(device)")
+
+
+def _cache_kwarg(model: nn.Module) -> str:
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+class TargetModel:
+    """A frozen HF causal LM with a KV cache that tree verification can compact in place.
+
+    ``hf_model`` must accept a 4D float attention mask (checked by a two-token probe at
+    construction: a model that ignores or rejects the mask raises ``ValueError``). Hybrids
+    (Qwen3.5 / Qwen3-Next) are accepted; ``gdn_commit`` picks how their recurrent state is
+    committed ("replay" or "select", see :mod:`mfd_theory.llm.models.hybrid`). ``cache_in_place``: the
+    attention layers write each forward's rows into preallocated buffers instead of HF's
+    concatenation, which copies the whole cache every round (see :func:`_in_place_layer_class`).
+    """
+
+    def __init__(self, hf_model: nn.Module, check_mask: bool = True, gdn_commit: str = "replay",
+                 cache_in_place: bool = True):
+        if not isinstance(hf_model, nn.Module) or not hasattr(hf_model, "config"):
+            raise ValueError("hf_model: expected a Hugging Face causal LM (an nn.Module with a config)")
+        self.model = hf_model.eval()
+        cfg = hf_model.config.get_text_config() if hasattr(hf_model.config, "get_text_config") else hf_model.config
+        self.config = cfg
+        self.vocab_size = int(cfg.vocab_size)
+        self.hidden_size = int(cfg.hidden_size)
+        self.num_layers = int(cfg.num_hidden_layers)
+        self.max_positions = int(getattr(cfg, "max_position_embeddings", 0) or 0) or None
+        _check_one_device(hf_model)
+        param = next(hf_model.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        self._cache_name = _cache_kwarg(hf_model)
+        attn = getattr(cfg, "_attn_implementation", None) or getattr(hf_model.config, "_attn_implementation", None)
+        # flash kernels take no 4D mask; flex attention compiles a block mask of its own and aborts
+        # the process on a tree mask (refused before the probe below ever runs it)
+        if attn is not None and ("flash" in str(attn) or "flex" in str(attn)):
+            raise ValueError(f"hf_model: attention implementation {attn!r} cannot take a 4D tree mask; "
+                             "load the model with attn_implementation='eager' or 'sdpa'")
+        self.cache = None
+        self.cache_in_place = bool(cache_in_place)
+        self.length = 0  # committed tokens held in the cache
+        self._pending = 0  # rows appended by the last verify, not yet committed
+        self._pending_parent = np.empty(0, dtype=np.int64)  # the verified tree's parents (-1 = root)
+        from transformers.cache_utils import DynamicLayer
+
+        probe_cache = self._new_cache()
+        self.hybrid = None  # the GDN side of a hybrid target (mfd_theory.llm.models.hybrid)
+        if is_hybrid_cache(probe_cache):
+            self.hybrid = HybridTree(hf_model, probe_cache, gdn_commit)
+        odd = {type(layer).__name__ for layer in probe_cache.layers if type(layer) is not DynamicLayer}
+        if odd and self.hybrid is None:  # sliding-window layers cannot be compacted row by row
+            raise ValueError(f"hf_model: cache layers {sorted(odd)} are not supported (full attention only)")
+        if check_mask and (self.hybrid is None or self.hybrid.kv_layers):
+            self._probe_4d_mask()
+
+    # ------------------------------------------------------------------ helpers
+    def _new_cache(self):
+        from transformers import DynamicCache
+
+        try:
+            return DynamicCache(config=self.model.config)
+        except TypeError:
+            return DynamicCache()
+
+    @torch.no_grad()
+    def _forward(self, ids, positions, mask, cache, hidden: bool):
+        kwargs = {self._cache_name: cache}
+        return self.model(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True,
+                          output_hidden_states=hidden, **kwargs)
+
+    def _kv_layers(self):
+        """The cache layers holding attention KV rows (all of them unless the target is a hybrid)."""
+        if self.hybrid is None:
+            return self.cache.layers
+        return [self.cache.layers[i] for i in self.hybrid.kv_layers]
+
+    def _probe_4d_mask(self) -> None:
+        """Two tokens; hiding token 0 from token 1 must change token 1's logits."""
+        ids = torch.tensor([[0, 1]], device=self.device)
+        pos = torch.arange(2, device=self.device)[None]
+        outs = []
+        for anc in (np.array([[1, 0], [1, 1]], bool), np.array([[1, 0], [0, 1]], bool)):
+            mask = tree_attention_mask(anc, 0, self.dtype, self.device)
+            try:
+                out = self._forward(ids, pos, mask, self._new_cache(), hidden=False)
+            except Exception as exc:  # the model rejected the 4D mask
+                raise ValueError(f"hf_model: cannot take a 4D attention mask ({type(exc).__name__}: {exc})") from exc
+            outs.append(out.logits[0, 1].float())
+        if torch.equal(outs[0], outs[1]):
+            raise ValueError("hf_model: ignores a 4D attention mask (tree verification needs one)")
+
+    def _check_positions(self, end: int) -> None:
+        if self.max_positions is not None and end > self.max_positions:
+            raise ValueError(f"input_ids: sequence would reach {end} positions, beyond the target's "
+                             f"context of {self.max_positions}")
+
+    # ------------------------------------------------------------------ API
+    @torch.no_grad()
+    def prefill(self, input_ids: torch.Tensor, hidden: bool = True):
+        """Start a sequence: returns (next-token logits [V] float32, hidden_states tuple or None)."""
+        ids = torch.as_tensor(input_ids, device=self.device)
+        if ids.numel() and (ids.dtype == torch.bool or ids.dtype.is_floating_point or ids.dtype.is_complex):
+            raise ValueError(f"input_ids: token ids must be integers, got dtype {ids.dtype}")
+        if ids.dim() == 1:
+            ids = ids[None]
+        if ids.dim() != 2 or ids.shape[0] != 1:
+            raise ValueError(f"input_ids: expected one sequence [T] or [1, T], got shape {tuple(ids.shape)}")
+        t = ids.shape[1]
+        if t == 0:
+            raise ValueError("input_ids: the prompt is empty")
+        if int(ids.min()) < 0 or int(ids.max()) >= self.vocab_size:
+            raise ValueError(f"input_ids: token ids must lie in [0, {self.vocab_size})")
+        self._check_positions(t)
+        self.cache = self._new_cache()
+        if self.cache_in_place:
+            from transformers.cache_utils import DynamicLayer
+
+            grow = _in_place_layer_class()
+            for layer in self.cache.layers:
+                if type(layer) is DynamicLayer and not layer.is_initialized:
+                    layer.__class__ = grow  # same state, in-place update (sliding/GDN layers untouched)
+            if getattr(self.cache, "layer_class_to_replicate", None) is DynamicLayer:
+                self.cache.layer_class_to_replicate = grow  # a cache built without a config adds layers lazily
+        pos = torch.arange(t, device=self.device)[None]
+        out = self._forward(ids, pos, None, self.cache, hidden)
+        self.length, self._pending = t, 0
+        return out.logits[0, -1].float(), (out.hidden_states if hidden else None)
+
+    def tree_mask(self, tree: Any = None) -> torch.Tensor:
+        """The float additive mask [1, 1, N+1, length + N+1] for verifying ``tree`` next."""
+        if tree is None or len(tree) == 0:
+            return torch.zeros((1, 1, 1, self.length + 1), dtype=self.dtype, device=self.device)
+        anc = ancestor_mask(tree, self.device)
+        return tree_attention_mask(anc, self.length, self.dtype, self.device)
+
+    @torch.no_grad()
+    def verify(self, root_token: int, tree: Any = None, hidden: bool = True,
+               mask: torch.Tensor | None = None) -> VerifyOutput:
+        """One forward over [root, tree nodes]; ``tree=None`` (or empty) is a plain AR step.
+
+        ``mask`` may be passed precomputed by :meth:`tree_mask` (decoding times it separately)."""
+        if self.cache is None:
+            raise ValueError("verify: call prefill first")
+        if self._pending:
+            raise ValueError("verify: the previous verification was not committed")
+        n = 0 if tree is None else len(tree)
+        self._check_positions(self.length + 1 + (int(np.max(tree.depth)) if n else 0))
+        ids = torch.empty((1, n + 1), dtype=torch.long)
+        ids[0, 0] = int(root_token)
+        depth = torch.zeros(n + 1, dtype=torch.long)
+        if n:
+            ids[0, 1:] = torch.as_tensor(np.asarray(tree.token, dtype=np.int64))
+            depth[1:] = torch.as_tensor(np.asarray(tree.depth, dtype=np.int64))
+        if mask is None:
+            mask = self.tree_mask(tree)
+        if mask.shape != (1, 1, n + 1, self.length + n + 1):
+            raise ValueError(f"mask: expected shape {(1, 1, n + 1, self.length + n + 1)}, got {tuple(mask.shape)}")
+        pos = (self.length + depth).to(self.device)[None]
+        if self.hybrid is None:
+            out = self._forward(ids.to(self.device), pos, mask, self.cache, hidden)
+        else:  # GDN layers run depth by depth over the tree, each node from its parent's state
+            parent = np.asarray(tree.parent) if n else np.zeros(0, np.int64)
+            with self.hybrid.verifying(self.cache, parent, depth[1:], self.device):
+                out = self._forward(ids.to(self.device), pos, mask, self.cache, hidden)
+        self._pending = n + 1
+        self._pending_parent = np.asarray(tree.parent, dtype=np.int64) if n else np.empty(0, dtype=np.int64)
+        return VerifyOutput(out.logits[0].float(), out.hidden_states if hidden else None)
+
+    @torch.no_grad()
+    def commit(self, path: list[int] | np.ndarray = ()) -> None:
+        """Keep the cache rows of the root and of the accepted nodes ``path`` (node indices, in order).
+
+        ``path`` must be a chain from the root of the verified tree: the first node a child of the
+        root, each next node a child of the one before (so no node twice). Anything else would
+        splice unrelated rows into the cache, so it is refused and the verification stays pending."""
+        if not self._pending:
+            raise ValueError("commit: nothing to commit (call verify first)")
+        path = [int(i) for i in path]
+        if any(not 0 <= i < self._pending - 1 for i in path):
+            raise ValueError(f"path: node indices must lie in [0, {self._pending - 1})")
+        prev = -1
+        for i in path:
+            if int(self._pending_parent[i]) != prev:
+                where = "the root" if prev < 0 else f"node {prev}"
+                raise ValueError(f"path: node {i} is not a child of {where}; commit takes the accepted "
+                                 f"chain from the root, in order, got {path}")
+            prev = i
+        keep_rel = [0] + [i + 1 for i in path]
+        n_keep = len(keep_rel)
+        if keep_rel != list(range(n_keep)):  # rows already in place when the path is a prefix
+            keep = torch.tensor([self.length + r for r in keep_rel], device=self.device)
+            dst = slice(self.length, self.length + n_keep)
+            for layer in self._kv_layers():
+                # [B, kvh, length + pending, d]: move the kept rows down in place (index_select
+                # copies them out first, so source and destination may overlap)
+                layer.keys[:, :, dst] = layer.keys.index_select(2, keep)
+                layer.values[:, :, dst] = layer.values.index_select(2, keep)
+        if self._pending > n_keep:
+            for layer in self._kv_layers():
+                layer.crop(n_keep - self._pending)  # drop the rest; a view, no copy of the cache
+        if self.hybrid is not None:
+            self.hybrid.commit(self.cache, keep_rel)
+        self.length += n_keep
+        self._pending = 0

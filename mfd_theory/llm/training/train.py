@@ -1,0 +1,729 @@
+"""Training: the small Qwen3 target, a plain draft LM, and block drafters (product and MFD).
+
+All runs share one resumable loop (:func:`run_training`):
+
+* batches are a pure function of ``(seed, step)``, so a resumed run sees exactly the batches an
+  uninterrupted one would, without storing a data-loader state;
+* every ``ckpt_every`` steps (and on Ctrl-C) the trainable weights, the optimizer state, the step
+  and the loss curve are written to ``<run_dir>/train_state`` through a temporary directory and a
+  rename, so a kill at any moment leaves the previous checkpoint intact;
+* the run directory records its config (``train_config.json``); a directory made with another
+  config is refused rather than silently mixed;
+* a finished run writes its final artefact (``model/`` via ``save_pretrained`` for LMs, the
+  drafter in DFlash's format for drafters) plus ``loss_curve.json``, and a rerun loads it.
+
+Drafter losses (self-distillation on the target's own sampled continuations, as DFlash does):
+
+* product drafter: DFlash's per-position cross-entropy with weights ``w_i = exp(-(i-1)/gamma)``;
+* MFD drafter: the mixture likelihood of the target's block under the same weights,
+  ``-log sum_k pi_k exp(sum_i w_i log q_{k,i}(x_i))``. We optimise this exact log-sum-exp, whose
+  gradient is the EM gradient (each mode is pulled by its posterior responsibility), rather than
+  min-over-modes: winner-take-all starves modes that lose early and is the classic route to dead
+  modes, while soft responsibilities keep every mode in play. As a further guard against mode
+  collapse we add a small load-balancing penalty ``KL(uniform || mean responsibility)`` over the
+  batch and log each mode's usage.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from mfd_theory.llm.models.fingerprint import FINGERPRINT_VERSION, hf_model as _hf_model, target_fingerprint
+from mfd_theory.results import atomic_write_text
+
+__all__ = [
+    "LMConfig",
+    "LMTrainConfig",
+    "DrafterTrainConfig",
+    "config_hash",
+    "run_training",
+    "train_lm",
+    "load_lm",
+    "make_distill_data",
+    "train_drafter",
+    "block_loss",
+    "position_weights",
+    "default_gamma",
+    "left_align_context",
+    "mode_diagnostics",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# configs
+
+
+@dataclasses.dataclass(frozen=True)
+class LMConfig:
+    """Architecture of a small causal LM (the target, or a draft LM for HF assisted generation):
+    ``arch`` "qwen3" is a Qwen3ForCausalLM, "qwen3_5" a hybrid Qwen3_5ForCausalLM (every fourth
+    layer full attention, the others Gated DeltaNet, the last layer attention if fewer than four)."""
+
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int = 32
+    intermediate_size: int = 384
+    max_position_embeddings: int = 1024
+    arch: str = "qwen3"
+
+
+@dataclasses.dataclass(frozen=True)
+class LMTrainConfig:
+    seq_len: int = 128
+    batch_size: int = 16
+    steps: int = 400
+    lr: float = 3e-3
+    warmup: int = 20
+    weight_decay: float = 0.0
+    ckpt_every: int = 100
+    seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class DrafterTrainConfig:
+    block_size: int = 8
+    num_layers: int = 1
+    num_modes: int = 1
+    batch_size: int = 16            # sequences per step
+    blocks_per_seq: int = 4         # block starts drawn per sequence (they share one target pass)
+    steps: int = 400
+    lr: float = 3e-3
+    warmup: int = 20
+    gamma: float | None = None      # position-weight decay; None: DFlash's choice for the block size
+    balance: float = 0.1            # MFD load-balancing weight (0 disables)
+    ckpt_every: int = 100
+    seed: int = 0
+    grad_accum: int = 1             # micro-batches of batch_size sequences per optimizer step
+
+
+def config_hash(*parts: Any) -> str:
+    """Short stable hash of JSON-able parts, used to name cache directories."""
+    blob = json.dumps([dataclasses.asdict(p) if dataclasses.is_dataclass(p) else p for p in parts],
+                      sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:10]
+
+
+# ---------------------------------------------------------------------------------------------
+# the resumable loop
+
+
+def _lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    frac = (step - warmup) / max(1, steps - warmup)
+    return lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, frac))))
+
+
+def _trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def _write_state_dir(run_dir: Path, model, optimizer, step: int, curve: list) -> None:
+    from safetensors.torch import save_file
+
+    final = run_dir / "train_state"
+    tmp = run_dir / f"train_state.tmp-{os.getpid()}"
+    old = run_dir / "train_state.old"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    save_file({k: v.contiguous() for k, v in _trainable_state(model).items()},
+              str(tmp / "weights.safetensors"))
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    (tmp / "state.json").write_text(json.dumps({"step": step, "loss_curve": curve}))
+    # Swap in: the previous checkpoint survives as .old until the new one is in place.
+    if final.exists():
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(final, old)
+    os.replace(tmp, final)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def _read_state_dir(run_dir: Path, model, optimizer) -> tuple[int, list]:
+    from safetensors.torch import load_file
+
+    for name in ("train_state", "train_state.old"):
+        d = run_dir / name
+        if not (d / "state.json").is_file():
+            continue
+        try:
+            state = json.loads((d / "state.json").read_text())
+            weights = load_file(str(d / "weights.safetensors"))
+            opt_state = torch.load(d / "optimizer.pt", weights_only=False, map_location="cpu")
+        except Exception as exc:  # noqa: BLE001 - any unreadable file means a corrupt checkpoint
+            raise ValueError(f"run_dir: corrupt training checkpoint in {d}: {exc}") from exc
+        expected = {n for n, p in model.named_parameters() if p.requires_grad}
+        if set(weights) != expected:
+            raise ValueError(
+                f"run_dir: checkpoint {d} holds parameters {sorted(set(weights) ^ expected)[:4]}... "
+                "that do not match the model being trained"
+            )
+        model.load_state_dict(weights, strict=False)
+        optimizer.load_state_dict(opt_state)
+        return int(state["step"]), list(state["loss_curve"])
+    return 0, []
+
+
+def _check_run_config(run_dir: Path, config: dict, dist=None) -> None:
+    # Under torchrun rank 0 writes the file first; the others then check it like a rerun would.
+    if dist is not None and dist.active:
+        if dist.main:
+            _check_run_config(run_dir, config)
+        dist.barrier()
+        if not dist.main:
+            _check_run_config(run_dir, config)
+        return
+    p = run_dir / "train_config.json"
+    if p.is_file():
+        try:
+            saved = json.loads(p.read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"run_dir: corrupt {p}: {exc}") from exc
+        if saved != json.loads(json.dumps(config, default=str)):
+            raise ValueError(f"run_dir: {run_dir} holds a run with a different config; use another directory")
+    else:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(p, json.dumps(config, default=str, indent=1))
+
+
+def run_training(
+    run_dir: str | Path,
+    model: torch.nn.Module,
+    loss_fn: Callable[[int], tuple[torch.Tensor, dict]],
+    *,
+    steps: int,
+    lr: float,
+    warmup: int,
+    ckpt_every: int,
+    config: dict,
+    weight_decay: float = 0.0,
+    progress: bool = True,
+    desc: str = "train",
+    stop_after: int | None = None,
+    grad_accum: int = 1,
+    dist=None,
+) -> list[dict]:
+    """Train ``model``'s trainable parameters with AdamW, resuming from ``run_dir/train_state``.
+
+    ``loss_fn(step)`` returns the loss and a dict of scalars to log; it must derive its batch
+    from ``step`` alone. With ``grad_accum`` > 1 it is called as ``loss_fn(step, micro)`` for
+    each micro-batch and the gradients add up (each loss is divided by ``grad_accum``).
+    ``stop_after`` stops (with a checkpoint) after that many steps of this call, which is how the
+    tests simulate an interruption. Returns the loss curve (one dict per step: step, loss, lr and
+    whatever loss_fn logged).
+
+    ``dist`` (a :class:`~mfd_theory.llm.training.dist.Dist`) under torchrun: loss_fn must then run the
+    model through DistributedDataParallel on this rank's share of the batch; rank 0 alone writes
+    checkpoints and shows the progress bar, every rank reads the checkpoint on resume, and the
+    logged numbers are means over ranks.
+    """
+    from tqdm.auto import tqdm
+
+    run_dir = Path(run_dir)
+    if steps < 1:
+        raise ValueError(f"steps: must be >= 1, got {steps}")
+    if isinstance(grad_accum, bool) or int(grad_accum) != grad_accum or grad_accum < 1:
+        raise ValueError(f"grad_accum: must be an integer >= 1, got {grad_accum!r}")
+    main = dist is None or dist.main
+    try:
+        _check_run_config(run_dir, config, dist)
+    except OSError as exc:
+        raise ValueError(f"run_dir: cannot write {run_dir}: {exc}") from exc
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("model: has no trainable parameters")
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=(0.9, 0.98))
+    start, curve = _read_state_dir(run_dir, model, opt)
+
+    def save(at: int) -> None:
+        if main:
+            _write_state_dir(run_dir, model, opt, at, curve)
+        if dist is not None:
+            dist.barrier()
+
+    model.train()
+    bar = tqdm(total=steps, initial=start, desc=desc, disable=not (progress and main), leave=False)
+    step = start
+    try:
+        while step < steps:
+            if stop_after is not None and step - start >= stop_after:
+                break
+            cur_lr = _lr_at(step, steps, lr, warmup)
+            for g in opt.param_groups:
+                g["lr"] = cur_lr
+            opt.zero_grad(set_to_none=True)
+            total, logs = 0.0, {}
+            for micro in range(grad_accum):
+                loss, mlogs = loss_fn(step) if grad_accum == 1 else loss_fn(step, micro)
+                (loss / grad_accum).backward()
+                total += float(loss.detach()) / grad_accum
+                for k, v in mlogs.items():
+                    logs[k] = logs.get(k, 0.0) + float(v) / grad_accum
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            step += 1
+            if dist is not None and dist.active:
+                total = dist.mean(total)
+                logs = {k: dist.mean(v) for k, v in logs.items()}
+            curve.append({"step": step, "loss": total, "lr": cur_lr, **logs})
+            # no redraw of its own (refresh=False): the update's, at most every TQDM_MININTERVAL
+            # seconds, shows it (off a terminal a redraw per step was a log line per step)
+            bar.set_postfix(loss=f"{curve[-1]['loss']:.3f}", refresh=False)
+            bar.update(1)
+            if step % ckpt_every == 0 and step < steps:
+                save(step)
+    except KeyboardInterrupt:
+        save(step)
+        raise
+    finally:
+        bar.close()
+        model.eval()
+    if step < steps:
+        save(step)
+    return curve
+
+
+def _finish(run_dir: Path, curve: list) -> None:
+    atomic_write_text(run_dir / "loss_curve.json", json.dumps(curve))
+    for name in ("train_state", "train_state.old"):
+        if (run_dir / name).exists():
+            shutil.rmtree(run_dir / name)
+
+
+# ---------------------------------------------------------------------------------------------
+# language models (target, draft LM)
+
+
+LM_ARCHS = ("qwen3", "qwen3_5")
+
+
+def hybrid_layer_types(num_layers: int) -> list[str]:
+    """Qwen3.5's pattern: three Gated DeltaNet layers, then one full-attention layer, repeated."""
+    types = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(num_layers)]
+    if "full_attention" not in types:
+        types[-1] = "full_attention"
+    return types
+
+
+def qwen3_config(arch: LMConfig, vocab_size: int, eos_id: int):
+    """The HF config of ``arch`` (a Qwen3Config, or a Qwen3_5TextConfig for the hybrid)."""
+    from transformers import Qwen3_5TextConfig, Qwen3Config
+
+    if arch.arch not in LM_ARCHS:
+        raise ValueError(f"arch: must be one of {LM_ARCHS}, got {arch.arch!r}")
+    common = dict(
+        vocab_size=vocab_size, hidden_size=arch.hidden_size, intermediate_size=arch.intermediate_size,
+        num_hidden_layers=arch.num_layers, num_attention_heads=arch.num_heads,
+        num_key_value_heads=arch.num_kv_heads, head_dim=arch.head_dim,
+        max_position_embeddings=arch.max_position_embeddings,
+        tie_word_embeddings=False, eos_token_id=eos_id, pad_token_id=eos_id, bos_token_id=eos_id,
+        use_cache=True,
+    )
+    if arch.arch == "qwen3_5":
+        # GDN heads sized like the attention heads: value heads = attention heads, key heads half
+        return Qwen3_5TextConfig(
+            **common, layer_types=hybrid_layer_types(arch.num_layers), linear_num_value_heads=arch.num_heads,
+            linear_num_key_heads=max(1, arch.num_heads // 2), linear_key_head_dim=arch.head_dim,
+            linear_value_head_dim=arch.head_dim, linear_conv_kernel_dim=4,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+        )
+    return Qwen3Config(**common, rope_theta=10000.0)
+
+
+def lm_class(arch: str):
+    from transformers import Qwen3_5ForCausalLM, Qwen3ForCausalLM
+
+    return Qwen3_5ForCausalLM if arch == "qwen3_5" else Qwen3ForCausalLM
+
+
+def load_lm(path: str | Path, device: str = "cpu"):
+    """Load a finished LM saved by :func:`train_lm` (``path`` is the run dir or its ``model/``)."""
+    from transformers import AutoModelForCausalLM
+
+    path = Path(path)
+    if (path / "model").is_dir():
+        path = path / "model"
+    if not (path / "config.json").is_file():
+        raise ValueError(f"path: no model checkpoint (config.json) in {path}")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)  # Qwen3 or Qwen3.5
+    except Exception as exc:  # noqa: BLE001 - surface any loader failure as a clear error
+        raise ValueError(f"path: corrupt model checkpoint in {path}: {exc}") from exc
+    return model.to(device).eval()
+
+
+def _windows(stream: np.ndarray, step: int, seed: int, batch: int, seq_len: int) -> torch.Tensor:
+    rng = np.random.default_rng([seed, step])
+    starts = rng.integers(0, len(stream) - seq_len - 1, size=batch)
+    return torch.from_numpy(np.stack([stream[s: s + seq_len] for s in starts]))  # [B, S]
+
+
+def train_lm(
+    corpus,
+    run_dir: str | Path,
+    arch: LMConfig = LMConfig(),
+    train: LMTrainConfig = LMTrainConfig(),
+    progress: bool = True,
+    desc: str = "target",
+    stop_after: int | None = None,
+    device: str = "cpu",
+):
+    """Train a causal LM of ``arch`` (Qwen3, or the Qwen3.5 hybrid) on ``corpus`` (next-token CE on
+    random windows); cached in run_dir.
+
+    Returns ``(model, loss_curve)``; the model is saved with ``save_pretrained`` in run_dir/model.
+    """
+    run_dir = Path(run_dir)
+    if (run_dir / "model" / "config.json").is_file() and (run_dir / "loss_curve.json").is_file():
+        _check_run_config(run_dir, lm_run_config(corpus, arch, train))
+        return load_lm(run_dir, device), json.loads((run_dir / "loss_curve.json").read_text())
+    stream = corpus.stream()
+    if len(stream) <= train.seq_len + 1:
+        raise ValueError(f"train.seq_len: corpus has only {len(stream)} tokens")
+    torch.manual_seed(train.seed)
+    model = lm_class(arch.arch)._from_config(
+        qwen3_config(arch, corpus.vocab_size, corpus.eos_id), attn_implementation="sdpa"
+    ).to(device)
+
+    def loss_fn(step):
+        ids = _windows(stream, step, train.seed, train.batch_size, train.seq_len).to(device)  # [B, S]
+        return model(input_ids=ids, labels=ids).loss, {}
+
+    curve = run_training(
+        run_dir, model, loss_fn, steps=train.steps, lr=train.lr, warmup=train.warmup,
+        ckpt_every=train.ckpt_every, weight_decay=train.weight_decay,
+        config=lm_run_config(corpus, arch, train), progress=progress, desc=desc,
+        stop_after=stop_after,
+    )
+    if len(curve) < train.steps:
+        return model, curve
+    model.save_pretrained(str(run_dir / "model.tmp"))
+    if (run_dir / "model").exists():
+        shutil.rmtree(run_dir / "model")
+    os.replace(run_dir / "model.tmp", run_dir / "model")
+    _finish(run_dir, curve)
+    return model, curve
+
+
+def lm_run_config(corpus, arch, train) -> dict:
+    return {"kind": "lm", "arch": dataclasses.asdict(arch), "train": dataclasses.asdict(train),
+            "corpus": dataclasses.asdict(corpus.config), "vocab_size": corpus.vocab_size}
+
+
+# ---------------------------------------------------------------------------------------------
+# self-distillation data
+
+
+@torch.no_grad()
+def make_distill_data(
+    target, prompts: np.ndarray, gen_len: int, temperature: float = 1.0, seed: int = 0,
+    batch: int = 64, progress: bool = True,
+) -> np.ndarray:
+    """The target's own continuations of ``prompts`` (int64 [n, P]) -> int64 [n, P + gen_len].
+
+    Sampled at ``temperature`` (T = 1 keeps all the target's futures, which the MFD drafter is
+    meant to learn; 0 means greedy) with a KV cache, full vocabulary (no top-k/top-p).
+    """
+    from tqdm.auto import tqdm
+
+    if gen_len < 1:
+        raise ValueError(f"gen_len: must be >= 1, got {gen_len}")
+    prompts = np.asarray(prompts, dtype=np.int64)
+    if prompts.ndim != 2 or prompts.shape[1] < 1:
+        raise ValueError(f"prompts: need int array [n, P>=1], got shape {prompts.shape}")
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    target.eval()
+    dev = next(target.parameters()).device
+    for lo in tqdm(range(0, len(prompts), batch), desc="distill", disable=not progress, leave=False):
+        ids = torch.from_numpy(prompts[lo: lo + batch]).to(dev)  # [b, P]
+        res = target(input_ids=ids, use_cache=True)
+        past, logits = res.cache, res.logits[:, -1]
+        toks = [ids]
+        for _ in range(gen_len):
+            if temperature > 0:
+                # Sampled on the CPU with a CPU generator: the same draws on any device.
+                probs = torch.softmax(logits.float().cpu() / temperature, -1)
+                nxt = torch.multinomial(probs, 1, generator=gen).to(dev)
+            else:
+                nxt = logits.argmax(-1, keepdim=True)  # [b, 1]
+            toks.append(nxt)
+            res = target(input_ids=nxt, cache=past, use_cache=True)
+            past, logits = res.cache, res.logits[:, -1]
+        out.append(torch.cat(toks, 1).cpu().numpy())
+    return np.concatenate(out).astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------------
+# block drafters
+
+
+def default_gamma(block_size: int) -> float:
+    """DFlash's position-weight decay: 7 for block 16, 5 for 10, 4 for 8; linear in between."""
+    table = {16: 7.0, 10: 5.0, 8: 4.0}
+    return table.get(block_size, max(1.0, 0.45 * block_size))
+
+
+def position_weights(n: int, gamma: float) -> torch.Tensor:
+    """``w_i = exp(-(i - 1) / gamma)`` for drafted positions i = 1..n: float [n]."""
+    if gamma <= 0:
+        raise ValueError(f"gamma: must be > 0, got {gamma}")
+    return torch.exp(-torch.arange(n, dtype=torch.float32) / gamma)
+
+
+def block_loss(out, labels: torch.Tensor, weights: torch.Tensor, balance: float = 0.0):
+    """Loss of a drafter's training output against the target's block ``labels`` [B, L].
+
+    ``out`` is log-probs [B, L, V] (product drafter: weighted per-position cross-entropy) or
+    ``(log_pi [B, K], log_q [B, K, L, V])`` (MFD: weighted mixture negative log-likelihood plus
+    ``balance * KL(uniform || mean responsibility)``). Both are normalised by ``sum(weights)`` so
+    the numbers are per weighted position and comparable across K. Returns (loss, logs).
+    """
+    wsum = weights.sum()
+    if isinstance(out, torch.Tensor):
+        ll = out.gather(-1, labels.unsqueeze(-1)).squeeze(-1)          # [B, L]
+        loss = -(ll * weights).sum(-1).mean() / wsum
+        acc = (out.argmax(-1) == labels).float().mean(0)               # [L]
+        return loss, {"acc1": float(acc[0]), "nll": float(loss.detach())}
+    log_pi, log_q = out
+    K = log_q.shape[1]
+    idx = labels[:, None, :, None].expand(-1, K, -1, 1)                # [B, K, L, 1]
+    ll = log_q.gather(-1, idx).squeeze(-1)                             # [B, K, L]
+    joint = log_pi + (ll * weights).sum(-1)                            # [B, K]
+    nll = -torch.logsumexp(joint, -1).mean() / wsum
+    resp = torch.softmax(joint, -1)                                    # [B, K] posterior per block
+    usage = resp.mean(0)                                               # [K]
+    kl = -(torch.log(usage.clamp_min(1e-8) * K)).mean()               # KL(uniform || usage)
+    loss = nll + balance * kl
+    logs = {"nll": float(nll.detach()), "kl_usage": float(kl.detach())}
+    for k in range(K):
+        logs[f"usage{k}"] = float(usage[k].detach())
+    return loss, logs
+
+
+def left_align_context(ctx: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keep the first ``t[b]`` context rows of each sample, right-aligned (left padding).
+
+    The drafter's ``train_forward`` expects padding on the left (each row's positions start at its
+    first valid row), while a block starting at t sees positions 0..t-1 of the sequence. ctx
+    [B, S, H], t [B] -> (ctx [B, T, H], valid [B, T]) with T = max(t).
+    """
+    T = int(t.max())
+    src = torch.arange(T, device=t.device)[None, :] - (T - t)[:, None]                  # [B, T] source row, <0 = pad
+    valid = src >= 0
+    idx = src.clamp_min(0)[:, :, None].expand(-1, -1, ctx.shape[-1])  # [B, T, H]
+    return ctx.gather(1, idx), valid
+
+
+def _as_sequences(data, prompt_len, block_size: int) -> tuple[list[np.ndarray], np.ndarray, dict]:
+    """Training sequences and their prompt lengths from either data layout.
+
+    ``data`` int64 [n, S] with one int ``prompt_len`` (e2e's fixed-length prompts), or a list of
+    int64 sequences with one prompt length each (a distilled data set). A sequence whose response
+    is shorter than one block cannot hold a training block and is left out. Returns
+    (sequences, prompt lengths, a small description for the run config).
+    """
+    if isinstance(data, np.ndarray) or (isinstance(data, torch.Tensor)):
+        arr = np.asarray(data, dtype=np.int64)
+        if arr.ndim != 2:
+            raise ValueError(f"data: need int array [n, S], got shape {arr.shape}")
+        S = arr.shape[1]
+        if isinstance(prompt_len, (list, tuple, np.ndarray)) or not 1 <= prompt_len <= S - block_size:
+            raise ValueError(f"prompt_len: need 1 <= prompt_len <= S - block_size = {S - block_size}, "
+                             f"got {prompt_len}")
+        desc = {"data_shape": list(arr.shape), "prompt_len": int(prompt_len),
+                "data_hash": hashlib.sha256(arr.tobytes()).hexdigest()[:16]}
+        return list(arr), np.full(len(arr), int(prompt_len), dtype=np.int64), desc
+    seqs = [np.asarray(x, dtype=np.int64).reshape(-1) for x in data]
+    plens = np.asarray(prompt_len, dtype=np.int64).reshape(-1)
+    if len(plens) != len(seqs):
+        raise ValueError(f"prompt_len: need one prompt length per sequence ({len(seqs)}), got {len(plens)}")
+    if len(plens) and plens.min() < 1:
+        raise ValueError("prompt_len: every prompt needs at least one token")
+    keep = [i for i, (x, pl) in enumerate(zip(seqs, plens)) if len(x) - pl >= block_size]
+    if not keep:
+        raise ValueError(f"data: no sequence has a response of at least block_size = {block_size} tokens")
+    h = hashlib.sha256()
+    for i in keep:
+        h.update(seqs[i].tobytes())
+        h.update(int(plens[i]).to_bytes(8, "little"))
+    desc = {"n_sequences": len(seqs), "n_used": len(keep), "data_hash": h.hexdigest()[:16]}
+    return [seqs[i] for i in keep], plens[keep], desc
+
+
+class _DraftStep(torch.nn.Module):
+    """The drafter's training forward as a module's ``forward``, so DistributedDataParallel can
+    wrap it: context features from the target's hidden states, left-aligned per block start,
+    then the drafter's block forward."""
+
+    def __init__(self, drafter):
+        super().__init__()
+        self.drafter = drafter
+
+    def forward(self, hidden_states, starts, block_ids, repeat: int, paths=None):
+        ctx = self.drafter.fuse_hidden(hidden_states)                  # [B, S, H]
+        ctx, valid = left_align_context(ctx.repeat_interleave(repeat, 0), starts)  # [B*nb, T, H]
+        if paths is None:
+            return self.drafter.train_forward(ctx, block_ids, valid)
+        return self.drafter.train_forward(ctx, block_ids, valid, paths=paths)
+
+
+def train_drafter(
+    target,
+    drafter,
+    data,
+    prompt_len,
+    run_dir: str | Path,
+    config: DrafterTrainConfig = DrafterTrainConfig(),
+    progress: bool = True,
+    desc: str | None = None,
+    stop_after: int | None = None,
+    dist=None,
+    extra_config: dict | None = None,
+) -> list[dict]:
+    """Self-distil ``drafter`` on the target's own sequences; the one drafter trainer.
+
+    ``data``: int64 [n, S] with one ``prompt_len`` (as ``mfd e2e`` makes it), or a list of int64
+    sequences with one prompt length each (``mfd distill``'s data set). Each step draws
+    ``batch_size * grad_accum`` sequences and ``blocks_per_seq`` block starts t per sequence in
+    its response (prompt_len <= t <= len - block_size); the block is [x_t, MASK...], the labels
+    are the target's next ``block_size - 1`` tokens, and the context is the target's hidden
+    states of positions < t. The target is frozen. The batch is a function of ``(seed, step)``
+    alone, so resuming, and splitting it over ranks (``dist``: each rank takes every
+    ``world``-th sequence of each micro-batch, wrapped in DistributedDataParallel), do not change
+    what is trained on.
+
+    Returns the loss curve; the finished drafter is saved in DFlash's format under
+    ``run_dir/drafter`` with ``target_fingerprint.json`` beside it. ``extra_config`` is recorded
+    in the run config (for example where the drafter was initialised from).
+    """
+    run_dir = Path(run_dir)
+    bs = int(drafter.block_size)
+    seqs, plens, data_desc = _as_sequences(data, prompt_len, bs)
+    world = dist.world if dist is not None else 1
+    if config.batch_size % world:
+        raise ValueError(f"batch_size: {config.batch_size} sequences do not split evenly over {world} processes")
+    hf = _hf_model(target)
+    for p in hf.parameters():
+        p.requires_grad_(False)
+    hf.eval()
+    gamma = config.gamma if config.gamma is not None else default_gamma(bs)
+    dev = next(hf.parameters()).device
+    weights = position_weights(bs - 1, gamma).to(dev)                  # [L]
+    mask_id = int(drafter.mask_token_id)
+    lens = np.array([len(x) for x in seqs], dtype=np.int64)
+    fp = target_fingerprint(target)
+    step_module = _DraftStep(drafter)
+    if dist is not None and dist.active:
+        from torch.nn.parallel import DistributedDataParallel
+
+        step_module = DistributedDataParallel(
+            step_module, device_ids=[dev.index] if dev.type == "cuda" else None)
+    nb, B, accum = config.blocks_per_seq, config.batch_size, config.grad_accum
+    rank = dist.rank if dist is not None else 0
+    teacher_forced = bool(getattr(drafter, "teacher_forced", False))
+
+    def loss_fn(step, micro=0):
+        rng = np.random.default_rng([config.seed, 7, step])
+        rows = rng.integers(0, len(seqs), size=B * accum)
+        lo = plens[rows]
+        # one uniform start per (sequence, block) in [prompt_len, len - block_size]
+        t_all = lo[:, None] + (rng.random((B * accum, nb)) * (lens[rows] - bs + 1 - lo)[:, None]).astype(np.int64)
+        pick = np.arange(micro * B, (micro + 1) * B)[rank::world]
+        rows, t_np = rows[pick], t_all[pick]                           # this rank's share
+        width = int(t_np.max()) + bs
+        ids_np = np.zeros((len(rows), width), dtype=np.int64)          # right-padded: causal, harmless
+        for j, r in enumerate(rows):
+            x = seqs[r][:width]
+            ids_np[j, : len(x)] = x
+        ids = torch.from_numpy(ids_np).to(dev)                         # [b, W]
+        t = torch.from_numpy(t_np).to(dev).reshape(-1)                 # [b*nb]
+        with torch.no_grad():
+            # Only positions < max(t) condition any block: the rest of the forward is skipped.
+            hs = hf(input_ids=ids[:, : int(t_np.max())], output_hidden_states=True).hidden_states
+        seq = ids.repeat_interleave(nb, 0)                             # [b*nb, W]
+        offs = t[:, None] + torch.arange(bs, device=dev)[None, :]      # [b*nb, bs]
+        block_tokens = seq.gather(1, offs)                             # [b*nb, bs]
+        block_ids = torch.full_like(block_tokens, mask_id)
+        block_ids[:, 0] = block_tokens[:, 0]
+        # a path-corrected (Domino) drafter is teacher-forced: its correction reads the true block
+        out = step_module(hs, t, block_ids, nb, block_tokens if teacher_forced else None)
+        return block_loss(out, block_tokens[:, 1:], weights, config.balance)
+
+    run_cfg = {"kind": "drafter", "train": dataclasses.asdict(config), "target": fp, **data_desc,
+               **(extra_config or {})}
+    curve = run_training(
+        run_dir, drafter, loss_fn, steps=config.steps, lr=config.lr, warmup=config.warmup,
+        ckpt_every=config.ckpt_every, config=run_cfg, progress=progress,
+        desc=desc or f"drafter K={config.num_modes}", stop_after=stop_after, grad_accum=accum,
+        dist=dist,
+    )
+    if len(curve) < config.steps:
+        return curve
+    if dist is None or dist.main:
+        tmp = run_dir / "drafter.tmp"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        drafter.save_pretrained(str(tmp))
+        atomic_write_text(tmp / "target_fingerprint.json", json.dumps({"target": fp}))
+        if (run_dir / "drafter").exists():
+            shutil.rmtree(run_dir / "drafter")
+        os.replace(tmp, run_dir / "drafter")
+        _finish(run_dir, curve)
+    if dist is not None:
+        dist.barrier()
+    return curve
+
+
+@torch.no_grad()
+def mode_diagnostics(target, drafter, data: np.ndarray, prompt_len: int, n_blocks: int = 128,
+                     seed: int = 0) -> dict:
+    """Is a trained MFD drafter using distinct modes? Measured on blocks of ``data`` [n, S].
+
+    Returns the mean mixture weights, the mean largest weight (how context-dependent pi is), the
+    mean largest posterior responsibility of the target's actual block (1/K when the modes are
+    interchangeable, 1 when one mode explains each block), and the mean total-variation distance
+    between two modes' distributions per drafted position (0 = collapsed modes).
+    """
+    hf = _hf_model(target)
+    dev = next(hf.parameters()).device
+    bs, K = int(drafter.block_size), int(drafter.num_modes)
+    data = np.asarray(data, dtype=np.int64)
+    rng = np.random.default_rng([seed, 11])
+    rows = rng.integers(0, len(data), size=n_blocks)
+    ids = torch.from_numpy(data[rows]).to(dev)                         # [n, S]
+    S = ids.shape[1]
+    t = torch.from_numpy(rng.integers(prompt_len, S - bs + 1, size=n_blocks)).to(dev)
+    ctx = drafter.fuse_hidden(hf(input_ids=ids, output_hidden_states=True).hidden_states)
+    ctx, valid = left_align_context(ctx, t)
+    blk = ids.gather(1, t[:, None] + torch.arange(bs, device=dev)[None, :])  # [n, bs]
+    block_ids = torch.full_like(blk, int(drafter.mask_token_id))
+    block_ids[:, 0] = blk[:, 0]
+    out = drafter.train_forward(ctx, block_ids, valid)
+    if K == 1:
+        return {"K": 1}
+    log_pi, log_q = out
+    labels = blk[:, 1:]
+    ll = log_q.gather(-1, labels[:, None, :, None].expand(-1, K, -1, 1)).squeeze(-1)  # [n, K, L]
+    resp = torch.softmax(log_pi + ll.sum(-1), -1)                      # [n, K]
+    q = log_q.exp()
+    tv = torch.stack([0.5 * (q[:, a] - q[:, b]).abs().sum(-1).mean(0)
+                      for a in range(K) for b in range(a + 1, K)]).mean(0)  # [L]
+    return {"K": K, "pi_mean": log_pi.exp().mean(0).tolist(),
+            "pi_max_mean": float(log_pi.exp().max(-1).values.mean()),
+            "resp_max_mean": float(resp.max(-1).values.mean()),
+            "mode_tv_per_position": tv.tolist()}
