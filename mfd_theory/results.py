@@ -25,7 +25,6 @@ import numpy as np
 from mfd_theory.report_files import report_files
 
 __all__ = [
-    "check_out_dir",
     "Result",
     "ResultStore",
     "atomic_write_bytes",
@@ -250,27 +249,3 @@ class ResultStore:
         result = compute()
         self.save(key, result)
         return result
-
-
-def check_out_dir(path: str | os.PathLike, option: str = "--out") -> Path:
-    """The output directory, checked without creating it: not a file, and creatable and writable.
-
-    The nearest folder that exists must accept a new entry: a scratch folder is made in it and
-    removed again (permission bits alone say nothing for root, nor for /proc and read-only mounts).
-    """
-    p = Path(path)
-    if str(path) == "":
-        raise ValueError(f"{option}: needs a directory")
-    if p.exists() and not p.is_dir():
-        raise ValueError(f"{option}: {p} exists and is not a directory")
-    anc = p
-    while not anc.exists():
-        anc = anc.parent
-    if not anc.is_dir():
-        raise ValueError(f"{option}: {anc} is not a directory, so {p} cannot be created")
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".mfd-write-check-", dir=anc))
-    except OSError as exc:
-        what = "written to" if anc == p else f"created ({anc} does not accept new entries)"
-        raise ValueError(f"{option}: {p} cannot be {what}: {exc.strerror or exc}") from None
-    return p

@@ -27,7 +27,8 @@ import typing
 from pathlib import Path
 
 from mfd_theory.formatting import help_summary
-from mfd_theory.results import check_out_dir, wrote
+from mfd_theory.results import wrote
+from mfd_theory.validation import check_figure_file, check_out_dir, check_out_file
 
 __all__ = [
     "Checked",
@@ -175,27 +176,6 @@ def config_from_args(cls, args: argparse.Namespace, **extra):
         values[f.name] = v
     values.update(extra)
     return cls(**values)
-
-
-def check_out_file(path: str | os.PathLike, option: str) -> Path:
-    """A file to write: not a directory, and its folder can be created and written."""
-    p = Path(path)
-    if p.is_dir():
-        raise ValueError(f"{option}: {p} is a directory, expected a file path")
-    check_out_dir(p.parent if str(p.parent) else ".", option)
-    return p
-
-
-#: figure formats the commands write (matplotlib picks the format from the suffix)
-FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
-
-
-def check_figure_file(path: str | os.PathLike, option: str = "--figure") -> Path:
-    """A figure file to write: :func:`check_out_file` plus a suffix in :data:`FIGURE_SUFFIXES`."""
-    p = Path(path)
-    if p.suffix.lower() not in FIGURE_SUFFIXES:
-        raise ValueError(f"{option}: {p.name} must end in {', '.join(FIGURE_SUFFIXES)} (the figure's format)")
-    return check_out_file(p, option)
 
 
 def save_result(result, path: str | os.PathLike) -> Path:

@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from mfd_theory.results import Result, atomic_write_bytes
+from mfd_theory.validation import make_out_dir
 
 # Everything imported up front (not inside the functions): a long run must not pick up a module
 # that was edited while it was training.
@@ -63,21 +64,8 @@ from mfd_theory.llm.training.train import (
     train_drafter, train_lm,
 )
 
-__all__ = ["run_e2e", "evaluate", "mfd_gains", "format_table", "load_trained_drafter", "check_writable",
+__all__ = ["run_e2e", "evaluate", "mfd_gains", "format_table", "load_trained_drafter",
            "cached_corpus", "cached_target", "target_run_name"]
-
-
-def check_writable(out_dir: Path) -> Path:
-    """Create ``out_dir`` and prove it is writable, or raise ValueError naming it."""
-    out_dir = Path(out_dir)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        probe = out_dir / f".write-probe-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise ValueError(f"out_dir: cannot write to {out_dir}: {exc}") from exc
-    return out_dir
 
 
 def load_trained_drafter(directory: str | Path, target):
@@ -309,8 +297,8 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True, prepare_only: bool 
 
     ``prepare_only``: train (or find in the cache) every checkpoint the evaluation needs, then stop
     and return None; a later run with the same config only evaluates."""
-    out_dir = check_writable(Path(out_dir))
-    cache = check_writable(Path(cfg.cache_dir) if cfg.cache_dir else out_dir / "cache")
+    out_dir = make_out_dir(Path(out_dir), "out_dir")
+    cache = make_out_dir(Path(cfg.cache_dir) if cfg.cache_dir else out_dir / "cache", "cache_dir")
     if cfg.block_size < 2:
         raise ValueError(f"block_size: must be >= 2, got {cfg.block_size}")
     if not cfg.budgets or min(cfg.budgets) < 1:

@@ -29,8 +29,8 @@ import numpy as np
 import torch
 
 from mfd_theory.results import Result, atomic_write_text
+from mfd_theory.validation import make_out_dir
 
-from mfd_theory.commands.e2e_run import check_writable
 from mfd_theory.commands.own_target_run import _Steps, run_command_steps
 from mfd_theory.llm.training.train import config_hash
 
@@ -383,7 +383,7 @@ def run_natural(config, out_dir, commands: list[tuple], progress: bool = True,
 
     from mfd_theory.llm.training.train import LMConfig, LMTrainConfig, train_lm
 
-    out = check_writable(Path(out_dir))
+    out = make_out_dir(Path(out_dir), "out_dir")
     if config.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device: {config.device!r} requested but CUDA is not available")
     steps = _Steps(out / "steps.json")

@@ -30,7 +30,8 @@ import torch
 
 from mfd_theory.results import atomic_write_text, wrote
 
-from mfd_theory.commands.e2e_run import cached_corpus, cached_target, check_writable, target_run_name
+from mfd_theory.commands.e2e_run import cached_corpus, cached_target, target_run_name
+from mfd_theory.validation import make_out_dir
 from mfd_theory.llm.models.fingerprint import FINGERPRINT_VERSION
 from mfd_theory.llm.training.train import config_hash
 
@@ -133,8 +134,8 @@ def run_own_target(config, ecfg, out_dir: str | Path, commands: list[tuple], pro
     ``(name, command, argv, argv relative to the output directory, command line)``; both come from
     :mod:`mfd_theory.commands.own_target`, which owns the config (this module stays below it)."""
 
-    out = check_writable(Path(out_dir))
-    cache = check_writable(Path(config.cache_dir) if config.cache_dir else out / "cache")
+    out = make_out_dir(Path(out_dir), "out_dir")
+    cache = make_out_dir(Path(config.cache_dir) if config.cache_dir else out / "cache", "cache_dir")
     if config.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device: {config.device!r} requested but CUDA is not available")
     steps = _Steps(out / "steps.json")

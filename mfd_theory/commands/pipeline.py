@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from mfd_theory.validation import check_out_dir, make_out_dir
+
 __all__ = ["distill_main", "train_drafter_main", "eval_main", "load_target"]
 
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -114,25 +116,6 @@ def load_target(directory, device: str = "cpu", dtype: str = "auto"):
     return model, tok
 
 
-def _check_out(path: str) -> Path:
-    """``--out`` checked without creating it (:func:`mfd_theory.results.check_out_dir`): nothing is
-    left behind, so a command refused later (a bad option, a drafter of another target) leaves no
-    empty directory."""
-    from mfd_theory.results import check_out_dir
-
-    return check_out_dir(path, "--out")
-
-
-def _writable(path: str) -> Path:
-    """Create ``--out`` (after every check has passed) and prove it writable."""
-    from mfd_theory.commands.e2e_run import check_writable
-
-    try:
-        return check_writable(Path(path))
-    except ValueError as exc:
-        raise ValueError(f"--out: {str(exc).split(': ', 1)[-1]}") from exc
-
-
 def _list_tokens(value) -> list[str]:
     """The items of a list option given as one comma-separated word, several space-separated
     words, or both (``16,32``, ``16 32``, ``16, 32``): the syntax every ``mfd`` command takes."""
@@ -222,7 +205,7 @@ def _distill(args) -> dict:
 
     prompts = read_prompt_files(args.prompts)
     _check_target_dir(args.target)
-    _check_out(args.out)
+    check_out_dir(args.out, "--out")
 
     from mfd_theory.llm.training.dist import setup, teardown
     from mfd_theory.llm.training.distill import distill_prompts, prompt_files_digest
@@ -240,7 +223,7 @@ def _distill(args) -> dict:
 
         # the context check distill_prompts repeats, here before the output directory is made
         check_context(prompts, tok, args.enable_thinking, args.max_new_tokens, TargetModel(target).max_positions)
-        out = _writable(args.out)
+        out = make_out_dir(args.out, "--out")
         manifest = distill_prompts(target, tok, prompts, out, max_new_tokens=args.max_new_tokens,
                                    temperature=args.temperature, seed=args.seed,
                                    enable_thinking=args.enable_thinking, config=config,
@@ -328,7 +311,7 @@ def _train(args) -> list[dict]:
 
     seqs, plens, manifest = load_distill_data(args.data)
     _check_target_dir(args.target)
-    _check_out(args.out)
+    check_out_dir(args.out, "--out")
 
     import torch
 
@@ -381,7 +364,7 @@ def _train(args) -> list[dict]:
                               f"{drafter.mask_token_id} as its mask; pass --mask-token-id to choose it",
                               stacklevel=2)
         drafter = drafter.float()  # float32 weights for the optimizer, whatever the target's dtype
-        out = _writable(args.out)  # every check passed: now the run directory is made
+        out = make_out_dir(args.out, "--out")  # every check passed: now the run directory is made
         cfg = DrafterTrainConfig(
             block_size=int(drafter.block_size), num_layers=len(drafter.layers), num_modes=K,
             batch_size=args.batch_size, blocks_per_seq=args.blocks_per_seq, steps=args.steps, lr=args.lr,
@@ -521,7 +504,7 @@ def _eval(args):
     prompts = shuffle_take([p for p in prompts if (p.dataset, p.id) not in held], args.max_prompts)
     _check_target_dir(args.target)
     ddirs = [_drafter_dir(p) for p in args.drafter]
-    _check_out(args.out)
+    check_out_dir(args.out, "--out")
 
     from mfd_theory.results import Result, atomic_write_text
 
@@ -565,7 +548,7 @@ def _eval(args):
                       args.max_new_tokens, target.max_positions)
         if args.batch_size > 1 and dist.world > 1:
             raise ValueError("--batch-size: batched evaluation runs in one process (drop torchrun)")
-        out = _writable(args.out)  # every check passed: now the output directory is made
+        out = make_out_dir(args.out, "--out")  # every check passed: now the output directory is made
         if args.batch_size > 1:
             return _eval_batched(args, target, tok, cells, prompts, calib_sets, methods, budgets, temps, info, out)
         profile, pred_path, speed, choices = None, out / "predictions.json", {}, []

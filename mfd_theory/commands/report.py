@@ -1294,7 +1294,7 @@ def main(argv=None) -> int:
     if not results.is_dir():
         parser.error(f"--results: no directory at {args.results}")
     if args.out:
-        from mfd_theory.commands._cli import check_out_file
+        from mfd_theory.validation import check_out_file
 
         try:
             check_out_file(args.out, "--out")

@@ -1,0 +1,64 @@
+"""The shared argument checks (mfd_theory.validation): what passes, and the one-line message of what fails."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mfd_theory.validation import (check_choice, check_figure_file, check_int, check_out_dir, check_out_file,
+                                   check_real, is_real, make_out_dir)
+
+
+@pytest.mark.parametrize("x, ok", [(3, True), (np.int64(3), True), (2.5, True), (np.float32(1), True), (10 ** 30, True),
+                                   (True, False), (np.bool_(True), False), (float("nan"), False),
+                                   (float("inf"), False), ("3", False), (None, False), (1 + 2j, False)])
+def test_is_real(x, ok):
+    assert is_real(x) is ok
+
+
+def test_check_int_bounds_types_and_messages():
+    assert check_int("n", np.int32(5), 1) == 5
+    assert check_int("n", 64.0, 1, integral_floats=True) == 64
+    for bad in (0, 11, 2.0, 2.5, True, "3", None, float("nan")):
+        with pytest.raises(ValueError, match=r"^n: must be an integer in \[1, 10\], got "):
+            check_int("n", bad, 1, 10)
+    with pytest.raises(ValueError, match=r"^seed: must be an integer >= 0, got -1$"):
+        check_int("seed", -1, 0)
+    with pytest.raises(ValueError, match=r"^k: must be an integer, got 'x'$"):
+        check_int("k", "x")
+
+
+def test_check_real_open_and_closed_bounds():
+    assert check_real("t", 0, 0) == 0.0
+    with pytest.raises(ValueError, match=r"^top_p: must be a finite number in \(0, 1\], got 0$"):
+        check_real("top_p", 0, 0, 1, low_open=True)
+    assert check_real("top_p", 1, 0, 1, low_open=True) == 1.0
+    for bad in (float("inf"), float("nan"), True, "1"):
+        with pytest.raises(ValueError, match="^x: must be a finite number"):
+            check_real("x", bad)
+
+
+def test_check_choice():
+    assert check_choice("policy", "off", ("off", "global")) == "off"
+    with pytest.raises(ValueError, match="^policy: must be one of off, global; got 'on'$"):
+        check_choice("policy", "on", ("off", "global"))
+    with pytest.raises(ValueError, match="^policy"):
+        check_choice("policy", ["off"], ("off", "global"))
+
+
+def test_output_paths_are_checked_without_creating_anything(tmp_path):
+    target = tmp_path / "a" / "b"
+    assert check_out_dir(target) == target and not (tmp_path / "a").exists()
+    afile = tmp_path / "f.txt"
+    afile.write_text("x")
+    with pytest.raises(ValueError, match="^--out: .* exists and is not a directory$"):
+        check_out_dir(afile)
+    with pytest.raises(ValueError, match="^--out: needs a directory$"):
+        check_out_dir("")
+    with pytest.raises(ValueError, match="^--figure: x.txt must end in .png, .pdf, .svg"):
+        check_figure_file(tmp_path / "x.txt")
+    with pytest.raises(ValueError, match="^--file: .* is a directory, expected a file path$"):
+        check_out_file(tmp_path, "--file")
+    assert list(tmp_path.iterdir()) == [afile]  # the checks left nothing behind
+    made = make_out_dir(target)
+    assert made.is_dir() and list(made.iterdir()) == []
