@@ -237,6 +237,8 @@ def test_mixture_gain_small_run_and_resume(tmp_path):
     # a stored cell round-trips through the long format
     wide = widen_cell(res.data["cells"][0])
     assert long_cell(wide, cfg.budgets) == res.data["cells"][0]
+    with pytest.raises(ValueError, match="cell"):  # only the stored long form is read
+        widen_cell(wide)
 
 
 def test_soft_map_em_is_monotone_at_the_default_smoothing():
