@@ -176,6 +176,12 @@ def test_smoothing_out_of_range():
         fit_mixture(X, 2, 5, smoothing=1.0)
 
 
+@pytest.mark.parametrize("tol", [-1e-6, float("nan"), float("inf"), "0"])
+def test_tol_must_be_a_finite_non_negative_number(tol):
+    with pytest.raises(ValueError, match="tol"):
+        fit_mixture(X, 2, 5, tol=tol)
+
+
 def test_bad_assignment():
     with pytest.raises(ValueError, match="assignment"):
         fit_mixture(X, 2, 5, assignment="winner")

@@ -155,9 +155,7 @@ def per_step_budget(node_gains, profile: LatencyProfile, max_budget: int | None 
         raise ValueError("node_gains: is empty")
     if np.any(~np.isfinite(g)) or np.any(g < 0):
         raise ValueError("node_gains: must be finite and >= 0")
-    M = g.size if max_budget is None else min(g.size, int(max_budget))
-    if M < 1:
-        raise ValueError(f"max_budget: must be >= 1, got {max_budget}")
+    M = g.size if max_budget is None else min(g.size, check_int("max_budget", max_budget, 1, integral_floats=True))
     n = np.arange(1, M + 1)
     gain = np.cumsum(g[:M])  # [M]
     thr = (1.0 + gain) / _round_time(profile, n, method, K, temperature, gain)  # [M]
