@@ -44,7 +44,6 @@ _EXPORTS = {
     "sequoia_tree": "sequoia",
     "LatencyProfile": "speedup",
     "default_profile": "speedup",
-    "predicted_speedup": "speedup",
     "make_target": "synthetic",
 }
 

@@ -17,13 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from mfd_theory.validation import check_int
+
 __all__ = ["allocate_global", "split_evenly"]
-
-
-def _check_total(name: str, value) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise ValueError(f"{name}: must be an integer >= 0, got {value!r}")
-    return int(value)
 
 
 def allocate_global(scores, n_total: int, cap: int | None = None) -> np.ndarray:
@@ -36,9 +32,9 @@ def allocate_global(scores, n_total: int, cap: int | None = None) -> np.ndarray:
     request (the global top-N among the first ``cap`` nodes of every request: still exact, since
     each request's list is best first; a batched forward pads every request to the largest tree,
     so a cap bounds that padding)."""
-    n_total = _check_total("n_total", n_total)
-    if cap is not None and _check_total("cap", cap) < 1:
-        raise ValueError(f"cap: must be >= 1, got {cap!r}")
+    n_total = check_int("n_total", n_total, 0)
+    if cap is not None:
+        cap = check_int("cap", cap, 1)
     rows = []
     for b, s in enumerate(scores):
         a = np.asarray(s, dtype=np.float64)
@@ -65,7 +61,7 @@ def split_evenly(n_total: int, sizes) -> np.ndarray:
     """``n_total`` nodes over requests whose trees hold ``sizes`` nodes, as evenly as the sizes allow
     (the per-request policy at the same total: each request gets its share, the lower request
     indices the remainder; a request whose tree is smaller gives its unused share to the others)."""
-    n_total = _check_total("n_total", n_total)
+    n_total = check_int("n_total", n_total, 0)
     sizes = np.asarray(sizes, dtype=np.int64)
     counts = np.zeros(sizes.size, dtype=np.int64)
     left = min(n_total, int(sizes.sum()))

@@ -17,6 +17,7 @@ import numpy as np
 from mfd_theory._kernels.coverage import _cumulative_log, _simulate_acceptance, _splice_mask
 from mfd_theory.distributions import MixtureOfProducts, _as_sequences
 from mfd_theory.trees import DraftTree
+from mfd_theory.validation import check_int, check_real
 
 __all__ = [
     "acceptance_variance",
@@ -146,8 +147,7 @@ def simulate_acceptance(tree: DraftTree, target: MixtureOfProducts, n: int, seed
     tree = _check_tree(tree)
     if not isinstance(target, MixtureOfProducts):
         raise ValueError(f"target: expected a MixtureOfProducts, got {type(target).__name__}")
-    if isinstance(n, bool) or int(n) != n or n < 0:
-        raise ValueError(f"n: must be a non-negative integer, got {n}")
+    n = check_int("n", n, 0, integral_floats=True)
     target._check_tree(tree)
     N = len(tree)
     slots = tree.parent + 1  # 0 = root
@@ -181,8 +181,7 @@ def chimera_mask(tree: DraftTree, target, eps: float = 0.0) -> np.ndarray:
     takes it, the futures [F, L] of an exact-futures target (then a chimera is a node that is a
     prefix of no future, and only eps = 0 is meaningful).
     """
-    if not np.isfinite(eps) or eps < 0:
-        raise ValueError(f"eps: must be finite and >= 0, got {eps}")
+    check_real("eps", eps, 0)  # checked, not converted: eps is compared in its own type below
     tree = _check_tree(tree)
     if not isinstance(target, MixtureOfProducts) and eps != 0:
         raise ValueError("eps: must be 0 when target is given as futures (their weights are not given)")

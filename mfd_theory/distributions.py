@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from mfd_theory._kernels.distributions import _node_mode_log_weights
+from mfd_theory.validation import check_int, check_real
 
 __all__ = ["MixtureOfProducts", "check_log_probs", "check_weights", "logsumexp", "norm_tol", "pos_tol"]
 
@@ -199,14 +200,11 @@ class MixtureOfProducts:
         F, L = seqs.shape
         if vocab_size is None:
             raise ValueError("vocab_size: is required")
-        V = int(vocab_size)
-        if V < 1:
-            raise ValueError(f"vocab_size: must be >= 1, got {vocab_size}")
+        V = check_int("vocab_size", vocab_size, 1, integral_floats=True)
         if seqs.min() < 0 or seqs.max() >= V:
             raise ValueError(f"sequences: tokens must lie in [0, {V}), got range [{seqs.min()}, {seqs.max()}]")
         w = np.full(F, 1.0 / F) if weights is None else check_weights(weights, F, "futures")
-        if not (0.0 <= noise <= 1.0) or not np.isfinite(noise):
-            raise ValueError(f"noise: must lie in [0, 1], got {noise}")
+        check_real("noise", noise, 0, 1)  # checked, not converted: the arithmetic below keeps its type
         q = np.full((F, L, V), noise / V)  # [F, L, V]
         q[np.arange(F)[:, None], np.arange(L)[None, :], seqs] += 1.0 - noise
         with np.errstate(divide="ignore"):
@@ -268,9 +266,7 @@ class MixtureOfProducts:
 
     def sample(self, n: int, seed: int | None = 0) -> np.ndarray:
         """Draw ``n`` full blocks: int64 [n, L]."""
-        if int(n) != n or n < 0:
-            raise ValueError(f"n: must be a non-negative integer, got {n}")
-        n = int(n)
+        n = check_int("n", n, 0, integral_floats=True)
         rng = np.random.default_rng(seed)
         modes = rng.choice(self.K, size=n, p=_probs(self.log_pi))  # [n]
         out = np.empty((n, self.L), dtype=np.int64)

@@ -29,6 +29,7 @@ import numpy as np
 
 from mfd_theory._kernels.fit import _em, _log_likelihood
 from mfd_theory.distributions import MixtureOfProducts
+from mfd_theory.validation import check_int, check_real
 
 __all__ = ["FitInfo", "em_kernel", "fit_mixture", "fit_mixture_exact", "log_likelihood"]
 
@@ -56,29 +57,19 @@ class FitInfo:
         return self.objectives[self.best_restart]
 
 
-def _check_int(name: str, value, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name}: expected an integer, got {value!r}")
-    if value < low:
-        raise ValueError(f"{name}: must be >= {low}, got {value}")
-    return int(value)
-
-
 def _check_common(K, smoothing, n_restarts, max_iter, tol, assignment):
-    K = _check_int("K", K, 1)
-    if not (isinstance(smoothing, (int, float, np.floating)) and 0.0 <= float(smoothing) < 1.0):
-        raise ValueError(f"smoothing: must be a number in [0, 1), got {smoothing!r}")
-    n_restarts = _check_int("n_restarts", n_restarts, 1)
-    max_iter = _check_int("max_iter", max_iter, 1)
-    if not (isinstance(tol, (int, float, np.floating)) and float(tol) >= 0.0):
-        raise ValueError(f"tol: must be a non-negative number, got {tol!r}")
+    K = check_int("K", K, 1)
+    smoothing = check_real("smoothing", smoothing, 0, 1, high_open=True)
+    n_restarts = check_int("n_restarts", n_restarts, 1)
+    max_iter = check_int("max_iter", max_iter, 1)
+    tol = check_real("tol", tol, 0)
     if assignment not in ("soft", "hard"):
         raise ValueError(f"assignment: must be 'soft' or 'hard', got {assignment!r}")
     return K, float(smoothing), n_restarts, max_iter, float(tol)
 
 
 def _check_samples(samples, vocab_size) -> np.ndarray:
-    V = _check_int("vocab_size", vocab_size, 1)
+    V = check_int("vocab_size", vocab_size, 1)
     x = np.asarray(samples)
     if x.ndim != 2:
         raise ValueError(f"samples: expected a 2-D array [n, L], got shape {x.shape}")
@@ -237,7 +228,7 @@ def fit_mixture(
     x = _check_samples(samples, vocab_size)  # [n, L]
     w = np.ones(x.shape[0]) if weights is None else _check_weights(weights, x.shape[0])  # [n]
     xu, wu = _unique_rows(x, w)  # [U, L], [U]
-    screen_iter = _check_int("screen_iter", screen_iter, 0)
+    screen_iter = check_int("screen_iter", screen_iter, 0)
     log_pi, log_q, info = _run_restarts(
         xu, wu, K, int(vocab_size), seed, smoothing, n_restarts, max_iter, tol, assignment == "hard", screen_iter
     )
@@ -370,8 +361,8 @@ def fit_mixture_exact(
     )
     if method not in ("auto", "support", "components"):
         raise ValueError(f"method: must be 'auto', 'support' or 'components', got {method!r}")
-    max_support = _check_int("max_support", max_support, 1)
-    screen_iter = _check_int("screen_iter", screen_iter, 0)
+    max_support = check_int("max_support", max_support, 1)
+    screen_iter = check_int("screen_iter", screen_iter, 0)
     hard = assignment == "hard"
     rows = None if method == "components" else _support_rows(target, max_support)
     if method == "support" and rows is None:

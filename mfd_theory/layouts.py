@@ -70,9 +70,9 @@ def long_cell(cell: dict, budgets) -> dict:
 def widen_cell(cell: dict) -> dict:
     """The inverse of :func:`long_cell`: per-drafter lists over the reported budgets (``coverage``,
     ``frac_oracle``, ``chimera_share``, ``speedup_at``), ``curve`` and ``curve_n``, and the oracle's
-    ``coverage`` and ``curve``. A cell already in that form is returned as is."""
-    if "by_budget" not in cell:
-        return cell
+    ``coverage`` and ``curve``."""
+    if not isinstance(cell, dict) or "by_budget" not in cell:
+        raise ValueError("cell: expected a stored mixture-gain cell (long rows under by_budget)")
     out = {k: v for k, v in cell.items() if k not in ("by_budget", "speedup_at", "coverage_curves")}
     curves = cell["coverage_curves"]
     out["curve_n"] = curves["n"]

@@ -24,6 +24,7 @@ import heapq
 import numpy as np
 
 from mfd_theory.distributions import MixtureOfProducts, logsumexp, pos_tol
+from mfd_theory.validation import check_int, check_real
 
 __all__ = ["MemoryDrafter", "best_first", "check_drafter"]
 
@@ -57,17 +58,9 @@ class MemoryDrafter:
     def __init__(self, target: MixtureOfProducts, memory: int, temperature: float = 1.0, smoothing: float = 0.0):
         if not isinstance(target, MixtureOfProducts):
             raise ValueError(f"target: expected a MixtureOfProducts, got {type(target).__name__}")
-        if isinstance(memory, (bool, np.bool_)) or not isinstance(memory, (int, np.integer)) or memory < 0:
-            raise ValueError(f"memory: must be an integer >= 0 (tokens of the path the drafter sees), got {memory!r}")
-        try:
-            temperature = float(temperature)
-            smoothing = float(smoothing)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"temperature/smoothing: expected numbers ({exc})") from exc
-        if not np.isfinite(temperature) or temperature <= 0:
-            raise ValueError(f"temperature: must be finite and > 0, got {temperature}")
-        if not np.isfinite(smoothing) or not 0.0 <= smoothing <= 1.0:
-            raise ValueError(f"smoothing: must lie in [0, 1], got {smoothing}")
+        check_int("memory", memory, 0)  # tokens of the path the drafter sees
+        temperature = check_real("temperature", temperature, 0, low_open=True)
+        smoothing = check_real("smoothing", smoothing, 0, 1)
         self.target = target
         self.memory = int(memory)
         self.temperature = temperature
@@ -149,13 +142,11 @@ def check_drafter(drafter, max_depth=None) -> tuple[int, int]:
     """(depth limit, V) of a drafter, checked: ``min(L, max_depth)`` and the vocabulary size."""
     L, V = getattr(drafter, "L", None), getattr(drafter, "V", None)
     for name, v in (("L", L), ("V", V)):
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"drafter: needs an integer attribute {name} >= 1, got {v!r}")
+        check_int(f"drafter.{name}", v, 1)
     if not callable(getattr(drafter, "log_cond", None)):
         raise ValueError(f"drafter: {type(drafter).__name__} has no method log_cond(prefix) -> [V] log-probabilities")
     if max_depth is not None:
-        if isinstance(max_depth, (bool, np.bool_)) or not isinstance(max_depth, (int, np.integer)) or max_depth < 1:
-            raise ValueError(f"max_depth: must be an integer >= 1, got {max_depth!r}")
+        check_int("max_depth", max_depth, 1)
         L = min(L, int(max_depth))
     return int(L), int(V)
 

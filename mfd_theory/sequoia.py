@@ -21,6 +21,7 @@ import numpy as np
 
 from mfd_theory._kernels.sequoia import _sequoia_dp
 from mfd_theory.trees import DraftTree
+from mfd_theory.validation import check_int
 
 __all__ = ["SequoiaTree", "check_acceptance", "sequoia_tree", "sequoia_values"]
 
@@ -51,12 +52,6 @@ def check_acceptance(acceptance) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
-def _check_positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name}: must be a positive integer, got {value!r}")
-    return int(value)
-
-
 def _capacity(k: int, depth: int) -> int:
     """Nodes in the full k-ary tree of the given depth (k + k^2 + ... + k^depth)."""
     total, level = 0, 1
@@ -74,8 +69,8 @@ def sequoia_values(acceptance, max_budget: int, max_depth: int) -> np.ndarray:
     the empty tree).
     """
     p = check_acceptance(acceptance)
-    max_budget = _check_positive_int("max_budget", max_budget)
-    max_depth = _check_positive_int("max_depth", max_depth)
+    max_budget = check_int("max_budget", max_budget, 1)
+    max_depth = check_int("max_depth", max_depth, 1)
     forest, _ = _sequoia_dp(p, max_budget, max_depth)
     return forest
 
@@ -100,8 +95,8 @@ def sequoia_tree(acceptance, budget: int, max_depth: int) -> SequoiaTree:
     decreasing value (parents first), and the tree's expected accepted length (bonus excluded).
     """
     p = check_acceptance(acceptance)
-    budget = _check_positive_int("budget", budget)
-    max_depth = _check_positive_int("max_depth", max_depth)
+    budget = check_int("budget", budget, 1)
+    max_depth = check_int("max_depth", max_depth, 1)
     cap = _capacity(p.shape[0], min(max_depth, budget))
     if budget > cap:
         raise ValueError(

@@ -38,6 +38,7 @@ from typing import Any, Callable
 import numpy as np
 
 from mfd_theory.distributions import MixtureOfProducts, check_weights
+from mfd_theory.validation import check_int, check_real
 
 __all__ = [
     "FAMILIES",
@@ -112,30 +113,6 @@ class SyntheticTarget:
         return (f[:, None, :] != f[None, :, :]).sum(axis=2).astype(np.int64)
 
 
-# ----------------------------------------------------------------------------- validation
-
-
-def _check_int(name: str, value: Any, lo: int, hi: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name}: expected an integer, got {value!r}")
-    value = int(value)
-    if value < lo or (hi is not None and value > hi):
-        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-        raise ValueError(f"{name}: must be {rng}, got {value}")
-    return value
-
-
-def _check_prob(name: str, value: Any, lo: float = 0.0, hi: float = 1.0, open_lo: bool = False) -> float:
-    try:
-        value = float(value)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name}: expected a number, got {value!r}") from exc
-    if not np.isfinite(value) or value > hi or value < lo or (open_lo and value == lo):
-        side = "(" if open_lo else "["
-        raise ValueError(f"{name}: must be in {side}{lo}, {hi}], got {value}")
-    return value
-
-
 def _weights(weights: Any, F: int, rng: np.random.Generator) -> np.ndarray:
     if weights is None:
         return rng.dirichlet(np.full(F, 4.0))  # [F]; generic, so marginals have no exact ties
@@ -193,11 +170,11 @@ def two_futures(
 
     Defaults: m=4, L=15, V=32, weights ~ Dirichlet(4, 4), noise=0 (exact futures).
     """
-    L = _check_int("L", L, 1)
-    V = _check_int("V", V, 2)
-    m = _check_int("m", m, 1, L)
-    noise = _check_prob("noise", noise)
-    rng = np.random.default_rng(_check_int("seed", seed, 0))
+    L = check_int("L", L, 1)
+    V = check_int("V", V, 2)
+    m = check_int("m", m, 1, L)
+    noise = check_real("noise", noise, 0, 1)
+    rng = np.random.default_rng(check_int("seed", seed, 0))
     if positions is None:
         pos = np.sort(rng.choice(L, size=m, replace=False)).astype(np.int64)
     else:
@@ -232,14 +209,14 @@ def branching(
 
     Defaults: F=3, L=15, V=32, branch_at=3, weights ~ Dirichlet(4, ..., 4), noise=0.
     """
-    F = _check_int("F", F, 2)
-    L = _check_int("L", L, 1)
-    V = _check_int("V", V, 2)
+    F = check_int("F", F, 2)
+    L = check_int("L", L, 1)
+    V = check_int("V", V, 2)
     if F > V:
         raise ValueError(f"F: at most V = {V} futures can branch at one position, got {F}")
-    branch_at = _check_int("branch_at", branch_at, 0, L - 1)
-    noise = _check_prob("noise", noise)
-    rng = np.random.default_rng(_check_int("seed", seed, 0))
+    branch_at = check_int("branch_at", branch_at, 0, L - 1)
+    noise = check_real("noise", noise, 0, 1)
+    rng = np.random.default_rng(check_int("seed", seed, 0))
     futures = np.empty((F, L), dtype=np.int64)  # [F, L]
     futures[:, :branch_at] = rng.integers(0, V, size=branch_at)[None, :]
     futures[:, branch_at] = _distinct_tokens(rng, V, F)
@@ -269,12 +246,12 @@ def shifted(
 
     Defaults: F=2, L=15, V=32, shift_at=3, weights ~ Dirichlet(4, ..., 4), noise=0.
     """
-    F = _check_int("F", F, 2, 4)
-    L = _check_int("L", L, 1)
-    V = _check_int("V", V, 3)
-    shift_at = _check_int("shift_at", shift_at, 0, L - 1)
-    noise = _check_prob("noise", noise)
-    rng = np.random.default_rng(_check_int("seed", seed, 0))
+    F = check_int("F", F, 2, 4)
+    L = check_int("L", L, 1)
+    V = check_int("V", V, 3)
+    shift_at = check_int("shift_at", shift_at, 0, L - 1)
+    noise = check_real("noise", noise, 0, 1)
+    rng = np.random.default_rng(check_int("seed", seed, 0))
     # Base text of length L + 2 with no token equal to its predecessor or the one two back, so a
     # shift by one or two positions disagrees everywhere after the shift.
     x = np.empty(L + 2, dtype=np.int64)
@@ -319,12 +296,8 @@ def noisy_futures(
 
     Defaults: F=2, L=15, V=32, temperature=0.5, branch_at=0, peak=4, weights ~ Dirichlet(4, 4).
     """
-    temperature = float(temperature)
-    if not np.isfinite(temperature) or temperature <= 0:
-        raise ValueError(f"temperature: must be finite and > 0, got {temperature}")
-    peak = float(peak)
-    if not np.isfinite(peak) or peak < 0:
-        raise ValueError(f"peak: must be finite and >= 0, got {peak}")
+    temperature = check_real("temperature", temperature, 0, low_open=True)
+    peak = check_real("peak", peak, 0)
     base = branching(F, L, V, branch_at, seed, weights=weights)
     futures, w = base.futures, base.weights
     rng = np.random.default_rng([int(seed), 4])
@@ -344,7 +317,7 @@ def decaying_confidence(L: int, accuracies=MEDUSA_HEAD_ACCURACY) -> np.ndarray:
     (alpha = 0.93 for Medusa's heads: c_15 = 0.045); a single value is held constant.
     ``accuracies`` may also name a profile in :data:`ACCURACY_PROFILES`.
     """
-    L = _check_int("L", L, 1)
+    L = check_int("L", L, 1)
     if isinstance(accuracies, str):
         if accuracies not in ACCURACY_PROFILES:
             raise ValueError(f"accuracies: unknown profile {accuracies!r}; known: {sorted(ACCURACY_PROFILES)}")
@@ -386,9 +359,7 @@ def zipf_futures(
 
     Defaults: F=2, L=15, V=64, branch_at=0, zipf_s=1.1, Medusa accuracies, weights ~ Dirichlet(4).
     """
-    zipf_s = float(zipf_s)
-    if not np.isfinite(zipf_s) or zipf_s < 0:
-        raise ValueError(f"zipf_s: must be finite and >= 0, got {zipf_s}")
+    zipf_s = check_real("zipf_s", zipf_s, 0)
     conf = decaying_confidence(L, accuracies)  # [L]
     base = branching(F, L, V, branch_at, seed, weights=weights)
     futures, w = base.futures, base.weights

@@ -38,6 +38,7 @@ import numpy as np
 
 from mfd_theory._kernels import trees as _k
 from mfd_theory.distributions import MixtureOfProducts, norm_tol, pos_tol
+from mfd_theory.validation import check_int
 
 __all__ = [
     "DraftTree",
@@ -237,15 +238,10 @@ MAX_BUDGET = 1 << 24  # 16.7M nodes; beyond this the node arrays alone would not
 
 
 def _check_budget(budget) -> int:
-    if isinstance(budget, (bool, np.bool_)) or not isinstance(budget, (int, np.integer, float, np.floating)):
-        raise ValueError(f"budget: must be an integer, got {budget!r}")
-    if not np.isfinite(budget) or int(budget) != budget:
-        raise ValueError(f"budget: must be an integer, got {budget!r}")
-    if budget < 1:
-        raise ValueError(f"budget: must be >= 1, got {budget}")
+    budget = check_int("budget", budget, 1, integral_floats=True)
     if budget > MAX_BUDGET:
         raise ValueError(f"budget: {budget} exceeds the supported maximum of {MAX_BUDGET} nodes")
-    return int(budget)
+    return budget
 
 
 def _check_scores(name: str, a) -> tuple[np.ndarray, float]:

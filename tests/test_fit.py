@@ -176,6 +176,12 @@ def test_smoothing_out_of_range():
         fit_mixture(X, 2, 5, smoothing=1.0)
 
 
+@pytest.mark.parametrize("tol", [-1e-6, float("nan"), float("inf"), "0"])
+def test_tol_must_be_a_finite_non_negative_number(tol):
+    with pytest.raises(ValueError, match="tol"):
+        fit_mixture(X, 2, 5, tol=tol)
+
+
 def test_bad_assignment():
     with pytest.raises(ValueError, match="assignment"):
         fit_mixture(X, 2, 5, assignment="winner")
@@ -237,6 +243,8 @@ def test_mixture_gain_small_run_and_resume(tmp_path):
     # a stored cell round-trips through the long format
     wide = widen_cell(res.data["cells"][0])
     assert long_cell(wide, cfg.budgets) == res.data["cells"][0]
+    with pytest.raises(ValueError, match="cell"):  # only the stored long form is read
+        widen_cell(wide)
 
 
 def test_soft_map_em_is_monotone_at_the_default_smoothing():

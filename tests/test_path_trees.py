@@ -187,7 +187,8 @@ def test_bad_max_depth(max_depth):
 @pytest.mark.parametrize("kw, name", [
     (dict(target=np.zeros((1, 2, 3))), "target"), (dict(memory=-1), "memory"), (dict(memory=1.5), "memory"),
     (dict(memory=True), "memory"), (dict(temperature=0.0), "temperature"), (dict(temperature=np.inf), "temperature"),
-    (dict(smoothing=1.5), "smoothing"), (dict(smoothing=-0.1), "smoothing"),
+    (dict(smoothing=1.5), "smoothing"), (dict(smoothing=-0.1), "smoothing"), (dict(smoothing=None), "smoothing"),
+    (dict(temperature="1"), "temperature"),
 ])
 def test_bad_memory_drafter(kw, name):
     args = dict(target=_target(), memory=1) | kw

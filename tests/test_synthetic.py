@@ -99,6 +99,10 @@ def test_zipf_futures_follow_decaying_confidence():
         (lambda: syn.two_futures(noise=1.5), "noise"),
         (lambda: syn.make("nope"), "family"),
         (lambda: syn.two_futures(seed=-1), "seed"),
+        # a number given as text or a bool is refused, not converted
+        (lambda: syn.two_futures(noise="0.1"), "noise"),
+        (lambda: syn.branching(noise=True), "noise"),
+        (lambda: syn.noisy_futures(peak="4"), "peak"),
     ],
 )
 def test_bad_arguments_raise_value_error_naming_them(call, arg):

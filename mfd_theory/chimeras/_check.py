@@ -1,0 +1,65 @@
+"""Argument checks shared by the chimera modules: token sequences, a pair of futures, a
+drafter's log-probabilities. Each names the argument it refuses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def _as_tokens(name: str, x: Any, V: int | None = None) -> np.ndarray:
+    arr = np.asarray(x)
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.integer) or arr.size == 0):
+        if np.issubdtype(arr.dtype, np.floating) and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+            arr = arr.astype(np.int64)
+        else:
+            raise ValueError(f"{name}: expected integer token ids, got dtype {arr.dtype}")
+    arr = arr.astype(np.int64)
+    if arr.size and arr.min() < 0:
+        raise ValueError(f"{name}: contains negative token ids")
+    if V is not None and arr.size and arr.max() >= V:
+        raise ValueError(f"{name}: token {int(arr.max())} lies outside the vocabulary [0, {V})")
+    return arr
+
+
+def _check_pair(a: Any, b: Any, V: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    a = _as_tokens("a", a, V)
+    b = _as_tokens("b", b, V)
+    if a.ndim != 1 or b.ndim != 1:
+        raise ValueError(f"a, b: expected 1-D sequences, got shapes {a.shape} and {b.shape}")
+    if a.shape != b.shape:
+        raise ValueError(f"a, b: sequences of unequal length ({a.shape[0]} and {b.shape[0]})")
+    pos = np.flatnonzero(a != b)  # [m]
+    if pos.size == 0:
+        raise ValueError("a, b: the futures are identical (m = 0); there is nothing to splice")
+    return a, b, pos
+
+
+def _check_sequences(sequences: Any, L: int | None = None, V: int | None = None) -> np.ndarray:
+    try:
+        seqs = np.asarray(sequences)
+    except ValueError as exc:  # ragged input
+        raise ValueError(f"sequences: sequences of unequal length ({exc})") from exc
+    if seqs.dtype == object:
+        raise ValueError("sequences: sequences of unequal length (or not integer tokens)")
+    seqs = _as_tokens("sequences", seqs, V)
+    if seqs.ndim == 1:
+        seqs = seqs[None, :]
+    if seqs.ndim != 2 or seqs.shape[0] == 0 or seqs.shape[1] == 0:
+        raise ValueError(f"sequences: expected a non-empty [F, L] array, got shape {seqs.shape}")
+    if L is not None and seqs.shape[1] != L:
+        raise ValueError(f"sequences: have length {seqs.shape[1]} but the drafter has L = {L} positions")
+    return seqs
+
+
+def _check_log_q(log_q: Any) -> np.ndarray:
+    lq = np.asarray(log_q, dtype=np.float64)
+    if lq.ndim != 2 or lq.shape[0] < 1 or lq.shape[1] < 1:
+        raise ValueError(f"log_q: expected a [L, V] array of log-probabilities, got shape {lq.shape}")
+    if np.isnan(lq).any():
+        raise ValueError("log_q: contains NaN")
+    if np.isposinf(lq).any() or (lq > 1e-9).any():
+        raise ValueError("log_q: has entries above 0 (probability > 1); pass log-probabilities")
+    return np.minimum(lq, 0.0)  # round-off above 0 would let a child outscore its parent
+
