@@ -19,9 +19,9 @@ CHIMERA_SHARE_MEANS = ("nodes", "chimera_share", "chimera_share_std", "eps_chime
 
 def widen_setting(row: dict[str, Any]) -> dict[str, Any]:
     """A summary row with its ``by_budget`` rows as lists over the budgets again (``budgets``,
-    ``chimera_share``, ...); a row already in that form is returned as is."""
-    if "by_budget" not in row:
-        return row
+    ``chimera_share``, ...)."""
+    if not isinstance(row, dict) or "by_budget" not in row:
+        raise ValueError("row: expected a stored chimera-share setting (long rows under by_budget)")
     out = {k: v for k, v in row.items() if k != "by_budget"}
     out["budgets"] = [r["budget"] for r in row["by_budget"]]
     out.update({k: [r[k] for r in row["by_budget"]] for k in CHIMERA_SHARE_MEANS})

@@ -105,15 +105,21 @@ def test_chimera_bound_panel_a_plots_zero_at_zero():
     assert ax.get_ylim()[0] <= 0
 
 
+def _share_row(family, kwargs, share, cov=(1.0, 2.0), budgets=(16, 64)):
+    """A chimera-share setting as the file stores it: one row per budget under by_budget."""
+    return dict(family=family, kwargs=kwargs, by_budget=[
+        dict(budget=b, nodes=b, chimera_share=s, chimera_share_std=0.0, eps_chimera_share=s, splice_share=s,
+             chimera_mass=0.0, cov_product=c, cov_mixture=c, cov_oracle=c)
+        for b, s, c in zip(budgets, share, cov)])
+
+
 def test_share_figure_has_one_line_per_family_and_readable_labels():
     from mfd_theory.figures.chimeras import share_figure
 
     rows = []
     for fam in ("two_futures", "branching"):
         for m in range(1, 13):
-            rows.append(dict(family=fam, kwargs={"m": m, "L": 15, "V": 32}, budgets=[16, 64],
-                             chimera_share=[0.1 * (m % 5), 0.2], cov_product=[1.0, 2.0], cov_mixture=[1.0, 2.0],
-                             cov_oracle=[1.0, 2.0]))
+            rows.append(_share_row(fam, {"m": m, "L": 15, "V": 32}, [0.1 * (m % 5), 0.2]))
     fig = share_figure({"settings": rows, "paper_range": [0.27, 0.33]})
     panels = [ax for ax in fig.axes if ax.get_gid() == "share-family"]
     (b,) = [ax for ax in fig.axes if ax.get_gid() == "share-settings"]
@@ -363,8 +369,7 @@ def test_chimera_share_figure_defines_every_abbreviation():
     kw = {"two_futures": {"m": 4, "noise": 0.1}, "branching": {"F": 3, "branch_at": 3},
           "shifted": {"F": 2, "shift_at": 3}, "noisy_futures": {"F": 2, "temperature": 0.5},
           "zipf_futures": {"F": 2, "branch_at": 0, "accuracies": "medusa"}}
-    rows = [dict(family=f, kwargs={**k, "L": 15, "V": 32}, budgets=[16, 64], chimera_share=[0.3, 0.2],
-                 cov_product=[1.0, 2.0], cov_mixture=[1.0, 2.0], cov_oracle=[1.0, 2.0]) for f, k in kw.items()]
+    rows = [_share_row(f, {**k, "L": 15, "V": 32}, [0.3, 0.2]) for f, k in kw.items()]
     fig = share_figure({"settings": rows, "paper_range": [0.27, 0.33]})
     (b,) = [ax for ax in fig.axes if ax.get_gid() == "share-settings"]
     used = {part.split("=")[0] if "=" in part else part for t in b.get_yticklabels()
@@ -392,8 +397,7 @@ def _all_figures():
              "data": {"verify": {"table": table, "instances": 30, "violations": 0},
                       "ties": {"table": table, "config": {"grid": 3}}, "multi_future": []}}
     out.append(("bound_figure", chimeras.bound_figure(bound)))
-    rows = [dict(family="branching", kwargs={"F": 2, "branch_at": 0, "L": 15, "V": 32}, budgets=[16, 64],
-                 chimera_share=[0.3, 0.2], cov_product=[1.0, 2.0], cov_mixture=[1.0, 2.0], cov_oracle=[1.0, 2.0])]
+    rows = [_share_row("branching", {"F": 2, "branch_at": 0, "L": 15, "V": 32}, [0.3, 0.2])]
     share = {"name": "chimera_share", "config": {"L": 15, "V": 32, "n_seeds": 2, "seed": 0},
              "data": {"settings": rows, "paper_range": [0.27, 0.33]}}
     out.append(("share_figure", chimeras.share_figure(share)))
