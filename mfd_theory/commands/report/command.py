@@ -105,7 +105,3 @@ def main(argv=None) -> int:
             print(f"wrote {out} ({len(ch)} block(s) changed: {', '.join(ch) or 'none'})")
     print(f"regenerated {done} of {total} report block(s) from {results}/: {changed} changed{skip_text}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
