@@ -1,5 +1,6 @@
 """mfd report: the result blocks of README.md and docs/ regenerated from results JSON; which file
-holds which block; what --check says when results are missing; spreads and "(1 pass)"."""
+holds which block; what --check says when results are missing; spreads and "(1 pass)"; every
+block made the same way, from a :class:`Results` that loads each file once."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from mfd_theory.cli import main
-from mfd_theory.commands.report import BLOCKS, check_layout, gain_with_spread, headline_block, render, value_with_spread
+from mfd_theory.commands.report import (BLOCKS, Results, block_inputs, check_layout, gain_with_spread, render,
+                                       value_with_spread)
 from mfd_theory.report_files import BLOCK_FILES, report_files
 from mfd_theory.results import Result
 
@@ -16,7 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _e2e_result(passes: bool) -> Result:
-    """A small end-to-end result: product ddtree vs mfd at two budgets, plus chain, ar, HF."""
+    """A small end-to-end result: product ddtree vs mfd at two budgets, plus chain, ar, HF. Each
+    gain entry carries the verdict ``mfd eval`` stores (the report prints it, it never recomputes
+    it): with passes, a 95% interval and a verdict; with one pass, neither."""
     rows = []
 
     def row(method, drafter, K, budget, tau, speedup, spread):
@@ -34,19 +38,23 @@ def _e2e_result(passes: bool) -> Result:
     rows.append(row("ddtree", "product", 1, 64, 4.6, 1.40, 0.02))
     rows.append(row("mfd", "mfd-k4", 4, 16, 4.0, 1.30, 0.02))  # slower beyond the spread
     rows.append(row("mfd", "mfd-k4", 4, 64, 5.0, 1.41, 0.02))  # inside the spread
+    def verdict(gain, ci95, word):
+        if not passes:  # one timing pass: no spread, no verdict
+            return dict(speedup_gain=gain, speedup_gain_ci95=None, speedup_verdict=None)
+        return dict(speedup_gain=gain, speedup_gain_ci95=ci95, speedup_verdict=word)
+
     gains = []
-    for n in (16, 64):
+    for n, v in ((16, verdict(1.30 / 1.50 - 1, 0.004, "slower")),
+                 (64, verdict(1.41 / 1.40 - 1, 0.012, "no measurable difference"))):
         a = next(r for r in rows if r["method"] == "mfd" and r["budget"] == n)
         b = next(r for r in rows if r["method"] == "ddtree" and r["budget"] == n)
-        gains.append(dict(temperature=1.0, method="mfd", drafter="mfd-k4", budget=n, tau=a["tau"],
-                          speedup=a["speedup"], single_tau=b["tau"], single_speedup=b["speedup"],
-                          tau_gain=a["tau"] / b["tau"] - 1, tau_diff_z=3.0,
-                          speedup_gain=a["speedup"] / b["speedup"] - 1))
-    # best budget: older files say budget "best"; newer ones a number and best_budget = True
-    best = dict(temperature=1.0, method="mfd", drafter="mfd-k4", tau=5.0, speedup=1.41, single_tau=4.6,
-                single_speedup=1.50, single_best_budget=16, tau_gain=5.0 / 4.6 - 1, speedup_gain=1.41 / 1.5 - 1)
-    best.update(dict(budget=64, best_budget=True) if passes else dict(budget="best", best_budget=64))
-    gains.append(best)
+        gains.append(dict(temperature=1.0, method="mfd", drafter="mfd-k4", budget=n, best_budget=False,
+                          single_budget=n, tau=a["tau"], speedup=a["speedup"], single_tau=b["tau"],
+                          single_speedup=b["speedup"], tau_gain=a["tau"] / b["tau"] - 1, tau_diff_z=3.0, **v))
+    # each at its fastest budget: mfd at N = 64 against the product drafter's ddtree at N = 16
+    gains.append(dict(temperature=1.0, method="mfd", drafter="mfd-k4", budget=64, best_budget=True, single_budget=16,
+                      tau=5.0, speedup=1.41, single_tau=4.6, single_speedup=1.50, tau_gain=5.0 / 4.6 - 1,
+                      **verdict(1.41 / 1.5 - 1, 0.018, "slower")))
     hf = [dict(temperature=1.0, method="assisted", tokens_per_s=400.0, speedup=1.1)]
     cfg = dict(eval_prompts=2, max_new_tokens=16)
     return Result("end_to_end", cfg, dict(rows=rows, mfd_gains=gains, hf_assisted=hf,
@@ -69,7 +77,7 @@ def test_spread_formatting_and_no_measurable_difference():
     c = dict(speedup=1.20, speedup_passes=[1.19, 1.20, 1.21])
     text = gain_with_spread(c, b)
     assert text.startswith("-14.") and "no measurable" not in text
-    # older rows without spread fields: the value and a "(1 pass)" mark, never a bare sign claim
+    # rows of a single timing pass: the value and a "(1 pass)" mark, never a bare sign claim
     assert value_with_spread({"speedup": 1.4}, "speedup", suffix="x") == "1.40x (1 pass)"
     assert gain_with_spread({"speedup": 1.3}, {"speedup": 1.4}) == "-7.1% (1 pass)"
     assert value_with_spread({"speedup": None}, "speedup") == "-"  # a missing value (null)
@@ -93,8 +101,8 @@ def test_e2e_blocks_show_spreads_or_one_pass(tmp_path, passes):
         assert "(1 pass)" not in new.split("<!-- report:e2e-hf -->")[0]
         assert "400 (1 pass)" in new  # the fixture's HF row has no spread fields
         n16, n64, best = lines
-        assert "no measurable difference" not in n16 and "-13.3%" in n16
-        assert "no measurable difference" in n64
+        assert "no measurable difference" not in n16 and "-13.3% +- 0.4%" in n16
+        assert "no measurable difference (+-1.2%)" in n64
         assert "best (64 vs 16)" in best
         assert "3 timing passes" in new
     else:
@@ -109,8 +117,6 @@ def test_e2e_hybrid_block_reads_its_own_file_and_summarises(tmp_path):
     res = _e2e_result(True)
     greedy = [dict(r, temperature=0.0, matches_ar=r["method"] != "chain") for r in res.data["rows"]]
     res.data["rows"] += greedy
-    best = next(g for g in res.data["mfd_gains"] if g.get("best_budget") is True)
-    best["single_budget"] = best.pop("single_best_budget")  # the field name newer e2e files use
     (tmp_path / "hybrid").mkdir()
     res.save(tmp_path / "hybrid" / "end_to_end.json")
     _e2e_result(False).save(tmp_path / "end_to_end.json")  # the attention run's file is not read
@@ -118,13 +124,11 @@ def test_e2e_hybrid_block_reads_its_own_file_and_summarises(tmp_path):
     assert changed == ["e2e-hybrid"] and skipped == []
     assert "(1 pass)" not in text  # the hybrid fixture has passes; the attention one has none
     assert "Greedy (T = 0): 4 of 5 rows equal ar's output token for token." in text  # ar itself not counted
-    # the best-budget entry compares mfd at N = 64 (1.41x) with the product tree at N = 16 (1.50x)
-    gain = gain_with_spread(next(r for r in res.data["rows"] if r["method"] == "mfd" and r["budget"] == 64),
-                            next(r for r in res.data["rows"] if r["method"] == "ddtree" and r["budget"] == 16))
-    assert gain.startswith("-6.0%")
+    # the best-budget entry compares mfd at N = 64 (1.41x) with the product tree at N = 16 (1.50x), with the
+    # evaluator's verdict on that speed difference
     assert ("T = 1: ar 500 tokens/s ± 5 tokens/s; fastest ddtree (product) at N = 16: 1.50x ± 0.02x. Against the "
-            f"product drafter at each one's best budget (product tau 4.60): mfd K = 4 tau 5.00 (+8.7%) and speed {gain}."
-            ) in text
+            "product drafter at each one's best budget (product tau 4.60): mfd K = 4 tau 5.00 (+8.7%) and speed "
+            "-6.0% +- 1.8%.") in text
     assert len([ln for ln in text.splitlines() if ln.startswith("| 0 |")]) == 3  # chain, ddtree, mfd
 
 
@@ -134,29 +138,62 @@ def test_report_command_rewrites_then_check_passes(tmp_path, capsys):
     _e2e_result(True).save(results / "end_to_end.json")
     readme = _readme(tmp_path, ["core-table", "e2e", "chimera-share"])
     capsys.readouterr()
-    assert main(["report", "--readme", str(readme), "--results", str(results), "--check"]) == 1
+    assert main(["report", "--file", str(readme), "--results", str(results), "--check"]) == 1
     assert "out of date: block core-table" in capsys.readouterr().out
     assert "stale numbers" in readme.read_text()  # --check writes nothing
-    assert main(["report", "--readme", str(readme), "--results", str(results)]) == 0
+    assert main(["report", "--file", str(readme), "--results", str(results)]) == 0
     out = capsys.readouterr().out
     assert f"wrote {readme}" in out and "skipped block chimera-share" in out
     text = readme.read_text()
     assert "| oracle |" in text and "V = 40" in text
     assert text.count("stale numbers") == 1  # the block without results is left as it was
-    assert main(["report", "--readme", str(readme), "--results", str(results), "--check"]) == 0
+    assert main(["report", "--file", str(readme), "--results", str(results), "--check"]) == 0
     # a result changes -> the README is out of date again
     assert main(["core-table", "--V", "41", "--budgets", "4,8", "--out", str(results), "--quiet"]) == 0
-    assert main(["report", "--readme", str(readme), "--results", str(results), "--check"]) == 1
+    assert main(["report", "--file", str(readme), "--results", str(results), "--check"]) == 1
 
 
 def test_report_refuses_unknown_or_unclosed_blocks(tmp_path, capsys):
     readme = tmp_path / "R.md"
     readme.write_text("<!-- report:nope -->\nx\n<!-- /report:nope -->\n")
-    assert main(["report", "--readme", str(readme), "--results", str(tmp_path)]) == 2
+    assert main(["report", "--file", str(readme), "--results", str(tmp_path)]) == 2
     assert "nope" in capsys.readouterr().err
     readme.write_text("<!-- report:e2e -->\nx\n")
+    assert main(["report", "--file", str(readme), "--results", str(tmp_path)]) == 2
+    assert main(["report", "--file", str(tmp_path / "missing.md"), "--results", str(tmp_path)]) == 2
+
+
+def test_the_old_readme_option_is_gone(tmp_path, capsys):
+    readme = _readme(tmp_path, ["e2e"])
     assert main(["report", "--readme", str(readme), "--results", str(tmp_path)]) == 2
-    assert main(["report", "--readme", str(tmp_path / "missing.md"), "--results", str(tmp_path)]) == 2
+    assert "--readme" in capsys.readouterr().err
+
+
+def test_every_block_is_made_from_results_alone():
+    """One calling convention: every block's function takes one argument, the Results it reads;
+    the files it reads are named in BLOCKS (the first is the file its skip message names first)."""
+    import inspect
+
+    for name, block in BLOCKS.items():
+        assert list(inspect.signature(block.make).parameters) == ["results"], name
+        assert block_inputs(name) == block.files and block.files[0] == block.file
+
+
+def test_results_load_each_file_once_and_name_what_is_missing(tmp_path, monkeypatch):
+    _e2e_result(True).save(tmp_path / "end_to_end.json")
+    loads = []
+    real = Result.load
+    monkeypatch.setattr(Result, "load", classmethod(lambda cls, p: loads.append(Path(p).name) or real(p)))
+    text = "".join(f"<!-- report:{n} -->\nx\n<!-- /report:{n} -->\n" for n in ("e2e", "e2e-gains", "e2e-hf"))
+    assert render(text, tmp_path)[1] == ["e2e", "e2e-gains", "e2e-hf"]
+    assert loads == ["end_to_end.json"]  # three blocks, one read
+    r = Results(tmp_path).reading(block_inputs("headline"))
+    assert r.missing() == ["chimera_bound.json", "natural/natural.json"]
+    assert r.main.name == "end_to_end" and r.main_path == tmp_path / "end_to_end.json"
+    held = Results.holding(r.main)  # one result in memory, read from no file
+    assert held.main is r.main and held.main_path is None and held.missing() == []
+    with pytest.raises(KeyError, match="natural.json"):
+        held["natural/natural.json"]
 
 
 def test_result_tables_are_all_generated():
@@ -260,9 +297,9 @@ def test_headline_block_takes_a_few_numbers_from_three_results_files(tmp_path):
     assert "ddtree (product) N = 16: tau 3.60, 1.50x ± 0.02x; mfd K = 4 N = 64: tau 5.00, 1.41x ± 0.02x" in rows[1]
     assert "tau: median \\|error\\| 2.1%, worst 5.0%; speedup: median 4.3%, worst 12.0%" in rows[2]
     assert "code +10.4% at N = 64; prose +13.5% at N = 64" in rows[3]
-    assert headline_block({"chimera_bound.json": Result.load(results / "chimera_bound.json"),
-                           "end_to_end.json": Result.load(results / "end_to_end.json"),
-                           "natural/natural.json": Result.load(results / "natural" / "natural.json")}) in text
+    # the same block from results already in memory: the one calling convention, whatever a block reads
+    held = {f: Result.load(results / f) for f in block_inputs("headline")}
+    assert BLOCKS["headline"].make(Results(None, block_inputs("headline"), held)) in text
     # one of its three files missing: skipped (left as it was), and the message names that file
     (results / "natural" / "natural.json").unlink()
     readme = tmp_path / "R.md"
@@ -277,17 +314,17 @@ def test_headline_block_takes_a_few_numbers_from_three_results_files(tmp_path):
     assert f"no {results / 'natural' / 'natural.json'}" in out.getvalue()
 
 
-def test_e2e_gains_use_the_evaluators_verdict_when_stored():
-    # a gain whose rows' spreads would call it measured, but whose per-pass 95% interval does not
-    from mfd_theory.commands.report import e2e_gains_block
-
+def test_e2e_gains_use_the_evaluators_verdict():
+    # a gain whose rows' spreads would call it measured, but whose per-pass 95% interval does not:
+    # the report prints the evaluator's verdict
     res = _e2e_result(passes=True)
     g = dict(res.data["mfd_gains"][0])
     g.update(speedup_gain=0.02, speedup_verdict="no measurable difference", speedup_gain_ci95=0.031)
     res.data["mfd_gains"] = [g]
-    assert "no measurable difference (+-3.1%)" in e2e_gains_block(res)
+    gains = BLOCKS["e2e-gains"].make
+    assert "no measurable difference (+-3.1%)" in gains(Results.holding(res))
     g.update(speedup_gain=0.06, speedup_verdict="faster", speedup_gain_ci95=0.031)
-    out = e2e_gains_block(res)
+    out = gains(Results.holding(res))
     assert "+6.0% +- 3.1%" in out and "no measurable difference" not in out
 
 

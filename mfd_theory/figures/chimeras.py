@@ -157,18 +157,30 @@ def share_figure(res: Any, budget: int = 64):
     product tree (and of the mixture with the exact modes) relative to the oracle vs N."""
     d = _data(res)
     plt = _plt()
-    from mfd_theory.figures import reveal_overlaps, stamp_run
+    from mfd_theory.figures import stamp_run
 
     rows = d["settings"]
-    lo, hi = d.get("paper_range", (0.27, 0.33))
+    paper = tuple(d.get("paper_range", (0.27, 0.33)))
     budgets = rows[0]["budgets"]
     fams = [f for f in FAMILY_COLORS if any(r["family"] == f for r in rows)]
     fams += sorted({r["family"] for r in rows} - set(fams))
     fig = plt.figure(figsize=(16, max(11.0, 0.2 * len(rows) + 3.0)))
     outer = fig.add_gridspec(1, 2, width_ratios=[1.3, 1], wspace=0.28)
     left = outer[0, 0].subgridspec(2, 1, height_ratios=[1.25, 1], hspace=0.3)
+    _family_panels(fig, left[0], rows, fams, budgets, paper)
+    _coverage_panel(fig.add_subplot(left[1], gid="share-coverage"), rows, fams, budgets)
+    _settings_panel(fig, outer[0, 1], rows, budgets, budget, paper)
+    fig.subplots_adjust(left=0.05, right=0.99, top=0.95, bottom=0.05)
+    stamp_run(fig, res)
+    return fig
+
+
+def _family_panels(fig, spec, rows: list[dict[str, Any]], fams: list[str], budgets: list[int],
+                   paper: tuple[float, float]) -> None:
+    """Panel (a): one small axes per family in ``spec`` (three to a row) and a key in the next slot."""
+    lo, hi = paper
     n_rows = (len(fams) + 1 + 2) // 3  # one slot per family and one for the key
-    small = left[0].subgridspec(n_rows, 3, hspace=0.55, wspace=0.12)
+    small = spec.subgridspec(n_rows, 3, hspace=0.55, wspace=0.12)
     first = None
     for i, fam in enumerate(fams):
         ax = fig.add_subplot(small[i // 3, i % 3], sharex=first, sharey=first, gid="share-family")
@@ -200,7 +212,11 @@ def share_figure(res: Any, budget: int = 64):
     first.annotate("(a) chimera share vs budget, one panel per family (every setting at N = 64 in (b))",
                    (0, 1.16), xycoords="axes fraction", fontsize=10, ha="left", va="bottom")
 
-    ax = fig.add_subplot(left[1], gid="share-coverage")
+
+def _coverage_panel(ax, rows: list[dict[str, Any]], fams: list[str], budgets: list[int]) -> None:
+    """Panel (c): per family, the product tree's and the exact mixture's coverage over the oracle's."""
+    from mfd_theory.figures import reveal_overlaps
+
     ratios = {}
     for fam in fams:
         fr = [r for r in rows if r["family"] == fam]
@@ -228,7 +244,13 @@ def share_figure(res: Any, budget: int = 64):
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right", ncol=2)
 
-    right = outer[0, 1].subgridspec(2, 1, height_ratios=[len(rows), 9], hspace=0.08)
+
+def _settings_panel(fig, spec, rows: list[dict[str, Any]], budgets: list[int], budget: int,
+                    paper: tuple[float, float]) -> None:
+    """Panel (b): every setting's share at ``budget`` (the middle budget when it was not run) as a
+    bar against the paper's range, with the labels' abbreviations below."""
+    lo, hi = paper
+    right = spec.subgridspec(2, 1, height_ratios=[len(rows), 9], hspace=0.08)
     ax = fig.add_subplot(right[0], gid="share-settings")
     at = budgets.index(budget) if budget in budgets else len(budgets) // 2
     shares = [r["chimera_share"][at] for r in rows]
@@ -247,6 +269,3 @@ def share_figure(res: Any, budget: int = 64):
     key.axis("off")
     key.text(0.0, 0.0, "Labels in (b):\n" + "\n".join(ABBREVIATIONS), transform=key.transAxes, fontsize=8,
              va="bottom", ha="left", wrap=True, gid="share-abbreviations")
-    fig.subplots_adjust(left=0.05, right=0.99, top=0.95, bottom=0.05)
-    stamp_run(fig, res)
-    return fig

@@ -1,0 +1,92 @@
+"""Number and spread formatting shared by the report's blocks.
+
+A timing measured over several passes prints as mean ± standard deviation over the passes; one
+pass prints "(1 pass)". How a spread is combined is in :func:`gain_with_spread`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from mfd_theory.formatting import stored_number
+
+__all__ = ["gain_with_spread", "mean_se", "method_label", "signed_pct", "span", "value_with_spread"]
+
+
+def _passes(row: dict, key: str) -> list[float] | None:
+    p = row.get(f"{key}_passes")
+    if isinstance(p, list) and len(p) > 1 and all(stored_number(x) is not None for x in p):
+        return [float(x) for x in p]
+    return None
+
+
+def _std(row: dict, key: str) -> float | None:
+    p = _passes(row, key)
+    if p is not None:
+        m = sum(p) / len(p)
+        return math.sqrt(sum((x - m) ** 2 for x in p) / (len(p) - 1))
+    return stored_number(row.get(f"{key}_std"))
+
+
+def value_with_spread(row: dict, key: str, fmt: str = "{:.2f}", suffix: str = "") -> str:
+    """``1.84x ± 0.03x`` when the row has a spread for ``key``, else ``1.84x (1 pass)``."""
+    v = stored_number(row.get(key))
+    if v is None:
+        return "-"
+    s = _std(row, key)
+    if s is None:
+        return f"{fmt.format(v)}{suffix} (1 pass)"
+    return f"{fmt.format(v)}{suffix} ± {fmt.format(s)}{suffix}"
+
+
+def gain_with_spread(a: dict, b: dict, key: str = "speedup") -> str:
+    """a's ``key`` over b's, minus one, in percent, with its spread over timing passes.
+
+    The spread combines the two rows' standard deviations over passes to first order
+    (ratio * sqrt((s_a / a)^2 + (s_b / b)^2)); passes are not treated as paired, which would
+    hide load changes that hit one method's pass and not the other's. A difference no larger
+    than the spread reads "no measurable difference".
+    """
+    va, vb = stored_number(a.get(key)), stored_number(b.get(key))
+    if va is None or vb is None or vb == 0:
+        return "-"
+    gain = va / vb - 1
+    sa, sb = _std(a, key), _std(b, key)
+    if sa is None or sb is None:
+        return f"{100 * gain:+.1f}% (1 pass)"
+    spread = (va / vb) * math.sqrt((sa / va) ** 2 + (sb / vb) ** 2)
+    text = f"{100 * gain:+.1f}% ± {100 * spread:.1f}%"
+    if abs(gain) <= spread:
+        text += " (no measurable difference)"
+    return text
+
+
+def signed_pct(v) -> str:
+    """A relative error or gain as ``+1.2%``; ``-`` for a missing value."""
+    return "-" if stored_number(v) is None else f"{100 * v:+.1f}%"
+
+
+def span(vals, fmt: str = "{:.2f}", suffix: str = "") -> str:
+    """``a-b`` over ``vals`` (one value when both ends print alike)."""
+    lo, hi = fmt.format(min(vals)), fmt.format(max(vals))
+    return f"{lo}{suffix}" if lo == hi else f"{lo}-{hi}{suffix}"
+
+
+def mean_se(v, fmt: str = "{:.2f}") -> str:
+    """[mean, se] as "mean ± se" (or the mean alone)."""
+    if not v or v[0] is None:
+        return "-"
+    return fmt.format(v[0]) + ("" if len(v) < 2 or v[1] is None else " ± " + fmt.replace("+", "").format(v[1]))
+
+
+def method_label(r: dict) -> str:
+    """How a table names an evaluated row's method and drafter: ``mfd K = 4``, ``ddtree (product)``."""
+    if r["method"] == "chain":
+        return f"chain ({r['drafter']}), N = L = {r['budget']}"
+    if r["method"] == "mfd":
+        return f"mfd K = {r.get('K', '?')}"
+    if r["method"] == "dartree":
+        return "dartree (Domino)"
+    if r["drafter"] == "product":
+        return "ddtree (product)"
+    return f"ddtree on K = {r.get('K', '?')} marginals"

@@ -1,0 +1,218 @@
+"""Report blocks of the benchmarks (docs/benchmarks.md): tree building, EM fitting, the decoding
+split with its verify and GDN profiles, the drafting round's cost by context and modes, and
+batched decoding against its prediction.
+
+Each block is ``block(results) -> str`` (:mod:`.inputs`); what each benchmark measures is in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from mfd_theory.commands.report._text import span
+from mfd_theory.commands.report.inputs import Results
+
+__all__ = ["bench_batch", "bench_decode", "bench_draft", "bench_fit", "bench_trees"]
+
+
+def bench_trees(results: Results) -> str:
+    from mfd_theory.commands.bench_trees import markdown
+
+    return markdown(results.main)
+
+
+def bench_fit(results: Results) -> str:
+    r, c = results.main.data, results.main.config
+    return (f"EM on {c['n']:,} samples, L = {c['L']}, V = {c['V']:,}, K = {c['K']}, {c['n_restarts']} restarts: "
+            f"soft EM {r['fit_soft_s']:.2f} s, winner-take-all {r['fit_hard_s']:.2f} s; one numba EM iteration "
+            f"{1e3 * r['numba_iter_s']:.0f} ms vs {1e3 * r['numpy_iter_s']:.0f} ms in NumPy "
+            f"(first call, numba compile: {r['compile_s']:.1f} s).")
+
+
+# ------------------------------------------------------------------------------ decoding
+
+
+def bench_decode(results: Results) -> str:
+    """The decoding split per method; then the verify-latency profile (attention target) or the
+    GDN tree-verification profile (hybrid target, ``--arch qwen3_5``)."""
+    d, c = results.main.data, results.main.config
+    lines = [f"{d['model']} on {d['device']}, budget {c['budget']}, block {c['block_size']}, K = {c['num_modes']}:",
+             "", "| method | tokens/s | draft | tree + mask | verify | walk | commit | outside the two forwards |",
+             "|---|---|---|---|---|---|---|---|"]
+    for m, r in d["methods"].items():
+        s = r["time_split_s"]
+        tot = sum(s[k] for k in ("draft", "tree", "verify", "walk", "commit")) or 1.0
+        pct = [f"{100 * s[k] / tot:.1f}%" for k in ("draft", "tree", "verify", "walk", "commit")]
+        if m == "ar":
+            pct[0] = "-"
+        lines.append(f"| {m} | {r['tokens_per_s']:.1f} | " + " | ".join(pct) + f" | {100 * r['overhead_share']:.1f}% |")
+    p = d.get("verify_profile")
+    if p:
+        lines += ["", "Verify latency (ms) by tree size N: " + ", ".join(
+            f"{n}: {t:.1f}" for n, t in zip(p["tree_sizes"], p["verify_ms"])) + f"; an AR step {p['t_target_ms']:.1f} ms."]
+    if d.get("hybrid_profile"):
+        lines += _gdn_profile(d["hybrid_profile"], c)
+    return "\n".join(lines)
+
+
+def _gdn_profile(prof: dict, c: dict) -> list[str]:
+    """The hybrid target's GDN tree-verification profile and the sentence that reads it."""
+    from mfd_theory.commands.bench_decode import hybrid_table
+
+    rows = prof["rows"]
+    ref = next((r for r in rows if r["N"] == c["budget"]), rows[len(rows) // 2])
+    trees = [r for r in rows if r["N"] > 1] or rows
+    return ["", f"GDN profile (medians of {c['profile_repeats']} interleaved repeats after a "
+                f"{c['prompt_len']}-token prompt, times in ms):", "", hybrid_table(prof), "",
+            f"The GDN layers' tree pass over N = {ref['N']} nodes costs {ref['gdn_tree_over_chain']:.2f}x their "
+            f"chain pass over {ref['N']} tokens ({span([r['gdn_tree_over_chain'] for r in trees], suffix='x')} "
+            f"for N = {trees[0]['N']} to {trees[-1]['N']}); the GDN layers take "
+            f"{span([100 * r['gdn_share'] for r in rows], '{:.0f}', '%')} of the hybrid's verify, which costs "
+            f"{span([r['hybrid_over_attention'] for r in rows], suffix='x')} the attention target's; verify + "
+            f"commit at N = {ref['N']}: replay {ref['round_replay_ms']:.1f} ms, select "
+            f"{ref['round_select_ms']:.1f} ms."]
+
+
+# ------------------------------------------------------------------------------ drafting round
+
+
+def bench_draft(results: Results) -> str:
+    """``mfd bench draft`` at one preset shape: drafting-round ms before / after per (K, T) as the
+    span over repeats, the two ratio targets as min / median / max, then the arithmetic floor and
+    the target's verify path."""
+    d, c = results.main.data, results.main.config
+    reps = d["repeats"]
+    modes = sorted({int(x) for x in c["modes"].split(",") if x.strip()})
+    contexts = sorted({int(x) for x in c["contexts"].split(",") if x.strip()})
+    lo, hi, kmax = contexts[0], contexts[-1], modes[-1]
+    ratios = d["ratios"]
+
+    def three(key):
+        return _min_median_max(ratios[key])
+
+    load = d.get("load_avg_1min")
+    load_s = (f"1-minute load average {load[0]:.1f} at the start and {load[-1]:.1f} at the end on "
+              f"{d.get('cpu_count', '?')} cores" if load else "machine load not recorded")
+    lines = [f"`{c['preset']}` shape, target {d['model']} (width {d['width']}); {c['draft_layers']} draft layer(s), "
+             f"block {c['block_size']}, {c['new_rows']} new context rows per round, fastest of {c['rounds']} rounds "
+             f"per cell, {len(reps)} repeats in one run, {c['threads']} thread(s); {load_s}. Times in ms, a cell is "
+             "the span over repeats; ratios are min / median / max over repeats:",
+             "", "| round | before | folded | after |", "|---|---|---|---|"]
+
+    def cell(path, k, t):  # "folded" exists for K > 1 only
+        vals = [r["draft_ms"].get(f"{path},K={k},T={t}") for r in reps]
+        return span(vals) if None not in vals else "-"
+
+    for k in modes:
+        for t in contexts:
+            lines.append(f"| K = {k}, T = {t} | " + " | ".join(cell(p, k, t) for p in ("before", "folded", "after")) + " |")
+    lines.append(f"| K = 1: T = {hi} / T = {lo} (target <= 3) | {three(f'before: K=1 T={hi} / K=1 T={lo}')} | - | "
+                 f"{three(f'after: K=1 T={hi} / K=1 T={lo}')} |")
+    if kmax > 1:
+        lines.append(f"| T = {hi}: K = {kmax} / K = 1 (target <= 2.5) | "
+                     f"{three(f'before: K={kmax} T={hi} / K=1 T={hi}')} | "
+                     f"{three(f'folded: K={kmax} T={hi} / K=1 T={hi}')} | "
+                     f"{three(f'after: K={kmax} T={hi} / K=1 T={hi}')} |")
+    lines += ["", _verify_path(d, c, contexts, kmax)]
+    return "\n".join(lines)
+
+
+def _min_median_max(values) -> str:
+    v = sorted(values)
+    return f"{v[0]:.2f} / {statistics.median(v):.2f} / {v[-1]:.2f}"
+
+
+def _verify_path(d: dict, c: dict, contexts: list[int], kmax: int) -> str:
+    """The paragraph under the drafting table: SDPA calls alone, then the target's verify and
+    commit with the in-place cache and with HF's concatenating one, and where its time goes."""
+    reps, ratios = d["repeats"], d["ratios"]
+    lo, hi = contexts[0], contexts[-1]
+
+    def three(key):
+        return _min_median_max(ratios[key])
+
+    def per_t(key):  # keyed by T: ints in a fresh result, strings once read back from JSON
+        return {t: [r[key].get(t, r[key].get(str(t))) for r in reps] for t in contexts}
+
+    def at_each_t(ms):
+        return ", ".join(f"{span(ms[t])} ms at T = {t}" for t in contexts)
+
+    ver, cat, concat, repeat = per_t("verify_ms"), per_t("cache_cat_ms"), per_t("verify_concat_ms"), per_t("kv_repeat_ms")
+    share = span([100 * x for x in ratios[f"verify: cache copy share at T={hi}"]], "{:.1f}", "%")
+    repeat_share = span([100 * x for x in ratios[f"verify: kv head repeat share at T={hi}"]], "{:.1f}", "%")
+    return (f"SDPA calls alone, K = {kmax} / K = 1 at T = {hi}: "
+            f"{three(f'attention alone: K={kmax} T={hi} / K=1 T={hi}')} (one call per mode)"
+            + (f", {three(f'folded attention alone: K={kmax} T={hi} / K=1 T={hi}')} (folded, masked)"
+               if kmax > 1 else "")
+            + f". Verify of an N = {c['verify_nodes']} tree plus commit with `TargetModel`'s in-place cache: "
+            + at_each_t(ver) + f" (T = {hi} / T = {lo}: {three(f'verify: T={hi} / T={lo}')})"
+            + "; with HF's concatenating `DynamicCache`: " + at_each_t(concat)
+            + f" (concatenating / in place at T = {hi}: {three(f'verify: concatenating / in-place cache at T={hi}')})"
+            + "; the cache concatenation `DynamicCache.update` does per forward: " + at_each_t(cat)
+            + f" ({share} of the verify at T = {hi})."
+            + " The key/value head repeat HF's SDPA path does per forward for a GQA target given a mask "
+              "(`repeat_kv`): " + at_each_t(repeat) + f" ({repeat_share} of the verify at T = {hi}).")
+
+
+# ------------------------------------------------------------------------------ batched decoding
+
+#: (method, policy, column title) of the batch table, in column order
+_BATCH_SERIES = [("ar", "off", "AR"), ("chain", "per_request", "chain"), ("ddtree", "per_request", "DDTree per request"),
+                 ("ddtree", "global", "DDTree global"), ("ddtree", "auto", "DDTree auto"),
+                 ("mfd", "per_request", "MFD per request"), ("mfd", "global", "MFD global"), ("mfd", "auto", "MFD auto")]
+
+
+def bench_batch(results: Results) -> str:
+    """``mfd bench batch``: per batch size, the best measured cell of each (method, policy) with
+    the throughput predicted for it before the run, then the prediction error, the crossover, the
+    issue's targets and the GPU prediction (labelled as such)."""
+    d, c = results.main.data, results.main.config
+    rows = d["rows"]
+    lines = [f"{d['model']}; {d['eval_prompts']} held-out prompts (the first B per batch), {c['max_new_tokens']} new "
+             f"tokens each, {c['passes']} passes, {c['threads']} thread(s); predictions from "
+             f"{d['calibration_prompts']} training-split prompts, written before the evaluation. Steady tokens/s "
+             "(rounds holding all B requests), predicted in brackets; N per request (global: the round's total); "
+             "acc = draft tokens accepted per request per round:", "",
+             "| B | " + " | ".join(lbl for _, _, lbl in _BATCH_SERIES) + " |", "|---" * (len(_BATCH_SERIES) + 1) + "|"]
+    for b in sorted({r["batch_size"] for r in rows}):
+        lines.append(f"| {b} | " + " | ".join(_batch_cell(rows, b, m, pol) for m, pol, _ in _BATCH_SERIES) + " |")
+    lines += ["", *_batch_findings(d)]
+    return "\n".join(lines)
+
+
+def _batch_cell(rows: list[dict], b: int, method: str, policy: str) -> str:
+    """The fastest measured cell of (method, policy) at batch size ``b``, with its prediction."""
+    cand = [r for r in rows if r["batch_size"] == b and r["method"] == method and r["policy"] == policy]
+    if not cand:
+        return "-"
+    r = max(cand, key=lambda r: r["steady_tokens_per_s"])
+    n = "" if policy in ("off", "auto") else f" N={r['nodes']}"
+    acc = "" if policy == "off" else f", acc {r['accepted']:.2f}"
+    return f"{r['steady_tokens_per_s']:.0f} ({r['predicted_tokens_per_s']:.0f}){n}{acc}"
+
+
+def _batch_findings(d: dict) -> list[str]:
+    """The bullets under the batch table: prediction error, crossover, the targets, the GPU prediction."""
+    rows, s, pc = d["rows"], d["checks"]["summary"], d["predicted_crossover"]
+    errs = sorted(abs(r["prediction_error"]) for r in rows)
+    med = errs[len(errs) // 2] if len(errs) % 2 else 0.5 * (errs[len(errs) // 2 - 1] + errs[len(errs) // 2])
+    return [
+        f"- predicted vs measured steady tokens/s over all {len(rows)} cells: median error {100 * med:.1f}%, "
+        f"worst {100 * errs[-1]:.1f}%",
+        "- the batch size from which batched AR is the fastest configuration at every larger B: "
+        + "; ".join(f"{what} {'B = ' + str(v) if v is not None else 'none (speculation pays at the largest B)'}"
+                    for what, v in (("measured", d["measured_crossover"]), ("predicted for DDTree", pc.get("ddtree")),
+                                    ("predicted for MFD", pc.get("mfd")))),
+        f"- global top-N accepts at least as many tokens as per-request N at the same total, within two standard "
+        f"errors, at every (B, N, method): **{'yes' if s['global_accepts_at_least_per_request'] else 'no'}**",
+        f"- global beats the best per-request N by >= 5% at some B >= 4: "
+        f"**{'yes' if s['global_5pct_somewhere_b4'] else 'no'}** (best {100 * s['best_global_gain_b4']:+.1f}%)",
+        f"- auto within 3% of the best measured configuration at every B: "
+        f"**{'yes' if s['auto_within_3pct_everywhere'] else 'no'}** (worst {100 * s['worst_auto_gap']:+.1f}%)",
+        f"- share of a round outside the two forwards at B = 16, worst cell: {100 * s['overhead_at_16_max']:.1f}% "
+        "(target <= 10%)",
+        f"- PREDICTED, not measured, for a GPU from the packaged `{d['gpu_profile']}` table (an assumption; a "
+        "forward costed by its total rows): best policy / AR throughput at B = "
+        + ", ".join(f"{r['batch_size']}: {r['tokens_per_s'] / r['ar_tokens_per_s']:.2f}x ({r['policy']})"
+                    for r in d["gpu_predicted"] if r["method"] == "mfd") + " (MFD)",
+    ]

@@ -1,0 +1,79 @@
+"""The README's headline block: a few numbers from several results files (the chimera bound's
+check, DDTree against MFD end to end, the out-of-sample prediction error, the natural-text
+ceiling), each row naming the block with the full table.
+
+:func:`headline` is a block (``block(results) -> str``, :mod:`.inputs`) that reads three files.
+"""
+
+from __future__ import annotations
+
+from mfd_theory.commands.report._text import method_label, value_with_spread
+from mfd_theory.commands.report.e2e import gain_pair
+from mfd_theory.commands.report.inputs import Results
+from mfd_theory.formatting import is_best_budget, speed_gain_text, stored_number
+from mfd_theory.results import Result
+
+__all__ = ["HEADLINE_FILES", "headline"]
+
+#: the results files the headline reads besides end_to_end.json
+HEADLINE_FILES = ("chimera_bound.json", "natural/natural.json")
+
+
+def headline(results: Results) -> str:
+    """The README's headline table: a few numbers from several results files (the chimera bound's
+    check, the end-to-end DDTree vs MFD comparison, the out-of-sample prediction error, the natural
+    text's ceiling), each with where the full table is."""
+    lines = ["| question | the last run's answer | full table |", "|---|---|---|"]
+    cb = results["chimera_bound.json"]
+    v, c = cb.data["verify"], cb.config
+    lines.append(f"| Does every product-ranked tree that holds two futures disagreeing in m positions hold at least "
+                 f"2^(m-1) - 1 chimeras? | {v['instances']:,} random instances, m = 1..{c['m_max']}: "
+                 f"**{v['violations']} violations** ({v['ties']} exact ties set aside) | "
+                 "[results](docs/results.md), `chimera-bound` |")
+    e2e = results["end_to_end.json"]
+    lines += _e2e_rows(e2e)
+    pr = e2e.data.get("prediction") or {}
+    if pr.get("n_cells"):
+        tau, sp = pr.get("tau") or {}, pr.get("speedup") or {}
+        lines.append(f"| How well are tau and speedup predicted before decoding, from calibration prompts only "
+                     f"(same run, {pr['n_cells']} cells)? | tau: median \\|error\\| {100 * tau['median_abs_error']:.1f}%, "
+                     f"worst {100 * tau['worst_abs_error']:.1f}%; speedup: median {100 * sp['median_abs_error']:.1f}%, "
+                     f"worst {100 * sp['worst_abs_error']:.1f}% | [results](docs/results.md), `prediction-check` |")
+    ceil = results["natural/natural.json"].data.get("ceiling") or {}
+    parts = []
+    for dom, e in ceil.items():
+        n = max(e["by_budget"], key=int)
+        r = e["by_budget"][n]["oracle_over_product"][0]
+        if r is not None:
+            parts.append(f"{dom} {100 * (r - 1):+.1f}% at N = {n}")
+    if parts:
+        lines.append("| On natural text (Python's standard library), how much more can any drafter cover than the "
+                     "best product tree? The target's own oracle tree over its best product tree | "
+                     + "; ".join(parts) + " | [results](docs/results.md), `natural` |")
+    return "\n".join(lines)
+
+
+def _e2e_rows(res: Result) -> list[str]:
+    """Per temperature, the fastest MFD drafter against the product drafter, each at its fastest
+    budget, with the evaluator's verdict on the speed difference (as in the e2e-gains block)."""
+    d = res.data
+    rows = d["rows"]
+    out = []
+    for temp in sorted({r["temperature"] for r in rows}):
+        best = [g for g in d.get("mfd_gains") or []
+                if g["temperature"] == temp and g["method"] == "mfd" and is_best_budget(g)]
+        pairs = [gain_pair(rows, g) + (g,) for g in best]
+        pairs = [p for p in pairs if stored_number(p[0].get("speedup")) is not None and "method" in p[1]]
+        if not pairs:
+            continue
+        a, b, _, g = max(pairs, key=lambda p: p[0]["speedup"])
+
+        def at(r):
+            return method_label(r) + ("" if r["method"] == "chain" else f" N = {r['budget']}")
+
+        out.append(f"| End to end, small Qwen3 target on CPU, T = {temp:g}: the product drafter (DDTree's tree, or "
+                   f"the chain where that is faster) against MFD, each at its fastest budget | {at(b)}: tau "
+                   f"{b['tau']:.2f}, {value_with_spread(b, 'speedup', suffix='x')}; {at(a)}: tau {a['tau']:.2f}, "
+                   f"{value_with_spread(a, 'speedup', suffix='x')}; speed: {speed_gain_text(g)} | "
+                   "[results](docs/results.md), `e2e` and `e2e-gains` |")
+    return out

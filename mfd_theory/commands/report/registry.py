@@ -1,0 +1,61 @@
+"""Every report block by name: :data:`BLOCKS` maps a block's name to the results files it is made
+from and the function that writes it. Which Markdown file holds each block is
+:data:`mfd_theory.report_files.BLOCK_FILES`; the marker syntax is in :mod:`.markers`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+from mfd_theory.commands.report import bench, checks, e2e, headline, natural, own_target, theory
+from mfd_theory.commands.report.inputs import Results
+
+__all__ = ["BLOCKS", "Block", "block_inputs"]
+
+
+class Block(NamedTuple):
+    """A report block: made by ``make`` from its results file ``file`` (relative to the results
+    directory) and the files in ``also``; it is skipped unless every one of them exists."""
+
+    file: str
+    make: Callable[[Results], str]
+    also: tuple[str, ...] = ()
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return (self.file, *self.also)
+
+
+#: block name -> its files and its function; a block's function is named after the block, and the
+#: ``-hybrid`` / preset variants reuse one function on another run's file
+BLOCKS: dict[str, Block] = {
+    "core-table": Block("core_table.json", theory.core_table),
+    "chimera-bound": Block("chimera_bound.json", theory.chimera_bound),
+    "chimera-share": Block("chimera_share.json", theory.chimera_share),
+    "mixture-gain": Block("mixture_gain.json", theory.mixture_gain),
+    "path-gain": Block("path_gain.json", theory.path_gain),
+    "e2e": Block("end_to_end.json", e2e.e2e),
+    "e2e-gains": Block("end_to_end.json", e2e.e2e_gains),
+    "e2e-hf": Block("end_to_end.json", e2e.e2e_hf),
+    "e2e-dartree": Block("end_to_end.json", e2e.e2e_dartree),
+    "speedup-check": Block("end_to_end.json", checks.speedup_check),
+    "prediction-check": Block("end_to_end.json", checks.prediction_check),
+    "prediction-check-hybrid": Block("hybrid/end_to_end.json", checks.prediction_check),
+    "bench-trees": Block("bench_trees.json", bench.bench_trees),
+    "bench-fit": Block("bench_fit.json", bench.bench_fit),
+    "bench-decode": Block("bench_decode.json", bench.bench_decode),
+    "own-target": Block("own_target/eval/eval.json", own_target.own_target),
+    "bench-decode-hybrid": Block("bench_decode_qwen3_5.json", bench.bench_decode),
+    "bench-draft-micro": Block("bench_draft_micro.json", bench.bench_draft),
+    "bench-draft-tiny": Block("bench_draft_tiny.json", bench.bench_draft),
+    "e2e-hybrid": Block("hybrid/end_to_end.json", e2e.e2e_hybrid),
+    "natural": Block("natural/natural.json", natural.natural),
+    "bench-batch": Block("bench_batch.json", bench.bench_batch),
+    "bench-batch-hybrid": Block("bench_batch_qwen3_5.json", bench.bench_batch),
+    "headline": Block("end_to_end.json", headline.headline, also=headline.HEADLINE_FILES),
+}
+
+
+def block_inputs(name: str) -> tuple[str, ...]:
+    """The results files (relative to the results directory) that block ``name`` is made from."""
+    return BLOCKS[name].files
