@@ -27,7 +27,7 @@ from mfd_theory.results import wrote
 from mfd_theory.validation import check_choice, check_figure_file, check_int, check_out_dir, check_real
 
 __all__ = ["EXPERIMENTS", "Checked", "Command", "check_config", "figure_option", "flag", "load_preset", "opt",
-           "preset_names", "read_config", "save_result", "show_default", "switch", "to_toml", "wrote"]
+           "preset_names", "preset_values", "read_config", "save_result", "show_default", "switch", "to_toml", "wrote"]
 
 #: the repository's preset files, one folder per command module (the package is installed from
 #: its checkout, so the folder sits beside ``mfd_theory/``)

@@ -75,7 +75,12 @@ class OwnTargetConfig(Checked):
             raise ValueError(f"--device: must be cpu, cuda or cuda:N, got {self.device!r}")
         if len(set(self.modes)) != len(self.modes):
             raise ValueError(f"--modes: each K once, got {self.modes}")
-        n_held = e2e_config(self).n_heldout
+        try:
+            n_held = e2e_config(self).n_heldout
+        except ValueError as exc:  # the e2e preset's file is missing or refused
+            if not str(exc).startswith("--preset"):
+                raise
+            raise ValueError(f"--target-preset: {str(exc).partition(': ')[2]}") from None
         if self.heldout_prompts > n_held:
             raise ValueError(f"--heldout-prompts: the {self.target_preset} corpus has {n_held} held-out "
                              f"documents, got {self.heldout_prompts}")
