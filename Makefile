@@ -1,6 +1,7 @@
 # Two commands on a fresh machine with Python 3.11 and make:
 #   make reproduce   - create .venv, install, run the main job (results/, paper_figs/)
 #   make test        - create .venv, install, run every test
+# Every run below starts from a preset file of experiments/ (mfd X --preset NAME; experiments/README.md).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
@@ -31,11 +32,11 @@ bench: $(STAMP)
 	$(BIN)/mfd bench trees
 	$(BIN)/mfd bench fit
 	$(BIN)/mfd bench decode
-	$(BIN)/mfd bench decode --arch qwen3_5 --preset small --threads 1 --prompts 2 --max-new-tokens 32
+	$(BIN)/mfd bench decode --preset hybrid
 	$(BIN)/mfd bench draft --preset micro
 	$(BIN)/mfd bench draft --preset tiny
 	$(BIN)/mfd bench batch --figure paper_figs/batch_throughput.png
-	$(BIN)/mfd bench batch --target-arch qwen3_5 --cache-dir results/hybrid/cache --figure paper_figs/batch_throughput_hybrid.png
+	$(BIN)/mfd bench batch --preset hybrid --figure paper_figs/batch_throughput_hybrid.png
 	$(BIN)/mfd report
 
 clean:

@@ -1,7 +1,7 @@
 """The ``mfd`` command (also ``python -m mfd_theory.cli``).
 
-Each subcommand forwards its remaining arguments to an experiment module's ``main(argv)``, whose
-argparse options are generated from that experiment's frozen config dataclass.
+Each subcommand forwards its remaining arguments to its module's ``main(argv)``, whose options are
+generated from that command's frozen config dataclass (:mod:`mfd_theory.commands._cli`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from mfd_theory import __version__
 
 # subcommand -> (module, function, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "reproduce": ("mfd_theory.commands.reproduce", "main", "run the main job on embedded defaults (results/, paper_figs/)"),
+    "reproduce": ("mfd_theory.commands.reproduce", "main", "run the main job from the preset files of experiments/ (results/, paper_figs/)"),
     "core-table": ("mfd_theory.commands.core_table", "main", "coverage and dead share of chain/product/mixture/oracle trees"),
     "chimera-bound": ("mfd_theory.commands.chimera_bound", "main", "verify the 2^(m-1)-1 chimera bound on random instances"),
     "chimera-share": ("mfd_theory.commands.chimera_share", "main", "chimera share of product trees across synthetic families"),
@@ -25,9 +25,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "own-target": ("mfd_theory.commands.own_target", "main", "distill, train-drafter K=1,2 and eval on a small local target"),
     "natural": ("mfd_theory.commands.natural", "main", "real text (the stdlib): target-only ceiling, effective futures, the pipeline on code and prose"),
     "report": ("mfd_theory.commands.report", "main", "rewrite the result blocks of README.md and docs/ from results/ (--check: compare only)"),
-    "distill": ("mfd_theory.commands.pipeline", "distill_main", "your target's own answers to JSONL prompts (drafter training data)"),
-    "train-drafter": ("mfd_theory.commands.pipeline", "train_drafter_main", "train a product (K=1) or MFD (K>1) drafter on distilled data"),
-    "eval": ("mfd_theory.commands.pipeline", "eval_main", "tau and speedup of drafters on JSONL prompts (DDTree's protocol)"),
+    "distill": ("mfd_theory.commands.distill", "main", "your target's own answers to JSONL prompts (drafter training data)"),
+    "train-drafter": ("mfd_theory.commands.train_drafter", "main", "train a product (K=1) or MFD (K>1) drafter on distilled data"),
+    "eval": ("mfd_theory.commands.eval", "main", "tau and speedup of drafters on JSONL prompts (DDTree's protocol)"),
 }
 BENCHES: dict[str, tuple[str, str, str]] = {
     "trees": ("mfd_theory.commands.bench_trees", "main", "tree builders vs argpartition at DFlash scale"),

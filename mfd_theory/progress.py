@@ -1,4 +1,4 @@
-"""Progress bars off a terminal.
+"""Progress bars off a terminal, and transformers' own bars and logs on ``--quiet``.
 
 On a terminal a tqdm bar redraws itself in place. Written to a log file or a pipe, every redraw is
 kept (a carriage return and a new copy of the bar, several times a second), which over a long run
@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Mapping, MutableMapping
 
-__all__ = ["LOG_INTERVAL_S", "bar_settings", "use_log_bars"]
+__all__ = ["LOG_INTERVAL_S", "bar_settings", "quiet_transformers", "use_log_bars"]
 
 #: seconds between redraws of a progress bar whose output is not a terminal
 LOG_INTERVAL_S = 30
@@ -38,3 +38,21 @@ def use_log_bars(environ: MutableMapping[str, str] | None = None) -> dict[str, s
     settings = bar_settings(on_terminal, environ)
     environ.update(settings)
     return settings
+
+
+def quiet_transformers(environ: MutableMapping[str, str] | None = None) -> None:
+    """No loading bars from transformers and the Hugging Face hub, and transformers' log at
+    errors only (unless ``TRANSFORMERS_VERBOSITY`` is set already). Both libraries read the
+    environment when first imported, so it is set in ``environ`` (default ``os.environ``); one
+    already imported is switched through its own functions as well. Imports neither."""
+    environ = os.environ if environ is None else environ
+    environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    level = environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    hub = sys.modules.get("huggingface_hub")
+    if hub is not None:
+        hub.utils.disable_progress_bars()
+    transformers = sys.modules.get("transformers")
+    if transformers is not None:
+        log = transformers.utils.logging
+        log.set_verbosity(log.log_levels.get(level, log.ERROR))
+        log.disable_progress_bar()

@@ -167,27 +167,35 @@ def test_mixture_gain_with_other_budgets_and_modes_summarises(tmp_path, capsys):
     assert f"wrote {tmp_path / 'mixture_gain.json'}" in out and "cell files under" in out
 
 
-def test_quiet_e2e_silences_transformers_bars(monkeypatch):
+def test_quiet_silences_transformers_bars(monkeypatch):
     transformers = pytest.importorskip("transformers")
-    from mfd_theory.commands.e2e import _quiet_transformers
+    from mfd_theory.progress import quiet_transformers
 
     monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
-    transformers.utils.logging.enable_progress_bar()
+    monkeypatch.delenv("TRANSFORMERS_VERBOSITY", raising=False)
+    log = transformers.utils.logging
+    verbosity = log.get_verbosity()
+    log.enable_progress_bar()
+    log.set_verbosity_warning()
     try:
-        _quiet_transformers()
-        assert not transformers.utils.logging.is_progress_bar_enabled()
+        quiet_transformers()
+        assert not log.is_progress_bar_enabled()
+        assert log.get_verbosity() == log.ERROR
         assert os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"
     finally:
-        transformers.utils.logging.enable_progress_bar()
+        log.enable_progress_bar()
+        log.set_verbosity(verbosity)
         import huggingface_hub
 
         huggingface_hub.utils.enable_progress_bars()
     # before transformers is imported (what `mfd e2e --quiet` meets): the environment decides
-    code = ("from mfd_theory.commands.e2e import _quiet_transformers; _quiet_transformers(); "
-            "import transformers; print(transformers.utils.logging.is_progress_bar_enabled())")
-    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    code = ("from mfd_theory.progress import quiet_transformers; quiet_transformers(); "
+            "import sys; assert 'transformers' not in sys.modules; "
+            "import transformers; log = transformers.utils.logging; "
+            "print(log.is_progress_bar_enabled(), log.get_verbosity() == log.ERROR)")
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_DISABLE_PROGRESS_BARS", "TRANSFORMERS_VERBOSITY")}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
-    assert res.returncode == 0 and res.stdout.strip() == "False", res.stderr[-500:]
+    assert res.returncode == 0 and res.stdout.strip() == "False True", res.stderr[-500:]
 
 
 BENCH_DECODE_BAD = [
@@ -226,12 +234,12 @@ def test_bench_decode_cuda_without_cuda_exits_2_naming_the_flag(tmp_path, capsys
 
 def test_ctrl_c_is_one_line_and_exit_130(capsys, monkeypatch):
     pytest.importorskip("torch")
-    import mfd_theory.commands.pipeline as pipeline
+    import mfd_theory.commands.train_drafter as train_drafter
 
     def interrupted(argv):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(pipeline, "train_drafter_main", interrupted)
+    monkeypatch.setattr(train_drafter, "main", interrupted)
     assert main(["train-drafter", "--help-not-parsed"]) == 130
     err = capsys.readouterr().err
     assert err.strip() == "mfd train-drafter: interrupted; checkpoints written so far are kept"
@@ -305,3 +313,196 @@ def test_cache_dir_that_cannot_be_created_exits_2_naming_it(cmd, module, tmp_pat
     err = capsys.readouterr().err
     assert "--cache-dir" in err and "out_dir" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- one framework: presets and config files
+
+import dataclasses  # noqa: E402
+import importlib  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from mfd_theory.commands import _cli  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _framework_commands():
+    """(command words, module) of every command built on the framework (all but report)."""
+    out = [([c], m) for c, (m, _, _) in COMMANDS.items() if c != "report"]
+    out += [(["bench", b], m) for b, (m, _, _) in BENCHES.items()]
+    return out + [(["python -m mfd_theory.commands.chimera_exact"], "mfd_theory.commands.chimera_exact")]
+
+
+FRAMEWORK = _framework_commands()
+
+
+def _preset_files():
+    return [(m, path) for _, m in FRAMEWORK
+            for path in sorted((_cli.EXPERIMENTS / importlib.import_module(m).CLI.folder).glob("*.toml"))]
+
+
+@pytest.mark.parametrize("module", [m for _, m in FRAMEWORK], ids=[" ".join(c) for c, _ in FRAMEWORK])
+def test_default_preset_file_is_the_dataclass_defaults(module):
+    cli = importlib.import_module(module).CLI
+    path = _cli.EXPERIMENTS / cli.folder / f"{cli.default_preset()}.toml"
+    assert path.is_file(), f"{path}: every command has a file for its default preset"
+    assert cli.config(**_cli.read_config(cli.config, path, "test")) == cli.config()
+
+
+@pytest.mark.parametrize("module,path", _preset_files(), ids=[str(p.relative_to(ROOT)) for _, p in _preset_files()])
+def test_every_preset_file_loads_and_is_written_as_show_config_writes_it(module, path):
+    """Each file loads into a valid config and holds every field with its current help: it is
+    exactly what ``mfd <command> --preset NAME --show-config`` prints (regenerate it so when a
+    field changes)."""
+    cli = importlib.import_module(module).CLI
+    config = cli.config(**_cli.read_config(cli.config, path, "test"))
+    assert path.read_text() == cli.to_toml(config), \
+        f"regenerate: {cli.prog} --preset {path.stem} --show-config > {path.relative_to(ROOT)}"
+
+
+@pytest.mark.parametrize("module", [m for _, m in FRAMEWORK], ids=[" ".join(c) for c, _ in FRAMEWORK])
+def test_show_config_reads_back_to_the_same_config(module, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cli = importlib.import_module(module).CLI
+    assert cli.main(["--show-config"], lambda c, o: pytest.fail("--show-config ran the command")) is None
+    (tmp_path / "c.toml").write_text(capsys.readouterr().out)
+    assert cli.config(**_cli.read_config(cli.config, tmp_path / "c.toml", "test")) == cli.config()
+    again, _ = cli.parse(["--config", "c.toml", "--show-config"])  # through the command line too
+    assert again == cli.config()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.toml"]  # nothing written but the file itself
+
+
+def test_show_config_of_changed_options_round_trips(tmp_path, capsys):
+    """Non-default values of every kind (tuples of floats, booleans, strings, an optional integer)
+    survive --show-config and --config."""
+    from mfd_theory.commands.e2e import CLI as E2E
+    from mfd_theory.commands.train_drafter import CLI as TRAIN
+
+    argv = ["--preset", "micro", "--temperatures", "0,0.5", "--hf-assisted", "false", "--device", "cuda:1",
+            "--target-lr", "1e-05", "--budgets", "4", "16"]
+    assert main(["e2e", *argv, "--show-config"]) == 0
+    (tmp_path / "e.toml").write_text(capsys.readouterr().out)
+    want, _ = E2E.parse(argv)
+    assert want.temperatures == (0.0, 0.5) and want.hf_assisted is False and want.preset == "micro"
+    got, _ = E2E.parse(["--config", str(tmp_path / "e.toml")])
+    assert got == want
+    argv = ["--target", "t", "--data", "d", "--rank", "8", "--kind", "dartree", "--lr", "0.001", "--out", "x"]
+    assert main(["train-drafter", *argv, "--show-config"]) == 0
+    (tmp_path / "t.toml").write_text(capsys.readouterr().out)
+    got, _ = TRAIN.parse(["--config", str(tmp_path / "t.toml"), "--out", str(tmp_path / "o")])
+    assert got == TRAIN.parse([*argv[:-2], "--out", str(tmp_path / "o")])[0] and got.rank == 8 and got.warmup is None
+
+
+def test_config_file_and_explicit_options_combine_and_the_options_win(tmp_path):
+    from mfd_theory.commands.e2e import CLI as E2E, preset_config
+
+    path = tmp_path / "my.toml"
+    path.write_text('target_steps = 7\nbudgets = [4, 8]\nhf_assisted = false\n')  # the rest: defaults
+    cfg, opts = E2E.parse(["--config", str(path), "--budgets", "16", "--out", str(tmp_path / "o")])
+    assert (cfg.target_steps, cfg.budgets, cfg.hf_assisted) == (7, (16,), False)
+    assert cfg.n_train == E2EConfig_default("n_train") and opts.out == str(tmp_path / "o")
+    # --preset first, then --config, then the options typed
+    cfg, _ = E2E.parse(["--preset", "micro", "--config", str(path), "--target-steps", "9"])
+    micro = preset_config("micro")
+    assert (cfg.n_train, cfg.target_steps, cfg.budgets, cfg.preset) == (micro.n_train, 9, (4, 8), "micro")
+
+
+def E2EConfig_default(name: str):
+    from mfd_theory.commands.e2e import E2EConfig
+
+    return getattr(E2EConfig(), name)
+
+
+@pytest.mark.parametrize("text,what", [
+    ("target_steps = 7\nno_such_option = 1\n", "unknown key 'no_such_option'"),
+    ("target_steps = 0\n", "target_steps: must be an integer >= 1, got 0"),
+    ("target_steps = 2.5\n", "target_steps: must be an integer"),
+    ("temperatures = [0.0, -1.0]\n", "temperatures: must be a finite number >= 0"),
+    ("target_arch = \"qwen9\"\n", "target_arch: must be one of qwen3, qwen3_5"),
+    ("hf_assisted = \"no\"\n", "hf_assisted: must be true or false"),
+    ("budgets = 16\n", "budgets: must be a list of values"),
+    ("[section]\nx = 1\n", "unknown key 'section'"),
+    ("target_steps = \n", "not a valid TOML file"),
+])
+def test_a_bad_config_file_is_refused_naming_the_key(text, what, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.toml").write_text(text)
+    assert main(["e2e", "--config", "bad.toml", "--out", "out"]) == 2
+    err = capsys.readouterr().err
+    assert "--config bad.toml: " in err and what in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"]
+
+
+def test_a_bad_preset_file_is_refused_naming_the_key(tmp_path, capsys, monkeypatch):
+    (tmp_path / "e2e").mkdir()
+    (tmp_path / "e2e" / "odd.toml").write_text("seed = -1\n")
+    (tmp_path / "e2e" / "extra.toml").write_text("seeds = 1\n")
+    monkeypatch.setattr(_cli, "EXPERIMENTS", tmp_path)
+    assert main(["e2e", "--preset", "odd", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "--preset odd" in err and "seed: must be an integer >= 0, got -1" in err
+    assert main(["e2e", "--preset", "extra", "--out", str(tmp_path / "o")]) == 2
+    assert "unknown key 'seeds'" in capsys.readouterr().err
+    assert main(["e2e", "--preset", "micro", "--out", str(tmp_path / "o")]) == 2
+    assert "no preset 'micro'; choose one of extra, odd" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_preset_without_the_experiments_folder_names_the_folder(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(_cli, "EXPERIMENTS", tmp_path / "experiments")
+    assert main(["natural", "--preset", "micro", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert f"--preset: no folder {tmp_path / 'experiments' / 'natural'}" in err and "--config FILE" in err
+    # without --preset nothing is read: the dataclass defaults need no file
+    cfg, _ = importlib.import_module("mfd_theory.commands.natural").CLI.parse(["--out", str(tmp_path / "o")])
+    assert cfg == importlib.import_module("mfd_theory.commands.natural").NaturalConfig()
+
+
+def test_a_missing_config_file_is_a_usage_error(tmp_path, capsys):
+    assert main(["core-table", "--config", str(tmp_path / "none.toml"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "--config" in err and "cannot read" in err and not (tmp_path / "o").exists()
+
+
+def test_bool_options_read_as_a_switch_or_with_a_value():
+    from mfd_theory.commands.distill import CLI as DISTILL
+
+    base = ["--target", "t", "--prompts", "a.jsonl", "b,c.jsonl", "--prompts", "d.jsonl", "--out", "o"]
+    on, _ = DISTILL.parse([*base, "--enable-thinking", "--quiet"])
+    off, _ = DISTILL.parse([*base, "--enable-thinking", "false"])
+    assert on.enable_thinking is True and off.enable_thinking is False
+    # file paths keep their commas, and a repeated option adds to the list
+    assert on.prompts == ("a.jsonl", "b,c.jsonl", "d.jsonl")
+
+
+def test_required_options_are_named_when_missing(capsys):
+    assert main(["eval", "--target", "t"]) == 2
+    err = capsys.readouterr().err
+    assert "the following arguments are required: --drafter, --prompts, --out" in err
+
+
+def test_help_and_refusals_import_no_torch():
+    """``--help`` and a refused option stay fast: torch is imported only once every check passed."""
+    code = ("import sys\nfrom mfd_theory.cli import main, COMMANDS, BENCHES\n"
+            "for c in [[c] for c in COMMANDS] + [['bench', b] for b in BENCHES]:\n"
+            "    assert main([*c, '--help']) == 0, c\n"
+            "    assert main([*c, '--no-such-option']) == 2, c\n"
+            "for argv in (['e2e', '--target-steps', '0'], ['eval', '--budgets', 'x'], ['distill', '--seed', 'y'],\n"
+            "             ['bench', 'decode', '--preset', 'huge'], ['train-drafter', '--kind', 'beam']):\n"
+            "    assert main(argv) == 2, argv\n"
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and res.stdout.strip().splitlines()[-1] == "[]", res.stderr[-2000:]
+
+
+def test_library_errors_name_the_flag():
+    """A ValueError the work raises in the library's style (``max_new_tokens: ...``) reaches the
+    user naming the flag; any other message is left alone."""
+    from mfd_theory.commands.eval import CLI as EVAL
+
+    for raised, shown in (("max_new_tokens: too many", "--max-new-tokens: too many"),
+                          ("out_dir: cannot write", "--out: cannot write"), ("something else: x", "something else: x")):
+        with pytest.raises(ValueError) as exc:
+            with EVAL.flag_errors():
+                raise ValueError(raised)
+        assert str(exc.value) == shown

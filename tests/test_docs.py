@@ -1,13 +1,15 @@
-"""The documentation (README.md and docs/*.md) says only what the code does.
+"""The documentation (README.md, docs/*.md, experiments/README.md) says only what the code does.
 
 * Python code blocks: a block with ``# prints:`` comments is run and its output compared (the
   README's quickstart; ``test_api.py`` checks its length and runs it too); every other block
   needs models or data that are not here (a local Qwen3-8B, a trained target), so it is compiled
   and its import lines are executed, which checks every name it imports.
-* Command lines, in shell blocks and in inline code: ``mfd ...`` (also under torchrun, and the
-  thin ``python experiments/X.py`` scripts and ``python -m mfd_theory...`` modules) must name a
-  command that exists, and every ``--option`` it passes must be one that command's ``--help``
-  lists; ``make X`` must be a target of the Makefile.
+* Command lines, in shell blocks and in inline code: ``mfd ...`` (also under torchrun, and
+  ``python -m mfd_theory...`` modules) must name a command that exists, and every ``--option`` it
+  passes must be one that command's ``--help`` lists; a ``--preset NAME`` must be one of that
+  command's files in ``experiments/``, and a ``--config`` file under ``experiments/`` must exist;
+  ``python X.py`` must name a script of the repository; ``make X`` must be a target of the
+  Makefile.
 * Relative links and images point at files of the repository.
 * The README's command table names every command in ``COMMANDS`` and ``BENCHES``; no page counts
   the notebooks wrongly.
@@ -29,7 +31,7 @@ import pytest
 from mfd_theory.cli import BENCHES, COMMANDS, main
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
+DOCS = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md")) + [ROOT / "experiments" / "README.md"]
 _BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 
 
@@ -88,12 +90,22 @@ def _help_of(kind: str, name: str) -> str:
     return out.getvalue()
 
 
-def _script_module(script: str) -> str:
-    """The mfd_theory module whose main a thin ``experiments/X.py`` script calls."""
-    text = (ROOT / script).read_text()
-    m = re.search(r"from (mfd_theory\.[\w.]+) import main", text)
-    assert m, f"{script}: not a thin script over an mfd_theory module"
-    return m.group(1)
+def _preset_problems(name: str, tokens: list[str], line: str) -> list[str]:
+    """A ``--preset`` that names no file of the command's ``experiments/`` folder, or a ``--config``
+    under ``experiments/`` that does not exist."""
+    from mfd_theory.commands._cli import preset_names
+
+    if not any(t in ("--preset", "--config") for t in tokens):
+        return []
+    module = (BENCHES[name.split()[1]] if name.startswith("bench ") else COMMANDS[name])[0]
+    folder = importlib.import_module(module).CLI.folder
+    out = []
+    for opt_, value in zip(tokens, tokens[1:]):
+        if opt_ == "--preset" and value not in preset_names(folder):
+            out.append(f"{line}: no preset {value!r} in experiments/{folder}/")
+        if opt_ == "--config" and value.startswith("experiments/") and not (ROOT / value).is_file():
+            out.append(f"{line}: no file {value}")
+    return out
 
 
 def command_problems(line: str) -> list[str]:
@@ -126,15 +138,16 @@ def command_problems(line: str) -> list[str]:
         else:
             return [f"no command {rest[0]!r}: {line}"]
         help_text = _help_of("mfd", name)
+        problems = _preset_problems(name, tokens, line)
+        if problems:
+            return problems
     elif tokens[0] in ("python", "python3"):
         if len(tokens) > 2 and tokens[1] == "-m" and tokens[2].startswith("mfd_theory"):
             module = tokens[2]
             if module == "mfd_theory.cli":
                 return command_problems(" ".join(["mfd"] + tokens[3:]))
         elif len(tokens) > 1 and tokens[1].endswith(".py"):
-            if not (ROOT / tokens[1]).is_file():
-                return [f"no script {tokens[1]}: {line}"]
-            module = _script_module(tokens[1])
+            return [] if (ROOT / tokens[1]).is_file() else [f"no script {tokens[1]}: {line}"]
         else:
             return []
         try:
@@ -171,7 +184,11 @@ def test_command_check_catches_what_it_is_for():
     assert command_problems("mfd nonsense --x")
     assert command_problems("mfd bench nonsense")
     assert command_problems("make no-such-target")
-    assert command_problems("python experiments/no_such.py")
+    assert command_problems("python experiments/e2e.py --preset micro")  # the scripts became preset files
+    assert command_problems("mfd e2e --preset huge")
+    assert command_problems("mfd bench decode --preset small --threads 1") == []
+    assert command_problems("mfd e2e --config experiments/e2e/no_such.toml")
+    assert command_problems("mfd e2e --config experiments/e2e/micro.toml --target-steps 8") == []
     assert command_problems("torchrun --standalone -m mfd_theory.cli eval --no-such 1")
     assert command_problems("python -m mfd_theory.commands.chimera_exact --out mfd_theory/data") == []
 

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from mfd_theory.commands.e2e import PRESETS, E2EConfig, main, preset_config  # noqa: E402
+from mfd_theory.commands.e2e import E2EConfig, main, preset_config  # noqa: E402
 from mfd_theory.commands.e2e_run import mfd_gains  # noqa: E402
 
 REQUIRED = ("method", "budget", "temperature", "tau", "accepted_mean", "accepted_std",
@@ -41,18 +41,18 @@ def micro(tmp_path_factory):
 def test_micro_preset_writes_the_table(micro):
     out, res = micro
     rows = res["data"]["rows"]
-    cfg = PRESETS["micro"]
+    cfg = preset_config("micro")
     for r in rows:
         assert all(k in r for k in REQUIRED), r
     methods = {(r["method"], r["drafter"]) for r in rows}
     assert {("ar", "none"), ("chain", "product"), ("ddtree", "product"), ("mfd", "mfd-k2"),
             ("dartree", "dartree")} <= methods
     assert not any(r["drafter"] == "dartree" and r["method"] != "dartree" for r in rows)
-    for temp in cfg["temperatures"]:  # dartree at the same budgets and temperatures as mfd
+    for temp in cfg.temperatures:  # dartree at the same budgets and temperatures as mfd
         assert ({r["budget"] for r in rows if r["method"] == "dartree" and r["temperature"] == temp}
                 == {r["budget"] for r in rows if r["method"] == "mfd" and r["temperature"] == temp})
-    assert {r["temperature"] for r in rows} == set(cfg["temperatures"])
-    assert {r["budget"] for r in rows if r["method"] == "mfd"} == set(cfg["budgets"])
+    assert {r["temperature"] for r in rows} == set(cfg.temperatures)
+    assert {r["budget"] for r in rows if r["method"] == "mfd"} == set(cfg.budgets)
     assert res["data"]["hf_assisted"], "the HF assisted-generation baseline is missing"
     assert set(res["data"]["loss_curves"]) >= {"target", "product", "mfd-k2", "draft_lm", "dartree"}
     # trained identically: the same number of steps as the product drafter
@@ -82,7 +82,7 @@ def test_micro_rows_carry_predicted_speedups(micro):
     _, res = micro
     data = res["data"]
     prof = LatencyProfile.from_dict(data["round_profile"], source="round_profile")
-    assert prof.measured_round and set(prof.tree_sizes) >= set(PRESETS["micro"]["budgets"])
+    assert prof.measured_round and set(prof.tree_sizes) >= set(preset_config("micro").budgets)
     assert data["timings_s"]["round_profile"] > 0
     spec = [r for r in data["rows"] if r["method"] != "ar"]
     for r in spec:
@@ -96,7 +96,7 @@ def test_micro_rows_carry_predicted_speedups(micro):
     # the theory's own budget choices, made before decoding, and their decoded cells
     choices = data["budget_choice"]
     # (product ddtree, k2 mfd, dartree) x 2 temperatures: no choice for the ablation (ddtree on k2)
-    assert len(choices) == 6 and all(1 <= c["budget"] <= max(PRESETS["micro"]["budgets"]) for c in choices)
+    assert len(choices) == 6 and all(1 <= c["budget"] <= max(preset_config("micro").budgets) for c in choices)
     assert not any(c["method"] == "ddtree" and c["K"] > 1 for c in choices)
     chosen = data["chosen_budget_rows"]
     assert not any(r["method"] == "ddtree" and r["K"] > 1 for r in chosen)
@@ -128,7 +128,7 @@ def test_micro_predictions_are_written_before_the_evaluation_and_checked_after(m
     assert pred["written_at_unix"] < started and path.stat().st_mtime <= started
     cal = {p["sha256"] for p in pred["calibration_prompts"]}
     ev = {p["sha256"] for p in pred["evaluation_prompts"]}
-    assert len(cal) == PRESETS["micro"]["calibration_prompts"] and len(ev) == PRESETS["micro"]["eval_prompts"]
+    assert len(cal) == preset_config("micro").calibration_prompts and len(ev) == preset_config("micro").eval_prompts
     assert not cal & ev
     assert data["evaluation_prompts"] == pred["evaluation_prompts"]
     chk = data["prediction"]
@@ -142,7 +142,7 @@ def test_micro_predictions_are_written_before_the_evaluation_and_checked_after(m
         assert p["predicted_speedup_lo"] <= p["predicted_speedup"] <= p["predicted_speedup_hi"]
     # a prediction equal to the measurement in every greedy cell would mean it was computed from it
     assert chk["t0_cells_differing"] >= 1
-    assert {e["temperature"] for e in chk["budget_regret"]} == set(PRESETS["micro"]["temperatures"])
+    assert {e["temperature"] for e in chk["budget_regret"]} == set(preset_config("micro").temperatures)
 
 
 def test_rerun_skips_training(micro):

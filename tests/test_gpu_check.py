@@ -10,7 +10,8 @@ pytest.importorskip("transformers")
 import llm_helpers  # noqa: E402,F401  (single-threaded torch)
 
 from mfd_theory.cli import main as cli_main  # noqa: E402
-from mfd_theory.commands.gpu_check import GpuCheckConfig, _compare, report, run  # noqa: E402
+from mfd_theory.commands.gpu_check import GpuCheckConfig, report, run  # noqa: E402
+from mfd_theory.commands.gpu_check_run import _compare  # noqa: E402
 from mfd_theory.speedup import load_latency_profile  # noqa: E402
 
 

@@ -1,7 +1,6 @@
 """``mfd <command> --help`` reads as plain, finished text, and every option shows its default.
 
-The rules, checked on the printed help of every command in ``COMMANDS`` and ``BENCHES`` (except
-distill / train-drafter / eval, whose parsers live in ``commands/pipeline.py`` and are checked there):
+The rules, checked on the printed help of every command in ``COMMANDS`` and ``BENCHES``:
 
 * no backtick anywhere (neither reStructuredText's ````x```` nor Markdown's ```x```);
 * the description under the usage line is a finished sentence: it ends with ".", "?" or "!";
@@ -18,8 +17,7 @@ import pytest
 
 from mfd_theory.cli import BENCHES, COMMANDS, main
 
-OWNED_ELSEWHERE = {"distill", "train-drafter", "eval"}
-CASES = [[c] for c in COMMANDS if c not in OWNED_ELSEWHERE] + [["bench", b] for b in BENCHES]
+CASES = [[c] for c in COMMANDS] + [["bench", b] for b in BENCHES]
 
 #: words a phrase cannot end on (articles, prepositions, conjunctions)
 DANGLING = {"a", "an", "the", "of", "and", "or", "nor", "to", "in", "at", "for", "with", "by", "from", "on", "per",

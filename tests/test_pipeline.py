@@ -3,6 +3,7 @@ the CLI: files, lossless greedy rows, resuming, torchrun (gloo, 2 processes), --
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -180,7 +181,7 @@ def test_distill_resume_skips_finished_shards_and_remakes_a_missing_one(run):
 def test_training_resumes_to_the_same_curve(run, tmp_path):
     from mfd_theory.llm.training.distill import load_distill_data
     from mfd_theory.llm.models.drafter import build_drafter
-    from mfd_theory.commands.pipeline import load_target
+    from mfd_theory.commands.distill_run import load_target
     from mfd_theory.llm.training.train import DrafterTrainConfig, train_drafter
 
     root, target_dir, _ = run
@@ -248,7 +249,7 @@ def test_training_under_torchrun_matches_one_process(run, tmp_path):
 
 def test_init_from_starts_exactly_at_the_checkpoint(run, tmp_path):
     from mfd_theory.llm.models.drafter import drafter_from_checkpoint, load_drafter
-    from mfd_theory.commands.pipeline import load_target
+    from mfd_theory.commands.distill_run import load_target
 
     root, target_dir, _ = run
     target, _ = load_target(target_dir)
@@ -277,7 +278,7 @@ def test_dartree_drafter_from_scratch_and_from_a_dflash_checkpoint(run, tmp_path
     dartree); from a DFlash checkpoint it starts exactly at that checkpoint's distributions."""
     from mfd_theory.llm.models.domino import DominoDrafter, domino_from_checkpoint
     from mfd_theory.llm.models.drafter import load_drafter
-    from mfd_theory.commands.pipeline import load_target
+    from mfd_theory.commands.distill_run import load_target
 
     root, target_dir, files = run
     target, _ = load_target(target_dir)
@@ -410,24 +411,42 @@ def test_bad_options_exit_2_naming_the_flag(run, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("command", ["distill", "train-drafter", "eval"])
-def test_help_shows_every_options_default(command, capsys):
-    """``--help`` states each optional flag's default: the value, "off" for a switch, or, for an
-    option without a value default, what happens without it."""
-    import mfd_theory.commands.pipeline as pipeline
+def test_help_shows_every_options_default(command, capsys, monkeypatch):
+    """``--help`` states each option's default: the value, "off" for a switch, what happens without
+    it for an option that has no value default, "required" for one that must be given."""
+    import importlib
 
-    parser = {"distill": pipeline._distill_parser, "train-drafter": pipeline._train_parser,
-              "eval": pipeline._eval_parser}[command]()
+    from test_help import parse_help
+
+    cli = importlib.import_module(f"mfd_theory.commands.{command.replace('-', '_')}").CLI
+    monkeypatch.setenv("COLUMNS", "2000")  # one line per option
     assert mfd([command, "--help"]) == 0
-    text = "".join(capsys.readouterr().out.split())  # without white space: wrapping may split at a hyphen
-    optional = [a for a in parser._actions if a.option_strings and not a.required and a.dest != "help"]
-    assert len(optional) >= 6
-    for a in optional:
-        shown = a.help % {"default": a.default} if "%(" in a.help else a.help.replace("%%", "%")
-        assert "".join(shown.split()) in text, (a.option_strings, shown)
-        assert "default" in shown, a.option_strings
-        if a.default not in (None, False) and "(default: " in a.help:
-            d = ",".join(map(str, a.default)) if isinstance(a.default, (list, tuple)) else str(a.default)
-            assert f"(default:{d})" in text, a.option_strings
+    options = {inv.split()[0]: h for inv, h in parse_help(capsys.readouterr().out)[1].items()}
+    fields = [f for f in dataclasses.fields(cli.config) if "help" in f.metadata]
+    assert len(fields) >= 8
+    for f in fields:
+        flag = "--" + f.name.replace("_", "-")
+        line = options[flag]
+        if f.metadata["required"]:
+            want = "(default: none, required)"
+        elif f.default is None:
+            want = f"(default: {f.metadata['unset']})"
+        elif isinstance(f.default, tuple):
+            want = f"(default: {','.join(map(str, f.default))})"
+        elif isinstance(f.default, bool):
+            want = f"(default: {str(f.default).lower()})"
+        else:
+            want = f"(default: {f.default})"
+        assert line.endswith(want), (flag, line, want)
+    assert options["--out"].endswith("(default: none, required)")
+
+
+def test_eval_knows_the_decoding_methods():
+    """``mfd eval``'s torch-free list of methods is the decoder's."""
+    from mfd_theory.commands.eval import METHODS as listed
+    from mfd_theory.llm.decoding.generate import METHODS
+
+    assert tuple(listed) == tuple(METHODS)
 
 
 def test_distill_under_torchrun_writes_the_same_data(run, tmp_path):
@@ -446,7 +465,7 @@ def test_a_tokenizer_without_mask_token_warns_with_the_id_used(run, tmp_path):
     import warnings
 
     from mfd_theory.llm.models.drafter import load_drafter
-    from mfd_theory.commands.pipeline import load_target
+    from mfd_theory.commands.distill_run import load_target
 
     root, target_dir, _ = run
     bare = tmp_path / "target"

@@ -1,59 +1,51 @@
-"""Experiment configs: frozen dataclasses whose fields declare their help line and allowed values.
+"""The command-line framework of every ``mfd`` command: a frozen config dataclass in, a checked run out.
 
-Each field is made with :func:`opt`, which stores the help text and the allowed range or choices
-in the field's metadata. :func:`check_config` enforces them (every experiment config calls it in
-``__post_init__`` through :class:`Checked`, so the library and the command line refuse the same
-values), and :func:`parse_config` generates the ``mfd <command>`` parser from the same fields, so
-defaults, help and validation are written once.
-
-Command-line rules shared by every ``mfd`` command:
-
-* ``--out DIR``: every file the command writes goes under ``DIR`` (default ``results``); figures
-  are written only when a figure path is given. A result file that already exists is replaced
-  and the command says so (``wrote PATH (replaced)``); sweep cells already saved under ``DIR``
-  are reused (a rerun resumes), and the command says how many.
-* ``--quiet``: no progress bars.
-* Every option is checked before any work starts; a bad value exits with status 2 and a message
-  naming the flag, and nothing is written.
+A command is its config dataclass, whose fields are made with :func:`opt` (help line, bounds,
+choices), and the function that runs it. :class:`Command` builds the parser from the fields,
+resolves the starting values (dataclass defaults, then ``--preset NAME``, then ``--config FILE``,
+then the options typed), checks every value and every output path before any work, and calls
+the function. The rules every command follows and the preset files are described in
+experiments/README.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
-import math
+import json
 import os
+import sys
+import tomllib
+import types
 import typing
 from pathlib import Path
 
 from mfd_theory.formatting import help_summary
+from mfd_theory.progress import quiet_transformers
 from mfd_theory.results import wrote
-from mfd_theory.validation import check_figure_file, check_out_dir, check_out_file
+from mfd_theory.validation import check_choice, check_figure_file, check_int, check_out_dir, check_real
 
-__all__ = [
-    "Checked",
-    "add_dataclass_args",
-    "check_config",
-    "check_out_dir",
-    "check_figure_file",
-    "check_out_file",
-    "config_from_args",
-    "flag",
-    "opt",
-    "parse_config",
-    "save_result",
-    "show_default",
-    "wrote",
-]
+__all__ = ["EXPERIMENTS", "Checked", "Command", "check_config", "figure_option", "flag", "load_preset", "opt",
+           "preset_names", "preset_values", "read_config", "save_result", "show_default", "switch", "to_toml", "wrote"]
+
+#: the repository's preset files, one folder per command module (the package is installed from
+#: its checkout, so the folder sits beside ``mfd_theory/``)
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 
 
-def opt(default, help: str, *, ge=None, gt=None, le=None, lt=None, choices=None, empty: bool = False):
+def opt(default, help: str, *, ge=None, gt=None, le=None, lt=None, choices=None, empty: bool = False,
+        required: bool = False, split: bool = True, unset: str = ""):
     """A config field with its help line and allowed values (for tuples: every element).
 
     ``ge``/``gt``/``le``/``lt`` bound numbers; ``choices`` lists the allowed values; a tuple field
-    must be non-empty unless ``empty`` is true. Floats must also be finite.
+    must be non-empty unless ``empty``. ``required``: the command line (or a config file) must give
+    it. ``split``: a tuple option's words are also split at commas (not for file paths, which may
+    hold commas; such an option may be repeated). ``unset``: for a None default, what None means,
+    shown as the default in ``--help``.
     """
-    meta = dict(help=help, ge=ge, gt=gt, le=le, lt=lt, choices=choices, empty=empty)
+    meta = dict(help=help, ge=ge, gt=gt, le=le, lt=lt, choices=choices, empty=empty, required=required,
+                split=split, unset=unset)
     return dataclasses.field(default=default, metadata=meta)
 
 
@@ -61,36 +53,77 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _check_value(name: str, v, meta) -> None:
-    where = f"{flag(name)}"
-    if isinstance(v, bool):
-        return
-    if isinstance(v, float) and not math.isfinite(v):
-        raise ValueError(f"{where}: must be a finite number, got {v}")
-    for key, ok, word in (("ge", lambda a, b: a >= b, ">="), ("gt", lambda a, b: a > b, ">"),
-                          ("le", lambda a, b: a <= b, "<="), ("lt", lambda a, b: a < b, "<")):
-        bound = meta.get(key)
-        if bound is not None and isinstance(v, (int, float)) and not ok(v, bound):
-            raise ValueError(f"{where}: must be {word} {bound:g}, got {v:g}")
-    choices = meta.get("choices")
-    if choices is not None and v not in choices:
-        raise ValueError(f"{where}: must be one of {', '.join(map(str, choices))}; got {v!r}")
+# ------------------------------------------------------------------------------------ field kinds
+@dataclasses.dataclass(frozen=True)
+class _Kind:
+    base: type  # bool, int, float or str (of each element, for a tuple)
+    many: bool  # a tuple field
+    optional: bool  # None allowed
+
+
+_KINDS: dict[type, dict[str, _Kind]] = {}
+
+
+def _kinds(cls) -> dict[str, _Kind]:
+    """{field: kind} from the annotations (``int``, ``tuple[int, ...]``, ``int | None``)."""
+    if cls not in _KINDS:
+        out = {}
+        for name, hint in typing.get_type_hints(cls).items():
+            optional = False
+            if typing.get_origin(hint) in (typing.Union, types.UnionType):
+                args = [a for a in typing.get_args(hint) if a is not type(None)]
+                optional, hint = True, args[0]
+            many = typing.get_origin(hint) is tuple
+            base = typing.get_args(hint)[0] if many else hint
+            out[name] = _Kind(base if base in (bool, int, float, str) else str, many, optional)
+        _KINDS[cls] = out
+    return _KINDS[cls]
+
+
+def _fields(cls) -> list[dataclasses.Field]:
+    return [f for f in dataclasses.fields(cls) if "help" in f.metadata]
+
+
+def _check_one(name: str, value, meta, base: type):
+    """``value`` checked as one element of kind ``base`` within the field's bounds and choices
+    (ValueError naming ``name``); returns it, a float field's integer as a float."""
+    if base is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{name}: must be true or false, got {value!r}")
+    elif base is int:
+        low = meta.get("ge") if meta.get("gt") is None else meta["gt"] + 1
+        high = meta.get("le") if meta.get("lt") is None else meta["lt"] - 1
+        check_int(name, value, low, high)
+    elif base is float:
+        low_open, high_open = meta.get("gt") is not None, meta.get("lt") is not None
+        low = meta["gt"] if low_open else meta.get("ge")
+        high = meta["lt"] if high_open else meta.get("le")
+        value = check_real(name, value, low, high, low_open=low_open, high_open=high_open)
+    elif not isinstance(value, str):
+        raise ValueError(f"{name}: must be a string, got {value!r}")
+    if meta.get("choices") is not None:
+        check_choice(name, value, meta["choices"])
+    return value
+
+
+def _check_field(name: str, value, meta, kind: _Kind):
+    """A whole field's value checked (a tuple element by element); returns it normalised."""
+    if value is None and kind.optional:
+        return None
+    if not kind.many:
+        return _check_one(name, value, meta, kind.base)
+    if not isinstance(value, (tuple, list)):
+        raise ValueError(f"{name}: must be a list of values, got {value!r}")
+    if not value and not meta.get("empty"):
+        raise ValueError(f"{name}: needs at least one value")
+    return tuple(_check_one(name, x, meta, kind.base) for x in value)
 
 
 def check_config(cfg) -> None:
     """Raise ValueError naming the flag of the first field outside its declared values."""
-    for f in dataclasses.fields(cfg):
-        meta = f.metadata
-        if "help" not in meta:
-            continue
-        v = getattr(cfg, f.name)
-        if isinstance(v, tuple):
-            if not v and not meta.get("empty"):
-                raise ValueError(f"{flag(f.name)}: needs at least one value")
-            for x in v:
-                _check_value(f.name, x, meta)
-        else:
-            _check_value(f.name, v, meta)
+    kinds = _kinds(type(cfg))
+    for f in _fields(type(cfg)):
+        _check_field(flag(f.name), getattr(cfg, f.name), f.metadata, kinds[f.name])
 
 
 class Checked:
@@ -104,29 +137,7 @@ class Checked:
         """Checks across fields (override); raise ValueError naming the flag."""
 
 
-def _parse_bool(text: str) -> bool:
-    t = text.strip().lower()
-    if t in ("1", "true", "yes", "on"):
-        return True
-    if t in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
-def _parse_tuple(kind):
-    def parse(text: str):
-        try:
-            return tuple(kind(x) for x in text.replace(" ", "").split(",") if x)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected comma-separated {kind.__name__} values, got {text!r}")
-
-    return parse
-
-
-def _field_default(f):
-    return f.default if f.default is not dataclasses.MISSING else f.default_factory()
-
-
+# ------------------------------------------------------------------------------------ TOML files
 def show_default(value) -> str:
     """A default as ``--help`` prints it: booleans as true / false, tuples comma-separated, the
     empty string as ''."""
@@ -139,43 +150,309 @@ def show_default(value) -> str:
     return str(value)
 
 
-def add_dataclass_args(parser: argparse.ArgumentParser, cls, skip=()) -> None:
-    """One option per field: ``--field-name``, typed from the annotation, help from the metadata."""
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        if f.name in skip:
-            continue
-        hint = hints[f.name]
-        default = _field_default(f)
-        help_ = f.metadata.get("help", "")
-        choices = f.metadata.get("choices")
-        origin = typing.get_origin(hint)
-        if hint is bool:
-            parser.add_argument(flag(f.name), type=_parse_bool, default=default, metavar="{true,false}",
-                                help=f"{help_} (default: {show_default(default)})")
-        elif origin is tuple:
-            inner = typing.get_args(hint)[0]
-            parser.add_argument(flag(f.name), type=_parse_tuple(inner), nargs="+", default=default,
-                                help=f"{help_}; comma- or space-separated (default: {show_default(default)})")
+def _toml_scalar(value, base: type) -> str:
+    if base is bool:
+        return "true" if value else "false"
+    if base is float:
+        return repr(float(value))  # finite (checked): repr round-trips and is valid TOML
+    if base is int:
+        return str(int(value))
+    return json.dumps(value, ensure_ascii=False)  # JSON's string escapes are TOML's basic-string ones
+
+
+def _bounds_text(meta) -> str:
+    """The allowed values in a few words: ``>= 1``, ``in [0, 1)``, ``one of a, b``."""
+    low = (meta["gt"], "(") if meta.get("gt") is not None else (meta.get("ge"), "[")
+    high = (meta["lt"], ")") if meta.get("lt") is not None else (meta.get("le"), "]")
+    if low[0] is not None and high[0] is not None:
+        text = f"in {low[1]}{low[0]:g}, {high[0]:g}{high[1]}"
+    elif low[0] is not None:
+        text = f"{'>' if low[1] == '(' else '>='} {low[0]:g}"
+    elif high[0] is not None:
+        text = f"{'<' if high[1] == ')' else '<='} {high[0]:g}"
+    else:
+        text = ""
+    if meta.get("choices") is not None:
+        text = "one of " + ", ".join(map(str, meta["choices"]))
+    return text
+
+
+def to_toml(config, title: str) -> str:
+    """Every field of ``config`` as TOML, one line each with its help as a comment (a field left
+    at None is a commented line saying what None means), under the comment line ``title``."""
+    kinds = _kinds(type(config))
+    lines = [f"# {title}", ""]
+    for f in _fields(type(config)):
+        value, kind, meta = getattr(config, f.name), kinds[f.name], f.metadata
+        note = meta["help"] + (f" [{_bounds_text(meta)}]" if _bounds_text(meta) else "")
+        if value is None:
+            lines.append(f"# {f.name} = (unset: {meta.get('unset') or 'none'})  # {note}")
+        elif kind.many:
+            lines.append(f"{f.name} = [{', '.join(_toml_scalar(x, kind.base) for x in value)}]  # {note}")
         else:
-            kind = hint if hint in (int, float, str) else str
-            parser.add_argument(flag(f.name), type=kind, default=default,
-                                choices=choices if kind is str and choices else None,
-                                help=f"{help_} (default: {show_default(default)})")
+            lines.append(f"{f.name} = {_toml_scalar(value, kind.base)}  # {note}")
+    return "\n".join(lines) + "\n"
 
 
-def config_from_args(cls, args: argparse.Namespace, **extra):
-    """Build ``cls`` from parsed options (ValueError from its checks names the flag)."""
-    values = {}
-    for f in dataclasses.fields(cls):
-        if not hasattr(args, f.name):
-            continue
-        v = getattr(args, f.name)
-        if isinstance(v, list):  # nargs="+" of comma-split tuples -> one flat tuple
-            v = tuple(x for part in v for x in part)
-        values[f.name] = v
-    values.update(extra)
-    return cls(**values)
+def read_config(cls, path: str | os.PathLike, source: str) -> dict:
+    """The field values a TOML file gives (a field it leaves out keeps its default), each checked;
+    ValueError starting with ``source`` (the option that named the file) and naming the key."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"{source}: cannot read {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"{source}: {path} is not a valid TOML file: {exc}") from None
+    fields = {f.name: f for f in _fields(cls)}
+    kinds = _kinds(cls)
+    out = {}
+    for key, value in data.items():
+        if key not in fields:
+            raise ValueError(f"{source}: unknown key {key!r} in {path} (not an option of this command)")
+        try:
+            out[key] = _check_field(key, value, fields[key].metadata, kinds[key])
+        except ValueError as exc:
+            raise ValueError(f"{source}: {exc}") from None
+    return out
+
+
+def preset_names(folder: str) -> list[str]:
+    """The presets of a command: the stems of ``experiments/<folder>/*.toml`` (none when missing)."""
+    d = EXPERIMENTS / folder
+    return sorted(p.stem for p in d.glob("*.toml")) if d.is_dir() else []
+
+
+def preset_values(cls, folder: str, name: str) -> dict:
+    """The field values of preset ``name`` (``experiments/<folder>/<name>.toml``)."""
+    d = EXPERIMENTS / folder
+    if not d.is_dir():
+        raise ValueError(f"--preset: no folder {d}: the preset files live in the repository's experiments/ "
+                         "folder (give --config FILE instead)")
+    if name not in preset_names(folder):
+        raise ValueError(f"--preset: no preset {name!r}; choose one of {', '.join(preset_names(folder))} "
+                         f"(the files in {d})")
+    path = d / f"{name}.toml"
+    return read_config(cls, path, f"--preset {name} ({path})")
+
+
+def load_preset(cls, folder: str, name: str, **overrides):
+    """``cls`` from preset ``name``'s file with ``overrides`` applied."""
+    return cls(**{**preset_values(cls, folder, name), **overrides})
+
+
+# ------------------------------------------------------------------------------------ the command
+@dataclasses.dataclass(frozen=True)
+class _Extra:
+    """A run option that is not part of the config (it is not recorded in the results)."""
+
+    name: str
+    help: str
+    figure: bool  # False: a switch; True: a figure file path, checked before any work
+
+
+def switch(name: str, help: str) -> _Extra:
+    """An on/off run option (``--prepare-only``), off by default."""
+    return _Extra(name, help, False)
+
+
+def figure_option(help: str, name: str = "figure") -> _Extra:
+    """An optional figure file to draw (``--figure PATH``): a .png, .pdf or .svg whose folder can be
+    written, checked before any work."""
+    return _Extra(name, help, True)
+
+
+def _parse_bool(flag_: str, text: str) -> bool:
+    t = text.strip().lower()
+    if t in ("1", "true", "yes", "on"):
+        return True
+    if t in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{flag_}: expected true or false, got {text!r}")
+
+
+def _words(raw, split: bool) -> list[str]:
+    words = [raw] if isinstance(raw, str) else list(raw)
+    return [x for w in words for x in (w.replace(",", " ").split() if split else [w])]
+
+
+def _convert(f: dataclasses.Field, kind: _Kind, raw):
+    """An option's text (or, for a tuple, its words) as the field's type; ValueError naming the flag."""
+    name = flag(f.name)
+
+    def one(text: str):
+        if kind.base is bool:
+            return _parse_bool(name, text)
+        if kind.base is str:
+            return text
+        try:
+            return kind.base(text)
+        except ValueError:
+            what = "an integer" if kind.base is int else "a number"
+            raise ValueError(f"{name}: expected {what}, got {text!r}") from None
+
+    if kind.many:
+        return tuple(one(w) for w in _words(raw, f.metadata.get("split", True)))
+    return one(raw)
+
+
+class Command:
+    """One ``mfd`` command built from its config dataclass.
+
+    ``name``: the words after ``mfd`` (``"bench decode"``); ``module``: the command module's
+    ``__name__`` (its last part names the preset folder ``experiments/<part>/``); ``doc``: the
+    module docstring (its first paragraph is what ``--help`` shows). ``out``: the default of
+    ``--out`` (None: required; False: the command has no ``--out``) and ``out_help`` its help; a
+    config field named ``out`` takes the option's value, one named ``preset`` takes its value from
+    the preset file. ``extras``: run
+    options beside the config (:func:`switch`, :func:`figure_option`). ``models``: the command
+    loads Hugging Face models, so ``--quiet`` silences transformers too.
+    """
+
+    def __init__(self, name: str, module: str, config: type, doc: str | None, *, out: str | bool | None = "results",
+                 out_help: str = "directory that receives every output file", extras: tuple = (),
+                 models: bool = False, prog: str | None = None):
+        self.name, self.config, self.doc = name, config, doc
+        self.folder = module.rpartition(".")[2]
+        self.prog = prog or f"mfd {name}"
+        self.out, self.out_help, self.extras, self.models = out, out_help, tuple(extras), models
+        self.fields = {f.name: f for f in _fields(config)}
+
+    # -------------------------------------------------------------------- the parser
+    def default_preset(self) -> str:
+        f = self.fields.get("preset")
+        return f.default if f is not None else "default"
+
+    def parser(self) -> argparse.ArgumentParser:
+        p = argparse.ArgumentParser(prog=self.prog, description=help_summary(self.doc),
+                                    argument_default=argparse.SUPPRESS)
+        kinds = _kinds(self.config)
+        for f in self.fields.values():
+            if f.name in ("out", "preset"):
+                continue
+            self._add_field(p, f, kinds[f.name])
+        out_default = self.fields["out"].default if "out" in self.fields else self.out
+        if out_default is not False:
+            shown = "none, required" if out_default is None else out_default
+            p.add_argument("--out", metavar="DIR", help=f"{self.out_help} (default: {shown})".replace("%", "%%"))
+        p.add_argument("--quiet", action="store_true", help="no progress bars (default: off)")
+        for e in self.extras:
+            if e.figure:
+                p.add_argument(flag(e.name), metavar="PATH", help=f"{e.help} (default: no figure)")
+            else:
+                p.add_argument(flag(e.name), action="store_true", help=f"{e.help} (default: off)")
+        names = preset_names(self.folder)
+        where = f"experiments/{self.folder}/NAME.toml"
+        p.add_argument("--preset", metavar="NAME",
+                       help=f"starting values from the file {where} ({', '.join(names) or 'none found'}); "
+                            f"options given explicitly override them (default: {self.default_preset()})")
+        p.add_argument("--config", metavar="FILE",
+                       help="starting values from a TOML file (the format --show-config prints), applied after "
+                            "--preset; options given explicitly override them (default: none)")
+        p.add_argument("--show-config", action="store_true",
+                       help="print every option's resolved value as TOML, the --config format, and stop (default: off)")
+        return p
+
+    @staticmethod
+    def _add_field(p: argparse.ArgumentParser, f: dataclasses.Field, kind: _Kind) -> None:
+        meta = f.metadata
+        choices = meta.get("choices")
+        metavar = "{" + ",".join(map(str, choices)) + "}" if choices is not None else None
+        if f.default is None:
+            shown = meta.get("unset") or "none"
+        elif meta.get("required"):
+            shown = "none, required"
+        else:
+            shown = show_default(f.default)
+        text = meta["help"]
+        if kind.base is bool and not kind.many:
+            # a bare --flag means true, as a switch; --flag false also reads
+            p.add_argument(flag(f.name), dest=f.name, nargs="?", const="true", metavar="{true,false}",
+                           help=f"{text} (default: {shown})".replace("%", "%%"))
+            return
+        if kind.many:
+            how = "comma- or space-separated" if meta.get("split", True) else "space-separated, or the option repeated"
+            p.add_argument(flag(f.name), dest=f.name, nargs="+", metavar=metavar or f.name.upper(),
+                           action="extend" if not meta.get("split", True) else "store",
+                           help=f"{text}; {how} (default: {shown})".replace("%", "%%"))
+            return
+        p.add_argument(flag(f.name), dest=f.name, metavar=metavar or f.name.upper(),
+                       help=f"{text} (default: {shown})".replace("%", "%%"))
+
+    # -------------------------------------------------------------------- resolving the values
+    def resolve(self, given: dict, *, check_paths: bool = True):
+        """(config, options) from the parsed options: starting values from the dataclass, then
+        ``--preset``, then ``--config``, then the options given; every value checked and, with
+        ``check_paths``, every output path (ValueError naming the flag)."""
+        values: dict = {}
+        if "preset" in given:
+            values.update(preset_values(self.config, self.folder, given["preset"]))
+        if "config" in given:
+            values.update(read_config(self.config, given["config"], f"--config {given['config']}"))
+        kinds = _kinds(self.config)
+        for name, f in self.fields.items():
+            if name in given and name != "preset":
+                values[name] = _convert(f, kinds[name], given[name])
+        if check_paths:
+            missing = [flag(n) for n, f in self.fields.items() if f.metadata.get("required") and not values.get(n)]
+            if self.out is None and "out" not in self.fields and "out" not in given:
+                missing.append("--out")
+            if missing:
+                raise ValueError(f"the following arguments are required: {', '.join(missing)}")
+        config = self.config(**values)
+        out = config.out if "out" in self.fields else given.get("out", self.out)
+        opts = argparse.Namespace(out=out, quiet=bool(given.get("quiet")), show_config=bool(given.get("show_config")))
+        for e in self.extras:
+            setattr(opts, e.name, given.get(e.name, "" if e.figure else False))
+        if check_paths:  # every path the command will write, before any work
+            if out is not False:
+                check_out_dir(out, "--out")
+            if getattr(config, "cache_dir", ""):
+                check_out_dir(config.cache_dir, "--cache-dir")
+            for e in self.extras:
+                if e.figure and getattr(opts, e.name):
+                    check_figure_file(getattr(opts, e.name), flag(e.name))
+        return config, opts
+
+    def parse(self, argv: list[str] | None = None):
+        """(config, options) of ``argv``; a bad value is a usage error (exit status 2, one line
+        naming the flag, nothing written)."""
+        parser = self.parser()
+        given = vars(parser.parse_args(sys.argv[1:] if argv is None else argv))
+        try:
+            return self.resolve(given, check_paths=not given.get("show_config"))
+        except ValueError as exc:
+            parser.error(str(exc))
+
+    def to_toml(self, config) -> str:
+        return to_toml(config, f"{self.prog}: every option, as {self.prog} --config FILE reads it "
+                               "(an option given on the command line overrides the file)")
+
+    def main(self, argv, action):
+        """Parse and check ``argv``, then ``action(config, options)`` (its result is returned);
+        ``--show-config`` prints the config instead and returns None."""
+        config, opts = self.parse(argv)
+        if opts.show_config:
+            sys.stdout.write(self.to_toml(config))
+            return None
+        if opts.quiet and self.models:
+            quiet_transformers()
+        with self.flag_errors():
+            return action(config, opts)
+
+    @contextlib.contextmanager
+    def flag_errors(self):
+        """A ValueError whose message starts with a field's Python name (``max_new_tokens: ...``,
+        the library's style) is raised again naming the flag (``--max-new-tokens: ...``), so every
+        refusal names what the user typed."""
+        try:
+            yield
+        except ValueError as exc:
+            head, sep, rest = str(exc).partition(": ")
+            names = {**{n: flag(n) for n in self.fields}, "out_dir": "--out"}
+            if sep and head in names:
+                raise ValueError(f"{names[head]}: {rest}") from exc
+            raise
 
 
 def save_result(result, path: str | os.PathLike) -> Path:
@@ -185,42 +462,3 @@ def save_result(result, path: str | os.PathLike) -> Path:
     result.save(path)
     wrote(path, existed)
     return path
-
-
-def make_parser(prog: str, description: str | None) -> argparse.ArgumentParser:
-    """A command's parser; ``description`` is the module docstring (its first paragraph, in plain
-    text, is what ``--help`` shows)."""
-    return argparse.ArgumentParser(prog=prog, description=help_summary(description))
-
-
-def add_common(parser: argparse.ArgumentParser, out_default: str = "results") -> None:
-    parser.add_argument("--out", default=out_default, metavar="DIR",
-                        help=f"directory that receives every output file (default: {out_default})")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars (default: off)")
-
-
-def finish(parser: argparse.ArgumentParser, cls, args: argparse.Namespace, **extra):
-    """Config from parsed args, with every output path checked (``--out``, ``--figure``, and the
-    config's ``cache_dir`` as ``--cache-dir``); a bad value is a usage error (exit 2)."""
-    try:
-        config = config_from_args(cls, args, **extra)
-        # every path the command will write, before any work (each error names its flag)
-        if hasattr(args, "out"):
-            check_out_dir(args.out)
-        if getattr(args, "figure", ""):
-            check_figure_file(args.figure, "--figure")
-        if getattr(config, "cache_dir", ""):
-            check_out_dir(config.cache_dir, "--cache-dir")
-    except ValueError as exc:
-        parser.error(str(exc))
-    return config
-
-
-def parse_config(cls, argv=None, *, prog: str, description: str | None = None, out_default: str = "results"):
-    """Parse ``argv`` into ``cls`` plus the shared ``--out`` and ``--quiet`` options, all checked
-    (``description``: the module docstring)."""
-    parser = make_parser(prog, description)
-    add_dataclass_args(parser, cls)
-    add_common(parser, out_default)
-    args = parser.parse_args(argv)
-    return finish(parser, cls, args), args

@@ -23,29 +23,28 @@ shape and a random drafter sized to it, CPU threads fixed (1 by default):
 The whole measurement is repeated ``repeats`` times (interleaved, so drift in machine load hits
 both paths alike) and the spread of every ratio is printed. Needs a source checkout (the "before"
 path is the test suite's slow twin). Writes ``<out>/bench_draft_<preset>.json`` (one file per shape;
-``mfd report`` turns each into a block of docs/benchmarks.md).
+``mfd report`` turns each into a block of docs/benchmarks.md). The config lives here (no torch
+import); the work is in :mod:`mfd_theory.commands.bench_draft_run`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import os
 import statistics
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mfd_theory.commands._cli import Checked, Command, opt
+from mfd_theory.commands._shapes import SHAPES
 from mfd_theory.results import Result
 
-from mfd_theory.commands._cli import Checked, add_common, add_dataclass_args, finish, make_parser, opt
-from mfd_theory.commands.bench_decode import PRESETS, BenchDecodeConfig, build_target
+__all__ = ["BenchDraftConfig", "main", "report", "results_name", "run"]
 
 
 @dataclass(frozen=True)
 class BenchDraftConfig(Checked):
     preset: str = opt("micro", "random target (and drafter) shape, one of mfd bench decode's presets",
-                      choices=tuple(PRESETS))
+                      choices=tuple(SHAPES))
     block_size: int = opt(16, "drafter block size", ge=2)
     draft_layers: int = opt(1, "drafter layers", ge=1)
     modes: str = opt("1,4", "modes K to time; the ratio target compares the largest with 1")
@@ -59,13 +58,14 @@ class BenchDraftConfig(Checked):
     out: str = opt("results", "output directory (the --out option)")
 
     def validate(self) -> None:
-        for flag, text in (("--modes", self.modes), ("--contexts", self.contexts)):
-            try:
-                vals = [int(x) for x in text.split(",") if x.strip()]
-            except ValueError:
-                raise ValueError(f"{flag}: expected comma-separated integers, got {text!r}") from None
-            if not vals or min(vals) < 1:
-                raise ValueError(f"{flag}: need positive integers, got {text!r}")
+        modes = _ints("--modes", self.modes, 1)
+        _ints("--contexts", self.contexts, 1)
+        if 1 not in modes:
+            raise ValueError(f"--modes: must include 1 (the baseline of the ratio), got {self.modes!r}")
+
+    def plan(self) -> tuple[list[int], list[int]]:
+        """(modes, contexts): each sorted, each value once."""
+        return sorted(set(_ints("--modes", self.modes, 1))), sorted(set(_ints("--contexts", self.contexts, 1)))
 
 
 def _ints(name: str, text: str, low: int) -> list[int]:
@@ -74,176 +74,20 @@ def _ints(name: str, text: str, low: int) -> list[int]:
     except ValueError:
         raise ValueError(f"{name}: expected comma-separated integers, got {text!r}") from None
     if not vals or min(vals) < low:
-        raise ValueError(f"{name}: expected integers >= {low}, got {text!r}")
+        raise ValueError(f"{name}: need integers >= {low}, got {text!r}")
     return vals
 
 
-def _check(cfg: BenchDraftConfig) -> tuple[list[int], list[int]]:
-    if cfg.preset not in PRESETS:
-        raise ValueError(f"preset: must be one of {sorted(PRESETS)}, got {cfg.preset!r}")
-    modes, contexts = _ints("modes", cfg.modes, 1), _ints("contexts", cfg.contexts, 1)
-    if 1 not in modes:
-        raise ValueError(f"modes: must include 1 (the baseline of the ratio), got {cfg.modes!r}")
-    for name in ("block_size", "draft_layers", "new_rows", "rounds", "verify_nodes", "repeats", "threads"):
-        low = 2 if name == "block_size" else 1
-        if getattr(cfg, name) < low:
-            raise ValueError(f"{name}: must be >= {low}, got {getattr(cfg, name)}")
-    return sorted(set(modes)), sorted(set(contexts))
-
-
-def slow_twin_module():
-    """tests/reference_drafter.py of this checkout (the "before" path)."""
-    path = Path(__file__).resolve().parents[2] / "tests" / "reference_drafter.py"
-    if not path.is_file():
-        raise ValueError(f"bench draft: needs a source checkout (no {path}) for the slow twin")
-    spec = importlib.util.spec_from_file_location("_mfd_reference_drafter", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def round_ms(obj, feats, context: int, rounds: int, new_rows: int, torch) -> float:
-    """Feed ``context`` rows of ``feats`` [1, T, H], then time ``rounds`` rounds of (append
-    ``new_rows`` rows, draft a block); the fastest round in ms (CUDA work synchronised)."""
-    cuda = feats.device.type == "cuda"
-    times = []
-    with torch.no_grad():
-        obj.reset()
-        obj.draft_modes(feats[:, :context], 1)
-        for r in range(rounds):
-            a = context + r * new_rows
-            if cuda:
-                torch.cuda.synchronize(feats.device)
-            t0 = time.perf_counter()
-            obj.draft_modes(feats[:, a:a + new_rows], 1 + r)
-            if cuda:
-                torch.cuda.synchronize(feats.device)
-            times.append(time.perf_counter() - t0)
-    return 1e3 * min(times)
-
-
-def _attention_ms(drafter, context: int, cfg: BenchDraftConfig, torch, folded: bool) -> float:
-    """The arithmetic floor: the draft layers' SDPA calls alone (random values, the drafter's
-    shapes), fastest of ``rounds``. ``folded``: one masked call over the K modes' folded queries;
-    otherwise one unmasked call per mode over [context ; its block]."""
-    import torch.nn.functional as F
-
-    from mfd_theory.llm.models.drafter import block_mode_mask
-
-    attn = drafter.layers[0].self_attn
-    k, s, d = drafter.num_modes, drafter.block_size, attn.head_dim
-    calls, per_call, blocks = (1, k, k) if folded else (k, 1, 1)
-    q = torch.randn(1, attn.num_kv_heads, attn.rep * per_call * s, d)  # [1, kvh, rep*K*S | rep*S, d]
-    keys, values = torch.randn(2, 1, attn.num_kv_heads, context + blocks * s, d)
-    mask = None
-    if folded and k > 1:
-        mask = torch.zeros(attn.rep * k * s, context + k * s)
-        mask[:, context:] = block_mode_mask(k, s, attn.rep, torch.float32, "cpu")
-    times = []
-    for _ in range(cfg.rounds):
-        t0 = time.perf_counter()
-        for _layer in drafter.layers:
-            for _call in range(calls):
-                F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=d ** -0.5)
-        times.append(time.perf_counter() - t0)
-    return 1e3 * min(times)
-
-
-def _verify_ms(target, prompt, tree, cfg: BenchDraftConfig, torch, copies: bool = False):
-    """Fastest ms of verify + commit; with ``copies`` also the fastest ms of the cache
-    concatenation ``DynamicCache.update`` does per forward, and of the key/value head repeat HF's
-    SDPA and eager paths do per forward for a GQA target given a mask (``repeat_kv``: every cached
-    row copied once per query head; 0 without GQA), both on this target's cache."""
-    target.prefill(prompt, hidden=False)
-    cfg_t = target.config
-    groups = cfg_t.num_attention_heads // cfg_t.num_key_value_heads
-    ver, cat, rep = [], [], []
-    for _ in range(cfg.rounds):
-        t0 = time.perf_counter()
-        target.verify(1, tree, hidden=True)
-        target.commit([])  # keep the root row: the context grows by one per round
-        ver.append(time.perf_counter() - t0)
-        if not copies:
-            continue
-        grow = len(tree) + 1
-        t0 = time.perf_counter()
-        for layer in target.cache.layers:  # what DynamicLayer.update does with the new rows
-            torch.cat([layer.keys, layer.keys[:, :, -grow:]], dim=-2)
-            torch.cat([layer.values, layer.values[:, :, -grow:]], dim=-2)
-        cat.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        for layer in target.cache.layers if groups > 1 else ():
-            for x in (layer.keys, layer.values):  # [B, kvh, T, d] -> [B, heads, T, d], a copy
-                b, kvh, t, d = x.shape
-                x[:, :, None].expand(b, kvh, groups, t, d).reshape(b, kvh * groups, t, d)
-        rep.append(time.perf_counter() - t0)
-    if not copies:
-        return 1e3 * min(ver)
-    return 1e3 * min(ver), 1e3 * min(cat), 1e3 * min(rep)
-
 
 def run(config: BenchDraftConfig = BenchDraftConfig(), out_dir: str | None = None, progress: bool = True) -> Result:
-    modes, contexts = _check(config)
-    import numpy as np
-    import torch
-    from tqdm import tqdm
+    """Measure (the torch half), then the ratios of every repeat, written to ``bench_draft_<preset>.json``."""
+    from mfd_theory.commands.bench_draft_run import measure
 
-    from mfd_theory.llm import TargetModel, build_drafter
-    from mfd_theory.trees import product_tree
-
-    from mfd_theory.llm.decoding.warmup import warm_up
-
-    twin = slow_twin_module()
-    torch.set_num_threads(config.threads)
-    dev = torch.device("cpu")
-    hf, model_name = build_target(BenchDecodeConfig(preset=config.preset, seed=config.seed), torch, dev, torch.float32)
-    need = max(contexts) + config.rounds * max(config.new_rows, config.verify_nodes + 1) + config.block_size * max(modes)
-    if need > hf.config.max_position_embeddings:
-        raise ValueError(f"contexts: {max(contexts)} rows plus the timed rounds exceed the target's "
-                         f"{hf.config.max_position_embeddings} positions")
-    target = TargetModel(hf)
-    concat_target = TargetModel(hf, cache_in_place=False)  # HF's DynamicCache as it is
-    drafters = {k: build_drafter(hf, config.block_size, config.draft_layers, num_modes=k, seed=config.seed)
-                for k in modes}
-    folded = {k: build_drafter(hf, config.block_size, config.draft_layers, num_modes=k, seed=config.seed)
-              for k in modes if k > 1}  # the same weights (same seed), modes folded into one call
-    for drafter in folded.values():
-        drafter.fold_modes = True
-    g = torch.Generator().manual_seed(config.seed)
-    width = hf.config.hidden_size
-    feats = torch.randn(1, max(contexts) + config.rounds * config.new_rows, width, generator=g)
-    feats = drafters[1].hidden_norm(feats).detach()  # [1, T_max + rounds * new_rows, H]
-    log_q = torch.log_softmax(3.0 * torch.randn(config.block_size - 1, 64, generator=g), dim=-1).double().numpy()
-    tree = product_tree(np.minimum(log_q, 0.0), config.verify_nodes)
-    prompts = {t: torch.randint(0, hf.config.vocab_size - 1, (t,), generator=g) for t in contexts}
-    warm_up(target, drafters[max(modes)])
-    for drafter in [*drafters.values(), *folded.values()]:  # first calls allocate buffers and pick kernels
-        round_ms(drafter, feats, min(contexts), 1, config.new_rows, torch)
-    load = [os.getloadavg()[0]]  # the machine's load around the run: timings on a shared machine move with it
-    reps = []
-    for _ in tqdm(range(config.repeats), desc="repeats", disable=not progress):
-        rep = {"draft_ms": {}, "attention_ms": {}, "verify_ms": {}, "verify_concat_ms": {}, "cache_cat_ms": {},
-               "kv_repeat_ms": {}}
-        for k in modes:
-            slow = twin.SlowDraftCache(drafters[k])
-            for t in contexts:
-                rep["draft_ms"][f"after,K={k},T={t}"] = round_ms(drafters[k], feats, t, config.rounds, config.new_rows, torch)
-                if k > 1:
-                    rep["draft_ms"][f"folded,K={k},T={t}"] = round_ms(folded[k], feats, t, config.rounds,
-                                                                      config.new_rows, torch)
-                rep["draft_ms"][f"before,K={k},T={t}"] = round_ms(slow, feats, t, config.rounds, config.new_rows, torch)
-                rep["attention_ms"][f"K={k},T={t}"] = _attention_ms(drafters[k], t, config, torch, folded=False)
-                if k > 1:
-                    rep["attention_ms"][f"folded,K={k},T={t}"] = _attention_ms(drafters[k], t, config, torch,
-                                                                               folded=True)
-        for t in contexts:
-            rep["verify_concat_ms"][t], rep["cache_cat_ms"][t], rep["kv_repeat_ms"][t] = _verify_ms(
-                concat_target, prompts[t], tree, config, torch, copies=True)
-            rep["verify_ms"][t] = _verify_ms(target, prompts[t], tree, config, torch)
-        reps.append(rep)
-    load.append(os.getloadavg()[0])
-    data = {"model": model_name, "width": width, "repeats": reps, "ratios": _ratios(reps, modes, contexts),
-            "load_avg_1min": load, "cpu_count": os.cpu_count()}
+    modes, contexts = config.plan()
+    m = measure(config, modes, contexts, progress)
+    data = {"model": m["model"], "width": m["width"], "repeats": m["repeats"],
+            "ratios": _ratios(m["repeats"], modes, contexts), "load_avg_1min": m["load_avg_1min"],
+            "cpu_count": m["cpu_count"]}
     result = Result("bench_draft", dataclasses.asdict(config), data, seed=config.seed)
     result.save(Path(out_dir or config.out) / results_name(config.preset))
     return result
@@ -317,12 +161,15 @@ def report(result: Result) -> str:
     return "\n".join(lines)
 
 
+CLI = Command("bench draft", __name__, BenchDraftConfig, __doc__)
+
+
 def main(argv=None) -> Result:
-    parser = make_parser("mfd bench draft", __doc__)
-    add_dataclass_args(parser, BenchDraftConfig, skip=("out",))
-    add_common(parser)
-    args = parser.parse_args(argv)
-    result = run(finish(parser, BenchDraftConfig, args, out=args.out), progress=not args.quiet)
+    return CLI.main(argv, _run)
+
+
+def _run(cfg: BenchDraftConfig, opts) -> Result:
+    result = run(cfg, progress=not opts.quiet)
     print(report(result))
     return result
 

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mfd_theory.commands._cli import (Checked, add_common, add_dataclass_args, finish, make_parser, opt,
-                                           save_result)
+from mfd_theory.commands._cli import Checked, Command, opt, save_result
 from mfd_theory.results import Result
 
 
@@ -84,12 +83,14 @@ def run(config: BenchFitConfig) -> dict:
     return out
 
 
+CLI = Command("bench fit", __name__, BenchFitConfig, __doc__)
+
+
 def main(argv=None) -> dict:
-    parser = make_parser("mfd bench fit", __doc__)
-    add_dataclass_args(parser, BenchFitConfig)
-    add_common(parser)
-    args = parser.parse_args(argv)
-    cfg = finish(parser, BenchFitConfig, args)
+    return CLI.main(argv, _run)
+
+
+def _run(cfg: BenchFitConfig, opts) -> dict:
     r = run(cfg)
     print(f"EM benchmark: n={cfg.n}, L={cfg.L}, V={cfg.V}, K={cfg.K}, restarts={cfg.n_restarts} "
           f"({r['n_unique']} distinct rows)")
@@ -99,7 +100,7 @@ def main(argv=None) -> dict:
     print(f"  fit_mixture hard (winner-take-all) {r['fit_hard_s']:4.2f} s  ({r['fit_hard_iters']} iterations)")
     print(f"  one EM iteration: numba {r['numba_iter_s'] * 1e3:.1f} ms, NumPy {r['numpy_iter_s'] * 1e3:.1f} ms "
           f"-> numba is {r['numpy_iter_s'] / r['numba_iter_s']:.1f}x faster")
-    save_result(Result("bench_fit", dataclasses.asdict(cfg), r, seed=cfg.seed), Path(args.out) / "bench_fit.json")
+    save_result(Result("bench_fit", dataclasses.asdict(cfg), r, seed=cfg.seed), Path(opts.out) / "bench_fit.json")
     return r
 
 

@@ -12,13 +12,12 @@ result:
 * ``simulate_acceptance``: verification walks per second on one core.
 
 Times are medians over ``repeats`` calls after one warm-up call (which also compiles the numba
-kernels). Usage: ``python experiments/bench_trees.py [--quick]``; the JSON goes to
+kernels). Usage: ``mfd bench trees [--quick]``; the JSON goes to
 ``results/bench_trees.json``.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import heapq
 import os
@@ -29,7 +28,7 @@ from typing import Callable
 import numpy as np
 
 from mfd_theory.results import Result
-from mfd_theory.commands._cli import Checked, add_common, add_dataclass_args, finish, make_parser, opt, show_default, wrote
+from mfd_theory.commands._cli import Checked, Command, opt, show_default, switch, wrote
 
 NAME = "bench_trees"
 
@@ -329,26 +328,22 @@ def markdown(result: Result) -> str:
     return "\n".join(lines)
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = make_parser("mfd bench trees", __doc__)
-    add_dataclass_args(p, BenchTreesConfig)
-    quick = ", ".join(f"--{k.replace('_', '-')} {show_default(v)}" for k, v in QUICK.items())
-    p.add_argument("--quick", action="store_true",
-                   help=f"a small run: sets {quick} where those options are not given (default: off)")
-    add_common(p)
-    return p
+CLI = Command("bench trees", __name__, BenchTreesConfig, __doc__, extras=(switch(
+    "quick", "a small run: sets " + ", ".join(f"--{k.replace('_', '-')} {show_default(v)}" for k, v in QUICK.items())
+    + " where those options are not given"),))
 
 
 def main(argv=None) -> Result:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    cfg = finish(parser, BenchTreesConfig, args)
-    if args.quick:  # quick sizes for every field the command line left at its default
+    return CLI.main(argv, _run)
+
+
+def _run(cfg: BenchTreesConfig, opts) -> Result:
+    if opts.quick:  # quick sizes for every field the command line left at its default
         defaults = BenchTreesConfig()
         cfg = dataclasses.replace(
             cfg, **{k: v for k, v in QUICK.items() if getattr(cfg, k) == getattr(defaults, k)}
         )
-    result = run(cfg, args.out, progress=not args.quiet)
+    result = run(cfg, opts.out, progress=not opts.quiet)
     print(markdown(result))
     return result
 

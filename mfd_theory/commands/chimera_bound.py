@@ -13,7 +13,7 @@ Three parts, all written to ``results/chimera_bound.json``:
    explicit trees, and a sample of random small instances whose count from scores is compared
    with the chimeras of ``product_tree(log_q, N)`` built by the core builder.
 
-Run: ``python experiments/chimera_bound.py`` (about 10 s with the defaults).
+Run: ``mfd chimera-bound`` (about 10 s with the defaults).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from mfd_theory import chimeras as ch
-from mfd_theory.commands._cli import Checked, opt, parse_config, wrote
+from mfd_theory.commands._cli import Checked, Command, opt, wrote
 from mfd_theory.results import Result
 from mfd_theory.trees import product_tree
 
@@ -203,9 +203,11 @@ def run(config: Config = Config(), out_dir: str | Path = "results", progress: bo
     return res
 
 
+CLI = Command("chimera-bound", __name__, Config, __doc__)
+
+
 def main(argv=None) -> Result:
-    config, args = parse_config(Config, argv, prog="mfd chimera-bound", description=__doc__)
-    return run(config, args.out, progress=not args.quiet)
+    return CLI.main(argv, lambda config, opts: run(config, opts.out, progress=not opts.quiet))
 
 
 if __name__ == "__main__":

@@ -23,14 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from mfd_theory import chimeras as ch
-from mfd_theory.commands._cli import opt, parse_config
+from mfd_theory.commands._cli import Checked, Command, opt
 from mfd_theory.results import Result
 
 NAME = "chimera_all_distinct"
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(Checked):
     cases: tuple[str, ...] = opt(("5:2", "5:3", "3:7", "4:5"), "F:m cases solved with the integer program")
     search_only: tuple[str, ...] = opt(("5:4", "3:8"), "F:m cases with the drafter search only (an upper bound)")
     n_trials: int = opt(2000, "drafters searched per try", ge=1)
@@ -101,10 +101,12 @@ def run(config: Config = Config(), out_dir: str | Path = "mfd_theory/data", prog
     return res
 
 
+CLI = Command("chimera-exact", __name__, Config, __doc__, out="mfd_theory/data",
+              prog="python -m mfd_theory.commands.chimera_exact")
+
+
 def main(argv=None) -> Result:
-    config, args = parse_config(Config, argv, prog="python -m mfd_theory.commands.chimera_exact",
-                                description=__doc__, out_default="mfd_theory/data")
-    return run(config, args.out, progress=not args.quiet)
+    return CLI.main(argv, lambda config, opts: run(config, opts.out, progress=not opts.quiet))
 
 
 if __name__ == "__main__":

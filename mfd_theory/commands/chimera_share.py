@@ -24,7 +24,7 @@ row per budget (``budget``, ``nodes``, ``chimera_share`` and its ``chimera_share
 lists back, as the figures draw them). Best-first builders emit nodes in score order, so the
 first N nodes of the N = 1024 tree are the top-N tree for every N.
 
-Run: ``python experiments/chimera_share.py`` (about 30 s with the defaults).
+Run: ``mfd chimera-share`` (about 30 s with the defaults).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import numpy as np
 from mfd_theory import synthetic as syn
 from mfd_theory.chimeras import on_sequence_paths
 from mfd_theory.coverage import splice_mask
-from mfd_theory.commands._cli import Checked, opt, parse_config, wrote
+from mfd_theory.commands._cli import Checked, Command, opt, wrote
 from mfd_theory.layouts import CHIMERA_SHARE_MEANS, setting_at_budget
 from mfd_theory.results import Result, ResultStore
 from mfd_theory.trees import mixture_tree, oracle_tree, product_tree
@@ -218,9 +218,11 @@ def run(config: Config = Config(), out_dir: str | Path = "results", progress: bo
     return res
 
 
+CLI = Command("chimera-share", __name__, Config, __doc__)
+
+
 def main(argv=None) -> Result:
-    config, args = parse_config(Config, argv, prog="mfd chimera-share", description=__doc__)
-    return run(config, args.out, progress=not args.quiet)
+    return CLI.main(argv, lambda config, opts: run(config, opts.out, progress=not opts.quiet))
 
 
 if __name__ == "__main__":

@@ -24,8 +24,7 @@ from mfd_theory.coverage import chimera_mask, coverage, splice_mask
 from mfd_theory.distributions import MixtureOfProducts, norm_tol
 from mfd_theory.results import Result
 from mfd_theory.trees import chain_tree, mixture_tree, oracle_tree, product_tree
-from mfd_theory.commands._cli import (Checked, add_common, add_dataclass_args, finish, make_parser, opt,
-                      save_result, wrote)
+from mfd_theory.commands._cli import Checked, Command, figure_option, opt, save_result, wrote
 
 
 NAME = "core_table"
@@ -124,21 +123,22 @@ def format_table(result: Result) -> str:
     return "\n".join(lines)
 
 
+CLI = Command("core-table", __name__, CoreTableConfig, __doc__, extras=(figure_option(
+    "also draw coverage and dead share against N into this file, a .png, .pdf or .svg"),))
+
+
 def main(argv=None) -> Result:
-    parser = make_parser("mfd core-table", __doc__)
-    add_dataclass_args(parser, CoreTableConfig)
-    add_common(parser)
-    parser.add_argument("--figure", default="", metavar="PATH",
-                        help="also draw coverage and dead share against N into this file, a .png, .pdf or .svg (default: no figure)")
-    args = parser.parse_args(argv)
-    cfg = finish(parser, CoreTableConfig, args)  # checks --out and --figure too
+    return CLI.main(argv, _run)
+
+
+def _run(cfg: CoreTableConfig, opts) -> Result:
     res = run(cfg)
     print(format_table(res))
-    save_result(res, Path(args.out) / f"{NAME}.json")
-    if args.figure:
+    save_result(res, Path(opts.out) / f"{NAME}.json")
+    if opts.figure:
         from mfd_theory.figures import save_figure
         from mfd_theory.figures.core import coverage_vs_budget
 
-        existed = Path(args.figure).exists()
-        wrote(save_figure(coverage_vs_budget(res), args.figure), existed)
+        existed = Path(opts.figure).exists()
+        wrote(save_figure(coverage_vs_budget(res), opts.figure), existed)
     return res

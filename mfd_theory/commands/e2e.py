@@ -11,28 +11,27 @@ vs ar and the dead-node share, plus the loss curves, the MFD gain table and the 
 
 The config lives here (no torch import); the work is in :mod:`mfd_theory.commands.e2e_run`.
 Every field can be overridden on the command line (``--target-steps 800``); ``--preset`` picks the
-starting values. Bigger runs (a GPU, larger targets) are options alone (``--device cuda``).
+starting values, a file of ``experiments/e2e/``. Bigger runs (a GPU, larger targets) are options
+alone (``--device cuda``).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import sys
 from pathlib import Path
 
 from mfd_theory.results import Result
-from mfd_theory.commands._cli import Checked, add_common, add_dataclass_args, finish, make_parser, opt, wrote
+from mfd_theory.commands._cli import Checked, Command, load_preset, opt, switch, wrote
 
-__all__ = ["E2EConfig", "PRESETS", "preset_config", "run", "main"]
+__all__ = ["E2EConfig", "preset_config", "run", "main"]
 
 
 @dataclasses.dataclass(frozen=True)
 class E2EConfig(Checked):
     """Defaults = the ``default`` preset (<= 15 minutes on 2 CPU cores, training included)."""
 
-    preset: str = opt("default", "starting values: default (the run in docs/results.md) or micro (a small smoke run); options given explicitly override it",
-                      choices=("default", "micro"))
+    preset: str = opt("default", "the sizes this run starts from: default (the run in docs/results.md) or micro "
+                      "(a small smoke run), set by the preset file", choices=("default", "micro"))
     seed: int = opt(0, "random seed of data, training and sampling", ge=0)
     threads: int = opt(2, "torch threads for training", ge=1)
     eval_threads: int = opt(1, "torch threads for decoding (timing)", ge=1)
@@ -104,27 +103,10 @@ class E2EConfig(Checked):
                              "--profile-prompts 0 turns off; pass --profile-prompts >= 1 or --budget-choice false")
 
 
-PRESETS: dict[str, dict] = {
-    "default": {},
-    # Tiny everything: the whole pipeline, training included, in well under 2 minutes on 2 cores.
-    "micro": dict(
-        preset="micro", n_train=600, n_heldout=20, vocab_size=256,
-        target_hidden=64, target_layers=2, target_heads=2, target_kv_heads=1, target_intermediate=128,
-        target_steps=60, target_batch=8, seq_len=64,
-        draft_lm_hidden=32, distill_prompts=48, prompt_len=12, distill_gen_len=24,
-        block_size=5, drafter_steps=30, drafter_batch=8, blocks_per_seq=2, modes=(2,),
-        eval_prompts=2, calibration_prompts=2, max_new_tokens=20, budgets=(8, 32), temperatures=(0.0, 1.0),
-        ckpt_every=20,
-    ),
-}
-
-
 def preset_config(name: str, **overrides) -> E2EConfig:
-    """The named preset's config with ``overrides`` applied."""
-    if name not in PRESETS:
-        raise ValueError(f"preset: unknown preset {name!r}; choose one of {sorted(PRESETS)}")
-    values = {**PRESETS[name], "preset": name, **overrides}
-    return E2EConfig(**values)
+    """The config of preset ``name`` (the file ``experiments/e2e/<name>.toml``) with ``overrides``
+    applied."""
+    return load_preset(E2EConfig, "e2e", name, **overrides)
 
 
 def run(config: E2EConfig, out_dir: str | Path, progress: bool = True, prepare_only: bool = False) -> Result | None:
@@ -135,46 +117,26 @@ def run(config: E2EConfig, out_dir: str | Path, progress: bool = True, prepare_o
     return run_e2e(config, out_dir, progress=progress, prepare_only=prepare_only)
 
 
-def _quiet_transformers() -> None:
-    """Silence transformers' and the hub's loading bars (read when they are imported, so set both
-    the environment and, when transformers is already loaded, its switch)."""
-    import os
-    import sys
-
-    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    if "huggingface_hub" in sys.modules:
-        sys.modules["huggingface_hub"].utils.disable_progress_bars()
-    if "transformers" in sys.modules:
-        sys.modules["transformers"].utils.logging.disable_progress_bar()
+CLI = Command("e2e", __name__, E2EConfig, __doc__, models=True, extras=(switch(
+    "prepare_only", "train (or find in the cache) every checkpoint, then stop before the evaluation; a later "
+                    "run with the same options only evaluates"),))
 
 
-def main(argv: list[str] | None = None) -> Result:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--preset", default="default")
-    known, _ = pre.parse_known_args(argv)
-    parser = make_parser("mfd e2e", __doc__)
-    add_dataclass_args(parser, E2EConfig)
-    add_common(parser)
-    parser.add_argument("--prepare-only", action="store_true",
-                        help="train (or find in the cache) every checkpoint, then stop before the evaluation; "
-                             "a later run with the same options only evaluates (default: off)")
-    if known.preset in PRESETS:
-        parser.set_defaults(**preset_config(known.preset).__dict__)
-    args = parser.parse_args(argv)
-    config = finish(parser, E2EConfig, args)  # checks --out and --cache-dir too
-    if args.quiet:
-        _quiet_transformers()
-    out = Path(args.out) / "end_to_end.json"
+def main(argv: list[str] | None = None) -> Result | None:
+    return CLI.main(argv, _run)
+
+
+def _run(config: E2EConfig, opts) -> Result | None:
+    out = Path(opts.out) / "end_to_end.json"
     existed = out.exists()
-    result = run(config, args.out, progress=not args.quiet, prepare_only=args.prepare_only)
+    result = run(config, opts.out, progress=not opts.quiet, prepare_only=opts.prepare_only)
+    cache = config.cache_dir or Path(opts.out) / "cache"
     if result is None:
-        print(f"prepared: checkpoints cached under {config.cache_dir or Path(args.out) / 'cache'}/ (nothing evaluated)")
+        print(f"prepared: checkpoints cached under {cache}/ (nothing evaluated)")
         return None
     from mfd_theory.commands.e2e_run import format_table
 
     print(format_table(result.data))
-    print(f"checkpoints cached under {config.cache_dir or Path(args.out) / 'cache'}/")
+    print(f"checkpoints cached under {cache}/")
     wrote(out, existed)
     return result

@@ -32,23 +32,22 @@ target, three drafters, each a few dozen steps, then a short evaluation): 2-3 mi
 about 5-6 minutes; a run that exceeds ``time_budget_s`` says so at the end.
 
 ``--small true`` runs all of it at the ``tiny`` bench shape (for ``--device cpu``: it proves the
-script runs; the numbers are not a GPU profile).
+script runs; the numbers are not a GPU profile). The config lives here (no torch import); the work
+is in :mod:`mfd_theory.commands.gpu_check_run`.
 """
 
 from __future__ import annotations
 
+from __future__ import annotations
+
 import dataclasses
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
-from mfd_theory.results import Result, atomic_write_text, provenance
+from mfd_theory.commands._cli import Checked, Command, opt
+from mfd_theory.commands._shapes import SHAPES
+from mfd_theory.results import Result
 
-from mfd_theory.commands._cli import Checked, add_common, add_dataclass_args, finish, make_parser, opt
-
-from mfd_theory.commands.bench_decode import PRESETS, _device_tag
-
-TIE_RTOL = 0.02  # top-two logit gap, relative to max(1, |top logit|), below which bfloat16 rounding may flip argmax
+__all__ = ["GpuCheckConfig", "SMALL", "effective", "main", "report", "run"]
 
 
 @dataclass(frozen=True)
@@ -82,13 +81,10 @@ class GpuCheckConfig(Checked):
     def validate(self) -> None:
         if self.device != "cpu" and not self.device.startswith("cuda"):
             raise ValueError(f"--device: must be cuda, cuda:N or cpu, got {self.device!r}")
-        for flag, text in (("--tree-sizes", self.tree_sizes), ("--draft-contexts", self.draft_contexts)):
-            try:
-                vals = [int(x) for x in text.split(",") if x.strip()]
-            except ValueError:
-                raise ValueError(f"{flag}: expected comma-separated integers, got {text!r}") from None
-            if not vals or min(vals) < 1:
-                raise ValueError(f"{flag}: need positive integers, got {text!r}")
+        if self.shape and self.shape not in SHAPES:
+            raise ValueError(f"--shape: must be one of {sorted(SHAPES)}, got {self.shape!r}")
+        _ints("--tree-sizes", self.tree_sizes)
+        _ints("--draft-contexts", self.draft_contexts)
 
 SMALL = {"check_layers": 2, "profile_layers": 4, "draft_layers": 1, "prompts": 1, "new_tokens": 12,
          "profile_context": 64, "profile_prompts": 1, "profile_tokens": 8, "tree_sizes": "1,16,64",
@@ -109,251 +105,19 @@ def _ints(name: str, text: str) -> list[int]:
     except ValueError:
         raise ValueError(f"{name}: expected comma-separated integers, got {text!r}") from None
     if not vals or min(vals) < 1:
-        raise ValueError(f"{name}: expected positive integers, got {text!r}")
+        raise ValueError(f"{name}: need positive integers, got {text!r}")
     return vals
 
 
-def _check(cfg: GpuCheckConfig, torch):
-    if cfg.device not in ("cuda", "cpu") and not cfg.device.startswith("cuda:"):
-        raise ValueError(f"--device: must be cuda, cuda:<i> or cpu, got {cfg.device!r}")
-    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"--device: {cfg.device!r} requested but CUDA is not available (use --device cpu --small true)")
-    if cfg.dtype not in ("bfloat16", "float16", "float32"):
-        raise ValueError(f"--dtype: must be bfloat16, float16 or float32, got {cfg.dtype!r}")
-    for name in ("check_layers", "profile_layers", "draft_layers", "num_modes", "budget", "prompts", "prompt_len",
-                 "new_tokens", "profile_context", "profile_prompts", "repeats"):
-        if getattr(cfg, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(cfg, name)}")
-    if cfg.profile_tokens < 2:
-        raise ValueError(f"--profile-tokens: a round needs at least 2 new tokens, got {cfg.profile_tokens}")
-    if cfg.block_size < 2:
-        raise ValueError(f"--block-size: must be >= 2, got {cfg.block_size}")
-    if cfg.shape and cfg.shape not in PRESETS:
-        raise ValueError(f"--shape: must be one of {sorted(PRESETS)}, got {cfg.shape!r}")
-    if not cfg.init_std > 0:
-        raise ValueError(f"--init-std: must be > 0, got {cfg.init_std}")
-    return _ints("--tree-sizes", cfg.tree_sizes), _ints("--draft-contexts", cfg.draft_contexts)
-
-
-def random_qwen3(shape: str, layers: int, dtype, dev, seed: int, std: float, torch):
-    """A random Qwen3ForCausalLM of a ``mfd bench decode`` preset's shape with ``layers`` layers."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    v, h, _, nh, kv, hd, inter = PRESETS[shape]
-    cfg = Qwen3Config(vocab_size=v, hidden_size=h, num_hidden_layers=layers, num_attention_heads=nh,
-                      num_key_value_heads=kv, head_dim=hd, intermediate_size=inter, max_position_embeddings=32768,
-                      tie_word_embeddings=False, use_sliding_window=False, eos_token_id=None, pad_token_id=None,
-                      bos_token_id=None)
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(seed)
-    with torch.device(dev):
-        model = Qwen3ForCausalLM(cfg)
-    g = torch.Generator(device=dev).manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.fill_(1.0)
-            elif name == "lm_head.weight":  # logits of std ~4: argmax far from ties, as in a trained model
-                p.normal_(0.0, 4.0 / h ** 0.5, generator=g)
-            else:
-                p.normal_(0.0, std, generator=g)
-    model = model.to(dtype).eval()
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    return model
-
-
-class ReplayDrafter:
-    """Drafts a known continuation (HF's greedy output): mode 1 the true tokens, mode 0 the same
-    with one position changed, so trees are partly accepted. Tokens beyond the known continuation
-    are drafted as 0. Implements the drafter protocol of :mod:`mfd_theory.llm.decoding.generate`."""
-
-    def __init__(self, full, vocab: int, block_size: int, device, seed: int = 0):
-        import torch
-
-        self.full = [int(t) for t in full]  # prompt + HF continuation
-        self.vocab, self.block_size, self.num_modes = vocab, block_size, 2
-        self.mask_token_id, self.target_layer_ids, self.config = 0, [0], None
-        self.device = device
-        self.gen = torch.Generator().manual_seed(seed)
-        self.seq: list[int] = []
-
-    def reset(self):
-        self.seq = []
-
-    def observe_tokens(self, toks):
-        self.seq.extend(int(t) for t in toks)
-
-    def fuse_hidden(self, hidden_states):
-        return hidden_states[-1]
-
-    def draft_modes(self, ctx, root):
-        import torch
-
-        L, start = self.block_size - 1, len(self.seq) + 1  # the root sits at len(seq)
-        true = [self.full[i] if i < len(self.full) else 0 for i in range(start, start + L)]
-        wrong = list(true)
-        j = int(torch.randint(0, L, (1,), generator=self.gen))
-        wrong[j] = (wrong[j] + 1) % self.vocab
-        logits = torch.zeros(2, L, self.vocab)
-        for k, toks in enumerate((wrong, true)):
-            logits[k, torch.arange(L), torch.tensor(toks)] = 8.0
-        log_pi = torch.log(torch.tensor([0.7, 0.3]))
-        return log_pi.to(self.device), torch.log_softmax(logits, dim=-1).to(self.device)
-
-
-def greedy_check(cfg: GpuCheckConfig, shape: str, torch, dev, dtype) -> list[dict]:
-    from mfd_theory.llm import TargetModel, build_drafter
-    from mfd_theory.llm.decoding.generate import METHODS, speculative_generate
-
-    hf = random_qwen3(shape, cfg.check_layers, dtype, dev, cfg.seed, cfg.init_std, torch)
-    target = TargetModel(hf)
-    mfd = build_drafter(hf, cfg.block_size, 1, num_modes=cfg.num_modes, seed=cfg.seed)
-    domino = build_drafter(hf, cfg.block_size, 1, seed=cfg.seed, kind="dartree")  # for method "dartree"
-    g = torch.Generator().manual_seed(cfg.seed)
-    rows = []
-    for p in range(cfg.prompts):
-        prompt = torch.randint(0, hf.config.vocab_size, (cfg.prompt_len,), generator=g).to(dev)
-        with torch.no_grad():
-            # an explicit all-ones mask: otherwise generate masks prompt tokens equal to pad_token_id
-            out = hf.generate(prompt[None], attention_mask=torch.ones_like(prompt[None]), max_new_tokens=cfg.new_tokens,
-                              do_sample=False, output_scores=True, return_dict_in_generate=True)
-        ref = out.sequences[0, cfg.prompt_len:].tolist()
-        scores = [s[0].float() for s in out.scores]  # [V] per step
-        replay = ReplayDrafter(prompt.tolist() + ref, hf.config.vocab_size, cfg.block_size, dev, seed=p)
-        for name, drafter in (("random-mfd", mfd), ("replay", replay), ("random-domino", domino)):
-            for method in METHODS:
-                if (name == "replay" and method == "ar") or ((method == "dartree") != (name == "random-domino")):
-                    continue
-                res = speculative_generate(target, drafter, prompt, cfg.new_tokens, method, budget=cfg.budget)
-                rows.append({"prompt": p, "drafter": name, "method": method, "tau": res.tau,
-                             **_compare(res.tokens, ref, scores)})
-    return rows
-
-
-def _compare(tokens: list[int], ref: list[int], scores) -> dict:
-    """Equal, a bfloat16 near-tie at the first divergence, or a failure."""
-    if tokens == ref:
-        return {"status": "equal", "first_diff": None, "gap": None}
-    i = next((j for j, (a, b) in enumerate(zip(tokens, ref)) if a != b), min(len(tokens), len(ref)))
-    if i >= len(ref) or i >= len(tokens):
-        return {"status": "FAIL (length)", "first_diff": i, "gap": None}
-    s = scores[i]
-    gap = float(s[ref[i]] - s[tokens[i]])
-    tie = gap <= TIE_RTOL * max(1.0, abs(float(s[ref[i]])))
-    return {"status": "near-tie" if tie else "FAIL", "first_diff": i, "gap": gap}
-
-
-def round_cost(cfg: GpuCheckConfig, shape: str, sizes: list[int], torch, dev, dtype, progress: bool = True):
-    """The round profile (:func:`~mfd_theory.llm.measure.profile.measure_round_profile`) of a random
-    ``shape``-shaped stack of ``profile_layers`` layers with random block drafters (K = 1 for
-    chain and ddtree, K = ``num_modes`` for mfd); returns (HF model, {K: drafter}, LatencyProfile)."""
-    from mfd_theory.llm import TargetModel, build_drafter
-    from mfd_theory.llm.measure.evaluate import Cell
-    from mfd_theory.llm.measure.profile import measure_round_profile
-
-    hf = random_qwen3(shape, cfg.profile_layers, dtype, dev, cfg.seed, cfg.init_std, torch)
-    target = TargetModel(hf)
-    drafters = {k: build_drafter(hf, cfg.block_size, cfg.draft_layers, num_modes=k, seed=cfg.seed)
-                for k in sorted({1, cfg.num_modes})}
-    K = cfg.num_modes
-    cells = [Cell("chain", "k1", cfg.block_size - 1, drafters[1])]
-    cells += [Cell("ddtree", "k1", n, drafters[1]) for n in sizes]
-    cells += [Cell("mfd", f"k{K}", n, drafters[K]) for n in sizes]
-    g = torch.Generator().manual_seed(cfg.seed + 1)
-    prompts = [torch.randint(0, hf.config.vocab_size, (cfg.profile_context,), generator=g)
-               for _ in range(cfg.profile_prompts)]
-    name = f"verify_latency_{dev.type}" if not cfg.small else f"verify_latency_{dev.type}_small"
-    profile = measure_round_profile(
-        target, cells, prompts, cfg.profile_tokens, name=name, device=_device_tag(torch, dev),
-        model=f"random {shape}-shaped Qwen3, {cfg.profile_layers} layers, {cfg.dtype}, batch 1, HF SDPA",
-        note=(f"Measured by mfd bench gpu-check: random weights and random {cfg.draft_layers}-layer block drafters "
-              f"(K = 1 and {K}), {cfg.profile_prompts} prompt(s) of {cfg.profile_context} tokens, "
-              f"{cfg.profile_tokens} new tokens per decode"),
-        progress=progress)
-    return hf, drafters, profile
-
-
-def draft_latency(cfg: GpuCheckConfig, hf, drafters: dict, contexts: list[int], torch, dev, dtype) -> dict:
-    """{"K=k,T=t": ms}: the fastest of ``repeats`` drafting rounds after ``t`` context rows."""
-    from mfd_theory.commands.bench_draft import round_ms
-
-    gen = torch.Generator().manual_seed(cfg.seed)
-    feats = torch.randn(1, max(contexts) + 4 * (cfg.repeats + 1), hf.config.hidden_size, generator=gen)
-    feats = drafters[1].hidden_norm(feats.to(dev, dtype)).detach()
-    out = {}
-    for k, d in drafters.items():
-        round_ms(d, feats, min(contexts), 1, 4, torch)  # first call: buffers, kernels
-        for t in contexts:
-            out[f"K={k},T={t}"] = round_ms(d, feats, t, cfg.repeats, 4, torch)
-    return out
-
 
 def run(config: GpuCheckConfig = GpuCheckConfig(), out_dir: str | None = None, progress: bool = True) -> Result:
-    import time
-
-    import torch
-
-    from mfd_theory.speedup import load_latency_profile
+    """The four steps (:func:`mfd_theory.commands.gpu_check_run.run`) on the config ``--small``
+    makes of ``config``."""
+    from mfd_theory.commands.gpu_check_run import run as run_steps
 
     cfg = effective(config)
-    sizes, contexts = _check(cfg, torch)
-    out_dir = Path(out_dir or cfg.out)
-    dev = torch.device(cfg.device)
-    dtype = getattr(torch, cfg.dtype)
-    shape = cfg.shape or ("tiny" if cfg.small else "qwen3-8b")
-    start = time.perf_counter()
-    elapsed: dict[str, float] = {}
-
-    def step(i: int, what: str):
-        if progress:
-            print(f"[{i}/4] {what} ...", flush=True)
-        return time.perf_counter()
-
-    def done(key: str, t0: float):
-        elapsed[key] = time.perf_counter() - t0
-        if progress:
-            print(f"      {elapsed[key]:.1f} s (total {time.perf_counter() - start:.1f} s of the "
-                  f"{cfg.time_budget_s:.0f} s budget)", flush=True)
-
-    if progress:
-        print(f"gpu-check on {dev} ({shape} shape, {cfg.dtype})", flush=True)
-    t0 = step(1, "greedy equality against HF generate")
-    rows = greedy_check(cfg, shape, torch, dev, dtype)
-    done("greedy", t0)
-    t0 = step(2, "round profile (measure_round_profile)")
-    hf, drafters, profile = round_cost(cfg, shape, sizes, torch, dev, dtype, progress)
-    done("round_profile", t0)
-    t0 = step(3, "drafting latency by context")
-    draft_ms = draft_latency(cfg, hf, drafters, contexts, torch, dev, dtype)
-    done("draft_latency", t0)
-    del hf, drafters  # the profile stack's memory, before the e2e run
-    if dev.type == "cuda":
-        torch.cuda.empty_cache()
-    tag = _device_tag(torch, dev)
-    if dev.type == "cuda":
-        profile.device = f"{tag} ({torch.cuda.get_device_name(dev)})"
-    prof = {**profile.to_dict(), "provenance": provenance()}
-    path = out_dir / f"{profile.name}.json"
-    atomic_write_text(path, json.dumps(prof, indent=1) + "\n")
-    load_latency_profile(path, make_monotone=True)  # the speedup model reads it
-    e2e = None
-    if cfg.e2e:
-        from mfd_theory.commands.e2e import main as e2e_main
-
-        t0 = step(4, "mfd e2e --preset micro")
-        res = e2e_main(["--preset", "micro", "--device", cfg.device, "--out", str(out_dir / "gpu_check_e2e"),
-                        *([] if progress else ["--quiet"])])
-        done("e2e", t0)
-        e2e = {"out": str(out_dir / "gpu_check_e2e"), "result": res.name}
-    total = time.perf_counter() - start
-    data = {"device": tag, "shape": shape, "greedy": rows, "latency_profile": str(path),
-            "round_profile": profile.to_dict(), "draft_ms": draft_ms, "e2e": e2e,
-            "elapsed_s": elapsed, "total_s": total, "time_budget_s": cfg.time_budget_s,
-            "within_budget": total <= cfg.time_budget_s}
-    result = Result("gpu_check", dataclasses.asdict(cfg), data, seed=cfg.seed)
-    result.save(out_dir / f"gpu_check_{dev.type}{'_small' if cfg.small else ''}.json")
-    return result
+    return run_steps(cfg, _ints("--tree-sizes", cfg.tree_sizes), _ints("--draft-contexts", cfg.draft_contexts),
+                     out_dir or cfg.out, progress)
 
 
 def report(result: Result) -> str:
@@ -387,12 +151,15 @@ def report(result: Result) -> str:
     return "\n".join(lines)
 
 
+CLI = Command("bench gpu-check", __name__, GpuCheckConfig, __doc__)
+
+
 def main(argv=None) -> Result:
-    parser = make_parser("mfd bench gpu-check", __doc__)
-    add_dataclass_args(parser, GpuCheckConfig, skip=("out",))
-    add_common(parser)
-    args = parser.parse_args(argv)
-    result = run(finish(parser, GpuCheckConfig, args, out=args.out), progress=not args.quiet)
+    return CLI.main(argv, _run)
+
+
+def _run(cfg: GpuCheckConfig, opts) -> Result:
+    result = run(cfg, progress=not opts.quiet)
     print(report(result))
     if any(r["status"].startswith("FAIL") for r in result.data["greedy"]):
         raise SystemExit(1)

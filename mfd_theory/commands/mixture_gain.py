@@ -42,7 +42,7 @@ flattens every cell into one table):
 :func:`mfd_theory.layouts.widen_cell` turns a stored cell back into per-drafter arrays over the budgets (what the
 summaries and figures compute with).
 
-Run: ``python experiments/mixture_gain.py`` (about 3 minutes on 2 cores with the defaults).
+Run: ``mfd mixture-gain`` (about 3 minutes on 2 cores with the defaults).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from mfd_theory.distributions import MixtureOfProducts
-from mfd_theory.commands._cli import Checked, opt, parse_config, wrote
+from mfd_theory.commands._cli import Checked, Command, opt, wrote
 from mfd_theory.fit import fit_mixture, fit_mixture_exact, log_likelihood
 from mfd_theory.layouts import long_cell, widen_cell
 from mfd_theory.results import Result, ResultStore, to_jsonable
@@ -588,9 +588,15 @@ def format_summary(result: Result, budgets=(64, 256), profile: str | None = None
     return "\n".join(lines)
 
 
+CLI = Command("mixture-gain", __name__, Config, __doc__)
+
+
 def main(argv=None) -> Result:
-    config, args = parse_config(Config, argv, prog="mfd mixture-gain", description=__doc__)
-    result = run(config, args.out, progress=not args.quiet)
+    return CLI.main(argv, _run)
+
+
+def _run(config: Config, opts) -> Result:
+    result = run(config, opts.out, progress=not opts.quiet)
     print(format_summary(result))
     print(f"({result.data['seconds']:.0f} s)")
     return result

@@ -26,15 +26,14 @@ The config lives here (no torch import); the work is in :mod:`mfd_theory.command
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import shlex
-import sys
 from pathlib import Path
 
-from mfd_theory.commands._cli import Checked, add_common, add_dataclass_args, check_out_dir, finish, make_parser, opt
+from mfd_theory.commands._cli import Checked, Command, load_preset, opt, switch
+from mfd_theory.commands.eval import METHODS
 
-__all__ = ["NaturalConfig", "PRESETS", "command_lines", "commands", "preset_config", "run", "main"]
+__all__ = ["NaturalConfig", "command_lines", "commands", "preset_config", "run", "main"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,27 +131,14 @@ class NaturalConfig(Checked):
             raise ValueError(f"--futures-modes: must include 1 (the baseline), got {self.futures_modes}")
 
 
-# the methods mfd eval knows (kept here so that the config needs no torch import; a test checks it)
-_METHODS = ("ar", "chain", "ddtree", "mfd", "dartree")
-
-#: preset name -> field overrides (explicit options win)
-PRESETS: dict[str, dict] = {
-    "default": {},
-    # seconds: a few units, a 1-layer target, a few steps of everything (the test suite's run)
-    "micro": dict(max_units=40, heldout_fraction=0.3, vocab_size=300, tokenizer_chars=60_000, layers=1, hidden=32, heads=2, kv_heads=1,
-                  intermediate=64, seq_len=32, target_batch=4, target_steps=4, ppl_windows=2, train_prompts=3,
-                  heldout_prompts=2, distill_new_tokens=6, modes=(1, 2), dartree_rank=4, block_size=4,
-                  drafter_steps=2, drafter_batch=2, ckpt_every=1, budgets=(4,), eval_new_tokens=4, eval_prompts=1,
-                  calibration_prompts=1,
-                  ceiling_prompts=1, ceiling_samples=8, ceiling_budgets=(1, 4), dead_at=4, futures_modes=(1, 2),
-                  futures_lengths=(2, 3)),
-}
+# the methods mfd eval knows (its config's list, which needs no torch import)
+_METHODS = METHODS
 
 
 def preset_config(name: str = "default", **overrides) -> NaturalConfig:
-    if name not in PRESETS:
-        raise ValueError(f"--preset: must be one of {', '.join(PRESETS)}, got {name!r}")
-    return NaturalConfig(**{**PRESETS[name], **overrides})
+    """The config of preset ``name`` (the file ``experiments/natural/<name>.toml``) with
+    ``overrides`` applied."""
+    return load_preset(NaturalConfig, "natural", name, **overrides)
 
 
 def _num_text(v: float) -> str:
@@ -219,30 +205,14 @@ def run(config: NaturalConfig, out_dir: str | Path = "results/natural", progress
     return res.data
 
 
-def main(argv: list[str] | None = None) -> dict:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--preset", default="default")
-    known, _ = pre.parse_known_args(argv)
-    if known.preset not in PRESETS:
-        raise ValueError(f"--preset: must be one of {', '.join(PRESETS)}, got {known.preset!r}")
-    parser = make_parser("mfd natural", __doc__)
-    parser.add_argument("--preset", default="default", choices=tuple(PRESETS),
-                        help="sizes: default (the run in docs/results.md) or micro (toy sizes, the tests' run); "
-                             "options given explicitly override it (default: default)")
-    add_dataclass_args(parser, NaturalConfig)
-    add_common(parser, "results/natural")
-    parser.add_argument("--prepare-only", action="store_true",
-                        help="run every step before the evaluation (corpus, target, ceiling, distill, drafters), "
-                             "then stop; a later run with the same options only evaluates (default: off)")
-    parser.set_defaults(**PRESETS[known.preset])
-    args = parser.parse_args(argv)
-    config = finish(parser, NaturalConfig, args)
-    if args.quiet:
-        from mfd_theory.commands.e2e import _quiet_transformers
+CLI = Command("natural", __name__, NaturalConfig, __doc__, out="results/natural", models=True, extras=(switch(
+    "prepare_only", "run every step before the evaluation (corpus, target, ceiling, distill, drafters), then "
+                    "stop; a later run with the same options only evaluates"),))
 
-        _quiet_transformers()
-    return run(config, args.out, progress=not args.quiet, prepare_only=args.prepare_only)
+
+def main(argv: list[str] | None = None) -> dict | None:
+    return CLI.main(argv, lambda config, opts: run(config, opts.out, progress=not opts.quiet,
+                                                   prepare_only=opts.prepare_only))
 
 
 if __name__ == "__main__":

@@ -26,11 +26,10 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-import sys
 from pathlib import Path
 
-from mfd_theory.commands._cli import Checked, opt, parse_config
-from mfd_theory.commands.e2e import PRESETS, preset_config
+from mfd_theory.commands._cli import Checked, Command, opt
+from mfd_theory.commands.e2e import preset_config
 
 __all__ = ["OwnTargetConfig", "command_lines", "commands", "e2e_config", "run", "main"]
 
@@ -46,7 +45,7 @@ class OwnTargetConfig(Checked):
     cache_dir: str = opt("", "the target's checkpoint cache ('' means <out>/cache)")
     # the target
     target_preset: str = opt("micro", "the mfd e2e preset whose target (and corpus) is used",
-                             choices=tuple(PRESETS))
+                             choices=("default", "micro"))
     target_steps: int = opt(0, "target training steps (0: the preset's)", ge=0)
     # prompt files
     train_prompts: int = opt(96, "training documents whose first words make prompts/train.jsonl", ge=1)
@@ -76,7 +75,12 @@ class OwnTargetConfig(Checked):
             raise ValueError(f"--device: must be cpu, cuda or cuda:N, got {self.device!r}")
         if len(set(self.modes)) != len(self.modes):
             raise ValueError(f"--modes: each K once, got {self.modes}")
-        n_held = e2e_config(self).n_heldout
+        try:
+            n_held = e2e_config(self).n_heldout
+        except ValueError as exc:  # the e2e preset's file is missing or refused
+            if not str(exc).startswith("--preset"):
+                raise
+            raise ValueError(f"--target-preset: {str(exc).partition(': ')[2]}") from None
         if self.heldout_prompts > n_held:
             raise ValueError(f"--heldout-prompts: the {self.target_preset} corpus has {n_held} held-out "
                              f"documents, got {self.heldout_prompts}")
@@ -141,15 +145,11 @@ def run(config: OwnTargetConfig, out_dir: str | Path = "results/own_target", pro
     return data
 
 
-def main(argv: list[str] | None = None) -> dict:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    config, args = parse_config(OwnTargetConfig, argv, prog="mfd own-target", description=__doc__,
-                                out_default="results/own_target")
-    if args.quiet:
-        from mfd_theory.commands.e2e import _quiet_transformers
+CLI = Command("own-target", __name__, OwnTargetConfig, __doc__, out="results/own_target", models=True)
 
-        _quiet_transformers()
-    return run(config, args.out, progress=not args.quiet)
+
+def main(argv: list[str] | None = None) -> dict:
+    return CLI.main(argv, lambda config, opts: run(config, opts.out, progress=not opts.quiet))
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from mfd_theory.commands._cli import Checked, opt, parse_config, wrote
+from mfd_theory.commands._cli import Checked, Command, opt, wrote
 from mfd_theory.commands.mixture_gain import curve_grid
 from mfd_theory.fit import fit_mixture_exact
 from mfd_theory.layouts import group_label
@@ -380,9 +380,15 @@ def break_even(result: Result, profile: str | None = None) -> list[tuple[str, st
     return out
 
 
+CLI = Command("path-gain", __name__, Config, __doc__)
+
+
 def main(argv=None) -> Result:
-    config, args = parse_config(Config, argv, prog="mfd path-gain", description=__doc__)
-    result = run(config, args.out, progress=not args.quiet)
+    return CLI.main(argv, _run)
+
+
+def _run(config: Config, opts) -> Result:
+    result = run(config, opts.out, progress=not opts.quiet)
     print(format_summary(result))
     print(f"({result.data['seconds']:.0f} s)")
     return result

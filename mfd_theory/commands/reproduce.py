@@ -1,9 +1,9 @@
-"""``mfd reproduce``: the main job on embedded defaults.
+"""``mfd reproduce``: the main job, every experiment from its preset file.
 
-Runs every experiment with its default config into ``results/`` (each skips work already saved),
-executes the notebooks, which draw the figures into ``paper_figs/``, and finally runs
-``mfd report``, which rewrites the result blocks of the README and ``docs/`` from the new
-``results/*.json``.
+Runs every experiment from its preset file (``experiments/<command>/<preset>.toml``) into
+``results/`` (each skips work already saved), executes the notebooks, which draw the figures
+into ``paper_figs/``, and finally runs ``mfd report``, which rewrites the result blocks of the
+README and ``docs/`` from the new ``results/*.json``.
 
 Where two cores are usable, the work that times nothing runs first in two lanes, each pinned to
 its own core with one torch thread: lane 0 trains the attention end-to-end run's checkpoints and
@@ -16,32 +16,30 @@ runs beside a timed evaluation. ``--jobs 1`` runs every step in turn.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import importlib
 import os
 import time
 from pathlib import Path
 
+from mfd_theory.commands._cli import Checked, Command, opt
+
 ROOT = Path(__file__).resolve().parents[2]
 
-# (label, module, argv); each module exposes main(argv)
+# (label, module, argv); each module exposes main(argv). Every step starts from a preset file of
+# experiments/ (experiments/README.md says why each one is sized as it is).
 THEORY: list[tuple[str, str, list[str]]] = [
-    ("core table", "mfd_theory.commands.core_table", ["--figure", "paper_figs/coverage_vs_budget.png"]),
-    ("chimera bound", "mfd_theory.commands.chimera_bound", []),
-    ("chimera share", "mfd_theory.commands.chimera_share", []),
-    ("mixture gain", "mfd_theory.commands.mixture_gain", []),
-    ("path gain", "mfd_theory.commands.path_gain", []),
+    ("core table", "mfd_theory.commands.core_table",
+     ["--preset", "default", "--figure", "paper_figs/coverage_vs_budget.png"]),
+    ("chimera bound", "mfd_theory.commands.chimera_bound", ["--preset", "default"]),
+    ("chimera share", "mfd_theory.commands.chimera_share", ["--preset", "default"]),
+    ("mixture gain", "mfd_theory.commands.mixture_gain", ["--preset", "default"]),
+    ("path gain", "mfd_theory.commands.path_gain", ["--preset", "default"]),
 ]
 E2E = ("end to end", "mfd_theory.commands.e2e", ["--preset", "default", "--out", "results"])
-# The hybrid run stops at N = 64: at 128 and 256 every method measured below AR's speed
-# (0.84-0.97 and 0.54-0.59, run of 2026-11-30), and those cells were over half its decode time.
-# It leaves out the ddtree-on-MFD ablation, which the attention run measures (on the hybrid it
-# was 18 of its 57 decoded rows; docs/results.md says what it showed there).
-HYBRID = ("end to end, hybrid target", "mfd_theory.commands.e2e",
-          ["--preset", "default", "--target-arch", "qwen3_5", "--budgets", "16,32,64", "--ddtree-on-mfd", "false",
-           "--out", "results/hybrid"])
-OWN = ("own target", "mfd_theory.commands.own_target", ["--out", "results/own_target"])
-NATURAL = ("natural text", "mfd_theory.commands.natural", ["--out", "results/natural"])
+HYBRID = ("end to end, hybrid target", "mfd_theory.commands.e2e", ["--preset", "hybrid", "--out", "results/hybrid"])
+OWN = ("own target", "mfd_theory.commands.own_target", ["--preset", "default", "--out", "results/own_target"])
+NATURAL = ("natural text", "mfd_theory.commands.natural", ["--preset", "default", "--out", "results/natural"])
 #: every step, in the order one core runs them (``--jobs 1``)
 STEPS: list[tuple[str, str, list[str]]] = [*THEORY, E2E, HYBRID, OWN, NATURAL]
 #: steps with a --threads option (torch threads for training) and a --prepare-only option
@@ -170,110 +168,136 @@ def run_notebook(path: Path, small: bool = False, timeout: int = 1800):
                 os.environ[k] = v
 
 
-def main(argv=None) -> None:
-    from mfd_theory.formatting import help_summary
+@dataclasses.dataclass(frozen=True)
+class ReproduceConfig(Checked):
+    skip_notebooks: bool = opt(False, "run the experiments only, draw no figures")
+    jobs: int | None = opt(None, "1: every step in turn on the machine's threads; 2: the untimed work (training, "
+                                 "the theory, natural text's ceiling) first in two lanes, each pinned to its own core "
+                                 "with one torch thread, then the timed evaluations alone, with nothing else running",
+                           unset="2 where two cores are usable, else 1", choices=(1, 2))
 
-    parser = argparse.ArgumentParser(prog="mfd reproduce", description=help_summary(__doc__))
-    parser.add_argument("--skip-notebooks", action="store_true",
-                        help="run the experiments only, draw no figures (default: off)")
-    parser.add_argument("--jobs", type=int, choices=(1, 2), default=default_jobs(),
-                        help="1: every step in turn on the machine's threads; 2: the untimed work (training, "
-                             "the theory, natural text's ceiling) first in two lanes, each pinned to its own core "
-                             "with one torch thread, then the timed evaluations alone, with nothing else running "
-                             "(default: 2 where two cores are usable, else 1)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars (default: off)")
-    args = parser.parse_args(argv)
-    usable = usable_cores()
-    if args.jobs > usable:
-        parser.error(f"--jobs: {args.jobs} lanes need {args.jobs} usable cores, this process may use {usable}")
+    def validate(self) -> None:
+        usable = usable_cores()
+        if self.jobs is not None and self.jobs > usable:
+            raise ValueError(f"--jobs: {self.jobs} lanes need {self.jobs} usable cores, this process may use {usable}")
+
+
+CLI = Command("reproduce", __name__, ReproduceConfig, __doc__, out=False)
+
+
+def main(argv=None) -> None:
+    return CLI.main(argv, _run)
+
+
+def _run(config: ReproduceConfig, opts) -> None:
+    jobs = config.jobs or default_jobs()
     os.chdir(ROOT)
     (ROOT / "results").mkdir(exist_ok=True)
-    t_all = time.perf_counter()
-    seconds: dict[str, float] = {}
-    lanes = plan(args.jobs)
-    cpus = lane_cpus(args.jobs)
-    log = ROOT / "results" / "reproduce_lane1.log"
-
-    def record() -> None:  # after every step, so an interrupted run keeps what it measured
-        from mfd_theory.results import Result
-
-        Result("reproduce_times", {"skip_notebooks": args.skip_notebooks, "cpu_count": os.cpu_count(),
-                                   "jobs": args.jobs, "lanes": [[f"{w} {lab}" for lab, _, _, w in lane]
-                                                                 for lane in lanes]},
-               {"seconds": seconds, "total_s": time.perf_counter() - t_all}).save(ROOT / "results" / "reproduce_times.json")
-
-    pending: dict[tuple[str, str], object] = {}
-    pool = None
-    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-    if args.jobs > 1:
-        import concurrent.futures
-        import multiprocessing
-
-        log.write_text("")
-        pool = concurrent.futures.ProcessPoolExecutor(
-            max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_lane_init,
-            initargs=(cpus[1], str(log)))
-        for label, module, step, what in lanes[1]:
-            pending[(label, what)] = concurrent.futures.Future()
-        _chain(pool, [(module, step_argv(label, step, what, args.jobs, args.quiet), pending[(label, what)])
-                      for label, module, step, what in lanes[1]])
-        where = f"core {cpus[1]}" if cpus[1] is not None else "not pinned"
-        print(f"lane 1 ({where}): {', '.join(f'{w} {lab}' for lab, _, _, w in lanes[1])}; "
-              f"its output goes to {log.relative_to(ROOT)}", flush=True)
-        if cpus[0] is not None:
-            os.sched_setaffinity(0, {cpus[0]})
-
-    def collect(key) -> None:
-        fut = pending.pop(key, None)
-        if fut is not None:
-            label = f"{key[1]} {key[0]}" if key[1] == "prepare" else key[0]
-            seconds[f"lane 1: {label}"] = fut.result()  # re-raises the step's error here
-            print(f"--- lane 1: {label}: {seconds[f'lane 1: {label}']:.1f} s", flush=True)
-            record()
-
-    try:
-        for label, module, step, what in lanes[0]:
-            for key in [k for k, f in pending.items() if f.done()]:
-                collect(key)  # a failed lane-1 step stops the run now, not when it is needed
-            if what == "run" and label in TIMED and pool is not None:
-                if pending:
-                    print(f"\n... {label} times its decoding: waiting for lane 1 to finish", flush=True)
-                for key in list(pending):
-                    collect(key)
-                pool.shutdown(wait=True)  # no lane-1 process lingers beside the timed steps
-                pool = None
-                if affinity is not None:  # alone now: the timed steps run where the scheduler puts them
-                    os.sched_setaffinity(0, affinity)
-            name = f"prepare {label}" if what == "prepare" else label
-            print(f"\n=== {name} ({module})", flush=True)
-            seconds[name] = _run_step(module, step_argv(label, step, what, args.jobs, args.quiet))
-            print(f"--- {name}: {seconds[name]:.1f} s", flush=True)
-            record()
-        for key in list(pending):
-            print(f"\n... waiting for lane 1: {key[1]} {key[0]}", flush=True)
-            collect(key)
-    except BaseException:
-        if pool is not None:  # stop lane 1 too (ProcessPoolExecutor has no public way to end a running job)
-            pool.shutdown(wait=False, cancel_futures=True)
-            for proc in list((getattr(pool, "_processes", None) or {}).values()):
-                proc.terminate()
-            pool = None
-        raise
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=True)
-        if affinity is not None:
-            os.sched_setaffinity(0, affinity)  # the notebooks' kernels get every core again
-    if not args.skip_notebooks:
+    run = _Run(jobs, config.skip_notebooks, opts.quiet)
+    run.steps()
+    if not config.skip_notebooks:
         for nb in NOTEBOOKS:
             print(f"\n=== notebook {nb}", flush=True)
             t0 = time.perf_counter()
             run_notebook(ROOT / nb)
-            seconds[nb] = time.perf_counter() - t0
-            print(f"--- {nb}: {seconds[nb]:.1f} s", flush=True)
-            record()
+            run.seconds[nb] = time.perf_counter() - t0
+            print(f"--- {nb}: {run.seconds[nb]:.1f} s", flush=True)
+            run.record()
     print("\n=== report (the result blocks of README.md and docs/ from results/)", flush=True)
     from mfd_theory.commands.report import main as report
 
     report(["--results", "results"])
-    print(f"\nreproduce finished in {time.perf_counter() - t_all:.0f} s; results/ and paper_figs/ are up to date")
+    print(f"\nreproduce finished in {time.perf_counter() - run.t_all:.0f} s; results/ and paper_figs/ are up to date")
+
+
+class _Run:
+    """One ``mfd reproduce``: the lanes of :func:`plan`, each step's seconds recorded in
+    ``results/reproduce_times.json`` as soon as it ends (an interrupted run keeps what it measured)."""
+
+    def __init__(self, jobs: int, skip_notebooks: bool, quiet: bool):
+        self.jobs, self.skip_notebooks, self.quiet = jobs, skip_notebooks, quiet
+        self.t_all = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+        self.lanes = plan(jobs)
+        self.cpus = lane_cpus(jobs)
+        self.pending: dict[tuple[str, str], object] = {}
+        self.pool = None
+
+    def record(self) -> None:
+        from mfd_theory.results import Result
+
+        Result("reproduce_times", {"skip_notebooks": self.skip_notebooks, "cpu_count": os.cpu_count(),
+                                   "jobs": self.jobs, "lanes": [[f"{w} {lab}" for lab, _, _, w in lane]
+                                                                 for lane in self.lanes]},
+               {"seconds": self.seconds, "total_s": time.perf_counter() - self.t_all}).save(
+            ROOT / "results" / "reproduce_times.json")
+
+    def steps(self) -> None:
+        """Lane 1 started in its pinned worker, lane 0 run here; a timed step waits until lane 1 is
+        done and runs alone on every core."""
+        affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+        if self.jobs > 1:
+            self._start_lane1()
+        try:
+            for label, module, step, what in self.lanes[0]:
+                for key in [k for k, f in self.pending.items() if f.done()]:
+                    self._collect(key)  # a failed lane-1 step stops the run now, not when it is needed
+                if what == "run" and label in TIMED and self.pool is not None:
+                    self._wait_for_lane1(label, affinity)
+                name = f"prepare {label}" if what == "prepare" else label
+                print(f"\n=== {name} ({module})", flush=True)
+                self.seconds[name] = _run_step(module, step_argv(label, step, what, self.jobs, self.quiet))
+                print(f"--- {name}: {self.seconds[name]:.1f} s", flush=True)
+                self.record()
+            for key in list(self.pending):
+                print(f"\n... waiting for lane 1: {key[1]} {key[0]}", flush=True)
+                self._collect(key)
+        except BaseException:
+            if self.pool is not None:  # stop lane 1 too (ProcessPoolExecutor has no public way to end a running job)
+                self.pool.shutdown(wait=False, cancel_futures=True)
+                for proc in list((getattr(self.pool, "_processes", None) or {}).values()):
+                    proc.terminate()
+                self.pool = None
+            raise
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown(wait=True)
+            if affinity is not None:
+                os.sched_setaffinity(0, affinity)  # the notebooks' kernels get every core again
+
+    def _start_lane1(self) -> None:
+        import concurrent.futures
+        import multiprocessing
+
+        log = ROOT / "results" / "reproduce_lane1.log"
+        log.write_text("")
+        self.pool = concurrent.futures.ProcessPoolExecutor(
+            max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_lane_init,
+            initargs=(self.cpus[1], str(log)))
+        for label, module, step, what in self.lanes[1]:
+            self.pending[(label, what)] = concurrent.futures.Future()
+        _chain(self.pool, [(module, step_argv(label, step, what, self.jobs, self.quiet), self.pending[(label, what)])
+                           for label, module, step, what in self.lanes[1]])
+        where = f"core {self.cpus[1]}" if self.cpus[1] is not None else "not pinned"
+        print(f"lane 1 ({where}): {', '.join(f'{w} {lab}' for lab, _, _, w in self.lanes[1])}; "
+              f"its output goes to {log.relative_to(ROOT)}", flush=True)
+        if self.cpus[0] is not None:
+            os.sched_setaffinity(0, {self.cpus[0]})
+
+    def _wait_for_lane1(self, label: str, affinity) -> None:
+        if self.pending:
+            print(f"\n... {label} times its decoding: waiting for lane 1 to finish", flush=True)
+        for key in list(self.pending):
+            self._collect(key)
+        self.pool.shutdown(wait=True)  # no lane-1 process lingers beside the timed steps
+        self.pool = None
+        if affinity is not None:  # alone now: the timed steps run where the scheduler puts them
+            os.sched_setaffinity(0, affinity)
+
+    def _collect(self, key) -> None:
+        fut = self.pending.pop(key, None)
+        if fut is not None:
+            label = f"{key[1]} {key[0]}" if key[1] == "prepare" else key[0]
+            self.seconds[f"lane 1: {label}"] = fut.result()  # re-raises the step's error here
+            print(f"--- lane 1: {label}: {self.seconds[f'lane 1: {label}']:.1f} s", flush=True)
+            self.record()

@@ -1,0 +1,47 @@
+"""The target's own answers to prompt files (self-distillation data for a drafter).
+
+``mfd distill --target DIR --prompts FILE.jsonl ... --out DATA`` answers every prompt with the
+target (``--temperature 1`` keeps all of its futures) and writes the answers in shards plus
+``manifest.json``; a rerun resumes, shard by shard. It runs on one process or under
+``torchrun --nproc_per_node P -m mfd_theory.cli distill ...`` with the same bytes. The config and
+the input checks live here (no torch import); the work is in
+:mod:`mfd_theory.commands.distill_run`. The three commands for your own target are described in
+docs/own-target.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from mfd_theory.commands._cli import Command, opt
+from mfd_theory.commands._target import TargetOptions, check_target_dir
+
+__all__ = ["DistillConfig", "main"]
+
+
+@dataclasses.dataclass(frozen=True)
+class DistillConfig(TargetOptions):
+    prompts: tuple[str, ...] = opt((), "JSONL prompt files", required=True, split=False, empty=True)
+    max_new_tokens: int = opt(256, "answer length cap per turn", ge=1)
+    temperature: float = opt(1.0, "sampling temperature (1 keeps all the target's futures; 0 is greedy)", ge=0)
+    enable_thinking: bool = opt(False, "chat template with thinking enabled")
+    shard_size: int = opt(64, "prompts per shard (the unit of resuming)", ge=1)
+
+
+CLI = Command("distill", __name__, DistillConfig, __doc__, out=None,
+              out_help="output directory (shards + manifest.json)", models=True)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """``mfd distill``; returns the manifest."""
+    return CLI.main(argv, _run)
+
+
+def _run(config: DistillConfig, opts) -> dict:
+    from mfd_theory.llm.training.prompts import read_prompt_files
+
+    prompts = read_prompt_files(config.prompts)  # every input read before a model is loaded
+    check_target_dir(config.target)
+    from mfd_theory.commands.distill_run import distill
+
+    return distill(config, prompts, opts.out, progress=not opts.quiet)

@@ -1,0 +1,93 @@
+"""The torch half of ``mfd train-drafter`` (:mod:`mfd_theory.commands.train_drafter`): load the
+target, check the data was distilled from it, build (or load) the drafter, train."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch
+
+from mfd_theory.commands._target import say
+from mfd_theory.commands.distill_run import load_target
+from mfd_theory.llm.models.drafter import build_drafter, drafter_from_checkpoint
+from mfd_theory.llm.models.fingerprint import target_fingerprint
+from mfd_theory.llm.training.dist import setup, teardown
+from mfd_theory.llm.training.train import DrafterTrainConfig, train_drafter
+from mfd_theory.validation import make_out_dir
+
+__all__ = ["train"]
+
+
+def train(config, data, out_dir, progress: bool = True) -> list[dict]:
+    """Train the drafter ``config`` (a :class:`~mfd_theory.commands.train_drafter.TrainDrafterConfig`)
+    asks for on ``data`` (sequences, prompt lengths, manifest) into ``out_dir``; the loss curve."""
+    seqs, plens, manifest = data
+    dist = setup(config.device)
+    try:
+        target, tok = load_target(config.target, dist.device, config.dtype)
+        fp = target_fingerprint(target)
+        if manifest.get("target_fingerprint") != fp:
+            raise ValueError(f"--data: {config.data} was distilled from another target (fingerprint "
+                             f"{manifest.get('target_fingerprint')}, this target's is {fp}; data distilled "
+                             "before the fingerprint's version 2 records an older one: distill again)")
+        drafter = _from_checkpoint(config, target) if config.init_from is not None else _new(config, target, tok)
+        drafter = drafter.float()  # float32 weights for the optimizer, whatever the target's dtype
+        out = make_out_dir(out_dir, "--out")  # every check passed: now the run directory is made
+        K = config.modes
+        cfg = DrafterTrainConfig(
+            block_size=int(drafter.block_size), num_layers=len(drafter.layers), num_modes=K,
+            batch_size=config.batch_size, blocks_per_seq=config.blocks_per_seq, steps=config.steps, lr=config.lr,
+            warmup=config.warmup if config.warmup is not None else max(1, config.steps // 20),
+            balance=config.balance, ckpt_every=config.ckpt_every, seed=config.seed, grad_accum=config.grad_accum)
+        extra = {"kind": config.kind, "rank": getattr(drafter, "correction_rank", None),
+                 "init_from": None if config.init_from is None else str(Path(config.init_from).resolve()),
+                 "mode_noise": config.mode_noise if config.init_from is not None and K > 1 else None}
+        curve = train_drafter(target, drafter, seqs, plens, out, cfg, progress=progress, dist=dist, extra_config=extra)
+        if len(curve):
+            say(dist, f"step {curve[-1]['step']}: loss {curve[-1]['loss']:.4f} (first step {curve[0]['loss']:.4f})")
+        say(dist, f"wrote {out / 'drafter'}")
+        return curve
+    finally:
+        teardown(dist)
+
+
+def _from_checkpoint(config, target):
+    """The ``--init-from`` drafter, with K modes (their embeddings spread by ``--mode-noise``) or a
+    Domino correction head of ``--rank``."""
+    K = config.modes
+    try:
+        if config.kind == "dartree":
+            from mfd_theory.llm.models.domino import domino_from_checkpoint
+
+            drafter = domino_from_checkpoint(config.init_from, target, config.rank)
+        else:
+            drafter = drafter_from_checkpoint(config.init_from, target, K)
+    except (OSError, RuntimeError) as exc:
+        raise ValueError(f"--init-from: cannot load {config.init_from}: {exc}") from exc
+    for name, mine, want in (("--block-size", drafter.block_size, config.block_size),
+                             ("--layers", len(drafter.layers), config.layers)):
+        if want is not None and want != mine:
+            raise ValueError(f"{name}: {want} differs from the --init-from checkpoint's {mine}")
+    if K > 1 and config.mode_noise > 0 and not drafter.mode_embeddings.detach().abs().sum():
+        # Break the tie between identical modes (see --mode-noise), seeded: same on every rank.
+        rms = float(target.get_input_embeddings().weight.float().pow(2).mean().sqrt())
+        g = torch.Generator().manual_seed(config.seed)
+        noise = torch.randn(drafter.mode_embeddings.shape, generator=g) * config.mode_noise * rms
+        drafter.mode_embeddings.data.copy_(noise.to(drafter.mode_embeddings))
+    return drafter
+
+
+def _new(config, target, tok):
+    """A new drafter for ``target``, its mask token from ``--mask-token-id`` or the tokenizer (a
+    warning names the id used when the tokenizer has none)."""
+    mask = config.mask_token_id if config.mask_token_id is not None else getattr(tok, "mask_token_id", None)
+    n_vocab = int(target.get_input_embeddings().num_embeddings)
+    if mask is not None and not 0 <= int(mask) < n_vocab:
+        raise ValueError(f"--mask-token-id: {mask} is not a token of the target's {n_vocab}-token vocabulary")
+    drafter = build_drafter(target, config.block_size or 16, config.layers or 1, num_modes=config.modes,
+                            seed=config.seed, mask_token_id=mask, kind=config.kind, rank=config.rank)
+    if mask is None:
+        warnings.warn(f"mask_token_id: the tokenizer has no mask token, so the drafter uses id "
+                      f"{drafter.mask_token_id} as its mask; pass --mask-token-id to choose it", stacklevel=2)
+    return drafter
