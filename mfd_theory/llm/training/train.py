@@ -655,7 +655,8 @@ class _BlockBatches:
                  rank: int, world: int):
         self.seqs, self.plens, self.bs = seqs, plens, block_size
         self.lens = np.array([len(x) for x in seqs], dtype=np.int64)
-        self.seed, self.B, self.accum, self.nb = config.seed, config.batch_size, config.grad_accum, config.blocks_per_seq
+        self.seed, self.B = config.seed, config.batch_size
+        self.accum, self.nb = config.grad_accum, config.blocks_per_seq
         self.rank, self.world = rank, world
 
     def __call__(self, step: int, micro: int) -> tuple[np.ndarray, np.ndarray]:
