@@ -86,3 +86,17 @@ def test_load_corrupt_corpus(tmp_path):
 def test_bad_document_count():
     with pytest.raises(ValueError, match="n"):
         generate_documents(-1, seed=0)
+
+
+def test_bad_counts_name_the_argument():
+    from mfd_theory.llm.training.corpus import train_tokenizer
+    from mfd_theory.llm.training.prompts import Prompt, shuffle_take
+
+    with pytest.raises(ValueError, match="n: must be an integer >= 0, got 2.5"):
+        generate_documents(2.5, seed=0)
+    with pytest.raises(ValueError, match="config.n_heldout: must be an integer >= 1, got 0"):
+        build_corpus(CorpusConfig(n_train=5, n_heldout=0))
+    with pytest.raises(ValueError, match="vocab_size: must be an integer >= 64, got 10"):
+        train_tokenizer(["a b"], 10)
+    with pytest.raises(ValueError, match="max_prompts: must be an integer >= 1, got 0"):
+        shuffle_take([Prompt("d", "a", "prompt", (("user", "x"),))], 0)

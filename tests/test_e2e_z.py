@@ -76,3 +76,11 @@ def torch_prompt():
     import torch
 
     return torch.tensor([5, 9, 3, 17, 2, 8], dtype=torch.long)
+
+
+@pytest.mark.parametrize("bad", [0, 2.0, True])
+def test_decode_cells_refuses_a_bad_pass_count(bad):
+    from mfd_theory.llm.measure.evaluate import decode_cells
+
+    with pytest.raises(ValueError, match="passes: must be an integer >= 1"):
+        decode_cells(None, [], [], temperatures=(0.0,), max_new_tokens=4, passes=bad)

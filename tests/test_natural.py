@@ -218,6 +218,15 @@ def test_accepted_lengths_match_a_direct_count():
     assert accepted_lengths(tree, samples).tolist() == slow
 
 
+def test_ceiling_refuses_bad_sizes_naming_them():
+    from mfd_theory.llm.measure.ceiling import TargetScorer, sample_blocks
+
+    with pytest.raises(ValueError, match="L: must be an integer >= 1, got 0"):
+        TargetScorer(None, None, 0)
+    with pytest.raises(ValueError, match="M: must be an integer >= 1, got 2.5"):
+        sample_blocks(None, None, 3, 2.5)
+
+
 def test_futures_fit_finds_two_futures_and_no_more():
     from mfd_theory.commands.natural_run import futures_fit
 

@@ -74,7 +74,7 @@ def test_rerun_reuses_every_step(run, capsys):
 
 def test_changed_option_redoes_the_step_and_what_follows(tmp_path, capsys):
     """The bookkeeping alone, with stand-in work: reuse, redo on a new key, resume when unfinished."""
-    from mfd_theory.commands.own_target_run import _Steps
+    from mfd_theory.commands.own_target_run import Steps
 
     ran = []
 
@@ -88,9 +88,9 @@ def test_changed_option_redoes_the_step_and_what_follows(tmp_path, capsys):
     def finished():
         return (tmp_path / "a" / "done").is_file()
 
-    steps = _Steps(tmp_path / "steps.json")
+    steps = Steps(tmp_path / "steps.json")
     assert steps.run("a", "k1", "mfd x", tmp_path / "a", finished, work("first"))
-    again = _Steps(tmp_path / "steps.json")
+    again = Steps(tmp_path / "steps.json")
     assert not again.run("a", "k1", "mfd x", tmp_path / "a", finished, work("second"))
     (tmp_path / "a" / "partial").write_text("left by the old options")
     assert again.run("a", "k2", "mfd x --other", tmp_path / "a", finished, work("third"))

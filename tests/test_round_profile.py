@@ -50,6 +50,12 @@ def test_measure_round_profile_tiny(tiny):
         measure_round_profile(target, [Cell("ar", "none", 0)], prompts, 8, progress=False)
     with pytest.raises(ValueError, match="prompts"):
         measure_round_profile(target, cells, [], 8, progress=False)
+    with pytest.raises(ValueError, match="max_new_tokens: must be an integer >= 2, got 1"):
+        measure_round_profile(target, cells, prompts, 1, progress=False)
+    speed = {}
+    measure_round_profile(target, cells, prompts[:1], 4, progress=False, context_probe=False, speed_out=speed)
+    assert set(speed) == {(c.method, c.drafter_label, c.budget) for c in cells if c.method != "ar"}
+    assert all(v > 0 for v in speed.values())
 
 
 def test_trimmed_mean():

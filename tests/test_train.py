@@ -42,6 +42,25 @@ def test_position_weights_decay():
     np.testing.assert_allclose(w.numpy(), np.exp(-np.arange(4) / 2.0), rtol=1e-6)
     with pytest.raises(ValueError, match="gamma"):
         position_weights(4, 0.0)
+    with pytest.raises(ValueError, match="gamma: must be a finite number > 0"):
+        position_weights(4, float("nan"))
+
+
+@pytest.mark.parametrize("bad", [{"steps": 0}, {"steps": True}, {"grad_accum": 0}, {"grad_accum": 1.5}])
+def test_run_training_refuses_bad_counts_before_writing(tmp_path, bad):
+    from mfd_theory.llm.training.train import run_training
+
+    model = torch.nn.Linear(2, 1)
+    kw = {"steps": 2, "lr": 1e-3, "warmup": 1, "ckpt_every": 1, "config": {}, **bad}
+    (name,) = bad
+    with pytest.raises(ValueError, match=f"{name}: must be an integer >= 1"):
+        run_training(tmp_path / "run", model, lambda step: (model.weight.sum(), {}), progress=False, **kw)
+    assert not (tmp_path / "run").exists()
+
+
+def test_distill_data_refuses_a_bad_length(target):
+    with pytest.raises(ValueError, match="gen_len: must be an integer >= 1, got 0"):
+        make_distill_data(target, np.zeros((1, 2), dtype=np.int64), 0, progress=False)
 
 
 def test_product_loss_matches_reference():

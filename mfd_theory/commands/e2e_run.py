@@ -1,38 +1,18 @@
-"""End-to-end orchestration: cached training stages, then decoding every method on held-out prompts.
+"""The torch half of ``mfd e2e``: cached training stages, predictions, then the evaluation.
 
-Stages (each cached under ``cache_dir`` in a directory named by a hash of everything upstream, so
-a rerun skips what is done and a changed option retrains only what depends on it):
-
-1. corpus + BPE tokenizer                  ``corpus-<h>/``
-2. target Qwen3 (or Qwen3.5 hybrid) LM     ``target-<h>/model`` (save_pretrained) + loss curve
-3. plain draft LM (HF assisted baseline)   ``draftlm-<h>/model``
-4. self-distillation data                  ``distill-<h>.npy`` (the target's T=1 continuations)
-5. drafters K = 1 and K in ``modes``       ``drafter-k<K>-<h>/drafter`` (DFlash format) + curve,
-   and the Domino drafter (``dartree``)    ``drafter-dartree-<h>/drafter``: same data, steps, sizes
-6. predictions -> ``predictions.json``: the round cost model and the acceptance calibration,
-   measured on training-split prompts, and every cell's predicted tau and speedup
-   (:mod:`mfd_theory.llm.measure.predict`), written before the first evaluated prompt is decoded
-7. evaluation -> ``end_to_end.json`` (never cached: it is the measurement), with the check of
-   the predictions read back from ``predictions.json``
-
-Measured quantities per (method, drafter, budget, temperature), pooled over prompts and rounds:
-tau (tokens per target call, bonus included), accepted length mean/std, predicted acceptance (the
-tree's covered mass under the decoding rule's conditionals, computed from the verify forward: at
-T = 1 it is E[accepted] exactly, so measured and predicted must agree within the standard error
-that the trees' exact acceptance variances give, ``coverage.variance_from_prefix_probs``; greedy
-conditionals are one-hot, so there it equals the accepted length by construction and
-``covered_mass_mean`` gives the soft T = 1 mass instead), the dead-node share (nodes whose
-target prefix probability is below ``decode.DEAD_EPS``) and speedup (AR time per token
-over the method's, same harness, same temperature).
+Stages 1-5 (corpus, target, plain draft LM, self-distillation data, drafters) are cached under the
+cache directory, each named by a hash of everything upstream; stage 6 writes ``predictions.json``
+from training-split prompts before stage 7 decodes the held-out prompts into ``end_to_end.json``.
+Design and measured quantities: docs/results.md ("End to end on one machine", "Predicting before decoding").
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -60,7 +40,7 @@ from mfd_theory.llm.measure.predict import (
 from mfd_theory.llm.measure.profile import measure_round_profile
 from mfd_theory.llm.models.fingerprint import FINGERPRINT_VERSION, target_fingerprint
 from mfd_theory.llm.training.train import (
-    LM_ARCHS, DrafterTrainConfig, LMConfig, LMTrainConfig, config_hash, make_distill_data, mode_diagnostics,
+    DrafterTrainConfig, LMConfig, LMTrainConfig, config_hash, make_distill_data, mode_diagnostics,
     train_drafter, train_lm,
 )
 
@@ -292,165 +272,226 @@ def format_table(data: dict) -> str:
 # --------------------------------------------------------------------------------------- driver
 
 
-def run_e2e(cfg, out_dir: str | Path, progress: bool = True, prepare_only: bool = False) -> Result | None:
-    """Train (cached) and evaluate per ``cfg`` (an :class:`~mfd_theory.commands.e2e.E2EConfig`).
+@contextlib.contextmanager
+def _timed(times: dict[str, float], key: str):
+    """Record the wall time of the ``with`` body as ``times[key]`` (in seconds)."""
+    t = time.perf_counter()
+    yield
+    times[key] = time.perf_counter() - t
 
-    ``prepare_only``: train (or find in the cache) every checkpoint the evaluation needs, then stop
-    and return None; a later run with the same config only evaluates."""
+
+@dataclasses.dataclass
+class _Trained:
+    """Every checkpoint of the run (stages 1-5), trained or loaded from the cache."""
+
+    corpus: Corpus
+    target_hf: Any
+    tdir: Path                      # the target's cache directory (its name keys the stages after it)
+    target_curve: list
+    draft_lm: Any                   # None: no HF assisted baseline
+    draft_curve: list
+    drafters: dict[int, Any]        # K -> block drafter (K = 1: the product drafter)
+    curves: dict[int, list]
+    dartree: Any                    # None: no Domino drafter
+    dartree_curve: list
+
+
+@dataclasses.dataclass
+class _Plan:
+    """What is fixed before the first evaluated prompt is decoded (stage 6)."""
+
+    cells: list
+    eval_digests: list[dict]
+    pred_path: Path
+    profile: Any = None             # the round cost model; None with --profile-prompts 0
+    cal: Any = None                 # the acceptance calibration; None without a profile
+    choices: list = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class _Measured:
+    """The evaluation (stage 7): grid rows and their records, the chosen budgets' rows apart."""
+
+    rows: list[dict]
+    records: list[dict]
+    chosen_rows: list[dict]
+    prediction: dict | None
+    started_unix: float
+
+
+def _open_run(cfg, out_dir) -> tuple[Path, Path]:
+    """The output and cache directories (made), torch's training threads set, and the refusal of
+    a CUDA device this machine lacks: the one check that the config (checked when it was made)
+    cannot do."""
     out_dir = make_out_dir(Path(out_dir), "out_dir")
     cache = make_out_dir(Path(cfg.cache_dir) if cfg.cache_dir else out_dir / "cache", "cache_dir")
-    if cfg.block_size < 2:
-        raise ValueError(f"block_size: must be >= 2, got {cfg.block_size}")
-    if not cfg.budgets or min(cfg.budgets) < 1:
-        raise ValueError(f"budgets: need positive budgets, got {cfg.budgets}")
-    if cfg.timing_passes < 1:
-        raise ValueError(f"timing_passes: must be >= 1, got {cfg.timing_passes}")
-    if cfg.target_arch not in LM_ARCHS:
-        raise ValueError(f"target_arch: must be one of {LM_ARCHS}, got {cfg.target_arch!r}")
-    if any(k < 2 for k in cfg.modes):
-        raise ValueError(f"modes: MFD drafters need K >= 2, got {cfg.modes}")
     torch.set_num_threads(cfg.threads)
     if cfg.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device: {cfg.device!r} requested but CUDA is not available")
-    if cfg.eval_threads < 1 or cfg.threads < 1:
-        raise ValueError(f"threads/eval_threads: must be >= 1, got {cfg.threads}/{cfg.eval_threads}")
-    times: dict[str, float] = {}
-    t0 = time.perf_counter()
+    return out_dir, cache
 
-    corpus = cached_corpus(cfg, cache)
-    times["corpus"] = time.perf_counter() - t0
-    t = time.perf_counter()
-    target_hf, tdir, target_curve = cached_target(cfg, corpus, cache, progress)
-    times["target"] = time.perf_counter() - t
 
+def _train_stages(cfg, cache: Path, progress: bool, times: dict[str, float]) -> _Trained:
+    """Stages 1-5 (corpus, target, draft LM, distillation data, drafters), each timed into ``times``."""
+    with _timed(times, "corpus"):
+        corpus = cached_corpus(cfg, cache)
+    with _timed(times, "target"):
+        target_hf, tdir, target_curve = cached_target(cfg, corpus, cache, progress)
     draft_lm, draft_curve = None, []
     # HF's assisted generation cannot roll a recurrent (GDN) state back: no baseline on hybrids
     if cfg.hf_assisted and cfg.target_arch == "qwen3":
         darch, dtrain = _lm_configs(cfg, draft=True)
-        t = time.perf_counter()
-        draft_lm, draft_curve = train_lm(corpus, cache / f"draftlm-{config_hash(darch, dtrain, corpus.config)}",
-                                         darch, dtrain, progress=progress, desc="draft LM",
-                                         device=cfg.device)
-        times["draft_lm"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    data, dpath = _distill(cfg, corpus, target_hf, tdir, cache, progress)
-    times["distill"] = time.perf_counter() - t
+        with _timed(times, "draft_lm"):
+            draft_lm, draft_curve = train_lm(corpus, cache / f"draftlm-{config_hash(darch, dtrain, corpus.config)}",
+                                             darch, dtrain, progress=progress, desc="draft LM", device=cfg.device)
+    with _timed(times, "distill"):
+        data, dpath = _distill(cfg, corpus, target_hf, tdir, cache, progress)
     drafters, curves = {}, {}
     for K in (1, *cfg.modes):
-        t = time.perf_counter()
-        drafters[K], curves[K] = _drafter(cfg, K, target_hf, corpus, data, dpath, cache, progress)
-        times[f"drafter_k{K}"] = time.perf_counter() - t
+        with _timed(times, f"drafter_k{K}"):
+            drafters[K], curves[K] = _drafter(cfg, K, target_hf, corpus, data, dpath, cache, progress)
     dartree, dartree_curve = None, []
     if cfg.dartree:
-        t = time.perf_counter()
-        dartree, dartree_curve = _drafter(cfg, 1, target_hf, corpus, data, dpath, cache, progress, kind="dartree")
-        times["drafter_dartree"] = time.perf_counter() - t
-    if prepare_only:
-        return None
+        with _timed(times, "drafter_dartree"):
+            dartree, dartree_curve = _drafter(cfg, 1, target_hf, corpus, data, dpath, cache, progress,
+                                              kind="dartree")
+    return _Trained(corpus, target_hf, tdir, target_curve, draft_lm, draft_curve, drafters, curves, dartree,
+                    dartree_curve)
 
-    # Held-out self-distillation blocks (other prompts, other seed) for the mode diagnostics.
-    held = make_distill_data(target_hf, corpus.prompts(32, cfg.prompt_len, "heldout", seed=cfg.seed + 3),
-                             cfg.distill_gen_len, cfg.distill_temperature, seed=cfg.seed + 3,
-                             progress=False)
-    modes_diag = {f"mfd-k{K}": mode_diagnostics(target_hf, drafters[K], held, cfg.prompt_len, seed=cfg.seed)
-                  for K in cfg.modes}
-    target = TargetModel(target_hf)
-    prompts = corpus.prompts(cfg.eval_prompts, cfg.prompt_len, "heldout", seed=cfg.seed + 2)
-    # Decoding a small model is a chain of tiny kernels: one thread avoids OpenMP barriers, which
-    # stall badly when the machine's cores are shared.
-    torch.set_num_threads(cfg.eval_threads)
-    # Everything the predictions use is measured here, before the first evaluated prompt: the
-    # round cost model and the acceptance calibration, on prompts of the training split only.
-    t = time.perf_counter()
-    profile, choices, extra, per_round, cal, speed = None, [], {}, {}, None, {}
-    eval_digests = [{"index": i, "id": str(i), "sha256": prompt_digest(p), "dataset": "heldout"}
-                    for i, p in enumerate(prompts)]
-    grid = e2e_cells(cfg, drafters, dartree)
+
+def _mode_diagnostics(cfg, trained: _Trained) -> dict:
+    """Each MFD drafter's use of its modes, on held-out self-distillation blocks (other prompts,
+    other seed than the training data)."""
+    held = make_distill_data(trained.target_hf,
+                             trained.corpus.prompts(32, cfg.prompt_len, "heldout", seed=cfg.seed + 3),
+                             cfg.distill_gen_len, cfg.distill_temperature, seed=cfg.seed + 3, progress=False)
+    return {f"mfd-k{K}": mode_diagnostics(trained.target_hf, trained.drafters[K], held, cfg.prompt_len,
+                                          seed=cfg.seed)
+            for K in cfg.modes}
+
+
+def _budget_choice(cfg, cal, grid: list, profile, speed: dict) -> tuple[list, dict, dict]:
+    """(choices, per-round rules, chosen budgets off the grid): the theory's budget per tree method
+    and temperature, picked from the calibration before decoding."""
+    # the methods one would deploy; the ablation (ddtree on a K > 1 drafter's marginals) is a
+    # diagnostic, measured on the grid only
+    deployable = [c for c in grid if not (c.method == "ddtree" and c.K > 1)]
+    choices = choose_budgets(cal, deployable, cfg.temperatures, profile, speed, dataset="heldout")
+    per_round = per_round_rules(choices, profile, grid)
+    # the chosen budgets off the grid are decoded too, each at the temperature(s) it was chosen for
+    extra: dict = {}
+    for ch in choices:
+        if ch["budget"] not in cfg.budgets:
+            extra.setdefault((ch["method"], ch["drafter"]), {}).setdefault(ch["budget"], set()).add(
+                ch["temperature"])
+    return choices, per_round, extra
+
+
+def _predict_before_decoding(cfg, trained: _Trained, target, prompts: np.ndarray, pred_path: Path, progress: bool,
+                             times: dict[str, float]) -> _Plan:
+    """Stage 6: the round cost model and the acceptance calibration, measured on prompts of the
+    training split only, the theory's budget choices, and ``predictions.json`` written, all before
+    the first evaluated prompt is decoded. Returns the cells to decode."""
+    plan = _Plan(cells=[], pred_path=pred_path,
+                 eval_digests=[{"index": i, "id": str(i), "sha256": prompt_digest(p), "dataset": "heldout"}
+                               for i, p in enumerate(prompts)])
+    grid = e2e_cells(cfg, trained.drafters, trained.dartree)
+    extra, per_round, speed, calib = {}, {}, {}, None
     if cfg.profile_prompts > 0:
-        calib = calibration_prompts(corpus, cfg, {d["sha256"] for d in eval_digests})
-        profile = measure_round_profile(
-            target, grid, list(calib[: cfg.profile_prompts]), cfg.max_new_tokens, repeats=cfg.profile_repeats,
-            name="round_profile", device=str(target.device), model=f"e2e target {tdir.name}", progress=progress,
-            speed_out=speed)
-        times["round_profile"] = time.perf_counter() - t
-        cal = calibrate_acceptance(target, grid, list(calib), temperatures=cfg.temperatures,
-                                   max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, progress=progress)
-        cal.prompts = [{"index": i, "id": f"train-{i}", "sha256": prompt_digest(p), "dataset": "train"}
-                       for i, p in enumerate(calib)]
-        if cfg.budget_choice:
-            # the methods one would deploy; the ablation (ddtree on a K > 1 drafter's marginals) is
-            # a diagnostic, measured on the grid only
-            deployable = [c for c in grid if not (c.method == "ddtree" and c.K > 1)]
-            choices = choose_budgets(cal, deployable, cfg.temperatures, profile, speed, dataset="heldout")
-            per_round = per_round_rules(choices, profile, grid)
-            # the chosen budgets off the grid are decoded too, each at the temperature(s) it was chosen for
-            for ch in choices:
-                if ch["budget"] not in cfg.budgets:
-                    extra.setdefault((ch["method"], ch["drafter"]), {}).setdefault(ch["budget"], set()).add(
-                        ch["temperature"])
-    cells = all_cells(cfg, drafters, dartree, extra, per_round)
-    pred_path = out_dir / "predictions.json"
-    if cal is not None:
-        todo = uncalibrated(cal, cells, cfg.temperatures)  # the chosen and per-round cells
-        if todo:
-            more = calibrate_acceptance(target, todo, list(calib), temperatures=cfg.temperatures,
+        with _timed(times, "round_profile"):
+            calib = calibration_prompts(trained.corpus, cfg, {d["sha256"] for d in plan.eval_digests})
+            plan.profile = measure_round_profile(
+                target, grid, list(calib[: cfg.profile_prompts]), cfg.max_new_tokens, repeats=cfg.profile_repeats,
+                name="round_profile", device=str(target.device), model=f"e2e target {trained.tdir.name}",
+                progress=progress, speed_out=speed)
+        plan.cal = calibrate_acceptance(target, grid, list(calib), temperatures=cfg.temperatures,
                                         max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, progress=progress)
-            cal.entries += more.entries
-            cal.seconds += more.seconds
-        times["calibration"] = cal.seconds
-        write_predictions(pred_path, predictions=predict_cells(cal, cells, cfg.temperatures, profile, "heldout"),
-                          choices=choices, cal=cal, evaluation_prompts=eval_digests, profile=profile,
-                          config=dataclasses.asdict(cfg), seed=cfg.seed,
-                          extra={"calibration_speed": [{"method": m, "drafter": d, "budget": n, "speedup": v}
-                                                       for (m, d, n), v in speed.items()]})
-    t = time.perf_counter()
-    eval_started = time.time()
-    rows, records = evaluate(cfg, target, drafters, prompts, progress=progress, with_records=True, profile=profile,
-                             cells=cells)
-    times["evaluate"] = time.perf_counter() - t
+        plan.cal.prompts = [{"index": i, "id": f"train-{i}", "sha256": prompt_digest(p), "dataset": "train"}
+                            for i, p in enumerate(calib)]
+        if cfg.budget_choice:
+            plan.choices, per_round, extra = _budget_choice(cfg, plan.cal, grid, plan.profile, speed)
+    plan.cells = all_cells(cfg, trained.drafters, trained.dartree, extra, per_round)
+    if plan.cal is None:
+        return plan
+    todo = uncalibrated(plan.cal, plan.cells, cfg.temperatures)  # the chosen and per-round cells
+    if todo:
+        more = calibrate_acceptance(target, todo, list(calib), temperatures=cfg.temperatures,
+                                    max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, progress=progress)
+        plan.cal.entries += more.entries
+        plan.cal.seconds += more.seconds
+    times["calibration"] = plan.cal.seconds
+    write_predictions(pred_path, predictions=predict_cells(plan.cal, plan.cells, cfg.temperatures, plan.profile,
+                                                           "heldout"),
+                      choices=plan.choices, cal=plan.cal, evaluation_prompts=plan.eval_digests, profile=plan.profile,
+                      config=dataclasses.asdict(cfg), seed=cfg.seed,
+                      extra={"calibration_speed": [{"method": m, "drafter": d, "budget": n, "speedup": v}
+                                                   for (m, d, n), v in speed.items()]})
+    return plan
 
-    def off_grid(r):  # the theory's chosen budgets: kept apart, so the grid's tables stay as they were
-        return r["method"] not in ("ar", "chain") and (r["budget"] not in cfg.budgets or "/per-round" in r["drafter"])
 
-    chosen_rows = [r for r in rows if off_grid(r)]
-    rows = [r for r in rows if not off_grid(r)]
-    records = [r for r in records if not off_grid(r)]
+def _off_grid(cfg, row: dict) -> bool:
+    """A row of the theory's chosen budgets: kept apart, so the grid's tables stay as they were."""
+    return row["method"] not in ("ar", "chain") and (row["budget"] not in cfg.budgets
+                                                      or "/per-round" in row["drafter"])
+
+
+def _evaluate_and_check(cfg, trained: _Trained, target, prompts: np.ndarray, plan: _Plan, progress: bool,
+                        times: dict[str, float]) -> _Measured:
+    """Stage 7: decode every cell on the evaluated prompts, then read ``predictions.json`` back
+    (written before) and compare it with the measurement."""
+    started = time.time()
+    with _timed(times, "evaluate"):
+        rows, records = evaluate(cfg, target, trained.drafters, prompts, progress=progress, with_records=True,
+                                 profile=plan.profile, cells=plan.cells)
+    chosen_rows = [r for r in rows if _off_grid(cfg, r)]
+    rows = [r for r in rows if not _off_grid(cfg, r)]
+    records = [r for r in records if not _off_grid(cfg, r)]
     prediction = None
-    if cal is not None:  # read back what was written before the evaluation, then compare
-        predictions = load_predictions(pred_path)
+    if plan.cal is not None:
+        predictions = load_predictions(plan.pred_path)
         attach_predictions(rows, predictions)
         attach_predictions(chosen_rows, predictions)
         prediction = prediction_check(predictions, rows, chosen_rows)
-    hf_rows = []
-    if draft_lm is not None:
-        t = time.perf_counter()
-        hf_rows = hf_assisted_baseline(target_hf, draft_lm, prompts, cfg.max_new_tokens,
-                                       cfg.temperatures, seed=cfg.seed)
-        times["hf_assisted"] = time.perf_counter() - t
-    times["total"] = time.perf_counter() - t0
+    return _Measured(rows, records, chosen_rows, prediction, started)
 
-    def thin(curve, keys=("step", "loss", "nll", "acc1")):
-        return [{k: c[k] for k in c if k in keys or k.startswith("usage")} for c in curve]
 
-    payload = {
+def _hf_assisted_rows(cfg, trained: _Trained, prompts: np.ndarray, times: dict[str, float]) -> list[dict]:
+    """Hugging Face's assisted generation with the plain draft LM (none without one)."""
+    if trained.draft_lm is None:
+        return []
+    with _timed(times, "hf_assisted"):
+        return hf_assisted_baseline(trained.target_hf, trained.draft_lm, prompts, cfg.max_new_tokens,
+                                    cfg.temperatures, seed=cfg.seed)
+
+
+def _thin(curve: list[dict], keys=("step", "loss", "nll", "acc1")) -> list[dict]:
+    """A loss curve with the columns worth saving (the mode usages included)."""
+    return [{k: c[k] for k in c if k in keys or k.startswith("usage")} for c in curve]
+
+
+def _payload(cfg, cache: Path, trained: _Trained, plan: _Plan, measured: _Measured, modes_diag: dict,
+             hf_rows: list[dict], prompts: np.ndarray, times: dict[str, float]) -> dict:
+    """The data of ``end_to_end.json``."""
+    corpus, profile, cal = trained.corpus, plan.profile, plan.cal
+    rows, records = measured.rows, measured.records
+    return {
         "rows": rows,
         "mfd_gains": mfd_gains(rows),
         "prediction_check": prediction_summary(rows, records),
         "round_profile": profile.to_dict() if profile is not None else None,
         "speedup_check": speedup_check(rows) if profile is not None else None,
-        "budget_choice": choices,
-        "chosen_budget_rows": chosen_rows,
-        "prediction": prediction,
-        "evaluation_started_unix": eval_started,
+        "budget_choice": plan.choices,
+        "chosen_budget_rows": measured.chosen_rows,
+        "prediction": measured.prediction,
+        "evaluation_started_unix": measured.started_unix,
         "calibration_prompts": cal.prompts if cal is not None else [],
-        "evaluation_prompts": eval_digests,
+        "evaluation_prompts": plan.eval_digests,
         "per_prompt": per_prompt_records(records),
         "mode_diagnostics": modes_diag,
         "hf_assisted": hf_rows,
-        "loss_curves": {"target": thin(target_curve), "draft_lm": thin(draft_curve),
-                        **{("product" if K == 1 else f"mfd-k{K}"): thin(c) for K, c in curves.items()},
-                        **({"dartree": thin(dartree_curve)} if dartree is not None else {})},
+        "loss_curves": {"target": _thin(trained.target_curve), "draft_lm": _thin(trained.draft_curve),
+                        **{("product" if K == 1 else f"mfd-k{K}"): _thin(c) for K, c in trained.curves.items()},
+                        **({"dartree": _thin(trained.dartree_curve)} if trained.dartree is not None else {})},
         "corpus": {"vocab_size": corpus.vocab_size, "train_docs": len(corpus.train_docs),
                    "heldout_docs": len(corpus.heldout_docs), "train_tokens": int(len(corpus.stream())),
                    "tokenizer": "byte-level BPE (tokenizers), trained on the train split",
@@ -461,6 +502,32 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True, prepare_only: bool 
         "timings_s": times,
         "host_threads": torch.get_num_threads(),
     }
+
+
+def run_e2e(cfg, out_dir: str | Path, progress: bool = True, prepare_only: bool = False) -> Result | None:
+    """Train (cached) and evaluate per ``cfg`` (an :class:`~mfd_theory.commands.e2e.E2EConfig`, whose
+    values were checked when it was made); writes ``out_dir/predictions.json`` and
+    ``out_dir/end_to_end.json``.
+
+    ``prepare_only``: train (or find in the cache) every checkpoint the evaluation needs, then stop
+    and return None; a later run with the same config only evaluates."""
+    out_dir, cache = _open_run(cfg, out_dir)
+    times: dict[str, float] = {}
+    t0 = time.perf_counter()
+    trained = _train_stages(cfg, cache, progress, times)
+    if prepare_only:
+        return None
+    modes_diag = _mode_diagnostics(cfg, trained)
+    target = TargetModel(trained.target_hf)
+    prompts = trained.corpus.prompts(cfg.eval_prompts, cfg.prompt_len, "heldout", seed=cfg.seed + 2)
+    # Decoding a small model is a chain of tiny kernels: one thread avoids OpenMP barriers, which
+    # stall badly when the machine's cores are shared.
+    torch.set_num_threads(cfg.eval_threads)
+    plan = _predict_before_decoding(cfg, trained, target, prompts, out_dir / "predictions.json", progress, times)
+    measured = _evaluate_and_check(cfg, trained, target, prompts, plan, progress, times)
+    hf_rows = _hf_assisted_rows(cfg, trained, prompts, times)
+    times["total"] = time.perf_counter() - t0
+    payload = _payload(cfg, cache, trained, plan, measured, modes_diag, hf_rows, prompts, times)
     result = Result("end_to_end", config=dataclasses.asdict(cfg), data=payload, seed=cfg.seed)
     result.save(out_dir / "end_to_end.json")
     return result

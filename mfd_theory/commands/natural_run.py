@@ -1,18 +1,9 @@
 """The work behind ``mfd natural`` (config and command lines: :mod:`mfd_theory.commands.natural`).
 
-Steps, each recorded in ``OUT/steps.json`` (the bookkeeping of ``mfd own-target``: a step whose key
-is recorded as finished and whose files are there is skipped; one recorded under another key is
-redone from an empty directory, with everything after it):
-
-1. ``corpus``: the standard library, split by module; a byte-level BPE on the training split; the
-   training stream (documentation topics ``prose_weight`` times), the held-out text per domain, the
-   prompt files and the provenance;
-2. ``target``: a Qwen3ForCausalLM trained on the stream (:func:`~mfd_theory.llm.training.train.train_lm`,
-   resumable), saved with its tokenizer into ``OUT/target``; its held-out perplexity per domain;
-3. ``ceiling``: per held-out prompt (one file each, so a killed run resumes), the target-only
-   ceiling (:mod:`mfd_theory.llm.measure.ceiling`) and mixtures of K modes fitted to its sampled blocks;
-4. ``distill``, ``drafter-k<K>``, ``drafter-dartree``, ``eval``: the public commands' entry points;
-5. ``natural.json``: everything pooled (always rewritten; cheap).
+Steps, kept in ``OUT/steps.json`` by :class:`~mfd_theory.commands.own_target_run.Steps`: ``corpus``
+(the standard library, BPE, prompt files), ``target`` (trained, with its held-out perplexity),
+``ceiling`` (the target-only ceiling per held-out prompt), then the pipeline commands; every step's
+output is pooled into ``OUT/natural.json``. Design: docs/results.md ("Real text: the standard library").
 """
 
 from __future__ import annotations
@@ -28,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mfd_theory.results import Result, atomic_write_text
+from mfd_theory.results import Result, atomic_write_text, wrote
 from mfd_theory.validation import make_out_dir
 
-from mfd_theory.commands.own_target_run import _Steps, run_command_steps
-from mfd_theory.llm.training.train import config_hash
+from mfd_theory.commands.own_target_run import Steps, run_command_steps
+from mfd_theory.llm.training.train import LMConfig, LMTrainConfig, config_hash, lm_run_config, train_lm
 
 __all__ = ["NaturalCorpusConfig", "build_corpus_dir", "load_corpus_dir", "train_bpe", "perplexity",
            "futures_fit", "run_natural", "natural_summary"]
@@ -370,6 +361,84 @@ def natural_summary(config, out: Path) -> Result:
     return Result("natural", config=dataclasses.asdict(config), data=data, seed=config.seed)
 
 
+def _target_configs(config) -> tuple[LMConfig, LMTrainConfig]:
+    """The target's architecture and training run (what its step's key hashes)."""
+    arch = LMConfig(hidden_size=config.hidden, num_layers=config.layers, num_heads=config.heads,
+                    num_kv_heads=config.kv_heads, head_dim=config.hidden // config.heads,
+                    intermediate_size=config.intermediate, max_position_embeddings=1024)
+    tcfg = LMTrainConfig(seq_len=config.seq_len, batch_size=config.target_batch, steps=config.target_steps,
+                         lr=config.target_lr, warmup=max(1, config.target_steps // 20),
+                         ckpt_every=max(1, min(100, config.target_steps // 4)), seed=config.seed)
+    return arch, tcfg
+
+
+def _make_target(config, out: Path, ccfg: NaturalCorpusConfig, arch: LMConfig, tcfg: LMTrainConfig,
+                 progress: bool) -> None:
+    """The ``target`` step's work: train (resuming ``OUT/target_run``), save with the tokenizer into
+    ``OUT/target``, and write its held-out perplexity per domain to ``OUT/target_eval.json``."""
+    tdir = out / "target"
+    corpus, held = load_corpus_dir(out / "corpus", ccfg)
+    saved = out / "target_run" / "train_config.json"
+    want = json.loads(json.dumps(lm_run_config(corpus, arch, tcfg), default=str))
+    if saved.is_file() and json.loads(saved.read_text()) != want:
+        shutil.rmtree(out / "target_run")  # a run of other options: start over
+    state = out / "target_run" / "train_state" / "state.json"
+    resumed = json.loads(state.read_text())["step"] if state.is_file() else 0
+    t0 = time.perf_counter()
+    model, curve = train_lm(corpus, out / "target_run", arch, tcfg, progress=progress, device=config.device)
+    seconds = time.perf_counter() - t0
+    tmp = out / "target.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    model.save_pretrained(str(tmp))
+    corpus.tokenizer.save_pretrained(str(tmp))
+    ppl = {d: perplexity(model, held[d], config.seq_len, config.ppl_windows, seed=config.seed) for d in DOMAINS}
+    if tdir.exists():
+        shutil.rmtree(tdir)
+    os.replace(tmp, tdir)
+    atomic_write_text(out / "target_eval.json", json.dumps({
+        "perplexity": ppl, "train_seconds": round(seconds, 1), "resumed_from_step": resumed,
+        "threads": config.threads,
+        "params": int(sum(p.numel() for p in model.parameters())),
+        "arch": dataclasses.asdict(arch), "train": dataclasses.asdict(tcfg),
+        "loss_first": curve[0]["loss"], "loss_last": curve[-1]["loss"]}, indent=1))
+    wrote(tdir)
+
+
+def _run_steps(config, out: Path, steps: Steps, commands: list[tuple], progress: bool, prepare_only: bool) -> None:
+    """corpus, target and ceiling, then the pipeline's commands (all but eval with ``prepare_only``),
+    each keyed by its options and the keys of the steps it reads."""
+    ccfg = _corpus_config(config)
+    arch, tcfg = _target_configs(config)
+    cdir, pdir = out / "corpus", out / "prompts"
+    key_corpus = config_hash(ccfg, config.train_prompts, config.heldout_prompts, config.code_chars,
+                             config.prose_chars)
+    steps.run("corpus", key_corpus, "the standard library, split by module; BPE; prompts", cdir,
+              lambda: (cdir / "provenance.json").is_file() and (pdir / "prose.jsonl").is_file(),
+              lambda: build_corpus_dir(config, out, progress))
+
+    tdir = out / "target"
+    key_target = config_hash(key_corpus, arch, tcfg, config.ppl_windows)
+    steps.run("target", key_target, f"Qwen3 target {config.layers}x{config.hidden}, {config.target_steps} steps",
+              tdir, lambda: (tdir / "config.json").is_file() and (out / "target_eval.json").is_file(),
+              lambda: _make_target(config, out, ccfg, arch, tcfg, progress))
+
+    # the ceiling needs the target alone; it runs before the pipeline
+    ceil_dir = out / "ceiling"
+    key_ceiling = config_hash(key_target, config.ceiling_prompts, config.ceiling_samples, config.ceiling_budgets,
+                              config.dead_eps, config.dead_at, config.futures_modes, config.futures_lengths,
+                              config.block_size, config.seed)
+    n_ceiling = 2 * config.ceiling_prompts
+    steps.run("ceiling", key_ceiling, "target-only ceiling and effective futures on held-out prompts", ceil_dir,
+              lambda: len(list(ceil_dir.glob("*.json"))) >= min(n_ceiling, _n_prompts(pdir, config)),
+              lambda: run_ceiling(config, out, progress))
+
+    keys = {"target": key_target, "corpus": key_corpus}
+    quiet = [] if progress else ["--quiet"]
+    run_command_steps(steps, [c for c in commands if not (prepare_only and c[1] == "eval")], keys,
+                      ["target", "corpus"], config, quiet)
+
+
 def run_natural(config, out_dir, commands: list[tuple], progress: bool = True,
                 prepare_only: bool = False) -> Result | None:
     """Run or resume every step under ``out_dir``; returns the ``natural.json`` result.
@@ -379,84 +448,14 @@ def run_natural(config, out_dir, commands: list[tuple], progress: bool = True,
     ``commands`` are the pipeline steps, each ``(name, command, argv, argv relative to the output
     directory, command line)``; they come from :mod:`mfd_theory.commands.natural`, which owns
     the config (this module stays below it)."""
-    from mfd_theory.results import wrote
-
-    from mfd_theory.llm.training.train import LMConfig, LMTrainConfig, train_lm
-
     out = make_out_dir(Path(out_dir), "out_dir")
     if config.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device: {config.device!r} requested but CUDA is not available")
-    steps = _Steps(out / "steps.json")
+    steps = Steps(out / "steps.json")
     threads = torch.get_num_threads()
-    quiet = [] if progress else ["--quiet"]
-    ccfg = _corpus_config(config)
-    arch = LMConfig(hidden_size=config.hidden, num_layers=config.layers, num_heads=config.heads,
-                    num_kv_heads=config.kv_heads, head_dim=config.hidden // config.heads,
-                    intermediate_size=config.intermediate, max_position_embeddings=1024)
-    tcfg = LMTrainConfig(seq_len=config.seq_len, batch_size=config.target_batch, steps=config.target_steps,
-                         lr=config.target_lr, warmup=max(1, config.target_steps // 20),
-                         ckpt_every=max(1, min(100, config.target_steps // 4)), seed=config.seed)
     try:
         torch.set_num_threads(config.threads)
-        cdir, pdir = out / "corpus", out / "prompts"
-        key_corpus = config_hash(ccfg, config.train_prompts, config.heldout_prompts, config.code_chars,
-                                 config.prose_chars)
-        steps.run("corpus", key_corpus, "the standard library, split by module; BPE; prompts", cdir,
-                  lambda: (cdir / "provenance.json").is_file() and (pdir / "prose.jsonl").is_file(),
-                  lambda: build_corpus_dir(config, out, progress))
-
-        tdir = out / "target"
-        key_target = config_hash(key_corpus, arch, tcfg, config.ppl_windows)
-
-        def make_target():
-            from mfd_theory.llm.training.train import lm_run_config
-
-            corpus, held = load_corpus_dir(cdir, ccfg)
-            saved = out / "target_run" / "train_config.json"
-            want = json.loads(json.dumps(lm_run_config(corpus, arch, tcfg), default=str))
-            if saved.is_file() and json.loads(saved.read_text()) != want:
-                shutil.rmtree(out / "target_run")  # a run of other options: start over
-            state = out / "target_run" / "train_state" / "state.json"
-            resumed = json.loads(state.read_text())["step"] if state.is_file() else 0
-            t0 = time.perf_counter()
-            model, curve = train_lm(corpus, out / "target_run", arch, tcfg, progress=progress, device=config.device)
-            seconds = time.perf_counter() - t0
-            tmp = out / "target.tmp"
-            if tmp.exists():
-                shutil.rmtree(tmp)
-            model.save_pretrained(str(tmp))
-            corpus.tokenizer.save_pretrained(str(tmp))
-            ppl = {d: perplexity(model, held[d], config.seq_len, config.ppl_windows, seed=config.seed)
-                   for d in DOMAINS}
-            if tdir.exists():
-                shutil.rmtree(tdir)
-            os.replace(tmp, tdir)
-            atomic_write_text(out / "target_eval.json", json.dumps({
-                "perplexity": ppl, "train_seconds": round(seconds, 1), "resumed_from_step": resumed,
-                "threads": config.threads,
-                "params": int(sum(p.numel() for p in model.parameters())),
-                "arch": dataclasses.asdict(arch), "train": dataclasses.asdict(tcfg),
-                "loss_first": curve[0]["loss"], "loss_last": curve[-1]["loss"]}, indent=1))
-            wrote(tdir)
-
-        steps.run("target", key_target, f"Qwen3 target {config.layers}x{config.hidden}, {config.target_steps} steps",
-                  tdir, lambda: (tdir / "config.json").is_file() and (out / "target_eval.json").is_file(),
-                  make_target)
-
-        # the ceiling needs the target alone; it runs before the pipeline
-        ceil_dir = out / "ceiling"
-        key_ceiling = config_hash(key_target, config.ceiling_prompts, config.ceiling_samples, config.ceiling_budgets,
-                                  config.dead_eps, config.dead_at, config.futures_modes, config.futures_lengths,
-                                  config.block_size, config.seed)
-        n_ceiling = 2 * config.ceiling_prompts
-        steps.run("ceiling", key_ceiling, "target-only ceiling and effective futures on held-out prompts", ceil_dir,
-                  lambda: len(list(ceil_dir.glob("*.json"))) >= min(n_ceiling, _n_prompts(pdir, config)),
-                  lambda: run_ceiling(config, out, progress))
-
-        keys = {"target": key_target, "corpus": key_corpus}
-        run_command_steps(steps, [c for c in commands if not (prepare_only and c[1] == "eval")], keys,
-                          ["target", "corpus"], config, quiet)
-
+        _run_steps(config, out, steps, commands, progress, prepare_only)
     finally:
         torch.set_num_threads(threads)
     if prepare_only:

@@ -1,20 +1,9 @@
 """The work behind ``mfd own-target`` (config and command lines: :mod:`mfd_theory.commands.own_target`).
 
-Steps, each recorded in ``OUT/steps.json`` under a key that hashes its command line and the keys
-of the steps it reads, so a rerun knows what it may reuse:
-
-1. ``target``: the ``mfd e2e`` preset's corpus and target, built by the e2e code (cached under
-   the cache directory, shared with ``mfd e2e``), saved with ``save_pretrained`` with its
-   tokenizer into ``OUT/target``;
-2. ``prompts``: ``OUT/prompts/train.jsonl`` and ``OUT/prompts/heldout.jsonl``;
-3. ``distill``, ``drafter-k<K>``, ``eval``: the commands' entry points
-   (:func:`~mfd_theory.commands.pipeline.distill_main` and the others) on the arguments of
-   :func:`~mfd_theory.commands.own_target.commands`.
-
-A step whose key is recorded as finished, and whose files are there, is skipped. A step recorded
-under another key (its options, or an input it reads, changed) has its directory removed and is
-run again; a step recorded as started but not finished is run again into the same directory, and
-the command resumes it (distill keeps its finished shards, train-drafter its last checkpoint).
+Steps ``target`` (the ``mfd e2e`` preset's target, saved into ``OUT/target``), ``prompts``, then the
+pipeline commands (``distill``, ``drafter-k<K>``, ``eval``), each run or reused through
+:class:`Steps` (``OUT/steps.json``), keyed by its command line and the keys of what it reads.
+Design: docs/own-target.md ("Your own target and drafter").
 """
 
 from __future__ import annotations
@@ -35,7 +24,7 @@ from mfd_theory.validation import make_out_dir
 from mfd_theory.llm.models.fingerprint import FINGERPRINT_VERSION
 from mfd_theory.llm.training.train import config_hash
 
-__all__ = ["run_own_target", "write_prompt_files"]
+__all__ = ["Steps", "run_command_steps", "run_own_target", "write_prompt_files"]
 
 
 def _first_words(text: str, n: int) -> str:
@@ -85,9 +74,15 @@ def run_command_steps(steps, commands: list[tuple], keys: dict, distill_inputs: 
         steps.run(name, keys[name], line, where, lambda w=where, m=marker[cmd]: (w / m).is_file(), work)
 
 
-class _Steps:
-    """``steps.json``: per step its key, what it runs (the command line), whether it finished, and
-    its wall time."""
+class Steps:
+    """The step bookkeeping of ``mfd own-target`` and ``mfd natural``, kept in ``steps.json``: per
+    step its key, what it runs (the command line), whether it finished, and its wall time.
+
+    :meth:`run` skips a step recorded as finished under the same key whose output is there, runs
+    again from an empty output a step recorded under another key, and runs again into the same
+    output a step that started but did not finish (the command resumes it). An unreadable file
+    counts as empty: every step is redone.
+    """
 
     def __init__(self, path: Path):
         self.path = path
@@ -138,7 +133,7 @@ def run_own_target(config, ecfg, out_dir: str | Path, commands: list[tuple], pro
     cache = make_out_dir(Path(config.cache_dir) if config.cache_dir else out / "cache", "cache_dir")
     if config.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device: {config.device!r} requested but CUDA is not available")
-    steps = _Steps(out / "steps.json")
+    steps = Steps(out / "steps.json")
     threads = torch.get_num_threads()
     quiet = [] if progress else ["--quiet"]
     t_all = time.perf_counter()

@@ -1,10 +1,9 @@
 """Measurement: decoding cells timed and scored, predictions made before decoding, baselines.
 
-``evaluate.py`` (the one evaluator: cells, rows, gains), ``evaluate_batch.py`` (the same for
-batched decoding), ``predict.py`` and ``batch_predict.py`` (calibration and predictions written
-before the evaluation), ``profile.py`` (the round cost model), ``ceiling.py`` (the target's own
-oracle and product trees), ``assisted.py`` (Hugging Face's assisted generation as an outside
-baseline), ``spec_bench.py`` (Spec-Bench answer files).
+``evaluate.py`` and ``evaluate_batch.py`` (the evaluator, one request or a batch at a time),
+``predict.py`` and ``batch_predict.py`` (predictions written before the evaluation), ``profile.py``
+(the round cost model), ``ceiling.py`` (the target's own trees), ``assisted.py`` (Hugging Face's
+assisted generation), ``spec_bench.py`` (Spec-Bench answer files). Design: docs/results.md.
 """
 
 from mfd_theory.llm.measure.evaluate import Cell, decode_cells, make_cells, rows_from_records

@@ -1,10 +1,8 @@
 """An outside baseline: Hugging Face's own assisted generation with a small draft LM.
 
-``target.generate(..., assistant_model=draft_lm)`` is transformers' speculative decoding (chain
-drafts from a separate autoregressive draft model, with its own adaptive draft length). We time it
-against the same target's plain ``generate`` in one harness, per temperature, on the same prompts.
-Generation is forced to ``max_new_tokens`` (EOS does not stop it) so every run emits the same
-number of tokens, as in our own decoding loop.
+``target.generate(..., assistant_model=draft_lm)`` timed against the same target's plain
+``generate``, per temperature, on the same prompts, forced to ``max_new_tokens`` (EOS does not stop
+it) as in our own loop. Design: docs/results.md ("End to end on one machine").
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """What batched decoding costs and accepts, measured on calibration prompts before any evaluation.
 
-* :func:`measure_batch_profile` - the batched round's time per (batch size, policy, nodes), from
-  the batched loop's own clocks, into a :class:`mfd_theory.speedup.BatchProfile`;
-* :func:`predict_batch_acceptance` - draft tokens accepted per request per round for every
-  (batch size, policy, nodes): "per_request" N is exactly the one-request acceptance at N (the
-  trees do not depend on the batch), measured by decoding each calibration prompt at N; "global"
-  multiplies it by the gain of the global top-N over an even split, read off the calibration rounds
-  of one large-tree decode (nested reading: the first n nodes of a best-first tree and the decoding
-  rule's prefix probabilities of those nodes), so the nested reading's own bias cancels in the ratio.
-
-Both use only the prompts they are given; the caller keeps those disjoint from the evaluated ones.
+:func:`measure_batch_profile` times the batched round per (batch size, policy, nodes) into a
+:class:`mfd_theory.speedup.BatchProfile`; :func:`predict_batch_acceptance` gives the acceptance per
+request per round ("global": the one-request acceptance times the global top-N's gain, read off one
+large-tree decode). The caller keeps the prompts disjoint from the evaluated ones. Design: docs/benchmarks.md.
 """
 
 from __future__ import annotations

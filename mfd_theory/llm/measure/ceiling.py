@@ -1,29 +1,9 @@
 """The target's own ceiling: how much a mixture or path drafter could gain over a product drafter.
 
-No drafter is involved. For a context, the target's distribution over its next ``L`` tokens (at
-temperature 1, the sampling distribution) defines two trees of ``N`` nodes:
-
-* the **oracle tree**: the target's exact top-N prefixes by ``P(s)``, found best-first with the
-  target as the scorer (:class:`TargetScorer` is a path "drafter" for
-  :func:`mfd_theory.trees.path_tree`: ``log_cond(prefix)`` is one target forward of the prefix on
-  top of the context's KV cache). No tree of N nodes covers more;
-* the **best product tree**: DDTree's top-N prefixes by ``prod_i p_i(s_i)``, where ``p_i`` is the
-  target's exact marginal of position i (over everything before it), the best any product
-  (single-mode) drafter can draft. The marginals are estimated from ``M`` sampled continuations
-  (:func:`sample_blocks`); each entry's binomial standard error is ``sqrt(p (1 - p) / M)``. A
-  token no sample shows has estimate 0, so when fewer than N prefixes have sampled support the
-  tree stops there (a drafter would fill the rest with tokens it cannot rank; the count is kept
-  as ``product_nodes``).
-
-Coverage of a tree = ``sum_s P(s)`` over its nodes = expected accepted tokens per round (bonus
-excluded), with ``P(s)`` from target forward passes on the tree's nodes (:func:`node_log_probs`),
-so it is exact given the tree. A Monte-Carlo check of the same number, with its standard error,
-comes from a second independent set of samples: the accepted length of a sample is the depth of
-its longest prefix in the tree.
-
-Dead nodes: ``P(s) <= eps`` (1e-3 by default). In the product tree every node's tokens each occur
-at their position in some sampled continuation (the marginals come from them), so a dead node
-that is the prefix of no sample is a *dead splice*: a chimera stitched from real futures.
+No drafter: per context, the target's oracle tree (its exact top-N prefixes, best-first with
+:class:`TargetScorer` as the scorer) against the best product tree (DDTree's ranking of the target's
+marginals, estimated from sampled blocks), their exact coverage, a Monte-Carlo check, and the dead
+nodes and splices. Design: docs/results.md ("Real text: the standard library").
 """
 
 from __future__ import annotations
@@ -34,6 +14,7 @@ import numpy as np
 import torch
 
 from mfd_theory.trees import DraftTree, path_tree, product_tree
+from mfd_theory.validation import check_int
 
 __all__ = ["TargetScorer", "sample_blocks", "empirical_marginals", "node_log_probs", "accepted_lengths",
            "oracle_coverage", "product_ceiling", "prompt_ceiling"]
@@ -70,8 +51,7 @@ class TargetScorer:
     """
 
     def __init__(self, model, context, L: int):
-        if int(L) < 1:
-            raise ValueError(f"L: must be >= 1, got {L}")
+        L = check_int("L", L, 1, integral_floats=True)
         self.model = model
         self.L = int(L)
         with torch.no_grad():
@@ -101,8 +81,7 @@ def sample_blocks(model, context, L: int, M: int, seed: int = 0, batch: int = 25
     Full vocabulary, no top-k/top-p; EOS is an ordinary token here. The context is run once and
     its KV cache repeated for each batch of rows.
     """
-    if int(M) < 1 or int(L) < 1:
-        raise ValueError(f"M, L: must be >= 1, got {M}, {L}")
+    M, L = check_int("M", M, 1, integral_floats=True), check_int("L", L, 1, integral_floats=True)
     gen = torch.Generator().manual_seed(int(seed))
     out = []
     done = 0

@@ -1,27 +1,9 @@
 """The evaluator shared by ``mfd eval`` and ``mfd e2e``: DDTree's protocol, with timing spread.
 
-Protocol (the one DFlash and DDTree report):
-
-* every method runs on every prompt, and the methods are *interleaved per prompt* (prompt outer
-  loop, methods inner), so slow drift of a shared machine hits all of them alike;
-* a warm-up round (numba compiling the tree builders, the device starting up, kernels being
-  picked) runs before anything is timed;
-* timing is decode only: the prefill, which produces the first token, is excluded, and so is the
-  coverage bookkeeping done for the metrics; tokens are counted after the first;
-* tau = mean tokens per target call (verify forward), bonus included, pooled over rounds;
-  speedup = AR time per output token / the method's, same harness, same temperature;
-* timing is repeated over ``passes`` (>= 3 by default) full passes over the prompts; every row
-  keeps one speedup per pass (``speedup_passes``), their mean (``speedup``) and standard deviation
-  (``speedup_std``), and likewise tokens per second. Acceptance metrics come from the first pass
-  (later passes decode the same tokens: the sampling seed is fixed per prompt).
-
-Under torchrun the prompts are split over ranks (prompt ``i`` to rank ``i % world``), each rank
-decodes its prompts for every method, and rank 0 merges the per-prompt records before computing
-the rows, so greedy rows give the same tokens and tau as one process.
-
-Items are single prompts (token-id arrays, as ``mfd e2e`` makes them) or
-:class:`~mfd_theory.llm.training.prompts.Prompt` objects (``mfd eval``; multi-turn prompts are decoded
-turn by turn, each turn's answer in the next turn's context).
+:func:`decode_cells` decodes every item (token ids, or :class:`~mfd_theory.llm.training.prompts.Prompt`
+turn by turn) with every cell, methods interleaved per prompt, after a warm-up, decode-only timing over
+``passes`` passes, prompts split over torchrun ranks; :func:`rows_from_records` pools them into rows,
+:func:`mfd_gains` compares drafters. Protocol: docs/own-target.md (``mfd eval``), docs/results.md.
 """
 
 from __future__ import annotations
@@ -37,11 +19,12 @@ from mfd_theory.formatting import is_best_budget
 from mfd_theory.formatting import speed_gain_text as _gain_text
 from mfd_theory.formatting import tau_gain_text as _tau_gain_text
 from mfd_theory.speedup import cell_speedup
+from mfd_theory.validation import check_int
 
 from mfd_theory.llm.decoding.generate import speculative_generate
 from mfd_theory.llm.training.prompts import Prompt, run_conversation
 
-__all__ = ["Cell", "make_cells", "decode_cells", "rows_from_records", "mfd_gains", "verdict",
+__all__ = ["Cell", "make_cells", "decode_cells", "rows_from_records", "mfd_gains", "verdict", "diff_z", "gain_entry",
            "prediction_summary", "best_budgets", "per_prompt_records", "format_gains", "format_rows",
            "add_speedup_predictions", "speedup_check"]
 
@@ -127,19 +110,13 @@ def decode_cells(target, cells: list[Cell], items: list, *, temperatures, max_ne
     """
     from tqdm.auto import tqdm
 
-    if isinstance(passes, bool) or int(passes) != passes or passes < 1:
-        raise ValueError(f"passes: must be an integer >= 1, got {passes!r}")
+    passes = check_int("passes", passes, 1)
     rank, world = (dist.rank, dist.world) if dist is not None else (0, 1)
     mine = list(range(rank, len(items), world))
     kw = {} if eos_token_id is None else {"eos_token_id": eos_token_id}
-    # Warm-up: numba compiles the tree builders and torch picks its kernels before any timing.
     if mine:
-        ids = torch.tensor(first_ids(items[mine[0]], tokenizer, enable_thinking))
-        for temp in temperatures:
-            for c in cells:
-                if c.at(temp):
-                    speculative_generate(target, c.drafter, ids, min(4, max_new_tokens), c.method,
-                                         budget=max(1, c.budget), temperature=temp, seed=0, **kw, **_rule(c, temp))
+        _warm_up(target, cells, torch.tensor(first_ids(items[mine[0]], tokenizer, enable_thinking)), temperatures,
+                 max_new_tokens, kw)
     records = []
     bar = tqdm(total=passes * len(mine) * sum(c.at(t) for t in temperatures for c in cells),
                desc=f"evaluate (rank {rank})" if world > 1 else "evaluate", disable=not progress, leave=False)
@@ -161,33 +138,9 @@ def decode_cells(target, cells: list[Cell], items: list, *, temperatures, max_ne
 
                     _item_turns(items[i], tokenizer, enable_thinking, answer)
                     turn_secs = [sum(s.t_step for s in r.steps) for r in turns_res]
-                    secs = sum(turn_secs)
-                    n_dec = sum(len(r.tokens) - 1 for r in turns_res)
                     if pss == 0:
-                        steps = [s for r in turns_res for s in r.steps]
-                        split: dict[str, float] = {}
-                        for r in turns_res:
-                            for k, v in r.time_split().items():
-                                split[k] = split.get(k, 0.0) + v
-                        it = items[i]
-                        recs[(i, ci)] = {
-                            "temperature": float(temp), "item": i, "cell": ci,
-                            "dataset": it.dataset if isinstance(it, Prompt) else dataset_name,
-                            "id": it.id if isinstance(it, Prompt) else str(i),
-                            "method": c.method, "drafter": c.drafter_label, "K": c.K, "budget": c.budget,
-                            "tokens": [t for r in turns_res for t in r.tokens],
-                            "turn_lengths": [len(r.tokens) for r in turns_res],
-                            "rounds": len(steps),
-                            "accepted": [s.accepted for s in steps],
-                            "predicted": [s.predicted for s in steps],
-                            "predicted_var": [s.predicted_var for s in steps],
-                            "covered": [s.covered_mass for s in steps],
-                            "dead": [s.dead_share for s in steps if s.tree_size],
-                            "dead_splice": [s.dead_splices / s.tree_size for s in steps if s.tree_size],
-                            "tree_sizes": [s.tree_size for s in steps],
-                            "split": split, "secs": [], "turn_secs": [], "n_decoded": n_dec,
-                        }
-                    recs[(i, ci)]["secs"].append(secs)
+                        recs[(i, ci)] = _record(c, ci, items[i], i, temp, turns_res, dataset_name)
+                    recs[(i, ci)]["secs"].append(sum(turn_secs))
                     recs[(i, ci)]["turn_secs"].append(turn_secs)
                     bar.update(1)
         records.extend(recs[k] for k in sorted(recs))
@@ -198,6 +151,44 @@ def decode_cells(target, cells: list[Cell], items: list, *, temperatures, max_ne
     merged = [r for part in gathered for r in part]
     merged.sort(key=lambda r: (r["temperature"], r["item"], r["cell"]))
     return merged
+
+
+def _warm_up(target, cells: list[Cell], ids: torch.Tensor, temperatures, max_new_tokens: int, kw: dict) -> None:
+    """A short decode with every cell at every temperature: numba compiles the tree builders and
+    torch picks its kernels before anything is timed."""
+    for temp in temperatures:
+        for c in cells:
+            if c.at(temp):
+                speculative_generate(target, c.drafter, ids, min(4, max_new_tokens), c.method,
+                                     budget=max(1, c.budget), temperature=temp, seed=0, **kw, **_rule(c, temp))
+
+
+def _record(c: Cell, ci: int, item, i: int, temp: float, turns_res: list, dataset_name: str | None) -> dict:
+    """The record of item ``i`` decoded by cell ``ci`` (from the first pass, which keeps the
+    metrics); ``secs`` and ``turn_secs`` are filled pass by pass."""
+    steps = [s for r in turns_res for s in r.steps]
+    split: dict[str, float] = {}
+    for r in turns_res:
+        for k, v in r.time_split().items():
+            split[k] = split.get(k, 0.0) + v
+    return {
+        "temperature": float(temp), "item": i, "cell": ci,
+        "dataset": item.dataset if isinstance(item, Prompt) else dataset_name,
+        "id": item.id if isinstance(item, Prompt) else str(i),
+        "method": c.method, "drafter": c.drafter_label, "K": c.K, "budget": c.budget,
+        "tokens": [t for r in turns_res for t in r.tokens],
+        "turn_lengths": [len(r.tokens) for r in turns_res],
+        "rounds": len(steps),
+        "accepted": [s.accepted for s in steps],
+        "predicted": [s.predicted for s in steps],
+        "predicted_var": [s.predicted_var for s in steps],
+        "covered": [s.covered_mass for s in steps],
+        "dead": [s.dead_share for s in steps if s.tree_size],
+        "dead_splice": [s.dead_splices / s.tree_size for s in steps if s.tree_size],
+        "tree_sizes": [s.tree_size for s in steps],
+        "split": split, "secs": [], "turn_secs": [],
+        "n_decoded": sum(len(r.tokens) - 1 for r in turns_res),
+    }
 
 
 def _mean(a) -> float | None:
@@ -229,78 +220,94 @@ def rows_from_records(records: list[dict], cells: list[Cell]) -> list[dict]:
     """
     rows = []
     keys = sorted({(r["temperature"], r["dataset"]) for r in records}, key=lambda k: (str(k[1]), k[0]))
+    ar_ci = next((ci for ci, c in enumerate(cells) if c.method == "ar"), None)
     for temp, ds in keys:
         at = [r for r in records if r["temperature"] == temp and r["dataset"] == ds]
         by_cell = {ci: [r for r in at if r["cell"] == ci] for ci in range(len(cells))}
-        ar_ci = next((ci for ci, c in enumerate(cells) if c.method == "ar"), None)
-
-        def per_pass(recs):
-            secs = np.sum([r["secs"] for r in recs], axis=0)            # [passes]
-            tok = sum(r["n_decoded"] for r in recs)
-            return secs, tok
-
-        ar_secs, ar_tok = per_pass(by_cell[ar_ci]) if ar_ci is not None else (None, 0)
+        ar_recs = by_cell[ar_ci] if ar_ci is not None else None
         for ci, c in enumerate(cells):
-            recs = by_cell[ci]
-            if not recs:
-                continue
-            acc = np.array([a for r in recs for a in r["accepted"]], dtype=float)
-            pred = np.array([a for r in recs for a in r["predicted"]], dtype=float)
-            cov = np.array([a for r in recs for a in r["covered"]], dtype=float)
-            dead = [a for r in recs for a in r["dead"]]
-            dspl = [a for r in recs for a in r["dead_splice"]]
-            sizes = [a for r in recs for a in r["tree_sizes"]]
-            n = len(acc)
-            secs, tok = per_pass(recs)
-            tps = [tok / s if s > 0 else None for s in secs]
-            if ar_ci is not None and tok > 0 and ar_tok > 0:
-                sp = [float((a / ar_tok) / (s / tok)) if s > 0 else None for a, s in zip(ar_secs, secs)]
-            else:
-                sp = [None] * len(secs)
-            sp_ok = [x for x in sp if x is not None]
-            tps_ok = [x for x in tps if x is not None]
-            sb = _per_answer_ratio(recs, by_cell[ar_ci]) if ar_ci is not None else None
-            pvar = np.array([a for r in recs for a in r.get("predicted_var", [np.nan] * len(r["predicted"]))],
-                            dtype=float)
-            diff = acc - pred
-            ok = ~np.isnan(diff) & ~np.isnan(pvar)
-            # s.e. of the mean gap from the trees' exact variances (coverage.acceptance_variance):
-            # given the history, round t's accepted - predicted has mean 0 and variance
-            # predicted_var_t, so the summed gap has variance sum_t predicted_var_t (a martingale).
-            # The empirical std of the gaps would collapse on rare events (0 accepted in every
-            # round gives std 0 and a huge |z|).
-            se = float(math.sqrt(pvar[ok].sum()) / ok.sum()) if ok.sum() and pvar[ok].sum() > 0 else None
-            gap_mean = float(diff[ok].mean()) if ok.sum() else None
-            split: dict[str, float] = {}
-            for r in recs:
-                for k, v in r["split"].items():
-                    split[k] = split.get(k, 0.0) + v
-            row = {
-                "dataset": ds, "method": c.method, "drafter": c.drafter_label, "K": c.K,
-                "budget": int(c.budget), "temperature": float(temp),
-                "n_prompts": len(recs), "n_rounds": n, "n_steps": n,
-                "tau": float(acc.mean() + 1) if n else None,
-                "accepted_mean": _mean(acc), "accepted_std": _std(acc),
-                "covered_mass_insample": _mean(pred[~np.isnan(pred)]) if n else None,
-                "covered_mass_mean": _mean(cov[~np.isnan(cov)]) if n else None,
-                "pred_gap_se": se,
-                "pred_gap_z": gap_mean / se if se else None,
-                "n_tokens": int(sum(len(r["tokens"]) for r in recs)), "n_decoded_tokens": int(tok),
-                "seconds": float(np.mean(secs)),
-                "tokens_per_s_passes": tps, "tokens_per_s": _mean(tps_ok), "tokens_per_s_std": _std(tps_ok),
-                "speedup_passes": sp, "speedup": _mean(sp_ok), "speedup_std": _std(sp_ok),
-                "speedup_spec_bench": sb,
-                "dead_share": _mean(dead), "dead_splice_share": _mean(dspl),
-                "mean_tree_size": _mean(sizes), "time_split": split,
-                "per_round_budget": c.budget_rule is not None,
-            }
-            row["matches_ar"] = None
-            if temp == 0 and ar_ci is not None:
-                ar_out = {r["item"]: r["tokens"] for r in by_cell[ar_ci]}
-                row["matches_ar"] = all(r["tokens"] == ar_out.get(r["item"]) for r in recs)
-            row["lossless_checked"] = row["matches_ar"] is not None
-            rows.append(row)
+            if by_cell[ci]:
+                rows.append(_row(c, by_cell[ci], ds, temp, ar_recs))
     return rows
+
+
+def _pooled_time(recs: list[dict]) -> tuple[np.ndarray, int]:
+    """(decode seconds per pass [passes], decoded tokens) of ``recs`` together."""
+    return np.sum([r["secs"] for r in recs], axis=0), sum(r["n_decoded"] for r in recs)
+
+
+def _speedups(recs: list[dict], ar_recs: list[dict] | None) -> tuple[list, list]:
+    """(tokens per second, speedup over ar) per pass, None where a pass has no time or no ar."""
+    secs, tok = _pooled_time(recs)
+    tps = [tok / s if s > 0 else None for s in secs]
+    ar_secs, ar_tok = _pooled_time(ar_recs) if ar_recs is not None else (None, 0)
+    if ar_recs is not None and tok > 0 and ar_tok > 0:
+        sp = [float((a / ar_tok) / (s / tok)) if s > 0 else None for a, s in zip(ar_secs, secs)]
+    else:
+        sp = [None] * len(secs)
+    return tps, sp
+
+
+def _gap_stats(recs: list[dict], acc: np.ndarray, pred: np.ndarray) -> tuple[float | None, float | None]:
+    """(standard error, mean) of the per-round gap, measured - predicted accepted length."""
+    pvar = np.array([a for r in recs for a in r.get("predicted_var", [np.nan] * len(r["predicted"]))],
+                    dtype=float)
+    diff = acc - pred
+    ok = ~np.isnan(diff) & ~np.isnan(pvar)
+    # s.e. of the mean gap from the trees' exact variances (coverage.acceptance_variance):
+    # given the history, round t's accepted - predicted has mean 0 and variance
+    # predicted_var_t, so the summed gap has variance sum_t predicted_var_t (a martingale).
+    # The empirical std of the gaps would collapse on rare events (0 accepted in every
+    # round gives std 0 and a huge |z|).
+    se = float(math.sqrt(pvar[ok].sum()) / ok.sum()) if ok.sum() and pvar[ok].sum() > 0 else None
+    gap_mean = float(diff[ok].mean()) if ok.sum() else None
+    return se, gap_mean
+
+
+def _row(c: Cell, recs: list[dict], ds, temp: float, ar_recs: list[dict] | None) -> dict:
+    """The row of cell ``c`` from its records at one (dataset, temperature); ``ar_recs``: ar's
+    records there (None without an ar cell)."""
+    acc = np.array([a for r in recs for a in r["accepted"]], dtype=float)
+    pred = np.array([a for r in recs for a in r["predicted"]], dtype=float)
+    cov = np.array([a for r in recs for a in r["covered"]], dtype=float)
+    dead = [a for r in recs for a in r["dead"]]
+    dspl = [a for r in recs for a in r["dead_splice"]]
+    sizes = [a for r in recs for a in r["tree_sizes"]]
+    n = len(acc)
+    secs, tok = _pooled_time(recs)
+    tps, sp = _speedups(recs, ar_recs)
+    sp_ok = [x for x in sp if x is not None]
+    tps_ok = [x for x in tps if x is not None]
+    se, gap_mean = _gap_stats(recs, acc, pred)
+    split: dict[str, float] = {}
+    for r in recs:
+        for k, v in r["split"].items():
+            split[k] = split.get(k, 0.0) + v
+    row = {
+        "dataset": ds, "method": c.method, "drafter": c.drafter_label, "K": c.K,
+        "budget": int(c.budget), "temperature": float(temp),
+        "n_prompts": len(recs), "n_rounds": n, "n_steps": n,
+        "tau": float(acc.mean() + 1) if n else None,
+        "accepted_mean": _mean(acc), "accepted_std": _std(acc),
+        "covered_mass_insample": _mean(pred[~np.isnan(pred)]) if n else None,
+        "covered_mass_mean": _mean(cov[~np.isnan(cov)]) if n else None,
+        "pred_gap_se": se,
+        "pred_gap_z": gap_mean / se if se else None,
+        "n_tokens": int(sum(len(r["tokens"]) for r in recs)), "n_decoded_tokens": int(tok),
+        "seconds": float(np.mean(secs)),
+        "tokens_per_s_passes": tps, "tokens_per_s": _mean(tps_ok), "tokens_per_s_std": _std(tps_ok),
+        "speedup_passes": sp, "speedup": _mean(sp_ok), "speedup_std": _std(sp_ok),
+        "speedup_spec_bench": _per_answer_ratio(recs, ar_recs) if ar_recs is not None else None,
+        "dead_share": _mean(dead), "dead_splice_share": _mean(dspl),
+        "mean_tree_size": _mean(sizes), "time_split": split,
+        "per_round_budget": c.budget_rule is not None,
+    }
+    row["matches_ar"] = None
+    if temp == 0 and ar_recs is not None:
+        ar_out = {r["item"]: r["tokens"] for r in ar_recs}
+        row["matches_ar"] = all(r["tokens"] == ar_out.get(r["item"]) for r in recs)
+    row["lossless_checked"] = row["matches_ar"] is not None
+    return row
 
 
 def _per_answer_rate(recs: list[dict], pss: int) -> float | None:
@@ -489,7 +496,9 @@ def verdict(gain_passes) -> dict:
 
 
 def diff_z(a: dict, b: dict) -> float | None:
-    """(tau_a - tau_b) over the standard error of the difference of two independent round means."""
+    """The z of two rows' tau difference: (tau_a - tau_b) over the standard error of the difference
+    of two independent round means, from each row's ``accepted_std`` and ``n_steps``. None when a
+    row lacks them or the variance is 0."""
     try:
         var = a["accepted_std"] ** 2 / a["n_steps"] + b["accepted_std"] ** 2 / b["n_steps"]
         return float((a["tau"] - b["tau"]) / math.sqrt(var)) if var > 0 else None
@@ -498,6 +507,10 @@ def diff_z(a: dict, b: dict) -> float | None:
 
 
 def gain_entry(r: dict, base: dict, z: float | None) -> dict:
+    """Row ``r`` against row ``base``: both taus and speedups, the tau gain with its z (``z``, e.g.
+    from :func:`diff_z`; None gives no verdict) and verdict (|z| < 2: no measurable difference),
+    and the speedup gain per timing pass with :func:`verdict`'s verdict. Gains are ratios minus one;
+    these are the fields of :func:`mfd_gains`' entries."""
     passes = [a / b - 1 if a is not None and b else None
               for a, b in zip(r.get("speedup_passes") or [], base.get("speedup_passes") or [])]
     v = verdict(passes)

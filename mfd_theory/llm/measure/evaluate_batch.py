@@ -1,12 +1,9 @@
 """``mfd eval --batch-size B``: every cell decodes the evaluated prompts B at a time.
 
-Each (data set, cell, temperature) decodes its prompts in consecutive batches of B (first turns:
-a later turn of a chat depends on the answer to the one before, which a batch of first turns
-does not hold) through :func:`mfd_theory.llm.decoding.batch.speculative_generate_batch` with the chosen
-budget policy, ``passes`` times, cells interleaved per pass. A row reports tau (tokens per request
-per round, bonus included), throughput (all requests' new tokens over the batches' wall time),
-the mean per-request latency, the speedup over batched AR at the same B in the same pass, and at
-T = 0 whether every request's tokens equal batched AR's (``matches_ar``, lossless).
+First turns only, in consecutive batches of B through
+:func:`mfd_theory.llm.decoding.batch.speculative_generate_batch`, ``passes`` times, cells interleaved
+per pass; a row adds throughput, per-request latency, the speedup over batched AR at the same B and,
+at T = 0, the lossless check. Design: docs/own-target.md ("Many requests at once").
 """
 
 from __future__ import annotations

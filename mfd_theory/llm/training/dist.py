@@ -1,10 +1,8 @@
 """torch.distributed for the pipeline commands: one process, or ``torchrun --nproc_per_node P``.
 
-Every pipeline command calls :func:`setup` first. Under torchrun (``WORLD_SIZE`` > 1 in the
-environment) it starts the process group (gloo on CPU, nccl on CUDA) and pins each rank to its
-device; in a plain process it starts nothing and reports rank 0 of 1, so the same code runs both
-ways. Work is split by a fixed rule (item ``i`` belongs to rank ``i % world``) so that the merged
-result does not depend on how many processes produced it.
+:func:`setup` starts the process group under torchrun (gloo on CPU, nccl on CUDA) and pins each rank
+to its device, or reports rank 0 of 1 in a plain process. Work is split by a fixed rule (item ``i``
+to rank ``i % world``), so results do not depend on the number of processes. Design: docs/own-target.md.
 """
 
 from __future__ import annotations

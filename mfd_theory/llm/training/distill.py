@@ -1,25 +1,9 @@
 """Self-distillation data sets: the target's own answers to prompt files, in safetensors shards.
 
-Layout of a data set directory (what ``mfd distill`` writes and ``mfd train-drafter`` reads)::
-
-    distill_config.json          the options that made it (a rerun with other options is refused)
-    shard-00000.safetensors      tokens int64 [sum of lengths], offsets int64 [n + 1],
-    shard-00001.safetensors      prompt_lens int64 [n]; metadata "samples": JSON list of
-    ...                          {"id", "dataset", "turn"} per sequence
-    manifest.json                format, target fingerprint, shards with their counts
-
-Sequence i of a shard is ``tokens[offsets[i]:offsets[i+1]]``: the rendered prompt (chat template
-applied) followed by the target's answer; its first ``prompt_lens[i]`` tokens are the prompt. A
-multi-turn prompt gives one sequence per turn, each with the earlier turns in its prompt.
-
-Why safetensors and not ``datasets`` arrow files: safetensors is already a dependency (it holds
-every checkpoint), a shard is three flat integer arrays that it stores and memory-maps without
-copying, and each shard is written through a temporary file and a rename, so a killed run leaves
-whole shards only; ``datasets`` would add a large dependency for no capability used here.
-
-Shard ``s`` holds prompts ``[s * shard_size, (s + 1) * shard_size)`` and is made by rank
-``s % world``; every answer is sampled with a generator seeded by (seed, prompt index, turn), so
-the data set is the same on one process or many, and a rerun skips the shards already written.
+:func:`distill_prompts` writes ``shard-NNNNN.safetensors`` (tokens, offsets, prompt lengths; per
+sequence its id, data set and turn), ``manifest.json`` and ``distill_config.json``; shard s is made by
+rank s % world and every answer's generator is seeded by (seed, prompt, turn), so the data do not
+depend on the number of processes. Layout and format choice: docs/own-target.md ("What each command writes").
 """
 
 from __future__ import annotations
@@ -34,6 +18,7 @@ import numpy as np
 import torch
 
 from mfd_theory.results import atomic_write_text
+from mfd_theory.validation import check_int
 
 from mfd_theory.llm.decoding.generate import positions_needed, speculative_generate
 from mfd_theory.llm.training.prompts import Prompt, render, run_conversation
@@ -130,8 +115,7 @@ def distill_prompts(target_hf, tokenizer, prompts: list[Prompt], out: str | Path
     from mfd_theory.llm.models.target import TargetModel
 
     out = Path(out)
-    if shard_size < 1:
-        raise ValueError(f"shard_size: must be >= 1, got {shard_size}")
+    shard_size = check_int("shard_size", shard_size, 1)
     target = TargetModel(target_hf)
     check_context(prompts, tokenizer, enable_thinking, max_new_tokens, target.max_positions)
     fp = target_fingerprint(target_hf)

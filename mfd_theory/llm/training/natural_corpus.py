@@ -1,33 +1,9 @@
 """Natural text every machine has: Python's standard library, split by module.
 
-The corpus is read at run time from the running interpreter's standard library
-(``sysconfig.get_paths()["stdlib"]``), so nothing is downloaded and every machine has it:
-
-* **code**: the source of every ``.py`` module, except tests (any ``test``/``tests`` folder),
-  ``idlelib``, ``site-packages`` and ``pydoc_data`` (whose one module is the prose below);
-* **prose**: the reference documentation that ``pydoc`` ships in ``pydoc_data/topics.py`` (a dict
-  of English topic texts, read with ``ast.literal_eval``, not imported). Each topic is its own
-  unit ("``pydoc_data.topics:<key>``"), so the documentation splits like the modules do.
-  Docstrings are prose too, but they already sit inside the code they document.
-
-**Split by unit, deterministically.** A unit (module or topic) is held out when the first 8 hex
-digits of ``sha256(salt + ":" + name)`` fall below ``heldout_fraction`` of their range: the same
-split on every machine and every run, independent of the order the files are listed in, and no
-held-out unit's text enters training (:func:`check_no_leak` proves it on the built corpus).
-
-**Prompts** come from held-out units only:
-
-* code (HumanEval-style): a function or method with a docstring and at least
-  ``min_body_statements`` statements after it; the prompt is its ``def`` line(s) and docstring,
-  dedented, ending with a newline, so the target continues with the body;
-* prose: the opening sentence(s) of a held-out documentation paragraph (plain prose: no indented
-  code or grammar lines), cut at a sentence end.
-
-Both are picked round-robin over units in hash order (one per unit per round), so a few long
-modules do not fill the set. :func:`write_prompts` writes them in the JSONL format ``mfd eval``
-reads. :func:`provenance` records the Python version, the stdlib path, every unit with its split
-and a sha256 of all the text: a different patch release gives a slightly different corpus, and the
-hash says so.
+Units are the stdlib's modules (code) and ``pydoc_data.topics``' documentation topics (prose), read
+from the running interpreter; a unit is held out by a hash of its name alone; prompts (function
+signatures with docstrings, opening sentences of paragraphs) come from held-out units only; and
+:func:`provenance` records what was read. Design: docs/results.md ("Real text: the standard library").
 """
 
 from __future__ import annotations
@@ -43,6 +19,8 @@ import sysconfig
 import textwrap
 from pathlib import Path
 
+from mfd_theory.validation import check_real
+
 __all__ = [
     "Unit",
     "stdlib_root",
@@ -55,6 +33,7 @@ __all__ = [
     "provenance",
     "check_no_leak",
     "text_hash",
+    "unit_hash",
 ]
 
 EXCLUDED_DIRS = frozenset({"test", "tests", "idlelib", "site-packages", "__pycache__", "pydoc_data"})
@@ -72,6 +51,7 @@ class Unit:
 
 
 def stdlib_root() -> Path:
+    """The running interpreter's standard-library directory."""
     return Path(sysconfig.get_paths()["stdlib"])
 
 
@@ -114,13 +94,15 @@ def list_units(root: str | Path | None = None) -> list[Unit]:
 
 
 def unit_hash(name: str, salt: str) -> int:
+    """A unit name's hash under ``salt``, uniform in [0, 2**32): the first 8 hex digits of
+    ``sha256(salt + ":" + name)``. It decides the split and every order that must not depend on
+    how the files were listed."""
     return int(hashlib.sha256(f"{salt}:{name}".encode()).hexdigest()[:8], 16)
 
 
 def is_heldout(name: str, heldout_fraction: float, salt: str = "mfd-natural") -> bool:
     """Whether unit ``name`` is held out: a function of the name alone."""
-    if not 0.0 < heldout_fraction < 1.0:
-        raise ValueError(f"heldout_fraction: must lie in (0, 1), got {heldout_fraction}")
+    check_real("heldout_fraction", heldout_fraction, 0, 1, low_open=True, high_open=True)
     return unit_hash(name, salt) < heldout_fraction * 2**32
 
 

@@ -1,20 +1,9 @@
 """Prompt files for ``mfd distill`` and ``mfd eval``: JSONL parsing and chat rendering.
 
-One JSON object per line, with exactly one of
-
-* ``"prompt"``: a string (one user message);
-* ``"messages"``: a chat list of ``{"role": ..., "content": ...}`` objects, answered once;
-* ``"turns"``: a list of user strings answered in order, each answer kept in the context of the
-  next turn (MT-Bench's multi-turn format),
-
-and optionally ``"id"`` (string or integer) and ``"dataset"`` (default: the file's stem). Blank
-lines are skipped. Parsing needs no model, so a malformed file is refused (``ValueError`` naming
-the file and line) before anything is loaded.
-
-Rendering: when the tokenizer has a chat template the conversation goes through
-``apply_chat_template(..., add_generation_prompt=True, enable_thinking=<flag>)``; thinking is off
-by default, as in the evaluation protocol DDTree reports. Without a template the raw text is used
-(the messages' contents joined by newlines).
+One JSON object per line with one of ``"prompt"``, ``"messages"`` or ``"turns"`` (multi-turn, each
+answer kept in the next turn's context), optionally ``"id"`` and ``"dataset"``; a malformed file is
+refused naming the file and line before any model is loaded. Format and rendering (chat template,
+thinking off by default): docs/own-target.md ("Your own target and drafter").
 """
 
 from __future__ import annotations
@@ -23,6 +12,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+from mfd_theory.validation import check_int
 
 __all__ = ["Prompt", "read_prompt_files", "render", "run_conversation", "shuffle_take"]
 
@@ -112,8 +103,7 @@ def shuffle_take(prompts: list[Prompt], n: int | None) -> list[Prompt]:
 
     if n is None:
         return list(prompts)
-    if n < 1:
-        raise ValueError(f"max_prompts: must be >= 1, got {n}")
+    n = check_int("max_prompts", n, 1)
     out = []
     for ds in dict.fromkeys(p.dataset for p in prompts):
         group = [p for p in prompts if p.dataset == ds]

@@ -1,27 +1,9 @@
 """Training: the small Qwen3 target, a plain draft LM, and block drafters (product and MFD).
 
-All runs share one resumable loop (:func:`run_training`):
-
-* batches are a pure function of ``(seed, step)``, so a resumed run sees exactly the batches an
-  uninterrupted one would, without storing a data-loader state;
-* every ``ckpt_every`` steps (and on Ctrl-C) the trainable weights, the optimizer state, the step
-  and the loss curve are written to ``<run_dir>/train_state`` through a temporary directory and a
-  rename, so a kill at any moment leaves the previous checkpoint intact;
-* the run directory records its config (``train_config.json``); a directory made with another
-  config is refused rather than silently mixed;
-* a finished run writes its final artefact (``model/`` via ``save_pretrained`` for LMs, the
-  drafter in DFlash's format for drafters) plus ``loss_curve.json``, and a rerun loads it.
-
-Drafter losses (self-distillation on the target's own sampled continuations, as DFlash does):
-
-* product drafter: DFlash's per-position cross-entropy with weights ``w_i = exp(-(i-1)/gamma)``;
-* MFD drafter: the mixture likelihood of the target's block under the same weights,
-  ``-log sum_k pi_k exp(sum_i w_i log q_{k,i}(x_i))``. We optimise this exact log-sum-exp, whose
-  gradient is the EM gradient (each mode is pulled by its posterior responsibility), rather than
-  min-over-modes: winner-take-all starves modes that lose early and is the classic route to dead
-  modes, while soft responsibilities keep every mode in play. As a further guard against mode
-  collapse we add a small load-balancing penalty ``KL(uniform || mean responsibility)`` over the
-  batch and log each mode's usage.
+One resumable loop, :func:`run_training` (batches a function of (seed, step), checkpoints swapped in
+through a temporary directory, the run's config recorded and checked), trains them all; drafters
+learn DFlash's weighted cross-entropy (K = 1) or the exact mixture likelihood with a load-balancing
+penalty (K > 1), :func:`block_loss`. Design: docs/own-target.md (``mfd train-drafter``), docs/results.md.
 """
 
 from __future__ import annotations
@@ -38,8 +20,9 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from mfd_theory.llm.models.fingerprint import FINGERPRINT_VERSION, hf_model as _hf_model, target_fingerprint
+from mfd_theory.llm.models.fingerprint import hf_model as _hf_model, target_fingerprint
 from mfd_theory.results import atomic_write_text
+from mfd_theory.validation import check_int, check_real
 
 __all__ = [
     "LMConfig",
@@ -234,20 +217,10 @@ def run_training(
     from tqdm.auto import tqdm
 
     run_dir = Path(run_dir)
-    if steps < 1:
-        raise ValueError(f"steps: must be >= 1, got {steps}")
-    if isinstance(grad_accum, bool) or int(grad_accum) != grad_accum or grad_accum < 1:
-        raise ValueError(f"grad_accum: must be an integer >= 1, got {grad_accum!r}")
+    check_int("steps", steps, 1)
+    grad_accum = check_int("grad_accum", grad_accum, 1)
     main = dist is None or dist.main
-    try:
-        _check_run_config(run_dir, config, dist)
-    except OSError as exc:
-        raise ValueError(f"run_dir: cannot write {run_dir}: {exc}") from exc
-    params = [p for p in model.parameters() if p.requires_grad]
-    if not params:
-        raise ValueError("model: has no trainable parameters")
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=(0.9, 0.98))
-    start, curve = _read_state_dir(run_dir, model, opt)
+    params, opt, start, curve = _open_run(run_dir, model, config, lr, weight_decay, dist)
 
     def save(at: int) -> None:
         if main:
@@ -266,13 +239,7 @@ def run_training(
             for g in opt.param_groups:
                 g["lr"] = cur_lr
             opt.zero_grad(set_to_none=True)
-            total, logs = 0.0, {}
-            for micro in range(grad_accum):
-                loss, mlogs = loss_fn(step) if grad_accum == 1 else loss_fn(step, micro)
-                (loss / grad_accum).backward()
-                total += float(loss.detach()) / grad_accum
-                for k, v in mlogs.items():
-                    logs[k] = logs.get(k, 0.0) + float(v) / grad_accum
+            total, logs = _accumulate(loss_fn, step, grad_accum)
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
             step += 1
@@ -297,6 +264,34 @@ def run_training(
     return curve
 
 
+def _open_run(run_dir: Path, model: torch.nn.Module, config: dict, lr: float, weight_decay: float, dist):
+    """(trainable parameters, AdamW over them, step to resume at, loss curve so far): the run
+    directory's config checked (or recorded), then its checkpoint read back if there is one."""
+    try:
+        _check_run_config(run_dir, config, dist)
+    except OSError as exc:
+        raise ValueError(f"run_dir: cannot write {run_dir}: {exc}") from exc
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("model: has no trainable parameters")
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=(0.9, 0.98))
+    start, curve = _read_state_dir(run_dir, model, opt)
+    return params, opt, start, curve
+
+
+def _accumulate(loss_fn, step: int, grad_accum: int) -> tuple[float, dict]:
+    """Backward through each of ``step``'s ``grad_accum`` micro-batches (each loss over
+    ``grad_accum``, so the gradients add up to the batch's); returns the loss and logs so scaled."""
+    total, logs = 0.0, {}
+    for micro in range(grad_accum):
+        loss, mlogs = loss_fn(step) if grad_accum == 1 else loss_fn(step, micro)
+        (loss / grad_accum).backward()
+        total += float(loss.detach()) / grad_accum
+        for k, v in mlogs.items():
+            logs[k] = logs.get(k, 0.0) + float(v) / grad_accum
+    return total, logs
+
+
 def _finish(run_dir: Path, curve: list) -> None:
     atomic_write_text(run_dir / "loss_curve.json", json.dumps(curve))
     for name in ("train_state", "train_state.old"):
@@ -319,8 +314,10 @@ def hybrid_layer_types(num_layers: int) -> list[str]:
     return types
 
 
-def qwen3_config(arch: LMConfig, vocab_size: int, eos_id: int):
-    """The HF config of ``arch`` (a Qwen3Config, or a Qwen3_5TextConfig for the hybrid)."""
+def qwen3_config(arch: LMConfig, vocab_size: int, eos_id: int | None):
+    """The Hugging Face config of ``arch``: a ``Qwen3Config``, or for ``arch.arch == "qwen3_5"`` a
+    ``Qwen3_5TextConfig`` with :func:`hybrid_layer_types`' layer pattern. ``eos_id`` also serves as
+    padding and BOS id; the input and output embeddings are untied."""
     from transformers import Qwen3_5TextConfig, Qwen3Config
 
     if arch.arch not in LM_ARCHS:
@@ -345,6 +342,8 @@ def qwen3_config(arch: LMConfig, vocab_size: int, eos_id: int):
 
 
 def lm_class(arch: str):
+    """The causal-LM class that :func:`qwen3_config`'s config of ``arch`` builds: ``Qwen3_5ForCausalLM``
+    for "qwen3_5", else ``Qwen3ForCausalLM``."""
     from transformers import Qwen3_5ForCausalLM, Qwen3ForCausalLM
 
     return Qwen3_5ForCausalLM if arch == "qwen3_5" else Qwen3ForCausalLM
@@ -419,7 +418,9 @@ def train_lm(
     return model, curve
 
 
-def lm_run_config(corpus, arch, train) -> dict:
+def lm_run_config(corpus, arch: LMConfig, train: LMTrainConfig) -> dict:
+    """What :func:`train_lm` records in ``run_dir/train_config.json`` (and checks on a rerun): the
+    architecture, the training run, the corpus's config and its vocabulary size."""
     return {"kind": "lm", "arch": dataclasses.asdict(arch), "train": dataclasses.asdict(train),
             "corpus": dataclasses.asdict(corpus.config), "vocab_size": corpus.vocab_size}
 
@@ -440,8 +441,7 @@ def make_distill_data(
     """
     from tqdm.auto import tqdm
 
-    if gen_len < 1:
-        raise ValueError(f"gen_len: must be >= 1, got {gen_len}")
+    gen_len = check_int("gen_len", gen_len, 1)
     prompts = np.asarray(prompts, dtype=np.int64)
     if prompts.ndim != 2 or prompts.shape[1] < 1:
         raise ValueError(f"prompts: need int array [n, P>=1], got shape {prompts.shape}")
@@ -480,8 +480,7 @@ def default_gamma(block_size: int) -> float:
 
 def position_weights(n: int, gamma: float) -> torch.Tensor:
     """``w_i = exp(-(i - 1) / gamma)`` for drafted positions i = 1..n: float [n]."""
-    if gamma <= 0:
-        raise ValueError(f"gamma: must be > 0, got {gamma}")
+    gamma = check_real("gamma", gamma, 0, low_open=True)
     return torch.exp(-torch.arange(n, dtype=torch.float32) / gamma)
 
 
@@ -493,6 +492,9 @@ def block_loss(out, labels: torch.Tensor, weights: torch.Tensor, balance: float 
     ``balance * KL(uniform || mean responsibility)``). Both are normalised by ``sum(weights)`` so
     the numbers are per weighted position and comparable across K. Returns (loss, logs).
     """
+    # MFD: the exact log-sum-exp, whose gradient pulls each mode by its posterior responsibility
+    # (EM's), rather than the min over modes: winner-take-all starves the modes that lose early,
+    # the classic route to dead modes; the balance term guards against collapse as well.
     wsum = weights.sum()
     if isinstance(out, torch.Tensor):
         ll = out.gather(-1, labels.unsqueeze(-1)).squeeze(-1)          # [B, L]
@@ -617,39 +619,81 @@ def train_drafter(
     world = dist.world if dist is not None else 1
     if config.batch_size % world:
         raise ValueError(f"batch_size: {config.batch_size} sequences do not split evenly over {world} processes")
-    hf = _hf_model(target)
+    hf = _frozen(_hf_model(target))
+    gamma = config.gamma if config.gamma is not None else default_gamma(bs)
+    weights = position_weights(bs - 1, gamma).to(next(hf.parameters()).device)  # [L]
+    fp = target_fingerprint(target)
+    batches = _BlockBatches(seqs, plens, bs, config, dist.rank if dist is not None else 0, world)
+    loss_fn = _drafter_loss(hf, drafter, batches, weights, config.balance, dist)
+    run_cfg = {"kind": "drafter", "train": dataclasses.asdict(config), "target": fp, **data_desc,
+               **(extra_config or {})}
+    curve = run_training(
+        run_dir, drafter, loss_fn, steps=config.steps, lr=config.lr, warmup=config.warmup,
+        ckpt_every=config.ckpt_every, config=run_cfg, progress=progress,
+        desc=desc or f"drafter K={config.num_modes}", stop_after=stop_after, grad_accum=config.grad_accum,
+        dist=dist,
+    )
+    if len(curve) >= config.steps:
+        _save_drafter(run_dir, drafter, fp, curve, dist)
+    return curve
+
+
+def _frozen(hf):
+    """``hf`` with every parameter frozen, in eval mode."""
     for p in hf.parameters():
         p.requires_grad_(False)
-    hf.eval()
-    gamma = config.gamma if config.gamma is not None else default_gamma(bs)
+    return hf.eval()
+
+
+class _BlockBatches:
+    """:func:`train_drafter`'s batches, a pure function of ``(seed, step)``: ``batch_size *
+    grad_accum`` sequences and ``blocks_per_seq`` uniform block starts t per sequence in its
+    response (prompt_len <= t <= len - block_size); micro-batch ``micro`` takes the ``micro``-th
+    ``batch_size`` of them, and rank ``rank`` every ``world``-th of those."""
+
+    def __init__(self, seqs: list[np.ndarray], plens: np.ndarray, block_size: int, config: DrafterTrainConfig,
+                 rank: int, world: int):
+        self.seqs, self.plens, self.bs = seqs, plens, block_size
+        self.lens = np.array([len(x) for x in seqs], dtype=np.int64)
+        self.seed, self.B = config.seed, config.batch_size
+        self.accum, self.nb = config.grad_accum, config.blocks_per_seq
+        self.rank, self.world = rank, world
+
+    def __call__(self, step: int, micro: int) -> tuple[np.ndarray, np.ndarray]:
+        """(token ids [b, W], right-padded (harmless under a causal mask), block starts [b, nb])."""
+        B, nb, bs = self.B, self.nb, self.bs
+        rng = np.random.default_rng([self.seed, 7, step])
+        rows = rng.integers(0, len(self.seqs), size=B * self.accum)
+        lo = self.plens[rows]
+        t_all = lo[:, None] + (rng.random((B * self.accum, nb)) * (self.lens[rows] - bs + 1 - lo)[:, None]
+                               ).astype(np.int64)                     # [B*accum, nb]
+        pick = np.arange(micro * B, (micro + 1) * B)[self.rank::self.world]
+        rows, t_np = rows[pick], t_all[pick]                           # this rank's share
+        width = int(t_np.max()) + bs
+        ids_np = np.zeros((len(rows), width), dtype=np.int64)
+        for j, r in enumerate(rows):
+            x = self.seqs[r][:width]
+            ids_np[j, : len(x)] = x
+        return ids_np, t_np
+
+
+def _drafter_loss(hf, drafter, batches: _BlockBatches, weights: torch.Tensor, balance: float, dist):
+    """``loss_fn(step, micro)`` for :func:`run_training`: the block of each start t is [x_t, MASK...],
+    its labels the target's next block_size - 1 tokens, its context the frozen target's hidden
+    states of positions < t. Under torchrun the drafter runs wrapped in DistributedDataParallel."""
     dev = next(hf.parameters()).device
-    weights = position_weights(bs - 1, gamma).to(dev)                  # [L]
-    mask_id = int(drafter.mask_token_id)
-    lens = np.array([len(x) for x in seqs], dtype=np.int64)
-    fp = target_fingerprint(target)
+    bs, nb, mask_id = batches.bs, batches.nb, int(drafter.mask_token_id)
+    # a path-corrected (Domino) drafter is teacher-forced: its correction reads the true block
+    teacher_forced = bool(getattr(drafter, "teacher_forced", False))
     step_module = _DraftStep(drafter)
     if dist is not None and dist.active:
         from torch.nn.parallel import DistributedDataParallel
 
         step_module = DistributedDataParallel(
             step_module, device_ids=[dev.index] if dev.type == "cuda" else None)
-    nb, B, accum = config.blocks_per_seq, config.batch_size, config.grad_accum
-    rank = dist.rank if dist is not None else 0
-    teacher_forced = bool(getattr(drafter, "teacher_forced", False))
 
     def loss_fn(step, micro=0):
-        rng = np.random.default_rng([config.seed, 7, step])
-        rows = rng.integers(0, len(seqs), size=B * accum)
-        lo = plens[rows]
-        # one uniform start per (sequence, block) in [prompt_len, len - block_size]
-        t_all = lo[:, None] + (rng.random((B * accum, nb)) * (lens[rows] - bs + 1 - lo)[:, None]).astype(np.int64)
-        pick = np.arange(micro * B, (micro + 1) * B)[rank::world]
-        rows, t_np = rows[pick], t_all[pick]                           # this rank's share
-        width = int(t_np.max()) + bs
-        ids_np = np.zeros((len(rows), width), dtype=np.int64)          # right-padded: causal, harmless
-        for j, r in enumerate(rows):
-            x = seqs[r][:width]
-            ids_np[j, : len(x)] = x
+        ids_np, t_np = batches(step, micro)
         ids = torch.from_numpy(ids_np).to(dev)                         # [b, W]
         t = torch.from_numpy(t_np).to(dev).reshape(-1)                 # [b*nb]
         with torch.no_grad():
@@ -660,20 +704,15 @@ def train_drafter(
         block_tokens = seq.gather(1, offs)                             # [b*nb, bs]
         block_ids = torch.full_like(block_tokens, mask_id)
         block_ids[:, 0] = block_tokens[:, 0]
-        # a path-corrected (Domino) drafter is teacher-forced: its correction reads the true block
         out = step_module(hs, t, block_ids, nb, block_tokens if teacher_forced else None)
-        return block_loss(out, block_tokens[:, 1:], weights, config.balance)
+        return block_loss(out, block_tokens[:, 1:], weights, balance)
 
-    run_cfg = {"kind": "drafter", "train": dataclasses.asdict(config), "target": fp, **data_desc,
-               **(extra_config or {})}
-    curve = run_training(
-        run_dir, drafter, loss_fn, steps=config.steps, lr=config.lr, warmup=config.warmup,
-        ckpt_every=config.ckpt_every, config=run_cfg, progress=progress,
-        desc=desc or f"drafter K={config.num_modes}", stop_after=stop_after, grad_accum=accum,
-        dist=dist,
-    )
-    if len(curve) < config.steps:
-        return curve
+    return loss_fn
+
+
+def _save_drafter(run_dir: Path, drafter, fp, curve: list, dist) -> None:
+    """The finished drafter in DFlash's format under ``run_dir/drafter`` (through a temporary
+    directory and a rename) with ``target_fingerprint.json`` beside it; rank 0 alone writes."""
     if dist is None or dist.main:
         tmp = run_dir / "drafter.tmp"
         if tmp.exists():
@@ -686,7 +725,6 @@ def train_drafter(
         _finish(run_dir, curve)
     if dist is not None:
         dist.barrier()
-    return curve
 
 
 @torch.no_grad()
