@@ -28,7 +28,7 @@ def help_summary(doc: str | None) -> str:
 
 
 def stored_number(v) -> float | None:
-    """A stored number, or None for a missing one (null, or the "nan" string of older files)."""
+    """A stored number, or None for a missing one (null, NaN, or anything that is not a number)."""
     if isinstance(v, bool) or v is None:
         return None
     if isinstance(v, (int, float)):
@@ -37,8 +37,8 @@ def stored_number(v) -> float | None:
 
 
 def is_best_budget(g: dict) -> bool:
-    """A best-budget comparison: ``budget == "best"`` (older files) or ``best_budget is True``."""
-    return g.get("budget") == "best" or g.get("best_budget") is True
+    """A gain entry that compares each method at its best budget (``best_budget is True``)."""
+    return g.get("best_budget") is True
 
 
 def speed_gain_text(g: dict) -> str:
@@ -46,8 +46,6 @@ def speed_gain_text(g: dict) -> str:
     95% interval of its pass-to-pass spread, or "no measurable difference" inside it."""
     if stored_number(g.get("speedup_gain")) is None:
         return "-"
-    if "speedup_verdict" not in g:  # an older file: a single timing pass, no spread recorded
-        return f"{100 * g['speedup_gain']:+.1f}% (no spread)"
     if g.get("speedup_verdict") == "no measurable difference":
         return f"no measurable difference (+-{100 * g['speedup_gain_ci95']:.1f}%)"
     ci = stored_number(g.get("speedup_gain_ci95"))

@@ -14,7 +14,7 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["FIGURE_SUFFIXES", "check_choice", "check_figure_file", "check_int", "check_out_dir", "check_out_file",
+__all__ = ["FIGURE_SUFFIXES", "check_choice", "check_device", "check_figure_file", "check_int", "check_out_dir", "check_out_file",
            "check_real", "is_real", "make_out_dir"]
 
 #: figure formats the commands write (matplotlib picks the format from the suffix)
@@ -70,6 +70,17 @@ def check_choice(name: str, value, choices):
     """``value`` if it is one of ``choices`` (compared with ==)."""
     if isinstance(value, (list, dict, set)) or value not in tuple(choices):
         raise ValueError(f"{name}: must be one of {', '.join(map(str, choices))}; got {value!r}")
+    return value
+
+
+def check_device(name: str, value, *, auto: bool = False) -> str:
+    """A torch device name: cpu, cuda or cuda:N (and auto, CUDA when available, where ``auto``).
+    Whether the device exists is for the torch side to say."""
+    ok = isinstance(value, str) and (value in ("cpu", "cuda") or (auto and value == "auto")
+                                     or (value.startswith("cuda:") and value[5:].isdigit()))
+    if not ok:
+        allowed = ("auto, " if auto else "") + "cpu, cuda or cuda:N"
+        raise ValueError(f"{name}: must be {allowed}, got {value!r}")
     return value
 
 

@@ -312,12 +312,12 @@ def test_eval_figure_plots_tau_and_speedup_and_keeps_every_line_visible():
 
 
 def test_eval_figures_are_written_per_data_set(tmp_path):
-    from mfd_theory.commands.pipeline import _figures
+    from mfd_theory.commands.eval_run import write_figures
     from mfd_theory.results import Result
 
     r = _eval_result()
     res = Result("eval", r["config"], r["data"], seed=0)
-    (path,) = _figures(res, tmp_path)
+    (path,) = write_figures(res, tmp_path)
     assert path.name == "tau_speedup_vs_budget-heldout.png" and path.stat().st_size > 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mfd_theory.validation import (check_choice, check_figure_file, check_int, check_out_dir, check_out_file,
+from mfd_theory.validation import (check_choice, check_device, check_figure_file, check_int, check_out_dir, check_out_file,
                                    check_real, is_real, make_out_dir)
 
 
@@ -62,3 +62,12 @@ def test_output_paths_are_checked_without_creating_anything(tmp_path):
     assert list(tmp_path.iterdir()) == [afile]  # the checks left nothing behind
     made = make_out_dir(target)
     assert made.is_dir() and list(made.iterdir()) == []
+
+
+def test_check_device():
+    for ok in ("cpu", "cuda", "cuda:0", "cuda:12"):
+        assert check_device("--device", ok) == ok
+    assert check_device("--device", "auto", auto=True) == "auto"
+    for bad in ("auto", "gpu", "cuda:", "cuda:x", "cudax", "", None, 0):
+        with pytest.raises(ValueError, match=r"^--device: must be cpu, cuda or cuda:N, got "):
+            check_device("--device", bad)

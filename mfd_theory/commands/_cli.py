@@ -24,9 +24,9 @@ from pathlib import Path
 from mfd_theory.formatting import help_summary
 from mfd_theory.progress import quiet_transformers
 from mfd_theory.results import wrote
-from mfd_theory.validation import check_choice, check_figure_file, check_int, check_out_dir, check_real
+from mfd_theory.validation import check_choice, check_figure_file, check_int, check_out_dir, check_out_file, check_real
 
-__all__ = ["EXPERIMENTS", "Checked", "Command", "check_config", "figure_option", "flag", "load_preset", "opt",
+__all__ = ["EXPERIMENTS", "Checked", "Command", "check_config", "figure_option", "file_option", "flag", "load_preset", "opt",
            "preset_names", "preset_values", "read_config", "save_result", "show_default", "switch", "to_toml", "wrote"]
 
 #: the repository's preset files, one folder per command module (the package is installed from
@@ -248,18 +248,28 @@ class _Extra:
 
     name: str
     help: str
-    figure: bool  # False: a switch; True: a figure file path, checked before any work
+    kind: str  # "switch" (off by default), "figure" (a figure file) or "file" (an output file)
+
+    @property
+    def path(self) -> bool:
+        return self.kind != "switch"
 
 
 def switch(name: str, help: str) -> _Extra:
     """An on/off run option (``--prepare-only``), off by default."""
-    return _Extra(name, help, False)
+    return _Extra(name, help, "switch")
 
 
 def figure_option(help: str, name: str = "figure") -> _Extra:
     """An optional figure file to draw (``--figure PATH``): a .png, .pdf or .svg whose folder can be
     written, checked before any work."""
-    return _Extra(name, help, True)
+    return _Extra(name, help, "figure")
+
+
+def file_option(name: str, help: str) -> _Extra:
+    """An optional output file (``--out PATH`` of ``mfd report``): not a directory, its folder
+    writable, checked before any work."""
+    return _Extra(name, help, "file")
 
 
 def _parse_bool(flag_: str, text: str) -> bool:
@@ -337,8 +347,9 @@ class Command:
             p.add_argument("--out", metavar="DIR", help=f"{self.out_help} (default: {shown})".replace("%", "%%"))
         p.add_argument("--quiet", action="store_true", help="no progress bars (default: off)")
         for e in self.extras:
-            if e.figure:
-                p.add_argument(flag(e.name), metavar="PATH", help=f"{e.help} (default: no figure)")
+            if e.path:
+                none = "no figure" if e.kind == "figure" else "none"
+                p.add_argument(flag(e.name), metavar="PATH", help=f"{e.help} (default: {none})")
             else:
                 p.add_argument(flag(e.name), action="store_true", help=f"{e.help} (default: off)")
         names = preset_names(self.folder)
@@ -403,15 +414,16 @@ class Command:
         out = config.out if "out" in self.fields else given.get("out", self.out)
         opts = argparse.Namespace(out=out, quiet=bool(given.get("quiet")), show_config=bool(given.get("show_config")))
         for e in self.extras:
-            setattr(opts, e.name, given.get(e.name, "" if e.figure else False))
+            setattr(opts, e.name, given.get(e.name, "" if e.path else False))
         if check_paths:  # every path the command will write, before any work
             if out is not False:
                 check_out_dir(out, "--out")
             if getattr(config, "cache_dir", ""):
                 check_out_dir(config.cache_dir, "--cache-dir")
             for e in self.extras:
-                if e.figure and getattr(opts, e.name):
-                    check_figure_file(getattr(opts, e.name), flag(e.name))
+                if e.path and getattr(opts, e.name):
+                    check = check_figure_file if e.kind == "figure" else check_out_file
+                    check(getattr(opts, e.name), flag(e.name))
         return config, opts
 
     def parse(self, argv: list[str] | None = None):

@@ -10,6 +10,7 @@ import dataclasses
 import re
 from pathlib import Path
 
+from mfd_theory.validation import check_device
 from mfd_theory.commands._cli import Checked, opt
 
 __all__ = ["DTYPES", "TOKENIZER_FILES", "TargetOptions", "check_target_dir", "say"]
@@ -29,8 +30,7 @@ class TargetOptions(Checked):
 
     def validate(self) -> None:
         # the spelling only: whether CUDA is there is asked when the process group starts
-        if self.device not in ("auto", "cpu", "cuda") and not re.fullmatch(r"cuda:\d+", self.device):
-            raise ValueError(f"--device: must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+        check_device("--device", self.device, auto=True)
 
 
 def check_target_dir(path: str, flag: str = "--target") -> Path:

@@ -33,6 +33,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from mfd_theory.validation import check_device
 from mfd_theory.commands._cli import Checked, Command, opt, wrote
 from mfd_theory.commands._shapes import SHAPES
 from mfd_theory.results import Result, atomic_write_text, provenance
@@ -68,8 +69,7 @@ class BenchDecodeConfig(Checked):
     hybrid_sizes: str = opt("1,16,32,64,128,256", "tree sizes of the hybrid profile (with --arch qwen3_5)")
 
     def validate(self) -> None:
-        if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
-            raise ValueError(f"--device: must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        check_device("--device", self.device, auto=True)
         try:
             sizes = [int(x) for x in self.profile_sizes.split(",") if x.strip()]
         except ValueError:

@@ -21,6 +21,7 @@ import dataclasses
 from pathlib import Path
 
 from mfd_theory.results import Result
+from mfd_theory.validation import check_device
 from mfd_theory.commands._cli import Checked, Command, load_preset, opt, switch, wrote
 
 __all__ = ["E2EConfig", "preset_config", "run", "main"]
@@ -96,8 +97,7 @@ class E2EConfig(Checked):
         if self.target_heads % self.target_kv_heads:
             raise ValueError(f"--target-kv-heads: must divide --target-heads ({self.target_heads}), "
                              f"got {self.target_kv_heads}")
-        if self.device != "cpu" and not self.device.startswith("cuda"):
-            raise ValueError(f"--device: must be cpu, cuda or cuda:N, got {self.device!r}")
+        check_device("--device", self.device)
         if self.budget_choice and self.profile_prompts == 0:
             raise ValueError("--budget-choice: the theory's budget choice needs the round profile, which "
                              "--profile-prompts 0 turns off; pass --profile-prompts >= 1 or --budget-choice false")

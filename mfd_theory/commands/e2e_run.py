@@ -243,7 +243,7 @@ def format_table(data: dict) -> str:
     lines = ["| T | method | drafter | N | tau | accepted (mean +- std) | predicted | covered@T1 | "
              "z | speedup | dead share |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     def f(v, p=2):
-        # Missing values (null; "nan" in older files) print as "-".
+        # Missing values (null) print as "-".
         if not isinstance(v, (int, float)) or (isinstance(v, float) and math.isnan(v)):
             return "-"
         return f"{v:.{p}f}"

@@ -43,6 +43,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from mfd_theory.validation import check_device
 from mfd_theory.commands._cli import Checked, Command, opt
 from mfd_theory.commands._shapes import SHAPES
 from mfd_theory.results import Result
@@ -79,8 +80,7 @@ class GpuCheckConfig(Checked):
     out: str = opt("results", "output directory (the --out option)")
 
     def validate(self) -> None:
-        if self.device != "cpu" and not self.device.startswith("cuda"):
-            raise ValueError(f"--device: must be cuda, cuda:N or cpu, got {self.device!r}")
+        check_device("--device", self.device)
         if self.shape and self.shape not in SHAPES:
             raise ValueError(f"--shape: must be one of {sorted(SHAPES)}, got {self.shape!r}")
         _ints("--tree-sizes", self.tree_sizes)

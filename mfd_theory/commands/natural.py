@@ -30,6 +30,7 @@ import dataclasses
 import shlex
 from pathlib import Path
 
+from mfd_theory.validation import check_device
 from mfd_theory.commands._cli import Checked, Command, load_preset, opt, switch
 from mfd_theory.commands.eval import METHODS
 
@@ -104,8 +105,7 @@ class NaturalConfig(Checked):
                                            ge=1)
 
     def validate(self) -> None:
-        if self.device != "cpu" and not self.device.startswith("cuda"):
-            raise ValueError(f"--device: must be cpu, cuda or cuda:N, got {self.device!r}")
+        check_device("--device", self.device)
         if len(set(self.modes)) != len(self.modes):
             raise ValueError(f"--modes: each K once, got {self.modes}")
         if 1 not in self.modes:

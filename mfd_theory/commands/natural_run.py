@@ -222,7 +222,7 @@ def _ceiling_prompt(model, tok, prompt: str, config, seed: int) -> dict:
 def run_ceiling(config, out: Path, progress: bool = True) -> None:
     from tqdm.auto import tqdm
 
-    from mfd_theory.commands.pipeline import load_target
+    from mfd_theory.commands.distill_run import load_target
 
     model, tok = load_target(str(out / "target"), config.device, "float32")
     cdir = out / "ceiling"

@@ -28,6 +28,7 @@ import dataclasses
 import shlex
 from pathlib import Path
 
+from mfd_theory.validation import check_device
 from mfd_theory.commands._cli import Checked, Command, opt
 from mfd_theory.commands.e2e import preset_config
 
@@ -71,8 +72,7 @@ class OwnTargetConfig(Checked):
                                       "every row before the evaluation", ge=1)
 
     def validate(self) -> None:
-        if self.device != "cpu" and not self.device.startswith("cuda"):
-            raise ValueError(f"--device: must be cpu, cuda or cuda:N, got {self.device!r}")
+        check_device("--device", self.device)
         if len(set(self.modes)) != len(self.modes):
             raise ValueError(f"--modes: each K once, got {self.modes}")
         try:

@@ -54,10 +54,9 @@ def run_command_steps(steps, commands: list[tuple], keys: dict, distill_inputs: 
     drafter), so that moving the output directory keeps them valid. ``keys`` gains each step's key.
     Data and drafters record the target's fingerprint: a new fingerprint version redoes distill
     and, through the keys, every step after it."""
-    import mfd_theory.commands.pipeline as pipeline
+    from mfd_theory.commands import distill, eval, train_drafter
 
-    entry = {"distill": pipeline.distill_main, "train-drafter": pipeline.train_drafter_main,
-             "eval": pipeline.eval_main}
+    entry = {"distill": distill.main, "train-drafter": train_drafter.main, "eval": eval.main}
     marker = {"distill": "manifest.json", "train-drafter": "loss_curve.json", "eval": "eval.json"}
     for name, cmd, argv, rel, line in commands:
         upstream = distill_inputs if cmd == "distill" else (
