@@ -47,7 +47,7 @@ def _drafters(model):
 def test_greedy_equals_hf_generate(model, target, method):
     drafters = _drafters(model)
     for (name, drafter), prompt, n in itertools.product(drafters.items(), PROMPTS, (1, 9, 24)):
-        if (method == "ar" and name != "block") or (method == "dartree" and not hasattr(drafter, "grow_tree")):
+        if (method == "ar" and name != "block") or (method == "dartree" and not drafter.grows_trees):
             continue
         ref = hf_greedy(model, prompt, n)
         res = speculative_generate(target, drafter, prompt, n, method, budget=12)
