@@ -42,6 +42,7 @@ class Drafter(Protocol):
         """A fresh drafting state for a batch of requests."""
 
 
+@runtime_checkable
 class TreeGrower(Protocol):
     """What a drafter with ``grows_trees`` adds: method "dartree"'s tree."""
 
