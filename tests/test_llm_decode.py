@@ -13,9 +13,8 @@ from llm_helpers import OracleDrafter, hf_greedy, sampled_continuations_pvalue, 
 
 from mfd_theory.coverage import coverage  # noqa: E402
 from mfd_theory.llm import TargetModel, build_drafter  # noqa: E402
-from mfd_theory.llm.decoding.generate import (  # noqa: E402
-    METHODS, children_map, sampling_probs, speculative_generate, walk_tree,
-)
+from mfd_theory.llm.decoding.generate import METHODS, sampling_probs, speculative_generate, walk_tree  # noqa: E402
+from mfd_theory.llm.decoding.sampling import children_map  # noqa: E402
 from mfd_theory.trees import DraftTree  # noqa: E402
 
 PROMPTS = [[3, 7, 1, 9, 4], [50, 2], [11, 12, 13, 14, 15, 16, 17, 18, 19]]

@@ -13,17 +13,21 @@ from typing import Callable
 import numpy as np
 import torch
 
-from mfd_theory.llm.decoding.metrics import DEAD_EPS, _node_conditionals, round_metrics  # noqa: F401
-from mfd_theory.llm.decoding.records import DecodeResult, RoundTimes, StepRecord, clock  # noqa: F401
-from mfd_theory.llm.decoding.round import (Request, as_target, check_decoding, check_seed, eos_set,
-                                           positions_needed)  # noqa: F401
-from mfd_theory.llm.decoding.sampling import Sampler, children_map, sampling_probs, walk_tree  # noqa: F401
+from mfd_theory.llm.decoding.metrics import DEAD_EPS, round_metrics
+from mfd_theory.llm.decoding.records import DecodeResult, StepRecord, clock
+from mfd_theory.llm.decoding.round import Request, as_target, check_decoding, check_seed, eos_set
+from mfd_theory.llm.decoding.sampling import Sampler, sampling_probs, walk_tree
 from mfd_theory.llm.decoding.trees import METHODS, build_tree, build_trees, first_nodes
+
+# names other modules import from here: training/distill.py positions_needed, tests/test_predict.py
+# the two private ones
+from mfd_theory.llm.decoding.metrics import _node_conditionals  # noqa: F401
+from mfd_theory.llm.decoding.round import positions_needed  # noqa: F401
+
+_first_nodes = first_nodes
 
 __all__ = ["METHODS", "DEAD_EPS", "StepRecord", "DecodeResult", "speculative_generate", "sampling_probs",
            "walk_tree", "build_tree"]
-
-_first_nodes = first_nodes  # the name tests/test_predict.py imports from here
 
 
 def _check_budget_rule(budget_rule, method: str) -> None:
