@@ -9,6 +9,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 from transformers import Qwen3Config, Qwen3ForCausalLM  # noqa: E402
 
+from mfd_theory.llm.models.protocol import DrafterBase  # noqa: E402
+
 # Tiny models gain nothing from threads, and on a busy 2-core machine intra-op threads contend
 # badly (a 4 ms forward becomes 100 ms).
 torch.set_num_threads(1)
@@ -43,11 +45,13 @@ def hf_greedy(model, prompt, n: int, eos: int | None = None) -> list[int]:
     return out[0, len(prompt):].tolist()
 
 
-class OracleDrafter:
+class OracleDrafter(DrafterBase):
     """A test drafter that knows the target: it drafts the target's greedy continuation, with one
     position per block corrupted in mode 0 (so paths are partly accepted) and the true chain as a
-    lower-weight mode 1 (K = 2) or as the second choice (K = 1). Implements the drafter protocol of
-    :mod:`mfd_theory.llm.decoding.generate` plus the optional ``observe_tokens`` hook."""
+    lower-weight mode 1 (K = 2) or as the second choice (K = 1). A
+    :class:`~mfd_theory.llm.models.protocol.Drafter` that reads the committed tokens and grows trees."""
+
+    grows_trees = True
 
     def __init__(self, hf_model, block_size: int = 6, num_modes: int = 2, seed: int = 0, corrupt: float = 0.5):
         self.model = hf_model

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from mfd_theory.llm.models.drafter import rope
+from mfd_theory.llm.models.drafter import _rope as rope
 
 
 def slow_attention(attn, x, cos, sin, ctx_k, ctx_v, mask):

@@ -11,7 +11,8 @@ from llm_helpers import tiny_qwen3  # noqa: E402
 from reference_decode import slow_topk  # noqa: E402
 
 from mfd_theory.llm import build_drafter  # noqa: E402
-from mfd_theory.llm.decoding.generate import _topk, _topk_torch, build_tree, speculative_generate  # noqa: E402
+from mfd_theory.llm.decoding.generate import build_tree, speculative_generate  # noqa: E402
+from mfd_theory.llm.decoding.trees import _topk, _topk_torch  # noqa: E402
 from mfd_theory.llm.decoding.warmup import warm_up  # noqa: E402
 
 

@@ -232,6 +232,7 @@ def test_auto_switching_off_and_on_keeps_the_drafter_context_whole(model, target
     """Under "auto", AR rounds keep their rows for the drafter; when drafting resumes its context
     holds exactly the target's committed rows, and the output stays the target's greedy one."""
     import mfd_theory.llm.decoding.batch as batch_mod
+    from mfd_theory.llm.models.drafter import BatchDraftContext
 
     class Switching:  # off for two rounds, then trees, then off again, ...
         calls = 0
@@ -241,7 +242,7 @@ def test_auto_switching_off_and_on_keeps_the_drafter_context_whole(model, target
             return ("off", 0) if (self.calls // 2) % 2 == 0 else ("per_request", 6)
 
     seen = {}
-    init, draft = batch_mod.BatchTarget.__init__, batch_mod._BlockBatchDraft.draft
+    init, draft = batch_mod.BatchTarget.__init__, BatchDraftContext.draft
 
     def init_spy(self, *a, **k):
         init(self, *a, **k)
@@ -251,11 +252,11 @@ def test_auto_switching_off_and_on_keeps_the_drafter_context_whole(model, target
 
     def draft_spy(self, new_feats, roots):
         out = draft(self, new_feats, roots)
-        checks.append(list(self.n) == list(seen["bt"].lengths))
+        checks.append(list(self.lengths) == list(seen["bt"].lengths))
         return out
 
     monkeypatch.setattr(batch_mod.BatchTarget, "__init__", init_spy)
-    monkeypatch.setattr(batch_mod._BlockBatchDraft, "draft", draft_spy)
+    monkeypatch.setattr(BatchDraftContext, "draft", draft_spy)
     drafter = build_drafter(model, block_size=5, num_layers=1, num_modes=2, seed=6)
     res = speculative_generate_batch(target, drafter, PROMPTS, 20, "mfd", policy="auto", plan=Switching())
     assert [r.tokens for r in res.results] == [hf_greedy(model, p, 20) for p in PROMPTS]

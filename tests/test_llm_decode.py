@@ -13,9 +13,8 @@ from llm_helpers import OracleDrafter, hf_greedy, sampled_continuations_pvalue, 
 
 from mfd_theory.coverage import coverage  # noqa: E402
 from mfd_theory.llm import TargetModel, build_drafter  # noqa: E402
-from mfd_theory.llm.decoding.generate import (  # noqa: E402
-    METHODS, children_map, sampling_probs, speculative_generate, walk_tree,
-)
+from mfd_theory.llm.decoding.generate import METHODS, sampling_probs, speculative_generate, walk_tree  # noqa: E402
+from mfd_theory.llm.decoding.sampling import children_map  # noqa: E402
 from mfd_theory.trees import DraftTree  # noqa: E402
 
 PROMPTS = [[3, 7, 1, 9, 4], [50, 2], [11, 12, 13, 14, 15, 16, 17, 18, 19]]
@@ -47,7 +46,7 @@ def _drafters(model):
 def test_greedy_equals_hf_generate(model, target, method):
     drafters = _drafters(model)
     for (name, drafter), prompt, n in itertools.product(drafters.items(), PROMPTS, (1, 9, 24)):
-        if (method == "ar" and name != "block") or (method == "dartree" and not hasattr(drafter, "grow_tree")):
+        if (method == "ar" and name != "block") or (method == "dartree" and not drafter.grows_trees):
             continue
         ref = hf_greedy(model, prompt, n)
         res = speculative_generate(target, drafter, prompt, n, method, budget=12)

@@ -93,11 +93,11 @@ def test_cache_grows_in_place_between_reallocations():
     feats = _feats(d, 60)
     d.reset()
     d.draft_modes(feats[:, :10], 1)
-    ptrs = [x.data_ptr() for x in d._cache_k + d._cache_v]
+    ptrs = [x.data_ptr() for buf in d._cache for x in (buf.keys, buf.values)]
     cap = d.cache_capacity
     for a in range(10, 60, 5):
         d.draft_modes(feats[:, a:a + 5], 1)
-    assert d.cache_capacity == cap and [x.data_ptr() for x in d._cache_k + d._cache_v] == ptrs
+    assert d.cache_capacity == cap and [x.data_ptr() for buf in d._cache for x in (buf.keys, buf.values)] == ptrs
 
 
 def test_reset_then_a_new_sequence_sees_no_stale_rows():

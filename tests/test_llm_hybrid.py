@@ -348,7 +348,7 @@ def test_tree_gated_delta_rule_equals_walking_each_path(n_nodes, hk, seed):
     """The all-rows-at-once tree form against HF's one-token rule run along every row's path."""
     from reference_hybrid import tree_gated_delta_rule_ref
 
-    from mfd_theory.llm.models.hybrid import plan_verify, tree_gated_delta_rule
+    from mfd_theory.llm.models.hybrid import _plan_verify as plan_verify, tree_gated_delta_rule
     from mfd_theory.trees import product_tree
 
     g0 = torch.Generator().manual_seed(seed)

@@ -41,13 +41,13 @@ def test_rounds_equal_the_concatenating_cache_across_growth(attn):
         assert torch.allclose(a, b, atol=ATOL, rtol=0)
     rng = np.random.default_rng(0)
     tree, root = _tree(), 42
-    caps = {fast.cache.layers[0]._buf_k.shape[-2]}  # 256 after the prompt
+    caps = {fast.cache.layers[0].kv.capacity}  # 256 after the prompt
     for _ in range(12):
         out_f, out_s = fast.verify(root, tree), slow.verify(root, tree)
         assert torch.allclose(out_f.logits, out_s.logits, atol=ATOL, rtol=0)
         path = _random_chain(tree, rng)
         fast.commit(path), slow.commit(path)
-        caps.add(fast.cache.layers[0]._buf_k.shape[-2])
+        caps.add(fast.cache.layers[0].kv.capacity)
         root = int(torch.argmax(out_f.logits[0]))
     assert fast.length == slow.length and len(caps) > 1  # it did grow
     for lf, ls in zip(fast.cache.layers, slow.cache.layers):
@@ -65,12 +65,12 @@ def test_rounds_write_in_place_between_growths():
     tree = _tree()
     t.verify(1, tree)
     t.commit([0])
-    ptrs = [(layer._buf_k.data_ptr(), layer._buf_v.data_ptr()) for layer in t.cache.layers]
+    ptrs = [(layer.kv.keys.data_ptr(), layer.kv.values.data_ptr()) for layer in t.cache.layers]
     for r in range(6):
         t.verify(2 + r, tree)
         t.commit([1, 4])
-    assert [(layer._buf_k.data_ptr(), layer._buf_v.data_ptr()) for layer in t.cache.layers] == ptrs
-    assert all(layer.keys.data_ptr() == layer._buf_k.data_ptr() for layer in t.cache.layers)
+    assert [(layer.kv.keys.data_ptr(), layer.kv.values.data_ptr()) for layer in t.cache.layers] == ptrs
+    assert all(layer.keys.data_ptr() == layer.kv.keys.data_ptr() for layer in t.cache.layers)
     # a new sequence starts from fresh buffers, and from no stale rows
     t.prefill(torch.arange(5) % 60)
     assert t.cache.layers[0].keys.shape[-2] == 5

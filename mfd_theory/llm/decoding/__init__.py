@@ -1,8 +1,9 @@
 """Lossless tree-verified decoding, one request (``generate.py``) or many at once (``batch.py``).
 
-A round drafts a block, builds the method's tree, verifies it in one target forward, walks it by
-the lossless rule and commits the accepted path. ``warmup.py`` runs every piece once before
-anything is timed. The rule and its proof: docs/background.md.
+A round drafts a block, builds the method's tree (``trees.py``), verifies it in one target forward,
+walks it by the lossless rule (``sampling.py``), commits the accepted path and records it
+(``metrics.py``, ``records.py``); ``round.py`` holds a request's part, shared by both loops, and
+``warmup.py`` runs every piece once before anything is timed. The rule: docs/background.md.
 """
 
 from mfd_theory.llm.decoding.batch import (POLICIES, BatchDecodeResult, BatchRound, BatchTarget,

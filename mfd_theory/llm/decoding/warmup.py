@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mfd_theory.llm.decoding.generate import METHODS, build_tree, speculative_generate
+from mfd_theory.llm.decoding.generate import speculative_generate
+from mfd_theory.llm.decoding.trees import METHODS, build_tree
 
 __all__ = ["warm_up"]
 
@@ -40,6 +41,6 @@ def warm_up(target=None, drafter=None, budget: int = 64, methods=METHODS, prompt
     vocab = int(target.config.vocab_size) if hasattr(target, "config") else 2
     prompt = torch.arange(prompt_len) % max(1, vocab - 1)
     for m in methods:
-        if (m != "ar" and drafter is None) or (m == "dartree" and not hasattr(drafter, "grow_tree")):
+        if (m != "ar" and drafter is None) or (m == "dartree" and not drafter.grows_trees):
             continue
         speculative_generate(target, drafter, prompt, 3, m, budget=budget)

@@ -1,39 +1,9 @@
-"""The Domino drafter and DARTree's path-dependent draft tree.
+"""The Domino drafter and DARTree's path-dependent draft tree (method "dartree").
 
-A product tree (DDTree) ranks every path by the product of the block's per-position marginals, so
-it cannot tell that token a at depth 1 makes token b at depth 2 unlikely: it fills the budget with
-*chimeras*, paths that splice continuations of different futures. MFD fixes this with a latent
-mixture drafted in one pass. DARTree fixes it with *path dependence*: the drafter's distribution
-at depth d is corrected by the concrete path that leads there, and the tree is grown depth by
-depth, so each parent's children come from its own corrected distribution.
-
-The Domino drafter is the DFlash block drafter (same backbone, same checkpoint layout) plus a
-small causal correction head over the path:
-
-* ``in_proj`` maps [embedding of the path's previous token ; the backbone's final state at the
-  drafted position] (2H) to the head's width r;
-* a GRU cell (width r) carries the path: ``g_d = GRU(in_proj([e(x_{d-1}) ; h_d]), g_{d-1})`` with
-  ``g_0 = 0`` and x_0 the block's root (the last committed token);
-* ``up`` (r -> V, no bias) turns the state into a rank-r logit correction:
-  ``log q~(x_d | x_<d) = log_softmax(log q_block(x_d) + up(g_d))``.
-
-Training is teacher-forced: the correction at position d sees the block's true tokens x_0..x_{d-1}
-and the loss is DFlash's per-position weighted cross-entropy of the corrected distributions
-(:func:`mfd_theory.llm.training.train.block_loss`), backbone and head together.
-
-Drafting costs one backbone pass per round (the block logits and states), then one sequential GRU
-step per depth, batched over the frontier: :meth:`DominoDrafter.grow_tree` expands every frontier
-node into its top-k children under its corrected distribution, merges them with the nodes kept so
-far and keeps the global top-N by path score (log-probability of the path under the corrected
-conditionals). Scores never increase along a path and ties favour earlier (shallower) nodes, so
-the kept set is prefix-closed; a child ranked below N among its siblings can never be among the
-top N, so k = min(N, V) children per parent make the result the exact top-N tree of all paths up
-to the block's depth. Verification and the walk are the decoder's usual lossless code.
-
-Checkpoint: DFlash's files with ``architectures = ["DominoDraftModel"]`` and
-``dflash_config.dartree = {"rank": r, "parameters": [names of the head's tensors]}``; the head's
-tensors (``correction.in_proj.weight``, ``correction.gru.*``, ``correction.up.weight``) sit in
-``model.safetensors`` beside the backbone's.
+``DominoDrafter`` is the DFlash block drafter plus ``PathCorrection``, a GRU over the path whose
+rank-r logit correction makes each depth's distribution depend on the tokens above it;
+``grow_path_tree`` grows the exact top-N tree of such a drafter one depth at a time. Design,
+training, cost and checkpoint layout: docs/results.md ("DARTree: path-dependent trees").
 """
 
 from __future__ import annotations
@@ -59,7 +29,9 @@ ARCHITECTURE = "DominoDraftModel"
 
 
 class PathCorrection(nn.Module):
-    """The causal correction head: a GRU over the path and a rank-r logit correction."""
+    """The causal correction head: ``g_d = GRU(in_proj([e(x_{d-1}) ; h_d]), g_{d-1})`` with
+    ``g_0 = 0`` and x_0 the block's root, h_d the backbone's final state at depth d, and
+    ``log q~(x_d | x_<d) = log_softmax(log q_block(x_d) + up(g_d))`` (``up``: r -> V, no bias)."""
 
     def __init__(self, hidden_size: int, vocab_size: int, rank: int):
         super().__init__()
@@ -77,11 +49,13 @@ class PathCorrection(nn.Module):
 
 
 class DominoDrafter(BlockDrafter):
-    """DFlash backbone plus :class:`PathCorrection`; see the module docstring."""
+    """DFlash backbone plus :class:`PathCorrection`; trained teacher-forced (:meth:`train_forward`),
+    drafting one backbone pass per round, then :meth:`grow_tree` one correction step per depth."""
 
     kind = "dartree"
     architecture = ARCHITECTURE  # registers the class with load_drafter / build_drafter
     teacher_forced = True  # train_forward needs the block's true tokens (see train_drafter)
+    grows_trees = True
 
     def __init__(self, config, target: Any, rank: int | None = None):
         super().__init__(config, target)
@@ -164,6 +138,10 @@ class DominoDrafter(BlockDrafter):
         return grow_path_tree(root_token, log_q.shape[0], budget, step, h.new_zeros(1, self.correction_rank),
                               clock)
 
+    def batch_context(self):
+        """Refused: a batch drafts blocks only, and this drafter's trees depend on their paths."""
+        raise ValueError("drafter: batched decoding does not grow path-dependent (dartree) trees")
+
     # ------------------------------------------------------------------ checkpoints
     def save_pretrained(self, directory) -> Path:
         directory = super().save_pretrained(directory)
@@ -208,8 +186,9 @@ def grow_path_tree(root_token: int, depth_max: int, budget: int, step: Callable,
     ``step(state [F, ...], prev_tokens [F], d) -> (state [F, ...], log-probs [F, V])`` advances the
     drafter's path state of F frontier nodes by their last tokens and returns each one's
     distribution for depth d + 1 (0-based d); ``state0`` [1, ...] is the root's state. Paths are
-    scored by their summed log-probabilities; see the module docstring for why the kept set is
-    prefix-closed and exact. Returns (tree with ``log_score`` = path score, seconds per depth)."""
+    scored by their summed log-probabilities. Scores never increase along a path and ties favour
+    earlier (shallower) nodes, so the kept top N is prefix-closed, and it is the exact top N of all
+    paths up to ``depth_max``. Returns (tree with ``log_score`` = path score, seconds per depth)."""
     if isinstance(budget, bool) or int(budget) != budget or int(budget) < 1:
         raise ValueError(f"budget: must be an integer >= 1, got {budget!r}")
     clock = clock or time.perf_counter

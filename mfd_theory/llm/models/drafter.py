@@ -1,49 +1,9 @@
 """Block drafters in DFlash's architecture and checkpoint format, and the MFD mixture drafter.
 
-Architecture (docs/background.md). A few Qwen3 decoder layers with no embedding and no LM head of
-their own: the block's input embeddings come from the target's ``embed_tokens`` and the drafted
-logits from the target's ``lm_head``. Both are *referenced*, not owned: they are not parameters of
-the drafter, do not appear in its ``state_dict`` and are never trained (the target is frozen).
-Conditioning is on the target's hidden states of layers ``target_layer_ids`` (HF
-``hidden_states[layer_id + 1]``), concatenated, projected by ``fc`` (no bias) and normalised by
-``hidden_norm``: these are the *context features*. In every draft layer the keys and values are
-projections of [context features ; block states], the queries come from the block only, and
-attention is non-causal; q_norm / k_norm and RoPE as in Qwen3. The context occupies positions
-0..T-1 and the block (``[last committed token, MASK x (block_size - 1)]``) positions
-T..T+block_size-1. A final ``norm`` and the target's ``lm_head`` give L = block_size - 1
-per-position distributions for block positions 1..block_size-1.
-
-MFD (Multi-Future Drafting) adds K+1 vectors: ``mode_embeddings`` [K, H], added to every input
-embedding of the block (K copies of the block run in one batched forward that shares the context
-keys/values), and ``weight_readout`` [H]: ``log pi = log_softmax_k(weight_readout . mean_j h_{k,j})``
-over the final normalised block states of each mode. With K = 1 (and a zero mode embedding) it is
-exactly the block drafter.
-
-Interface (used by decoding in :mod:`mfd_theory.llm.decoding.generate` and by training):
-
-``drafter.fuse_hidden(hidden_states)``
-    context features [B, T, H] from the target's HF ``hidden_states`` tuple (differentiable with
-    respect to the drafter's ``fc`` / ``hidden_norm``).
-``drafter.train_forward(ctx_feats [B, T, H], block_ids [B, block_size], ctx_valid [B, T] | None)``
-    differentiable; ``block_ids[:, 0]`` is the last committed token, the rest are
-    ``mask_token_id``. ``ctx_valid`` (bool) marks real context rows; padding must be on the left,
-    and each row's positions then start at its first valid row. Returns
-    BlockDrafter: log-probs [B, block_size - 1, V] for block positions 1..block_size - 1;
-    MFDDrafter: ``(log_pi [B, K], log_q [B, K, block_size - 1, V])``.
-``drafter.reset()`` / ``drafter.draft_modes(new_ctx_feats [1, t, H], root_token)``
-    inference with the drafter's own cache of context keys/values across rounds: the new context
-    rows are appended at the next positions, the block is drafted after them. Returns
-    ``(log_pi [K], log_q [K, L, V])`` (float32). ``draft(...)`` returns ``log_q [L, V]`` for a
-    BlockDrafter and ``(log_pi, log_q)`` for an MFD drafter.
-Attributes: ``block_size``, ``mask_token_id``, ``num_modes`` (1 for BlockDrafter),
-``target_layer_ids``, ``config`` (a Qwen3Config in DFlash's layout). Drafters are ``nn.Module``.
-
-Checkpoints: ``save_pretrained(dir)`` writes ``config.json`` (a Qwen3 config with ``block_size``,
-``num_target_layers`` and ``dflash_config: {target_layer_ids, mask_token_id[, num_modes]}``) and
-``model.safetensors`` with DFlash's parameter names (``layers.{i}.self_attn.q_proj.weight``, ...,
-``norm.weight``, ``fc.weight``, ``hidden_norm.weight``) plus, for MFD, ``mode_embeddings`` and
-``weight_readout``. ``from_pretrained(dir, target)`` reads that layout (single or sharded
-safetensors) and returns the right class.
+``BlockDrafter`` (K = 1) and ``MFDDrafter`` (K modes) draft a block in one pass from the target's
+fused hidden states, with a context cache kept in place across rounds (one request) or per batch
+row (``BatchDraftContext``). Architecture: docs/background.md ("DFlash drafters", "Mixture
+drafters"); checkpoint layout: docs/own-target.md; what decoding calls: ``protocol.Drafter``.
 """
 
 from __future__ import annotations
@@ -59,9 +19,11 @@ from transformers import Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding
 
 from mfd_theory.llm.models.fingerprint import target_fingerprint
+from mfd_theory.llm.models.kv import KVBuffer
+from mfd_theory.llm.models.protocol import DrafterBase
 
-__all__ = ["BlockDrafter", "MFDDrafter", "DRAFTER_KINDS", "build_drafter", "load_drafter", "default_target_layer_ids",
-           "drafter_from_checkpoint", "check_drafter_target"]
+__all__ = ["BatchDraftContext", "BlockDrafter", "MFDDrafter", "DRAFTER_KINDS", "build_drafter", "load_drafter",
+           "default_target_layer_ids", "drafter_from_checkpoint", "check_drafter_target"]
 
 _CONFIG_COPY_KEYS = (
     "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
@@ -105,12 +67,12 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     # x [B, heads, T, d]; cos/sin [B, T, d]
     return x * cos[:, None] + _rotate_half(x) * sin[:, None]
 
 
-def fold_modes(x: torch.Tensor, modes: int) -> torch.Tensor:
+def _fold_modes(x: torch.Tensor, modes: int) -> torch.Tensor:
     """[B*K, h, S, d] -> [B, h, K*S, d]: a sample's K blocks as one sequence of K*S rows, mode-major."""
     bk, h, s, d = x.shape
     return x.view(bk // modes, modes, h, s, d).transpose(1, 2).reshape(bk // modes, h, modes * s, d)
@@ -169,51 +131,50 @@ class _DraftAttention(nn.Module):
         b, t, _ = ctx.shape
         k = self.k_norm(self.k_proj(ctx).view(b, t, self.num_kv_heads, self.head_dim)).transpose(1, 2)
         v = self.v_proj(ctx).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        return rope(k, cos, sin), v  # [B, kvh, t, d] each
+        return _rope(k, cos, sin), v  # [B, kvh, t, d] each
 
-    def forward(self, x, cos, sin, ctx_k, ctx_v, mask, modes: int = 1, cache_len: int | None = None,
+    def forward(self, x, cos, sin, context, mask, modes: int = 1, offsets: list[int] | None = None,
                 per_mode: bool = False):
         """x [B*K, S, H] (normalised block states, K blocks per sample sharing one context).
 
-        ``cache_len=None``: ctx_k/ctx_v [B, kvh, T, d] are exactly the context and the block keys
-        are concatenated after them (training). Otherwise ctx_k/ctx_v are a preallocated cache
-        [B, kvh, capacity, d] holding the context in rows [0, cache_len) with rows up to
-        cache_len + K*S free: the block keys/values are written there, nothing is copied.
-        ``mask``: additive [B | 1, 1, rep*K*S, T + K*S] (context columns first) or None.
-        ``per_mode`` (cache only, B = 1, no mask, rows up to cache_len + S free): modes one after
-        another, see the class docstring."""
+        ``offsets=None``: ``context`` is (ctx_k, ctx_v) [B, kvh, T, d], exactly the context, and the
+        block keys are concatenated after them (training). Otherwise ``context`` is a
+        :class:`~mfd_theory.llm.models.kv.KVBuffer` holding sample b's context in rows
+        ``[0, offsets[b])`` with room for K*S rows after it: the block keys/values are written there
+        and the keys read are the first ``max(offsets) + K*S`` rows, nothing is copied (one request
+        is the case B = 1). ``mask``: additive [B | 1, 1, rep*K*S, keys] (context columns first) or
+        None. ``per_mode`` (cache only, B = 1, no mask, room for S rows): modes one after another,
+        see the class docstring."""
         bk, s, _ = x.shape
         b, d = bk // modes, self.head_dim
         q = self.q_norm(self.q_proj(x).view(bk, s, self.num_heads, d)).transpose(1, 2)
         k = self.k_norm(self.k_proj(x).view(bk, s, self.num_kv_heads, d)).transpose(1, 2)
         v = self.v_proj(x).view(bk, s, self.num_kv_heads, d).transpose(1, 2)
-        q, k = rope(q, cos, sin), rope(k, cos, sin)  # [B*K, heads, S, d]
+        q, k = _rope(q, cos, sin), _rope(k, cos, sin)  # [B*K, heads, S, d]
         if per_mode:
-            return self.o_proj(self._attend_per_mode(q, k, v, ctx_k, ctx_v, cache_len))
-        q = fold_modes(q, modes).reshape(b, self.num_kv_heads, self.rep * modes * s, d)  # [B, kvh, rep*K*S, d]
-        k, v = fold_modes(k, modes), fold_modes(v, modes)  # [B, kvh, K*S, d]
-        if cache_len is None:
+            return self.o_proj(self._attend_per_mode(q, k, v, context, offsets[0]))
+        q = _fold_modes(q, modes).reshape(b, self.num_kv_heads, self.rep * modes * s, d)  # [B, kvh, rep*K*S, d]
+        k, v = _fold_modes(k, modes), _fold_modes(v, modes)  # [B, kvh, K*S, d]
+        if offsets is None:
+            ctx_k, ctx_v = context
             keys, values = torch.cat([ctx_k, k], dim=2), torch.cat([ctx_v, v], dim=2)  # [B, kvh, T+K*S, d]
         else:
-            end = cache_len + modes * s
-            ctx_k[:, :, cache_len:end] = k
-            ctx_v[:, :, cache_len:end] = v
-            keys, values = ctx_k[:, :, :end], ctx_v[:, :, :end]  # views of the cache
+            same = all(o == offsets[0] for o in offsets)  # one slice write, or one row offset each
+            context.write(offsets[0] if same else torch.tensor(offsets, device=x.device), k, v)
+            keys, values = context.read(max(offsets) + modes * s)  # views of the cache
         out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=d ** -0.5)
         out = out.view(b, self.num_heads, modes, s, d).permute(0, 2, 3, 1, 4)  # [B, K, S, heads, d]
         return self.o_proj(out.reshape(bk, s, self.num_heads * d))  # [B*K, S, H]
 
-    def _attend_per_mode(self, q, k, v, cache_k, cache_v, cache_len: int) -> torch.Tensor:
+    def _attend_per_mode(self, q, k, v, cache: KVBuffer, start: int) -> torch.Tensor:
         """q [K, heads, S, d], k/v [K, kvh, S, d] of one sample's K blocks; the cache [1, kvh,
-        capacity, d] holds the context in rows [0, cache_len). Returns [K, S, heads*d]."""
+        capacity, d] holds the context in rows [0, start). Returns [K, S, heads*d]."""
         modes, _, s, d = q.shape
-        end = cache_len + s
         q = q.reshape(modes, self.num_kv_heads, self.rep * s, d)  # [K, kvh, rep*S, d]: GQA heads folded
         out = torch.empty_like(q)
-        keys, values = cache_k[:, :, :end], cache_v[:, :, :end]  # views: [context ; one block]
+        keys, values = cache.read(start + s)  # views: [context ; one block]
         for m in range(modes):
-            cache_k[:, :, cache_len:end] = k[m]  # this mode's block keys overwrite the last one's
-            cache_v[:, :, cache_len:end] = v[m]
+            cache.write(start, k[m:m + 1], v[m:m + 1])  # this mode's block keys overwrite the last one's
             out[m] = F.scaled_dot_product_attention(q[m:m + 1], keys, values, scale=d ** -0.5)[0]
         out = out.view(modes, self.num_heads, s, d).transpose(1, 2)  # [K, S, heads, d]
         return out.reshape(modes, s, self.num_heads * d)
@@ -227,8 +188,9 @@ class _DraftLayer(nn.Module):
         self.input_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
-    def forward(self, h, cos, sin, ctx_k, ctx_v, mask, modes=1, cache_len=None, per_mode=False):
-        h = h + self.self_attn(self.input_layernorm(h), cos, sin, ctx_k, ctx_v, mask, modes, cache_len, per_mode)
+    def forward(self, h, cos, sin, context, mask, modes=1, offsets=None, per_mode=False):
+        """See :meth:`_DraftAttention.forward` for ``context``, ``offsets`` and ``per_mode``."""
+        h = h + self.self_attn(self.input_layernorm(h), cos, sin, context, mask, modes, offsets, per_mode)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -244,8 +206,25 @@ def _draft_value(cfg: Any, name: str, default: Any = None) -> Any:
     return getattr(cfg, name, default)
 
 
-class BlockDrafter(nn.Module):
-    """DFlash-architecture block drafter (K = 1). See the module docstring for the interface."""
+class BlockDrafter(nn.Module, DrafterBase):
+    """DFlash-architecture block drafter (K = 1), an ``nn.Module`` with the
+    :class:`~mfd_theory.llm.models.protocol.Drafter` members.
+
+    A few Qwen3 layers with no embedding and no LM head of their own: the block's embeddings come
+    from the target's ``embed_tokens`` and its logits from the target's ``lm_head``, *referenced*
+    (not parameters, not in ``state_dict``, never trained). Context features are the target's
+    ``hidden_states[i + 1]`` for ``i`` in ``target_layer_ids``, concatenated, projected by ``fc``
+    and normalised by ``hidden_norm``. In every layer the keys and values come from [context
+    features ; block states] and the queries from the block alone, without a causal mask (q/k norms
+    and RoPE as in Qwen3); the context sits at positions 0..T-1 and the block ``[last committed
+    token, MASK x L]`` at T..T+L, L = block_size - 1. A final ``norm`` and the ``lm_head`` give
+    the L per-position distributions.
+
+    Training: :meth:`train_forward`. Inference keeps the context's keys/values across rounds
+    (:meth:`reset`, :meth:`draft_modes`); :meth:`batch_context` does the same for a batch.
+    Attributes: ``block_size``, ``mask_token_id``, ``num_modes``, ``target_layer_ids``, ``config``
+    (a Qwen3Config in DFlash's layout). Checkpoints: :meth:`save_pretrained`, :func:`load_drafter`.
+    """
 
     num_modes = 1
 
@@ -312,14 +291,14 @@ class BlockDrafter(nn.Module):
         emb = F.embedding(block_ids, self._embed_tokens.weight.detach()).to(self.fc.weight.dtype)
         return emb * self.input_embedding_scale if self.input_embedding_scale != 1.0 else emb
 
-    def _run(self, block_h, ctx_k, ctx_v, blk_pos, mask, cache_len=None, per_mode=False):
-        """Run the draft layers over block states [B*K, S, H] with per-layer context keys/values
-        [B, kvh, T, d] shared by a sample's K modes (see :class:`_DraftAttention` for cache_len
-        and per_mode)."""
+    def _run(self, block_h, context: list, blk_pos, mask, offsets: list[int] | None = None, per_mode=False):
+        """Run the draft layers over block states [B*K, S, H]; ``context`` per layer: (keys, values)
+        [B, kvh, T, d] shared by a sample's K modes (training), or a KVBuffer with the context of
+        sample b in rows [0, offsets[b]) (see :meth:`_DraftAttention.forward`)."""
         cos, sin = self.rotary_emb(block_h, blk_pos)
         h = block_h
-        for layer, k, v in zip(self.layers, ctx_k, ctx_v):
-            h = layer(h, cos, sin, k, v, mask, self.num_modes, cache_len, per_mode)
+        for layer, ctx in zip(self.layers, context):
+            h = layer(h, cos, sin, ctx, mask, self.num_modes, offsets, per_mode)
         return self.norm(h)  # [B*K, S, H]
 
     def _context_kv(self, ctx, ctx_pos):
@@ -346,7 +325,11 @@ class BlockDrafter(nn.Module):
 
     # ------------------------------------------------------------------ training
     def train_forward(self, ctx_feats: torch.Tensor, block_ids: torch.Tensor, ctx_valid: torch.Tensor | None = None):
-        """Differentiable forward; see the module docstring."""
+        """Differentiable log-probs [B, block_size - 1, V] of block positions 1..block_size - 1.
+
+        ``ctx_feats`` [B, T, H] from :meth:`fuse_hidden`; ``block_ids`` [B, block_size], the last
+        committed token then ``mask_token_id``; ``ctx_valid`` (bool [B, T]) marks real context rows,
+        padding on the left, each row's positions starting at its first valid row."""
         log_pi, log_q = self._train_modes(ctx_feats, block_ids, ctx_valid)
         return log_q[:, 0]  # [B, S-1, V]
 
@@ -375,47 +358,52 @@ class BlockDrafter(nn.Module):
                 ctx_cols.masked_fill_(~ctx_valid.bool()[:, None, :], torch.finfo(dtype).min)
             blk_cols = block_mode_mask(k, s, rep, dtype, dev).expand(b, -1, -1)  # [B, rep*K*S, K*S]
             mask = torch.cat([ctx_cols, blk_cols], dim=2)[:, None]  # [B, 1, rep*K*S, T+K*S]
-        h = self._run(self._block_embeddings(block_ids), ctx_k, ctx_v, blk_pos.repeat_interleave(k, dim=0), mask)
+        h = self._run(self._block_embeddings(block_ids), list(zip(ctx_k, ctx_v)), blk_pos.repeat_interleave(k, dim=0),
+                      mask)
         log_q = self._log_probs(h[:, 1:]).view(b, k, s - 1, -1)  # [B, K, S-1, V]
         return self._readout(h, b), log_q
+
+    def _write_context(self, cache: list[KVBuffer], feats: torch.Tensor, start: int | torch.Tensor,
+                       valid: torch.Tensor | None = None) -> None:
+        """Context keys/values of ``feats`` [B, t, H] at positions ``start + j`` (an int, or a
+        tensor [B] of per-sample starts), written at those rows of every layer's buffer
+        (only the rows ``valid`` [B, t] marks, if given)."""
+        t = feats.shape[1]
+        steps = torch.arange(t, device=feats.device)
+        pos = (start + steps)[None] if not isinstance(start, torch.Tensor) else start[:, None] + steps[None]
+        ks, vs = self._context_kv(feats, pos)  # per layer [B, kvh, t, d]
+        for buf, a, b in zip(cache, ks, vs):
+            buf.write(start, a, b, valid)
 
     # ------------------------------------------------------------------ inference
     def reset(self) -> None:
         """Forget the cached context (start of a new sequence); the buffers are kept for reuse."""
         self._cache_len = 0
-        if not hasattr(self, "_cache_k"):
-            self._cache_k: list[torch.Tensor] = []  # per layer [1, kvh, capacity, d]
-            self._cache_v: list[torch.Tensor] = []
+        if not hasattr(self, "_cache"):
+            self._cache: list[KVBuffer] = []  # per layer [1, kvh, capacity, d]
             self._mask_buf: torch.Tensor | None = None  # [rep*K*S, capacity] (K > 1 only)
 
     @property
     def cache_capacity(self) -> int:
         """Rows the preallocated context cache holds before it has to grow."""
-        return self._cache_k[0].shape[2] if self._cache_k else 0
+        return self._cache[0].capacity if self._cache else 0
 
     def _reserve(self, rows: int, like: torch.Tensor) -> None:
-        """Make the cache hold ``rows`` rows; growth at least doubles it (amortised O(1) per row),
-        copying the cached rows once into the new buffers."""
-        if self._cache_k and (self._cache_k[0].dtype != like.dtype or self._cache_k[0].device != like.device):
+        """Make the cache hold ``rows`` rows (growth at least doubles it, copying the cached rows once)."""
+        if self._cache and (self._cache[0].dtype != like.dtype or self._cache[0].device != like.device):
             if self._cache_len:
                 raise ValueError("drafter: moved to another dtype/device mid-sequence; call reset() first")
-            self._cache_k, self._cache_v, self._mask_buf = [], [], None  # moved since: reallocate
-        if rows <= self.cache_capacity:
-            return
-        cap = max(rows, 2 * self.cache_capacity, 256)
+            self._cache, self._mask_buf = [], None  # moved since: reallocate
         attn = self.layers[0].self_attn
-        shape = (1, attn.num_kv_heads, cap, attn.head_dim)
-        n = self._cache_len
-        grow = []
-        for old in (self._cache_k, self._cache_v):
-            new = [like.new_empty(shape) for _ in self.layers]
-            for a, o in zip(new, old):
-                a[:, :, :n] = o[:, :, :n]
-            grow.append(new)
-        self._cache_k, self._cache_v = grow
-        if self.num_modes > 1:
+        if not self._cache:
+            shape = like.new_empty((1, attn.num_kv_heads, 0, attn.head_dim))
+            self._cache = [KVBuffer.like(shape, rows) for _ in self.layers]
+            grew = True
+        else:
+            grew = any([buf.reserve(rows, used=self._cache_len) for buf in self._cache])
+        if grew and self.num_modes > 1:
             # context columns stay 0 (visible); the block columns are rewritten every round
-            self._mask_buf = like.new_zeros((attn.rep * self.num_modes * self.block_size, cap))
+            self._mask_buf = like.new_zeros((attn.rep * self.num_modes * self.block_size, self.cache_capacity))
             self._block_mask = block_mode_mask(self.num_modes, self.block_size, attn.rep, like.dtype, like.device)
 
     @property
@@ -424,7 +412,7 @@ class BlockDrafter(nn.Module):
 
     @torch.no_grad()
     def draft_modes(self, new_ctx_feats: torch.Tensor, root_token: int):
-        """Append new context features, draft one block after them: (log_pi [K], log_q [K, L, V])."""
+        """Append new context features [1, t, H], draft one block after them: (log_pi [K], log_q [K, L, V])."""
         if new_ctx_feats.dim() != 3 or new_ctx_feats.shape[0] != 1:
             raise ValueError("new_ctx_feats: expected [1, t, H]")
         t = new_ctx_feats.shape[1]
@@ -437,11 +425,7 @@ class BlockDrafter(nn.Module):
         # all K blocks when folded, one at a time otherwise
         self._reserve(n + t + (k if fold else 1) * s, self.fc.weight)
         if t > 0:
-            pos = torch.arange(n, n + t, device=dev)[None]
-            ks, vs = self._context_kv(new_ctx_feats, pos)  # per layer [1, kvh, t, d]
-            for buf_k, buf_v, a, b in zip(self._cache_k, self._cache_v, ks, vs):
-                buf_k[:, :, n:n + t] = a
-                buf_v[:, :, n:n + t] = b
+            self._write_context(self._cache, new_ctx_feats, n)
             n = self._cache_len = n + t
         mask = None
         if k > 1:  # columns that held a block are context now: visible (in both ways of attending,
@@ -453,9 +437,13 @@ class BlockDrafter(nn.Module):
         block_ids = torch.full((1, s), int(self.mask_token_id), dtype=torch.long, device=dev)
         block_ids[0, 0] = int(root_token)
         blk_pos = (n + torch.arange(s, device=dev))[None].expand(k, s)  # [K, S]
-        h = self._run(self._block_embeddings(block_ids), self._cache_k, self._cache_v, blk_pos, mask,
-                      cache_len=n, per_mode=k > 1 and not fold)  # [K, S, H]
+        h = self._run(self._block_embeddings(block_ids), self._cache, blk_pos, mask, offsets=[n],
+                      per_mode=k > 1 and not fold)  # [K, S, H]
         return self._readout(h, 1)[0], self._log_probs(h[:, 1:])  # [K], [K, L, V]
+
+    def batch_context(self) -> "BatchDraftContext":
+        """The drafting state of a batch: one context cache row per request, drafted in one pass."""
+        return BatchDraftContext(self)
 
     def draft(self, new_ctx_feats: torch.Tensor, root_token: int):
         """Block drafter: per-position log-probs [L, V]."""
@@ -492,8 +480,104 @@ class BlockDrafter(nn.Module):
         return load_drafter(directory, target, dtype=dtype)
 
 
+class BatchDraftContext:
+    """A block drafter's context cache for a batch (:meth:`BlockDrafter.batch_context`): per layer
+    a :class:`~mfd_theory.llm.models.kv.KVBuffer` [B, kvh, capacity, d], request b's context in
+    rows ``[0, lengths[b])`` of its batch row. A round appends each request's new context rows at
+    its own offset and drafts all B blocks (K modes each) in one pass of the drafter's layers."""
+
+    def __init__(self, drafter: BlockDrafter):
+        self.d = drafter
+        self.cache: list[KVBuffer] | None = None
+        self.lengths: list[int] = []
+
+    @torch.no_grad()
+    def add(self, hidden_states, prompt_ids: list[int]) -> None:
+        d = self.d
+        if self.cache is None:
+            attn = d.layers[0].self_attn
+            shape = d.fc.weight.new_empty((1, attn.num_kv_heads, 0, attn.head_dim))
+            self.cache = [KVBuffer.like(shape, batch=0) for _ in d.layers]
+        for buf in self.cache:
+            none = buf.keys.new_empty((1, buf.keys.shape[1], 0, buf.keys.shape[3]))  # the new row starts empty
+            buf.append(none, none)
+        self.lengths.append(0)
+        self._append([None] * (len(self.lengths) - 1) + [d.fuse_hidden(hidden_states)])  # [1, T, H]
+
+    def drop(self, keep: list[int]) -> None:
+        if keep == list(range(len(self.lengths))):
+            return
+        if not keep:
+            self.cache, self.lengths = None, []
+            return
+        idx = torch.tensor(keep, device=self.cache[0].device)
+        for buf in self.cache:
+            buf.select(idx)
+        self.lengths = [self.lengths[i] for i in keep]
+
+    def fuse(self, hidden_states) -> torch.Tensor:
+        return self.d.fuse_hidden(hidden_states)
+
+    def observe(self, row: int, tokens: list[int]) -> None:
+        return None  # drafts from the context features alone
+
+    def _append(self, feats: list) -> None:
+        """Append each request's new context features [1, t_b, H] (None: nothing new)."""
+        d = self.d
+        ts = [0 if f is None else f.shape[1] for f in feats]
+        tmax = max(ts)
+        if tmax == 0:
+            return
+        dev = self.cache[0].device
+        x = self.cache[0].keys.new_zeros((len(feats), tmax, d.config.hidden_size))  # [B, tmax, H]
+        for b, f in enumerate(feats):
+            if ts[b]:
+                x[b, : ts[b]] = f[0]
+        for buf in self.cache:
+            buf.reserve(max(n + tmax for n in self.lengths))
+        valid = torch.arange(tmax, device=dev)[None] < torch.tensor(ts, device=dev)[:, None]  # [B, tmax]
+        d._write_context(self.cache, x, torch.tensor(self.lengths, device=dev), valid)
+        self.lengths = [n + t for n, t in zip(self.lengths, ts)]
+
+    @torch.no_grad()
+    def draft(self, new_feats: list, roots: list[int]):
+        """Append new context features (one [1, t_b, H] or None per request), then draft every
+        request's block: (log_pi [B, K], log_q [B, K, L, V])."""
+        d = self.d
+        self._append(new_feats)
+        bsz, k, s = len(self.lengths), d.num_modes, d.block_size
+        dev = self.cache[0].device
+        rep = d.layers[0].self_attn.rep
+        n = torch.tensor(self.lengths, device=dev)
+        end = max(self.lengths) + k * s
+        for buf in self.cache:
+            buf.reserve(end)
+        block_ids = torch.full((bsz, s), int(d.mask_token_id), dtype=torch.long, device=dev)
+        block_ids[:, 0] = torch.tensor([int(r) for r in roots], device=dev)
+        blk_pos = (n[:, None] + torch.arange(s, device=dev)[None]).repeat_interleave(k, dim=0)  # [B*K, S]
+        write = n[:, None] + torch.arange(k * s, device=dev)[None]  # [B, K*S]: the blocks' key rows
+        # mask [B, 1, rep*K*S, end]: own context, then own blocks (mode k sees mode k's block)
+        dtype = d.fc.weight.dtype
+        cols = torch.arange(end, device=dev)
+        vis = (cols[None, None] < n[:, None, None]).expand(bsz, rep * k * s, end).clone()
+        blk_vis = block_mode_mask(k, s, rep, torch.float32, dev) == 0  # [rep*K*S, K*S]
+        vis.scatter_(2, write[:, None, :].expand(bsz, rep * k * s, k * s), blk_vis.expand(bsz, -1, -1))
+        mask = torch.zeros((bsz, 1, rep * k * s, end), dtype=dtype, device=dev)
+        mask.masked_fill_(~vis[:, None], torch.finfo(dtype).min)
+        h = d._run(d._block_embeddings(block_ids), self.cache, blk_pos, mask, offsets=self.lengths)  # [B*K, S, H]
+        log_pi = d._readout(h, bsz)  # [B, K]
+        log_q = d._log_probs(h[:, 1:]).view(bsz, k, s - 1, -1)  # [B, K, L, V]
+        return log_pi, log_q
+
+
 class MFDDrafter(BlockDrafter):
-    """Mixture drafter: the block drafter's backbone plus K mode embeddings and a weight readout."""
+    """Mixture drafter: the block drafter's backbone plus K mode embeddings and a weight readout.
+
+    ``mode_embeddings`` [K, H] is added to every input embedding of the block (K copies of the
+    block run in one forward sharing the context keys/values); ``weight_readout`` [H] gives
+    ``log pi = log_softmax_k(weight_readout . mean_j h_{k,j})`` over each mode's final normalised
+    block states. With K = 1 (and a zero mode embedding) it is exactly the block drafter.
+    :meth:`train_forward` and :meth:`draft` return ``(log_pi, log_q)``."""
 
     def __init__(self, config: Qwen3Config, target: Any, num_modes: int | None = None):
         super().__init__(config, target)

@@ -1,48 +1,9 @@
 """Hybrid targets: tree verification through Gated DeltaNet (GDN) layers, and their commit.
 
-Qwen3.5 / Qwen3.6 (``Qwen3_5ForCausalLM``, ``Qwen3_5MoeForCausalLM``) and Qwen3-Next
-(``Qwen3NextForCausalLM``) interleave full-attention layers with GDN linear-attention layers
-(``config.layer_types``). A GDN layer keeps no per-token keys and values: per sequence it carries a
-*conv window* (the last ``kernel`` pre-convolution inputs, ``[1, conv_dim, kernel]``) and a
-*recurrent state* ``S [1, Hv, Dk, Dv]`` (float32), advanced per token by the gated delta rule
-``S <- exp(g) S;  S <- S + k (beta (v - S^T k))^T;  o = S^T q``. Attention layers see a tree through
-an ancestor mask; a recurrence has no mask: every node needs the window and the state of *its own*
-root path.
-
-How a verify pass runs (:class:`HybridTree`). The model's own forward runs unchanged over
-``[root, nodes...]`` (embeddings, attention layers with the float ancestor mask, norms, dense or MoE
-MLPs, LM head, ``hidden_states``). Each GDN module also runs its own forward over all rows at once
-(its projections, gated norm and output projection batched over the tree), with two changes for
-the duration of the call:
-
-* it is handed a stand-in cache (:class:`_TreeCache`) that serves the committed window and state
-  and never writes them;
-* the two *sequence-level* functions its model file calls (``causal_conv1d_fn``,
-  ``torch_chunk_gated_delta_rule``) are swapped for tree-aware ones. The convolution gathers each
-  row's window along its own path (committed columns, then its ancestors) and applies the model
-  file's one-token ``causal_conv1d_update`` to all rows in one batched call. The delta rule is
-  :func:`tree_gated_delta_rule`: the chunked form of the rule with the causal mask replaced by the
-  ancestor mask, so every row's output equals the one-token rule run along its path, with no
-  per-node state and no loop over depths (one unit-triangular solve over the N+1 rows).
-
-No model code is copied: the model file's functions are swapped back in a ``finally``.
-
-Commit writes the GDN state after the last accepted node into the cache. Two designs
-(``gdn_commit``), both exact up to float rounding:
-
-``"replay"`` (default)
-    keep each GDN layer's *input* rows of the verify pass (``[N+1, H]`` per layer, the model's
-    dtype; a node's GDN inputs depend only on its path) and, at commit, rerun only the GDN modules
-    over the accepted path ``[root, accepted...]`` (at most L+1 rows) from the round's starting
-    state, keeping its last row's window and state. The root's state is kept by the verify pass,
-    so a round that accepts nothing reruns nothing. Memory per round: ``(N+1) x H`` per GDN layer
-    plus one snapshot.
-``"select"``
-    have the verify pass compute every row's window and state and copy the last accepted row's.
-    Memory per round: ``(N+1) x Hv x Dk x Dv`` float32 per GDN layer (about 9 GiB for a 64-node
-    tree on a Qwen3.5-27B-shaped stack), and the states cost a product over all rows.
-
-``mfd bench decode --arch qwen3_5`` times both.
+``HybridTree`` runs each GDN module of a Qwen3.5 / Qwen3.6 / Qwen3-Next target over a tree's rows
+(every row from its own root path's conv window and recurrent state) inside the model's own
+forward, for one request or for each request of a batch, and writes the state after the accepted
+path at commit. Design, both commit designs and their memory: docs/design.md ("Hybrid targets").
 """
 
 from __future__ import annotations
@@ -50,18 +11,20 @@ from __future__ import annotations
 import contextlib
 import sys
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 from torch import nn
 
-__all__ = ["HYBRID_ARCHITECTURES", "GDN_COMMIT", "HybridTree", "gdn_state_bytes", "is_hybrid_cache"]
+__all__ = ["HYBRID_ARCHITECTURES", "GDN_COMMIT", "GdnRound", "HybridTree", "gdn_state_bytes", "is_hybrid_cache"]
 
 # Hybrid causal LMs whose GDN modules read their state through the cache API used below
 # (get_conv_state / get_recurrent_state / update_recurrent_state / is_recording_past).
 HYBRID_ARCHITECTURES = ("Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen3NextForCausalLM")
 GDN_COMMIT = ("replay", "select")
-# The model file's functions a GDN forward calls: the two sequence-level ones are swapped during a
-# verify pass for tree-aware ones built on the two one-token ones.
+# The model file's functions a GDN forward calls: the two sequence-level ones (the causal conv over
+# a sequence, the chunked delta rule) are swapped during a verify pass for tree-aware ones built on
+# the two one-token ones.
 _MODEL_FUNCTIONS = ("causal_conv1d_fn", "torch_chunk_gated_delta_rule", "causal_conv1d_update", "l2norm")
 
 
@@ -130,7 +93,7 @@ class _Verify:
     rec_out: dict = field(default_factory=dict)  # per GDN layer: the kept rows' states [R, Hv, Dk, Dv]
 
 
-def plan_verify(parent, depth, kernel: int, device) -> _Verify:
+def _plan_verify(parent, depth, kernel: int, device) -> _Verify:
     """From node arrays (``parent`` [N], -1 for the root's children; ``depth`` [N], 1-based)."""
     parent, depth = torch.as_tensor(parent).long().cpu(), torch.as_tensor(depth).long().cpu()
     n1 = parent.numel() + 1
@@ -206,6 +169,12 @@ class HybridTree:
     Built from the HF model and a fresh cache of it: validates that every linear-attention cache
     layer belongs to a GDN module this class can drive (ValueError naming what is not), and
     records which layers hold attention KV rows (``kv_layers``) for the usual compaction.
+
+    It keeps no sequence state: a round is :meth:`start_round` (one per request), the model's
+    forward inside :meth:`verifying`, then :meth:`commit` with the kept rows. A request's GDN state
+    is passed explicitly, as ``(conv window [1, C, K], recurrent state [1, Hv, Dk, Dv])`` per GDN
+    layer. ``gdn_commit``: "replay" keeps each layer's input rows and reruns the accepted path at
+    commit; "select" keeps every row's state and copies the last accepted one's.
     """
 
     def __init__(self, hf_model: nn.Module, cache, gdn_commit: str = "replay"):
@@ -244,17 +213,16 @@ class HybridTree:
             missing = [name for name in _MODEL_FUNCTIONS if not callable(getattr(pymod, name, None))]
             if missing:
                 raise ValueError(f"hf_model: {pymod.__name__} lacks the GDN functions {missing}")
-        self._ctx: _Verify | None = None
-        self._inputs: dict[int, torch.Tensor] = {}  # replay: GDN input rows of the last verify
 
     # ------------------------------------------------------------------ verify
-    def _functions(self, ctx: _Verify, orig: dict) -> dict:
-        """Tree-aware stand-ins for the model file's two sequence-level GDN functions (the conv keeps
-        the file's own one-token conv step, batched over all rows)."""
+    def _functions(self, cur: "_Current", orig: dict) -> dict:
+        """Tree-aware stand-ins for the model file's two sequence-level GDN functions over the rows
+        of ``cur.plan`` (the conv keeps the file's own one-token conv step, batched over all rows)."""
         conv_update, l2norm = orig["causal_conv1d_update"], orig["l2norm"]
 
         def causal_conv1d_fn(hidden_states, weight, bias=None, activation=None, **kwargs):
             # hidden_states [1, C, K + N+1]: the committed window, then every row's pre-conv input
+            ctx = cur.plan
             k = weight.shape[-1]
             ext = hidden_states[0]  # [C, K + N+1]
             state = ext[:, ctx.prev_window].permute(1, 0, 2).contiguous()  # [N+1, C, K] each row's parent window
@@ -267,6 +235,7 @@ class HybridTree:
         def torch_chunk_gated_delta_rule(query, key, value, g, beta, chunk_size=64, initial_state=None,
                                          output_final_state=False, use_qk_l2norm_in_kernel=False, **kwargs):
             # query/key [1, N+1, Hk, Dk], value [1, N+1, Hv, Dv], g/beta [1, N+1, Hv]
+            ctx = cur.plan
             q, k = query[0], key[0]
             if use_qk_l2norm_in_kernel:  # the model file's own normalisation, in float32 as its kernels do
                 q, k = l2norm(q.float(), dim=-1, eps=1e-6), l2norm(k.float(), dim=-1, eps=1e-6)
@@ -279,14 +248,14 @@ class HybridTree:
         return {"causal_conv1d_fn": causal_conv1d_fn, "torch_chunk_gated_delta_rule": torch_chunk_gated_delta_rule}
 
     @contextlib.contextmanager
-    def _swapped(self, ctx: _Verify):
+    def _swapped(self, cur: "_Current"):
         """Inside the block the model files' sequence-level GDN functions are the tree-aware ones."""
         saved = []
         try:
             for pymod in self._files:
                 orig = {name: getattr(pymod, name) for name in _MODEL_FUNCTIONS}
                 saved.append((pymod, orig))
-                for name, fn in self._functions(ctx, orig).items():
+                for name, fn in self._functions(cur, orig).items():
                     setattr(pymod, name, fn)
             yield
         finally:
@@ -294,43 +263,51 @@ class HybridTree:
                 for name, fn in orig.items():
                     setattr(pymod, name, fn)
 
-    def _run(self, idx: int, module: nn.Module, layer, ctx: _Verify, hidden_states, **kwargs):
-        """Module ``idx``'s own forward over rows ``hidden_states`` [1, R, H] from the committed state
-        in cache layer ``layer``, which it reads and leaves untouched."""
-        tc = _TreeCache(ctx, idx, layer.conv_states[0], layer.recurrent_states[0])
+    def _run(self, idx: int, module: nn.Module, state: tuple, cur: "_Current", plan: _Verify, hidden_states,
+             **kwargs):
+        """Module ``idx``'s own forward over rows ``hidden_states`` [1, R, H] of ``plan`` from the
+        committed ``state`` (conv window, recurrent state), which it reads and leaves untouched."""
+        cur.plan = plan
+        tc = _TreeCache(plan, idx, state[0], state[1])
         out = type(module).forward(module, hidden_states, cache=tc, attention_mask=None, **kwargs)  # [1, R, H]
-        if ctx.keep is not None and hidden_states.shape[1] == 1:  # the model's own one-token step ran
-            ctx.conv_out[idx], ctx.rec_out[idx] = tc.conv, tc.new_rec
+        if plan.keep is not None and hidden_states.shape[1] == 1:  # the model's own one-token step ran
+            plan.conv_out[idx], plan.rec_out[idx] = tc.conv, tc.new_rec
         return out
 
-    @contextlib.contextmanager
-    def verifying(self, cache, parent, depth, device):
-        """Inside the block, the model's forward over ``[root, nodes...]`` runs every GDN layer over
-        the tree (node arrays ``parent`` [N], ``depth`` [N]; empty for a plain AR step). The cache's
-        GDN states are read, never written."""
-        ctx = plan_verify(parent, depth, self.kernel, device)
+    def start_round(self, parent, depth, device) -> "GdnRound":
+        """One request's round over a tree given by node arrays ``parent`` [N] (-1: a child of the
+        root) and ``depth`` [N] (1-based); empty arrays for a plain AR step."""
+        plan = _plan_verify(parent, depth, self.kernel, device)
         # select keeps every row's state; replay keeps the root's (one snapshot), so a round that
         # accepts no draft token (every AR step) commits without rerunning anything
-        ctx.keep = torch.arange(len(parent) + 1 if self.gdn_commit == "select" else 1, device=device)
-        self._ctx, self._inputs = ctx, {}
-
-        def stand_in(idx, module):
-            def forward(hidden_states, cache=None, attention_mask=None, **kwargs):
-                if self.gdn_commit == "replay":
-                    self._inputs[idx] = hidden_states[0]  # [N+1, H]: depends on each row's path only
-                return self._run(idx, module, kv_cache.layers[idx], ctx, hidden_states, **kwargs)
-            return forward
-
-        kv_cache = cache
-        with self._standing_in(ctx, stand_in):
-            yield
+        plan.keep = torch.arange(len(parent) + 1 if self.gdn_commit == "select" else 1, device=device)
+        return GdnRound(plan)
 
     @contextlib.contextmanager
-    def _standing_in(self, ctx, stand_in):
-        """Inside the block every GDN module's forward is ``stand_in(idx, module)`` and the model
-        files' sequence-level functions are the tree-aware ones over ``ctx``; both undone after."""
+    def verifying(self, rounds: list["GdnRound"], rows: list[int], states: Callable[[int, int], tuple]):
+        """Inside the block, the model's forward over B requests' rows [B, Q, H] runs every GDN layer
+        request by request: request b's first ``rows[b]`` rows (root, then its nodes) as the tree of
+        ``rounds[b]``, from ``states(b, layer)`` (read, never written); padded rows give 0."""
+        cur = _Current()
+        replay = self.gdn_commit == "replay"
+
+        def stand_in(idx, module):
+            def run(b, hidden_states, kwargs):
+                if replay:
+                    rounds[b].inputs[idx] = hidden_states[0]  # [rows, H]: depends on each row's path only
+                return self._run(idx, module, states(b, idx), cur, rounds[b].plan, hidden_states, **kwargs)
+
+            def forward(hidden_states, cache=None, attention_mask=None, **kwargs):
+                if len(rounds) == 1 and hidden_states.shape[1] == rows[0]:  # one request, no padded rows
+                    return run(0, hidden_states, kwargs)
+                out = torch.zeros_like(hidden_states)
+                for b, n in enumerate(rows):
+                    out[b: b + 1, :n] = run(b, hidden_states[b: b + 1, :n], kwargs)
+                return out
+            return forward
+
         try:
-            with self._swapped(ctx):
+            with self._swapped(cur):
                 for idx, module in self.gdn.items():
                     module.forward = stand_in(idx, module)
                 yield
@@ -340,22 +317,37 @@ class HybridTree:
 
     # ------------------------------------------------------------------ commit
     @torch.no_grad()
-    def commit(self, cache, keep_rows: list[int]) -> None:
-        """Write the GDN state after ``keep_rows`` (verify rows: 0 = root, then the accepted nodes)."""
+    def commit(self, rnd: "GdnRound", keep_rows: list[int], state: Callable[[int], tuple]) -> None:
+        """Write the GDN state after ``keep_rows`` (verify rows of ``rnd``: 0 = root, then the
+        accepted nodes) into ``state(layer)`` = (conv window, recurrent state), in place."""
         if self.gdn_commit == "select" or len(keep_rows) == 1:
-            ctx, at = self._ctx, keep_rows[-1]
+            plan, at = rnd.plan, keep_rows[-1]
         else:  # rerun the GDN modules over the accepted path only, keeping its last row's state
             p = len(keep_rows)
-            dev = cache.layers[next(iter(self.gdn))].recurrent_states[0].device
-            ctx = plan_verify(torch.arange(-1, p - 2), torch.arange(1, p), self.kernel, dev)  # a chain
-            ctx.keep, at = torch.tensor([p - 1], device=ctx.window.device), 0
-            rows = torch.tensor(keep_rows, device=ctx.window.device)
-            with self._swapped(ctx):
+            dev = rnd.plan.window.device
+            plan = _plan_verify(torch.arange(-1, p - 2), torch.arange(1, p), self.kernel, dev)  # a chain
+            plan.keep, at = torch.tensor([p - 1], device=dev), 0
+            rows = torch.tensor(keep_rows, device=dev)
+            cur = _Current()
+            with self._swapped(cur):
                 for idx, module in self.gdn.items():
-                    self._run(idx, module, cache.layers[idx], ctx, self._inputs[idx].index_select(0, rows)[None])
+                    self._run(idx, module, state(idx), cur, plan, rnd.inputs[idx].index_select(0, rows)[None])
         for idx in self.gdn:
-            layer = cache.layers[idx]
-            layer.conv_states[0].copy_(ctx.conv_out[idx][at: at + 1])  # [1, C, K]
-            layer.recurrent_states[0].copy_(ctx.rec_out[idx][at: at + 1])  # [1, Hv, Dk, Dv]
-        self._ctx, self._inputs = None, {}
+            conv, rec = state(idx)
+            conv.copy_(plan.conv_out[idx][at: at + 1])  # [1, C, K]
+            rec.copy_(plan.rec_out[idx][at: at + 1])  # [1, Hv, Dk, Dv]
 
+
+@dataclass
+class GdnRound:
+    """One request's GDN side of one verify pass, handed back at commit: the plan over its tree's
+    rows (and the states kept of them), and with "replay" each GDN layer's input rows [N+1, H]."""
+
+    plan: _Verify
+    inputs: dict = field(default_factory=dict)
+
+
+class _Current:
+    """The plan whose rows the swapped GDN functions serve (set before each module's forward)."""
+
+    plan: _Verify | None = None

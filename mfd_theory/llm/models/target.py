@@ -1,19 +1,9 @@
 """The target model adapter: prefill, one tree-verification forward, KV compaction.
 
-``TargetModel`` wraps any Hugging Face causal LM whose forward accepts a 4D attention mask
-(Qwen3ForCausalLM first) and keeps its own ``DynamicCache``, whose attention layers write new rows
-in place into preallocated buffers (``cache_in_place``, default) rather than concatenating the
-whole cache every forward. A decoding round is
-
-    logits, hidden = target.verify(root_token, tree)   # [N+1, V]: root first, then the nodes
-    ... walk the tree with the logits ...
-    target.commit(path)                                # keep the rows of root + accepted nodes
-
-Verification input is ``[root, node tokens...]`` at positions ``start + depth`` (the root has
-depth 0), and every query sees all cached context plus its own ancestors and itself. The mask is a
-*float additive* mask (0 visible, dtype minimum hidden): transformers 5.x passes a 4D mask through
-unchanged, and the eager kernel adds it to the scores, so a bool mask would be silently wrong.
-Hybrid targets (Gated DeltaNet + attention) are verified through :mod:`mfd_theory.llm.models.hybrid`.
+``TargetModel`` wraps a Hugging Face causal LM that takes a 4D float attention mask (Qwen3 first;
+hybrid Gated DeltaNet targets through ``hybrid.py``) and keeps its own cache, whose attention
+layers write new rows in place (``models/kv.py``). A round is ``verify(root, tree)`` (logits
+[N+1, V], root first) then ``commit(path)``, keeping the rows of the root and the accepted nodes.
 """
 
 from __future__ import annotations
@@ -28,6 +18,7 @@ import torch
 from torch import nn
 
 from mfd_theory.llm.models.hybrid import HybridTree, is_hybrid_cache
+from mfd_theory.llm.models.kv import KVBuffer
 
 __all__ = ["TargetModel", "VerifyOutput", "ancestor_mask", "tree_attention_mask"]
 
@@ -57,43 +48,37 @@ def ancestor_mask(tree, device) -> torch.Tensor:
 
 @functools.lru_cache(maxsize=None)
 def _in_place_layer_class():
-    """A ``DynamicLayer`` that keeps its rows in preallocated buffers grown by doubling.
+    """A ``DynamicLayer`` that keeps its rows in a :class:`~mfd_theory.llm.models.kv.KVBuffer`.
 
     ``DynamicLayer.update`` concatenates the new rows to the cached ones, which copies the whole
     cache every forward (every verify round). This layer writes the new rows in place instead;
-    ``keys`` / ``values`` are views of the buffers' first rows, so ``crop`` (a shorter view) and
+    ``keys`` / ``values`` are views of the buffer's first rows, so ``crop`` (a shorter view) and
     :meth:`TargetModel.commit`'s in-place row moves work on it unchanged. Growth copies the rows
     once into a buffer at least twice as long (amortised O(1) per row; up to 2x the cache memory).
     """
     from transformers.cache_utils import DynamicLayer
 
     class InPlaceLayer(DynamicLayer):
-        _buf_k: torch.Tensor | None = None  # [B, kvh, capacity, d]
-        _buf_v: torch.Tensor | None = None
+        kv: KVBuffer | None = None
 
         def update(self, key_states, value_states, *args, **kwargs):
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
             n, t = self.get_seq_length(), key_states.shape[-2]
-            buf = self._buf_k
-            # a fresh layer, no room, or keys replaced behind our back (batch ops, offloading)
-            if (buf is None or n + t > buf.shape[-2] or buf.shape[:-2] != key_states.shape[:-2]
-                    or buf.dtype != key_states.dtype or buf.device != key_states.device
-                    or (n and self.keys.data_ptr() != buf.data_ptr())):
-                cap = max(n + t, 2 * n, 256)
-                new_k = key_states.new_empty((*key_states.shape[:-2], cap, key_states.shape[-1]))
-                new_v = value_states.new_empty((*value_states.shape[:-2], cap, value_states.shape[-1]))
+            kv = self.kv
+            # a fresh layer, or keys replaced behind our back (batch ops, offloading): a new buffer
+            if kv is None or not kv.fits(key_states) or (n and self.keys.data_ptr() != kv.keys.data_ptr()):
+                kv = self.kv = KVBuffer.like(key_states, max(n + t, 2 * n))
                 if n:
-                    new_k[..., :n, :] = self.keys
-                    new_v[..., :n, :] = self.values
-                self._buf_k, self._buf_v = new_k, new_v
-            self._buf_k[..., n:n + t, :] = key_states
-            self._buf_v[..., n:n + t, :] = value_states
-            self.keys, self.values = self._buf_k[..., :n + t, :], self._buf_v[..., :n + t, :]  # views
+                    kv.write(0, self.keys, self.values)
+            else:
+                kv.reserve(n + t, used=n)
+            kv.write(n, key_states, value_states)
+            self.keys, self.values = kv.read(n + t)  # views
             return self.keys, self.values
 
         def reset(self) -> None:
-            self._buf_k = self._buf_v = None
+            self.kv = None
             super().reset()
 
     return InPlaceLayer
@@ -127,6 +112,11 @@ class TargetModel:
     committed ("replay" or "select", see :mod:`mfd_theory.llm.models.hybrid`). ``cache_in_place``: the
     attention layers write each forward's rows into preallocated buffers instead of HF's
     concatenation, which copies the whole cache every round (see :func:`_in_place_layer_class`).
+
+    Verification input is ``[root, node tokens...]`` at positions ``length + depth`` (the root has
+    depth 0), and every query sees all cached context plus its own ancestors and itself, through a
+    *float additive* mask (0 visible, dtype minimum hidden): transformers 5.x passes a 4D mask
+    through unchanged and the eager kernel adds it to the scores, so a bool mask would be wrong.
     """
 
     def __init__(self, hf_model: nn.Module, check_mask: bool = True, gdn_commit: str = "replay",
@@ -155,9 +145,10 @@ class TargetModel:
         self.length = 0  # committed tokens held in the cache
         self._pending = 0  # rows appended by the last verify, not yet committed
         self._pending_parent = np.empty(0, dtype=np.int64)  # the verified tree's parents (-1 = root)
+        self._gdn_round = None  # a hybrid's GDN side of the pending verification
         from transformers.cache_utils import DynamicLayer
 
-        probe_cache = self._new_cache()
+        probe_cache = self.new_cache()
         self.hybrid = None  # the GDN side of a hybrid target (mfd_theory.llm.models.hybrid)
         if is_hybrid_cache(probe_cache):
             self.hybrid = HybridTree(hf_model, probe_cache, gdn_commit)
@@ -168,7 +159,8 @@ class TargetModel:
             self._probe_4d_mask()
 
     # ------------------------------------------------------------------ helpers
-    def _new_cache(self):
+    def new_cache(self):
+        """A fresh HF cache for this model (its layers as the model's config lays them out)."""
         from transformers import DynamicCache
 
         try:
@@ -177,16 +169,25 @@ class TargetModel:
             return DynamicCache()
 
     @torch.no_grad()
-    def _forward(self, ids, positions, mask, cache, hidden: bool):
+    def forward(self, ids, positions, mask, cache, hidden: bool):
+        """The model's forward over ``ids`` [B, Q] at ``positions`` [B, Q] with the additive ``mask``
+        (or None: causal), reading and writing ``cache``; returns HF's output."""
         kwargs = {self._cache_name: cache}
         return self.model(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True,
                           output_hidden_states=hidden, **kwargs)
+
+    _forward = forward  # the name mfd_theory/commands/bench_decode.py calls (its hybrid profile)
 
     def _kv_layers(self):
         """The cache layers holding attention KV rows (all of them unless the target is a hybrid)."""
         if self.hybrid is None:
             return self.cache.layers
         return [self.cache.layers[i] for i in self.hybrid.kv_layers]
+
+    def _gdn_state(self, idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """GDN layer ``idx``'s committed (conv window [1, C, K], recurrent state [1, Hv, Dk, Dv])."""
+        layer = self.cache.layers[idx]
+        return layer.conv_states[0], layer.recurrent_states[0]
 
     def _probe_4d_mask(self) -> None:
         """Two tokens; hiding token 0 from token 1 must change token 1's logits."""
@@ -196,14 +197,15 @@ class TargetModel:
         for anc in (np.array([[1, 0], [1, 1]], bool), np.array([[1, 0], [0, 1]], bool)):
             mask = tree_attention_mask(anc, 0, self.dtype, self.device)
             try:
-                out = self._forward(ids, pos, mask, self._new_cache(), hidden=False)
+                out = self.forward(ids, pos, mask, self.new_cache(), hidden=False)
             except Exception as exc:  # the model rejected the 4D mask
                 raise ValueError(f"hf_model: cannot take a 4D attention mask ({type(exc).__name__}: {exc})") from exc
             outs.append(out.logits[0, 1].float())
         if torch.equal(outs[0], outs[1]):
             raise ValueError("hf_model: ignores a 4D attention mask (tree verification needs one)")
 
-    def _check_positions(self, end: int) -> None:
+    def check_positions(self, end: int) -> None:
+        """Refuse a sequence that would reach ``end`` positions, beyond the target's context."""
         if self.max_positions is not None and end > self.max_positions:
             raise ValueError(f"input_ids: sequence would reach {end} positions, beyond the target's "
                              f"context of {self.max_positions}")
@@ -224,8 +226,8 @@ class TargetModel:
             raise ValueError("input_ids: the prompt is empty")
         if int(ids.min()) < 0 or int(ids.max()) >= self.vocab_size:
             raise ValueError(f"input_ids: token ids must lie in [0, {self.vocab_size})")
-        self._check_positions(t)
-        self.cache = self._new_cache()
+        self.check_positions(t)
+        self.cache = self.new_cache()
         if self.cache_in_place:
             from transformers.cache_utils import DynamicLayer
 
@@ -236,7 +238,7 @@ class TargetModel:
             if getattr(self.cache, "layer_class_to_replicate", None) is DynamicLayer:
                 self.cache.layer_class_to_replicate = grow  # a cache built without a config adds layers lazily
         pos = torch.arange(t, device=self.device)[None]
-        out = self._forward(ids, pos, None, self.cache, hidden)
+        out = self.forward(ids, pos, None, self.cache, hidden)
         self.length, self._pending = t, 0
         return out.logits[0, -1].float(), (out.hidden_states if hidden else None)
 
@@ -258,7 +260,7 @@ class TargetModel:
         if self._pending:
             raise ValueError("verify: the previous verification was not committed")
         n = 0 if tree is None else len(tree)
-        self._check_positions(self.length + 1 + (int(np.max(tree.depth)) if n else 0))
+        self.check_positions(self.length + 1 + (int(np.max(tree.depth)) if n else 0))
         ids = torch.empty((1, n + 1), dtype=torch.long)
         ids[0, 0] = int(root_token)
         depth = torch.zeros(n + 1, dtype=torch.long)
@@ -271,11 +273,12 @@ class TargetModel:
             raise ValueError(f"mask: expected shape {(1, 1, n + 1, self.length + n + 1)}, got {tuple(mask.shape)}")
         pos = (self.length + depth).to(self.device)[None]
         if self.hybrid is None:
-            out = self._forward(ids.to(self.device), pos, mask, self.cache, hidden)
-        else:  # GDN layers run depth by depth over the tree, each node from its parent's state
+            out = self.forward(ids.to(self.device), pos, mask, self.cache, hidden)
+        else:  # GDN layers run over the tree, each node from its own path's state
             parent = np.asarray(tree.parent) if n else np.zeros(0, np.int64)
-            with self.hybrid.verifying(self.cache, parent, depth[1:], self.device):
-                out = self._forward(ids.to(self.device), pos, mask, self.cache, hidden)
+            self._gdn_round = self.hybrid.start_round(parent, depth[1:], self.device)
+            with self.hybrid.verifying([self._gdn_round], [n + 1], lambda b, idx: self._gdn_state(idx)):
+                out = self.forward(ids.to(self.device), pos, mask, self.cache, hidden)
         self._pending = n + 1
         self._pending_parent = np.asarray(tree.parent, dtype=np.int64) if n else np.empty(0, dtype=np.int64)
         return VerifyOutput(out.logits[0].float(), out.hidden_states if hidden else None)
@@ -313,6 +316,7 @@ class TargetModel:
             for layer in self._kv_layers():
                 layer.crop(n_keep - self._pending)  # drop the rest; a view, no copy of the cache
         if self.hybrid is not None:
-            self.hybrid.commit(self.cache, keep_rel)
+            self.hybrid.commit(self._gdn_round, keep_rel, self._gdn_state)
+            self._gdn_round = None
         self.length += n_keep
         self._pending = 0
