@@ -28,13 +28,18 @@ def is_real(x) -> bool:
     return isinstance(x, numbers.Integral) or math.isfinite(x)
 
 
+def _bound(x) -> str:
+    """A bound as a person reads it: integers whole (2**64 - 1 in full), reals in %g."""
+    return str(int(x)) if float(x).is_integer() and abs(x) < 10 ** 30 else f"{x:g}"
+
+
 def _span(low, high, low_open=False, high_open=False) -> str:
     if low is not None and high is not None:
-        return f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        return f"in {'(' if low_open else '['}{_bound(low)}, {_bound(high)}{')' if high_open else ']'}"
     if low is not None:
-        return f"{'>' if low_open else '>='} {low:g}"
+        return f"{'>' if low_open else '>='} {_bound(low)}"
     if high is not None:
-        return f"{'<' if high_open else '<='} {high:g}"
+        return f"{'<' if high_open else '<='} {_bound(high)}"
     return ""
 
 

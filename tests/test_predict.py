@@ -12,7 +12,8 @@ torch = pytest.importorskip("torch")
 from llm_helpers import tiny_qwen3  # noqa: E402
 
 from mfd_theory.llm import TargetModel, build_drafter  # noqa: E402
-from mfd_theory.llm.decoding.generate import _node_conditionals, build_tree  # noqa: E402
+from mfd_theory.llm.decoding.generate import build_tree  # noqa: E402
+from mfd_theory.llm.decoding.metrics import _node_conditionals  # noqa: E402
 from mfd_theory.llm.measure.predict import (  # noqa: E402
     CoverageMap, _cluster_mean_se, check_disjoint, prediction_check, prompt_digest, subtree_coverage,
 )
@@ -64,14 +65,14 @@ def test_mixture_trees_are_not_nested_across_budgets_but_their_first_nodes_are(b
     """Why mfd is verified at each budget: its candidate lists grow with the budget, so on a flat
     drafter the 11-node tree is not the 60-node tree's first 11 nodes. A per-round rule cuts one
     build, and that cut is read off one verify exactly."""
-    from mfd_theory.llm.decoding.generate import _first_nodes
+    from mfd_theory.llm.decoding.trees import first_nodes
 
     target, prompt, root, log_pi, log_q = block
     big = build_tree("mfd", log_pi, log_q, 60)
     assert any(not np.array_equal(build_tree("mfd", log_pi, log_q, n).token, big.token[:n]) for n in (4, 11, 27))
     cov_big = _verify_coverage(target, prompt, root, big, 1.0)
     for n in (3, 17, 40):
-        own = _verify_coverage(target, prompt, root, _first_nodes(big, n), 1.0)[-1]
+        own = _verify_coverage(target, prompt, root, first_nodes(big, n), 1.0)[-1]
         assert cov_big[n] == pytest.approx(own, rel=VERIFY_RTOL)
 
 

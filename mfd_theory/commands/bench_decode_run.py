@@ -165,7 +165,7 @@ def hybrid_profile(cfg, torch, dev, dtype, progress: bool = True) -> dict:
                 pos = torch.arange(t.length, t.length + n, device=dev)[None]
                 _sync(torch, dev)
                 t0 = time.perf_counter()
-                t._forward(ids, pos, None, t.cache, False)
+                t.forward(ids, pos, None, t.cache, False)
                 _sync(torch, dev)
                 if rep:
                     rec["chain"].append(time.perf_counter() - t0)
@@ -292,7 +292,7 @@ def measure(config, progress: bool = True) -> dict:
                                 seed=config.seed)
     prompts = _prompts(config, torch, target.vocab_size, dev)
     # "dartree" needs a Domino drafter (its own tree growth); the others run on any drafter
-    run_methods = [m for m in METHODS if m != "dartree" or hasattr(drafter, "grow_tree")]
+    run_methods = [m for m in METHODS if m != "dartree" or drafter.grows_trees]
     runs: dict[str, list] = {m: [] for m in run_methods}
     for prompt in tqdm(prompts, desc="prompts", disable=not progress):
         for method in run_methods:  # interleaved so drift in machine load hits every method alike

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from mfd_theory.commands._shapes import SHAPES
+from mfd_theory.llm.models.protocol import DrafterBase
 from mfd_theory.commands.bench_decode_run import _device_tag
 from mfd_theory.results import Result, atomic_write_text, provenance
 
@@ -48,7 +49,7 @@ def random_qwen3(shape: str, layers: int, dtype, dev, seed: int, std: float, tor
     return model
 
 
-class ReplayDrafter:
+class ReplayDrafter(DrafterBase):
     """Drafts a known continuation (HF's greedy output): mode 1 the true tokens, mode 0 the same
     with one position changed, so trees are partly accepted. Tokens beyond the known continuation
     are drafted as 0. Implements the drafter protocol of :mod:`mfd_theory.llm.decoding.generate`."""

@@ -19,13 +19,6 @@ from mfd_theory.llm.decoding.round import Request, as_target, check_decoding, ch
 from mfd_theory.llm.decoding.sampling import Sampler, sampling_probs, walk_tree
 from mfd_theory.llm.decoding.trees import METHODS, build_tree, build_trees, first_nodes
 
-# names other modules import from here: training/distill.py positions_needed, tests/test_predict.py
-# the two private ones
-from mfd_theory.llm.decoding.metrics import _node_conditionals  # noqa: F401
-from mfd_theory.llm.decoding.round import positions_needed  # noqa: F401
-
-_first_nodes = first_nodes
-
 __all__ = ["METHODS", "DEAD_EPS", "StepRecord", "DecodeResult", "speculative_generate", "sampling_probs",
            "walk_tree", "build_tree"]
 

@@ -176,7 +176,6 @@ class TargetModel:
         return self.model(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True,
                           output_hidden_states=hidden, **kwargs)
 
-    _forward = forward  # the name mfd_theory/commands/bench_decode.py calls (its hybrid profile)
 
     def _kv_layers(self):
         """The cache layers holding attention KV rows (all of them unless the target is a hybrid)."""

@@ -20,7 +20,8 @@ import torch
 from mfd_theory.results import atomic_write_text
 from mfd_theory.validation import check_int
 
-from mfd_theory.llm.decoding.generate import positions_needed, speculative_generate
+from mfd_theory.llm.decoding.generate import speculative_generate
+from mfd_theory.llm.decoding.round import positions_needed
 from mfd_theory.llm.training.prompts import Prompt, render, run_conversation
 from mfd_theory.llm.models.fingerprint import target_fingerprint
 from mfd_theory.llm.training.train import _check_run_config
