@@ -16,26 +16,26 @@ from mfd_theory import __version__
 # subcommand -> (module, function, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "reproduce": ("mfd_theory.commands.reproduce", "main", "run the main job from the preset files of experiments/ (results/, paper_figs/)"),
-    "core-table": ("mfd_theory.commands.core_table", "main", "coverage and dead share of chain/product/mixture/oracle trees"),
-    "chimera-bound": ("mfd_theory.commands.chimera_bound", "main", "verify the 2^(m-1)-1 chimera bound on random instances"),
-    "chimera-share": ("mfd_theory.commands.chimera_share", "main", "chimera share of product trees across synthetic families"),
-    "mixture-gain": ("mfd_theory.commands.mixture_gain", "main", "fitted K-mode drafters vs product vs oracle, predicted speedup"),
-    "path-gain": ("mfd_theory.commands.path_gain", "main", "product vs mixture vs path-dependent (DARTree-style) trees, with drafting cost"),
-    "e2e": ("mfd_theory.commands.e2e", "main", "train a small Qwen3 target and drafters, measure acceptance and speedup"),
-    "own-target": ("mfd_theory.commands.own_target", "main", "distill, train-drafter K=1,2 and eval on a small local target"),
-    "natural": ("mfd_theory.commands.natural", "main", "real text (the stdlib): target-only ceiling, effective futures, the pipeline on code and prose"),
+    "core-table": ("mfd_theory.commands.theory.core_table", "main", "coverage and dead share of chain/product/mixture/oracle trees"),
+    "chimera-bound": ("mfd_theory.commands.theory.chimera_bound", "main", "verify the 2^(m-1)-1 chimera bound on random instances"),
+    "chimera-share": ("mfd_theory.commands.theory.chimera_share", "main", "chimera share of product trees across synthetic families"),
+    "mixture-gain": ("mfd_theory.commands.theory.mixture_gain", "main", "fitted K-mode drafters vs product vs oracle, predicted speedup"),
+    "path-gain": ("mfd_theory.commands.theory.path_gain", "main", "product vs mixture vs path-dependent (DARTree-style) trees, with drafting cost"),
+    "e2e": ("mfd_theory.commands.experiments.e2e", "main", "train a small Qwen3 target and drafters, measure acceptance and speedup"),
+    "own-target": ("mfd_theory.commands.experiments.own_target", "main", "distill, train-drafter K=1,2 and eval on a small local target"),
+    "natural": ("mfd_theory.commands.experiments.natural", "main", "real text (the stdlib): target-only ceiling, effective futures, the pipeline on code and prose"),
     "report": ("mfd_theory.commands.report", "main", "rewrite the result blocks of README.md and docs/ from results/ (--check: compare only)"),
-    "distill": ("mfd_theory.commands.distill", "main", "your target's own answers to JSONL prompts (drafter training data)"),
-    "train-drafter": ("mfd_theory.commands.train_drafter", "main", "train a product (K=1) or MFD (K>1) drafter on distilled data"),
-    "eval": ("mfd_theory.commands.eval", "main", "tau and speedup of drafters on JSONL prompts (DDTree's protocol)"),
+    "distill": ("mfd_theory.commands.pipeline.distill", "main", "your target's own answers to JSONL prompts (drafter training data)"),
+    "train-drafter": ("mfd_theory.commands.pipeline.train_drafter", "main", "train a product (K=1) or MFD (K>1) drafter on distilled data"),
+    "eval": ("mfd_theory.commands.pipeline.eval", "main", "tau and speedup of drafters on JSONL prompts (DDTree's protocol)"),
 }
 BENCHES: dict[str, tuple[str, str, str]] = {
-    "trees": ("mfd_theory.commands.bench_trees", "main", "tree builders vs argpartition at DFlash scale"),
-    "fit": ("mfd_theory.commands.bench_fit", "main", "EM fitting speed"),
-    "decode": ("mfd_theory.commands.bench_decode", "main", "per-component decoding time split, verify latency profile"),
-    "draft": ("mfd_theory.commands.bench_draft", "main", "drafting round vs context and modes, before/after; verify cache copy"),
-    "batch": ("mfd_theory.commands.bench_batch", "main", "batched decoding: throughput vs batch size by budget policy, predicted first"),
-    "gpu-check": ("mfd_theory.commands.gpu_check", "main", "greedy equality in bf16, the measured round profile, e2e micro (CUDA), within 8 minutes"),
+    "trees": ("mfd_theory.commands.bench.bench_trees", "main", "tree builders vs argpartition at DFlash scale"),
+    "fit": ("mfd_theory.commands.bench.bench_fit", "main", "EM fitting speed"),
+    "decode": ("mfd_theory.commands.bench.bench_decode", "main", "per-component decoding time split, verify latency profile"),
+    "draft": ("mfd_theory.commands.bench.bench_draft", "main", "drafting round vs context and modes, before/after; verify cache copy"),
+    "batch": ("mfd_theory.commands.bench.bench_batch", "main", "batched decoding: throughput vs batch size by budget policy, predicted first"),
+    "gpu-check": ("mfd_theory.commands.bench.gpu_check", "main", "greedy equality in bf16, the measured round profile, e2e micro (CUDA), within 8 minutes"),
 }
 
 

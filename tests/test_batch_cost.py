@@ -78,7 +78,7 @@ def _rows(tok):
 
 
 def test_bench_checks_can_fail():
-    from mfd_theory.commands.bench_batch import BenchBatchConfig, checks, measured_crossover
+    from mfd_theory.commands.bench.bench_batch import BenchBatchConfig, checks, measured_crossover
 
     cfg = BenchBatchConfig(batch_sizes=(1, 4), budgets=(8,))
     tok = {}
@@ -109,7 +109,7 @@ def test_bench_batch_micro_writes_predictions_before_measuring(tmp_path):
     pytest.importorskip("torch")
     import json
 
-    from mfd_theory.commands.bench_batch import main
+    from mfd_theory.commands.bench.bench_batch import main
 
     res = main(["--preset", "micro", "--batch-sizes", "1,2", "--budgets", "4", "--max-new-tokens", "8",
                 "--calibration-prompts", "2", "--passes", "1", "--out", str(tmp_path), "--quiet",

@@ -7,7 +7,7 @@ from hypothesis import given
 
 import reference as ref
 import strategies as mst
-from mfd_theory.commands.bench_trees import heapq_product_tree, main, peaked_log_probs, BenchTreesConfig
+from mfd_theory.commands.bench.bench_trees import heapq_product_tree, main, peaked_log_probs, BenchTreesConfig
 from mfd_theory.results import Result
 
 # the bench compares float32-derived scores; sums of <= 4 terms round far below this
@@ -52,7 +52,7 @@ def test_heapq_twin_is_an_exact_product_builder(cand, budget):
 
 
 def test_targets_judge_build_over_max_at_the_named_cells():
-    from mfd_theory.commands.bench_trees import targets
+    from mfd_theory.commands.bench.bench_trees import targets
 
     dense = [dict(K=K, N=N, builder="b", build_over_max=ratio, build_over_argpartition=0.5)
              for K, N, ratio in [(1, 64, 5.9), (1, 1024, 15.1), (4, 64, 3.0), (2, 64, 99.0)]]

@@ -326,7 +326,7 @@ def test_all_distinct_minimum_matches_the_conjectured_formula_small():
 
 
 def test_chimera_bound_cli_writes_a_result(tmp_path):
-    import mfd_theory.commands.chimera_bound as cb
+    import mfd_theory.commands.theory.chimera_bound as cb
     from mfd_theory.results import Result
 
     cb.main(["--n-instances", "5000", "--n-tie-instances", "1000", "--n-cross-check", "5",
@@ -340,7 +340,7 @@ def test_chimera_bound_cli_writes_a_result(tmp_path):
 
 
 def test_chimera_share_cli_writes_a_result_and_resumes(tmp_path):
-    import mfd_theory.commands.chimera_share as cs
+    import mfd_theory.commands.theory.chimera_share as cs
     from mfd_theory.results import Result
 
     argv = ["--n-seeds", "1", "--budgets", "16", "64", "--two-futures-m", "2", "--F-values", "2",
@@ -401,7 +401,7 @@ def test_count_chimeras_and_chimera_mask_take_the_same_arguments():
 
 
 def test_pattern_sweep_builds_and_counts_every_witness_tree():
-    from mfd_theory.commands.chimera_bound import Config, multi_future_rows
+    from mfd_theory.commands.theory.chimera_bound import Config, multi_future_rows
 
     cfg = Config(multi_F3_columns=2, multi_F4_columns=1, multi_all_distinct_F3=3, multi_all_distinct_F4=2,
                  multi_trials=200, multi_retry_trials=400, multi_retries=2)

@@ -234,7 +234,7 @@ def test_bench_decode_cuda_without_cuda_exits_2_naming_the_flag(tmp_path, capsys
 
 def test_ctrl_c_is_one_line_and_exit_130(capsys, monkeypatch):
     pytest.importorskip("torch")
-    import mfd_theory.commands.train_drafter as train_drafter
+    import mfd_theory.commands.pipeline.train_drafter as train_drafter
 
     def interrupted(argv):
         raise KeyboardInterrupt
@@ -272,8 +272,8 @@ def test_out_that_cannot_be_created_exits_2_naming_out(cmd, tmp_path, capsys, mo
 
 
 @needs_proc
-@pytest.mark.parametrize("argv,module", [(["core-table", "--out", "/proc/nope"], "mfd_theory.commands.core_table"),
-                                         (["e2e", "--out", "/proc/nope"], "mfd_theory.commands.e2e")])
+@pytest.mark.parametrize("argv,module", [(["core-table", "--out", "/proc/nope"], "mfd_theory.commands.theory.core_table"),
+                                         (["e2e", "--out", "/proc/nope"], "mfd_theory.commands.experiments.e2e")])
 def test_bad_out_is_refused_before_any_work(argv, module, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _no_work(monkeypatch, module)
@@ -287,7 +287,7 @@ def test_core_table_bad_figure_path_exits_2_before_work_and_writes_nothing(figur
         pytest.skip("needs /proc")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "sub").mkdir()  # a directory is no figure file
-    _no_work(monkeypatch, "mfd_theory.commands.core_table")
+    _no_work(monkeypatch, "mfd_theory.commands.theory.core_table")
     assert main(["core-table", "--V", "40", "--budgets", "4,8", "--out", "out", "--figure", figure]) == 2
     err = capsys.readouterr().err
     assert "--figure" in err and "Traceback" not in err
@@ -304,8 +304,8 @@ def test_core_table_writes_each_figure_format(suffix, tmp_path, capsys):
 
 
 @needs_proc
-@pytest.mark.parametrize("cmd,module", [("e2e", "mfd_theory.commands.e2e"),
-                                        ("own-target", "mfd_theory.commands.own_target")])
+@pytest.mark.parametrize("cmd,module", [("e2e", "mfd_theory.commands.experiments.e2e"),
+                                        ("own-target", "mfd_theory.commands.experiments.own_target")])
 def test_cache_dir_that_cannot_be_created_exits_2_naming_it(cmd, module, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _no_work(monkeypatch, module)
@@ -330,7 +330,7 @@ def _framework_commands():
     """(command words, module) of every command built on the framework (all but report)."""
     out = [([c], m) for c, (m, _, _) in COMMANDS.items() if c != "report"]
     out += [(["bench", b], m) for b, (m, _, _) in BENCHES.items()]
-    return out + [(["python -m mfd_theory.commands.chimera_exact"], "mfd_theory.commands.chimera_exact")]
+    return out + [(["python -m mfd_theory.commands.theory.chimera_exact"], "mfd_theory.commands.theory.chimera_exact")]
 
 
 FRAMEWORK = _framework_commands()
@@ -375,8 +375,8 @@ def test_show_config_reads_back_to_the_same_config(module, tmp_path, capsys, mon
 def test_show_config_of_changed_options_round_trips(tmp_path, capsys):
     """Non-default values of every kind (tuples of floats, booleans, strings, an optional integer)
     survive --show-config and --config."""
-    from mfd_theory.commands.e2e import CLI as E2E
-    from mfd_theory.commands.train_drafter import CLI as TRAIN
+    from mfd_theory.commands.experiments.e2e import CLI as E2E
+    from mfd_theory.commands.pipeline.train_drafter import CLI as TRAIN
 
     argv = ["--preset", "micro", "--temperatures", "0,0.5", "--hf-assisted", "false", "--device", "cuda:1",
             "--target-lr", "1e-05", "--budgets", "4", "16"]
@@ -394,7 +394,7 @@ def test_show_config_of_changed_options_round_trips(tmp_path, capsys):
 
 
 def test_config_file_and_explicit_options_combine_and_the_options_win(tmp_path):
-    from mfd_theory.commands.e2e import CLI as E2E, preset_config
+    from mfd_theory.commands.experiments.e2e import CLI as E2E, preset_config
 
     path = tmp_path / "my.toml"
     path.write_text('target_steps = 7\nbudgets = [4, 8]\nhf_assisted = false\n')  # the rest: defaults
@@ -408,7 +408,7 @@ def test_config_file_and_explicit_options_combine_and_the_options_win(tmp_path):
 
 
 def E2EConfig_default(name: str):
-    from mfd_theory.commands.e2e import E2EConfig
+    from mfd_theory.commands.experiments.e2e import E2EConfig
 
     return getattr(E2EConfig(), name)
 
@@ -454,8 +454,8 @@ def test_preset_without_the_experiments_folder_names_the_folder(tmp_path, capsys
     err = capsys.readouterr().err
     assert f"--preset: no folder {tmp_path / 'experiments' / 'natural'}" in err and "--config FILE" in err
     # without --preset nothing is read: the dataclass defaults need no file
-    cfg, _ = importlib.import_module("mfd_theory.commands.natural").CLI.parse(["--out", str(tmp_path / "o")])
-    assert cfg == importlib.import_module("mfd_theory.commands.natural").NaturalConfig()
+    cfg, _ = importlib.import_module("mfd_theory.commands.experiments.natural").CLI.parse(["--out", str(tmp_path / "o")])
+    assert cfg == importlib.import_module("mfd_theory.commands.experiments.natural").NaturalConfig()
 
 
 def test_a_missing_config_file_is_a_usage_error(tmp_path, capsys):
@@ -465,7 +465,7 @@ def test_a_missing_config_file_is_a_usage_error(tmp_path, capsys):
 
 
 def test_bool_options_read_as_a_switch_or_with_a_value():
-    from mfd_theory.commands.distill import CLI as DISTILL
+    from mfd_theory.commands.pipeline.distill import CLI as DISTILL
 
     base = ["--target", "t", "--prompts", "a.jsonl", "b,c.jsonl", "--prompts", "d.jsonl", "--out", "o"]
     on, _ = DISTILL.parse([*base, "--enable-thinking", "--quiet"])
@@ -498,7 +498,7 @@ def test_help_and_refusals_import_no_torch():
 def test_library_errors_name_the_flag():
     """A ValueError the work raises in the library's style (``max_new_tokens: ...``) reaches the
     user naming the flag; any other message is left alone."""
-    from mfd_theory.commands.eval import CLI as EVAL
+    from mfd_theory.commands.pipeline.eval import CLI as EVAL
 
     for raised, shown in (("max_new_tokens: too many", "--max-new-tokens: too many"),
                           ("out_dir: cannot write", "--out: cannot write"), ("something else: x", "something else: x")):

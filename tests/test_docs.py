@@ -190,7 +190,7 @@ def test_command_check_catches_what_it_is_for():
     assert command_problems("mfd e2e --config experiments/e2e/no_such.toml")
     assert command_problems("mfd e2e --config experiments/e2e/micro.toml --target-steps 8") == []
     assert command_problems("torchrun --standalone -m mfd_theory.cli eval --no-such 1")
-    assert command_problems("python -m mfd_theory.commands.chimera_exact --out mfd_theory/data") == []
+    assert command_problems("python -m mfd_theory.commands.theory.chimera_exact --out mfd_theory/data") == []
 
 
 # ------------------------------------------------------------------------------ links, lists

@@ -10,8 +10,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from mfd_theory.commands.e2e import E2EConfig, main, preset_config  # noqa: E402
-from mfd_theory.commands.e2e_run import mfd_gains  # noqa: E402
+from mfd_theory.commands.experiments.e2e import E2EConfig, main, preset_config  # noqa: E402
+from mfd_theory.commands.experiments.e2e_run import mfd_gains  # noqa: E402
 
 REQUIRED = ("method", "budget", "temperature", "tau", "accepted_mean", "accepted_std",
             "covered_mass_insample", "n_steps", "speedup", "dead_share")
@@ -175,7 +175,7 @@ def test_unwritable_out_dir(tmp_path, capsys):
 
 
 def test_bad_modes(tmp_path):
-    from mfd_theory.commands.e2e import run
+    from mfd_theory.commands.experiments.e2e import run
 
     with pytest.raises(ValueError, match="modes"):
         run(preset_config("micro", modes=(1,)), tmp_path, progress=False)
@@ -227,7 +227,7 @@ def test_cuda_requested_without_cuda(tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("CUDA is available here")
-    from mfd_theory.commands.e2e import run
+    from mfd_theory.commands.experiments.e2e import run
 
     with pytest.raises(ValueError, match="device"):
         run(preset_config("micro", device="cuda"), tmp_path, progress=False)

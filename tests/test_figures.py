@@ -40,7 +40,7 @@ def test_figure_modules_do_not_switch_the_backend():
         "from mfd_theory.figures.core import coverage_vs_budget\n"
         "from mfd_theory.figures.chimeras import share_figure\n"
         "from mfd_theory.figures import mixture\n"
-        "from mfd_theory.commands.core_table import CoreTableConfig, run\n"
+        "from mfd_theory.commands.theory.core_table import CoreTableConfig, run\n"
         "coverage_vs_budget(run(CoreTableConfig(V=30, budgets=(4, 8))))\n"
         "print(matplotlib.get_backend())\n"
     )
@@ -51,7 +51,7 @@ def test_figure_modules_do_not_switch_the_backend():
 
 
 def test_saved_png_is_byte_stable(tmp_path):
-    from mfd_theory.commands.core_table import CoreTableConfig, run
+    from mfd_theory.commands.theory.core_table import CoreTableConfig, run
     from mfd_theory.figures import save_figure
     from mfd_theory.figures.core import coverage_vs_budget
 
@@ -282,7 +282,7 @@ def _assert_overlaps_visible(ax):
 
 
 def test_core_figure_shows_the_oracle_under_the_mixture_and_labels_both_panels():
-    from mfd_theory.commands.core_table import CoreTableConfig, run
+    from mfd_theory.commands.theory.core_table import CoreTableConfig, run
     from mfd_theory.figures.core import coverage_vs_budget
 
     fig = coverage_vs_budget(run(CoreTableConfig(V=30, budgets=(4, 8, 16, 64))))
@@ -312,7 +312,7 @@ def test_eval_figure_plots_tau_and_speedup_and_keeps_every_line_visible():
 
 
 def test_eval_figures_are_written_per_data_set(tmp_path):
-    from mfd_theory.commands.eval_run import write_figures
+    from mfd_theory.commands.pipeline.eval_run import write_figures
     from mfd_theory.results import Result
 
     r = _eval_result()
@@ -353,7 +353,7 @@ def _mixture_run():
     if "res" not in _MIXTURE:
         import tempfile
 
-        import mfd_theory.commands.mixture_gain as mg
+        import mfd_theory.commands.theory.mixture_gain as mg
 
         cfg = mg.Config(families=("two_futures", "branching"), Fs=(1, 2), two_futures_ms=(4,), Ks=(1, 2),
                         budgets=(16, 64), seeds=(0,), n_samples=500, hard=False, exact_fit=False, sequoia_depth=4,
@@ -385,8 +385,8 @@ def test_chimera_share_figure_defines_every_abbreviation():
 
 def _all_figures():
     """(name, figure) for every figure function, each given a whole result (config included)."""
-    import mfd_theory.commands.path_gain as pg
-    from mfd_theory.commands.core_table import CoreTableConfig, run
+    import mfd_theory.commands.theory.path_gain as pg
+    from mfd_theory.commands.theory.core_table import CoreTableConfig, run
     from mfd_theory.figures import chimeras, e2e, mixture, path
     from mfd_theory.figures.core import coverage_vs_budget
 

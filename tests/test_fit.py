@@ -206,7 +206,7 @@ def test_log_likelihood_wrong_length():
 
 # ------------------------------------------------------------------------------ experiment
 def test_mixture_gain_small_run_and_resume(tmp_path):
-    import mfd_theory.commands.mixture_gain as mg
+    import mfd_theory.commands.theory.mixture_gain as mg
     from mfd_theory.results import Result
 
     cfg = mg.Config(families=("two_futures", "branching"), Fs=(1, 2), two_futures_ms=(4,), Ks=(1, 2),

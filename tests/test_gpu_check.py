@@ -10,8 +10,8 @@ pytest.importorskip("transformers")
 import llm_helpers  # noqa: E402,F401  (single-threaded torch)
 
 from mfd_theory.cli import main as cli_main  # noqa: E402
-from mfd_theory.commands.gpu_check import GpuCheckConfig, report, run  # noqa: E402
-from mfd_theory.commands.gpu_check_run import _compare  # noqa: E402
+from mfd_theory.commands.bench.gpu_check import GpuCheckConfig, report, run  # noqa: E402
+from mfd_theory.commands.bench.gpu_check_run import _compare  # noqa: E402
 from mfd_theory.speedup import load_latency_profile  # noqa: E402
 
 
@@ -21,7 +21,7 @@ MICRO = dict(device="cpu", small=True, shape="micro", e2e=False, prompt_len=8, n
 
 
 def test_gpu_check_micro_on_cpu(tmp_path, monkeypatch):
-    import mfd_theory.commands.e2e as e2e
+    import mfd_theory.commands.experiments.e2e as e2e
 
     calls = []
 

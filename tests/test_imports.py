@@ -158,7 +158,7 @@ def test_graph_reader_sees_absolute_relative_and_function_level_imports():
     graph = import_graph()
     # sanity: the reader finds edges of each kind, so an empty graph cannot pass the tests below
     assert "mfd_theory.llm.models" in graph["mfd_theory.llm"]  # absolute, in a package __init__
-    assert "mfd_theory.commands.e2e_run" in graph["mfd_theory.commands.e2e"]  # inside a function
+    assert "mfd_theory.commands.experiments.e2e_run" in graph["mfd_theory.commands.experiments.e2e"]  # inside a function
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
@@ -166,7 +166,7 @@ def test_graph_reader_sees_absolute_relative_and_function_level_imports():
 def test_floors_are_read_as_intended():
     assert [floor(m) for m in ("mfd_theory.trees", "mfd_theory.figures.e2e", "mfd_theory.llm.models.target",
                                "mfd_theory.llm.decoding.batch", "mfd_theory.llm.training.train",
-                               "mfd_theory.llm.measure.predict", "mfd_theory.commands.e2e", "mfd_theory.cli")] \
+                               "mfd_theory.llm.measure.predict", "mfd_theory.commands.experiments.e2e", "mfd_theory.cli")] \
         == list(range(8))
     pk = {"mfd_theory", "mfd_theory.llm", "mfd_theory.llm.models"}
     assert private_owner("mfd_theory._kernels.trees", "_product_tree", pk) == "mfd_theory"

@@ -9,7 +9,7 @@ pytest.importorskip("transformers")
 
 import llm_helpers  # noqa: E402,F401  (single-threaded torch)
 
-from mfd_theory.commands.bench_decode import BenchDecodeConfig, report, run  # noqa: E402
+from mfd_theory.commands.bench.bench_decode import BenchDecodeConfig, report, run  # noqa: E402
 
 
 def test_bench_decode_micro(tmp_path):

@@ -279,7 +279,7 @@ def test_e2e_trains_and_decodes_a_hybrid_target(tmp_path):
     row equals ar's output (lossless), the same table is written."""
     import json
 
-    from mfd_theory.commands.e2e import main
+    from mfd_theory.commands.experiments.e2e import main
 
     main(["--preset", "micro", "--target-arch", "qwen3_5", "--out", str(tmp_path), "--quiet",
           "--n-train", "200", "--seq-len", "32", "--target-steps", "6", "--drafter-steps", "4",
@@ -306,7 +306,7 @@ def test_e2e_trains_and_decodes_a_hybrid_target(tmp_path):
 
 
 def test_bench_hybrid_profile_micro():
-    from mfd_theory.commands.bench_decode import BenchDecodeConfig, hybrid_profile, hybrid_table
+    from mfd_theory.commands.bench.bench_decode import BenchDecodeConfig, hybrid_profile, hybrid_table
 
     cfg = BenchDecodeConfig(preset="micro", arch="qwen3_5", block_size=4, prompt_len=8, hybrid_sizes="1,4",
                             profile_repeats=1)
@@ -321,7 +321,7 @@ def test_bench_hybrid_profile_micro():
 def test_bench_decode_hybrid_writes_its_own_file_and_block(tmp_path):
     """``mfd bench decode --arch qwen3_5`` writes bench_decode_qwen3_5.json (never the attention
     run's bench_decode.json), and the README's bench-decode-hybrid block is generated from it."""
-    from mfd_theory.commands.bench_decode import BenchDecodeConfig, run
+    from mfd_theory.commands.bench.bench_decode import BenchDecodeConfig, run
     from mfd_theory.commands.report import BLOCKS, render
 
     cfg = BenchDecodeConfig(preset="micro", arch="qwen3_5", block_size=4, num_modes=2, budget=4, prompt_len=8,

@@ -228,7 +228,7 @@ def test_ceiling_refuses_bad_sizes_naming_them():
 
 
 def test_futures_fit_finds_two_futures_and_no_more():
-    from mfd_theory.commands.natural_run import futures_fit
+    from mfd_theory.commands.experiments.natural_run import futures_fit
 
     rng = np.random.default_rng(0)
     a, b = rng.integers(0, 40, size=6), rng.integers(0, 40, size=6)
@@ -349,13 +349,13 @@ def test_bad_options_exit_2(tmp_path, capsys):
 
 
 def test_config_knows_evals_methods_and_reproduce_runs_it():
-    import mfd_theory.commands.natural as exp
+    import mfd_theory.commands.experiments.natural as exp
     from mfd_theory.llm.decoding.generate import METHODS
     from mfd_theory.commands.report import BLOCKS
     from mfd_theory.commands.reproduce import STEPS as REPRO
 
     assert tuple(exp._METHODS) == tuple(METHODS)
-    argv = next(a for _, module, a in REPRO if module == "mfd_theory.commands.natural")
+    argv = next(a for _, module, a in REPRO if module == "mfd_theory.commands.experiments.natural")
     assert Path("results") / BLOCKS["natural"][0] == Path(argv[argv.index("--out") + 1]) / "natural.json"
     from mfd_theory.report_files import BLOCK_FILES
 
@@ -375,7 +375,7 @@ def test_docs_show_the_commands_the_experiment_runs():
     """The page that holds the natural block shows the exact commands the experiment runs."""
     import re
 
-    from mfd_theory.commands.natural import NaturalConfig, command_lines
+    from mfd_theory.commands.experiments.natural import NaturalConfig, command_lines
     from mfd_theory.report_files import BLOCK_FILES
 
     flat = re.sub(r"\s*\\\n\s*", " ", (ROOT / BLOCK_FILES["natural"]).read_text())

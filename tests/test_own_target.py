@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from mfd_theory.cli import main as mfd  # noqa: E402
-from mfd_theory.commands.own_target import OwnTargetConfig, command_lines  # noqa: E402
+from mfd_theory.commands.experiments.own_target import OwnTargetConfig, command_lines  # noqa: E402
 from mfd_theory.commands.report import BLOCKS, own_target_block, render  # noqa: E402
 from mfd_theory.results import Result  # noqa: E402
 
@@ -74,7 +74,7 @@ def test_rerun_reuses_every_step(run, capsys):
 
 def test_changed_option_redoes_the_step_and_what_follows(tmp_path, capsys):
     """The bookkeeping alone, with stand-in work: reuse, redo on a new key, resume when unfinished."""
-    from mfd_theory.commands.own_target_run import Steps
+    from mfd_theory.commands.experiments.own_target_run import Steps
 
     ran = []
 
@@ -150,6 +150,6 @@ def test_docs_show_the_commands_the_experiment_runs():
 def test_reproduce_runs_it_where_the_report_block_reads_it():
     from mfd_theory.commands.reproduce import STEPS
 
-    argv = next(a for _, module, a in STEPS if module == "mfd_theory.commands.own_target")
+    argv = next(a for _, module, a in STEPS if module == "mfd_theory.commands.experiments.own_target")
     out = Path(argv[argv.index("--out") + 1])
     assert Path("results") / BLOCKS["own-target"][0] == out / "eval" / "eval.json"

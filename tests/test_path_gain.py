@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mfd_theory.cli import main
-import mfd_theory.commands.path_gain as pg
+import mfd_theory.commands.theory.path_gain as pg
 from mfd_theory.results import Result
 from mfd_theory.speedup import default_profile, path_speedup, speedup
 

@@ -181,7 +181,7 @@ def test_distill_resume_skips_finished_shards_and_remakes_a_missing_one(run):
 def test_training_resumes_to_the_same_curve(run, tmp_path):
     from mfd_theory.llm.training.distill import load_distill_data
     from mfd_theory.llm.models.drafter import build_drafter
-    from mfd_theory.commands.distill_run import load_target
+    from mfd_theory.commands.pipeline.distill_run import load_target
     from mfd_theory.llm.training.train import DrafterTrainConfig, train_drafter
 
     root, target_dir, _ = run
@@ -249,7 +249,7 @@ def test_training_under_torchrun_matches_one_process(run, tmp_path):
 
 def test_init_from_starts_exactly_at_the_checkpoint(run, tmp_path):
     from mfd_theory.llm.models.drafter import drafter_from_checkpoint, load_drafter
-    from mfd_theory.commands.distill_run import load_target
+    from mfd_theory.commands.pipeline.distill_run import load_target
 
     root, target_dir, _ = run
     target, _ = load_target(target_dir)
@@ -278,7 +278,7 @@ def test_dartree_drafter_from_scratch_and_from_a_dflash_checkpoint(run, tmp_path
     dartree); from a DFlash checkpoint it starts exactly at that checkpoint's distributions."""
     from mfd_theory.llm.models.domino import DominoDrafter, domino_from_checkpoint
     from mfd_theory.llm.models.drafter import load_drafter
-    from mfd_theory.commands.distill_run import load_target
+    from mfd_theory.commands.pipeline.distill_run import load_target
 
     root, target_dir, files = run
     target, _ = load_target(target_dir)
@@ -418,7 +418,7 @@ def test_help_shows_every_options_default(command, capsys, monkeypatch):
 
     from test_help import parse_help
 
-    cli = importlib.import_module(f"mfd_theory.commands.{command.replace('-', '_')}").CLI
+    cli = importlib.import_module(f"mfd_theory.commands.pipeline.{command.replace('-', '_')}").CLI
     monkeypatch.setenv("COLUMNS", "2000")  # one line per option
     assert mfd([command, "--help"]) == 0
     options = {inv.split()[0]: h for inv, h in parse_help(capsys.readouterr().out)[1].items()}
@@ -443,7 +443,7 @@ def test_help_shows_every_options_default(command, capsys, monkeypatch):
 
 def test_eval_knows_the_decoding_methods():
     """``mfd eval``'s torch-free list of methods is the decoder's."""
-    from mfd_theory.commands.eval import METHODS as listed
+    from mfd_theory.commands.pipeline.eval import METHODS as listed
     from mfd_theory.llm.decoding.generate import METHODS
 
     assert tuple(listed) == tuple(METHODS)
@@ -465,7 +465,7 @@ def test_a_tokenizer_without_mask_token_warns_with_the_id_used(run, tmp_path):
     import warnings
 
     from mfd_theory.llm.models.drafter import load_drafter
-    from mfd_theory.commands.distill_run import load_target
+    from mfd_theory.commands.pipeline.distill_run import load_target
 
     root, target_dir, _ = run
     bare = tmp_path / "target"

@@ -285,7 +285,7 @@ def conjectured_min_all_distinct(F: int, m: int) -> int:
 
     F = 2 is the theorem. Computed (computer-assisted: MILP lower bound met by a drafter whose
     tree is built and counted) for the cases stored in ``mfd_theory/data/chimera_all_distinct.json``
-    (``python -m mfd_theory.commands.chimera_exact``) and the sweep of ``chimera_bound``;
+    (``python -m mfd_theory.commands.theory.chimera_exact``) and the sweep of ``chimera_bound``;
     see docs/chimeras.md.
     """
     F = check_int("F", F, 2)

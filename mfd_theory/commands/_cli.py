@@ -323,6 +323,8 @@ class Command:
                  out_help: str = "directory that receives every output file", extras: tuple = (),
                  models: bool = False, prog: str | None = None):
         self.name, self.config, self.doc = name, config, doc
+        if module == "__main__":  # run as ``python -m mfd_theory.commands...``: the module's own name
+            module = getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", None) or module
         self.folder = module.rpartition(".")[2]
         self.prog = prog or f"mfd {name}"
         self.out, self.out_help, self.extras, self.models = out, out_help, tuple(extras), models

@@ -29,17 +29,17 @@ ROOT = Path(__file__).resolve().parents[2]
 # (label, module, argv); each module exposes main(argv). Every step starts from a preset file of
 # experiments/ (experiments/README.md says why each one is sized as it is).
 THEORY: list[tuple[str, str, list[str]]] = [
-    ("core table", "mfd_theory.commands.core_table",
+    ("core table", "mfd_theory.commands.theory.core_table",
      ["--preset", "default", "--figure", "paper_figs/coverage_vs_budget.png"]),
-    ("chimera bound", "mfd_theory.commands.chimera_bound", ["--preset", "default"]),
-    ("chimera share", "mfd_theory.commands.chimera_share", ["--preset", "default"]),
-    ("mixture gain", "mfd_theory.commands.mixture_gain", ["--preset", "default"]),
-    ("path gain", "mfd_theory.commands.path_gain", ["--preset", "default"]),
+    ("chimera bound", "mfd_theory.commands.theory.chimera_bound", ["--preset", "default"]),
+    ("chimera share", "mfd_theory.commands.theory.chimera_share", ["--preset", "default"]),
+    ("mixture gain", "mfd_theory.commands.theory.mixture_gain", ["--preset", "default"]),
+    ("path gain", "mfd_theory.commands.theory.path_gain", ["--preset", "default"]),
 ]
-E2E = ("end to end", "mfd_theory.commands.e2e", ["--preset", "default", "--out", "results"])
-HYBRID = ("end to end, hybrid target", "mfd_theory.commands.e2e", ["--preset", "hybrid", "--out", "results/hybrid"])
-OWN = ("own target", "mfd_theory.commands.own_target", ["--preset", "default", "--out", "results/own_target"])
-NATURAL = ("natural text", "mfd_theory.commands.natural", ["--preset", "default", "--out", "results/natural"])
+E2E = ("end to end", "mfd_theory.commands.experiments.e2e", ["--preset", "default", "--out", "results"])
+HYBRID = ("end to end, hybrid target", "mfd_theory.commands.experiments.e2e", ["--preset", "hybrid", "--out", "results/hybrid"])
+OWN = ("own target", "mfd_theory.commands.experiments.own_target", ["--preset", "default", "--out", "results/own_target"])
+NATURAL = ("natural text", "mfd_theory.commands.experiments.natural", ["--preset", "default", "--out", "results/natural"])
 #: every step, in the order one core runs them (``--jobs 1``)
 STEPS: list[tuple[str, str, list[str]]] = [*THEORY, E2E, HYBRID, OWN, NATURAL]
 #: steps with a --threads option (torch threads for training) and a --prepare-only option

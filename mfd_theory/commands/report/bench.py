@@ -16,7 +16,7 @@ __all__ = ["bench_batch", "bench_decode", "bench_draft", "bench_fit", "bench_tre
 
 
 def bench_trees(results: Results) -> str:
-    from mfd_theory.commands.bench_trees import markdown
+    from mfd_theory.commands.bench.bench_trees import markdown
 
     return markdown(results.main)
 
@@ -57,7 +57,7 @@ def bench_decode(results: Results) -> str:
 
 def _gdn_profile(prof: dict, c: dict) -> list[str]:
     """The hybrid target's GDN tree-verification profile and the sentence that reads it."""
-    from mfd_theory.commands.bench_decode import hybrid_table
+    from mfd_theory.commands.bench.bench_decode import hybrid_table
 
     rows = prof["rows"]
     ref = next((r for r in rows if r["N"] == c["budget"]), rows[len(rows) // 2])

@@ -13,7 +13,7 @@ __all__ = ["chimera_bound", "chimera_share", "core_table", "mixture_gain", "path
 
 
 def core_table(results: Results) -> str:
-    from mfd_theory.commands.core_table import format_table
+    from mfd_theory.commands.theory.core_table import format_table
 
     return format_table(results.main)
 
@@ -87,7 +87,7 @@ def chimera_share(results: Results) -> str:
 
 
 def mixture_gain(results: Results) -> str:
-    from mfd_theory.commands.mixture_gain import at_budget, format_summary, headline_k
+    from mfd_theory.commands.theory.mixture_gain import at_budget, format_summary, headline_k
 
     res = results.main
     lines = [format_summary(res)]
@@ -120,7 +120,7 @@ def mixture_gain(results: Results) -> str:
 
 
 def path_gain(results: Results) -> str:
-    from mfd_theory.commands.path_gain import break_even, format_summary
+    from mfd_theory.commands.theory.path_gain import break_even, format_summary
 
     res = results.main
     cfg = res.config

@@ -5,7 +5,7 @@
 from the last checkpoint), from scratch or from a DFlash checkpoint (``--init-from``). It runs on
 one process or under ``torchrun --nproc_per_node P -m mfd_theory.cli train-drafter ...`` (each rank
 takes part of every batch). The config and the input checks live here (no torch import); the work
-is in :mod:`mfd_theory.commands.train_drafter_run`. The three commands for your own target are
+is in :mod:`mfd_theory.commands.pipeline.train_drafter_run`. The three commands for your own target are
 described in docs/own-target.md.
 """
 
@@ -15,7 +15,7 @@ import dataclasses
 from pathlib import Path
 
 from mfd_theory.commands._cli import Command, opt
-from mfd_theory.commands._target import TargetOptions, check_target_dir
+from mfd_theory.commands.pipeline._target import TargetOptions, check_target_dir
 
 __all__ = ["TrainDrafterConfig", "main"]
 
@@ -73,6 +73,6 @@ def _run(config: TrainDrafterConfig, opts) -> list[dict]:
 
     data = load_distill_data(config.data)  # (sequences, prompt lengths, manifest), read before a model
     check_target_dir(config.target)
-    from mfd_theory.commands.train_drafter_run import train
+    from mfd_theory.commands.pipeline.train_drafter_run import train
 
     return train(config, data, opts.out, progress=not opts.quiet)

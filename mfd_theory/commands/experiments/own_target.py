@@ -19,7 +19,7 @@ A rerun skips every finished step (and the commands themselves resume an interru
 step whose options changed, or whose input was remade, is redone from scratch, and so is
 everything after it. :func:`command_lines` gives the exact commands, which docs/own-target.md shows.
 
-The config lives here (no torch import); the work is in :mod:`mfd_theory.commands.own_target_run`.
+The config lives here (no torch import); the work is in :mod:`mfd_theory.commands.experiments.own_target_run`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from mfd_theory.validation import check_device
 from mfd_theory.commands._cli import Checked, Command, opt
-from mfd_theory.commands.e2e import preset_config
+from mfd_theory.commands.experiments.e2e import preset_config
 
 __all__ = ["OwnTargetConfig", "command_lines", "commands", "e2e_config", "run", "main"]
 
@@ -132,7 +132,7 @@ def command_lines(config: OwnTargetConfig, root: str | Path = ".") -> list[str]:
 def run(config: OwnTargetConfig, out_dir: str | Path = "results/own_target", progress: bool = True) -> dict:
     """Run (or resume) every step under ``out_dir``, then print the evaluation's summary; returns
     ``steps.json``'s content."""
-    from mfd_theory.commands.own_target_run import run_own_target
+    from mfd_theory.commands.experiments.own_target_run import run_own_target
     from mfd_theory.commands.report import own_target_summary
 
     out = Path(out_dir)

@@ -24,7 +24,7 @@ The whole measurement is repeated ``repeats`` times (interleaved, so drift in ma
 both paths alike) and the spread of every ratio is printed. Needs a source checkout (the "before"
 path is the test suite's slow twin). Writes ``<out>/bench_draft_<preset>.json`` (one file per shape;
 ``mfd report`` turns each into a block of docs/benchmarks.md). The config lives here (no torch
-import); the work is in :mod:`mfd_theory.commands.bench_draft_run`.
+import); the work is in :mod:`mfd_theory.commands.bench.bench_draft_run`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mfd_theory.commands._cli import Checked, Command, opt
-from mfd_theory.commands._shapes import SHAPES
+from mfd_theory.commands.bench._shapes import SHAPES
 from mfd_theory.results import Result
 
 __all__ = ["BenchDraftConfig", "main", "report", "results_name", "run"]
@@ -81,7 +81,7 @@ def _ints(name: str, text: str, low: int) -> list[int]:
 
 def run(config: BenchDraftConfig = BenchDraftConfig(), out_dir: str | None = None, progress: bool = True) -> Result:
     """Measure (the torch half), then the ratios of every repeat, written to ``bench_draft_<preset>.json``."""
-    from mfd_theory.commands.bench_draft_run import measure
+    from mfd_theory.commands.bench.bench_draft_run import measure
 
     modes, contexts = config.plan()
     m = measure(config, modes, contexts, progress)

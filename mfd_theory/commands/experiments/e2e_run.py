@@ -45,7 +45,7 @@ from mfd_theory.llm.training.train import (
 )
 
 __all__ = ["run_e2e", "evaluate", "mfd_gains", "format_table", "load_trained_drafter",
-           "cached_corpus", "cached_target", "target_run_name"]
+           "cached_corpus", "cached_target", "cached_distill_data", "cached_drafter", "target_run_name"]
 
 
 def load_trained_drafter(directory: str | Path, target):
@@ -125,7 +125,9 @@ def cached_target(cfg, corpus: Corpus, cache: Path, progress: bool = True):
     return target_hf, tdir, curve
 
 
-def _distill(cfg, corpus, target_hf, tdir: Path, cache: Path, progress: bool) -> tuple[np.ndarray, Path]:
+def cached_distill_data(cfg, corpus, target_hf, tdir: Path, cache: Path, progress: bool) -> tuple[np.ndarray, Path]:
+    """(the target's own continuations of training-split prompts, their file): made once, then read
+    from ``cache`` (``distill-<hash>.npy``, keyed by the target and the distillation options)."""
     h = config_hash(tdir.name, cfg.distill_prompts, cfg.prompt_len, cfg.distill_gen_len,
                     cfg.distill_temperature, cfg.seed)
     path = cache / f"distill-{h}.npy"
@@ -143,8 +145,8 @@ def _distill(cfg, corpus, target_hf, tdir: Path, cache: Path, progress: bool) ->
     return data, path
 
 
-def _drafter(cfg, K: int, target_hf, corpus, data, dpath: Path, cache: Path, progress: bool,
-             kind: str = "dflash"):
+def cached_drafter(cfg, K: int, target_hf, corpus, data, dpath: Path, cache: Path, progress: bool,
+                   kind: str = "dflash"):
     """A trained drafter (cached): K modes, or with ``kind="dartree"`` the Domino drafter (one
     mode, the correction head of rank ``cfg.dartree_rank``), trained on the same data and steps."""
     dcfg = DrafterTrainConfig(
@@ -345,15 +347,15 @@ def _train_stages(cfg, cache: Path, progress: bool, times: dict[str, float]) -> 
             draft_lm, draft_curve = train_lm(corpus, cache / f"draftlm-{config_hash(darch, dtrain, corpus.config)}",
                                              darch, dtrain, progress=progress, desc="draft LM", device=cfg.device)
     with _timed(times, "distill"):
-        data, dpath = _distill(cfg, corpus, target_hf, tdir, cache, progress)
+        data, dpath = cached_distill_data(cfg, corpus, target_hf, tdir, cache, progress)
     drafters, curves = {}, {}
     for K in (1, *cfg.modes):
         with _timed(times, f"drafter_k{K}"):
-            drafters[K], curves[K] = _drafter(cfg, K, target_hf, corpus, data, dpath, cache, progress)
+            drafters[K], curves[K] = cached_drafter(cfg, K, target_hf, corpus, data, dpath, cache, progress)
     dartree, dartree_curve = None, []
     if cfg.dartree:
         with _timed(times, "drafter_dartree"):
-            dartree, dartree_curve = _drafter(cfg, 1, target_hf, corpus, data, dpath, cache, progress,
+            dartree, dartree_curve = cached_drafter(cfg, 1, target_hf, corpus, data, dpath, cache, progress,
                                               kind="dartree")
     return _Trained(corpus, target_hf, tdir, target_curve, draft_lm, draft_curve, drafters, curves, dartree,
                     dartree_curve)
@@ -505,7 +507,7 @@ def _payload(cfg, cache: Path, trained: _Trained, plan: _Plan, measured: _Measur
 
 
 def run_e2e(cfg, out_dir: str | Path, progress: bool = True, prepare_only: bool = False) -> Result | None:
-    """Train (cached) and evaluate per ``cfg`` (an :class:`~mfd_theory.commands.e2e.E2EConfig`, whose
+    """Train (cached) and evaluate per ``cfg`` (an :class:`~mfd_theory.commands.experiments.e2e.E2EConfig`, whose
     values were checked when it was made); writes ``out_dir/predictions.json`` and
     ``out_dir/end_to_end.json``.
 

@@ -1,4 +1,4 @@
-"""The torch half of ``mfd distill`` (:mod:`mfd_theory.commands.distill`), and :func:`load_target`,
+"""The torch half of ``mfd distill`` (:mod:`mfd_theory.commands.pipeline.distill`), and :func:`load_target`,
 which ``mfd train-drafter`` and ``mfd eval`` load your target with too."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from mfd_theory.commands._target import check_target_dir, say
+from mfd_theory.commands.pipeline._target import check_target_dir, say
 from mfd_theory.llm.models.target import TargetModel
 from mfd_theory.llm.training.dist import setup, teardown
 from mfd_theory.llm.training.distill import check_context, distill_prompts, prompt_files_digest
@@ -45,7 +45,7 @@ def load_target(directory, device: str = "cpu", dtype: str = "auto"):
 
 def distill(config, prompts: list, out_dir, progress: bool = True) -> dict:
     """Answer ``prompts`` (read and checked) with the target of ``config`` (a
-    :class:`~mfd_theory.commands.distill.DistillConfig`) into ``out_dir``; returns the manifest."""
+    :class:`~mfd_theory.commands.pipeline.distill.DistillConfig`) into ``out_dir``; returns the manifest."""
     dist = setup(config.device)
     try:
         target, tok = load_target(config.target, dist.device, config.dtype)

@@ -21,7 +21,7 @@ whether a mixture drafter helps over a product one. What it writes under ``DIR``
 * ``steps.json``: per step its command, whether it finished, and its wall time. A rerun skips
   finished steps; a step whose options or inputs changed is redone with everything after it.
 
-The config lives here (no torch import); the work is in :mod:`mfd_theory.commands.natural_run`.
+The config lives here (no torch import); the work is in :mod:`mfd_theory.commands.experiments.natural_run`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pathlib import Path
 
 from mfd_theory.validation import check_device
 from mfd_theory.commands._cli import Checked, Command, load_preset, opt, switch
-from mfd_theory.commands.eval import METHODS
+from mfd_theory.commands.pipeline.eval import METHODS
 
 __all__ = ["NaturalConfig", "command_lines", "commands", "preset_config", "run", "main"]
 
@@ -191,7 +191,7 @@ def run(config: NaturalConfig, out_dir: str | Path = "results/natural", progress
         prepare_only: bool = False) -> dict | None:
     """Run (or resume) every step under ``out_dir``; returns ``natural.json``'s data.
     ``prepare_only``: every step before the evaluation, then stop (returns None)."""
-    from mfd_theory.commands.natural_run import run_natural
+    from mfd_theory.commands.experiments.natural_run import run_natural
     from mfd_theory.commands.report import natural_block
 
     out = Path(out_dir)

@@ -10,7 +10,7 @@ built explicitly (``min_product_tree_containing``) and counted (``witness_checke
 ``search_only`` skip the integer program (an upper bound only). Each finished case is written at
 once; a rerun with the same config skips the cases already in the file.
 
-Run: ``python -m mfd_theory.commands.chimera_exact --out mfd_theory/data`` (F = 4, m = 5
+Run: ``python -m mfd_theory.commands.theory.chimera_exact --out mfd_theory/data`` (F = 4, m = 5
 alone runs a 330,000-set integer program: minutes to tens of minutes on 2 cores).
 """
 
@@ -102,7 +102,7 @@ def run(config: Config = Config(), out_dir: str | Path = "mfd_theory/data", prog
 
 
 CLI = Command("chimera-exact", __name__, Config, __doc__, out="mfd_theory/data",
-              prog="python -m mfd_theory.commands.chimera_exact")
+              prog="python -m mfd_theory.commands.theory.chimera_exact")
 
 
 def main(argv=None) -> Result:

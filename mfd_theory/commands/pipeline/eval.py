@@ -6,7 +6,7 @@ writes ``eval.json``, ``per_prompt.jsonl`` and a figure per data set; before the
 prompt it measures the round cost model and the acceptance on calibration prompts and writes
 ``predictions.json``. It runs on one process or under
 ``torchrun --nproc_per_node P -m mfd_theory.cli eval ...`` with the same rows. The config and the
-input checks live here (no torch import); the work is in :mod:`mfd_theory.commands.eval_run`. The
+input checks live here (no torch import); the work is in :mod:`mfd_theory.commands.pipeline.eval_run`. The
 three commands for your own target are described in docs/own-target.md.
 """
 
@@ -16,7 +16,7 @@ import dataclasses
 from pathlib import Path
 
 from mfd_theory.commands._cli import Command, opt
-from mfd_theory.commands._target import TargetOptions, check_target_dir
+from mfd_theory.commands.pipeline._target import TargetOptions, check_target_dir
 
 __all__ = ["EvalConfig", "METHODS", "main"]
 
@@ -111,7 +111,7 @@ def _run(config: EvalConfig, opts):
     prompts = shuffle_take([p for p in prompts if (p.dataset, p.id) not in held], config.max_prompts)
     check_target_dir(config.target)
     drafters = [drafter_dir(p) for p in config.drafter]
-    from mfd_theory.commands.eval_run import evaluate
+    from mfd_theory.commands.pipeline.eval_run import evaluate
 
     return evaluate(config, stored_options(config, opts), prompts, calib_sets, drafters, opts.out,
                     progress=not opts.quiet)

@@ -33,7 +33,7 @@ about 5-6 minutes; a run that exceeds ``time_budget_s`` says so at the end.
 
 ``--small true`` runs all of it at the ``tiny`` bench shape (for ``--device cpu``: it proves the
 script runs; the numbers are not a GPU profile). The config lives here (no torch import); the work
-is in :mod:`mfd_theory.commands.gpu_check_run`.
+is in :mod:`mfd_theory.commands.bench.gpu_check_run`.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 from mfd_theory.validation import check_device
 from mfd_theory.commands._cli import Checked, Command, opt
-from mfd_theory.commands._shapes import SHAPES
+from mfd_theory.commands.bench._shapes import SHAPES
 from mfd_theory.results import Result
 
 __all__ = ["GpuCheckConfig", "SMALL", "effective", "main", "report", "run"]
@@ -111,9 +111,9 @@ def _ints(name: str, text: str) -> list[int]:
 
 
 def run(config: GpuCheckConfig = GpuCheckConfig(), out_dir: str | None = None, progress: bool = True) -> Result:
-    """The four steps (:func:`mfd_theory.commands.gpu_check_run.run`) on the config ``--small``
+    """The four steps (:func:`mfd_theory.commands.bench.gpu_check_run.run`) on the config ``--small``
     makes of ``config``."""
-    from mfd_theory.commands.gpu_check_run import run as run_steps
+    from mfd_theory.commands.bench.gpu_check_run import run as run_steps
 
     cfg = effective(config)
     return run_steps(cfg, _ints("--tree-sizes", cfg.tree_sizes), _ints("--draft-contexts", cfg.draft_contexts),

@@ -1,4 +1,4 @@
-"""The torch half of ``mfd eval`` (:mod:`mfd_theory.commands.eval`), in stages: load the target and
+"""The torch half of ``mfd eval`` (:mod:`mfd_theory.commands.pipeline.eval`), in stages: load the target and
 the drafters and check what they can run; predict every row from the calibration prompts and write
 ``predictions.json`` (or, batched, ``batch_plans.json``) before the first evaluated prompt; decode;
 write the rows, the per-prompt records and the figures."""
@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mfd_theory.commands.distill_run import load_target
+from mfd_theory.commands.pipeline.distill_run import load_target
 from mfd_theory.llm.measure.evaluate import (
     add_speedup_predictions, best_budgets, decode_cells, first_ids, format_gains, format_rows, make_cells, mfd_gains,
     per_prompt_records, prediction_summary, rows_from_records, speedup_check,
@@ -55,7 +55,7 @@ class _Eval:
 def evaluate(config, options: dict, prompts: list, calib_sets: dict, drafter_dirs: list[Path], out_dir,
              progress: bool = True):
     """Evaluate the drafters in ``drafter_dirs`` on ``prompts`` (read and checked, calibration
-    prompts held back) as ``config`` (an :class:`~mfd_theory.commands.eval.EvalConfig`) asks;
+    prompts held back) as ``config`` (an :class:`~mfd_theory.commands.pipeline.eval.EvalConfig`) asks;
     the Result, on the main process (None on the other torchrun ranks)."""
     dist = setup(config.device)
     try:

@@ -1,4 +1,4 @@
-"""The torch half of ``mfd bench batch`` (:mod:`mfd_theory.commands.bench_batch`), in stages: load
+"""The torch half of ``mfd bench batch`` (:mod:`mfd_theory.commands.bench.bench_batch`), in stages: load
 the e2e target and drafters (trained when the cache lacks them); predict every cell from the
 calibration prompts and write the predictions file; time every cell on the evaluated prompts;
 merge the passes into one row per cell."""
@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-import mfd_theory.commands.e2e_run as E
+import mfd_theory.commands.experiments.e2e_run as E
 from mfd_theory.llm.decoding.batch import speculative_generate_batch
 from mfd_theory.llm.measure.batch_predict import (
     make_batch_plan, measure_batch_profile, predict_batch_acceptance, steady_rounds,
@@ -30,7 +30,7 @@ __all__ = ["measure"]
 
 def measure(cfg, ecfg, progress: bool = True) -> dict:
     """Predictions first (written to ``bench_batch_predictions*.json``), then the measurement, for
-    ``cfg`` (a :class:`~mfd_theory.commands.bench_batch.BenchBatchConfig`) on the target and
+    ``cfg`` (a :class:`~mfd_theory.commands.bench.bench_batch.BenchBatchConfig`) on the target and
     drafters of the e2e config ``ecfg``. The Result's data, but for the targets' checks."""
     t0 = time.perf_counter()
     corpus, target_hf, tdir, drafters = _load(cfg, ecfg, progress)
@@ -77,9 +77,9 @@ def _load(cfg, ecfg, progress: bool):
     cache = Path(cfg.cache_dir) if cfg.cache_dir else Path(cfg.out) / "cache"
     corpus = E.cached_corpus(ecfg, cache)
     target_hf, tdir, _ = E.cached_target(ecfg, corpus, cache, progress)
-    data, dpath = E._distill(ecfg, corpus, target_hf, tdir, cache, progress)
-    drafters = {"ddtree": E._drafter(ecfg, 1, target_hf, corpus, data, dpath, cache, progress)[0],
-                "mfd": E._drafter(ecfg, cfg.mfd_modes, target_hf, corpus, data, dpath, cache, progress)[0]}
+    data, dpath = E.cached_distill_data(ecfg, corpus, target_hf, tdir, cache, progress)
+    drafters = {"ddtree": E.cached_drafter(ecfg, 1, target_hf, corpus, data, dpath, cache, progress)[0],
+                "mfd": E.cached_drafter(ecfg, cfg.mfd_modes, target_hf, corpus, data, dpath, cache, progress)[0]}
     return corpus, target_hf, tdir, drafters
 
 

@@ -5,7 +5,7 @@ target (``--temperature 1`` keeps all of its futures) and writes the answers in 
 ``manifest.json``; a rerun resumes, shard by shard. It runs on one process or under
 ``torchrun --nproc_per_node P -m mfd_theory.cli distill ...`` with the same bytes. The config and
 the input checks live here (no torch import); the work is in
-:mod:`mfd_theory.commands.distill_run`. The three commands for your own target are described in
+:mod:`mfd_theory.commands.pipeline.distill_run`. The three commands for your own target are described in
 docs/own-target.md.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from mfd_theory.commands._cli import Command, opt
-from mfd_theory.commands._target import TargetOptions, check_target_dir
+from mfd_theory.commands.pipeline._target import TargetOptions, check_target_dir
 
 __all__ = ["DistillConfig", "main"]
 
@@ -42,6 +42,6 @@ def _run(config: DistillConfig, opts) -> dict:
 
     prompts = read_prompt_files(config.prompts)  # every input read before a model is loaded
     check_target_dir(config.target)
-    from mfd_theory.commands.distill_run import distill
+    from mfd_theory.commands.pipeline.distill_run import distill
 
     return distill(config, prompts, opts.out, progress=not opts.quiet)

@@ -1,6 +1,6 @@
-"""The work behind ``mfd natural`` (config and command lines: :mod:`mfd_theory.commands.natural`).
+"""The work behind ``mfd natural`` (config and command lines: :mod:`mfd_theory.commands.experiments.natural`).
 
-Steps, kept in ``OUT/steps.json`` by :class:`~mfd_theory.commands.own_target_run.Steps`: ``corpus``
+Steps, kept in ``OUT/steps.json`` by :class:`~mfd_theory.commands.experiments.own_target_run.Steps`: ``corpus``
 (the standard library, BPE, prompt files), ``target`` (trained, with its held-out perplexity),
 ``ceiling`` (the target-only ceiling per held-out prompt), then the pipeline commands; every step's
 output is pooled into ``OUT/natural.json``. Design: docs/results.md ("Real text: the standard library").
@@ -22,7 +22,7 @@ import torch
 from mfd_theory.results import Result, atomic_write_text, wrote
 from mfd_theory.validation import make_out_dir
 
-from mfd_theory.commands.own_target_run import Steps, run_command_steps
+from mfd_theory.commands.experiments.own_target_run import Steps, run_command_steps
 from mfd_theory.llm.training.train import LMConfig, LMTrainConfig, config_hash, lm_run_config, train_lm
 
 __all__ = ["NaturalCorpusConfig", "build_corpus_dir", "load_corpus_dir", "train_bpe", "perplexity",
@@ -222,7 +222,7 @@ def _ceiling_prompt(model, tok, prompt: str, config, seed: int) -> dict:
 def run_ceiling(config, out: Path, progress: bool = True) -> None:
     from tqdm.auto import tqdm
 
-    from mfd_theory.commands.distill_run import load_target
+    from mfd_theory.commands.pipeline.distill_run import load_target
 
     model, tok = load_target(str(out / "target"), config.device, "float32")
     cdir = out / "ceiling"
@@ -446,7 +446,7 @@ def run_natural(config, out_dir, commands: list[tuple], progress: bool = True,
     then stop and return None, writing no ``natural.json``.
 
     ``commands`` are the pipeline steps, each ``(name, command, argv, argv relative to the output
-    directory, command line)``; they come from :mod:`mfd_theory.commands.natural`, which owns
+    directory, command line)``; they come from :mod:`mfd_theory.commands.experiments.natural`, which owns
     the config (this module stays below it)."""
     out = make_out_dir(Path(out_dir), "out_dir")
     if config.device.startswith("cuda") and not torch.cuda.is_available():

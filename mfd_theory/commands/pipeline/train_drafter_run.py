@@ -1,4 +1,4 @@
-"""The torch half of ``mfd train-drafter`` (:mod:`mfd_theory.commands.train_drafter`): load the
+"""The torch half of ``mfd train-drafter`` (:mod:`mfd_theory.commands.pipeline.train_drafter`): load the
 target, check the data was distilled from it, build (or load) the drafter, train."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from mfd_theory.commands._target import say
-from mfd_theory.commands.distill_run import load_target
+from mfd_theory.commands.pipeline._target import say
+from mfd_theory.commands.pipeline.distill_run import load_target
 from mfd_theory.llm.models.drafter import build_drafter, drafter_from_checkpoint
 from mfd_theory.llm.models.fingerprint import target_fingerprint
 from mfd_theory.llm.training.dist import setup, teardown
@@ -20,7 +20,7 @@ __all__ = ["train"]
 
 
 def train(config, data, out_dir, progress: bool = True) -> list[dict]:
-    """Train the drafter ``config`` (a :class:`~mfd_theory.commands.train_drafter.TrainDrafterConfig`)
+    """Train the drafter ``config`` (a :class:`~mfd_theory.commands.pipeline.train_drafter.TrainDrafterConfig`)
     asks for on ``data`` (sequences, prompt lengths, manifest) into ``out_dir``; the loss curve."""
     seqs, plens, manifest = data
     dist = setup(config.device)

@@ -1,4 +1,4 @@
-"""The work behind ``mfd own-target`` (config and command lines: :mod:`mfd_theory.commands.own_target`).
+"""The work behind ``mfd own-target`` (config and command lines: :mod:`mfd_theory.commands.experiments.own_target`).
 
 Steps ``target`` (the ``mfd e2e`` preset's target, saved into ``OUT/target``), ``prompts``, then the
 pipeline commands (``distill``, ``drafter-k<K>``, ``eval``), each run or reused through
@@ -19,7 +19,7 @@ import torch
 
 from mfd_theory.results import atomic_write_text, wrote
 
-from mfd_theory.commands.e2e_run import cached_corpus, cached_target, target_run_name
+from mfd_theory.commands.experiments.e2e_run import cached_corpus, cached_target, target_run_name
 from mfd_theory.validation import make_out_dir
 from mfd_theory.llm.models.fingerprint import FINGERPRINT_VERSION
 from mfd_theory.llm.training.train import config_hash
@@ -54,7 +54,7 @@ def run_command_steps(steps, commands: list[tuple], keys: dict, distill_inputs: 
     drafter), so that moving the output directory keeps them valid. ``keys`` gains each step's key.
     Data and drafters record the target's fingerprint: a new fingerprint version redoes distill
     and, through the keys, every step after it."""
-    from mfd_theory.commands import distill, eval, train_drafter
+    from mfd_theory.commands.pipeline import distill, eval, train_drafter
 
     entry = {"distill": distill.main, "train-drafter": train_drafter.main, "eval": eval.main}
     marker = {"distill": "manifest.json", "train-drafter": "loss_curve.json", "eval": "eval.json"}
@@ -126,7 +126,7 @@ def run_own_target(config, ecfg, out_dir: str | Path, commands: list[tuple], pro
 
     ``ecfg`` is the ``mfd e2e`` config of the target preset and ``commands`` the command steps, each
     ``(name, command, argv, argv relative to the output directory, command line)``; both come from
-    :mod:`mfd_theory.commands.own_target`, which owns the config (this module stays below it)."""
+    :mod:`mfd_theory.commands.experiments.own_target`, which owns the config (this module stays below it)."""
 
     out = make_out_dir(Path(out_dir), "out_dir")
     cache = make_out_dir(Path(config.cache_dir) if config.cache_dir else out / "cache", "cache_dir")

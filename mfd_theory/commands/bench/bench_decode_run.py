@@ -1,4 +1,4 @@
-"""The torch half of ``mfd bench decode`` (:mod:`mfd_theory.commands.bench_decode`): the random (or
+"""The torch half of ``mfd bench decode`` (:mod:`mfd_theory.commands.bench.bench_decode`): the random (or
 local) target and drafter, every method's decoding split, the round cost model of the attention
 target and the Gated DeltaNet profile of the hybrid one. Functions take the ``torch`` module as an
 argument, as the benchmarks' helpers always have."""
@@ -10,7 +10,7 @@ import statistics
 import time
 from pathlib import Path
 
-from mfd_theory.commands._shapes import SHAPES
+from mfd_theory.commands.bench._shapes import SHAPES
 
 __all__ = ["build_pair", "build_target", "hybrid_profile", "measure", "round_profile", "verify_profile"]
 

@@ -22,7 +22,7 @@ fastest (measured and predicted), and the three targets of the batching work. A 
 same curves for a GPU from the packaged H100 verify table (:func:`mfd_theory.speedup.batch_rows_profile`,
 an assumption: a forward's cost taken as a function of its total rows). Writes
 ``<out>/bench_batch.json`` (``bench_batch_qwen3_5.json`` for the hybrid target). The config lives
-here (no torch import); the work is in :mod:`mfd_theory.commands.bench_batch_run`.
+here (no torch import); the work is in :mod:`mfd_theory.commands.bench.bench_batch_run`.
 """
 
 from __future__ import annotations
@@ -72,12 +72,12 @@ def results_name(target_arch: str) -> str:
 
 def run(cfg: BenchBatchConfig, progress: bool = True) -> Result:
     """Predict, then measure (the torch half), then judge the targets; writes the Result."""
-    from mfd_theory.commands.e2e import preset_config
+    from mfd_theory.commands.experiments.e2e import preset_config
 
     ecfg = preset_config(cfg.preset, target_arch=cfg.target_arch, seed=cfg.seed)
     if cfg.mfd_modes not in ecfg.modes:
         raise ValueError(f"--mfd-modes: the {cfg.preset} preset trains K in {list(ecfg.modes)}, got {cfg.mfd_modes}")
-    from mfd_theory.commands.bench_batch_run import measure
+    from mfd_theory.commands.bench.bench_batch_run import measure
 
     m = measure(cfg, ecfg, progress)
     data = {"rows": m["rows"], "checks": checks(m["rows"], cfg), **{k: v for k, v in m.items() if k != "rows"}}

@@ -1,4 +1,4 @@
-"""The torch half of ``mfd bench gpu-check`` (:mod:`mfd_theory.commands.gpu_check`): greedy
+"""The torch half of ``mfd bench gpu-check`` (:mod:`mfd_theory.commands.bench.gpu_check`): greedy
 equality in bfloat16 against HF ``generate``, the round profile of a Qwen3-8B-shaped stack, the
 drafting latency by context, and ``mfd e2e --preset micro`` on the device."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import torch
 
-from mfd_theory.commands._shapes import SHAPES
+from mfd_theory.commands.bench._shapes import SHAPES
 from mfd_theory.llm.models.protocol import DrafterBase
-from mfd_theory.commands.bench_decode_run import _device_tag
+from mfd_theory.commands.bench.bench_decode_run import _device_tag
 from mfd_theory.results import Result, atomic_write_text, provenance
 
 __all__ = ["ReplayDrafter", "TIE_RTOL", "draft_latency", "greedy_check", "random_qwen3", "round_cost", "run"]
@@ -162,7 +162,7 @@ def round_cost(cfg, shape: str, sizes: list[int], torch, dev, dtype, progress: b
 
 def draft_latency(cfg, hf, drafters: dict, contexts: list[int], torch, dev, dtype) -> dict:
     """{"K=k,T=t": ms}: the fastest of ``repeats`` drafting rounds after ``t`` context rows."""
-    from mfd_theory.commands.bench_draft_run import round_ms
+    from mfd_theory.commands.bench.bench_draft_run import round_ms
 
     gen = torch.Generator().manual_seed(cfg.seed)
     feats = torch.randn(1, max(contexts) + 4 * (cfg.repeats + 1), hf.config.hidden_size, generator=gen)
@@ -177,7 +177,7 @@ def draft_latency(cfg, hf, drafters: dict, contexts: list[int], torch, dev, dtyp
 
 
 def run(cfg, sizes: list[int], contexts: list[int], out_dir, progress: bool = True) -> Result:
-    """The four steps on ``cfg`` (a :class:`~mfd_theory.commands.gpu_check.GpuCheckConfig`, ``--small``
+    """The four steps on ``cfg`` (a :class:`~mfd_theory.commands.bench.gpu_check.GpuCheckConfig`, ``--small``
     applied) with the round profile's tree ``sizes`` and the drafting ``contexts``; writes the
     latency profile and ``gpu_check_<device>.json``."""
     from mfd_theory.speedup import load_latency_profile
@@ -225,7 +225,7 @@ def run(cfg, sizes: list[int], contexts: list[int], out_dir, progress: bool = Tr
     load_latency_profile(path, make_monotone=True)  # the speedup model reads it
     e2e = None
     if cfg.e2e:
-        from mfd_theory.commands.e2e import main as e2e_main
+        from mfd_theory.commands.experiments.e2e import main as e2e_main
 
         t0 = step(4, "mfd e2e --preset micro")
         res = e2e_main(["--preset", "micro", "--device", cfg.device, "--out", str(out_dir / "gpu_check_e2e"),

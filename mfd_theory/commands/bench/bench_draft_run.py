@@ -1,4 +1,4 @@
-"""The torch half of ``mfd bench draft`` (:mod:`mfd_theory.commands.bench_draft`): drafting rounds
+"""The torch half of ``mfd bench draft`` (:mod:`mfd_theory.commands.bench.bench_draft`): drafting rounds
 of the drafter, its folded-modes form and the slow twin at every context, the SDPA floor, and the
 target's verify forward with its cache in place and concatenated."""
 
@@ -13,8 +13,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from mfd_theory.commands.bench_decode import BenchDecodeConfig
-from mfd_theory.commands.bench_decode_run import build_target
+from mfd_theory.commands.bench.bench_decode import BenchDecodeConfig
+from mfd_theory.commands.bench.bench_decode_run import build_target
 from mfd_theory.llm import TargetModel, build_drafter
 from mfd_theory.llm.decoding.warmup import warm_up
 from mfd_theory.trees import product_tree
@@ -24,7 +24,7 @@ __all__ = ["measure", "round_ms", "slow_twin_module"]
 
 def slow_twin_module():
     """tests/reference_drafter.py of this checkout (the "before" path)."""
-    path = Path(__file__).resolve().parents[2] / "tests" / "reference_drafter.py"
+    path = Path(__file__).resolve().parents[3] / "tests" / "reference_drafter.py"
     if not path.is_file():
         raise ValueError(f"bench draft: needs a source checkout (no {path}) for the slow twin")
     spec = importlib.util.spec_from_file_location("_mfd_reference_drafter", path)
