@@ -1,16 +1,9 @@
-"""One verify budget shared by a batch of requests: the global top-N allocation.
+"""One verify budget shared by a batch of requests.
 
-In a batched round every request b verifies its own tree; the expected number of tokens the batch
-accepts is the sum of the trees' covered masses (each request's expected acceptance is the mass
-its tree covers). With a drafter's prefix score standing in for that mass (the product score for
-DDTree, the mixture score for MFD), the best way to spend ``n_total`` nodes over the batch is the
-``n_total`` highest-scoring prefixes of the *union* of the requests' candidate prefixes.
-
-Each request's builder already returns its prefixes best first (parents before children, scores
-non-increasing, ties by the documented rule of :mod:`mfd_theory.trees`), so the global top-N is a
-merge: a prefix of every request's order. Ties between requests go to the lower request index,
-then to the earlier node of the request's order; the result is therefore one first-``n_b`` slice
-per request, prefix-closed like any first slice of a best-first tree.
+:func:`allocate_global` takes the global top-N over all requests' prefixes, a merge of their
+best-first orders, so each request keeps a first slice of its tree (ties to the lower request);
+:func:`split_evenly` is the per-request policy at the same total. Design: docs/design.md ("One
+budget over a batch").
 """
 
 from __future__ import annotations

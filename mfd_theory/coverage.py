@@ -1,10 +1,8 @@
-"""Coverage of a draft tree: the expected number of accepted draft tokens.
+"""Coverage of a draft tree: the expected number of accepted draft tokens, ``sum_{s in T} P(s)``.
 
-Under lossless tree verification the walk passes through node s exactly when the target's own
-continuation starts with s, so ``E[accepted] = sum_{s in T} P(s)`` - the target mass the tree
-covers (bonus token excluded). The target is either a :class:`MixtureOfProducts` (synthetic
-world) or the per-node conditionals a real verifier's forward returns
-(``node_log_cond[n] = log p(token_n | path to n's parent)``).
+P(s) comes from a :class:`MixtureOfProducts` target or a real verifier's per-node conditionals
+(``node_log_cond``). Also here: acceptance variance, depth profile, the Monte Carlo walk, chimera
+and splice masks. Why coverage is E[accepted]: docs/background.md ("The lossless rule").
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
-"""Mixtures of products over a block of L positions.
+"""Mixtures of products over a block of L positions (:class:`MixtureOfProducts`), and checks.
 
-A drafter (and, in the synthetic world, a target) is a mixture of K products,
-``Q(s) = sum_k pi_k prod_{i<=d} q_{k,i}(s_i)`` for a prefix ``s`` of length d. K = 1 is a
-product drafter (DFlash / DDTree). Everything is stored in log space as float64:
-``log_pi`` [K] and ``log_q`` [K, L, V]; ``-inf`` is a legal entry (probability zero).
+A drafter (in the synthetic world, a target too) is ``Q(s) = sum_k pi_k prod_{i<=d} q_{k,i}(s_i)``;
+K = 1 is a product drafter (DFlash / DDTree). Stored in log space as float64: ``log_pi`` [K] and
+``log_q`` [K, L, V], ``-inf`` allowed. Notation: docs/background.md.
 """
 
 from __future__ import annotations

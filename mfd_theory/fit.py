@@ -1,22 +1,9 @@
-"""Fitting K-mode mixture-of-products drafters to a target, by EM.
+"""Fitting K-mode mixture-of-products drafters by EM.
 
-A mixture-of-products drafter ``Q(x) = sum_k pi_k prod_i q_{k,i}(x_i)`` is a latent-class model:
-given which mode k produced a block, the positions are independent. Two ways to fit it:
-
-* :func:`fit_mixture` from target samples ``[n, L]`` (the realistic case: a drafter only ever sees
-  the target's outputs). ``K = 1`` gives the per-position marginals, which is what a product
-  (single-mode, DFlash-style) drafter trained by cross-entropy converges to.
-* :func:`fit_mixture_exact` from an exact :class:`~mfd_theory.distributions.MixtureOfProducts`
-  target (no sampling noise): weighted EM over the target's support when it is small enough to
-  enumerate, otherwise EM over the target's own components (each component moves as one unit).
-
-Both run soft EM or a hard, winner-take-all variant: every block trains only the mode that
-explains it best, which is how a network trained with a min-over-modes loss behaves. With
-``smoothing > 0`` (the default) soft EM is MAP-EM under a Dirichlet prior (pseudo-counts
-smoothing * n / V per token of every mode's row, smoothing * n / K per mode weight, n the total
-sample weight): it maximises, and never lowers, the penalised objective mean log-likelihood +
-log prior / n, which is what the fits record; ``smoothing = 0`` is maximum likelihood. Several
-restarts from k-means++-style seeds; the best objective wins.
+:func:`fit_mixture` fits target samples, :func:`fit_mixture_exact` an exact ``MixtureOfProducts``
+target; both run soft EM (MAP-EM) or hard (winner-take-all) EM with restarts, and :class:`FitInfo`
+keeps the penalised objective. The two settings, the Dirichlet prior and the objective:
+docs/design.md ("Fitting mixture drafters by EM").
 """
 
 from __future__ import annotations

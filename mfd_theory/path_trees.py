@@ -1,20 +1,9 @@
-"""Path-dependent drafters and their exact top-N draft trees (DARTree's ranking, in theory).
+"""Path-dependent drafters and the exact search behind ``trees.path_tree`` (DARTree's ranking).
 
-A block drafter (DFlash, MFD) gives every parent the same per-position candidate lists, which is
-where chimeras come from. A *path-dependent* drafter instead gives each parent its own
-distribution over the next token, ``q(x_d | x_<d)``, as DARTree's Domino drafter does with a small
-recurrent correction over the path's tokens. Its tree ranks a prefix ``s`` by the drafter's own
-sequence probability ``Q(s) = prod_{i<=d} q(s_i | s_<i)``, and the price is one sequential drafting
-step per depth (a parent's children exist only once the parent is known).
-
-A drafter here is any object with integer attributes ``L`` (block length) and ``V`` (vocabulary)
-and a method ``log_cond(prefix) -> float array [V]`` that returns ``log q(. | prefix)`` for a
-prefix of length 0..L-1 (entries <= 0, -inf allowed; they need not sum to one, a score only has
-to be non-increasing along a path). :class:`MemoryDrafter` is the synthetic world's one.
-
-:func:`mfd_theory.trees.path_tree` builds the exact top-N tree; its search, :func:`best_first`,
-lives here so that ``trees`` stays the one place that makes :class:`~mfd_theory.trees.DraftTree`s
-(this module imports nothing from it).
+:class:`MemoryDrafter` is the synthetic world's drafter, :func:`check_drafter` checks the
+drafter interface (``L``, ``V``, ``log_cond``) and :func:`best_first` is the search. Nothing here
+imports ``trees``, which stays the one module that makes ``DraftTree``s. Design: docs/design.md
+("Path-dependent trees").
 """
 
 from __future__ import annotations

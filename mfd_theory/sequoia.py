@@ -1,16 +1,9 @@
 """Sequoia's optimal tree under a positional acceptance vector (arXiv 2402.12374).
 
-Sequoia summarises a drafter by ``acceptance[k]``: the chance that the k-th ranked child of a
-node (0-based) is the one the target accepts, the same at every node. A tree is then a set of
-*rank* paths, a node's value is the product of the acceptance entries along its path (the chance
-the walk reaches it), and the expected number of accepted draft tokens is the sum of those values.
-The dynamic program below finds, for a node budget N and a depth limit D, the tree of largest
-expected accepted length; :func:`sequoia_values` returns the whole table over N and D, which
-Sequoia's hardware-aware choice of size and depth needs (see :mod:`mfd_theory.speedup`).
-
-Because a node's value never exceeds its parent's (entries are at most 1), the top-N rank paths by
-value already form a prefix-closed set, so under this model the dynamic program's optimum equals
-the greedy best-first tree; the tests check the program against that and against brute force.
+:func:`sequoia_tree` runs the dynamic program for one node budget and depth limit;
+:func:`sequoia_values` returns its whole table over both, which the hardware-aware choice of
+:mod:`mfd_theory.speedup` reads. The model, and why its optimum is the best-first tree:
+docs/cost-model.md ("Sequoia's positional model").
 """
 
 from __future__ import annotations

@@ -1,33 +1,8 @@
-"""Seeded families of multi-future targets.
-
-Each family imitates one situation in real text where a target model's next L tokens have
-several likely continuations ("futures"). A family function returns a :class:`SyntheticTarget`:
-the target as a :class:`~mfd_theory.distributions.MixtureOfProducts` (one mode per future) plus
-the future sequences themselves and their weights, so chimera counts and coverage can be computed
-against the exact futures.
-
-==================  ==================================================================  =========
-family              real-text situation it imitates                                     function
-==================  ==================================================================  =========
-``two_futures``     two phrasings that differ in a few scattered words ("the big red    (a)
-                    car" / "the small red truck"): futures differ in m chosen positions
-``branching``       a fork after a shared prefix (a list item, a choice of argument, a  (b)
-                    variable name): F futures agree up to ``branch_at`` and then go
-                    their own way
-``shifted``         one inserted or deleted token ("lots of farmers" / "a lot of        (c)
-                    farmers"): every position after the shift disagrees, although the
-                    two futures say the same thing
-``noisy_futures``   futures the target is not sure of token by token: each future is a  (d)
-                    peaked product with a temperature rather than a point mass
-``zipf_futures``    futures over a Zipf-distributed background vocabulary, with         (e)
-                    per-position confidence decaying like real drafters' accuracy
-                    (Medusa's heads on Vicuna-7B: 0.56, 0.32, 0.20, 0.15, 0.12)
-==================  ==================================================================  =========
-
-All functions take ``seed`` and are deterministic given their arguments. Future weights default
-to a seeded draw from a Dirichlet(4, ..., 4) so that the product drafter built from the target's
-marginals has no exact ties (ties make the top-N product tree ambiguous); pass ``weights`` (summing
-to one) to fix them. :data:`FAMILIES` maps each family name to its function; :func:`make` builds one by name.
+"""Seeded families of multi-future targets: :func:`two_futures`, :func:`branching`, :func:`shifted`,
+:func:`noisy_futures` and :func:`zipf_futures`, each a :class:`SyntheticTarget` (the target as a
+``MixtureOfProducts`` with one mode per future, plus the futures and their weights).
+:data:`FAMILIES` and :func:`make` find a family by name. What each family imitates and how the
+weights are drawn: docs/chimeras.md ("The synthetic target families").
 """
 
 from __future__ import annotations

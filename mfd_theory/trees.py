@@ -1,32 +1,9 @@
-"""Draft trees and their exact builders.
+"""Draft trees and their exact builders: :class:`DraftTree`, :func:`product_tree`,
+:func:`mixture_tree`, :func:`oracle_tree`, :func:`chain_tree` and :func:`path_tree`.
 
-A draft tree is a prefix-closed set of N prefixes of a block (the empty root prefix is implicit).
-Builders return the top-N prefixes under a score that never increases along a path, so the
-top-N set is always prefix-closed:
-
-* :func:`product_tree` - DDTree's ranking, ``prod_i q_i(s_i)``;
-* :func:`mixture_tree` - the mixture DDTree, ``sum_k pi_k prod_i q_{k,i}(s_i)``, exact;
-* :func:`oracle_tree` - the target's own prefix probability (the coverage ceiling);
-* :func:`chain_tree` - one path (DFlash's verification).
-
-Builders read each vocabulary row for a short top list (a vectorised screen, never a full sort),
-read again only the rows whose list may be too short for the tree (:func:`_dense_lists`), and
-then run an exact best-first search (see ``_kernels/trees.py``). They also accept candidates
-already cut to top-k per position (values plus token ids, as a GPU drafter hands them over) and are then exact
-within that candidate set. Nodes come out in best-first order: parents before children and
-scores non-increasing.
-
-Ties. With ties the top-N set is not unique; every builder and entry point returns the one a
-single documented order defines. Prefixes are ranked by decreasing score; among equal scores
-(1) the one whose parent comes first in this order (children of the root first), then (2) the
-one whose token ranks higher in its position's list (lists order tokens by decreasing
-log-probability, then increasing id; for a mixture, the best rank over the modes' lists), then
-(3) the lower token id. Under a parent of nonzero probability equal sibling scores mean equal
-log-probabilities, so the rule reads "value, then token id"; rank matters only below a parent of
-probability zero. Consequences the tests check exactly on tie-heavy inputs:
-``product_tree(log_q, N)`` equals ``product_tree(vals, N, token_ids=ids)`` for the same
-candidates in any order, ``mixture_tree`` with K copies of one mode (any weights) equals
-``product_tree`` of that mode, and a mixture's dense and candidate inputs agree.
+Each builder returns the exact top-N prefixes, best first, under one documented tie rule; the row
+screening is here, the searches in ``_kernels/trees.py`` (``path_tree``'s in ``path_trees.py``).
+Scores, tie rule and how the builders work: docs/design.md ("How the builders work").
 """
 
 from __future__ import annotations
