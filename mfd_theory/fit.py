@@ -29,7 +29,7 @@ class FitInfo:
 
     ``objective`` is the penalised objective per block: the weighted mean log-likelihood of the
     mixture (soft) or of each block's best mode (hard), plus the Dirichlet log prior divided by
-    the total weight (see the module docstring; 0 when ``smoothing = 0``).
+    the total weight (see docs/design.md, "Fitting mixture drafters by EM"; 0 when ``smoothing = 0``).
     """
 
     assignment: str

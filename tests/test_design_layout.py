@@ -95,7 +95,6 @@ def test_package_tree_lists_modules_and_folders():
     assert not any("__pycache__" in p or p.endswith("__init__.py") for p in tree)
 
 
-@pytest.mark.xfail(strict=False, reason="layout section rewritten after the move")
 def test_layout_section_matches_the_tree():
     named = layout_paths((ROOT / "docs" / "design.md").read_text(encoding="utf-8"))
     absent = sorted(p for p in named if not ((ROOT / p).is_dir() if p.endswith("/") else (ROOT / p).is_file()))

@@ -268,7 +268,7 @@ def _predict_one(cal: Calibration, cell, temperature: float, profile, cmap_cache
 
 def predict_cells(cal: Calibration, cells: list, temperatures, profile=None, dataset: str | None = None
                   ) -> list[dict]:
-    """One prediction per (cell, temperature) from the calibration alone (see the module doc), for
+    """One prediction per (cell, temperature) from the calibration alone (see docs/results.md, "How acceptance is predicted"), for
     the evaluated data set named ``dataset``."""
     cache: dict = {}
     out = []
@@ -298,7 +298,7 @@ def choose_budgets(cal: Calibration, cells: list, temperatures, profile, calibra
 
     The coverage curve over every n up to the largest budget M: for trees built best first
     (``ddtree``, ``mfd``), the covered mass of the first n nodes of the M-node trees of the
-    calibration decode at M (nested reading: biased upwards at small n, see the module doc; the
+    calibration decode at M (nested reading: biased upwards at small n, see docs/results.md, "How acceptance is predicted"; the
     mixture's n-node tree is approximated by the first n nodes of its M-node tree); for
     ``dartree``, the drafter's own mass on its best n nodes through its :class:`CoverageMap`."""
     out = []

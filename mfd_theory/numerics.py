@@ -1,0 +1,96 @@
+"""CPU numerics that give the same bits on every host of one instruction-set level.
+
+torch's own kernels and oneMKL pick their code path by the CPU they run on, so the same seed
+trains different weights on an AVX-512 host and on an AVX2 one, and oneMKL's choice can differ
+between CPU models of the same level. :func:`pin_cpu_numerics` fixes both before torch starts;
+what it fixed, and what it could not, is in :func:`numerics_provenance`. See docs/design.md.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import warnings
+
+__all__ = ["PIN_ENV", "cpu_isa_level", "numerics_provenance", "pin_cpu_numerics"]
+
+#: the variables the pin sets, per level: torch's kernel dispatch (ATen), oneMKL's conditional
+#: numerical reproducibility (strict: the same bits whatever the CPU model or thread count), and
+#: oneDNN's ISA cap
+PIN_ENV = {
+    "avx512": {"ATEN_CPU_CAPABILITY": "avx512", "MKL_CBWR": "AVX512,STRICT", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"},
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+}
+#: set to 1 to leave the libraries' own dispatch alone (faster on newer CPUs, not portable)
+OPT_OUT = "MFD_NATIVE_NUMERICS"
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_isa_level() -> str | None:
+    """'avx512' or 'avx2' on an x86-64 host that has it (from /proc/cpuinfo), else None."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
+    flags = _cpu_flags()
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
+        return "avx512"
+    if {"avx2", "fma"} <= flags:
+        return "avx2"
+    return None
+
+
+def pin_cpu_numerics(level: str | None = "auto") -> dict[str, str]:
+    """Set the dispatch variables for ``level`` ('auto': the host's best of avx512 / avx2) unless
+    the user set them already or set ``MFD_NATIVE_NUMERICS=1``; returns what is in force.
+
+    Call it before torch is imported: torch reads these variables when it starts, so a pin set
+    afterwards is ignored, and a warning says so."""
+    if os.environ.get(OPT_OUT, "") not in ("", "0"):
+        return {}
+    if level == "auto":
+        level = cpu_isa_level()
+    if level is None:
+        return {}
+    if level not in PIN_ENV:
+        raise ValueError(f"level: must be 'auto', None or one of {sorted(PIN_ENV)}, got {level!r}")
+    wanted = PIN_ENV[level]
+    if "torch" in sys.modules and any(os.environ.get(k) != v for k, v in wanted.items()):
+        warnings.warn("pin_cpu_numerics: torch is already imported, so its kernel dispatch is not pinned "
+                      "(call it before importing torch)", RuntimeWarning, stacklevel=2)
+    for k, v in wanted.items():
+        os.environ.setdefault(k, v)
+    return {k: os.environ[k] for k in wanted}
+
+
+def numerics_provenance() -> dict:
+    """What decides the bits of a run on this host: the CPU, its ISA level, the pin variables in
+    force, and (when torch is loaded) the capability its kernels actually run with and its threads."""
+    out = {"machine": platform.machine(), "cpu": _cpu_model(), "isa_level": cpu_isa_level(),
+           "native": os.environ.get(OPT_OUT, "") not in ("", "0"),
+           "env": {k: os.environ.get(k) for k in PIN_ENV["avx2"]}}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        out["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+        out["torch_threads"] = torch.get_num_threads()
+    return out
+
+
+def _cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None

@@ -1,0 +1,111 @@
+"""Paired comparisons of two decoding methods, with intervals that hold what a rerun redoes.
+
+Both methods decode the same prompts, so a comparison is made prompt by prompt: the log ratio of
+method A's value to method B's (tau, or tokens per second). With several independently trained
+runs the run is the unit (prompts nested within runs); a single run gives a prompts-only interval,
+labelled as such. Words: gain, loss, equivalent within a margin, inconclusive. See docs/statistics.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+from scipy import stats as _st
+
+from mfd_theory.validation import check_int, check_real
+
+__all__ = ["MARGIN", "VERDICTS", "Comparison", "compare", "verdict"]
+
+#: the equivalence margin of every verdict unless said otherwise: +-3% on the ratio scale
+MARGIN = 0.03
+VERDICTS = ("gain", "loss", "equivalent", "inconclusive")
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """A over B: the relative gain ``gain`` (the geometric mean ratio minus one) and its interval.
+
+    ``model`` says what the interval holds: "runs" (each run's mean log ratio over the prompts is
+    one observation, Student t over the runs: training variance and prompt noise both in it) or
+    "prompts" (one run: Student t over the prompts' log ratios; a rerun that retrains is not in
+    it). ``level`` is the interval's coverage after the multiplicity adjustment (Bonferroni over
+    ``family`` comparisons); ``run_gains`` the gain of each run alone."""
+
+    gain: float
+    lo: float
+    hi: float
+    verdict: str
+    model: str
+    n_runs: int
+    n_prompts: int
+    df: float
+    level: float
+    family: int
+    margin: float
+    run_gains: tuple[float, ...]
+
+    def text(self) -> str:
+        """``+4.1% [+1.2%, +7.0%], gain (3 runs x 24 prompts)``."""
+        what = f"{self.n_runs} runs x {self.n_prompts} prompts" if self.model == "runs" else \
+            f"1 run, {self.n_prompts} prompts"
+        return f"{100 * self.gain:+.1f}% [{100 * self.lo:+.1f}%, {100 * self.hi:+.1f}%], {self.verdict} ({what})"
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def verdict(lo: float, hi: float, margin: float = MARGIN) -> str:
+    """The word for an interval [lo, hi] of a relative gain: "gain" or "loss" when it excludes 0,
+    "equivalent" when it lies within +-``margin``, "inconclusive" otherwise."""
+    if lo > 0:
+        return "gain"
+    if hi < 0:
+        return "loss"
+    if -margin <= lo and hi <= margin:
+        return "equivalent"
+    return "inconclusive"
+
+
+def _log_ratios(a, b) -> np.ndarray:
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"b: shape {b.shape} differs from a's {a.shape} (the same runs and prompts, paired)")
+    if a.ndim == 1:
+        a, b = a[None], b[None]
+    if a.ndim != 2 or a.shape[1] < 2:
+        raise ValueError(f"a: expected values [runs, prompts] with at least 2 prompts, got shape {a.shape}")
+    if not (np.isfinite(a).all() and np.isfinite(b).all() and (a > 0).all() and (b > 0).all()):
+        raise ValueError("a, b: every value must be a finite positive number (tau, tokens per second)")
+    return np.log(a) - np.log(b)  # [R, P]
+
+
+def compare(a, b, *, margin: float = MARGIN, level: float = 0.95, family: int = 1) -> Comparison:
+    """Method A against method B from paired per-prompt values ``a``, ``b`` [runs, prompts] (or
+    [prompts] for one run), larger is better.
+
+    With 2 or more runs: the mean over prompts of each run's log ratio, then Student t over the
+    runs (R - 1 degrees of freedom). With one run: Student t over the prompts' log ratios. The
+    interval's two-sided level is ``level`` adjusted for ``family`` comparisons (Bonferroni:
+    each interval at 1 - (1 - level) / family), so the whole table's statements hold together."""
+    d = _log_ratios(a, b)
+    check_real("margin", margin, 0, 1, high_open=True)
+    check_real("level", level, 0, 1, low_open=True, high_open=True)
+    family = check_int("family", family, 1)
+    runs, prompts = d.shape
+    alpha = (1 - level) / family
+    run_means = d.mean(axis=1)  # [R]
+    if runs >= 2:
+        obs, model = run_means, "runs"
+    else:
+        obs, model = d[0], "prompts"
+    n = obs.size
+    mean = float(obs.mean())
+    se = float(obs.std(ddof=1) / math.sqrt(n))
+    df = float(n - 1)
+    half = float(_st.t.ppf(1 - alpha / 2, df)) * se
+    lo, hi = math.expm1(mean - half), math.expm1(mean + half)
+    return Comparison(gain=math.expm1(mean), lo=lo, hi=hi, verdict=verdict(lo, hi, margin), model=model,
+                      n_runs=runs, n_prompts=prompts, df=df, level=1 - alpha, family=family, margin=margin,
+                      run_gains=tuple(float(math.expm1(x)) for x in run_means))
