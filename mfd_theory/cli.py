@@ -56,6 +56,10 @@ def _call(name: str, target: tuple[str, str, str], argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # before torch starts: the same seed gives the same bits on every host of one ISA level
+    from mfd_theory.numerics import pin_cpu_numerics
+
+    pin_cpu_numerics()
     # The CLI only writes figures to files: Agg needs no display. The library leaves the backend
     # alone so that notebooks draw inline; MPLBACKEND set by the user still wins.
     os.environ.setdefault("MPLBACKEND", "Agg")

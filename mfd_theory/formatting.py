@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["help_summary", "is_best_budget", "plain_text", "speed_gain_text", "stored_number", "tau_gain_text"]
+__all__ = ["comparison_text", "help_summary", "is_best_budget", "plain_text", "speed_gain_text", "stored_number", "tau_gain_text"]
 
 
 def plain_text(text: str) -> str:
@@ -41,21 +41,19 @@ def is_best_budget(g: dict) -> bool:
     return g.get("best_budget") is True
 
 
-def speed_gain_text(g: dict) -> str:
-    """A stored speedup gain (an ``mfd_gains`` entry) with the verdict ``mfd eval`` gave it: the
-    95% interval of its pass-to-pass spread, or "no measurable difference" inside it."""
-    if stored_number(g.get("speedup_gain")) is None:
+def comparison_text(c: dict | None) -> str:
+    """A stored comparison (``mfd_theory.stats.Comparison.to_dict``) as ``+4.1% [+1.2%, +7.0%] gain``;
+    "-" when there is none."""
+    if not c:
         return "-"
-    if g.get("speedup_verdict") == "no measurable difference":
-        return f"no measurable difference (+-{100 * g['speedup_gain_ci95']:.1f}%)"
-    ci = stored_number(g.get("speedup_gain_ci95"))
-    return f"{100 * g['speedup_gain']:+.1f}%" + (f" +- {100 * ci:.1f}%" if ci is not None else " (1 pass)")
+    return f"{100 * c['gain']:+.1f}% [{100 * c['lo']:+.1f}%, {100 * c['hi']:+.1f}%] {c['verdict']}"
+
+
+def speed_gain_text(g: dict) -> str:
+    """A gain entry's speed comparison (paired over prompts), as :func:`comparison_text` writes it."""
+    return comparison_text(g.get("speed_cmp"))
 
 
 def tau_gain_text(g: dict) -> str:
-    """A stored tau gain, or "no measurable difference" when its z is inside +-2."""
-    if stored_number(g.get("tau_gain")) is None:
-        return "-"
-    if g.get("tau_verdict") == "no measurable difference":
-        return "no measurable difference"
-    return f"{100 * g['tau_gain']:+.1f}%"
+    """A gain entry's tau comparison (paired over prompts), as :func:`comparison_text` writes it."""
+    return comparison_text(g.get("tau_cmp"))

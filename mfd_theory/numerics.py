@@ -64,11 +64,12 @@ def pin_cpu_numerics(level: str | None = "auto") -> dict[str, str]:
     if level not in PIN_ENV:
         raise ValueError(f"level: must be 'auto', None or one of {sorted(PIN_ENV)}, got {level!r}")
     wanted = PIN_ENV[level]
-    if "torch" in sys.modules and any(os.environ.get(k) != v for k, v in wanted.items()):
+    unset = [k for k in wanted if k not in os.environ]  # a variable the user set stays as it is
+    if "torch" in sys.modules and unset:
         warnings.warn("pin_cpu_numerics: torch is already imported, so its kernel dispatch is not pinned "
                       "(call it before importing torch)", RuntimeWarning, stacklevel=2)
-    for k, v in wanted.items():
-        os.environ.setdefault(k, v)
+    for k in unset:
+        os.environ[k] = wanted[k]
     return {k: os.environ[k] for k in wanted}
 
 

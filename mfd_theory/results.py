@@ -22,6 +22,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from mfd_theory.numerics import numerics_provenance
+
 from mfd_theory.report_files import report_files
 
 __all__ = [
@@ -88,6 +90,7 @@ def provenance() -> dict[str, Any]:
         "versions": package_versions(),
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "host": platform.node(),
+        "numerics": numerics_provenance(),
     }
 
 

@@ -16,7 +16,7 @@ from scipy import stats as _st
 
 from mfd_theory.validation import check_int, check_real
 
-__all__ = ["MARGIN", "VERDICTS", "Comparison", "compare", "verdict"]
+__all__ = ["MARGIN", "VERDICTS", "Comparison", "compare", "compare_rows", "paired", "verdict"]
 
 #: the equivalence margin of every verdict unless said otherwise: +-3% on the ratio scale
 MARGIN = 0.03
@@ -109,3 +109,24 @@ def compare(a, b, *, margin: float = MARGIN, level: float = 0.95, family: int = 
     return Comparison(gain=math.expm1(mean), lo=lo, hi=hi, verdict=verdict(lo, hi, margin), model=model,
                       n_runs=runs, n_prompts=prompts, df=df, level=1 - alpha, family=family, margin=margin,
                       run_gains=tuple(float(math.expm1(x)) for x in run_means))
+
+
+# ----------------------------------------------------------------------------- rows of an evaluation
+def paired(a: dict, b: dict, key: str) -> tuple[np.ndarray, np.ndarray]:
+    """Rows ``a`` and ``b``'s per-prompt ``key`` values (``prompt_tau`` or ``prompt_tokens_per_s``)
+    on the prompts both have a value for, in the same order: the pairs of a paired comparison."""
+    bv = dict(zip(b.get("prompt_ids") or [], b.get(key) or []))
+    pairs = [(x, bv[i]) for i, x in zip(a.get("prompt_ids") or [], a.get(key) or [])
+             if x is not None and bv.get(i) is not None]
+    return np.array([x for x, _ in pairs], dtype=float), np.array([y for _, y in pairs], dtype=float)
+
+
+def compare_rows(a: dict, b: dict, family: int = 1) -> dict:
+    """Row ``a`` against row ``b`` of one run, paired over their prompts (:func:`compare`,
+    a prompts-only interval): ``{"tau_cmp": ..., "speed_cmp": ...}``, each a Comparison's dict or None
+    when fewer than 2 prompts pair up."""
+    out = {}
+    for name, key in (("tau_cmp", "prompt_tau"), ("speed_cmp", "prompt_tokens_per_s")):
+        x, y = paired(a, b, key)
+        out[name] = compare(x, y, family=family).to_dict() if x.size >= 2 else None
+    return out

@@ -22,6 +22,12 @@ _ROOT = Path(__file__).resolve().parent.parent
 if importlib.util.find_spec("mfd_theory") is None:
     sys.path.insert(0, str(_ROOT))  # run from a checkout that was not pip-installed
 
+# the same CPU kernel dispatch as the mfd command (pinned before any test imports torch), so tests see
+# the numerics the package's runs use
+from mfd_theory.numerics import pin_cpu_numerics  # noqa: E402
+
+pin_cpu_numerics()
+
 _SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 # derandomize: the default run draws the same examples every time, so the statistical checks
 # (Monte Carlo within 4 standard errors) cannot flake in CI; the thorough profile stays random.

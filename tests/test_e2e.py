@@ -185,41 +185,45 @@ def test_default_preset_is_the_dataclass_default():
     assert preset_config("default") == E2EConfig()
 
 
-def _row(method, drafter, K, budget, tau, passes):
+def _row(method, drafter, K, budget, tau, speed, prompt_speed_noise=0.0):
+    """A row with 8 prompts: per-prompt tau around ``tau`` and per-prompt speed ``speed`` times a
+    deterministic wobble of relative size ``prompt_speed_noise``."""
+    wob = [0.0, 1.0, -1.0, 0.5, -0.5, 0.8, -0.8, 0.0]
     return {"temperature": 0.0, "dataset": "d", "method": method, "drafter": drafter, "K": K, "budget": budget,
-            "tau": tau, "speedup_passes": passes, "speedup": sum(passes) / len(passes), "speedup_std": None,
-            "accepted_std": 1.0, "n_steps": 100}
+            "tau": tau, "speedup": speed, "speedup_std": None, "accepted_std": 1.0, "n_steps": 100,
+            "prompt_ids": [str(i) for i in range(8)],
+            "prompt_tau": [tau * (1 + 0.01 * w) for w in wob],
+            "prompt_tokens_per_s": [100 * speed * (1 + prompt_speed_noise * w) for w in wob[::-1]]}
 
 
 def test_mfd_gains_against_best_single_mode_tree():
     rows = [
-        _row("ar", "none", 0, 0, 1.0, [1.0, 1.0, 1.0]),
-        _row("chain", "product", 1, 7, 2.0, [1.5, 1.5, 1.5]),
-        _row("ddtree", "product", 1, 16, 3.0, [2.0, 2.0, 2.0]),
-        _row("ddtree", "product", 1, 32, 3.2, [1.8, 1.8, 1.8]),
-        # +5% in every pass, with a little spread: a measured gain
-        _row("mfd", "mfd-k2", 2, 16, 3.3, [2.1, 2.11, 2.09]),
-        # +0% on average, passes on both sides: inside the spread
-        _row("mfd", "mfd-k2", 2, 32, 3.2, [1.7, 1.9, 1.8]),
+        _row("ar", "none", 0, 0, 1.0, 1.0),
+        _row("chain", "product", 1, 7, 2.0, 1.5),
+        _row("ddtree", "product", 1, 16, 3.0, 2.0),
+        _row("ddtree", "product", 1, 32, 3.2, 1.8),
+        _row("mfd", "mfd-k2", 2, 16, 3.3, 2.1, 0.001),  # +5% on every prompt: a gain
+        _row("mfd", "mfd-k2", 2, 32, 3.2, 1.8, 0.2),  # +0% on average, prompts on both sides: inconclusive
     ]
     g = mfd_gains(rows)
     at16 = next(x for x in g if x["budget"] == 16 and x["method"] == "mfd" and not x["best_budget"])
     assert at16["tau_gain"] == pytest.approx(0.1)
-    assert at16["speedup_gain"] == pytest.approx(0.05)
-    assert at16["speedup_verdict"] == "faster"
+    assert at16["speed_cmp"]["gain"] == pytest.approx(0.05, abs=1e-3) and at16["speed_cmp"]["verdict"] == "gain"
+    assert at16["tau_cmp"]["verdict"] == "gain" and at16["tau_cmp"]["model"] == "prompts"
+    assert at16["speed_cmp"]["family"] == 2  # the per-budget table has two entries
     at32 = next(x for x in g if x["budget"] == 32 and x["method"] == "mfd")
     assert at32["tau_gain"] == pytest.approx(0.0)
-    assert at32["speedup_verdict"] == "no measurable difference"
+    assert at32["speed_cmp"]["verdict"] == "inconclusive"
     best = next(x for x in g if x["best_budget"])
     assert isinstance(best["budget"], int) and best["budget"] == 16
     assert best["single_budget"] == 16
-    assert best["tau_gain"] == pytest.approx(3.3 / 3.2 - 1)
+    assert best["tau_gain"] == pytest.approx(3.3 / 3.0 - 1)  # the fastest budgets' taus
     # every budget in the gain table is a number (pandas gets a numeric column)
     assert all(isinstance(x["budget"], int) for x in g)
     from mfd_theory.llm.measure.evaluate import format_gains
 
     text = "\n".join(format_gains(g))
-    assert "no measurable difference" in text and "+5.0%" in text
+    assert "inconclusive" in text and "+5.0% [" in text and "no measurable" not in text
 
 
 def test_cuda_requested_without_cuda(tmp_path):

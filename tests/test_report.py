@@ -8,8 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from mfd_theory.formatting import comparison_text
+from mfd_theory.stats import compare_rows
+
 from mfd_theory.cli import main
-from mfd_theory.commands.report import (BLOCKS, Results, block_inputs, check_layout, gain_with_spread, render,
+from mfd_theory.commands.report import (BLOCKS, Results, block_inputs, check_layout, render,
                                        value_with_spread)
 from mfd_theory.report_files import BLOCK_FILES, report_files
 from mfd_theory.results import Result
@@ -17,44 +20,42 @@ from mfd_theory.results import Result
 ROOT = Path(__file__).resolve().parent.parent
 
 
+_WOBBLE = (0.97, 1.01, 1.03, 0.99, 1.02, 0.98)  # per-prompt spread around a row's mean
+
+
 def _e2e_result(passes: bool) -> Result:
     """A small end-to-end result: product ddtree vs mfd at two budgets, plus chain, ar, HF. Each
-    gain entry carries the verdict ``mfd eval`` stores (the report prints it, it never recomputes
-    it): with passes, a 95% interval and a verdict; with one pass, neither."""
+    row carries its per-prompt tau and speed; each gain entry the paired comparisons ``mfd eval``
+    stores (the report prints them, it never recomputes them)."""
     rows = []
 
     def row(method, drafter, K, budget, tau, speedup, spread):
+        k = len(rows)
         r = dict(method=method, drafter=drafter, K=K, budget=budget, temperature=1.0, tau=tau, speedup=speedup,
-                 n_steps=100 + budget, dead_share=0.5, accepted_std=1.0, tokens_per_s=500.0 * speedup)
+                 n_steps=100 + budget, dead_share=0.5, accepted_std=1.0, tokens_per_s=500.0 * speedup,
+                 prompt_ids=[str(i) for i in range(6)],
+                 prompt_tau=[tau * _WOBBLE[(i + k) % 6] for i in range(6)],
+                 prompt_tokens_per_s=[500.0 * speedup * _WOBBLE[(i * (k + 1) + k) % 6] for i in range(6)])
         if passes:
             r["speedup_passes"] = [speedup - spread, speedup, speedup + spread]
             r["speedup_std"] = spread
             r["tokens_per_s_std"] = 500.0 * spread
         return r
 
-    rows.append(row("ar", "none", 0, 0, 1.0, 1.0, 0.01))
-    rows.append(row("chain", "product", 1, 7, 2.4, 1.10, 0.02))
-    rows.append(row("ddtree", "product", 1, 16, 3.6, 1.50, 0.02))
-    rows.append(row("ddtree", "product", 1, 64, 4.6, 1.40, 0.02))
-    rows.append(row("mfd", "mfd-k4", 4, 16, 4.0, 1.30, 0.02))  # slower beyond the spread
-    rows.append(row("mfd", "mfd-k4", 4, 64, 5.0, 1.41, 0.02))  # inside the spread
-    def verdict(gain, ci95, word):
-        if not passes:  # one timing pass: no spread, no verdict
-            return dict(speedup_gain=gain, speedup_gain_ci95=None, speedup_verdict=None)
-        return dict(speedup_gain=gain, speedup_gain_ci95=ci95, speedup_verdict=word)
+    for args in (("ar", "none", 0, 0, 1.0, 1.0, 0.01), ("chain", "product", 1, 7, 2.4, 1.10, 0.02),
+                 ("ddtree", "product", 1, 16, 3.6, 1.50, 0.02), ("ddtree", "product", 1, 64, 4.6, 1.40, 0.02),
+                 ("mfd", "mfd-k4", 4, 16, 4.0, 1.30, 0.02), ("mfd", "mfd-k4", 4, 64, 5.0, 1.41, 0.02)):
+        rows.append(row(*args))
 
-    gains = []
-    for n, v in ((16, verdict(1.30 / 1.50 - 1, 0.004, "slower")),
-                 (64, verdict(1.41 / 1.40 - 1, 0.012, "no measurable difference"))):
-        a = next(r for r in rows if r["method"] == "mfd" and r["budget"] == n)
-        b = next(r for r in rows if r["method"] == "ddtree" and r["budget"] == n)
-        gains.append(dict(temperature=1.0, method="mfd", drafter="mfd-k4", budget=n, best_budget=False,
-                          single_budget=n, tau=a["tau"], speedup=a["speedup"], single_tau=b["tau"],
-                          single_speedup=b["speedup"], tau_gain=a["tau"] / b["tau"] - 1, tau_diff_z=3.0, **v))
+    def entry(a, b, best, family):
+        return dict(temperature=1.0, method="mfd", drafter="mfd-k4", budget=a["budget"], best_budget=best,
+                    single_budget=b["budget"], tau=a["tau"], speedup=a["speedup"], single_tau=b["tau"],
+                    single_speedup=b["speedup"], tau_gain=a["tau"] / b["tau"] - 1, **compare_rows(a, b, family))
+
+    by = {(r["method"], r["budget"]): r for r in rows}
+    gains = [entry(by["mfd", n], by["ddtree", n], False, 2) for n in (16, 64)]
     # each at its fastest budget: mfd at N = 64 against the product drafter's ddtree at N = 16
-    gains.append(dict(temperature=1.0, method="mfd", drafter="mfd-k4", budget=64, best_budget=True, single_budget=16,
-                      tau=5.0, speedup=1.41, single_tau=4.6, single_speedup=1.50, tau_gain=5.0 / 4.6 - 1,
-                      **verdict(1.41 / 1.5 - 1, 0.018, "slower")))
+    gains.insert(0, entry(by["mfd", 64], by["ddtree", 16], True, 1))
     hf = [dict(temperature=1.0, method="assisted", tokens_per_s=400.0, speedup=1.1)]
     cfg = dict(eval_prompts=2, max_new_tokens=16)
     return Result("end_to_end", cfg, dict(rows=rows, mfd_gains=gains, hf_assisted=hf,
@@ -69,21 +70,20 @@ def _readme(tmp_path, names):
     return p
 
 
-def test_spread_formatting_and_no_measurable_difference():
+def test_spread_formatting_and_paired_comparison_text():
     a = dict(speedup=1.41, speedup_passes=[1.39, 1.41, 1.43])
-    b = dict(speedup=1.40, speedup_passes=[1.38, 1.40, 1.42])
     assert value_with_spread(a, "speedup", suffix="x") == "1.41x ± 0.02x"
-    assert "no measurable difference" in gain_with_spread(a, b)
-    c = dict(speedup=1.20, speedup_passes=[1.19, 1.20, 1.21])
-    text = gain_with_spread(c, b)
-    assert text.startswith("-14.") and "no measurable" not in text
     # rows of a single timing pass: the value and a "(1 pass)" mark, never a bare sign claim
     assert value_with_spread({"speedup": 1.4}, "speedup", suffix="x") == "1.40x (1 pass)"
-    assert gain_with_spread({"speedup": 1.3}, {"speedup": 1.4}) == "-7.1% (1 pass)"
     assert value_with_spread({"speedup": None}, "speedup") == "-"  # a missing value (null)
-    # stds without the passes are combined to first order
-    assert "no measurable difference" in gain_with_spread(dict(speedup=1.41, speedup_std=0.02),
-                                                          dict(speedup=1.40, speedup_std=0.02))
+    # two rows compared prompt by prompt: the interval and its word, never "no measurable difference"
+    ids = [str(i) for i in range(6)]
+    fast = dict(prompt_ids=ids, prompt_tau=[3.0, 3.2, 2.9, 3.1, 3.0, 3.3], prompt_tokens_per_s=[110.0] * 6)
+    slow = dict(prompt_ids=ids, prompt_tau=[2.0, 2.1, 2.0, 2.2, 1.9, 2.1], prompt_tokens_per_s=[100.0] * 5 + [99.0])
+    cmp = compare_rows(fast, slow)
+    assert comparison_text(cmp["tau_cmp"]).endswith("gain") and cmp["tau_cmp"]["model"] == "prompts"
+    assert comparison_text(None) == "-"
+    assert compare_rows(fast, dict(prompt_ids=["x"], prompt_tau=[1.0], prompt_tokens_per_s=[1.0]))["tau_cmp"] is None
 
 
 @pytest.mark.parametrize("passes", [True, False])
@@ -96,18 +96,19 @@ def test_e2e_blocks_show_spreads_or_one_pass(tmp_path, passes):
     assert "stale numbers" not in new and new.count("more prose") == 3 and "prose stays" in new
     gains = new.split("<!-- report:e2e-gains -->")[1].split("<!-- /report:e2e-gains -->")[0]
     lines = [ln for ln in gains.splitlines() if ln.startswith("| 1 |")]
-    assert len(lines) == 3  # two budgets and the best-budget row
+    assert len(lines) == 3  # the best-budget row and two budgets
+    assert "no measurable difference" not in gains and "One run" in gains
+    best, n16, n64 = lines
+    assert "best (64 vs 16)" in best
+    g16 = res.data["mfd_gains"][1]
+    assert comparison_text(g16["speed_cmp"]) in n16 and g16["speed_cmp"]["verdict"] == "loss"  # 1.30 vs 1.50
+    assert comparison_text(res.data["mfd_gains"][2]["tau_cmp"]) in n64
     if passes:
         assert "(1 pass)" not in new.split("<!-- report:e2e-hf -->")[0]
         assert "400 (1 pass)" in new  # the fixture's HF row has no spread fields
-        n16, n64, best = lines
-        assert "no measurable difference" not in n16 and "-13.3% +- 0.4%" in n16
-        assert "no measurable difference (+-1.2%)" in n64
-        assert "best (64 vs 16)" in best
         assert "3 timing passes" in new
     else:
-        assert "(1 pass)" in gains and "no measurable difference" not in gains
-        assert "best (64 vs 16)" in lines[2]
+        assert "(1 pass)" in gains
     assert "107-164 rounds" in new  # round counts from the rows, not typed by hand
 
 
@@ -126,9 +127,11 @@ def test_e2e_hybrid_block_reads_its_own_file_and_summarises(tmp_path):
     assert "Greedy (T = 0): 4 of 5 rows equal ar's output token for token." in text  # ar itself not counted
     # the best-budget entry compares mfd at N = 64 (1.41x) with the product tree at N = 16 (1.50x), with the
     # evaluator's verdict on that speed difference
+    speed = comparison_text(res.data["mfd_gains"][0]["speed_cmp"])
+    assert speed.endswith("loss")  # 1.41x against 1.50x, prompt by prompt
     assert ("T = 1: ar 500 tokens/s ± 5 tokens/s; fastest ddtree (product) at N = 16: 1.50x ± 0.02x. Against the "
-            "product drafter at each one's best budget (product tau 4.60): mfd K = 4 tau 5.00 (+8.7%) and speed "
-            "-6.0% +- 1.8%.") in text
+            "product drafter at each one's best budget (product tau 3.60): mfd K = 4 tau 5.00 (+38.9%) and speed "
+            f"{speed}.") in text
     assert len([ln for ln in text.splitlines() if ln.startswith("| 0 |")]) == 3  # chain, ddtree, mfd
 
 
@@ -314,18 +317,15 @@ def test_headline_block_takes_a_few_numbers_from_three_results_files(tmp_path):
     assert f"no {results / 'natural' / 'natural.json'}" in out.getvalue()
 
 
-def test_e2e_gains_use_the_evaluators_verdict():
-    # a gain whose rows' spreads would call it measured, but whose per-pass 95% interval does not:
-    # the report prints the evaluator's verdict
+def test_e2e_gains_print_the_stored_comparison_never_recompute_it():
     res = _e2e_result(passes=True)
     g = dict(res.data["mfd_gains"][0])
-    g.update(speedup_gain=0.02, speedup_verdict="no measurable difference", speedup_gain_ci95=0.031)
+    g["speed_cmp"] = dict(g["speed_cmp"], gain=0.02, lo=-0.01, hi=0.05, verdict="inconclusive")
     res.data["mfd_gains"] = [g]
-    gains = BLOCKS["e2e-gains"].make
-    assert "no measurable difference (+-3.1%)" in gains(Results.holding(res))
-    g.update(speedup_gain=0.06, speedup_verdict="faster", speedup_gain_ci95=0.031)
-    out = gains(Results.holding(res))
-    assert "+6.0% +- 3.1%" in out and "no measurable difference" not in out
+    out = BLOCKS["e2e-gains"].make(Results.holding(res))
+    assert "+2.0% [-1.0%, +5.0%] inconclusive" in out
+    g["speed_cmp"] = dict(g["speed_cmp"], gain=0.06, lo=0.031, hi=0.09, verdict="gain")
+    assert "+6.0% [+3.1%, +9.0%] gain" in BLOCKS["e2e-gains"].make(Results.holding(res))
 
 
 def test_e2e_dartree_block_sets_the_three_trees_side_by_side(tmp_path):
@@ -352,10 +352,13 @@ def test_e2e_dartree_block_sets_the_three_trees_side_by_side(tmp_path):
     assert lines[-1] == "| 1 | 64 | dartree (Domino) | 4.75 | 1.20x ± 0.10x | 3.75 | 3.50 | -1.2 | 12% |"
     # the summary: each method at its best budget (ddtree 16, mfd 64, dartree 64), from the rows
     summary = [ln for ln in body.splitlines() if ln.startswith("* T = 1")]
+    rows = {(r["method"], r["budget"]): r for r in res.data["rows"]}
+    vs_dd = comparison_text(compare_rows(rows["dartree", 64], rows["ddtree", 16])["speed_cmp"])
+    vs_mfd = comparison_text(compare_rows(rows["dartree", 64], rows["mfd", 64])["speed_cmp"])
     assert summary == ["* T = 1, each at its best budget: ddtree (product) 1.50x ± 0.02x at N = 16 (tau 3.60), "
                        "mfd K = 4 1.41x ± 0.02x at N = 64 (tau 5.00), dartree (Domino) 1.20x ± 0.10x at N = 64 "
-                       "(tau 4.75). dartree vs ddtree (product): -20.0% ± 6.8%; dartree vs mfd K = 4: "
-                       "-14.9% ± 7.2%."]
+                       f"(tau 4.75). dartree vs ddtree (product): speed {vs_dd} (paired over prompts, one run); "
+                       f"dartree vs mfd K = 4: speed {vs_mfd} (paired over prompts, one run)."]
     assert "Drafting cost" not in body  # no round profile in this result
     # with a round profile: c = (t_dartree - t_block) / ((L - 1) t_block) = (1.6 - 0.5) / (5 * 0.5) = 0.44
     res.config["block_size"] = 7

@@ -284,7 +284,7 @@ def _pool_ceiling(cdir: Path, config) -> dict:
 def _e2e(eval_path: Path, ceiling: dict) -> dict:
     """The eval's rows, the best-budget comparisons (MFD and DARTree against DDTree on the K = 1
     drafter, with eval's significance rules), the round cost, and the ceiling share reached."""
-    from mfd_theory.llm.measure.evaluate import diff_z, gain_entry
+    from mfd_theory.llm.measure.evaluate import gain_entry
 
     if not eval_path.is_file():
         return {}
@@ -292,10 +292,10 @@ def _e2e(eval_path: Path, ceiling: dict) -> dict:
     rows = ev["rows"]
     keep = ("dataset", "temperature", "method", "drafter", "K", "budget", "tau", "accepted_mean", "speedup",
             "speedup_std", "speedup_passes", "dead_share", "covered_mass_mean", "matches_ar", "n_prompts",
-            "accepted_std", "n_steps")
+            "accepted_std", "n_steps", "prompt_ids", "prompt_tau", "prompt_tokens_per_s")
     # matches_ar: bool on greedy rows, null on sampled ones (not checked); lossless_checked says which
     out_rows = [{**{k: r.get(k) for k in keep}, "lossless_checked": r.get("matches_ar") is not None} for r in rows]
-    comps = []
+    comps, pairs = [], []
     for ds, temp in sorted({(r.get("dataset"), r["temperature"]) for r in rows}, key=lambda k: (str(k[0]), k[1])):
         at = [r for r in rows if r.get("dataset") == ds and r["temperature"] == temp and r["speedup"] is not None]
         base = [r for r in at if r["method"] == "ddtree" and r["K"] == 1 and "dartree" not in r["drafter"]]
@@ -309,8 +309,10 @@ def _e2e(eval_path: Path, ceiling: dict) -> dict:
                     continue
                 bm = max(mine, key=lambda r: r["speedup"])
                 comps.append({"dataset": ds, "temperature": temp, "method": method, "drafter": label,
-                              "K": bm["K"], "budget": bm["budget"], "single_budget": bs["budget"],
-                              **gain_entry(bm, bs, diff_z(bm, bs))})
+                              "K": bm["K"], "budget": bm["budget"], "single_budget": bs["budget"]})
+                pairs.append((bm, bs))
+    for c, (bm, bs) in zip(comps, pairs):  # one table: Bonferroni over its entries
+        c.update(gain_entry(bm, bs, family=len(comps)))
     prof = ev.get("round_profile") or {}
     cost = {}
     if prof.get("t_target_ms") and prof.get("t_draft_ms"):

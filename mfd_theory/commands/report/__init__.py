@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mfd_theory.commands.report._text import gain_with_spread, value_with_spread
+from mfd_theory.commands.report._text import value_with_spread
 from mfd_theory.commands.report.command import main
 from mfd_theory.commands.report.inputs import Results
 from mfd_theory.commands.report.markers import check_layout, render
@@ -20,7 +20,7 @@ from mfd_theory.report_files import BLOCK_FILES
 from mfd_theory.results import Result
 
 __all__ = ["BLOCKS", "BLOCK_FILES", "Block", "Results", "bench_batch_block", "block_inputs", "block_text",
-           "check_layout", "gain_with_spread", "main", "natural_block", "own_target_block", "own_target_summary",
+           "check_layout", "main", "natural_block", "own_target_block", "own_target_summary",
            "render", "speed_gain_text", "speedup_check_block", "tau_gain_text", "value_with_spread"]
 
 

@@ -1,7 +1,7 @@
 """Number and spread formatting shared by the report's blocks.
 
 A timing measured over several passes prints as mean ± standard deviation over the passes; one
-pass prints "(1 pass)". How a spread is combined is in :func:`gain_with_spread`.
+pass prints "(1 pass)". Comparisons between methods are paired over prompts (mfd_theory.stats).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import math
 
 from mfd_theory.formatting import stored_number
 
-__all__ = ["gain_with_spread", "mean_se", "method_label", "signed_pct", "span", "value_with_spread"]
+__all__ = ["mean_se", "method_label", "signed_pct", "span", "value_with_spread"]
 
 
 def _passes(row: dict, key: str) -> list[float] | None:
@@ -37,28 +37,6 @@ def value_with_spread(row: dict, key: str, fmt: str = "{:.2f}", suffix: str = ""
     if s is None:
         return f"{fmt.format(v)}{suffix} (1 pass)"
     return f"{fmt.format(v)}{suffix} ± {fmt.format(s)}{suffix}"
-
-
-def gain_with_spread(a: dict, b: dict, key: str = "speedup") -> str:
-    """a's ``key`` over b's, minus one, in percent, with its spread over timing passes.
-
-    The spread combines the two rows' standard deviations over passes to first order
-    (ratio * sqrt((s_a / a)^2 + (s_b / b)^2)); passes are not treated as paired, which would
-    hide load changes that hit one method's pass and not the other's. A difference no larger
-    than the spread reads "no measurable difference".
-    """
-    va, vb = stored_number(a.get(key)), stored_number(b.get(key))
-    if va is None or vb is None or vb == 0:
-        return "-"
-    gain = va / vb - 1
-    sa, sb = _std(a, key), _std(b, key)
-    if sa is None or sb is None:
-        return f"{100 * gain:+.1f}% (1 pass)"
-    spread = (va / vb) * math.sqrt((sa / va) ** 2 + (sb / vb) ** 2)
-    text = f"{100 * gain:+.1f}% ± {100 * spread:.1f}%"
-    if abs(gain) <= spread:
-        text += " (no measurable difference)"
-    return text
 
 
 def signed_pct(v) -> str:

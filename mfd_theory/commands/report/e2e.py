@@ -7,9 +7,10 @@ Each block is ``block(results) -> str`` (:mod:`.inputs`); what the numbers mean 
 
 from __future__ import annotations
 
-from mfd_theory.commands.report._text import gain_with_spread, method_label, value_with_spread
+from mfd_theory.commands.report._text import method_label, value_with_spread
 from mfd_theory.commands.report.inputs import Results
-from mfd_theory.formatting import is_best_budget, speed_gain_text, stored_number
+from mfd_theory.formatting import comparison_text, is_best_budget, speed_gain_text, stored_number, tau_gain_text
+from mfd_theory.stats import compare_rows
 from mfd_theory.results import Result
 
 __all__ = ["e2e", "e2e_dartree", "e2e_gains", "e2e_hf", "e2e_hybrid", "gain_pair"]
@@ -156,23 +157,21 @@ def gain_pair(rows: list[dict], g: dict) -> tuple[dict, dict, str]:
 
 
 def e2e_gains(results: Results) -> str:
-    """MFD against the identically trained product drafter: tau gain with its z, speed gain with
-    the evaluator's verdict, per budget and at each method's best budget."""
+    """MFD against the identically trained product drafter of this one run, paired over prompts,
+    per budget and at each method's best budget."""
     d = results.main.data
     rows, gains = d["rows"], d.get("mfd_gains") or []
-    lines = ["N = best (a vs b): each side at its fastest budget (a: this method's, b: the best product-drafter "
-             "tree's, chain or ddtree); tau there is each side's highest tau at any budget. z: the tau difference over "
-             "its standard error.", "",
-             "| T | method (drafter) | N | tau | product tau | tau gain (z) | speedup | product speedup | speed gain |",
+    lines = ["One run (replicated comparisons: the e2e-replicated block). N = best (a vs b): each side at its "
+             "fastest measured budget (a: this method's, b: the best product-drafter tree's, chain or ddtree), "
+             "picked on this run's own timings (in sample). Gains are paired over the run's prompts (the log ratio of the two methods' tau, and of each prompt's own decode speed); intervals are prompts-only (one trained run: a retrained drafter can land outside them), Bonferroni-adjusted over each table's entries; words: docs/statistics.md.", "",
+             "| T | method (drafter) | N | tau | product tau | tau gain | speedup | product speedup | speed gain |",
              "|---|---|---|---|---|---|---|---|---|"]
     for g in gains:
         a, b, n_text = gain_pair(rows, g)
-        z = stored_number(g.get("tau_diff_z"))
         lines.append(
             f"| {g['temperature']:g} | {method_label(a) if 'method' in a else g['method']} | {n_text} | {g['tau']:.2f} | "
-            f"{g['single_tau']:.2f} | {100 * g['tau_gain']:+.1f}%" + (f" ({z:.1f})" if z is not None else "")
-            + f" | {value_with_spread(a, 'speedup', suffix='x')} | {value_with_spread(b, 'speedup', suffix='x')} | "
-            f"{speed_gain_text(g)} |")
+            f"{g['single_tau']:.2f} | {tau_gain_text(g)} | {value_with_spread(a, 'speedup', suffix='x')} | "
+            f"{value_with_spread(b, 'speedup', suffix='x')} | {speed_gain_text(g)} |")
     return "\n".join(lines)
 
 
@@ -231,7 +230,8 @@ def _dartree_best(rows: list[dict]) -> list[str]:
         dt = best["dartree"]
         parts = [f"{method_label(r)} {value_with_spread(r, 'speedup', suffix='x')} at N = {r['budget']} "
                  f"(tau {r['tau']:.2f})" for r in (best.get("ddtree"), best.get("mfd"), dt) if r is not None]
-        vs = "; ".join(f"dartree vs {method_label(best[k])}: {gain_with_spread(dt, best[k])}"
+        vs = "; ".join(f"dartree vs {method_label(best[k])}: speed "
+                       f"{comparison_text(compare_rows(dt, best[k])['speed_cmp'])} (paired over prompts, one run)"
                        for k in ("ddtree", "mfd") if k in best)
         out.append(f"* T = {temp:g}, each at its best budget: " + ", ".join(parts) + f". {vs}.")
     return out

@@ -19,12 +19,13 @@ from mfd_theory.formatting import is_best_budget
 from mfd_theory.formatting import speed_gain_text as _gain_text
 from mfd_theory.formatting import tau_gain_text as _tau_gain_text
 from mfd_theory.speedup import cell_speedup
+from mfd_theory.stats import compare_rows
 from mfd_theory.validation import check_int
 
 from mfd_theory.llm.decoding.generate import speculative_generate
 from mfd_theory.llm.training.prompts import Prompt, run_conversation
 
-__all__ = ["Cell", "make_cells", "decode_cells", "rows_from_records", "mfd_gains", "verdict", "diff_z", "gain_entry",
+__all__ = ["Cell", "make_cells", "decode_cells", "rows_from_records", "mfd_gains", "gain_entry",
            "prediction_summary", "best_budgets", "per_prompt_records", "format_gains", "format_rows",
            "add_speedup_predictions", "speedup_check"]
 
@@ -301,6 +302,11 @@ def _row(c: Cell, recs: list[dict], ds, temp: float, ar_recs: list[dict] | None)
         "dead_share": _mean(dead), "dead_splice_share": _mean(dspl),
         "mean_tree_size": _mean(sizes), "time_split": split,
         "per_round_budget": c.budget_rule is not None,
+        # per prompt, for paired comparisons (mfd_theory.stats): its tau and its own decode speed
+        "prompt_ids": [str(r["id"]) for r in recs],
+        "prompt_tau": [float(np.mean(r["accepted"]) + 1) if r["accepted"] else None for r in recs],
+        "prompt_tokens_per_s": [r["n_decoded"] / float(np.mean(r["secs"])) if np.mean(r["secs"]) > 0 else None
+                                for r in recs],
     }
     row["matches_ar"] = None
     if temp == 0 and ar_recs is not None:
@@ -472,70 +478,28 @@ def speedup_check(rows: list[dict]) -> dict:
     return out
 
 
-def _tcrit(dof: int) -> float:
-    from scipy.stats import t
-
-    return float(t.ppf(0.975, dof))
-
-
-def verdict(gain_passes) -> dict:
-    """Is a per-pass gain (ratio - 1, one value per timing pass) distinguishable from zero?
-
-    The difference counts as measured when the mean gain lies outside the 95% confidence interval
-    of the pass-to-pass spread (Student t over passes); otherwise it is "no measurable
-    difference", whatever its sign. One pass has no spread and gives no verdict.
-    """
-    g = np.array([x for x in gain_passes if x is not None], dtype=float)
-    out = {"gain": float(g.mean()) if len(g) else None, "gain_std": _std(g), "gain_ci95": None, "verdict": None}
-    if len(g) >= 2:
-        half = _tcrit(len(g) - 1) * float(g.std(ddof=1)) / math.sqrt(len(g))
-        out["gain_ci95"] = half
-        m = out["gain"]
-        out["verdict"] = "no measurable difference" if abs(m) <= half else ("faster" if m > 0 else "slower")
-    return out
-
-
-def diff_z(a: dict, b: dict) -> float | None:
-    """The z of two rows' tau difference: (tau_a - tau_b) over the standard error of the difference
-    of two independent round means, from each row's ``accepted_std`` and ``n_steps``. None when a
-    row lacks them or the variance is 0."""
-    try:
-        var = a["accepted_std"] ** 2 / a["n_steps"] + b["accepted_std"] ** 2 / b["n_steps"]
-        return float((a["tau"] - b["tau"]) / math.sqrt(var)) if var > 0 else None
-    except (KeyError, TypeError, ZeroDivisionError):
-        return None
-
-
-def gain_entry(r: dict, base: dict, z: float | None) -> dict:
-    """Row ``r`` against row ``base``: both taus and speedups, the tau gain with its z (``z``, e.g.
-    from :func:`diff_z`; None gives no verdict) and verdict (|z| < 2: no measurable difference),
-    and the speedup gain per timing pass with :func:`verdict`'s verdict. Gains are ratios minus one;
-    these are the fields of :func:`mfd_gains`' entries."""
-    passes = [a / b - 1 if a is not None and b else None
-              for a, b in zip(r.get("speedup_passes") or [], base.get("speedup_passes") or [])]
-    v = verdict(passes)
+def gain_entry(r: dict, base: dict, family: int = 1) -> dict:
+    """Row ``r`` against row ``base``: both taus and speedups, the pooled tau gain (a ratio minus
+    one) and the paired comparisons of tau and speed (:func:`compare_rows`); the fields of
+    :func:`mfd_gains`' entries."""
     return {"tau": r["tau"], "speedup": r["speedup"], "speedup_std": r.get("speedup_std"),
             "single_tau": base["tau"], "single_speedup": base["speedup"],
             "single_speedup_std": base.get("speedup_std"),
             "tau_gain": r["tau"] / base["tau"] - 1 if r["tau"] and base["tau"] else None,
-            "tau_diff_z": z,
-            "tau_verdict": None if z is None else ("no measurable difference" if abs(z) < 2 else
-                                                   ("higher" if z > 0 else "lower")),
-            "speedup_gain": v["gain"], "speedup_gain_passes": passes, "speedup_gain_std": v["gain_std"],
-            "speedup_gain_ci95": v["gain_ci95"], "speedup_verdict": v["verdict"]}
+            **compare_rows(r, base, family)}
 
 
 def mfd_gains(rows: list[dict]) -> list[dict]:
-    """MFD (and ddtree over an MFD drafter's marginals) against the single-mode (K = 1) drafter.
+    """MFD (and ddtree over an MFD drafter's marginals) against the single-mode (K = 1) drafter of
+    the same run, paired over prompts (one run: prompts-only intervals, docs/statistics.md).
 
     Per dataset and temperature. Per budget: against the single-mode drafter's ddtree at the same
-    budget (``best_budget`` False). Best budget (``best_budget`` True): each method at its
-    fastest budget (``budget``) against the fastest single-mode tree, chain or ddtree at any
-    budget (``single_budget``); the tau columns compare the highest-tau budgets
-    (``tau_budget``, ``single_tau_budget``). Gains are ratios minus one; every speedup gain is
-    computed per timing pass and carries a verdict (see :func:`verdict`).
+    budget (``best_budget`` False). Best budget (``best_budget`` True): each method at its fastest
+    measured budget (``budget``) against the fastest single-mode tree, chain or ddtree at any
+    budget (``single_budget``), both picked on this run's own timings (in sample). Each table's
+    intervals are Bonferroni-adjusted for the number of its entries.
     """
-    out = []
+    per, best, rows_of = [], [], {}
     groups = sorted({(r.get("dataset"), r["temperature"]) for r in rows}, key=lambda k: (str(k[0]), k[1]))
     for ds, temp in groups:
         at = [r for r in rows if r.get("dataset") == ds and r["temperature"] == temp]
@@ -548,28 +512,25 @@ def mfd_gains(rows: list[dict]) -> list[dict]:
         for r in at:
             if r["K"] < 2 or r["budget"] not in same:
                 continue
-            base = same[r["budget"]]
-            out.append({**base_info, "method": r["method"], "drafter": r["drafter"], "budget": r["budget"],
-                        "best_budget": False, "single_budget": base["budget"],
-                        **gain_entry(r, base, diff_z(r, base))})
+            e = {**base_info, "method": r["method"], "drafter": r["drafter"], "budget": r["budget"],
+                 "best_budget": False, "single_budget": r["budget"]}
+            per.append(e)
+            rows_of[id(e)] = (r, same[r["budget"]])
+        fast_single = [r for r in single if r["speedup"] is not None]
         for label in dict.fromkeys(r["drafter"] for r in at if r["K"] >= 2):
             for method in ("mfd", "ddtree"):
                 mine = [r for r in at if r["drafter"] == label and r["method"] == method and r["speedup"] is not None]
-                if not mine or not single:
+                if not mine or not fast_single:
                     continue
-                bm = max(mine, key=lambda r: r["speedup"])
-                bs = max((r for r in single if r["speedup"] is not None), key=lambda r: r["speedup"])
-                bt, bst = max(mine, key=lambda r: r["tau"]), max(single, key=lambda r: r["tau"])
-                entry = gain_entry(bm, bs, None)
-                entry.update(tau=bt["tau"], single_tau=bst["tau"], tau_gain=bt["tau"] / bst["tau"] - 1,
-                             tau_diff_z=diff_z(bt, bst))
-                z = entry["tau_diff_z"]
-                entry["tau_verdict"] = None if z is None else (
-                    "no measurable difference" if abs(z) < 2 else ("higher" if z > 0 else "lower"))
-                out.append({**base_info, "method": method, "drafter": label, "budget": bm["budget"],
-                            "best_budget": True, "single_budget": bs["budget"],
-                            "tau_budget": bt["budget"], "single_tau_budget": bst["budget"], **entry})
-    return out
+                bm, bs = max(mine, key=lambda r: r["speedup"]), max(fast_single, key=lambda r: r["speedup"])
+                e = {**base_info, "method": method, "drafter": label, "budget": bm["budget"],
+                     "best_budget": True, "single_budget": bs["budget"]}
+                best.append(e)
+                rows_of[id(e)] = (bm, bs)
+    for table in (per, best):
+        for e in table:
+            e.update(gain_entry(*rows_of[id(e)], family=len(table)))
+    return best + per
 
 
 def best_budgets(rows: list[dict]) -> list[dict]:
@@ -651,14 +612,13 @@ def format_rows(rows: list[dict]) -> list[str]:
 
 
 def format_gains(gains: list[dict]) -> list[str]:
-    """Markdown tables of :func:`mfd_gains`: best budgets, then per budget. A gain inside the
-    run-to-run spread prints as "no measurable difference"."""
+    """Markdown tables of :func:`mfd_gains`: best budgets, then per budget. Gains are paired over
+    prompts within this one run, with their Bonferroni-adjusted intervals and verdicts."""
     lines: list[str] = []
-
     best = [g for g in gains if is_best_budget(g)]
     if best:
         lines += ["", "| dataset | T | method | drafter | best tau | single tau | tau gain | best speedup (N) | "
-                  "single speedup (N) | speedup gain |", "|---|---|---|---|---|---|---|---|---|---|"]
+                  "single speedup (N) | speed gain |", "|---|---|---|---|---|---|---|---|---|---|"]
         for g in best:
             lines.append(f"| {g.get('dataset')} | {g['temperature']:g} | {g['method']} | {g['drafter']} | "
                          f"{_fmt(g['tau'])} | {_fmt(g['single_tau'])} | {_tau_gain_text(g)} | "
@@ -667,11 +627,10 @@ def format_gains(gains: list[dict]) -> list[str]:
                          f"{_gain_text(g)} |")
     per = [g for g in gains if not is_best_budget(g)]
     if per:
-        lines += ["", "| dataset | T | method | drafter | N | tau | single-mode ddtree tau | tau gain | z | "
-                  "speedup gain |", "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += ["", "| dataset | T | method | drafter | N | tau | single-mode ddtree tau | tau gain | "
+                  "speed gain |", "|---|---|---|---|---|---|---|---|---|"]
         for g in per:
             lines.append(f"| {g.get('dataset')} | {g['temperature']:g} | {g['method']} | {g['drafter']} | "
-                         f"{g['budget']} | "
-                         f"{_fmt(g['tau'])} | {_fmt(g['single_tau'])} | {_tau_gain_text(g)} | "
-                         f"{_fmt(g.get('tau_diff_z'), 1)} | {_gain_text(g)} |")
+                         f"{g['budget']} | {_fmt(g['tau'])} | {_fmt(g['single_tau'])} | {_tau_gain_text(g)} | "
+                         f"{_gain_text(g)} |")
     return lines
