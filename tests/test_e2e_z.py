@@ -20,7 +20,7 @@ def _row(method, temperature, acc, pred, pvar):
     """The evaluator's row for one cell whose one prompt produced these rounds."""
     n = len(acc)
     cells = [Cell(method, "k2", 8, _Drafter())]
-    rec = {"temperature": float(temperature), "dataset": "d", "item": 0, "cell": 0, "tokens": [1] * (n + 1),
+    rec = {"temperature": float(temperature), "dataset": "d", "item": 0, "id": "0", "cell": 0, "tokens": [1] * (n + 1),
            "accepted": list(acc), "predicted": list(pred), "predicted_var": list(pvar), "covered": list(pred),
            "dead": [0.0] * n, "dead_splice": [0.0] * n, "tree_sizes": [3] * n, "split": {}, "secs": [1.0],
            "n_decoded": n}
