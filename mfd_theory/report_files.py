@@ -27,6 +27,8 @@ BLOCK_FILES: dict[str, str] = {
     "e2e-gains": RESULTS,
     "e2e-hf": RESULTS,
     "e2e-dartree": RESULTS,
+    "e2e-replicated": RESULTS,
+    "e2e-replicated-hybrid": RESULTS,
     "e2e-hybrid": RESULTS,
     "speedup-check": RESULTS,
     "prediction-check": RESULTS,

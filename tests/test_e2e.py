@@ -57,7 +57,17 @@ def test_micro_preset_writes_the_table(micro):
     assert set(res["data"]["loss_curves"]) >= {"target", "product", "mfd-k2", "draft_lm", "dartree"}
     # trained identically: the same number of steps as the product drafter
     assert len(res["data"]["loss_curves"]["dartree"]) == len(res["data"]["loss_curves"]["product"])
-    assert len(list((out / "cache").glob("drafter-dartree-*/drafter/config.json"))) == 1
+    # one Domino drafter per replicate (the micro preset trains two drafter sets)
+    assert len(list((out / "cache").glob("drafter-dartree-*/drafter/config.json"))) == cfg.replicates == 2
+    rep = res["data"]["replicated"]
+    assert rep["runs"] == 2 and rep["drafter_seeds"] == [0, 1] and rep["comparisons"]
+    for c in rep["comparisons"]:
+        assert c["tau_cmp"]["model"] == "runs" and c["tau_cmp"]["n_runs"] == 2 and len(c["tau_runs"]) == 2
+        assert c["b"]["drafter"] == "product" and c["a"]["drafter"] in ("mfd-k2", "dartree")
+    # calibration on held-out prompts, none of them evaluated
+    cal = {p["sha256"] for p in res["data"]["calibration_prompts"]}
+    assert cal and not cal & {p["sha256"] for p in res["data"]["evaluation_prompts"]}
+    assert {p["dataset"] for p in res["data"]["calibration_prompts"]} == {"heldout"}
     assert res["data"]["mode_diagnostics"]["mfd-k2"]["K"] == 2
     assert res["data"]["prediction_check"]["n_rows"] > 0
 
@@ -244,4 +254,9 @@ def test_budget_choice_without_a_profile_is_refused_before_any_work(tmp_path, ca
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "--budget-choice" in err and "--profile-prompts" in err
     assert not out.exists()  # nothing written
-    preset_config("micro", budget_choice=False, profile_prompts=0)  # the consistent pair is fine
+    with pytest.raises(SystemExit) as exc:  # replicates compare the theory's budgets: they need its choice
+        main(["--preset", "micro", "--budget-choice", "false", "--profile-prompts", "0", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "--replicates" in err and "--budget-choice" in err
+    assert not out.exists()  # nothing written
+    preset_config("micro", budget_choice=False, profile_prompts=0, replicates=1)  # the consistent set is fine

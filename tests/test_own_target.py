@@ -20,10 +20,12 @@ from mfd_theory.results import Result  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = ("target", "prompts", "distill", "drafter-k1", "drafter-k2", "eval")
-# Every step at a few seconds: a 4-step target, 6 training prompts, 2-step drafters, 2 held-out prompts.
-TINY = ["--target-steps", "4", "--train-prompts", "6", "--heldout-prompts", "2", "--prompt-words", "4",
+# Every step at a few seconds: a 4-step target, 6 training prompts, 2-step drafters, 3 held-out prompts (one
+# calibrates, two are evaluated).
+TINY = ["--target-steps", "4", "--train-prompts", "6", "--heldout-prompts", "3", "--prompt-words", "4",
         "--distill-new-tokens", "10", "--drafter-steps", "2", "--drafter-batch", "4", "--ckpt-every", "1",
-        "--budgets", "4", "--eval-new-tokens", "6", "--eval-prompts", "2", "--passes", "2", "--quiet"]
+        "--budgets", "4", "--eval-new-tokens", "6", "--eval-prompts", "2", "--calibration-prompts", "1", "--passes", "2",
+        "--quiet"]
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +46,7 @@ def test_rows_exist_and_greedy_rows_match_ar(run):
     assert (out / "target" / "config.json").is_file() and (out / "target" / "tokenizer.json").is_file()
     train = (out / "prompts" / "train.jsonl").read_text().splitlines()
     held = (out / "prompts" / "heldout.jsonl").read_text().splitlines()
-    assert len(train) == 6 and len(held) == 2
+    assert len(train) == 6 and len(held) == 3
     assert all(len(json.loads(x)["prompt"].split()) <= 4 for x in train + held)
     rows = Result.load(out / "eval" / "eval.json").data["rows"]
     got = {(r["temperature"], r["method"], r["K"], r["budget"]) for r in rows}
@@ -153,3 +155,15 @@ def test_reproduce_runs_it_where_the_report_block_reads_it():
     argv = next(a for _, module, a in STEPS if module == "mfd_theory.commands.experiments.own_target")
     out = Path(argv[argv.index("--out") + 1])
     assert Path("results") / BLOCKS["own-target"][0] == out / "eval" / "eval.json"
+
+
+def test_calibration_is_held_out_and_never_the_distilled_prompts(run):
+    _, out = run
+    pred = json.loads((out / "eval" / "predictions.json").read_text())["data"]
+    cal = {p["sha256"] for p in pred["calibration_prompts"]}
+    evaluated = {p["sha256"] for p in pred["evaluation_prompts"]}
+    assert len(cal) == 1 and not cal & evaluated
+    from mfd_theory.commands.pipeline.train_drafter_run import distilled_prompts
+
+    for k in (1, 2):
+        assert not cal & distilled_prompts(out / f"drafter-k{k}" / "drafter")

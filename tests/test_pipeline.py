@@ -290,7 +290,8 @@ def test_dartree_drafter_from_scratch_and_from_a_dflash_checkpoint(run, tmp_path
     assert cfg["kind"] == "dartree" and cfg["rank"] == 4
     # mfd eval decodes it with method dartree, losslessly
     assert mfd(["eval", "--target", str(target_dir), "--drafter", str(tmp_path / "dom"), "--methods", "ar,dartree",
-                "--prompts", files[0], "--out", str(tmp_path / "ev"), *EVAL_ARGS]) == 0
+                "--prompts", files[0], "--out", str(tmp_path / "ev"),
+                "--calibration-prompts", str(root / "prompts" / "calibration.jsonl"), *EVAL_ARGS]) == 0
     rows = json.loads((tmp_path / "ev" / "eval.json").read_text())["data"]["rows"]
     assert any(r["method"] == "dartree" for r in rows)
     assert all(r["matches_ar"] for r in rows if r["temperature"] == 0)
@@ -576,7 +577,8 @@ def test_eval_batch_size_decodes_losslessly_in_batches(run, tmp_path, capsys):
     root, target, files = run
     out = tmp_path / "batched"
     args = ["eval", "--target", str(target), "--drafter", str(root / "k1"), "--drafter", str(root / "k3"),
-            "--prompts", *files, *EVAL_ARGS, "--batch-size", "2"]
+            "--prompts", *files, *EVAL_ARGS, "--batch-size", "2",
+            "--calibration-prompts", str(root / "prompts" / "calibration.jsonl")]
     for policy in ("global", "auto"):
         o = out / policy
         assert mfd([*args, "--out", str(o), "--budget-policy", policy]) == 0
@@ -598,3 +600,22 @@ def test_eval_batch_size_decodes_losslessly_in_batches(run, tmp_path, capsys):
     assert mfd(["eval", "--target", str(target), "--drafter", str(root / "k1"), "--prompts", *files, *EVAL_ARGS,
                 "--budget-policy", "global", "--out", str(tmp_path / "y")]) == 2
     assert "--batch-size" in capsys.readouterr().err and not (tmp_path / "y").exists()
+
+
+def test_eval_refuses_to_calibrate_on_the_drafters_distilled_prompts(run, tmp_path, capsys):
+    """A drafter records the prompts its data answered; calibrating on them would score the
+    prediction on what the drafter was fitted to, so eval refuses them by name and writes nothing."""
+    from mfd_theory.commands.pipeline.train_drafter_run import DISTILLED_PROMPTS
+
+    root, target, files = run
+    recorded = json.loads((root / "k1" / "drafter" / DISTILLED_PROMPTS).read_text())["sha256"]
+    assert len(recorded) == 6  # the six distilled sequences' prompts (one prompt had two turns)
+    out = tmp_path / "eval"
+    capsys.readouterr()
+    # calibrate on one distilled prompt file, evaluate the others
+    assert mfd(["eval", "--target", str(target), "--drafter", str(root / "k1"), "--drafter", str(root / "k3"),
+                "--prompts", *files[1:], "--out",
+                str(out), "--calibration-prompts", files[0], *EVAL_ARGS]) == 2
+    err = capsys.readouterr().err
+    assert "--calibration-prompts" in err and "answered by mfd distill" in err and "'k1'" in err
+    assert not out.exists()

@@ -84,15 +84,15 @@ def _load(cfg, ecfg, progress: bool):
 
 
 def _prompt_sets(cfg, ecfg, corpus):
-    """(evaluated prompts, their records, calibration prompts of the training split, theirs):
+    """(evaluated prompts, their records, calibration prompts (held out, never evaluated), theirs):
     disjoint by token hash."""
     prompts = [p.tolist() for p in corpus.prompts(max(cfg.batch_sizes), ecfg.prompt_len, "heldout",
                                                   seed=ecfg.seed + 2)]
     evald = [{"index": i, "sha256": prompt_digest(p), "dataset": "heldout"} for i, p in enumerate(prompts)]
     calib_cfg = dataclasses.replace(ecfg, calibration_prompts=cfg.calibration_prompts, profile_prompts=0,
-                                    budget_choice=False)
+                                    budget_choice=False, replicates=1)
     calib = [p.tolist() for p in E.calibration_prompts(corpus, calib_cfg, {d["sha256"] for d in evald})]
-    cald = [{"index": i, "sha256": prompt_digest(p), "dataset": "train"} for i, p in enumerate(calib)]
+    cald = [{"index": i, "sha256": prompt_digest(p), "dataset": "heldout"} for i, p in enumerate(calib)]
     check_disjoint(cald, evald)
     return prompts, evald, calib, cald
 

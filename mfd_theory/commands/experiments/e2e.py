@@ -83,8 +83,9 @@ class E2EConfig(Checked):
     ddtree_on_mfd: bool = opt(True, "ablation: product tree over the MFD drafter's marginals")
     hf_assisted: bool = opt(True, "also time Hugging Face assisted generation with a draft LM")
     timing_passes: int = opt(3, "timing passes per cell (speedups carry their pass-to-pass spread)", ge=1)
-    calibration_prompts: int = opt(8, "training-split prompts decoded before the evaluation to predict every cell's "
-                                      "acceptance (the round profile uses the first --profile-prompts of them)", ge=1)
+    calibration_prompts: int = opt(8, "held-out prompts, never evaluated, decoded before the evaluation to predict "
+                                      "every cell's acceptance (the round profile uses the first --profile-prompts of "
+                                      "them)", ge=1)
     profile_prompts: int = opt(2, "calibration prompts of the round cost model measured before decoding "
                                   "(0: no profile, no predicted speedups)", ge=0)
     profile_repeats: int = opt(1, "decodes of each calibration prompt per cell for the round profile", ge=1)
@@ -92,12 +93,18 @@ class E2EConfig(Checked):
                                     "(fixed, and per round), from the round profile (needs --profile-prompts > 0); "
                                     "not for the ddtree-on-MFD ablation, which stays on the grid")
     ckpt_every: int = opt(100, "checkpoint every this many training steps", ge=1)
+    replicates: int = opt(3, "independently trained drafter sets (drafter seeds seed, seed + 1, ...; the target and "
+                             "its data held fixed): the headline comparisons are decoded on every one, each method at "
+                             "the budget the theory chose before decoding, and stated over the runs", ge=1)
 
     def validate(self) -> None:
         if self.target_heads % self.target_kv_heads:
             raise ValueError(f"--target-kv-heads: must divide --target-heads ({self.target_heads}), "
                              f"got {self.target_kv_heads}")
         check_device("--device", self.device)
+        if self.replicates > 1 and not self.budget_choice:
+            raise ValueError("--replicates: the replicated comparisons decode each method at the budget the theory "
+                             "chooses before decoding; pass --budget-choice true or --replicates 1")
         if self.budget_choice and self.profile_prompts == 0:
             raise ValueError("--budget-choice: the theory's budget choice needs the round profile, which "
                              "--profile-prompts 0 turns off; pass --profile-prompts >= 1 or --budget-choice false")

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from mfd_theory.results import Result, atomic_write_bytes
+from mfd_theory.stats import compare
 from mfd_theory.validation import make_out_dir
 
 # Everything imported up front (not inside the functions): a long run must not pick up a module
@@ -146,14 +147,16 @@ def cached_distill_data(cfg, corpus, target_hf, tdir: Path, cache: Path, progres
 
 
 def cached_drafter(cfg, K: int, target_hf, corpus, data, dpath: Path, cache: Path, progress: bool,
-                   kind: str = "dflash"):
+                   kind: str = "dflash", seed: int | None = None):
     """A trained drafter (cached): K modes, or with ``kind="dartree"`` the Domino drafter (one
-    mode, the correction head of rank ``cfg.dartree_rank``), trained on the same data and steps."""
+    mode, the correction head of rank ``cfg.dartree_rank``), trained on the same data and steps.
+    ``seed`` (default ``cfg.seed``) seeds its initialisation and batches: a replicate."""
+    seed = cfg.seed if seed is None else int(seed)
     dcfg = DrafterTrainConfig(
         block_size=cfg.block_size, num_layers=cfg.drafter_layers, num_modes=K,
         batch_size=cfg.drafter_batch, blocks_per_seq=cfg.blocks_per_seq, steps=cfg.drafter_steps,
         lr=cfg.drafter_lr, warmup=max(1, cfg.drafter_steps // 20), balance=cfg.balance,
-        ckpt_every=cfg.ckpt_every, seed=cfg.seed,
+        ckpt_every=cfg.ckpt_every, seed=seed,
     )
     # The fingerprint version is part of the key: a drafter cached under an older fingerprint
     # (which this target's no longer matches) is retrained rather than refused.
@@ -165,11 +168,12 @@ def cached_drafter(cfg, K: int, target_hf, corpus, data, dpath: Path, cache: Pat
     if (run_dir / "drafter" / "config.json").is_file() and (run_dir / "loss_curve.json").is_file():
         return (load_trained_drafter(run_dir / "drafter", target_hf),
                 json.loads((run_dir / "loss_curve.json").read_text()))
-    drafter = build_drafter(target_hf, cfg.block_size, cfg.drafter_layers, num_modes=K, seed=cfg.seed,
+    drafter = build_drafter(target_hf, cfg.block_size, cfg.drafter_layers, num_modes=K, seed=seed,
                             mask_token_id=corpus.mask_id, kind=kind,
                             rank=cfg.dartree_rank if kind == "dartree" else None)
     curve = train_drafter(target_hf, drafter, data, cfg.prompt_len, run_dir, dcfg, progress=progress,
-                          desc="drafter dartree" if kind == "dartree" else f"drafter K={K}")
+                          desc=("drafter dartree" if kind == "dartree" else f"drafter K={K}")
+                          + (f" (seed {seed})" if seed != cfg.seed else ""))
     return drafter.eval(), curve
 
 
@@ -177,22 +181,26 @@ def cached_drafter(cfg, K: int, target_hf, corpus, data, dpath: Path, cache: Pat
 
 
 def calibration_prompts(corpus, cfg, exclude: set[str]) -> np.ndarray:
-    """``cfg.calibration_prompts`` prompts from the training split (at least ``cfg.profile_prompts``),
-    none of whose token hashes is in ``exclude`` (the evaluated prompts)."""
+    """``cfg.calibration_prompts`` prompts (at least ``cfg.profile_prompts``) from the held-out split,
+    the evaluation's own distribution, none of whose token hashes is in ``exclude`` (the evaluated
+    prompts) and no two alike: calibration and evaluation are disjoint samples of one distribution."""
     n = max(cfg.calibration_prompts, cfg.profile_prompts)
-    pool = corpus.prompts(3 * n, cfg.prompt_len, "train", seed=cfg.seed + 5)
-    keep = [p for p in pool if prompt_digest(p) not in exclude][:n]
+    pool = corpus.prompts(8 * n, cfg.prompt_len, "heldout", seed=cfg.seed + 5)
+    keep, seen = [], set(exclude)
+    for p in pool:
+        if prompt_digest(p) not in seen:
+            seen.add(prompt_digest(p))
+            keep.append(p)
     if len(keep) < n:
-        raise ValueError(f"calibration_prompts: only {len(keep)} training prompts differ from the evaluated ones")
-    return np.stack(keep)
+        raise ValueError(f"calibration_prompts: only {len(keep)} held-out prompts differ from the evaluated ones "
+                         f"and from each other (asked for {n})")
+    return np.stack(keep[:n])
 
 
 def e2e_cells(cfg, drafters: dict[int, Any], dartree=None) -> list:
     """The cells ``mfd e2e`` decodes: ar, chain (product drafter), ddtree and mfd at every budget,
     and with a Domino drafter (``dartree``) method "dartree" at every budget, labelled "dartree"."""
-    labelled = {("product" if K == 1 else f"mfd-k{K}"): d for K, d in sorted(drafters.items())}
-    if dartree is not None:
-        labelled["dartree"] = dartree  # last: the product drafter stays the first single-mode one
+    labelled = drafter_labels(drafters, dartree)  # dartree last: the product drafter stays the first single-mode one
     cells = make_cells(labelled, ("ar", "chain", "ddtree", "mfd", "dartree"), cfg.budgets,
                        ddtree_on_mfd=cfg.ddtree_on_mfd)
     # e2e's single-mode drafter is not run as chain-of-MFD: chain only for the product drafter.
@@ -296,6 +304,17 @@ class _Trained:
     curves: dict[int, list]
     dartree: Any                    # None: no Domino drafter
     dartree_curve: list
+    # runs 1..R-1 of the replicated comparisons: {label: drafter} each ("product", "mfd-k<K>", "dartree"),
+    # the same training as run 0's but drafter seed cfg.seed + r
+    replicas: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+
+def drafter_labels(drafters: dict[int, Any], dartree=None) -> dict[str, Any]:
+    """{label: drafter} as the rows name them: "product" (K = 1), "mfd-k<K>", "dartree"."""
+    out = {("product" if K == 1 else f"mfd-k{K}"): d for K, d in sorted(drafters.items())}
+    if dartree is not None:
+        out["dartree"] = dartree
+    return out
 
 
 @dataclasses.dataclass
@@ -308,6 +327,7 @@ class _Plan:
     profile: Any = None             # the round cost model; None with --profile-prompts 0
     cal: Any = None                 # the acceptance calibration; None without a profile
     choices: list = dataclasses.field(default_factory=list)
+    predictions: list = dataclasses.field(default_factory=list)  # every cell's, as written to predictions.json
 
 
 @dataclasses.dataclass
@@ -357,8 +377,20 @@ def _train_stages(cfg, cache: Path, progress: bool, times: dict[str, float]) -> 
         with _timed(times, "drafter_dartree"):
             dartree, dartree_curve = cached_drafter(cfg, 1, target_hf, corpus, data, dpath, cache, progress,
                                               kind="dartree")
+    replicas = []
+    for r in range(1, cfg.replicates):
+        seed, made = cfg.seed + r, {}
+        for K in (1, *cfg.modes):
+            with _timed(times, f"drafter_k{K}_seed{seed}"):
+                made[K] = cached_drafter(cfg, K, target_hf, corpus, data, dpath, cache, progress, seed=seed)[0]
+        dt = None
+        if cfg.dartree:
+            with _timed(times, f"drafter_dartree_seed{seed}"):
+                dt = cached_drafter(cfg, 1, target_hf, corpus, data, dpath, cache, progress, kind="dartree",
+                                    seed=seed)[0]
+        replicas.append(drafter_labels(made, dt))
     return _Trained(corpus, target_hf, tdir, target_curve, draft_lm, draft_curve, drafters, curves, dartree,
-                    dartree_curve)
+                    dartree_curve, replicas)
 
 
 def _mode_diagnostics(cfg, trained: _Trained) -> dict:
@@ -391,9 +423,9 @@ def _budget_choice(cfg, cal, grid: list, profile, speed: dict) -> tuple[list, di
 
 def _predict_before_decoding(cfg, trained: _Trained, target, prompts: np.ndarray, pred_path: Path, progress: bool,
                              times: dict[str, float]) -> _Plan:
-    """Stage 6: the round cost model and the acceptance calibration, measured on prompts of the
-    training split only, the theory's budget choices, and ``predictions.json`` written, all before
-    the first evaluated prompt is decoded. Returns the cells to decode."""
+    """Stage 6: the round cost model and the acceptance calibration, measured on held-out prompts
+    that are never evaluated, the theory's budget choices, and ``predictions.json`` written, all
+    before the first evaluated prompt is decoded. Returns the cells to decode."""
     plan = _Plan(cells=[], pred_path=pred_path,
                  eval_digests=[{"index": i, "id": str(i), "sha256": prompt_digest(p), "dataset": "heldout"}
                                for i, p in enumerate(prompts)])
@@ -408,7 +440,7 @@ def _predict_before_decoding(cfg, trained: _Trained, target, prompts: np.ndarray
                 progress=progress, speed_out=speed)
         plan.cal = calibrate_acceptance(target, grid, list(calib), temperatures=cfg.temperatures,
                                         max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, progress=progress)
-        plan.cal.prompts = [{"index": i, "id": f"train-{i}", "sha256": prompt_digest(p), "dataset": "train"}
+        plan.cal.prompts = [{"index": i, "id": f"calibration-{i}", "sha256": prompt_digest(p), "dataset": "heldout"}
                             for i, p in enumerate(calib)]
         if cfg.budget_choice:
             plan.choices, per_round, extra = _budget_choice(cfg, plan.cal, grid, plan.profile, speed)
@@ -422,8 +454,8 @@ def _predict_before_decoding(cfg, trained: _Trained, target, prompts: np.ndarray
         plan.cal.entries += more.entries
         plan.cal.seconds += more.seconds
     times["calibration"] = plan.cal.seconds
-    write_predictions(pred_path, predictions=predict_cells(plan.cal, plan.cells, cfg.temperatures, plan.profile,
-                                                           "heldout"),
+    plan.predictions = predict_cells(plan.cal, plan.cells, cfg.temperatures, plan.profile, "heldout")
+    write_predictions(pred_path, predictions=plan.predictions,
                       choices=plan.choices, cal=plan.cal, evaluation_prompts=plan.eval_digests, profile=plan.profile,
                       config=dataclasses.asdict(cfg), seed=cfg.seed,
                       extra={"calibration_speed": [{"method": m, "drafter": d, "budget": n, "speedup": v}
@@ -466,19 +498,106 @@ def _hf_assisted_rows(cfg, trained: _Trained, prompts: np.ndarray, times: dict[s
                                     cfg.temperatures, seed=cfg.seed)
 
 
+# --------------------------------------------------------------------------------------- replicates
+def replicated_pairs(cfg, choices: list[dict], predictions: list[dict]) -> list[dict]:
+    """The comparisons stated as findings, per temperature: each MFD drafter and the Domino drafter
+    against the product drafter, every method at the budget the theory chose before decoding (no
+    budget is picked on evaluated timings). The product side is chain or ddtree, whichever the
+    theory predicted faster. Each entry: ``{"temperature", "a": (method, drafter, N), "b": ...}``."""
+    out = []
+    L = cfg.block_size - 1
+    for temp in cfg.temperatures:
+        chosen = {(c["method"], c["drafter"]): int(c["budget"]) for c in choices if c["temperature"] == float(temp)}
+        speed = {(p["method"], p["drafter"], int(p["budget"])): p.get("predicted_speedup") for p in predictions
+                 if p["temperature"] == float(temp) and not p.get("per_round_budget")}
+        product = [("chain", "product", L)]
+        if ("ddtree", "product") in chosen:
+            product.append(("ddtree", "product", chosen["ddtree", "product"]))
+        base = max(product, key=lambda c: speed.get(c) if speed.get(c) is not None else -math.inf)
+        others = [("mfd", f"mfd-k{K}") for K in cfg.modes] + ([("dartree", "dartree")] if cfg.dartree else [])
+        out += [{"temperature": float(temp), "a": (m, d, chosen[m, d]), "b": base} for m, d in others
+                if (m, d) in chosen]
+    return out
+
+
+_RUN_KEEP = ("method", "drafter", "K", "budget", "temperature", "tau", "speedup", "speedup_std", "tokens_per_s",
+             "matches_ar", "prompt_ids", "prompt_tau", "prompt_tokens_per_s")
+
+
+def _run_matrix(runs: list[dict], cell: tuple, temp: float, key: str, ids: list[str]) -> np.ndarray:
+    """[runs, prompts]: each run's per-prompt ``key`` of ``cell`` (method, drafter, N) at ``temp``, in ``ids``' order."""
+    out = []
+    for rows in runs:
+        row = rows[(temp, *cell)]
+        vals = dict(zip(row["prompt_ids"], row[key]))
+        out.append([vals.get(i) for i in ids])
+    return np.array(out, dtype=object)
+
+
+def replicated_comparisons(pairs: list[dict], runs: list[dict]) -> list[dict]:
+    """Each pair over the runs (:func:`mfd_theory.stats.compare`, runs model, Bonferroni over the
+    table's pairs); ``runs``: per run, {(temperature, method, drafter, N): row}."""
+    out = []
+    for p in pairs:
+        temp, a, b = p["temperature"], tuple(p["a"]), tuple(p["b"])
+        entry = {"temperature": temp, "a": dict(zip(("method", "drafter", "budget"), a)),
+                 "b": dict(zip(("method", "drafter", "budget"), b)),
+                 "tau_runs": [[rows[(temp, *a)]["tau"], rows[(temp, *b)]["tau"]] for rows in runs],
+                 "speedup_runs": [[rows[(temp, *a)]["speedup"], rows[(temp, *b)]["speedup"]] for rows in runs]}
+        ids = runs[0][(temp, *a)]["prompt_ids"]
+        for name, key in (("tau_cmp", "prompt_tau"), ("speed_cmp", "prompt_tokens_per_s")):
+            x, y = _run_matrix(runs, a, temp, key, ids), _run_matrix(runs, b, temp, key, ids)
+            ok = [j for j in range(len(ids)) if all(v is not None for v in (*x[:, j], *y[:, j]))]
+            entry[name] = (compare(x[:, ok].astype(float), y[:, ok].astype(float), family=len(pairs)).to_dict()
+                           if len(ok) >= 2 else None)
+        out.append(entry)
+    return out
+
+
+def _replicate(cfg, trained: _Trained, target, prompts: np.ndarray, plan: _Plan, measured: _Measured, progress: bool,
+               times: dict[str, float]) -> dict | None:
+    """Runs 1..R-1: the comparison cells decoded (timed, the same harness) with each run's drafters,
+    then every pair compared over the R runs; run 0 is the main evaluation's rows."""
+    if cfg.replicates < 2 or not plan.choices:
+        return None
+    pairs = replicated_pairs(cfg, plan.choices, plan.predictions)
+    needed: dict[tuple, set] = {}
+    for p in pairs:
+        for cell in (p["a"], p["b"]):
+            needed.setdefault(tuple(cell), set()).add(p["temperature"])
+    run0 = {(r["temperature"], r["method"], r["drafter"], int(r["budget"])): r
+            for r in measured.rows + measured.chosen_rows if "/per-round" not in r["drafter"]}
+    runs = [run0]
+    with _timed(times, "replicates"):
+        for labelled in trained.replicas:
+            cells = [Cell("ar", "none", 0)] + [
+                Cell(m, d, n, labelled[d], temperatures=tuple(sorted(temps))) for (m, d, n), temps in needed.items()]
+            rows = evaluate(cfg, target, {}, prompts, progress=progress, cells=cells)
+            runs.append({(r["temperature"], r["method"], r["drafter"], int(r["budget"])): r for r in rows})
+    return {"runs": cfg.replicates, "drafter_seeds": [cfg.seed + r for r in range(cfg.replicates)],
+            "held_fixed": "the target, its training and the distilled data (seed %d); the evaluated prompts" % cfg.seed,
+            "pairs": pairs, "comparisons": replicated_comparisons(pairs, runs),
+            "run_rows": [[{**{k: r.get(k) for k in _RUN_KEEP}, "run": i} for r in rows.values()]
+                         for i, rows in enumerate(runs)],
+            "rule": "paired over the evaluated prompts; each run's mean log ratio is one observation, Student t over "
+                    f"the {cfg.replicates} runs; intervals Bonferroni-adjusted over the {len(pairs)} pairs "
+                    "(docs/statistics.md)"}
+
+
 def _thin(curve: list[dict], keys=("step", "loss", "nll", "acc1")) -> list[dict]:
     """A loss curve with the columns worth saving (the mode usages included)."""
     return [{k: c[k] for k in c if k in keys or k.startswith("usage")} for c in curve]
 
 
 def _payload(cfg, cache: Path, trained: _Trained, plan: _Plan, measured: _Measured, modes_diag: dict,
-             hf_rows: list[dict], prompts: np.ndarray, times: dict[str, float]) -> dict:
+             hf_rows: list[dict], prompts: np.ndarray, times: dict[str, float], replicated: dict | None) -> dict:
     """The data of ``end_to_end.json``."""
     corpus, profile, cal = trained.corpus, plan.profile, plan.cal
     rows, records = measured.rows, measured.records
     return {
         "rows": rows,
         "mfd_gains": mfd_gains(rows),
+        "replicated": replicated,
         "prediction_check": prediction_summary(rows, records),
         "round_profile": profile.to_dict() if profile is not None else None,
         "speedup_check": speedup_check(rows) if profile is not None else None,
@@ -527,9 +646,10 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True, prepare_only: bool 
     torch.set_num_threads(cfg.eval_threads)
     plan = _predict_before_decoding(cfg, trained, target, prompts, out_dir / "predictions.json", progress, times)
     measured = _evaluate_and_check(cfg, trained, target, prompts, plan, progress, times)
+    replicated = _replicate(cfg, trained, target, prompts, plan, measured, progress, times)
     hf_rows = _hf_assisted_rows(cfg, trained, prompts, times)
     times["total"] = time.perf_counter() - t0
-    payload = _payload(cfg, cache, trained, plan, measured, modes_diag, hf_rows, prompts, times)
+    payload = _payload(cfg, cache, trained, plan, measured, modes_diag, hf_rows, prompts, times, replicated)
     result = Result("end_to_end", config=dataclasses.asdict(cfg), data=payload, seed=cfg.seed)
     result.save(out_dir / "end_to_end.json")
     return result

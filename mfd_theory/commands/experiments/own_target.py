@@ -68,8 +68,9 @@ class OwnTargetConfig(Checked):
     eval_new_tokens: int = opt(32, "mfd eval --max-new-tokens", ge=1)
     eval_prompts: int = opt(12, "mfd eval --max-prompts", ge=1)
     passes: int = opt(3, "mfd eval --passes (timing passes)", ge=1)
-    calibration_prompts: int = opt(8, "mfd eval --calibration-count: prompts of prompts/train.jsonl that predict "
-                                      "every row before the evaluation", ge=1)
+    calibration_prompts: int = opt(8, "mfd eval --calibration-count: the first prompts of prompts/heldout.jsonl, held "
+                                      "back and never evaluated, that predict every row before the evaluation (not "
+                                      "the distilled prompts of train.jsonl, which mfd eval refuses)", ge=1)
 
     def validate(self) -> None:
         check_device("--device", self.device)
@@ -81,6 +82,9 @@ class OwnTargetConfig(Checked):
             if not str(exc).startswith("--preset"):
                 raise
             raise ValueError(f"--target-preset: {str(exc).partition(': ')[2]}") from None
+        if self.heldout_prompts <= self.calibration_prompts:
+            raise ValueError(f"--heldout-prompts: {self.heldout_prompts} held-out prompts leave none to evaluate once "
+                             f"--calibration-prompts {self.calibration_prompts} are held back for calibration")
         if self.heldout_prompts > n_held:
             raise ValueError(f"--heldout-prompts: the {self.target_preset} corpus has {n_held} held-out "
                              f"documents, got {self.heldout_prompts}")
@@ -119,7 +123,6 @@ def commands(config: OwnTargetConfig, root: str | Path = ".") -> list[tuple[str,
                  "--temperatures", ",".join(map(_num_text, config.temperatures)),
                  "--max-new-tokens", str(config.eval_new_tokens), "--max-prompts", str(config.eval_prompts),
                  "--passes", str(config.passes),
-                 "--calibration-prompts", str(root / "prompts" / "train.jsonl"),
                  "--calibration-count", str(config.calibration_prompts), *common]))
     return out
 

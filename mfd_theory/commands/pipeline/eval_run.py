@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from mfd_theory.commands.pipeline.distill_run import load_target
+from mfd_theory.commands.pipeline.train_drafter_run import distilled_prompts
 from mfd_theory.llm.measure.evaluate import (
     add_speedup_predictions, best_budgets, decode_cells, first_ids, format_gains, format_rows, make_cells, mfd_gains,
     per_prompt_records, prediction_summary, rows_from_records, speedup_check,
@@ -102,8 +103,26 @@ def _load(config, options, dist, prompts, calib_sets, drafter_dirs, out_dir, pro
                   config.max_new_tokens, target.max_positions)
     if config.batch_size > 1 and dist.world > 1:
         raise ValueError("--batch-size: batched evaluation runs in one process (drop torchrun)")
+    _check_not_distilled(config, calib_sets, tok, info)
     out = make_out_dir(out_dir, "--out")  # every check passed: now the output directory is made
     return _Eval(config, options, dist, target, tok, cells, prompts, calib_sets, info, out, progress)
+
+
+def _check_not_distilled(config, calib_sets: dict, tok, info: dict) -> None:
+    """Refuse calibration prompts that a drafter's training data answered: its acceptance there is
+    in-sample, and a prediction calibrated on it is biased (a drafter records them beside its
+    checkpoint, :data:`~mfd_theory.commands.pipeline.train_drafter_run.DISTILLED_PROMPTS`)."""
+    calib = [p for ps in calib_sets.values() for p in ps]
+    if not calib:
+        return
+    digest = {prompt_digest(first_ids(p, tok, config.enable_thinking)): p for p in calib}
+    flag = "--calibration-prompts" if config.calibration_prompts is not None else "--calibration-count"
+    for label, i in info.items():
+        seen = [digest[h] for h in distilled_prompts(Path(i["dir"])) if h in digest]
+        if seen:
+            raise ValueError(f"{flag}: {len(seen)} calibration prompt(s) were answered by mfd distill for the "
+                             f"training data of drafter {label!r} (ids {[p.id for p in seen][:5]}); calibrate on "
+                             "held-out prompts of the evaluation's distribution that no drafter was trained on")
 
 
 def _predict(ev: _Eval):

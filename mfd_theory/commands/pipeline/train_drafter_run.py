@@ -3,6 +3,7 @@ target, check the data was distilled from it, build (or load) the drafter, train
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 
@@ -14,9 +15,11 @@ from mfd_theory.llm.models.drafter import build_drafter, drafter_from_checkpoint
 from mfd_theory.llm.models.fingerprint import target_fingerprint
 from mfd_theory.llm.training.dist import setup, teardown
 from mfd_theory.llm.training.train import DrafterTrainConfig, train_drafter
+from mfd_theory.llm.measure.predict import prompt_digest
+from mfd_theory.results import atomic_write_text
 from mfd_theory.validation import make_out_dir
 
-__all__ = ["train"]
+__all__ = ["DISTILLED_PROMPTS", "distilled_prompts", "train", "write_distilled_prompts"]
 
 
 def train(config, data, out_dir, progress: bool = True) -> list[dict]:
@@ -44,12 +47,38 @@ def train(config, data, out_dir, progress: bool = True) -> list[dict]:
                  "init_from": None if config.init_from is None else str(Path(config.init_from).resolve()),
                  "mode_noise": config.mode_noise if config.init_from is not None and K > 1 else None}
         curve = train_drafter(target, drafter, seqs, plens, out, cfg, progress=progress, dist=dist, extra_config=extra)
+        if dist.main and (out / "drafter").is_dir():
+            write_distilled_prompts(out / "drafter", seqs, plens)
         if len(curve):
             say(dist, f"step {curve[-1]['step']}: loss {curve[-1]['loss']:.4f} (first step {curve[0]['loss']:.4f})")
         say(dist, f"wrote {out / 'drafter'}")
         return curve
     finally:
         teardown(dist)
+
+
+#: beside a trained drafter: the token hashes of every prompt its training data answered (``mfd eval``
+#: refuses to calibrate on them: a prediction must not be scored on what the drafter was fitted to)
+DISTILLED_PROMPTS = "distilled_prompts.json"
+
+
+def write_distilled_prompts(directory: Path, seqs, plens) -> Path:
+    """Write the hashes of the training sequences' prompts (each sequence's first ``plen`` tokens)."""
+    digests = sorted({prompt_digest(list(s[:p])) for s, p in zip(seqs, plens)})
+    path = Path(directory) / DISTILLED_PROMPTS
+    atomic_write_text(path, json.dumps({"sha256": digests}) + "\n")
+    return path
+
+
+def distilled_prompts(directory: Path) -> set[str]:
+    """The prompt hashes a drafter checkpoint records (empty for a drafter that records none)."""
+    path = Path(directory) / DISTILLED_PROMPTS
+    if not path.is_file():
+        return set()
+    try:
+        return set(json.loads(path.read_text())["sha256"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"--drafter: unreadable {path}: {exc}") from exc
 
 
 def _from_checkpoint(config, target):

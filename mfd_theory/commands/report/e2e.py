@@ -255,3 +255,41 @@ def _domino_cost(res: Result) -> list[str]:
     return [f"* Drafting cost (round profile, N = {n}): the Domino drafter's round {t_dom:.2f} ms against "
             f"the block drafter's {t_block:.2f} ms, i.e. c = {c:.2f} block passes per extra depth step "
             f"over the block's {L} depths (`mfd path-gain`'s drafting cost 1 + c (depth - 1))."]
+
+
+# ------------------------------------------------------------------------------------ replicated runs
+def _cell_text(c: dict) -> str:
+    name = {"product": "product", "dartree": "Domino"}.get(c["drafter"], c["drafter"].replace("mfd-k", "K = "))
+    return f"{c['method']} ({name})" + ("" if c["method"] == "chain" else f" N = {c['budget']}")
+
+
+def replicated_lines(d: dict) -> list[str]:
+    """One line per comparison of a run's ``replicated`` section, in words with the interval."""
+    rep = d.get("replicated") or {}
+    out = []
+    for c in rep.get("comparisons") or []:
+        out.append(f"T = {c['temperature']:g}, {_cell_text(c['a'])} against {_cell_text(c['b'])}: tau "
+                   f"{comparison_text(c.get('tau_cmp'))}, speed {comparison_text(c.get('speed_cmp'))}")
+    return out
+
+
+def e2e_replicated(results: Results) -> str:
+    """The comparisons stated as findings, over independently trained drafter sets (runs): each
+    method at the budget the theory chose before decoding, paired over prompts, runs as the unit."""
+    d = results.main.data
+    rep = d.get("replicated")
+    if not rep:
+        return "This run has no replicated comparisons (--replicates 1): every comparison in it is a single run."
+    lines = [f"{rep['runs']} runs (drafter seeds {', '.join(map(str, rep['drafter_seeds']))}); held fixed: "
+             f"{rep['held_fixed']}. Each method at the budget the theory chose from the first run's calibration, "
+             "before any evaluated prompt was decoded; the product side is the product drafter's chain or DDTree "
+             f"tree, whichever the theory predicted faster. Gains: {rep['rule']}; margin of equivalence "
+             "±3%.", "",
+             "| T | method | against | tau per run (method / product) | tau gain | speedup per run (method / "
+             "product) | speed gain |", "|---|---|---|---|---|---|---|"]
+    for c in rep["comparisons"]:
+        taus = "; ".join(f"{a:.2f} / {b:.2f}" for a, b in c["tau_runs"])
+        sps = "; ".join("-" if a is None or b is None else f"{a:.2f}x / {b:.2f}x" for a, b in c["speedup_runs"])
+        lines.append(f"| {c['temperature']:g} | {_cell_text(c['a'])} | {_cell_text(c['b'])} | {taus} | "
+                     f"{comparison_text(c.get('tau_cmp'))} | {sps} | {comparison_text(c.get('speed_cmp'))} |")
+    return "\n".join(lines)

@@ -38,6 +38,8 @@ BLOCKS: dict[str, Block] = {
     "e2e-gains": Block("end_to_end.json", e2e.e2e_gains),
     "e2e-hf": Block("end_to_end.json", e2e.e2e_hf),
     "e2e-dartree": Block("end_to_end.json", e2e.e2e_dartree),
+    "e2e-replicated": Block("end_to_end.json", e2e.e2e_replicated),
+    "e2e-replicated-hybrid": Block("hybrid/end_to_end.json", e2e.e2e_replicated),
     "speedup-check": Block("end_to_end.json", checks.speedup_check),
     "prediction-check": Block("end_to_end.json", checks.prediction_check),
     "prediction-check-hybrid": Block("hybrid/end_to_end.json", checks.prediction_check),
