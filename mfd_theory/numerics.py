@@ -1,9 +1,9 @@
-"""CPU numerics that give the same bits on every host of one instruction-set level.
+"""CPU numerics that give the same bits on every x86-64 host with AVX2, AVX-512 hosts included.
 
 torch's own kernels and oneMKL pick their code path by the CPU they run on, so the same seed
-trains different weights on an AVX-512 host and on an AVX2 one, and oneMKL's choice can differ
-between CPU models of the same level. :func:`pin_cpu_numerics` fixes both before torch starts;
-what it fixed, and what it could not, is in :func:`numerics_provenance`. See docs/design.md.
+trains different weights on an AVX-512 host and on an AVX2 one, and oneMKL's choice differs between
+CPU models and vendors. :func:`pin_cpu_numerics` fixes both to AVX2 before torch starts; what is
+in force is in :func:`numerics_provenance`. See docs/statistics.md ("Determinism").
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import platform
 import sys
 import warnings
 
-__all__ = ["PIN_ENV", "cpu_isa_level", "numerics_provenance", "pin_cpu_numerics"]
+__all__ = ["COMMON_LEVEL", "PIN_ENV", "cpu_isa_level", "numerics_provenance", "pin_cpu_numerics"]
 
 #: the variables the pin sets, per level: torch's kernel dispatch (ATen), oneMKL's conditional
 #: numerical reproducibility (strict: the same bits whatever the CPU model or thread count), and
@@ -22,6 +22,9 @@ PIN_ENV = {
     "avx512": {"ATEN_CPU_CAPABILITY": "avx512", "MKL_CBWR": "AVX512,STRICT", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"},
     "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT", "ONEDNN_MAX_CPU_ISA": "AVX2"},
 }
+#: the level every host is pinned to by default: the one x86-64 hosts of this kind share (an AVX-512
+#: host runs AVX2 code too, a little slower, and then gives the same bits as an AVX2-only one)
+COMMON_LEVEL = "avx2"
 #: set to 1 to leave the libraries' own dispatch alone (faster on newer CPUs, not portable)
 OPT_OUT = "MFD_NATIVE_NUMERICS"
 
@@ -50,15 +53,17 @@ def cpu_isa_level() -> str | None:
 
 
 def pin_cpu_numerics(level: str | None = "auto") -> dict[str, str]:
-    """Set the dispatch variables for ``level`` ('auto': the host's best of avx512 / avx2) unless
-    the user set them already or set ``MFD_NATIVE_NUMERICS=1``; returns what is in force.
+    """Set the dispatch variables for ``level`` ('auto': :data:`COMMON_LEVEL` on every host that
+    has it, so that an AVX-512 host and an AVX2-only one train the same weights; 'avx512' pins a
+    fleet of AVX-512 hosts to their own level) unless the user set them already or set
+    ``MFD_NATIVE_NUMERICS=1``; returns what is in force.
 
     Call it before torch is imported: torch reads these variables when it starts, so a pin set
     afterwards is ignored, and a warning says so."""
     if os.environ.get(OPT_OUT, "") not in ("", "0"):
         return {}
     if level == "auto":
-        level = cpu_isa_level()
+        level = COMMON_LEVEL if cpu_isa_level() is not None else None
     if level is None:
         return {}
     if level not in PIN_ENV:

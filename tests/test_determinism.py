@@ -1,6 +1,6 @@
-"""Same seed, same machine: identical checkpoints; and under the pinned CPU numerics, identical
-across thread counts and across oneMKL code paths of one instruction-set level (what differs
-between two hosts of the same kind). docs/statistics.md, "Determinism"."""
+"""Same seed, same machine: identical checkpoints; and under the pinned CPU numerics (AVX2 on every
+x86-64 host), identical across thread counts and oneMKL code paths (what differs between two hosts
+of the same kind). docs/statistics.md, "Determinism"."""
 
 from __future__ import annotations
 
@@ -78,13 +78,35 @@ def _prepare_sums(out: Path, env: dict) -> dict[str, str]:
             for p in sorted(out.rglob("*.safetensors"))}
 
 
-@pytest.mark.skipif(cpu_isa_level() != "avx512", reason="needs an AVX-512 host to vary oneMKL's code path")
-def test_pinned_numerics_survive_thread_count_and_mkl_path_but_native_dispatch_does_not(tmp_path):
+@pytest.mark.skipif(cpu_isa_level() is None, reason="the pin applies to x86-64 hosts with AVX2")
+def test_pinned_numerics_survive_thread_count_and_mkl_path_but_other_dispatch_does_not(tmp_path):
     base = _prepare_sums(tmp_path / "a", {})
     assert set(base) >= {"target", "drafter-k1", "drafter-k2", "drafter-dartree"}
-    # another host of the same level: oneMKL restricted to plain AVX-512, two torch threads
-    assert _prepare_sums(tmp_path / "b", {"MKL_ENABLE_INSTRUCTIONS": "AVX512", "THREADS": "2"}) == base
-    # the check can fail: the libraries' own dispatch on an AVX2 code path gives other weights
-    native = _prepare_sums(tmp_path / "c", {"MFD_NATIVE_NUMERICS": "1", "ATEN_CPU_CAPABILITY": "avx2",
-                                            "MKL_ENABLE_INSTRUCTIONS": "AVX2"})
-    assert native["target"] != base["target"]
+    # what another host changes: two torch threads, and oneMKL held to AVX2 instructions (on an
+    # AVX-512 host this is the code path an AVX2-only host takes; on an AVX2 host it is its own)
+    assert _prepare_sums(tmp_path / "b", {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "THREADS": "2"}) == base
+    # the check can fail: torch's kernels on another instruction set give other weights
+    other = _prepare_sums(tmp_path / "c", {"MFD_NATIVE_NUMERICS": "1", "ATEN_CPU_CAPABILITY": "default"})
+    assert other["target"] != base["target"]
+
+
+def test_auto_pins_every_host_to_the_common_level(monkeypatch):
+    """An AVX-512 host is pinned to AVX2 like an AVX2-only one (the two then train the same
+    weights); a host without AVX2, or not x86-64, is left alone."""
+    import mfd_theory.numerics as nm
+
+    for k in PIN_ENV["avx2"]:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.delenv("MFD_NATIVE_NUMERICS", raising=False)
+    monkeypatch.setattr(nm.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(nm, "_cpu_flags", lambda: {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq"})
+    assert nm.cpu_isa_level() == "avx512"
+    with pytest.warns(RuntimeWarning):  # torch is imported in the test process
+        assert pin_cpu_numerics() == PIN_ENV["avx2"] == PIN_ENV[nm.COMMON_LEVEL]
+    for k in PIN_ENV["avx2"]:
+        monkeypatch.delenv(k)
+    monkeypatch.setattr(nm, "_cpu_flags", lambda: {"sse4_2"})
+    assert pin_cpu_numerics() == {}
+    monkeypatch.setattr(nm, "_cpu_flags", lambda: {"avx2", "fma"})
+    monkeypatch.setattr(nm.platform, "machine", lambda: "aarch64")
+    assert pin_cpu_numerics() == {}
