@@ -16,7 +16,7 @@ from scipy import stats as _st
 
 from mfd_theory.validation import check_int, check_real
 
-__all__ = ["MARGIN", "VERDICTS", "Comparison", "compare", "compare_rows", "paired", "verdict"]
+__all__ = ["MARGIN", "VERDICTS", "Comparison", "compare", "compare_rows", "error_summary", "paired", "verdict"]
 
 #: the equivalence margin of every verdict unless said otherwise: +-3% on the ratio scale
 MARGIN = 0.03
@@ -130,3 +130,14 @@ def compare_rows(a: dict, b: dict, family: int = 1) -> dict:
         x, y = paired(a, b, key)
         out[name] = compare(x, y, family=family).to_dict() if x.size >= 2 else None
     return out
+
+
+# ----------------------------------------------------------------------------- prediction errors
+def error_summary(errors) -> dict:
+    """Relative errors (predicted / measured - 1): the median and worst |error|, the mean signed
+    error and how many came out too high. A bias shows in the last two, which absolute errors hide."""
+    e = np.asarray([x for x in errors if x is not None], dtype=np.float64)
+    if e.size == 0:
+        raise ValueError("errors: nothing to summarise")
+    return {"median_abs_error": float(np.median(np.abs(e))), "worst_abs_error": float(np.abs(e).max()),
+            "mean_signed_error": float(e.mean()), "too_high": int((e > 0).sum()), "n": int(e.size)}

@@ -15,7 +15,8 @@ from mfd_theory.llm import TargetModel, build_drafter  # noqa: E402
 from mfd_theory.llm.decoding.generate import build_tree  # noqa: E402
 from mfd_theory.llm.decoding.metrics import _node_conditionals  # noqa: E402
 from mfd_theory.llm.measure.predict import (  # noqa: E402
-    CoverageMap, _cluster_mean_se, check_disjoint, prediction_check, prompt_digest, subtree_coverage,
+    CoverageMap, _cluster_mean_se, budget_regret, check_disjoint, prediction_check, prediction_se, prompt_digest,
+    subtree_coverage,
 )
 from mfd_theory.speedup import isotonic  # noqa: E402
 
@@ -127,20 +128,23 @@ def test_overlapping_prompt_sets_are_refused():
     check_disjoint(a[:1], b)
 
 
-def _row(n, sp, tau=3.0, temp=0.0, method="ddtree"):
+def _row(n, sp, tau=3.0, temp=0.0, method="ddtree", passes=None):
     return {"dataset": "d", "method": method, "drafter": "p", "budget": n, "temperature": temp, "tau": tau,
-            "speedup": sp, "speedup_std": 0.01, "K": 1}
+            "speedup": sp, "speedup_std": 0.01, "K": 1,
+            "speedup_passes": passes if passes is not None else [sp, sp, sp]}
 
 
 def test_prediction_check_errors_and_regret_by_hand():
-    rows = [_row(0, 1.0, 1.0, method="ar"), _row(16, 1.5, 3.0), _row(32, 1.8, 3.5), _row(64, 1.2, 4.0)]
+    # N = 32 is fastest on the first pass (2.0) but not on the two others (1.6): the rules are scored there
+    rows = [_row(0, 1.0, 1.0, method="ar"), _row(16, 1.5, 3.0, passes=[1.5, 1.5, 1.5]),
+            _row(32, 1.8, 3.5, passes=[2.0, 1.6, 1.6]), _row(64, 1.2, 4.0, passes=[1.2, 1.3, 1.1])]
     chosen = [_row(20, 1.7, 3.2)]
     cells = [{"dataset": "d", "method": "ddtree", "drafter": "p", "budget": n, "temperature": 0.0,
               "per_round_budget": False, "predicted_tau": t, "predicted_tau_se": 0.1, "predicted_speedup": s,
               "predicted_speedup_lo": s - 0.1, "predicted_speedup_hi": s + 0.1, "source": "nested"}
              for n, t, s in ((16, 3.3, 1.5), (32, 3.5, 1.9), (64, 3.6, 1.0), (20, 3.2, 1.6))]
     pred = {"cells": cells, "budget_choice": [
-        {"dataset": "d", "temperature": 0.0, "method": "ddtree", "drafter": "p", "budget": 20,
+        {"dataset": "d", "temperature": 0.0, "method": "ddtree", "drafter": "p", "budget": 20, "theory_grid_budget": 32,
          "naive_smallest": 16, "naive_calibration_best": 64}]}
     chk = prediction_check(pred, rows, chosen)
     assert chk["n_cells"] == 4
@@ -148,16 +152,41 @@ def test_prediction_check_errors_and_regret_by_hand():
     assert chk["tau"]["median_abs_error"] == pytest.approx(np.median(tau_err))
     assert chk["tau"]["worst_abs_error"] == pytest.approx(max(tau_err))
     assert chk["t0_cells_differing"] == 2 and chk["t0_cells"] == 4
+    # signed errors by N: N = 16 too high by 10%, N = 64 too low by 10%
+    by_n = chk["tau"]["by_budget"]
+    assert by_n["16"]["mean_signed_error"] == pytest.approx(0.1) and by_n["16"]["too_high"] == 1
+    assert by_n["64"]["mean_signed_error"] == pytest.approx(-0.1) and by_n["64"]["too_high"] == 0
     (reg,) = chk["budget_regret"]
-    assert reg["best_budget"] == 32
-    assert reg["theory"]["regret"] == pytest.approx(1.8 / 1.7 - 1)  # off the grid: read from the chosen rows
-    assert reg["smallest"]["regret"] == pytest.approx(1.8 / 1.5 - 1)
-    assert reg["calibration_best"]["regret"] == pytest.approx(1.8 / 1.2 - 1)
-    assert chk["mean_regret_theory"] == pytest.approx(1.8 / 1.7 - 1)
+    assert reg["reported"] and reg["candidates"] == [16, 32, 64]
+    assert reg["best_budget"] == 32 and reg["best_speedup"] == pytest.approx(1.6)  # picked on pass 1, scored on 2-3
+    assert reg["theory"]["budget"] == 32 and reg["theory"]["regret"] == pytest.approx(0.0)  # the grid choice
+    assert reg["smallest"]["regret"] == pytest.approx(1.6 / 1.5 - 1)
+    assert reg["calibration_best"]["regret"] == pytest.approx(1.6 / 1.2 - 1)
+    assert chk["mean_regret_theory"] == pytest.approx(0.0)
     # a prediction equal to the measurement everywhere is visible as such
     same = {"cells": [dict(c, predicted_tau=r["tau"]) for c, r in zip(cells, rows[1:] + chosen)],
             "budget_choice": []}
     assert prediction_check(same, rows, chosen)["t0_cells_differing"] == 0
+
+
+def test_regret_is_not_reported_over_fewer_than_three_budgets_or_one_pass():
+    choice = [{"dataset": "d", "temperature": 0.0, "method": "ddtree", "drafter": "p", "budget": 16,
+               "naive_smallest": 16, "naive_calibration_best": 32}]
+    two = [_row(16, 1.5), _row(32, 1.8)]
+    (e,) = budget_regret(choice, two)
+    assert not e["reported"] and "at least 3" in e["why"]
+    one_pass = [_row(16, 1.5, passes=[1.5]), _row(32, 1.8, passes=[1.8]), _row(64, 1.2, passes=[1.2])]
+    (e,) = budget_regret(choice, one_pass)
+    assert not e["reported"] and "two timing passes" in e["why"]
+    chk = prediction_check({"cells": [], "budget_choice": choice}, two)
+    assert chk["mean_regret_theory"] is None  # nothing scored: no mean reported
+
+
+def test_prediction_interval_holds_the_evaluated_prompts_own_noise():
+    assert prediction_se(None, 8, 24) is None
+    assert prediction_se(0.1, 8, None) == 0.1  # no evaluated set named: the calibration's own
+    assert prediction_se(0.1, 8, 8) == pytest.approx(0.1 * math.sqrt(2))  # two sets of one size: sqrt 2
+    assert prediction_se(0.1, 8, 24) == pytest.approx(0.1 * math.sqrt(1 + 8 / 24))
 
 
 def test_clustered_z_pools_every_rows_gaps_per_prompt():

@@ -58,6 +58,45 @@ def test_measure_round_profile_tiny(tiny):
     assert all(v > 0 for v in speed.values())
 
 
+def test_sampled_rounds_give_the_walk_without_its_draws(tiny):
+    """With a T > 0 among the temperatures every table gets ``walk_sampled_ms``, and a T > 0 round
+    is priced with it (plus its draws) instead of the greedy walk, which reads an argmax over every
+    verified row that a sampled round never runs."""
+    target, drafters = tiny
+    cells = [Cell("ddtree", "k1", 4, drafters[1]), Cell("mfd", "k2", 12, drafters[2])]
+    prompts = [np.arange(1, 9)]
+    greedy = measure_round_profile(target, cells, prompts, 6, progress=False, context_probe=False)
+    assert all(not t.walk_sampled_ms for t in greedy.overhead)
+    both = measure_round_profile(target, cells, prompts, 6, progress=False, context_probe=False,
+                                 temperatures=(0.0, 1.0))
+    assert all(len(t.walk_sampled_ms) == len(t.tree_sizes) and min(t.walk_sampled_ms) > 0 for t in both.overhead)
+    assert "sampled at T = 1" in both.note
+    assert LatencyProfile.from_dict(both.to_dict()) == both
+    t = next(t for t in both.overhead if t.method == "mfd")
+    r1, r0 = both.round_ms("mfd", 2, 12, 1.0, 2.0), both.round_ms("mfd", 2, 12, 0.0, 2.0)
+    assert r1["walk"] == pytest.approx(t.walk_sampled_ms[0] + 3 * both.draw_ms, rel=ROUNDOFF)
+    assert r0["walk"] == pytest.approx(t.walk_ms[0], rel=ROUNDOFF)
+
+
+def test_sampled_walk_column_prices_t1_rounds_only():
+    table = dict(method="mfd", K=2, tree_sizes=[8, 32], tree_ms=[0.5, 1.0], walk_ms=[0.4, 0.8],
+                 commit_ms=[0.2, 0.2])
+    base = dict(name="fake", device="cpu", model="fake", assumption=False, t_target_ms=4.0, t_draft_ms=1.0,
+                tree_sizes=[8, 32], verify_ms=[5.0, 7.0], draw_ms=0.05, draft_modes=[2], draft_ms=[2.0])
+    old = LatencyProfile.from_dict({**base, "overhead": [table]})
+    new = LatencyProfile.from_dict({**base, "overhead": [{**table, "walk_sampled_ms": [0.1, 0.3]}]})
+    assert new.round_ms("mfd", 2, 8, 0.0, 1.0) == old.round_ms("mfd", 2, 8, 0.0, 1.0)  # greedy unchanged
+    assert old.round_ms("mfd", 2, 8, 1.0, 1.0)["walk"] == pytest.approx(0.4 + 2 * 0.05)
+    assert new.round_ms("mfd", 2, 8, 1.0, 1.0)["walk"] == pytest.approx(0.1 + 2 * 0.05)
+    # the vectorised round time the budget rules use agrees with round_ms
+    from mfd_theory.speedup.budget import _round_time
+
+    assert _round_time(new, np.array([8.0]), "mfd", 2, 1.0, np.array([1.0]))[0] == pytest.approx(
+        sum(new.round_ms("mfd", 2, 8, 1.0, 1.0).values()))
+    with pytest.raises(ValueError, match="walk_sampled_ms"):
+        LatencyProfile.from_dict({**base, "overhead": [{**table, "walk_sampled_ms": [0.1]}]})
+
+
 def test_trimmed_mean():
     assert trimmed_mean([1.0, 2.0, 3.0]) == 2.0
     assert trimmed_mean(list(range(10)) + [1000.0]) == pytest.approx(np.mean(range(1, 10)), abs=ROUNDOFF)

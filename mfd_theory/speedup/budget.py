@@ -105,7 +105,7 @@ def _round_time(profile: LatencyProfile, n, method: str | None, K: int, temperat
     n = np.asarray(n, dtype=np.float64)
     acc = np.zeros(n.shape) if accepted is None else np.asarray(accepted, dtype=np.float64)
     table = profile.overhead_for(method, K)
-    parts = table.at(n) if table is not None else {}  # the terms of round_ms, vectorised
+    parts = table.at(n, temperature > 0) if table is not None else {}  # the terms of round_ms, vectorised
     draft = parts.pop("draft", profile.t_draft(K))
     draw = profile.draw_ms if temperature > 0 else 0.0
     out = np.asarray(draft + sum(parts.values()) + profile.t_verify(n) + (1.0 + acc) * draw, dtype=np.float64)

@@ -76,6 +76,9 @@ class OverheadTable:
     # optional: the drafting pass of this (method, K) by N (after a verify of N nodes the next
     # drafting pass runs on a colder cache); empty: the profile's drafting-by-K table
     draft_ms: tuple[float, ...] = ()
+    # optional: the walk of a sampled round (T > 0) without its draws, by N: it runs no argmax over
+    # the verified rows, so it costs less than the greedy walk; empty: the greedy walk is used
+    walk_sampled_ms: tuple[float, ...] = ()
 
     def __post_init__(self):
         if not isinstance(self.method, str) or not self.method:
@@ -86,18 +89,25 @@ class OverheadTable:
         object.__setattr__(self, "K", int(self.K))
         for f in ("tree_ms", "walk_ms", "commit_ms"):
             object.__setattr__(self, f, _ms_list(f, getattr(self, f), len(sizes)))
-        if len(self.draft_ms):
-            object.__setattr__(self, "draft_ms", _ms_list("draft_ms", self.draft_ms, len(sizes)))
+        for f in ("draft_ms", "walk_sampled_ms"):
+            if len(getattr(self, f)):
+                object.__setattr__(self, f, _ms_list(f, getattr(self, f), len(sizes)))
 
-    def at(self, n) -> dict[str, float]:
+    def at(self, n, sampled: bool = False) -> dict[str, float]:
+        """The terms at tree size ``n``; ``sampled``: the walk of a sampled round (without its draws,
+        which the caller adds per accepted token) where the table has one."""
         keys = ("tree", "walk", "commit", "draft") if self.draft_ms else ("tree", "walk", "commit")
-        return {k: _interp(n, self.tree_sizes, getattr(self, f"{k}_ms")) for k in keys}
+        out = {k: _interp(n, self.tree_sizes, getattr(self, f"{k}_ms")) for k in keys}
+        if sampled and self.walk_sampled_ms:
+            out["walk"] = _interp(n, self.tree_sizes, self.walk_sampled_ms)
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         out = {"method": self.method, "K": self.K, "tree_sizes": list(self.tree_sizes),
                "tree_ms": list(self.tree_ms), "walk_ms": list(self.walk_ms), "commit_ms": list(self.commit_ms)}
-        if self.draft_ms:
-            out["draft_ms"] = list(self.draft_ms)
+        for f in ("draft_ms", "walk_sampled_ms"):
+            if getattr(self, f):
+                out[f] = list(getattr(self, f))
         return out
 
 
@@ -269,7 +279,7 @@ class LatencyProfile:
             raise ValueError(f"n: a tree needs at least one node, got {n!r}")
         check_real("accepted", accepted, 0)
         table = self.overhead_for(method, K)
-        over = table.at(n) if table is not None else {"tree": 0.0, "walk": 0.0, "commit": 0.0}
+        over = table.at(n, temperature > 0) if table is not None else {"tree": 0.0, "walk": 0.0, "commit": 0.0}
         if build_n is not None and table is not None:
             if not is_real(build_n) or build_n < n:
                 raise ValueError(f"build_n: must be a number >= n ({n}), got {build_n!r}")

@@ -437,7 +437,7 @@ def _predict_before_decoding(cfg, trained: _Trained, target, prompts: np.ndarray
             plan.profile = measure_round_profile(
                 target, grid, list(calib[: cfg.profile_prompts]), cfg.max_new_tokens, repeats=cfg.profile_repeats,
                 name="round_profile", device=str(target.device), model=f"e2e target {trained.tdir.name}",
-                progress=progress, speed_out=speed)
+                progress=progress, speed_out=speed, temperatures=cfg.temperatures)
         plan.cal = calibrate_acceptance(target, grid, list(calib), temperatures=cfg.temperatures,
                                         max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, progress=progress)
         plan.cal.prompts = [{"index": i, "id": f"calibration-{i}", "sha256": prompt_digest(p), "dataset": "heldout"}
@@ -454,7 +454,8 @@ def _predict_before_decoding(cfg, trained: _Trained, target, prompts: np.ndarray
         plan.cal.entries += more.entries
         plan.cal.seconds += more.seconds
     times["calibration"] = plan.cal.seconds
-    plan.predictions = predict_cells(plan.cal, plan.cells, cfg.temperatures, plan.profile, "heldout")
+    plan.predictions = predict_cells(plan.cal, plan.cells, cfg.temperatures, plan.profile, "heldout",
+                                     n_evaluated=len(prompts))
     write_predictions(pred_path, predictions=plan.predictions,
                       choices=plan.choices, cal=plan.cal, evaluation_prompts=plan.eval_digests, profile=plan.profile,
                       config=dataclasses.asdict(cfg), seed=cfg.seed,

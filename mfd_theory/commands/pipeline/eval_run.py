@@ -141,7 +141,7 @@ def _predict(ev: _Eval):
     speed: dict = {}
     profile = measure_round_profile(ev.target, ev.cells, pooled[: cfg.profile_prompts], max(2, cfg.max_new_tokens),
                                     name="round_profile", device=str(ev.dist.device), model=Path(cfg.target).name,
-                                    progress=ev.progress, speed_out=speed)
+                                    progress=ev.progress, speed_out=speed, temperatures=temps)
     predictions, choices, cal_prompts, summaries = [], [], [], []
     for ds in ev.datasets:
         key = ds if ds in first else None  # a --calibration-prompts file serves every data set
@@ -150,7 +150,8 @@ def _predict(ev: _Eval):
                                    progress=ev.progress)
         cal.prompts = [{"index": i, "id": p.id, "dataset": p.dataset, "sha256": prompt_digest(ids)}
                        for i, (p, ids) in enumerate(zip(ev.calib_sets[key], first[key]))]
-        predictions += predict_cells(cal, ev.cells, temps, profile, dataset=ds)
+        predictions += predict_cells(cal, ev.cells, temps, profile, dataset=ds,
+                                     n_evaluated=sum(1 for p in ev.prompts if p.dataset == ds))
         choices += choose_budgets(cal, ev.cells, temps, profile, speed, on_grid=True, dataset=ds)
         cal_prompts += [c for c in cal.prompts if c not in cal_prompts]
         summaries.append(cal)

@@ -19,7 +19,7 @@ from mfd_theory.formatting import is_best_budget
 from mfd_theory.formatting import speed_gain_text as _gain_text
 from mfd_theory.formatting import tau_gain_text as _tau_gain_text
 from mfd_theory.speedup import cell_speedup
-from mfd_theory.stats import compare_rows
+from mfd_theory.stats import compare_rows, error_summary
 from mfd_theory.validation import check_int
 
 from mfd_theory.llm.decoding.generate import speculative_generate
@@ -434,7 +434,11 @@ def speedup_check(rows: list[dict]) -> dict:
                      and abs(r[key] - r["speedup"]) <= r["speedup_std"])
         out[name] = {"median_rel_error": float(np.median(e)), "worst_rel_error": float(e.max()),
                      "mean_rel_error": float(e.mean()), "within_spread": inside, "n": len(errs),
-                     "worst_row": {k: worst[k] for k in ("dataset", "method", "drafter", "budget", "temperature")}}
+                     "worst_row": {k: worst[k] for k in ("dataset", "method", "drafter", "budget", "temperature")},
+                     # by T, signed too: the acceptance error and the cost model's error seen apart
+                     "by_temperature": {f"{t:g}": error_summary([_rel(r[key], r["speedup"]) for _, r in errs
+                                                                 if r["temperature"] == t])
+                                        for t in sorted({r["temperature"] for _, r in errs})}}
     groups: dict[tuple, list[dict]] = {}
     for r in spec:
         if r["method"] != "chain":

@@ -85,12 +85,16 @@ def _context_probe(target: TargetModel, prompt: torch.Tensor, contexts: list[int
 def measure_round_profile(target, cells: list, prompts: list, max_new_tokens: int, *, repeats: int = 1,
                           name: str = "round_profile", device: str = "cpu", model: str = "", note: str = "",
                           context_probe: bool = True, progress: bool = True,
-                          speed_out: dict | None = None) -> LatencyProfile:
+                          speed_out: dict | None = None, temperatures=(0.0,)) -> LatencyProfile:
     """The round cost model of ``cells`` (:class:`~mfd_theory.llm.measure.evaluate.Cell`: method, drafter,
     budget) on this machine, from ``repeats`` greedy decodes of every calibration prompt in
     ``prompts`` (token-id sequences) with every cell, ``max_new_tokens`` each (a fixed count: no
     EOS). Cells are interleaved per prompt, after one short warm-up decode per cell. An "ar" cell
     is added when missing (its rounds give ``t_target_ms``).
+
+    When ``temperatures`` holds one above 0, every cell is also decoded sampled at the first such
+    T, and each table gets the sampled round's walk without its draws (``walk_sampled_ms``): a
+    sampled walk runs no argmax over the verified rows, so the greedy walk would overprice it.
 
     ``speed_out`` (a dict), when given, receives each cell's speedup over ar on these calibration
     decodes, {(method, drafter label, budget): speedup}: what a naive rule that picks the budget
@@ -110,31 +114,39 @@ def measure_round_profile(target, cells: list, prompts: list, max_new_tokens: in
     rounds = _decode_rounds(target, plan, ids, max_new_tokens, repeats, progress)
     if speed_out is not None:
         speed_out.update(_calibration_speed(plan, spec, rounds))
-    tables, fit_notes = _pooled_tables(plan, rounds)
+    draw_ms = _draw_ms(target, ids[0], repeats)
+    hot = [float(t) for t in temperatures if float(t) > 0]
+    sampled = (_decode_rounds(target, plan, ids, max_new_tokens, repeats, progress, temperature=hot[0])
+               if hot else None)
+    tables, fit_notes = _pooled_tables(plan, rounds, sampled, draw_ms)
     notes = [note] if note else []
     notes.append(f"measured by measure_round_profile: {repeats} x {len(ids)} calibration prompt(s) x "
-                 f"{max_new_tokens} tokens per cell, greedy, {TRIM:.0%}-trimmed means of per-round times")
+                 f"{max_new_tokens} tokens per cell, greedy" + (f" and sampled at T = {hot[0]:g}" if hot else "")
+                 + f", {TRIM:.0%}-trimmed means of per-round times")
     probe = _probe(target, ids, max_new_tokens, max(tables["tree_sizes"])) if context_probe else None
     return LatencyProfile(name=name, device=device, model=model, assumption=False, note="; ".join(notes + fit_notes),
-                          draw_ms=_draw_ms(target, ids[0], repeats), context_probe=probe, **tables)
+                          draw_ms=draw_ms, context_probe=probe, **tables)
 
 
 def _decode_rounds(target: TargetModel, plan: list[tuple], ids: list[torch.Tensor], max_new_tokens: int,
-                   repeats: int, progress: bool) -> list[list]:
-    """Every round of ``repeats`` greedy decodes of every prompt with every (method, drafter,
-    budget) of ``plan``, cells interleaved per prompt, after one short warm-up decode per cell."""
+                   repeats: int, progress: bool, temperature: float = 0.0) -> list[list]:
+    """Every round of ``repeats`` decodes (greedy, or sampled at ``temperature`` with fixed seeds)
+    of every prompt with every (method, drafter, budget) of ``plan``, cells interleaved per
+    prompt, after one short warm-up decode per cell."""
     from tqdm.auto import tqdm
 
+    kw = {"temperature": temperature} if temperature > 0 else {}
     for method, drafter, budget in plan:  # warm-up: numba compiles, kernels are picked
         speculative_generate(target, drafter, ids[0], min(4, max_new_tokens), method, budget=budget,
-                             metrics=False, eos_token_id=[])
+                             metrics=False, eos_token_id=[], **kw)
     rounds: list[list] = [[] for _ in plan]
-    bar = tqdm(total=repeats * len(ids) * len(plan), desc="round profile", disable=not progress, leave=False)
-    for _ in range(repeats):
-        for p in ids:
+    bar = tqdm(total=repeats * len(ids) * len(plan), desc="round profile" + (f" T={temperature:g}" if kw else ""),
+               disable=not progress, leave=False)
+    for r in range(repeats):
+        for j, p in enumerate(ids):
             for i, (method, drafter, budget) in enumerate(plan):
                 res = speculative_generate(target, drafter, p, max_new_tokens, method, budget=budget,
-                                           metrics=False, eos_token_id=[])
+                                           metrics=False, eos_token_id=[], seed=9_000_011 + 1000 * j + r, **kw)
                 rounds[i].extend(res.steps)
                 bar.update(1)
     bar.close()
@@ -155,19 +167,30 @@ def _ms(steps, key: str) -> float:
     return 1e3 * trimmed_mean([getattr(s, key) for s in steps])
 
 
-def _pooled_tables(plan: list[tuple], rounds: list[list]) -> tuple[dict, list[str]]:
+def _sampled_walk_ms(steps, draw_ms: float) -> float:
+    """The sampled rounds' walk without its draws (1 + accepted per round, ``draw_ms`` each), ms;
+    at least 1 microsecond (the walk follows the tree in Python, never free)."""
+    return max(1e-3, trimmed_mean([1e3 * s.t_walk - (1 + s.accepted) * draw_ms for s in steps]))
+
+
+def _pooled_tables(plan: list[tuple], rounds: list[list], sampled: list[list] | None = None,
+                   draw_ms: float = 0.0) -> tuple[dict, list[str]]:
     """The profile's tables (keyword arguments of :class:`~mfd_theory.speedup.LatencyProfile`)
-    pooled from the rounds of each cell, and a note for each table the monotone fit changed."""
+    pooled from the rounds of each cell (and the sampled walk from ``sampled``'s rounds, when
+    given), and a note for each table the monotone fit changed."""
     by_n: dict[int, list] = {}
     by_k: dict[int, list] = {}
     by_mk: dict[tuple[str, int], dict[int, list]] = {}
-    for (method, drafter, budget), steps in zip(plan[1:], rounds[1:]):
+    hot_mk: dict[tuple[str, int], dict[int, list]] = {}
+    for i, ((method, drafter, budget), steps) in enumerate(zip(plan[1:], rounds[1:]), start=1):
         steps = [s for s in steps if s.tree_size]
         K = int(drafter.num_modes)
         by_n.setdefault(budget, []).extend(steps)
         if method != "dartree":  # its drafting includes one step per depth: kept in its own table by N
             by_k.setdefault(K, []).extend(steps)
         by_mk.setdefault((method, K), {}).setdefault(budget, []).extend(steps)
+        if sampled is not None:
+            hot_mk.setdefault((method, K), {}).setdefault(budget, []).extend(s for s in sampled[i] if s.tree_size)
     sizes = sorted(by_n)
     verify_raw = [_ms(by_n[n], "t_verify") for n in sizes]
     modes = sorted(by_k)
@@ -183,8 +206,12 @@ def _pooled_tables(plan: list[tuple], rounds: list[list]) -> tuple[dict, list[st
     overhead = []
     for (method, K), per_n in sorted(by_mk.items()):
         ns = sorted(per_n)
+        hot = hot_mk.get((method, K), {})
+        walk_sampled = (tuple(_sampled_walk_ms(hot[n], draw_ms) for n in ns)
+                        if ns and all(hot.get(n) for n in ns) else ())
         overhead.append(OverheadTable(method, K, tuple(ns), *(tuple(_ms(per_n[n], key) for n in ns)
-                                                               for key in ("t_tree", "t_walk", "t_commit", "t_draft"))))
+                                                               for key in ("t_tree", "t_walk", "t_commit", "t_draft")),
+                                      walk_sampled_ms=walk_sampled))
     tables = dict(t_target_ms=1e3 * trimmed_mean([s.t_step for s in rounds[0]]),
                   t_draft_ms=float(np.interp(1, modes, draft)) if modes else 0.0,
                   tree_sizes=tuple(sizes), verify_ms=tuple(verify), draft_modes=tuple(modes), draft_ms=tuple(draft),
