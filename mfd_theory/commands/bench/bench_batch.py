@@ -3,7 +3,7 @@
 On the end-to-end target and drafters (``mfd e2e``'s cached checkpoints; trained when missing),
 for every batch size B in ``batch_sizes``, side by side in one run (never a timed test):
 
-1. **before any evaluated prompt**, on ``calibration_prompts`` prompts of the training split
+1. **before any evaluated prompt**, on ``calibration_prompts`` held-out prompts that are never evaluated
    (disjoint from the evaluated ones by token hash): the batched round's cost per (B, policy,
    nodes) (:func:`mfd_theory.llm.measure.batch_predict.measure_batch_profile`), the acceptance of every
    cell (:func:`~mfd_theory.llm.measure.batch_predict.predict_batch_acceptance`) and from them, per
@@ -51,7 +51,8 @@ class BenchBatchConfig(Checked):
     budgets: tuple[int, ...] = opt((8, 16, 32), "tree nodes per request N (global: B N per round)", ge=1)
     mfd_modes: int = opt(2, "modes K of the MFD drafter (one of the e2e preset's modes)", ge=2)
     max_new_tokens: int = opt(64, "new tokens per request", ge=2)
-    calibration_prompts: int = opt(8, "training-split prompts for the profile and the acceptance prediction", ge=1)
+    calibration_prompts: int = opt(8, "held-out prompts, never evaluated, for the profile and the acceptance "
+                                      "prediction", ge=1)
     passes: int = opt(5, "timed passes over every cell (interleaved); the median is reported", ge=1)
     profile_repeats: int = opt(3, "batched decodes of every (B, policy, N) cell in the calibration profile "
                                   "(the median decode is kept)", ge=1)
@@ -151,7 +152,7 @@ def report(result: Result) -> str:
     d, c = result.data, result.config
     lines = [f"{d['model']}; {d['eval_prompts']} held-out prompts, {c['max_new_tokens']} new tokens each, "
              f"{c['passes']} passes, {c['threads']} thread(s); predictions from {d['calibration_prompts']} "
-             f"training-split prompts, written before the evaluation ({d['predictions_file']})",
+             f"held-out prompts (never evaluated), written before the evaluation ({d['predictions_file']})",
              "B    method  policy       nodes  tok/s steady (pred, err)   tok/s wall  latency s  acc/req  rows/req  outside"]
     for r in d["rows"]:
         nodes = "auto" if r["policy"] == "auto" else str(r["nodes"])

@@ -2,7 +2,8 @@
 
 Stages 1-5 (corpus, target, plain draft LM, self-distillation data, drafters) are cached under the
 cache directory, each named by a hash of everything upstream; stage 6 writes ``predictions.json``
-from training-split prompts before stage 7 decodes the held-out prompts into ``end_to_end.json``.
+from held-out prompts that are never evaluated before stage 7 decodes the evaluated held-out prompts
+into ``end_to_end.json``, and stage 8 decodes the replicated comparisons with the other drafter sets.
 Design and measured quantities: docs/results.md ("End to end on one machine", "Predicting before decoding").
 """
 

@@ -170,7 +170,7 @@ def bench_batch(results: Results) -> str:
     rows = d["rows"]
     lines = [f"{d['model']}; {d['eval_prompts']} held-out prompts (the first B per batch), {c['max_new_tokens']} new "
              f"tokens each, {c['passes']} passes, {c['threads']} thread(s); predictions from "
-             f"{d['calibration_prompts']} training-split prompts, written before the evaluation. Steady tokens/s "
+             f"{d['calibration_prompts']} held-out prompts (never evaluated), written before the evaluation. Steady tokens/s "
              "(rounds holding all B requests), predicted in brackets; N per request (global: the round's total); "
              "acc = draft tokens accepted per request per round:", "",
              "| B | " + " | ".join(lbl for _, _, lbl in _BATCH_SERIES) + " |", "|---" * (len(_BATCH_SERIES) + 1) + "|"]

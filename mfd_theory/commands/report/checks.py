@@ -153,7 +153,9 @@ def prediction_check(results: Results) -> str:
     if not chk.get("n_cells"):
         return "No out-of-sample predictions in these results (run with `--profile-prompts` > 0)."
     n_cal, n_eval = len(d.get("calibration_prompts") or []), len(d.get("evaluation_prompts") or [])
-    lead = (f"Predicted before decoding from {n_cal} calibration prompts of the training split (disjoint from the "
+    where = {"heldout": "held-out prompts never evaluated", "train": "prompts of the training split"}.get(
+        ((d.get("calibration_prompts") or [{}])[0]).get("dataset"), "prompts")
+    lead = (f"Predicted before decoding from {n_cal} calibration {where} (disjoint from the "
             f"{n_eval} evaluated prompts, checked by token hash), {c.get('max_new_tokens')} tokens each; "
             f"`predictions.json` was written before the first evaluated prompt was decoded "
             f"(calibration {d.get('timings_s', {}).get('calibration', 0):.0f} s, round profile "
