@@ -99,8 +99,17 @@ def _check_one_device(model: nn.Module) -> None:
 
 
 def _cache_kwarg(model: nn.Module) -> str:
+    """The forward's name for the KV cache: ``cache`` in transformers 5.x (``past_key_values``, the
+    older name, still reads but warns), ``past_key_values`` before. A wrapper whose forward only
+    passes ``**kwargs`` on gets the name this transformers' own models take."""
     params = inspect.signature(model.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
+    if "cache" in params or "past_key_values" in params:
+        return "cache" if "cache" in params else "past_key_values"
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        from transformers import Qwen3ForCausalLM
+
+        return "cache" if "cache" in inspect.signature(Qwen3ForCausalLM.forward).parameters else "past_key_values"
+    return "past_key_values"
 
 
 class TargetModel:
