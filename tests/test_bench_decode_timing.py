@@ -51,3 +51,21 @@ def test_the_report_prints_the_warnings_before_the_table():
     assert not any(ln.startswith("warning") for ln in text[2:])
     data["timing_warnings"] = []
     assert not report(Result("bench_decode", cfg, data, seed=0)).startswith("warning")
+
+
+def test_the_report_block_says_when_the_run_was_disturbed():
+    from types import SimpleNamespace
+
+    from mfd_theory.commands.report.bench import bench_decode
+
+    data = _data(chain=(1.0, 1.69))
+    for r in data["methods"].values():
+        r.update(tokens_per_s=100.0, overhead_share=0.0, time_split_s={k: 1.0 for k in ("draft", "tree", "verify",
+                                                                                       "walk", "commit")})
+    data["verify_profile"].update(tree_sizes=[1], verify_ms=[10.0])
+    cfg = {"budget": 64, "block_size": 16, "num_modes": 4}
+    quiet = bench_decode(SimpleNamespace(main=SimpleNamespace(data={**data, "timing_warnings": []}, config=cfg)))
+    assert "disturbed" not in quiet
+    data["timing_warnings"] = disturbed_timing(data)
+    block = bench_decode(SimpleNamespace(main=SimpleNamespace(data=data, config=cfg)))
+    assert "**This run's timing was disturbed**" in block and "chain: speedup 1.69x at tau 1.00" in block
