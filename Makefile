@@ -1,6 +1,7 @@
 # Two commands on a fresh machine with Python 3.11 and make:
 #   make reproduce   - create .venv, install, run the main job (results/, paper_figs/)
 #   make test        - create .venv, install, run every test
+# After either (or plain make), `source .venv/bin/activate` puts mfd on PATH; .venv/bin/mfd works without it.
 # Every run below starts from a preset file of experiments/ (mfd X --preset NAME; experiments/README.md).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
@@ -21,6 +22,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[all]"
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $(STAMP)
+	@echo "installed into $(VENV): 'source $(BIN)/activate' puts mfd, python and jupyter on PATH (or type $(BIN)/mfd)"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile -q

@@ -1,6 +1,6 @@
-"""The ``mfd`` command (also ``python -m mfd_theory.cli``).
+"""mfd checks the claims of Multi-Future Drafting (mixture block drafters for tree-verified speculative decoding): the theory on synthetic targets, end-to-end runs on small trained targets, drafters for your own target (distill, train-drafter, eval), the result pages and the benchmarks.
 
-Each subcommand forwards its remaining arguments to its module's ``main(argv)``, whose options are
+``mfd`` is also ``python -m mfd_theory.cli``. Each subcommand forwards its remaining arguments to its module's ``main(argv)``, whose options are
 generated from that command's frozen config dataclass (:mod:`mfd_theory.commands._cli`).
 """
 
@@ -10,6 +10,7 @@ import argparse
 import importlib
 import os
 import sys
+import textwrap
 
 from mfd_theory import __version__
 
@@ -39,6 +40,21 @@ BENCHES: dict[str, tuple[str, str, str]] = {
 }
 
 
+def bench_list() -> str:
+    """The benchmarks, one line each with what it measures (``mfd --help`` and ``mfd bench --help``)."""
+    width = max(map(len, BENCHES)) + 2
+    return "benchmarks:\n" + "\n".join(f"  mfd bench {n:<{width}}{h}" for n, (_, _, h) in BENCHES.items())
+
+
+EPILOG = bench_list() + """
+
+examples:
+  mfd core-table --figure coverage.png     coverage of product / mixture / oracle trees, and a figure
+  mfd e2e --preset micro --out small       a small end-to-end run on CPU (minutes)
+  mfd eval --help                          every option of one command, with its default
+  mfd reproduce                            the main job: results/, paper_figs/, the result pages"""
+
+
 def _call(name: str, target: tuple[str, str, str], argv: list[str]) -> int:
     module, func, _ = target
     try:
@@ -48,8 +64,11 @@ def _call(name: str, target: tuple[str, str, str], argv: list[str]) -> int:
         return 2
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
-    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback; 130 = 128 + SIGINT, as shells report it
-        print(f"mfd {name}: interrupted; checkpoints written so far are kept", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # Ctrl-C: one line, not a traceback; 130 = 128 + SIGINT, as shells report it
+        from mfd_theory.progress import close_bars
+
+        close_bars()  # a bar left mid-line would swallow the start of the message
+        print(f"mfd {name}: interrupted" + (f"; {exc}" if str(exc) else ""), file=sys.stderr)
         return 130
     return out if isinstance(out, int) and not isinstance(out, bool) else 0
 
@@ -69,13 +88,16 @@ def main(argv: list[str] | None = None) -> int:
     use_log_bars()
     from mfd_theory.formatting import help_summary
 
-    parser = argparse.ArgumentParser(prog="mfd", description=help_summary(__doc__))
+    parser = argparse.ArgumentParser(prog="mfd", description=textwrap.fill(help_summary(__doc__), 79, break_on_hyphens=False), epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"mfd {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, _, help_) in COMMANDS.items():
         sub.add_parser(name, help=help_, add_help=False)
-    bench = sub.add_parser("bench", help="benchmarks: " + ", ".join(BENCHES))
-    bench.add_argument("which", choices=sorted(BENCHES))
+    bench = sub.add_parser("bench", help="benchmarks (mfd bench --help lists them): " + ", ".join(BENCHES),
+                           description="The benchmarks; each prints side-by-side ratios measured in one run.",
+                           epilog=bench_list(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    bench.add_argument("which", choices=sorted(BENCHES), metavar="BENCHMARK", help="one of the benchmarks below")
     if argv and argv[0] == "--version":
         parser.parse_args(argv)  # prints the version and exits 0
     if not argv or argv[0] in ("-h", "--help"):
@@ -86,7 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         return _call(cmd, COMMANDS[cmd], rest)
     if cmd == "bench":
         if not rest or rest[0] not in BENCHES:
-            parser.parse_args(argv)  # prints the usage error for a missing/unknown benchmark
+            try:
+                parser.parse_args(argv)  # mfd bench --help, or the usage error for a missing/unknown benchmark
+            except SystemExit as exc:
+                return exc.code if isinstance(exc.code, int) else 2
             return 2
         return _call(f"bench {rest[0]}", BENCHES[rest[0]], rest[1:])
     parser.parse_args(argv)  # unknown command: argparse reports it

@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Mapping, MutableMapping
 
-__all__ = ["LOG_INTERVAL_S", "bar_settings", "quiet_transformers", "use_log_bars"]
+__all__ = ["LOG_INTERVAL_S", "bar_settings", "close_bars", "quiet_transformers", "use_log_bars"]
 
 #: seconds between redraws of a progress bar whose output is not a terminal
 LOG_INTERVAL_S = 30
@@ -56,3 +56,16 @@ def quiet_transformers(environ: MutableMapping[str, str] | None = None) -> None:
         log = transformers.utils.logging
         log.set_verbosity(log.log_levels.get(level, log.ERROR))
         log.disable_progress_bar()
+
+
+def close_bars() -> int:
+    """Close every tqdm bar still open, as an interrupted loop leaves it (mid-line, with no line
+    break after it), so that the next message starts on a line of its own; returns how many were
+    closed. Imports nothing: without tqdm loaded there is no bar."""
+    std = sys.modules.get("tqdm.std")
+    if std is None:
+        return 0
+    bars = list(getattr(std.tqdm, "_instances", ()))  # tqdm's own registry of live bars
+    for bar in bars:
+        bar.close()
+    return len(bars)

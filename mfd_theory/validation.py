@@ -14,8 +14,11 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["FIGURE_SUFFIXES", "check_choice", "check_device", "check_figure_file", "check_int", "check_out_dir", "check_out_file",
-           "check_real", "is_real", "make_out_dir"]
+__all__ = ["FIGURE_SUFFIXES", "TOKENIZER_FILES", "check_choice", "check_device", "check_figure_file", "check_int",
+           "check_model_dir", "check_out_dir", "check_out_file", "check_real", "is_real", "make_out_dir"]
+
+#: a saved Hugging Face tokenizer holds at least one of these
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 #: figure formats the commands write (matplotlib picks the format from the suffix)
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
@@ -113,6 +116,26 @@ def check_out_dir(path: str | os.PathLike, option: str = "--out") -> Path:
         what = "written to" if anc == p else f"created ({anc} does not accept new entries)"
         raise ValueError(f"{option}: {p} cannot be {what}: {exc.strerror or exc}") from None
     return p
+
+
+def check_model_dir(path: str | os.PathLike, option: str, tokenizer: bool = True) -> Path:
+    """A local Hugging Face model directory: it exists, is a directory, holds ``config.json`` and,
+    with ``tokenizer``, a saved tokenizer (ValueError naming ``option`` and what is missing).
+    Nothing is downloaded here, so a name like ``Qwen/Qwen3-8B`` is refused unless such a
+    folder exists."""
+    d = Path(path)
+    if str(path) == "":
+        raise ValueError(f"{option}: needs a local model directory")
+    if not d.exists():
+        raise ValueError(f"{option}: {d} does not exist (give a local model directory: config, weights, tokenizer)")
+    if not d.is_dir():
+        raise ValueError(f"{option}: {d} is a file, not a model directory (config, weights, tokenizer)")
+    if not (d / "config.json").is_file():
+        raise ValueError(f"{option}: no config.json in {d}")
+    if tokenizer and not any((d / f).is_file() for f in TOKENIZER_FILES):
+        raise ValueError(f"{option}: {d} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
+                         "save it there with tokenizer.save_pretrained")
+    return d
 
 
 def make_out_dir(path: str | os.PathLike, option: str = "--out") -> Path:

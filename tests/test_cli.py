@@ -242,7 +242,51 @@ def test_ctrl_c_is_one_line_and_exit_130(capsys, monkeypatch):
     monkeypatch.setattr(train_drafter, "main", interrupted)
     assert main(["train-drafter", "--help-not-parsed"]) == 130
     err = capsys.readouterr().err
-    assert err.strip() == "mfd train-drafter: interrupted; checkpoints written so far are kept"
+    assert err.strip() == "mfd train-drafter: interrupted"
+
+
+@pytest.mark.parametrize("write", [False, True])
+def test_interrupt_leaves_no_empty_out_and_says_what_it_kept(write, tmp_path, capsys, monkeypatch):
+    """Ctrl-C mid-run: an output directory the run made and left empty is removed ("nothing was
+    written"), one with files is kept and named; the line starts on a line of its own even when a
+    progress bar was open."""
+    pytest.importorskip("torch")
+    from tqdm.auto import tqdm
+
+    import mfd_theory.commands.pipeline.eval as eval_cmd
+    from mfd_theory.validation import make_out_dir
+
+    out = tmp_path / "runs" / "ev"
+
+    def run(config, opts):
+        d = make_out_dir(opts.out)
+        (d / "cache").mkdir()
+        if write:
+            (d / "predictions.json").write_text("{}")
+        bar = tqdm(total=10, desc="cells")
+        bar.update(3)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(eval_cmd, "_run", run)
+    assert main(["eval", "--target", str(tmp_path), "--drafter", str(tmp_path), "--prompts", "p.jsonl",
+                 "--out", str(out)]) == 130
+    last = capsys.readouterr().err.splitlines()[-1]
+    if write:
+        assert last == f"mfd eval: interrupted; the files written so far are kept in {out}"
+        assert (out / "predictions.json").is_file()
+    else:
+        assert last == "mfd eval: interrupted; nothing was written"
+        assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("cmd", ["e2e", "natural", "own-target"])
+def test_cuda_without_cuda_names_device_and_leaves_nothing(cmd, tmp_path, capsys, monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on a CPU-only torch
+    out = tmp_path / "new" / "out"
+    assert main([cmd, "--device", "cuda", "--out", str(out), "--quiet"]) == 2
+    assert "error: --device: 'cuda' requested but CUDA is not available" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()  # neither OUT nor OUT/cache, nor the folder made for them
 
 
 _PROC = "/proc/self"

@@ -114,7 +114,7 @@ def _share_row(family, kwargs, share, cov=(1.0, 2.0), budgets=(16, 64)):
 
 
 def test_share_figure_has_one_line_per_family_and_readable_labels():
-    from mfd_theory.figures.chimeras import share_figure
+    from mfd_theory.figures.chimeras import share_figure, share_settings_figure
 
     rows = []
     for fam in ("two_futures", "branching"):
@@ -122,9 +122,9 @@ def test_share_figure_has_one_line_per_family_and_readable_labels():
             rows.append(_share_row(fam, {"m": m, "L": 15, "V": 32}, [0.1 * (m % 5), 0.2]))
     fig = share_figure({"settings": rows, "paper_range": [0.27, 0.33]})
     panels = [ax for ax in fig.axes if ax.get_gid() == "share-family"]
-    (b,) = [ax for ax in fig.axes if ax.get_gid() == "share-settings"]
+    (b,) = [ax for ax in share_settings_figure({"settings": rows}).axes if ax.get_gid() == "share-settings"]
     # small multiples: one panel per family, each with its one median line (not 12 lines, not 5 bands in one)
-    assert [ax.get_title().split(" ")[0] for ax in panels] == ["two_futures", "branching"]
+    assert [ax.get_title().split()[0] for ax in panels] == ["two_futures", "branching"]
     assert all(len([ln for ln in ax.lines if ln.get_label().startswith("median")]) == 1 for ax in panels)
     from matplotlib.collections import PolyCollection
 
@@ -288,7 +288,9 @@ def test_core_figure_shows_the_oracle_under_the_mixture_and_labels_both_panels()
     fig = coverage_vs_budget(run(CoreTableConfig(V=30, budgets=(4, 8, 16, 64))))
     # exact modes: the mixture tree is the oracle's at every budget, in both panels
     assert sum(_assert_overlaps_visible(ax) for ax in fig.axes) >= 2
-    assert all(ax.get_legend() is not None for ax in fig.axes)
+    # one legend above both panels names every tree (and the chain), covering neither panel
+    (legend,) = fig.legends
+    assert {"oracle", "mixture", "product"} <= {t.get_text() for t in legend.get_texts()}
 
 
 def test_eval_figure_plots_tau_and_speedup_and_keeps_every_line_visible():
@@ -296,7 +298,8 @@ def test_eval_figure_plots_tau_and_speedup_and_keeps_every_line_visible():
 
     fig = eval_figure(_eval_result(), "heldout")
     axes = fig.axes
-    assert [ax.get_ylabel() for ax in axes if ax.get_ylabel()] == ["tau (tokens per target call)", "speedup vs ar"]
+    assert [ax.get_ylabel().split("\n")[0] for ax in axes if ax.get_ylabel()] == ["tau (tokens per target call)",
+                                                                          "speedup vs ar"]
     _assert_distinct_series(fig)
     (legend,) = fig.legends
     labels = [t.get_text() for t in legend.get_texts()]
@@ -364,20 +367,21 @@ def _mixture_run():
 
 
 def test_chimera_share_figure_defines_every_abbreviation():
-    from mfd_theory.figures.chimeras import share_figure
+    from mfd_theory.figures.chimeras import share_figure, share_settings_figure
 
     kw = {"two_futures": {"m": 4, "noise": 0.1}, "branching": {"F": 3, "branch_at": 3},
           "shifted": {"F": 2, "shift_at": 3}, "noisy_futures": {"F": 2, "temperature": 0.5},
           "zipf_futures": {"F": 2, "branch_at": 0, "accuracies": "medusa"}}
     rows = [_share_row(f, {**k, "L": 15, "V": 32}, [0.3, 0.2]) for f, k in kw.items()]
-    fig = share_figure({"settings": rows, "paper_range": [0.27, 0.33]})
-    (b,) = [ax for ax in fig.axes if ax.get_gid() == "share-settings"]
+    bars = share_settings_figure({"settings": rows, "paper_range": [0.27, 0.33]})
+    (b,) = [ax for ax in bars.axes if ax.get_gid() == "share-settings"]
     used = {part.split("=")[0] if "=" in part else part for t in b.get_yticklabels()
             for part in t.get_text().split("  ", 1)[1].split(", ")}
     assert {"m", "noise", "F", "b", "T", "medusa"} <= used
-    legend = "".join(t.get_text() for ax in fig.axes for t in ax.texts if t.get_gid() == "share-abbreviations")
+    legend = "".join(t.get_text() for ax in bars.axes for t in ax.texts if t.get_gid() == "share-abbreviations")
     for name in used:
         assert any(line.startswith(name + ":") or line.startswith(name + " /") for line in legend.splitlines()), name
+    fig = share_figure({"settings": rows, "paper_range": [0.27, 0.33]})
     (c,) = [ax for ax in fig.axes if ax.get_gid() == "share-coverage"]
     # the mixture equals the oracle for every family: one dotted line stands for all, not five on top of each other
     assert len([ln for ln in c.lines if ln.get_linestyle() == ":"]) == 1
@@ -401,6 +405,7 @@ def _all_figures():
     share = {"name": "chimera_share", "config": {"L": 15, "V": 32, "n_seeds": 2, "seed": 0},
              "data": {"settings": rows, "paper_range": [0.27, 0.33]}}
     out.append(("share_figure", chimeras.share_figure(share)))
+    out.append(("share_settings_figure", chimeras.share_settings_figure(share)))
     mix = _mixture_run()
     for name in ("mixture_coverage_vs_budget", "mixture_frac_vs_K", "mixture_speedup_vs_budget", "mixture_gain_bars",
                  "mixture_gain_vs_confidence"):
@@ -421,15 +426,39 @@ def _all_figures():
                 r.update(covered_mass_insample=2.0, covered_mass_mean=2.0, accepted_mean=2.1, pred_gap_se=0.1)
         out.append((name, getattr(e2e, name)(res)))
     out.append(("eval_figure", e2e.eval_figure(_eval_result(), "heldout")))
+    from mfd_theory.figures.batch import batch_throughput
+
+    out.append(("batch_throughput", batch_throughput(_batch_result())))
     return out
+
+
+def _batch_result(arch="qwen3"):
+    """A ``bench batch`` result: every series at B = 1..32, measured rising through the upper left
+    of the panel (where a legend inside it would sit) and predicted a little off."""
+    from mfd_theory.figures.batch import SERIES
+
+    rows, sizes = [], (1, 2, 4, 8, 16, 32)
+    for i, (method, policy) in enumerate(SERIES):
+        for j, b in enumerate(sizes):
+            v = 300 + 60 * j + 15 * i
+            rows.append(dict(batch_size=b, method=method, policy=policy, budget=8, steady_tokens_per_s=v,
+                             predicted_tokens_per_s=v * (1.1 if i % 2 else 0.9)))
+    gpu = [dict(method=m, batch_size=b, tokens_per_s=(3.5 if m == "mfd" else 3.0) - 0.05 * b, ar_tokens_per_s=1.0)
+           for m in ("ddtree", "mfd") for b in sizes]
+    return {"name": "bench_batch", "config": {"preset": "default", "target_arch": arch, "batch_sizes": list(sizes),
+                                              "budgets": [8], "seed": 0},
+            "data": {"rows": rows, "gpu_predicted": gpu, "gpu_profile": "h100_qwen3-8b",
+                     "model": f"e2e target target-59eacffc01 ({arch})"},
+            "provenance": {"created": "2026-12-01T10:00:00+00:00", "git_sha": "59efbfb0123456789"}}
 
 
 def test_every_figure_names_its_run():
     from mfd_theory.figures import RUN_LABEL_GID
 
     expect = {"coverage_vs_budget": "run: core_table, 3-future target", "bound_figure": "run: chimera_bound, 30",
-              "share_figure": "run: chimera_share, L=15, V=32", "mixture_": "run: mixture_gain, L=15, seeds 0",
-              "path_": "run: path_gain", "eval_figure": "run: eval of results/own_target/target, drafters drafter-k1"}
+              "share_": "run: chimera_share, L=15, V=32", "mixture_": "run: mixture_gain, L=15, seeds 0",
+              "path_": "run: path_gain", "eval_figure": "run: eval of results/own_target/target, drafters drafter-k1",
+              "batch_": "run: bench batch on the e2e default preset's qwen3 target"}
     names = []
     for name, fig in _all_figures():
         labels = [t.get_text() for t in fig.texts if t.get_gid() == RUN_LABEL_GID]
@@ -437,7 +466,7 @@ def test_every_figure_names_its_run():
         want = next((v for k, v in expect.items() if name.startswith(k)), "run: e2e default preset, qwen3 4x128")
         assert labels[0].startswith(want), (name, labels[0])
         names.append(name)
-    assert len(names) == 18
+    assert len(names) == 20
 
 
 def test_hybrid_e2e_figure_says_which_target():
@@ -454,3 +483,200 @@ def test_run_label_without_config_says_so():
     from mfd_theory.figures import run_label
 
     assert run_label({"rows": []}).startswith("run: not named")
+
+
+# --- figures read at page width: nothing covers the data (issue 32) --------------------------------
+
+
+def _data_points(ax, renderer):
+    """Display coordinates of the data in ``ax``: line vertices (and points along each drawn
+    segment), scatter offsets, error bars; and the window extents of bars. Lines not in data
+    coordinates (axhline, axvline: reference levels across the whole axes) are left out."""
+    import numpy as np
+    from matplotlib.collections import LineCollection, PathCollection
+    from matplotlib.container import BarContainer
+
+    def along(xy, n):
+        if len(xy) < 2:
+            return xy
+        t = np.linspace(0, 1, n)[:, None]
+        return np.concatenate([a + t * (b - a) for a, b in zip(xy[:-1], xy[1:])])
+
+    pts = [np.zeros((0, 2))]
+    for ln in ax.lines:
+        if ln.get_transform() != ax.transData or not ln.get_visible():
+            continue
+        xy = ax.transData.transform(np.asarray(ln.get_xydata(), float))
+        xy = xy[np.isfinite(xy).all(axis=1)]
+        pts.append(along(xy, 25) if ln.get_linestyle() not in ("None", "", " ") else xy)
+    for c in ax.collections:
+        if isinstance(c, PathCollection) and len(c.get_offsets()):
+            pts.append(c.get_offset_transform().transform(np.asarray(c.get_offsets(), float)))
+        elif isinstance(c, LineCollection) and c.get_transform() == ax.transData:
+            pts += [along(ax.transData.transform(np.asarray(seg, float)), 10) for seg in c.get_segments()]
+    bars = [p.get_window_extent(renderer) for cont in ax.containers if isinstance(cont, BarContainer)
+            for p in cont.patches if p.get_width() and p.get_height()]
+    pts = np.concatenate(pts)
+    box = ax.get_window_extent(renderer)
+    inside = (pts[:, 0] >= box.x0) & (pts[:, 0] <= box.x1) & (pts[:, 1] >= box.y0) & (pts[:, 1] <= box.y1)
+    return pts[inside], bars
+
+
+def covered_data(fig) -> list[tuple[str, str, int]]:
+    """(what, axes title, how many data points or bars) for every legend (the axes' own and the
+    figure's) and every text in an axes whose box covers data of that axes; empty: none does."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    boxes = [("figure legend", lg.get_window_extent(renderer)) for lg in fig.legends]
+    out = []
+    for ax in fig.axes:
+        mine = list(boxes)
+        if ax.get_legend() is not None:
+            mine.append(("legend", ax.get_legend().get_window_extent(renderer)))
+        mine += [(f"text {t.get_text()[:40]!r}", t.get_window_extent(renderer)) for t in ax.texts
+                 if t.get_visible() and t.get_text().strip()]
+        pts, bars = _data_points(ax, renderer)
+        for what, b in mine:
+            x0, y0, x1, y1 = b.x0 + 1, b.y0 + 1, b.x1 - 1, b.y1 - 1  # touching is not covering
+            n = int(((pts[:, 0] > x0) & (pts[:, 0] < x1) & (pts[:, 1] > y0) & (pts[:, 1] < y1)).sum())
+            n += sum(1 for q in bars if q.x0 < x1 and q.x1 > x0 and q.y0 < y1 and q.y1 > y0)
+            if n:
+                out.append((what, ax.get_title().split("\n")[0][:40], n))
+    return out
+
+
+def test_the_overlap_check_finds_a_legend_on_the_data():
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot(range(10), range(10), marker="o", label="rising")
+    ax.legend(loc="upper left")
+    ax.text(8.5, 0.5, "a note", ha="center")
+    assert covered_data(fig) == []
+    ax.get_legend().remove()
+    ax.legend(loc="center")  # on the diagonal
+    ax.text(4.5, 4.5, "on the line")
+    found = {what.split(" ")[0] for what, _, _ in covered_data(fig)}
+    assert found == {"legend", "text"}, covered_data(fig)
+
+
+def test_no_legend_or_note_covers_data_in_any_figure():
+    bad = {name: covered_data(fig) for name, fig in _all_figures()}
+    assert {k: v for k, v in bad.items() if v} == {}
+
+
+def test_path_figure_names_the_curves_on_the_oracle_above_the_axes():
+    """The curves that reach the oracle are named under each panel's title, not in a box inside the
+    axes, where it covered the curves that climb to the top left (two_futures at N = 16-32)."""
+    import mfd_theory.commands.theory.path_gain as pg
+    from mfd_theory.figures.path import path_coverage_vs_budget
+
+    cfg = pg.Config(families=("two_futures",), Fs=(2,), two_futures_ms=(8,), seeds=(0,), budgets=(16, 64, 256),
+                    Ks=(4,), memories=(1, 8), depth_caps=(4, 15), step_costs=(0.05, 1.0))
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        fig = path_coverage_vs_budget(pg.run(cfg, out_dir=d, progress=False))
+    (ax,) = fig.axes
+    assert "on the oracle (within 0.5%): " in ax.get_title() and not ax.texts
+    assert covered_data(fig) == []
+
+
+def test_batch_figure_says_what_it_measured_and_keeps_the_legend_off_the_data():
+    from mfd_theory.figures import RUN_LABEL_GID
+    from mfd_theory.figures.batch import batch_throughput
+
+    fig = batch_throughput(_batch_result("qwen3_5"))
+    left, right = fig.axes
+    assert "hybrid" in left.get_title() and "PREDICTED" in right.get_title()
+    assert any("no GPU table of a hybrid" in t.get_text() for t in right.texts)  # why an attention table
+    assert left.get_legend() is None and len(fig.legends) == 1
+    # predicted cells are hollow markers, not eight more dashed lines
+    assert not [ln for ln in left.lines if ln.get_linestyle() == "--"]
+    (label,) = [t.get_text() for t in fig.texts if t.get_gid() == RUN_LABEL_GID]
+    assert "target-59eacffc01" not in label and label.endswith("(2026-12-01, commit 59efbfb)")
+    assert covered_data(fig) == []
+
+
+def test_figures_carry_the_date_and_commit_of_their_result():
+    from mfd_theory.commands.theory.core_table import CoreTableConfig, run
+    from mfd_theory.figures import RUN_LABEL_GID
+    from mfd_theory.figures.core import coverage_vs_budget
+
+    res = run(CoreTableConfig(V=30, budgets=(4, 8)))
+    (label,) = [t.get_text() for t in coverage_vs_budget(res).texts if t.get_gid() == RUN_LABEL_GID]
+    sha = (res.provenance["git_sha"] or "").split("+")[0][:7]
+    assert res.provenance["created"][:10] in label and f"commit {sha}" in label
+    res.provenance["created"], res.provenance["git_sha"] = "2026-01-02T03:04:05+00:00", "abcdef0123+dirty"
+    (label,) = [t.get_text() for t in coverage_vs_budget(res).texts if t.get_gid() == RUN_LABEL_GID]
+    assert label.endswith("(2026-01-02, commit abcdef0+dirty)")
+
+
+def test_e2e_tau_has_error_bars_between_prompts_and_loss_curves_a_unit():
+    from mfd_theory.figures.e2e import loss_curves, tau_vs_budget
+
+    res = _full_e2e()
+    for r in res["data"]["rows"]:
+        r["prompt_tau"] = [r["tau"] - 0.2, r["tau"], r["tau"] + 0.2]
+    fig = tau_vs_budget(res)
+    ax = fig.axes[0]
+    bars = [c for c in ax.containers if getattr(c, "has_yerr", False)]
+    assert len(bars) >= len(SERIES)
+    assert "s.e. over prompts" in ax.get_ylabel()
+    seg = bars[0].lines[2][0].get_segments()[0]  # the first bar: tau ± 0.2 / sqrt(3)
+    assert abs(abs(seg[1][1] - seg[0][1]) - 2 * 0.2 / 3 ** 0.5) < 1e-9
+    assert all("nats per" in a.get_ylabel() for a in loss_curves(res).axes)
+
+
+def test_e2e_axes_span_the_data_and_keep_the_ar_line_off_the_frame():
+    from mfd_theory.figures.e2e import predicted_vs_measured, speedup_check_figure, speedup_vs_budget
+
+    res = _full_e2e()
+    for r in res["data"]["rows"]:
+        r.update(speedup=r["speedup"] + 0.6, speedup_from_insample_coverage=r.get("speedup_from_insample_coverage", 1) + 0.6,
+                 speedup_from_measured_tau=r.get("speedup_from_measured_tau", 1) + 0.6,
+                 covered_mass_insample=3.0 + r["tau"] / 4, covered_mass_mean=3.0 + r["tau"] / 4,
+                 accepted_mean=3.1 + r["tau"] / 4, pred_gap_se=0.05)
+    for ax in speedup_check_figure(res).axes:
+        lo, hi = ax.get_xlim()
+        assert lo > 1.0 and hi < 2.5, (lo, hi)  # points in 1.8-2.2: not from 0
+    fig = predicted_vs_measured(res)
+    assert fig._suptitle is not None and fig._suptitle.get_text()
+    assert fig.axes[0].get_xlim()[0] > 2.0
+    assert any("exact by construction" in t.get_text() for t in fig.axes[0].texts)
+    for ax in speedup_vs_budget(res).axes:
+        lo, hi = ax.get_ylim()
+        assert lo < 1.0 - 0.02 * (hi - lo)  # the ar line at 1 stands clear of the bottom frame
+
+
+def test_mixture_gain_draws_a_fit_that_agrees_with_soft_em_once():
+    from mfd_theory.figures.mixture import mixture_gain_bars
+
+    fams = ("two_futures", "branching")
+    summary = {f: {"multi": {k: {"predicted_gain": {"p": 0.2 * (i + 1) + d}} for k, d in
+                             (("mixture", 0.0), ("mixture_hard", 0.001), ("mixture_exact", -0.002))}}
+               for i, f in enumerate(fams)}
+    res = {"config": {"families": list(fams), "profiles": ["p"]},
+           "data": {"summary": summary, "profiles": {"p": {"assumption": True}}}}
+    ax = mixture_gain_bars(res).axes[0]
+    from matplotlib.container import BarContainer
+
+    assert len([c for c in ax.containers if isinstance(c, BarContainer)]) == 1
+    assert any("winner-take-all and exact fit" in t.get_text() for t in ax.get_legend().get_texts())
+
+
+def test_chimera_bound_panel_c_spans_its_data_and_explains_its_markers():
+    from mfd_theory.figures.chimeras import bound_figure
+
+    table = [dict(m=m, bound=2 ** (m - 1) - 1, min=2 ** (m - 1) - 1, max=2 ** m - 2, ties=2, instances=10,
+                  tie_violations=1, other_ties=3) for m in range(1, 11)]
+    multi = [dict(F=3, pattern=["0|1|2"], columns=c, observed_min=c, splices=3 * c, proven=c < 4) for c in (2, 3, 4, 5)]
+    fig = bound_figure({"verify": {"table": table, "instances": 100, "violations": 0},
+                        "ties": {"table": table, "config": {"grid": 3}}, "multi_future": multi})
+    a, b, c = fig.axes
+    assert c.get_xlim()[1] <= 6 and a.get_xlabel() == b.get_xlabel() == "m (positions where the two futures disagree)"
+    labels = [t.get_text() for t in c.get_legend().get_texts()]
+    assert any(lab.startswith("filled:") for lab in labels) and any(lab.startswith("hollow:") for lab in labels)
+    # nested: the instances below the bound are drawn inside the tied ones' bars, at the same x
+    grey, red = [cont for cont in b.containers][1:]
+    assert [p.get_x() for p in grey.patches] == [p.get_x() for p in red.patches]

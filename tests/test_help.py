@@ -99,3 +99,38 @@ def test_the_rules_catch_what_they_are_for():
     assert any(p.startswith("markup:") and "--b" in p for p in found)
     assert any(p.startswith("--c: no (default") for p in found)
     assert not any("--d" in p for p in found)
+
+
+@pytest.mark.parametrize("argv", CASES, ids=" ".join)
+def test_help_ends_with_examples_that_use_its_own_options(argv, capsys, monkeypatch):
+    """Every help page ends with an "examples:" block; each example is a command line of this very
+    command whose options are all on the page."""
+    text = _help(argv, capsys, monkeypatch)
+    assert "\nexamples:\n" in text, text[-400:]
+    examples = [ln.strip() for ln in text.split("\nexamples:\n", 1)[1].splitlines() if ln.strip()]
+    _, options = parse_help(text)
+    known = {w for inv in options for w in re.findall(r"--[a-z0-9-]+", inv)}
+    prog = "mfd " + " ".join(argv)
+    assert len(examples) >= 2
+    for ex in examples:
+        line = ex.split("  # ")[0]
+        assert line.startswith(prog) or f"mfd_theory.cli {' '.join(argv)}" in line, ex
+        assert "  # " in ex, ex  # each says what it does
+        line = line.split(" -m mfd_theory.cli ")[-1]  # under torchrun: the options after the module
+        used = set(re.findall(r"(?<!\S)--[a-z0-9-]+", line.split(">")[0]))
+        assert used <= known, (ex, used - known)
+
+
+def test_top_help_says_what_mfd_does_and_what_each_benchmark_measures(capsys, monkeypatch):
+    text = _help([], capsys, monkeypatch)
+    desc, _ = parse_help(text)
+    assert "Multi-Future Drafting" in desc and desc.endswith(".")
+    for name, (_, _, what) in BENCHES.items():
+        assert f"mfd bench {name}" in text and what in text, name
+    bench = _help(["bench"], capsys, monkeypatch)
+    assert all(f"mfd bench {name}" in bench for name in BENCHES)
+
+
+def test_reproduce_help_gives_its_run_time_and_what_it_rewrites(capsys, monkeypatch):
+    desc, _ = parse_help(_help(["reproduce"], capsys, monkeypatch))
+    assert re.search(r"\d+ minutes", desc) and "README.md" in desc and "docs/" in desc

@@ -62,6 +62,59 @@ def test_distill_writes_shards_and_manifest(run):
     assert plens[second] > len(seqs[first])
 
 
+def test_distill_records_its_settings_where_the_docs_say(run):
+    root, _, _ = run
+    saved = json.loads((root / "data" / "train_config.json").read_text())
+    assert saved["max_new_tokens"] == 16 and saved["format"] == "mfd-distill-v1"
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "own-target.md").read_text()
+    assert "`OUT/train_config.json`" in docs and "distill_config" not in docs
+
+
+def test_rerun_with_other_options_names_out_and_what_differs(run, capsys):
+    """A rerun into a directory made with other options is refused naming --out and each setting
+    that differs with its two values; the directory is left as it was."""
+    root, target, files = run
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in (root / "data").iterdir())
+    assert mfd(["distill", "--target", str(target), "--prompts", *files, "--out", str(root / "data"),
+                "--max-new-tokens", "17", "--shard-size", "2", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "error: --out: " in err and "max_new_tokens: 16 there, 17 now" in err, err
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in (root / "data").iterdir()) == before
+    assert mfd(["train-drafter", "--target", str(target), "--data", str(root / "data"), "--out", str(root / "k1"),
+                *TRAIN_ARGS, "--modes", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "error: --out: " in err and "num_modes: 1 there, 2 now" in err, err
+
+
+def test_target_that_is_missing_or_a_file_says_so(run, tmp_path, capsys):
+    _, _, files = run
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for target, why in ((afile, "is a file, not a model directory"), (tmp_path / "none", "does not exist")):
+        assert mfd(["distill", "--target", str(target), "--prompts", *files, "--out", str(tmp_path / "o")]) == 2
+        assert f"error: --target: {target} {why}" in capsys.readouterr().err
+    from mfd_theory.llm.models.target import load_local_target
+
+    # the Python loader checks the path first: not transformers' "repo id" error
+    with pytest.raises(ValueError, match="target: .* does not exist"):
+        load_local_target(tmp_path / "none")
+    model, tok = load_local_target(run[1])
+    assert not model.training and not any(p.requires_grad for p in model.parameters()) and tok is not None
+
+
+def test_commands_run_on_their_threads_and_restore_torch(run, tmp_path, monkeypatch):
+    """--threads (default 1, the repeatable choice) holds while the command runs; torch's own
+    setting is back afterwards."""
+    import mfd_theory.commands.pipeline.distill as distill
+
+    seen = []
+    monkeypatch.setattr(distill, "_run", lambda config, opts: seen.append(torch.get_num_threads()))
+    before = torch.get_num_threads()
+    base = ["distill", "--target", str(run[1]), "--prompts", run[2][0], "--out", str(tmp_path / "o")]
+    assert mfd(base) == 0 and mfd([*base, "--threads", "2"]) == 0
+    assert seen == [1, 2] and torch.get_num_threads() == before
+
+
 def _samples(directory):
     from safetensors import safe_open
 

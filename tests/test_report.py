@@ -369,3 +369,24 @@ def test_e2e_dartree_block_sets_the_three_trees_side_by_side(tmp_path):
     body = render(_readme(tmp_path, ["e2e-dartree"]).read_text(), tmp_path)[0]
     assert ("the Domino drafter's round 1.60 ms against the block drafter's 0.50 ms, i.e. c = 0.44 block "
             "passes per extra depth step over the block's 6 depths") in body
+
+
+def test_generated_text_writes_plus_minus_one_way():
+    """Tables, blocks and messages write a spread as "±", never "+-" (docstrings and comments may
+    say what they like)."""
+    import ast
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "mfd_theory"
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docs = {id(n.body[0].value) for n in ast.walk(tree)
+                if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs \
+                    and re.search(r"\+-(?=[\s\d{%])", node.value):
+                bad.append(f"{path.relative_to(root.parent)}:{node.lineno}: {node.value.strip()[:60]!r}")
+    assert bad == []

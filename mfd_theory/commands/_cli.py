@@ -15,7 +15,9 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import sys
+import textwrap
 import tomllib
 import types
 import typing
@@ -26,8 +28,8 @@ from mfd_theory.progress import quiet_transformers
 from mfd_theory.results import wrote
 from mfd_theory.validation import check_choice, check_figure_file, check_int, check_out_dir, check_out_file, check_real
 
-__all__ = ["EXPERIMENTS", "Checked", "Command", "check_config", "figure_option", "file_option", "flag", "load_preset", "opt",
-           "preset_names", "preset_values", "read_config", "save_result", "show_default", "switch", "to_toml", "wrote"]
+__all__ = ["EXPERIMENTS", "Checked", "Command", "Interrupted", "check_config", "figure_option", "file_option", "flag", "load_preset", "opt",
+           "preset_names", "preset_values", "read_config", "remove_empty_tree", "save_result", "show_default", "switch", "to_toml", "wrote"]
 
 #: the repository's preset files, one folder per command module (the package is installed from
 #: its checkout, so the folder sits beside ``mfd_theory/``)
@@ -316,13 +318,15 @@ class Command:
     config field named ``out`` takes the option's value, one named ``preset`` takes its value from
     the preset file. ``extras``: run
     options beside the config (:func:`switch`, :func:`figure_option`). ``models``: the command
-    loads Hugging Face models, so ``--quiet`` silences transformers too.
+    loads Hugging Face models, so ``--quiet`` silences transformers too. ``examples``: command lines
+    (``mfd X ...  # what it does``) that ``--help`` ends with; by default they are made from the
+    required options and the presets (:meth:`example_lines`).
     """
 
     def __init__(self, name: str, module: str, config: type, doc: str | None, *, out: str | bool | None = "results",
                  out_help: str = "directory that receives every output file", extras: tuple = (),
-                 models: bool = False, prog: str | None = None):
-        self.name, self.config, self.doc = name, config, doc
+                 models: bool = False, prog: str | None = None, examples: tuple[str, ...] = ()):
+        self.name, self.config, self.doc, self.examples = name, config, doc, tuple(examples)
         if module == "__main__":  # run as ``python -m mfd_theory.commands...``: the module's own name
             module = getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", None) or module
         self.folder = module.rpartition(".")[2]
@@ -335,8 +339,32 @@ class Command:
         f = self.fields.get("preset")
         return f.default if f is not None else "default"
 
+    def example_lines(self) -> list[str]:
+        """Command lines for ``--help``'s examples: the given ``examples``, else the required
+        options alone, a preset other than the default, and the --show-config / --config round
+        trip; each ``command  # what it does``."""
+        if self.examples:
+            return list(self.examples)
+        needed = [f"{flag(n)} {n.upper()}" for n, f in self.fields.items()
+                  if f.metadata.get("required") and n not in ("out", "preset")]
+        if self.out is None and "out" not in self.fields or ("out" in self.fields and self.fields["out"].default is None):
+            needed.append("--out DIR")
+        first = " ".join([self.prog, *needed])
+        lines = [f"{first}  # " + ("the required options, every other at its default" if needed
+                                    else "every option at its default")]
+        other = [n for n in preset_names(self.folder) if n != self.default_preset()]
+        if other:
+            lines.append(f"{first} --preset {other[0]}  # the starting values of experiments/{self.folder}/{other[0]}.toml")
+        lines.append(f"{self.prog} --show-config > my.toml  # every option as TOML: edit it, then "
+                     f"{self.prog} --config my.toml")
+        return lines
+
     def parser(self) -> argparse.ArgumentParser:
-        p = argparse.ArgumentParser(prog=self.prog, description=help_summary(self.doc),
+        width = max(shutil.get_terminal_size().columns - 2, 40)  # what argparse wraps the options at
+        desc = textwrap.fill(help_summary(self.doc), width, break_on_hyphens=False)
+        epilog = "examples:\n" + "\n".join(f"  {ln}" for ln in self.example_lines())
+        p = argparse.ArgumentParser(prog=self.prog, description=desc, epilog=epilog,
+                                    formatter_class=argparse.RawDescriptionHelpFormatter,
                                     argument_default=argparse.SUPPRESS)
         kinds = _kinds(self.config)
         for f in self.fields.values():
@@ -444,29 +472,100 @@ class Command:
 
     def main(self, argv, action):
         """Parse and check ``argv``, then ``action(config, options)`` (its result is returned);
-        ``--show-config`` prints the config instead and returns None."""
+        ``--show-config`` prints the config instead and returns None.
+
+        A config field named ``threads`` (> 0) sets torch's CPU threads for the action (restored
+        after). An action that fails or is interrupted leaves no directory it made and left empty
+        (``--out``, ``--cache-dir``): bad input writes nothing, even when a check that needs torch
+        or the models comes late. An interruption is raised again as :class:`Interrupted`, whose
+        message says what was kept."""
         config, opts = self.parse(argv)
         if opts.show_config:
             sys.stdout.write(self.to_toml(config))
             return None
         if opts.quiet and self.models:
             quiet_transformers()
-        with self.flag_errors():
-            return action(config, opts)
+        out = opts.out if self.out is not False or "out" in self.fields else None
+        dirs = [d for d in (out, getattr(config, "cache_dir", "")) if d]
+        new = [top for top in map(_first_missing, dirs) if top is not None]
+        try:
+            with self.flag_errors(), _torch_threads(getattr(config, "threads", 0)):
+                return action(config, opts)
+        except KeyboardInterrupt as exc:
+            for top in new:
+                remove_empty_tree(top)
+            if isinstance(exc, Interrupted):
+                raise
+            kept = out and Path(out).is_dir() and any(p.is_file() for p in Path(out).rglob("*"))
+            raise Interrupted(f"the files written so far are kept in {out}" if kept else "nothing was written") \
+                from exc
+        except BaseException:
+            for top in new:
+                remove_empty_tree(top)
+            raise
 
     @contextlib.contextmanager
     def flag_errors(self):
         """A ValueError whose message starts with a field's Python name (``max_new_tokens: ...``,
         the library's style) is raised again naming the flag (``--max-new-tokens: ...``), so every
-        refusal names what the user typed."""
+        refusal names what the user typed; ``out_dir`` (and ``run_dir``, for a command without a
+        cache directory) is ``--out``."""
         try:
             yield
         except ValueError as exc:
             head, sep, rest = str(exc).partition(": ")
             names = {**{n: flag(n) for n in self.fields}, "out_dir": "--out"}
+            if "cache_dir" not in self.fields and self.out is not False:
+                names["run_dir"] = "--out"  # the one run directory such a command writes is --out
             if sep and head in names:
                 raise ValueError(f"{names[head]}: {rest}") from exc
             raise
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a command; the message says what it left behind (``mfd`` prints it)."""
+
+
+def _first_missing(path) -> Path | None:
+    """The outermost folder of ``path`` (itself included) that does not exist yet: what a run that
+    makes ``path`` creates. None when ``path`` exists."""
+    p = Path(path)
+    if p.exists():
+        return None
+    while not p.parent.exists():
+        p = p.parent
+    return p
+
+
+def remove_empty_tree(path: Path) -> bool:
+    """Remove ``path`` when it is a folder whose tree holds no file (only empty folders); True when
+    it was removed. A tree with any file in it is left whole."""
+    path = Path(path)
+    if not path.is_dir() or any(not p.is_dir() for p in path.rglob("*")):
+        return False
+    for d in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        d.rmdir()
+    path.rmdir()
+    return True
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int):
+    """torch's CPU threads set to ``n`` inside the block and restored after (nothing for n <= 0,
+    or without torch); torch is imported only here, when a command that uses it runs."""
+    import importlib.util
+
+    if not isinstance(n, int) or n <= 0 or importlib.util.find_spec("torch") is None:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def save_result(result, path: str | os.PathLike) -> Path:

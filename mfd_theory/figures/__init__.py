@@ -2,7 +2,7 @@
 
 Topic modules: :mod:`.core` (coverage vs budget), :mod:`.chimeras`, :mod:`.mixture`, :mod:`.e2e`,
 :mod:`.path`. Shared here: :func:`stamp_run` (every figure names the run it was drawn from, in its
-bottom-right corner) and :func:`reveal_overlaps` (lines that lie on each other stay visible).
+bottom-right corner, with the result's date and commit) and :func:`reveal_overlaps` (lines that lie on each other stay visible).
 matplotlib is imported lazily inside the functions (it is an optional extra).
 """
 
@@ -56,6 +56,10 @@ def run_label(res) -> str:
     if cfg is None:
         return "run: not named (drawn from data without its config)"
     name = (name or "").split("/")[0] or "result"
+    if name == "bench_batch":
+        arch = cfg.get("target_arch", "qwen3")
+        return (f"run: bench batch on the e2e {cfg.get('preset', '?')} preset's {arch} target, B "
+                f"{_join(cfg.get('batch_sizes', []))}, N {_join(cfg.get('budgets', []))}, seed {cfg.get('seed', '?')}")
     if name == "end_to_end" or "preset" in cfg:
         arch = cfg.get("target_arch", "qwen3")
         kind = " (Gated DeltaNet hybrid)" if arch == "qwen3_5" else ""
@@ -80,11 +84,32 @@ def run_label(res) -> str:
     return f"run: {name}" + (f", seed {cfg['seed']}" if "seed" in cfg else "")
 
 
+def run_stamp(res) -> str:
+    """When and from which commit the result was made, from its provenance: ``2026-12-01, commit
+    59efbfb`` (``+dirty`` kept), or "" for data without provenance. The result's own date, not the
+    drawing's, so the same result always gives the same figure."""
+    prov = getattr(res, "provenance", None)
+    if prov is None and isinstance(res, dict):
+        prov = res.get("provenance")
+    if not isinstance(prov, dict):
+        return ""
+    parts = []
+    if prov.get("created"):
+        parts.append(str(prov["created"])[:10])
+    sha = prov.get("git_sha")
+    if sha:
+        head, dirty = str(sha).split("+")[0], "+dirty" if "+dirty" in str(sha) else ""
+        parts.append(f"commit {head[:7]}{dirty}")
+    return ", ".join(parts)
+
+
 def stamp_run(fig, res):
-    """Write :func:`run_label` of ``res`` in small grey text below the figure's bottom-right corner
-    (below everything tight_layout placed, so it covers nothing); returns the Text."""
-    return fig.text(0.995, 0.0, run_label(res), ha="right", va="top", fontsize=8, color="0.45",
-                    gid=RUN_LABEL_GID)
+    """Write :func:`run_label` of ``res`` and its :func:`run_stamp` (date, commit) in small grey
+    text below the figure's bottom-right corner (below everything tight_layout placed, so it
+    covers nothing); returns the Text."""
+    stamp = run_stamp(res)
+    return fig.text(0.995, 0.0, run_label(res) + (f" ({stamp})" if stamp else ""), ha="right", va="top", fontsize=8,
+                    color="0.45", gid=RUN_LABEL_GID)
 
 
 def reveal_overlaps(ax, lines, tol: float = 1e-6, note_loc=(0.02, 0.02), names=None):
@@ -93,8 +118,10 @@ def reveal_overlaps(ax, lines, tol: float = 1e-6, note_loc=(0.02, 0.02), names=N
     ``lines`` (Line2D, in drawing order) are grouped by equal data (same x, y within ``tol``
     relative); in each group of two or more the lower lines are widened and lightened so they show
     as a halo around the top one, and a note "A = B (lines coincide)" (or "(within x%)" for a
-    larger ``tol``) is written in the axes corner ``note_loc``. ``names`` (parallel to ``lines``)
-    name them in the note, by default their labels. Returns the notes' texts.
+    larger ``tol``) is written in the axes corner ``note_loc``, or with ``note_loc="below"`` under
+    the axes' x label, wrapped to the axes' width (where it covers no data, however long the
+    names). ``names`` (parallel to ``lines``) name them in the note, by default their labels.
+    Returns the notes' texts.
     """
     import numpy as np
 
@@ -123,7 +150,15 @@ def reveal_overlaps(ax, lines, tol: float = 1e-6, note_loc=(0.02, 0.02), names=N
             ln.set_zorder(min(ln.get_zorder(), g[-1].get_zorder() - 0.1 * depth))
         shown = [name_of[id(ln)] for ln in g if not name_of[id(ln)].startswith("_")]
         notes.append(" = ".join(shown) + (" (lines coincide)" if tol <= 1e-6 else f" (within {100 * tol:g}%)"))
-    if notes:
+    if notes and note_loc == "below":
+        import textwrap
+
+        width = ax.get_position().width * ax.figure.get_figwidth()  # inches
+        chars = max(20, int(width * 72 / (8 * 0.55)))  # 8-pt text, about 0.55 em per character
+        text = "\n".join(textwrap.fill(n, chars) for n in notes)
+        ax.annotate(text, (0.0, 0.0), xycoords="axes fraction", xytext=(0, -36), textcoords="offset points",
+                    ha="left", va="top", fontsize=8, color="0.25", gid="overlap-note")
+    elif notes:
         ax.text(*note_loc, "\n".join(notes), transform=ax.transAxes, fontsize=8, color="0.25",
                 ha="left" if note_loc[0] < 0.5 else "right", va="bottom" if note_loc[1] < 0.5 else "top",
                 bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="0.8", alpha=0.85), zorder=10)

@@ -1,5 +1,5 @@
 """Figure for the batched-decoding benchmark (``bench_batch.json``): throughput against batch size
-per budget policy, measured (solid) and predicted before the run (dashed), and the curve the
+per budget policy, measured (solid) and predicted before the run (hollow markers), and the curve the
 packaged GPU table predicts (an assumption, labelled as such)."""
 
 from __future__ import annotations
@@ -18,9 +18,16 @@ SERIES = {
     ("ddtree", "auto"): dict(color="C4", marker="X", label="DDTree, auto (predicted policy)"),
 }
 
+_ARCH = {"qwen3": "Qwen3 (attention)", "qwen3_5": "Qwen3.5 hybrid (Gated DeltaNet + attention)"}
 
-def _data(res) -> dict:
-    return res["data"] if "data" in res and "rows" in res["data"] else res
+
+def _parts(res) -> tuple[dict, dict]:
+    """(config, data) of a Result, its saved dict, or a bare data dict (config then empty)."""
+    if hasattr(res, "data") and hasattr(res, "config"):
+        return dict(res.config or {}), res.data
+    if "data" in res and "rows" in res["data"]:
+        return res.get("config") or {}, res["data"]
+    return {}, res
 
 
 def _best(rows, b, method, policy, key):
@@ -30,44 +37,65 @@ def _best(rows, b, method, policy, key):
 
 def batch_throughput(res, run_label: str | None = None):
     """Left: measured steady-state tokens/s (all requests) against B, one line per (method,
-    policy) at its best measured N; dashed: what was predicted for that same cell before the run.
-    Right: the GPU prediction from the packaged verify table (best policy vs AR)."""
+    policy) at its best measured N; hollow markers: what was predicted for that same cell before
+    the run. Right: the GPU prediction from the packaged verify table (best policy vs AR), which
+    for a hybrid target is an attention model's table (none is packaged for a hybrid). One legend
+    below both panels, so it covers no data."""
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
-    d = _data(res)
+    from mfd_theory.figures import stamp_run
+
+    config, d = _parts(res)
     rows = d["rows"]
     sizes = sorted({r["batch_size"] for r in rows})
-    fig, (ax, gx) = plt.subplots(1, 2, figsize=(11.5, 4.2))
+    arch = config.get("target_arch") or ("qwen3_5" if "qwen3_5" in str(d.get("model", "")) else "qwen3")
+    fig, (ax, gx) = plt.subplots(1, 2, figsize=(11.5, 5.6))
+    handles = []
     for (method, policy), style in SERIES.items():
         meas = [_best(rows, b, method, policy, "steady_tokens_per_s") for b in sizes]
         if all(m is None for m in meas):
             continue
         pred = [_best(rows, b, method, policy, "predicted_tokens_per_s") for b in sizes]
-        ax.plot(sizes, meas, lw=1.6, ms=6, **style)
-        ax.plot(sizes, pred, lw=1.0, ls="--", color=style["color"], alpha=0.8)
-    ax.plot([], [], color="0.3", ls="--", lw=1.0, label="predicted before the run (same cell)")
+        handles.append(ax.plot(sizes, meas, lw=1.6, ms=6, **style)[0])
+        # predicted: the same marker, hollow and unjoined, so eight curves do not tangle
+        ax.plot(sizes, pred, ls="none", marker=style["marker"], ms=7, mfc="none", mew=1.0, color=style["color"],
+                alpha=0.9)
+    handles.append(Line2D([], [], ls="none", marker="o", ms=7, mfc="none", color="0.3",
+                          label="hollow: predicted before the run (same cell)"))
     ax.set_xscale("log", base=2)
     ax.set_xticks(sizes, [str(b) for b in sizes])
     ax.set_xlabel("batch size B (requests decoded together)")
     ax.set_ylabel("tokens / s, all requests (steady state)")
-    ax.set_title("measured on this machine")
-    ax.legend(fontsize=8, loc="upper left")
+    ax.set_title(f"measured on this CPU: small {_ARCH.get(arch, arch)} target", fontsize=10)
     ax.grid(alpha=0.3)
     gpu = d.get("gpu_predicted", [])
     for method, color, marker in (("ddtree", "C0", "s"), ("mfd", "C3", "^")):
         g = sorted((r for r in gpu if r["method"] == method), key=lambda r: r["batch_size"])
         if g:
             gx.plot([r["batch_size"] for r in g], [r["tokens_per_s"] / r["ar_tokens_per_s"] for r in g], color=color,
-                    marker=marker, label=f"{'MFD' if method == 'mfd' else 'DDTree'}, best predicted policy")
-    gx.axhline(1.0, color="black", lw=1, label="batched AR")
+                    marker=marker, label=f"{'MFD' if method == 'mfd' else 'DDTree'}, best predicted policy (GPU)")
+    gx.axhline(1.0, color="black", lw=1)
     gx.set_xscale("log", base=2)
     gx.set_xticks(sizes, [str(b) for b in sizes])
     gx.set_xlabel("batch size B")
     gx.set_ylabel("throughput / batched AR's (PREDICTED)")
-    gx.set_title(f"PREDICTED for {d.get('gpu_profile', 'a GPU')} (assumed table)", fontsize=10)
-    gx.legend(fontsize=8, loc="upper right")
+    profile = d.get("gpu_profile", "a GPU")
+    gx.set_title(f"PREDICTED for a GPU: the packaged {profile} table (assumed)", fontsize=10)
+    if arch != "qwen3":
+        # the only packaged GPU table is an attention model's: say so where the curve is drawn
+        gx.annotate(f"{profile} is an attention model's verify table: no GPU table of a hybrid\ntarget is "
+                    "packaged, so this panel prices the hybrid's rounds as attention ones", (0, 0),
+                    xycoords="axes fraction", xytext=(0, -42), textcoords="offset points", fontsize=8,
+                    color="0.3", va="top")
     gx.grid(alpha=0.3)
-    label = run_label or f"run: mfd bench batch, {d.get('model', '')}"
-    fig.text(0.995, 0.005, label, ha="right", va="bottom", fontsize=7, color="0.4")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    handles += [h for h in gx.get_legend_handles_labels()[0]]
+    # the panels above, the legend in the band below them, the run's label under it
+    fig.tight_layout(rect=(0, 0.2, 1, 1))
+    fig.legend(handles, [h.get_label() for h in handles], loc="upper center", bbox_to_anchor=(0.5, 0.17),
+               ncol=3, fontsize=8, frameon=False)
+    if run_label:
+        fig.text(0.995, 0.0, run_label, ha="right", va="top", fontsize=8, color="0.45")
+    else:
+        stamp_run(fig, res if config else {"rows": rows})
     return fig

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["bound_figure", "share_figure"]
+__all__ = ["bound_figure", "share_figure", "share_settings_figure"]
 
 FAMILY_COLORS = {
     "two_futures": "#1f77b4",
@@ -86,16 +86,18 @@ def bound_figure(res: Any):
     other = np.array([r.get("other_ties", 0) for r in tt], dtype=float)  # harmless ties
     below = np.array([r.get("tie_violations", 0) for r in tt], dtype=float)
     inst = np.array([r["instances"] for r in tt], dtype=float) + tied  # every instance drawn
-    ax.bar(tm - 0.27, other / np.maximum(inst, 1), width=0.27, color="#bcbd22",
-           label="other ties, Q(a) != Q(b) (never below)")
-    ax.bar(tm, tied / np.maximum(inst, 1), width=0.27, color="#7f7f7f", label="Q(a) = Q(b)")
-    ax.bar(tm + 0.27, below / np.maximum(inst, 1), width=0.27, color="#d62728",
-           label="below the bound (Q(a) = Q(b), ties for futures)")
-    ax.set_xlabel("m")
+    ax.bar(tm - 0.2, other / np.maximum(inst, 1), width=0.4, color="#bcbd22",
+           label="other ties, Q(a) != Q(b) (never below the bound)")
+    # nested: the instances below the bound are some of the Q(a) = Q(b) ones, drawn inside their bar
+    ax.bar(tm + 0.2, tied / np.maximum(inst, 1), width=0.4, color="#7f7f7f", label="Q(a) = Q(b): the futures tie")
+    ax.bar(tm + 0.2, below / np.maximum(inst, 1), width=0.4, color="#d62728",
+           label="of these, below the bound (ties broken for the futures)")
+    ax.set_xticks(tm)
+    ax.set_xlabel("m (positions where the two futures disagree)")
     ax.set_ylabel("share of instances")
     grid = d["ties"]["config"].get("grid")
     ax.set_title(f"(b) ties: marginals on the grid 1..{grid}", fontsize=10)
-    ax.set_ylim(0, 1.35)  # room for the legend above the bars
+    ax.set_ylim(0, 1.45)  # room for the legend above the bars
     ax.legend(fontsize=8, loc="upper left")
 
     ax = axes[2]
@@ -115,13 +117,18 @@ def bound_figure(res: Any):
         ax.plot([a for a, p in zip(x, proven) if p], [b for b, p in zip(y, proven) if p], "o", color=color)
         ax.plot([a for a, p in zip(x, proven) if not p], [b for b, p in zip(y, proven) if not p], "o",
                 color=color, mfc="none")
-    ax.set_xlabel("disagreement positions")
+    ax.set_xlabel("m (positions where the futures disagree)")
     ax.set_ylabel("minimum chimeras / all splices")
     n_rows = len(d.get("multi_future", []))
     n_proven = sum(r["proven"] for r in d.get("multi_future", []))
-    ax.set_title(f"(c) F futures: {n_proven}/{n_rows} patterns exact, computer-assisted (filled)", fontsize=10)
+    ax.set_title(f"(c) F futures: {n_proven} of {n_rows} patterns exact", fontsize=10)
     ax.set_ylim(0, 0.6)
-    ax.legend(fontsize=8)
+    shown = [int(x) for ln in ax.lines[1:] for x in ln.get_xdata()]
+    ax.set_xlim(1.6, max(shown + [3]) + 0.4)  # the data's range (the F = 2 line spans it)
+    ax.set_xticks(range(2, max(shown + [3]) + 1))
+    ax.plot([], [], "o", color="0.3", label="filled: exact minimum (computer-assisted)")
+    ax.plot([], [], "o", color="0.3", mfc="none", label="hollow: least found by search")
+    ax.legend(fontsize=8, loc="lower left")
     fig.tight_layout()
     from mfd_theory.figures import stamp_run
 
@@ -151,10 +158,10 @@ def _label(row: dict[str, Any]) -> str:
 
 
 def share_figure(res: Any, budget: int = 64):
-    """(a) chimera share vs N, one small panel per family (median over the family's settings,
-    band from the first to the third quartile), (b) share at N = ``budget`` per setting against
-    the paper's 27-33%, with the abbreviations of its labels defined below it, (c) coverage of the
-    product tree (and of the mixture with the exact modes) relative to the oracle vs N."""
+    """The chimera share at a glance: (a) share vs N, one small panel per family (median over the
+    family's settings, band from the first to the third quartile, the paper's 27-33% at N = 64),
+    and (c) coverage of the product tree (and of the mixture with the exact modes) relative to
+    the oracle vs N. Every setting's own share is in :func:`share_settings_figure` (b)."""
     d = _data(res)
     plt = _plt()
     from mfd_theory.figures import stamp_run
@@ -162,28 +169,47 @@ def share_figure(res: Any, budget: int = 64):
     rows = d["settings"]
     paper = tuple(d.get("paper_range", (0.27, 0.33)))
     budgets = rows[0]["budgets"]
-    fams = [f for f in FAMILY_COLORS if any(r["family"] == f for r in rows)]
-    fams += sorted({r["family"] for r in rows} - set(fams))
-    fig = plt.figure(figsize=(16, max(11.0, 0.2 * len(rows) + 3.0)))
-    outer = fig.add_gridspec(1, 2, width_ratios=[1.3, 1], wspace=0.28)
-    left = outer[0, 0].subgridspec(2, 1, height_ratios=[1.25, 1], hspace=0.3)
-    _family_panels(fig, left[0], rows, fams, budgets, paper)
-    _coverage_panel(fig.add_subplot(left[1], gid="share-coverage"), rows, fams, budgets)
-    _settings_panel(fig, outer[0, 1], rows, budgets, budget, paper)
-    fig.subplots_adjust(left=0.05, right=0.99, top=0.95, bottom=0.05)
+    fams = _families(rows)
+    fig = plt.figure(figsize=(12, 7.6))
+    outer = fig.add_gridspec(2, 1, height_ratios=[1, 1.25], hspace=0.55)
+    _family_panels(fig, outer[0], rows, fams, budgets, paper)
+    _coverage_panel(fig.add_subplot(outer[1], gid="share-coverage"), rows, fams, budgets)
+    fig.subplots_adjust(left=0.07, right=0.98, top=0.86, bottom=0.08)
     stamp_run(fig, res)
     return fig
 
 
+def share_settings_figure(res: Any, budget: int = 64):
+    """(b) every setting's chimera share at N = ``budget`` as a bar with its value written at its
+    end (a share of 0 too), against the paper's 27-33%, with the abbreviations of its labels
+    defined below it."""
+    d = _data(res)
+    plt = _plt()
+    from mfd_theory.figures import stamp_run
+
+    rows = d["settings"]
+    paper = tuple(d.get("paper_range", (0.27, 0.33)))
+    fig = plt.figure(figsize=(8.5, 0.25 * len(rows) + 3.2))
+    _settings_panel(fig, fig.add_gridspec(1, 1)[0], rows, rows[0]["budgets"], budget, paper)
+    fig.subplots_adjust(left=0.33, right=0.97, top=1 - 0.5 / fig.get_figheight(), bottom=2.0 / fig.get_figheight())
+    stamp_run(fig, res)
+    return fig
+
+
+def _families(rows) -> list[str]:
+    fams = [f for f in FAMILY_COLORS if any(r["family"] == f for r in rows)]
+    return fams + sorted({r["family"] for r in rows} - set(fams))
+
+
 def _family_panels(fig, spec, rows: list[dict[str, Any]], fams: list[str], budgets: list[int],
                    paper: tuple[float, float]) -> None:
-    """Panel (a): one small axes per family in ``spec`` (three to a row) and a key in the next slot."""
+    """Panel (a): one small axes per family in ``spec``, side by side on one y scale, with what
+    their marks mean written above them (no floating key)."""
     lo, hi = paper
-    n_rows = (len(fams) + 1 + 2) // 3  # one slot per family and one for the key
-    small = spec.subgridspec(n_rows, 3, hspace=0.55, wspace=0.12)
+    small = spec.subgridspec(1, len(fams), wspace=0.12)
     first = None
     for i, fam in enumerate(fams):
-        ax = fig.add_subplot(small[i // 3, i % 3], sharex=first, sharey=first, gid="share-family")
+        ax = fig.add_subplot(small[0, i], sharex=first, sharey=first, gid="share-family")
         first = first or ax
         color = FAMILY_COLORS.get(fam, "k")
         fr = np.array([r["chimera_share"] for r in rows if r["family"] == fam])  # [settings, budgets]
@@ -195,22 +221,18 @@ def _family_panels(fig, spec, rows: list[dict[str, Any]], fams: list[str], budge
                     label=f"paper: {100 * lo:.0f}-{100 * hi:.0f}% at N = 64", zorder=5)
         ax.set_xscale("log", base=2)
         ax.set_ylim(0, 1)
-        ax.set_title(f"{fam} ({len(fr)} settings)", fontsize=9)
+        ax.set_title(f"{fam}\n({len(fr)} settings)", fontsize=9)
         ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
-        if i % 3:
+        ax.set_xlabel("N (tree budget)", fontsize=9)
+        if i:
             ax.tick_params(labelleft=False)
         else:
             ax.set_ylabel("chimera share", fontsize=9)
-        if i >= len(fams) - 3:
-            ax.set_xlabel("N (tree budget)", fontsize=9)
-    key = fig.add_subplot(small[len(fams) // 3, len(fams) % 3])
-    key.axis("off")
-    handles, labels = first.get_legend_handles_labels()
-    key.legend(handles, labels, loc="center", fontsize=8, title="each panel (family colour)", title_fontsize=8,
-               frameon=False)
-    first.annotate("(a) chimera share vs budget, one panel per family (every setting at N = 64 in (b))",
-                   (0, 1.16), xycoords="axes fraction", fontsize=10, ha="left", va="bottom")
+    first.annotate("(a) chimera share vs budget, one panel per family\nline: median over its settings; band: "
+                   f"their middle half; black diamond: the paper's {100 * lo:.0f}-{100 * hi:.0f}% at N = 64 "
+                   "(each setting at N = 64: chimera_share_settings.png)",
+                   (0, 1.3), xycoords="axes fraction", fontsize=9, ha="left", va="bottom")
 
 
 def _coverage_panel(ax, rows: list[dict[str, Any]], fams: list[str], budgets: list[int]) -> None:
@@ -250,22 +272,25 @@ def _settings_panel(fig, spec, rows: list[dict[str, Any]], budgets: list[int], b
     """Panel (b): every setting's share at ``budget`` (the middle budget when it was not run) as a
     bar against the paper's range, with the labels' abbreviations below."""
     lo, hi = paper
-    right = spec.subgridspec(2, 1, height_ratios=[len(rows), 9], hspace=0.08)
-    ax = fig.add_subplot(right[0], gid="share-settings")
+    ax = fig.add_subplot(spec, gid="share-settings")
     at = budgets.index(budget) if budget in budgets else len(budgets) // 2
     shares = [r["chimera_share"][at] for r in rows]
     ys = np.arange(len(rows))
     ax.barh(ys, shares, color=[FAMILY_COLORS.get(r["family"], "k") for r in rows], alpha=0.8)
+    for y, v in zip(ys, shares):  # every value written, a 0 too (a setting with no bar still reads)
+        ax.text(v + 0.01, y, f"{100 * v:.0f}%", va="center", ha="left", fontsize=8, color="0.2")
     ax.axvspan(lo, hi, color="k", alpha=0.12)
     ax.set_yticks(ys)
-    ax.set_yticklabels([f"{r['family']}  {_label(r)}" for r in rows], fontsize=8)
+    ax.set_yticklabels([f"{r['family']}  {_label(r)}" for r in rows], fontsize=9)
     ax.set_ylim(len(rows) - 0.5, -0.5)
-    ax.set_xlim(0, 1)
-    ax.set_xlabel(f"chimera share at N = {budgets[at]}")
+    ax.set_xlim(0, 1.08)
+    ax.set_xticks(np.linspace(0, 1, 6))
+    from matplotlib.ticker import PercentFormatter
+
+    ax.xaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))  # as the values on the bars
+    ax.set_xlabel(f"chimera share of the product tree at N = {budgets[at]}")
     ax.grid(axis="x", alpha=0.3)
-    ax.set_title(f"(b) every setting at N = {budgets[at]}: shaded = paper's {100 * lo:.0f}-{100 * hi:.0f}%",
+    ax.set_title(f"(b) every setting at N = {budgets[at]}; shaded: the paper's {100 * lo:.0f}-{100 * hi:.0f}%",
                  fontsize=10)
-    key = fig.add_subplot(right[1])
-    key.axis("off")
-    key.text(0.0, 0.0, "Labels in (b):\n" + "\n".join(ABBREVIATIONS), transform=key.transAxes, fontsize=8,
-             va="bottom", ha="left", wrap=True, gid="share-abbreviations")
+    ax.annotate("Labels:\n" + "\n".join(ABBREVIATIONS), (-0.45, 0), xycoords="axes fraction", xytext=(0, -40),
+                textcoords="offset points", fontsize=8, va="top", ha="left", gid="share-abbreviations")

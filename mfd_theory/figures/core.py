@@ -36,14 +36,16 @@ def coverage_vs_budget(result):
         a.set_xlabel("tree budget N (nodes)")
     ax.axhline(data["chain"]["coverage"], color="C3", lw=1, ls=":", label=f"chain (N = {cfg['L']})")
     ax.set_ylabel("coverage C(T) = E[accepted draft tokens]")
-    ax.set_title(f"{cfg['n_futures']}-future target, L = {cfg['L']}, V = {cfg['V']}")
-    ax.legend(loc="center right", fontsize=9)
+    ax.set_title(f"coverage: {cfg['n_futures']}-future target, L = {cfg['L']}, V = {cfg['V']}", fontsize=10)
     ax2.set_ylabel(f"share of nodes with P(s) <= {cfg['eps']:g}")
     # dead is not chimera: the oracle's dead nodes are unlikely continuations of real futures,
     # only the product tree spends nodes on splices (the table's "dead splices" column)
     ax2.set_title("dead share (P(s) <= eps; chimeras only in the product tree)", fontsize=10)
     ax2.set_ylim(0, 1)
-    ax2.legend(loc="center right", fontsize=9)
-    fig.tight_layout()
+    # one legend for both panels, above them: it covers no curve (the figure also heads the README)
+    handles, labels = ax.get_legend_handles_labels()
+    fig.tight_layout(rect=(0, 0, 1, 0.92))
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 1.0), ncol=len(labels), fontsize=9,
+               frameon=False)
     stamp_run(fig, result)
     return fig

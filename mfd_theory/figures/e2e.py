@@ -82,26 +82,54 @@ def _chain_lines(ax, rows, temp, key):
                    label=f"chain ({who}L={rs[0]['budget']})")
 
 
+def _prompt_se(row: dict, key: str = "tau") -> float | None:
+    """The standard error of ``key`` over the row's prompts (``prompt_<key>``: one value per
+    prompt, the spread a rerun on other prompts would see); None with fewer than two prompts."""
+    vals = [v for v in row.get(f"prompt_{key}") or [] if not _nan(v)]
+    if len(vals) < 2:
+        return None
+    mean = sum(vals) / len(vals)
+    return math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1) / len(vals))
+
+
+def _errors(rs, key):
+    """Error bars of ``key`` for the rows ``rs``: its ``<key>_std`` (timing passes), else for tau
+    the standard error over prompts; None unless every row has one."""
+    err = [r.get(f"{key}_std") for r in rs]
+    if key == "tau" and not all(isinstance(e, (int, float)) and not _nan(e) for e in err):
+        err = [_prompt_se(r, key) for r in rs]
+    return err if all(isinstance(e, (int, float)) and not _nan(e) for e in err) else None
+
+
 def _budget_panel(ax, rows, temp, key, styles, with_ar):
     """``key`` of every tree series at ``temp`` against the budget N (error bars from
-    ``<key>_std`` where every row has it), the chain as horizontal lines; coincident series are
-    kept visible and named in a note."""
-    lines, names = [], []
+    :func:`_errors`), the chain as horizontal lines; coincident series are kept visible and named
+    in a note under the panel. The y range holds every value and the AR line at 1 (with
+    ``with_ar``) with a margin, so no line lies on the frame."""
+    lines, names, ys = [], [], []
     for skey, rs in _series(rows, temp).items():
         rs = [r for r in rs if not _nan(r.get(key))]
         if not rs:
             continue
         x, y = [r["budget"] for r in rs], [r[key] for r in rs]
-        err = [r.get(f"{key}_std") for r in rs]
-        if all(isinstance(e, (int, float)) and not _nan(e) for e in err):
+        err = _errors(rs, key)
+        if err is not None:
             lines.append(ax.errorbar(x, y, yerr=err, capsize=2, **styles[skey])[0])  # its data line
+            ys += [v - e for v, e in zip(y, err)] + [v + e for v, e in zip(y, err)]
         else:
             lines += ax.plot(x, y, **styles[skey])
+        ys += y
         names.append(styles[skey]["label"])
     _chain_lines(ax, rows, temp, key)
+    ys += [r[key] for r in rows if r["temperature"] == temp and r["method"] == "chain" and not _nan(r.get(key))]
     if with_ar:
         ax.axhline(1.0, color="k", lw=0.8, label="ar")
-    reveal_overlaps(ax, lines, note_loc=(0.02, 0.98), names=names)
+        ys.append(1.0)
+    if ys:
+        lo, hi = min(ys), max(ys)
+        pad = 0.08 * (hi - lo) if hi > lo else 0.05 * max(abs(hi), 1.0)
+        ax.set_ylim(lo - pad, hi + pad)
+    reveal_overlaps(ax, lines, note_loc="below", names=names)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("tree budget N")
     ax.grid(alpha=0.3)
@@ -156,19 +184,20 @@ def _budget_grid(res, panels, title=None):
 
 
 def tau_vs_budget(res):
-    """tau (tokens per target call) against the tree budget N; one panel per temperature.
+    """tau (tokens per target call) against the tree budget N; one panel per temperature, error
+    bars one standard error over the evaluated prompts.
 
     Only acceptance is drawn, which seeded training and decoding make identical run to run, so
     the tracked PNG changes only when the models or the method change. Timings are in
     :func:`speedup_vs_budget`.
     """
-    return _budget_grid(res, [("tau", "tau (tokens per target call)", False)])
+    return _budget_grid(res, [("tau", "tau (tokens per target call)\nbars: ± s.e. over prompts", False)])
 
 
 def speedup_vs_budget(res):
     """Measured speedup vs ar against the tree budget N (error bars: std over timing passes when
     the rows have them). Timing-dependent: its PNG differs run to run and is not tracked."""
-    return _budget_grid(res, [("speedup", "speedup vs ar", True)])
+    return _budget_grid(res, [("speedup", "speedup vs ar\nbars: ± std over timing passes", True)])
 
 
 def eval_figure(res, dataset: str | None = None):
@@ -181,7 +210,8 @@ def eval_figure(res, dataset: str | None = None):
         sub["name"] = res.name
     elif isinstance(res, dict) and "name" in res:
         sub["name"] = res["name"]
-    return _budget_grid(sub, [("tau", "tau (tokens per target call)", False), ("speedup", "speedup vs ar", True)],
+    return _budget_grid(sub, [("tau", "tau (tokens per target call)\nbars: ± s.e. over prompts", False),
+                              ("speedup", "speedup vs ar\nbars: ± std over timing passes", True)],
                         title=f"data set: {dataset}" if dataset else None)
 
 
@@ -195,27 +225,41 @@ def predicted_vs_measured(res):
     import matplotlib.pyplot as plt
 
     rows = [r for r in _data(res)["rows"] if r["method"] != "ar"]
-    fig, ax = plt.subplots(figsize=(5.5, 5))
-    hi = 0.0
+    fig, ax = plt.subplots(figsize=(6.2, 5.6))
+    vals = []
     for temp, marker in ((1.0, "o"), (0.0, "^")):
-        rs = [r for r in rows if r["temperature"] == temp]
+        rs = [r for r in rows if r["temperature"] == temp and not _nan(r.get("accepted_mean"))]
         if not rs:
             continue
         if temp == 1.0:
             x = [r["covered_mass_insample"] for r in rs]
             err = [2 * r["pred_gap_se"] if not _nan(r["pred_gap_se"]) else 0.0 for r in rs]
             ax.errorbar(x, [r["accepted_mean"] for r in rs], yerr=err, fmt=marker, ms=5, capsize=2,
-                        label="T = 1: predicted = covered mass (±2 s.e.)")
+                        label="T = 1: each cell's covered mass (bars: ±2 s.e.)")
         else:
             x = [r["covered_mass_mean"] for r in rs]
             ax.plot(x, [r["accepted_mean"] for r in rs], marker, ms=5, mfc="none",
-                    label="T = 0: soft covered mass vs greedy accepted")
-        hi = max(hi, max(x), max(r["accepted_mean"] for r in rs))
-    ax.plot([0, hi * 1.05], [0, hi * 1.05], "k--", lw=1, label="measured = predicted")
-    ax.set_xlabel("predicted accepted tokens per round")
-    ax.set_ylabel("measured accepted tokens per round")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
+                    label="T = 0: greedy accepted against the T = 1 mass")
+        vals += x + [r["accepted_mean"] for r in rs]
+    lo, hi = (min(vals), max(vals)) if vals else (0.0, 1.0)
+    pad = 0.06 * (hi - lo or 1.0)
+    grid = [lo - pad, hi + pad]
+    ax.plot(grid, grid, "k--", lw=1, label="measured = predicted")
+    ax.set_xlim(*grid)
+    ax.set_ylim(*grid)
+    ax.set_xlabel("predicted accepted draft tokens per round (covered mass)")
+    ax.set_ylabel("measured accepted draft tokens per round")
+    fig.suptitle("Claim 1 on the trained target: accepted = covered mass", fontsize=10)
+    # the legend above the axes, so it covers no cell (T = 1, T = 0, then the diagonal); the T = 0
+    # series explained under the axes
+    handles, labels = ax.get_legend_handles_labels()
+    order = sorted(range(len(labels)), key=lambda i: (not labels[i].startswith("T = 1"), labels[i].startswith("measured")))
+    ax.legend([handles[i] for i in order], [labels[i] for i in order], fontsize=8, loc="lower left",
+              bbox_to_anchor=(0.0, 1.0), frameon=False)
+    ax.annotate("T = 0: a greedy walk accepts exactly the covered path, so the prediction is exact by "
+                "construction; the hollow\ntriangles set the greedy accepted length against the mass the "
+                "same trees cover under T = 1 sampling.", (0, 0), xycoords="axes fraction", xytext=(0, -42),
+                textcoords="offset points", fontsize=7, color="0.3", va="top")
     fig.tight_layout()
     stamp_run(fig, res)
     return fig
@@ -227,8 +271,9 @@ def speedup_check_figure(res):
     Left column: the prediction from the theory's acceptance (the trees' predicted covered mass)
     and the round cost model; right: the same cost model with the measured acceptance (its error
     is the cost model's alone). One row per temperature, every series in its own colour and marker.
-    Horizontal bars: the measured pass-to-pass standard deviation; the band is +-5% around
-    equality. Results without a round profile give an empty, labelled figure.
+    Horizontal bars: the measured pass-to-pass standard deviation; the band is ±5% around
+    equality. Both axes span the data (not from 0). Results without a round profile give an
+    empty, labelled figure.
     """
     import matplotlib.pyplot as plt
 
@@ -244,12 +289,17 @@ def speedup_check_figure(res):
         stamp_run(fig, res)
         return fig
     styles = _styles(rows)
-    hi = 1.1 * max(max(r["speedup"] + (r.get("speedup_std") or 0) for r in rows),
-                   max(max(r["speedup_from_insample_coverage"], r.get("speedup_from_measured_tau") or 0) for r in rows))
+    # the range of the data (both axes alike), not from 0: the points fill the panel
+    every = [r["speedup"] + s * (r.get("speedup_std") or 0) for r in rows for s in (-1, 1)]
+    every += [r[k] for r in rows for k in ("speedup_from_insample_coverage", "speedup_from_measured_tau")
+              if not _nan(r.get(k))]
+    lo, hi = min(every), max(every)
+    pad = 0.06 * (hi - lo or 1.0)
+    lo, hi = lo - pad, hi + pad
     for i, temp in enumerate(temps):
         for ax, key, title in ((axes[i, 0], "speedup_from_insample_coverage", "theory's acceptance + round cost model"),
                                (axes[i, 1], "speedup_from_measured_tau", "measured acceptance + round cost model")):
-            grid = [0, hi]
+            grid = [lo, hi]
             ax.fill_between(grid, [0.95 * g for g in grid], [1.05 * g for g in grid], color="0.85", label="±5%")
             ax.plot(grid, grid, "k--", lw=1, label="predicted = measured")
             rs = [r for r in rows if r["temperature"] == temp and not _nan(r.get(key))]
@@ -263,8 +313,8 @@ def speedup_check_figure(res):
                 ax.errorbar([r["speedup"] for r in chain], [r[key] for r in chain],
                             xerr=[r.get("speedup_std") or 0.0 for r in chain], fmt="x", ms=6, capsize=2,
                             color="0.3", label="chain")
-            ax.set_xlim(0, hi)
-            ax.set_ylim(0, hi)
+            ax.set_xlim(lo, hi)
+            ax.set_ylim(lo, hi)
             ax.set_title(f"T = {temp:g}: {title}", fontsize=10)
             ax.grid(alpha=0.3)
         axes[i, 0].set_ylabel("predicted speedup over AR")
@@ -281,9 +331,9 @@ def speedup_check_figure(res):
 def prediction_check_figure(res):
     """Predicted before decoding (calibration prompts only) against measured, per cell.
 
-    Left: tau, the prediction with +-2 standard errors of its calibration mean; right: speedup,
+    Left: tau, the prediction with ±2 standard errors of its calibration mean; right: speedup,
     the prediction's 95% interval from the acceptance alone (timing noise is not in it) against
-    the measured mean +- std over timing passes. Grey band: +-5% around equality. Hollow markers:
+    the measured mean ± std over timing passes. Grey band: ±5% around equality. Hollow markers:
     the cells of the theory's chosen budgets (off the grid, or a per-round rule)."""
     import matplotlib.pyplot as plt
 
@@ -348,22 +398,26 @@ def dead_share(res, eps_label: str = "1e-3"):
     rows = [r for r in rows if r["method"] in ("ar", "chain") or not _nan(r.get("dead_share"))]
     temps = sorted({r["temperature"] for r in rows})
     styles = _styles(rows)
-    fig, axes = plt.subplots(1, len(temps), figsize=(5.2 * len(temps), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(temps), figsize=(5.2 * len(temps) + 2.6, 4.2), squeeze=False)
     for j, temp in enumerate(temps):
         ax = axes[0, j]
         lines = []
         for key, rs in _series(rows, temp).items():
             lines += ax.plot([r["budget"] for r in rs], [100 * r["dead_share"] for r in rs], **styles[key])
-        reveal_overlaps(ax, lines, note_loc=(0.98, 0.02))
+        reveal_overlaps(ax, lines, note_loc="below")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("tree budget N")
         ax.set_ylabel(f"dead nodes (P(s) < {eps_label}, strictly), %")
         ax.set_title(f"T = {temp:g}")
         ax.grid(alpha=0.3)
-    axes[0, 0].legend(fontsize=8)
     fig.text(0.5, 1.0, "dead = target prefix probability below eps; not the paper's chimera share "
              "(a real target has no futures to splice)", ha="center", va="bottom", fontsize=9, color="0.25")
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    # one legend beside the panels, where it covers no series
+    handles, labels = _legend_entries(axes, styles)
+    width = fig.get_size_inches()[0]
+    fig.tight_layout(rect=(0, 0, 1 - 2.5 / width, 0.95))
+    fig.legend([handles[lab] for lab in labels], labels, loc="center left", fontsize=8,
+               bbox_to_anchor=(1 - 2.45 / width, 0.5), frameon=False)
     stamp_run(fig, res)
     return fig
 
@@ -398,11 +452,12 @@ def loss_curves(res):
             continue
         ax = axes[0] if name in ("target", "draft_lm") else axes[1]
         ax.plot([p["step"] for p in c], [p["loss"] for p in c], label=name, lw=1)
-    axes[0].set_title("language models (next-token CE)")
-    axes[1].set_title("block drafters (weighted block NLL per position)")
+    axes[0].set_title("language models: next-token cross-entropy")
+    axes[1].set_title("block drafters: weighted block NLL")
+    axes[0].set_ylabel("loss (nats per token)")
+    axes[1].set_ylabel("loss (nats per drafted position)")
     for ax in axes:
-        ax.set_xlabel("step")
-        ax.set_ylabel("loss")
+        ax.set_xlabel("optimizer step")
         ax.set_yscale("log")
         _plain_log_ticks(ax.yaxis)
         ax.legend(fontsize=8)

@@ -193,12 +193,12 @@ def _run(cfg: BenchBatchConfig, opts) -> Result:
     result = run(cfg, progress=not opts.quiet)
     print(report(result))
     if opts.figure:
+        from mfd_theory.figures import save_figure
         from mfd_theory.figures.batch import batch_throughput
         from mfd_theory.results import wrote
 
-        fig = batch_throughput(result.to_dict())
-        fig.savefig(opts.figure, dpi=120)
-        wrote(opts.figure)
+        existed = Path(opts.figure).exists()
+        wrote(save_figure(batch_throughput(result), opts.figure), existed)
     return result
 
 

@@ -38,7 +38,13 @@ from mfd_theory.commands._cli import Checked, Command, opt, wrote
 from mfd_theory.commands.bench._shapes import SHAPES
 from mfd_theory.results import Result, atomic_write_text, provenance
 
-__all__ = ["BenchDecodeConfig", "hybrid_profile", "hybrid_table", "main", "report", "results_name", "run"]
+__all__ = ["BenchDecodeConfig", "disturbed_timing", "hybrid_profile", "hybrid_table", "main", "report", "results_name",
+           "run"]
+
+#: the checks of :func:`disturbed_timing`: AR's seconds per token may vary this much between
+#: prompts of one length, a method's speedup may exceed its tau by this factor, and AR's step in the
+#: decoding and in the profile measured after it may differ by this factor
+AR_SPREAD, OVER_TAU, PROFILE_RATIO = 1.25, 1.1, 1.5
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,7 @@ def run(config: BenchDecodeConfig = BenchDecodeConfig(), out_dir: str | None = N
     from mfd_theory.commands.bench.bench_decode_run import measure
 
     data = measure(config, progress)
+    data["timing_warnings"] = disturbed_timing(data)
     out_dir = Path(out_dir or config.out)
     if "verify_profile" in data:
         latency = {**data["verify_profile"], "provenance": provenance()}
@@ -108,6 +115,41 @@ def hybrid_profile(cfg: BenchDecodeConfig, torch, dev, dtype, progress: bool = T
     from mfd_theory.commands.bench.bench_decode_run import hybrid_profile as measure_hybrid
 
     return measure_hybrid(cfg, torch, dev, dtype, progress)
+
+
+def disturbed_timing(data: dict) -> list[str]:
+    """Why the timings of a ``bench decode`` run cannot be trusted, one sentence each (empty: no
+    sign of it). A quiet machine decodes every prompt of the same length at the same AR speed; a
+    round yields tau tokens and costs at least one AR step, so no speedup exceeds its tau; the
+    profile's AR step, measured after the decoding, repeats the decoding's; and other processes'
+    load leaves a core free per thread of this run."""
+    out = []
+    m = data.get("machine") or {}
+    ar = [t for t in m.get("ar_s_per_token") or [] if t and t > 0]
+    if len(ar) >= 2 and max(ar) / min(ar) > AR_SPREAD:
+        out.append(f"AR's time per token varied {max(ar) / min(ar):.2f}-fold between its {len(ar)} prompts "
+                   f"(the same length and model; a quiet machine stays within {AR_SPREAD:g}x)")
+    for name, r in (data.get("methods") or {}).items():
+        tau, sp = r.get("tau"), r.get("speedup_vs_ar")
+        if name != "ar" and tau and sp and sp > OVER_TAU * tau:
+            out.append(f"{name}: speedup {sp:.2f}x at tau {tau:.2f} is impossible (a round yields tau tokens and "
+                       "costs at least one AR step): AR was slowed while it ran")
+    prof = data.get("verify_profile") or {}
+    if ar and prof.get("t_target_ms"):
+        step_ms, prof_ms = 1000 * sorted(ar)[len(ar) // 2], prof["t_target_ms"]
+        if max(step_ms, prof_ms) / min(step_ms, prof_ms) > PROFILE_RATIO:
+            out.append(f"AR took {step_ms:.2f} ms per token while decoding and {prof_ms:.2f} ms per step in the "
+                       f"profile measured after it (more than {PROFILE_RATIO:g}x apart)")
+    loads = [x for x in (m.get("load_before"), m.get("load_after")) if x is not None]
+    cores, threads = m.get("cores"), m.get("threads")
+    if m.get("device_type", "cpu") == "cpu" and cores and threads and loads:
+        # before: other processes only; after: this run's threads are in the average too
+        busy = max(m["load_before"] if m.get("load_before") is not None else 0.0,
+                   (m["load_after"] - threads) if m.get("load_after") is not None else 0.0)
+        if busy > cores - threads + 0.5:
+            out.append(f"other processes kept about {busy:.1f} of the {cores} cores busy (load average) while this "
+                       f"run used {threads} torch thread{'s' * (threads != 1)}")
+    return out
 
 
 def results_name(arch: str) -> str:
@@ -136,6 +178,11 @@ def report(result: Result) -> str:
                      + ", ".join(f"{n}:{t:.2f}" for n, t in zip(p["tree_sizes"], p["verify_ms"])))
     if "hybrid_profile" in d:
         lines.append(hybrid_table(d["hybrid_profile"]))
+    warnings = [f"warning: disturbed timing: {w}" for w in d.get("timing_warnings") or []]
+    if warnings:  # first, so the table below is read with them in mind
+        warnings.append("warning: the times below do not measure the methods alone; rerun on a quiet machine "
+                        "(or with --threads 1 beside other work)")
+        lines = warnings + lines
     for m in ("ddtree", "mfd"):
         lines.append(f"outside the two forwards at N = {result.config['budget']} ({m}): "
                      f"{100 * d['methods'][m]['overhead_share']:.1f}% of a round (target < 10%)")

@@ -5,6 +5,7 @@ argument, as the benchmarks' helpers always have."""
 
 from __future__ import annotations
 
+import os
 import re
 import statistics
 import time
@@ -294,6 +295,7 @@ def measure(config, progress: bool = True) -> dict:
     # "dartree" needs a Domino drafter (its own tree growth); the others run on any drafter
     run_methods = [m for m in METHODS if m != "dartree" or drafter.grows_trees]
     runs: dict[str, list] = {m: [] for m in run_methods}
+    load_before = _load_average()
     for prompt in tqdm(prompts, desc="prompts", disable=not progress):
         for method in run_methods:  # interleaved so drift in machine load hits every method alike
             speculative_generate(target, drafter, prompt, 4, method, budget=config.budget, metrics=False)  # warm
@@ -304,13 +306,23 @@ def measure(config, progress: bool = True) -> dict:
                                          budget=config.budget, temperature=config.temperature, seed=config.seed)
             runs[method].append((timing, stats))
     tag = _device_tag(torch, dev)
-    data = {"device": tag, "model": model_name, "methods": _method_rows(runs)}
+    data = {"device": tag, "model": model_name, "methods": _method_rows(runs),
+            # what :func:`~mfd_theory.commands.bench.bench_decode.disturbed_timing` reads
+            "machine": {"ar_s_per_token": [t.t_total / max(1, len(t.tokens)) for t, _ in runs["ar"]],
+                        "load_before": load_before, "load_after": _load_average(),
+                        "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+                        "threads": torch.get_num_threads(), "device_type": dev.type}}
     if hybrid:  # a recurrent state cannot be cropped back: the hybrid gets its own profile
         data["hybrid_profile"] = hybrid_profile(config, torch, dev, dtype, progress)
     else:
         data["verify_profile"] = round_profile(target, drafter, config, prompts[0], f"verify_latency_{tag}", tag,
                                                model_name, progress).to_dict()
     return data
+
+
+def _load_average() -> float | None:
+    """The machine's 1-minute load average (None where the platform has none)."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
 def _method_rows(runs: dict[str, list]) -> dict[str, dict]:

@@ -251,7 +251,7 @@ def evaluate(cfg, target, drafters: dict[int, Any], prompts: np.ndarray, progres
 
 def format_table(data: dict) -> str:
     """A markdown table of the rows (what the README reports)."""
-    lines = ["| T | method | drafter | N | tau | accepted (mean +- std) | predicted | covered@T1 | "
+    lines = ["| T | method | drafter | N | tau | accepted (mean ± std) | predicted | covered@T1 | "
              "z | speedup | dead share |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     def f(v, p=2):
         # Missing values (null) print as "-".
@@ -262,16 +262,16 @@ def format_table(data: dict) -> str:
     for r in data["rows"]:
         lines.append(
             f"| {r['temperature']:g} | {r['method']} | {r['drafter']} | {r['budget']} | {f(r['tau'])} | "
-            f"{f(r['accepted_mean'])} +- {f(r['accepted_std'])} | {f(r['covered_mass_insample'])} | "
+            f"{f(r['accepted_mean'])} ± {f(r['accepted_std'])} | {f(r['covered_mass_insample'])} | "
             f"{f(r['covered_mass_mean'])} | {f(r['pred_gap_z'], 1)} | {f(r['speedup'])}"
-            f"{'' if r.get('speedup_std') is None else ' +- ' + f(r['speedup_std'])} | "
+            f"{'' if r.get('speedup_std') is None else ' ± ' + f(r['speedup_std'])} | "
             f"{f(r['dead_share'])} |")
     lines += format_gains(data.get("mfd_gains", []))
     pc = data.get("prediction_check") or {}
     if pc.get("n_rows"):
         lines += ["", f"T > 0, measured vs predicted acceptance over {pc['n_rows']} rows: mean z "
                   f"{pc['mean_z']:+.2f}, max |z| {pc['max_abs_z']:.2f}, {100 * pc['share_abs_z_below_2']:.0f}% "
-                  f"within +-2, sum z^2 = {pc['sum_z2']:.1f}"]
+                  f"within ±2, sum z^2 = {pc['sum_z2']:.1f}"]
     hf = data.get("hf_assisted") or []
     if hf:
         lines += ["", "| T | HF method | tokens/s | speedup vs HF AR |", "|---|---|---|---|"]

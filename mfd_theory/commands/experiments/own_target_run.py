@@ -67,8 +67,8 @@ def run_command_steps(steps, commands: list[tuple], keys: dict, distill_inputs: 
         where = Path(argv[argv.index("--out") + 1])
 
         def work(cmd=cmd, argv=argv):
-            torch.set_num_threads(config.eval_threads if cmd == "eval" else config.threads)
-            entry[cmd](argv + quiet)
+            threads = config.eval_threads if cmd == "eval" else config.threads
+            entry[cmd](argv + ["--threads", str(threads)] + quiet)
 
         steps.run(name, keys[name], line, where, lambda w=where, m=marker[cmd]: (w / m).is_file(), work)
 

@@ -29,7 +29,12 @@ class DistillConfig(TargetOptions):
 
 
 CLI = Command("distill", __name__, DistillConfig, __doc__, out=None,
-              out_help="output directory (shards + manifest.json)", models=True)
+              out_help="output directory (shards + manifest.json)", models=True, examples=(
+    "mfd distill --target /models/Qwen3-8B --prompts train.jsonl --out data/qwen3-8b --device cuda  # on a GPU",
+    "mfd distill --target target --prompts a.jsonl b.jsonl --out data --max-new-tokens 40 --temperature 1  # two files",
+    "torchrun --standalone --nproc_per_node 8 -m mfd_theory.cli distill --target /models/Qwen3-8B --prompts "
+    "train.jsonl --out data/qwen3-8b --device cuda  # 8 GPUs, the same data",
+))
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -157,7 +157,7 @@ def calibration_sets(prompts: list, config: EvalConfig) -> dict:
     for ds in dict.fromkeys(p.dataset for p in prompts):
         group = [p for p in prompts if p.dataset == ds]
         if len(group) <= n:
-            raise ValueError(f"--calibration-count: data set {ds!r} has {len(group)} prompts; holding back {n} "
+            raise ValueError(f"--calibration-count: data set {ds!r} has {len(group)} prompt{'s' * (len(group) != 1)}; holding back {n} "
                              "for calibration leaves none to evaluate (lower it, or give --calibration-prompts)")
         out[ds] = group[:n]
     return out

@@ -52,6 +52,10 @@ def bench_decode(results: Results) -> str:
             f"{n}: {t:.1f}" for n, t in zip(p["tree_sizes"], p["verify_ms"])) + f"; an AR step {p['t_target_ms']:.1f} ms."]
     if d.get("hybrid_profile"):
         lines += _gdn_profile(d["hybrid_profile"], c)
+    warnings = d.get("timing_warnings") or []
+    if warnings:  # the run said its timing was disturbed: the block says so too
+        lines += ["", "**This run's timing was disturbed** (the times above do not measure the methods alone): "
+                  + "; ".join(warnings) + "."]
     return "\n".join(lines)
 
 

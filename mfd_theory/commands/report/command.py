@@ -34,7 +34,11 @@ class ReportConfig(Checked):
 
 
 CLI = Command("report", "mfd_theory.commands.report", ReportConfig, __doc__, out=False, extras=(
-    file_option("out", "with --file: write the rewritten file here instead of over it"),))
+    file_option("out", "with --file: write the rewritten file here instead of over it"),), examples=(
+    "mfd report  # rewrite every result block of README.md and docs/ from results/",
+    "mfd report --check  # compare only: exit 1 when a block differs from what results/ gives",
+    "mfd report --file README.md --out /tmp/README.md  # one page, written elsewhere",
+))
 
 
 def _pages(config: ReportConfig, out: str) -> dict[str, Path]:

@@ -598,12 +598,12 @@ def _fmt(v, p=2) -> str:
 
 
 def _pm(mean, std, p=2) -> str:
-    return _fmt(mean, p) if std is None else f"{_fmt(mean, p)} +- {_fmt(std, p)}"
+    return _fmt(mean, p) if std is None else f"{_fmt(mean, p)} ± {_fmt(std, p)}"
 
 
 def format_rows(rows: list[dict]) -> list[str]:
-    """Markdown table of evaluation rows (speedup as mean +- std over timing passes)."""
-    lines = ["| dataset | T | method | drafter | N | tau | accepted (mean +- std) | predicted | speedup | "
+    """Markdown table of evaluation rows (speedup as mean ± std over timing passes)."""
+    lines = ["| dataset | T | method | drafter | N | tau | accepted (mean ± std) | predicted | speedup | "
              "tokens/s | dead share | = ar |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(

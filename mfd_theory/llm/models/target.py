@@ -20,7 +20,39 @@ from torch import nn
 from mfd_theory.llm.models.hybrid import HybridTree, is_hybrid_cache
 from mfd_theory.llm.models.kv import KVBuffer
 
-__all__ = ["TargetModel", "VerifyOutput", "ancestor_mask", "tree_attention_mask"]
+__all__ = ["TargetModel", "VerifyOutput", "ancestor_mask", "load_local_target", "tree_attention_mask"]
+
+#: the names ``load_local_target`` takes for ``dtype`` ("auto": bfloat16 on CUDA, float32 on CPU)
+DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
+
+
+def load_local_target(directory, device: str = "cpu", dtype: str = "auto", attn_implementation: str = "sdpa"):
+    """(frozen Hugging Face causal LM in eval mode on ``device``, its tokenizer) from a local
+    directory; nothing is downloaded. The directory is checked first, so a wrong path raises a
+    ValueError naming it (``from_pretrained`` would take it for a hub repository id), and a
+    loader failure is a ValueError naming the directory too. Wrap the model in
+    :class:`TargetModel` to decode."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from mfd_theory.validation import check_choice, check_model_dir
+
+    d = check_model_dir(directory, "target")
+    check_choice("dtype", dtype, DTYPE_NAMES)
+    torch_dtype = (torch.bfloat16 if str(device).startswith("cuda") else torch.float32) if dtype == "auto" \
+        else getattr(torch, dtype)
+    try:
+        tok = AutoTokenizer.from_pretrained(str(d), local_files_only=True)
+    except Exception as exc:  # noqa: BLE001 - any loader failure is the directory's fault
+        raise ValueError(f"target: cannot load the tokenizer in {d}: {exc}") from exc
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(d), dtype=torch_dtype, attn_implementation=attn_implementation,
+                                                     local_files_only=True)
+    except Exception as exc:  # noqa: BLE001
+        raise ValueError(f"target: cannot load the model in {d}: {exc}") from exc
+    model = model.to(device).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model, tok
 
 
 @dataclass
@@ -99,8 +131,17 @@ def _check_one_device(model: nn.Module) -> None:
 
 
 def _cache_kwarg(model: nn.Module) -> str:
+    """The forward's name for the KV cache: ``cache`` in transformers 5.x (``past_key_values``, the
+    older name, still reads but warns), ``past_key_values`` before. A wrapper whose forward only
+    passes ``**kwargs`` on gets the name this transformers' own models take."""
     params = inspect.signature(model.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
+    if "cache" in params or "past_key_values" in params:
+        return "cache" if "cache" in params else "past_key_values"
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        from transformers import Qwen3ForCausalLM
+
+        return "cache" if "cache" in inspect.signature(Qwen3ForCausalLM.forward).parameters else "past_key_values"
+    return "past_key_values"
 
 
 class TargetModel:

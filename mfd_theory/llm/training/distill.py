@@ -1,7 +1,7 @@
 """Self-distillation data sets: the target's own answers to prompt files, in safetensors shards.
 
 :func:`distill_prompts` writes ``shard-NNNNN.safetensors`` (tokens, offsets, prompt lengths; per
-sequence its id, data set and turn), ``manifest.json`` and ``distill_config.json``; shard s is made by
+sequence its id, data set and turn), ``manifest.json`` and ``train_config.json``; shard s is made by
 rank s % world and every answer's generator is seeded by (seed, prompt, turn), so the data do not
 depend on the number of processes. Layout and format choice: docs/own-target.md ("What each command writes").
 """
@@ -107,7 +107,7 @@ def distill_prompts(target_hf, tokenizer, prompts: list[Prompt], out: str | Path
                     shard_size: int = 64, dist=None, progress: bool = True) -> dict:
     """Answer ``prompts`` with the target and write the data set to ``out``; returns the manifest.
 
-    ``config`` (the command's options) is recorded in ``distill_config.json`` together with the
+    ``config`` (the command's options) is recorded in ``train_config.json`` together with the
     target's fingerprint; a directory holding another configuration is refused. Every prompt is
     checked against the target's context (:func:`check_context`) before anything is written.
     """

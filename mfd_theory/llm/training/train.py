@@ -161,6 +161,31 @@ def _read_state_dir(run_dir: Path, model, optimizer) -> tuple[int, list]:
     return 0, []
 
 
+def _config_changes(saved: dict, new: dict, limit: int = 4) -> str:
+    """The settings that differ between two run configs, as ``name: X there, Y now`` (nested keys
+    dotted, ``train.num_modes``), the first ``limit`` of them and how many more."""
+    def flat(d, head=""):
+        out = {}
+        for k, v in d.items():
+            if isinstance(v, dict):
+                out.update(flat(v, f"{head}{k}."))
+            else:
+                out[f"{head}{k}"] = v
+        return out
+
+    a, b = flat(saved), flat(new)
+    missing = object()
+    diff = [k for k in sorted(set(a) | set(b), key=lambda k: (k not in b, k)) if a.get(k, missing) != b.get(k, missing)]
+
+    def shown(v):
+        return "unset" if v is missing else (json.dumps(v) if not isinstance(v, (list, dict)) or len(json.dumps(v)) <= 40
+                                             else "another value")
+    parts = [f"{k}: {shown(a.get(k, missing))} there, {shown(b.get(k, missing))} now" for k in diff[:limit]]
+    if len(diff) > limit:
+        parts.append(f"{len(diff) - limit} more")
+    return "; ".join(parts)
+
+
 def _check_run_config(run_dir: Path, config: dict, dist=None) -> None:
     # Under torchrun rank 0 writes the file first; the others then check it like a rerun would.
     if dist is not None and dist.active:
@@ -176,8 +201,10 @@ def _check_run_config(run_dir: Path, config: dict, dist=None) -> None:
             saved = json.loads(p.read_text())
         except json.JSONDecodeError as exc:
             raise ValueError(f"run_dir: corrupt {p}: {exc}") from exc
-        if saved != json.loads(json.dumps(config, default=str)):
-            raise ValueError(f"run_dir: {run_dir} holds a run with a different config; use another directory")
+        new = json.loads(json.dumps(config, default=str))
+        if saved != new:
+            raise ValueError(f"run_dir: {run_dir} holds a run made with other settings ({_config_changes(saved, new)}); "
+                             "give another directory, or the settings it was made with")
     else:
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(p, json.dumps(config, default=str, indent=1))
