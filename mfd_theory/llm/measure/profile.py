@@ -18,6 +18,7 @@ from mfd_theory.validation import check_int
 from mfd_theory.trees import product_tree
 
 from mfd_theory.llm.decoding.generate import sampling_probs, speculative_generate
+from mfd_theory.llm.measure.evaluate import cell_key
 from mfd_theory.llm.models.target import TargetModel
 
 __all__ = ["measure_round_profile", "trimmed_mean"]
@@ -93,8 +94,10 @@ def measure_round_profile(target, cells: list, prompts: list, max_new_tokens: in
     is added when missing (its rounds give ``t_target_ms``).
 
     ``speed_out`` (a dict), when given, receives each cell's speedup over ar on these calibration
-    decodes, {(method, drafter label, budget): speedup}: what a naive rule that picks the budget
-    that ran fastest on the calibration prompts knows."""
+    decodes, {(method, drafter label, budget): speedup} (a best-mode mfd cell's key ends with its
+    scorer, :func:`~mfd_theory.llm.measure.evaluate.cell_key`): what a naive rule that picks the
+    budget that ran fastest on the calibration prompts knows. The overhead table of "mfd" pools
+    both scorers' rounds: their trees come from one search."""
     if not isinstance(target, TargetModel):
         target = TargetModel(target)
     repeats = check_int("repeats", repeats, 1)
@@ -105,7 +108,7 @@ def measure_round_profile(target, cells: list, prompts: list, max_new_tokens: in
     spec = [c for c in cells if c.method != "ar"]
     if not spec:
         raise ValueError("cells: need at least one speculative cell (chain, ddtree, mfd)")
-    plan = [("ar", None, 1)] + [(c.method, c.drafter, max(1, int(c.budget))) for c in spec]
+    plan = [("ar", None, 1, None)] + [(c.method, c.drafter, max(1, int(c.budget)), c.scorer) for c in spec]
     ids = [torch.as_tensor(np.asarray(p).reshape(-1)) for p in prompts]
     rounds = _decode_rounds(target, plan, ids, max_new_tokens, repeats, progress)
     if speed_out is not None:
@@ -122,19 +125,19 @@ def measure_round_profile(target, cells: list, prompts: list, max_new_tokens: in
 def _decode_rounds(target: TargetModel, plan: list[tuple], ids: list[torch.Tensor], max_new_tokens: int,
                    repeats: int, progress: bool) -> list[list]:
     """Every round of ``repeats`` greedy decodes of every prompt with every (method, drafter,
-    budget) of ``plan``, cells interleaved per prompt, after one short warm-up decode per cell."""
+    budget, scorer) of ``plan``, cells interleaved per prompt, after one short warm-up decode per cell."""
     from tqdm.auto import tqdm
 
-    for method, drafter, budget in plan:  # warm-up: numba compiles, kernels are picked
+    for method, drafter, budget, scorer in plan:  # warm-up: numba compiles, kernels are picked
         speculative_generate(target, drafter, ids[0], min(4, max_new_tokens), method, budget=budget,
-                             metrics=False, eos_token_id=[])
+                             metrics=False, eos_token_id=[], scorer=scorer)
     rounds: list[list] = [[] for _ in plan]
     bar = tqdm(total=repeats * len(ids) * len(plan), desc="round profile", disable=not progress, leave=False)
     for _ in range(repeats):
         for p in ids:
-            for i, (method, drafter, budget) in enumerate(plan):
+            for i, (method, drafter, budget, scorer) in enumerate(plan):
                 res = speculative_generate(target, drafter, p, max_new_tokens, method, budget=budget,
-                                           metrics=False, eos_token_id=[])
+                                           metrics=False, eos_token_id=[], scorer=scorer)
                 rounds[i].extend(res.steps)
                 bar.update(1)
     bar.close()
@@ -142,13 +145,13 @@ def _decode_rounds(target: TargetModel, plan: list[tuple], ids: list[torch.Tenso
 
 
 def _calibration_speed(plan: list[tuple], spec: list, rounds: list[list]) -> dict:
-    """{(method, drafter label, budget): speedup over ar} on the calibration decodes."""
+    """{cell_key(method, drafter label, budget, scorer): speedup over ar} on the calibration decodes."""
     def per_token(steps):
         return sum(s.t_step for s in steps) / max(1, sum(s.emitted for s in steps))
 
     ar_cost = per_token(rounds[0])
-    return {(method, c.drafter_label, budget): ar_cost / per_token(steps)
-            for (method, drafter, budget), c, steps in zip(plan[1:], spec, rounds[1:]) if steps}
+    return {cell_key(method, c.drafter_label, budget, scorer=scorer): ar_cost / per_token(steps)
+            for (method, drafter, budget, scorer), c, steps in zip(plan[1:], spec, rounds[1:]) if steps}
 
 
 def _ms(steps, key: str) -> float:
@@ -161,7 +164,7 @@ def _pooled_tables(plan: list[tuple], rounds: list[list]) -> tuple[dict, list[st
     by_n: dict[int, list] = {}
     by_k: dict[int, list] = {}
     by_mk: dict[tuple[str, int], dict[int, list]] = {}
-    for (method, drafter, budget), steps in zip(plan[1:], rounds[1:]):
+    for (method, drafter, budget, _), steps in zip(plan[1:], rounds[1:]):
         steps = [s for s in steps if s.tree_size]
         K = int(drafter.num_modes)
         by_n.setdefault(budget, []).extend(steps)
