@@ -58,12 +58,7 @@ def test_best_mode_tree_from_candidates(cand, budget):
 @given(mst.mixtures(ties=True, max_V=5), mst.budgets(), st.randoms(use_true_random=False))
 def test_candidates_in_any_order_give_the_dense_tree(mix, budget, rnd):
     K, L, V = mix.log_q.shape
-    ids = np.empty((K, L, V), dtype=np.int64)
-    for k in range(K):
-        for i in range(L):
-            perm = list(range(V))
-            rnd.shuffle(perm)
-            ids[k, i] = perm
+    ids = np.array([[rnd.sample(range(V), V) for _ in range(L)] for _ in range(K)], dtype=np.int64)  # [K, L, V]
     vals = np.take_along_axis(mix.log_q, ids, axis=2)  # [K, L, V]
     assert best_mode_tree(vals, budget, token_ids=ids) == best_mode_tree(mix.log_q, budget)
 
