@@ -16,7 +16,8 @@ from mfd_theory.llm.measure.evaluate import (  # noqa: E402
     rows_from_records, scorer_of,
 )
 from mfd_theory.llm.measure.predict import (  # noqa: E402
-    attach_predictions, calibrate_acceptance, choose_budgets, per_round_rules, predict_cells, uncalibrated,
+    attach_predictions, calibrate_acceptance, choose_budgets, per_round_rules, predict_cells, prediction_check,
+    uncalibrated,
 )
 from mfd_theory.llm.measure.profile import measure_round_profile  # noqa: E402
 
@@ -108,6 +109,9 @@ def test_calibration_predictions_and_budget_choices_keep_the_scorers_apart(setup
     by = {(p["method"], p["scorer"], p["drafter"], p["budget"]): p for p in preds}
     for r in rows:
         assert r["predicted_tau"] == by[(r["method"], r["scorer"], r["drafter"], r["budget"])]["predicted_tau"]
+    check = prediction_check({"cells": preds}, rows)
+    assert {(c["method"], c["scorer"], c["per_round_budget"]) for c in check["cells"]} == {
+        ("ddtree", None, False), ("mfd", "mixture", False), ("mfd", "best_mode", False)}
     speed: dict = {}
     profile = measure_round_profile(target, cells, prompts[:1], 6, context_probe=False, progress=False,
                                     speed_out=speed)

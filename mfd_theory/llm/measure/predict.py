@@ -401,11 +401,14 @@ def _key(r: dict) -> tuple:
             scorer_of(r))
 
 
+def _per_round(r: dict) -> bool:
+    """A row decoded with a per-round budget rule (flagged, or labelled ``<drafter>/per-round``)."""
+    return bool(r.get("per_round_budget")) or str(r["drafter"]).endswith("/per-round")
+
+
 def _row_key(r: dict) -> tuple:
-    label = str(r["drafter"])
-    per_round = bool(r.get("per_round_budget")) or label.endswith("/per-round")
-    return (r.get("dataset"), r["method"], label.removesuffix("/per-round"), int(r["budget"]), float(r["temperature"]), per_round,
-            scorer_of(r))
+    return (r.get("dataset"), r["method"], _base(r["drafter"]), int(r["budget"]), float(r["temperature"]),
+            _per_round(r), scorer_of(r))
 
 
 def attach_predictions(rows: list[dict], predictions: dict) -> list[dict]:
@@ -444,7 +447,7 @@ def prediction_check(predictions: dict, rows: list[dict], chosen_rows: list[dict
         cells.append({"dataset": r.get("dataset"), "method": r["method"], "scorer": scorer_of(r),
                       "drafter": _base(r["drafter"]),
                       "K": r.get("K"), "budget": r["budget"], "temperature": r["temperature"],
-                      "per_round_budget": _row_key(r)[-1], "mean_tree_size": r.get("mean_tree_size"),
+                      "per_round_budget": _per_round(r), "mean_tree_size": r.get("mean_tree_size"),
                       "predicted_mean_tree_size": r.get("predicted_mean_tree_size"), "tau": r["tau"],
                       "predicted_tau": r["predicted_tau"], "predicted_tau_se": r.get("predicted_tau_se"),
                       "tau_error": e_tau, "speedup": r.get("speedup"), "speedup_std": r.get("speedup_std"),
