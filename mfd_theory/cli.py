@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "chimera-share": ("mfd_theory.commands.theory.chimera_share", "main", "chimera share of product trees across synthetic families"),
     "mixture-gain": ("mfd_theory.commands.theory.mixture_gain", "main", "fitted K-mode drafters vs product vs oracle, predicted speedup"),
     "path-gain": ("mfd_theory.commands.theory.path_gain", "main", "product vs mixture vs path-dependent (DARTree-style) trees, with drafting cost"),
+    "best-mode": ("mfd_theory.commands.theory.best_mode", "main", "best-mode trees (the released MFD ranking) vs mixture and product trees; vs enumeration"),
     "e2e": ("mfd_theory.commands.experiments.e2e", "main", "train a small Qwen3 target and drafters, measure acceptance and speedup"),
     "own-target": ("mfd_theory.commands.experiments.own_target", "main", "distill, train-drafter K=1,2 and eval on a small local target"),
     "natural": ("mfd_theory.commands.experiments.natural", "main", "real text (the stdlib): target-only ceiling, effective futures, the pipeline on code and prose"),

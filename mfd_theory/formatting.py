@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["comparison_text", "help_summary", "is_best_budget", "plain_text", "speed_gain_text", "stored_number", "tau_gain_text"]
+__all__ = ["comparison_text", "help_summary", "is_best_budget", "method_label", "plain_text", "speed_gain_text",
+           "stored_number", "tau_gain_text"]
 
 
 def plain_text(text: str) -> str:
@@ -34,6 +35,12 @@ def stored_number(v) -> float | None:
     if isinstance(v, (int, float)):
         return None if math.isnan(v) else float(v)
     return None
+
+
+def method_label(method: str, scorer: str | None = None) -> str:
+    """A method as tables name it: "mfd" for the mixture tree (the default scorer), "mfd best-mode"
+    for the best-mode tree; every other method by its name (it has no scorer)."""
+    return f"{method} best-mode" if scorer == "best_mode" else str(method)
 
 
 def is_best_budget(g: dict) -> bool:

@@ -23,6 +23,7 @@ BLOCK_FILES: dict[str, str] = {
     "chimera-share": RESULTS,
     "mixture-gain": RESULTS,
     "path-gain": RESULTS,
+    "best-mode": RESULTS,
     "e2e": RESULTS,
     "e2e-gains": RESULTS,
     "e2e-hf": RESULTS,

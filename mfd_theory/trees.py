@@ -1,5 +1,6 @@
 """Draft trees and their exact builders: :class:`DraftTree`, :func:`product_tree`,
-:func:`mixture_tree`, :func:`oracle_tree`, :func:`chain_tree` and :func:`path_tree`.
+:func:`mixture_tree`, :func:`best_mode_tree`, :func:`oracle_tree`, :func:`chain_tree` and
+:func:`path_tree`.
 
 Each builder returns the exact top-N prefixes, best first, under one documented tie rule; the row
 screening is here, the searches in ``_kernels/trees.py`` (``path_tree``'s in ``path_trees.py``).
@@ -19,6 +20,7 @@ from mfd_theory.validation import check_int
 
 __all__ = [
     "DraftTree",
+    "best_mode_tree",
     "chain_tree",
     "mixture_tree",
     "oracle_tree",
@@ -267,11 +269,14 @@ def _check_log_pi(log_pi, K: int) -> np.ndarray:
     return lp
 
 
-def _build(log_pi: np.ndarray, log_q: np.ndarray, budget: int, token_ids, name: str, tol: float) -> DraftTree:
-    """Shared path of product_tree and mixture_tree. log_q [K, L, V] or candidates [K, L, k].
+def _build(log_pi: np.ndarray, log_q: np.ndarray, budget: int, token_ids, name: str, tol: float,
+           best_mode: bool = False) -> DraftTree:
+    """Shared path of product_tree, mixture_tree and best_mode_tree. log_q [K, L, V] or
+    candidates [K, L, k].
 
     K = 1 runs DDTree's lattice over per-depth sorted lists; K > 1 runs the threshold-algorithm
-    search (both exact; the tests compare them with each other and with enumeration).
+    search (both exact; the tests compare them with each other and with enumeration), under the
+    mixture score or, with ``best_mode``, the best-mode score (log_pi then unread).
     """
     K, L, W = log_q.shape
     if L < 1 or W < 1:
@@ -282,12 +287,13 @@ def _build(log_pi: np.ndarray, log_q: np.ndarray, budget: int, token_ids, name: 
     if token_ids is None:
         V = W
         N = min(budget, total_prefixes([V] * L, budget))
-        vals, ids, by_id, lens, bound, log_q = _dense_lists(log_pi, log_q, N, name, tol)  # log_q clipped
+        vals, ids, by_id, lens, bound, log_q = _dense_lists(log_pi, log_q, N, name, tol, best_mode)  # log_q clipped
         if K == 1:
             out = _k._product_lattice(vals[0], ids[0], lens[0], N)
         while K > 1:
             closed = (lens >= V).all(axis=0)  # [L]: every mode's list is its whole row
-            out = _search(log_pi, vals, ids, lens, N, full_rows=log_q, closed=closed, by_id=by_id, bound=bound)
+            out = _search(log_pi, vals, ids, lens, N, full_rows=log_q, closed=closed, by_id=by_id, bound=bound,
+                          best_mode=best_mode)
             if out[4] != _k.NEEDS_MORE:
                 break
             # a parent needed tokens beyond every mode's list: read every row again, longer lists
@@ -314,13 +320,14 @@ def _build(log_pi: np.ndarray, log_q: np.ndarray, budget: int, token_ids, name: 
         if _k._lists_have_duplicates(ids, dup_rows):
             raise ValueError("token_ids: a token appears twice in one mode's candidate list at one position")
         if K > 1:
-            out = _search(log_pi, vals, ids, lens, budget, full_rows=None, closed=True)
+            out = _search(log_pi, vals, ids, lens, budget, full_rows=None, closed=True, best_mode=best_mode)
     parent, token, depth, score = out[0], out[1], out[2], out[3]
     return DraftTree(parent.copy(), token.copy(), depth.copy(), score.copy(), validate=False)
 
 
-def _search(log_pi, vals, ids, lens, budget, full_rows, closed, by_id=None, bound=None):
-    """The K > 1 threshold-algorithm search over sorted per-mode lists vals / ids [K, L, M].
+def _search(log_pi, vals, ids, lens, budget, full_rows, closed, by_id=None, bound=None, best_mode=False):
+    """The K > 1 threshold-algorithm search over sorted per-mode lists vals / ids [K, L, M]
+    (mixture score, or the best-mode score with ``best_mode``).
 
     lens [K, L]: entries per list. closed: bool or bool [L], the lists hold every token of that
     depth. by_id [K, L, M]: each list's positions in increasing token-id order (computed when
@@ -342,7 +349,7 @@ def _search(log_pi, vals, ids, lens, budget, full_rows, closed, by_id=None, boun
         last = np.take_along_axis(vals, np.maximum(lens - 1, 0)[:, :, None], axis=2)[:, :, 0]  # [K, L]
         bound = np.where(lens > 0, last, -np.inf)
     bound = np.where(closed[None, :], -np.inf, bound)
-    return _k._mixture_tree(log_pi, G, list_u, vals, lens, rank, tok_u, closed, bound, N)
+    return _k._mixture_tree(log_pi, G, list_u, vals, lens, rank, tok_u, closed, bound, N, best_mode)
 
 
 # Every row is first read for its top FIRST_LIST tokens; only rows whose list may be too short
@@ -356,15 +363,16 @@ def _whole_rows(log_q):
     return np.full((K, L), -np.inf, dtype=log_q.dtype), np.ones((K, L), dtype=bool)
 
 
-def _list_floors(log_pi, vals, ids, lens, N: int, rows) -> np.ndarray:
+def _list_floors(log_pi, vals, ids, lens, N: int, rows, best_mode: bool = False) -> np.ndarray:
     """floor [K, L] float64: log q_k values below which no token of mode k at depth d can be in
     the top-N tree, given lists vals / ids [K, L, M] that are exact prefixes of the order of
     each row of rows [K, L, V].
 
     A prefix through token t at depth d scores at most max_k (P_kd + log q_{k,d}(t)), with P_kd
     = sum_{i<d} max_t log q_{k,i} (the weights sum to one, so the mixture of the modes' values
-    is at most their largest). Any N prefixes give a lower bound B on the N-th best score: here
-    the top N of each mode's own product tree over the lists, under the mixture score. So t
+    is at most their largest; the best-mode score is that largest). Any N prefixes give a lower
+    bound B on the N-th best score: here the top N of each mode's own product tree over the
+    lists, under the builder's score. So t
     matters only if some mode k has log q_{k,d}(t) >= B - P_kd. A relative slack of 1e-9 covers
     the rounding of these float64 sums (a path's score here and in the builders may differ in
     the last bits).
@@ -379,7 +387,7 @@ def _list_floors(log_pi, vals, ids, lens, N: int, rows) -> np.ndarray:
         parent, token, depth, score, _ = _k._product_lattice(vals[k], ids[k], lens[k], N)
         if score.shape[0] == N:
             if K > 1:
-                score = _k._path_scores(log_pi, rows, parent, token, depth)
+                score = _k._path_scores(log_pi, rows, parent, token, depth, best_mode)
             B = max(B, float(score.min()))
     if not np.isfinite(B):
         return np.full((K, L), -np.inf)  # no bound: every list must be complete up to N
@@ -388,7 +396,7 @@ def _list_floors(log_pi, vals, ids, lens, N: int, rows) -> np.ndarray:
     return np.where(np.isneginf(P), np.inf, floor)  # after a zero-probability depth, nothing
 
 
-def _dense_lists(log_pi, log_q, N: int, name: str, tol: float):
+def _dense_lists(log_pi, log_q, N: int, name: str, tol: float, best_mode: bool = False):
     """Sorted top lists of the dense rows log_q [K, L, V] that the exact builders need.
 
     Every row is read once for its top min(V, N, FIRST_LIST) tokens (and checked). The tree
@@ -411,7 +419,7 @@ def _dense_lists(log_pi, log_q, N: int, name: str, tol: float):
     bound = vals[:, :, M0 - 1].copy()
     if M0 == M:
         return vals, ids, by_id, lens, bound, log_q
-    floor = _list_floors(log_pi, vals, ids, lens, N, log_q)  # [K, L]
+    floor = _list_floors(log_pi, vals, ids, lens, N, log_q, best_mode)  # [K, L]
     todo = vals[:, :, M0 - 1] >= floor
     if not todo.any():
         return vals, ids, by_id, lens, bound, log_q
@@ -525,6 +533,44 @@ def mixture_tree(log_pi, log_q=None, budget: int | None = None, token_ids=None) 
     if token_ids is not None and np.asarray(token_ids).ndim != 3:
         raise ValueError(f"token_ids: expected shape [K, L, k], got {np.asarray(token_ids).shape}")
     return _build(lp, log_q, budget, token_ids, "log_q", tol)
+
+
+def best_mode_tree(log_q, budget: int, token_ids=None) -> DraftTree:
+    """Exact top-``budget`` prefixes by the best-mode score ``max_k sum_{i<=d} log q_{k,i}(s_i)``.
+
+    The released MFD drafters' ranking: each prefix counts with its most likely mode's product
+    probability, and no mode weights are read (a drafter without a usable gate builds it). The
+    tree is prefix-closed, since every mode's log weight falls along a path; ``log_score`` holds
+    the best-mode score; ties as every builder breaks them (docs/design.md, "Ties", with a
+    token's rank its best over the modes' lists). With K = 1 it is :func:`product_tree`. How it
+    relates to :func:`mixture_tree`: docs/chimeras.md ("Best-mode trees").
+
+    Parameters
+    ----------
+    log_q : array [K, L, V], or a MixtureOfProducts
+        Per-mode log-probabilities (dtypes as in :func:`product_tree`), or candidate values
+        [K, L, k] with ``token_ids``. A
+        :class:`~mfd_theory.distributions.MixtureOfProducts` stands for its rows (its weights
+        are not used).
+    budget : int
+        N, the number of nodes (root excluded); capped at the number of prefixes that exist.
+    token_ids : int array [K, L, k], optional
+        Candidate ids per mode; a token missing from mode k's list has q_k = 0 there.
+    """
+    if isinstance(log_q, MixtureOfProducts):
+        if token_ids is not None:
+            raise ValueError("token_ids: a MixtureOfProducts has whole rows, not candidate lists")
+        log_q = log_q.log_q
+    budget = _check_budget(budget)
+    log_q, tol = _check_scores("log_q", log_q)
+    if log_q.ndim != 3:
+        raise ValueError(f"log_q: expected shape [K, L, V], got {log_q.shape}")
+    if token_ids is not None and np.asarray(token_ids).ndim != 3:
+        raise ValueError(f"token_ids: expected shape [K, L, k], got {np.asarray(token_ids).shape}")
+    K = log_q.shape[0]
+    if K < 1:
+        raise ValueError(f"log_q: needs at least one mode, got shape {log_q.shape}")
+    return _build(np.full(K, -np.log(K)), log_q, budget, token_ids, "log_q", tol, best_mode=True)
 
 
 def oracle_tree(target, budget: int) -> DraftTree:

@@ -180,11 +180,13 @@ class DecoyDrafter(OracleDrafter):
 
 
 def sampled_continuations_pvalue(model, vocab_size: int, n: int, temperature: float = 0.7,
-                                 methods=("chain", "ddtree", "mfd", "ar"), drafter=None) -> float:
+                                 methods=("chain", "ddtree", "mfd", "ar"), drafter=None,
+                                 scorer: str | None = None) -> float:
     """End-to-end losslessness of sampling: ``n`` three-token continuations of [1, 2, 3] through
     ``speculative_generate``, ``methods`` pooled (in turn), against the target's own distribution
     computed from its logits; the chi-square p-value (cells with < 5 expected merged so the
-    approximation holds). ``drafter`` defaults to a random 2-mode MFD drafter of block size 3."""
+    approximation holds). ``drafter`` defaults to a random 2-mode MFD drafter of block size 3;
+    ``scorer`` is method "mfd"'s."""
     import numpy as np
     from scipy.stats import chisquare
 
@@ -197,8 +199,9 @@ def sampled_continuations_pvalue(model, vocab_size: int, n: int, temperature: fl
     prompt = [1, 2, 3]
     counts = np.zeros(V ** 3)
     for s in range(n):
-        res = speculative_generate(t, d, prompt, 3, methods[s % len(methods)], budget=6, temperature=T, seed=s,
-                                   metrics=False)
+        m = methods[s % len(methods)]
+        res = speculative_generate(t, d, prompt, 3, m, budget=6, temperature=T, seed=s, metrics=False,
+                                   scorer=scorer if m == "mfd" else None)
         a, b, c = res.tokens
         counts[(a * V + b) * V + c] += 1
     seqs = torch.tensor([prompt + [a, b] for a in range(V) for b in range(V)])
@@ -213,3 +216,34 @@ def sampled_continuations_pvalue(model, vocab_size: int, n: int, temperature: fl
     exp = np.append(exp[~small], exp[small].sum())
     exp *= obs.sum() / exp.sum()  # float32 probabilities: renormalise so the totals agree exactly
     return float(chisquare(obs, exp).pvalue)
+
+
+class NanGateDrafter:
+    """A drafter whose mode weights cannot be read: every member is the wrapped drafter's, but its
+    drafts carry log_pi = NaN (as from a gate of the wrong shape). A best-mode tree never reads
+    them; a mixture tree refuses them."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def draft_modes(self, ctx, root):
+        lp, lq = self.inner.draft_modes(ctx, root)
+        return torch.full_like(lp, float("nan")), lq
+
+    def batch_context(self):
+        return _NanGateBatch(self.inner.batch_context())
+
+
+class _NanGateBatch:
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def draft(self, new_feats, roots):
+        lp, lq = self.inner.draft(new_feats, roots)
+        return torch.full_like(lp, float("nan")), lq

@@ -297,6 +297,64 @@ def mixture_tree_candidates(log_pi, values, token_ids, budget: int):
     return top_n_tree(lambda p: candidate_score(log_pi, tables, p), prefixes, budget)
 
 
+def best_mode_tables(log_q, token_ids=None) -> list[list[dict[int, float]]]:
+    """Per mode and position, token -> log q: every token of the dense rows log_q [K, L, V], or
+    the candidates values [K, L, k] / token_ids [K, L, k]."""
+    if token_ids is not None:
+        return candidate_tables(log_q, token_ids)
+    log_q = np.asarray(log_q, dtype=np.float64)
+    K, L, V = log_q.shape
+    return [[{v: float(log_q[k, i, v]) for v in range(V)} for i in range(L)] for k in range(K)]
+
+
+def best_mode_score(tables, prefix: Path) -> float:
+    """max_k sum_i log q_{k,i}(prefix_i); each mode's sum is taken left to right from 0.0, as the
+    builders take it (so float ties are theirs), a token missing from a mode's table counting -inf."""
+    best = NEG_INF
+    for table in tables:
+        w = 0.0
+        for i, t in enumerate(prefix):
+            w = w + table[i].get(t, NEG_INF)
+        best = max(best, w)
+    return best
+
+
+def best_mode_prefixes(tables) -> list[Path]:
+    """Every prefix over the union of the modes' tokens at each position."""
+    L = len(tables[0])
+    return candidate_prefixes([sorted(set().union(*(tab[i] for tab in tables))) for i in range(L)])
+
+
+def best_mode_tree(log_q, budget: int, token_ids=None):
+    """Top-N by the best-mode score, grown greedily from the root (top_n_tree's own tie order)."""
+    tables = best_mode_tables(log_q, token_ids)
+    return top_n_tree(lambda p: best_mode_score(tables, p), best_mode_prefixes(tables), budget)
+
+
+def best_mode_tie_rule_order(log_q, budget: int, token_ids=None) -> list[Path]:
+    """The first ``budget`` prefixes of the best-mode score under the package's tie rule, in order.
+
+    key(s) = (-score(s), key(parent), best rank of s's token, token), key(root) = (): a token's
+    rank in mode k's list at its position orders that list by decreasing log-prob, then id, and
+    its best rank is the smallest over the modes whose list holds it. Every prefix is keyed and
+    sorted, as :func:`tie_rule_order` does for one mode.
+    """
+    tables = best_mode_tables(log_q, token_ids)
+    L = len(tables[0])
+    best_rank: list[dict[int, int]] = []
+    for i in range(L):
+        r: dict[int, int] = {}
+        for tab in tables:
+            for pos, t in enumerate(sorted(tab[i], key=lambda t: (-tab[i][t], t))):
+                r[t] = min(r.get(t, pos), pos)
+        best_rank.append(r)
+    keys: dict[Path, tuple] = {(): ()}
+    for p in best_mode_prefixes(tables):  # shortest first: the parent is keyed already
+        keys[p] = (-best_mode_score(tables, p), keys[p[:-1]], best_rank[len(p) - 1][p[-1]], p[-1])
+    del keys[()]
+    return sorted(keys, key=keys.__getitem__)[:budget]
+
+
 def top_m_rows(x, M: int, pos_tol: float):
     """Per row of x [K, L, V], its M largest entries in list order (decreasing value, then id).
 

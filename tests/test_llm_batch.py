@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 from scipy.stats import chisquare  # noqa: E402
 
-from llm_helpers import OracleDrafter, hf_greedy, tiny_hybrid, tiny_qwen3  # noqa: E402
+from llm_helpers import NanGateDrafter, OracleDrafter, hf_greedy, tiny_hybrid, tiny_qwen3  # noqa: E402
 
 from mfd_theory.llm import TargetModel, build_drafter  # noqa: E402
 from mfd_theory.llm.decoding.batch import BatchTarget, speculative_generate_batch  # noqa: E402
@@ -54,6 +54,23 @@ def test_greedy_batch_equals_hf_generate(model, target, method):
             assert any(sum(r.nodes) for r in res.rounds)  # trees were verified
         if policy == "off" or method == "ar":
             assert all(sum(r.nodes) == 0 for r in res.rounds)
+
+
+def test_greedy_best_mode_batch_equals_hf_generate(model, target):
+    """Batched "mfd" with the best-mode scorer, both budget policies, a drafter with unreadable
+    mode weights among them: every request decodes HF's greedy tokens."""
+    refs = {n: [hf_greedy(model, p, n) for p in PROMPTS] for n in (7, 20)}
+    drafters = _drafters(model)
+    drafters["mfd3, NaN weights"] = NanGateDrafter(drafters["mfd3"])
+    for (name, drafter), n, policy, max_batch in itertools.product(
+            drafters.items(), (7, 20), ("per_request", "global"), (None, 2)):
+        res = speculative_generate_batch(target, drafter, PROMPTS, n, "mfd", budget=10, policy=policy,
+                                         max_batch=max_batch, scorer="best_mode")
+        assert [r.tokens for r in res.results] == refs[n], (name, n, policy, max_batch)
+        assert res.scorer == "best_mode" and all(r.scorer == "best_mode" for r in res.results)
+        assert any(sum(r.nodes) for r in res.rounds)
+    with pytest.raises(ValueError, match="scorer"):
+        speculative_generate_batch(target, drafters["block"], PROMPTS, 4, "ddtree", scorer="best_mode")
 
 
 def test_batch_rounds_accept_draft_tokens(model, target):
@@ -162,6 +179,10 @@ def test_hybrid_greedy_batch_equals_hf_generate(gdn_commit):
         assert [r.tokens for r in res.results] == refs, (name, method, policy)
     assert speculative_generate_batch(target, drafters["oracle2"], PROMPTS, 14, "mfd", budget=8).tau > 2
     assert [r.tokens for r in speculative_generate_batch(target, None, PROMPTS, 14, "ar").results] == refs
+    for policy in ("per_request", "global"):  # the released drafters' best-mode trees
+        res = speculative_generate_batch(target, drafters["oracle2"], PROMPTS, 14, "mfd", budget=8, policy=policy,
+                                         max_batch=3, scorer="best_mode")
+        assert [r.tokens for r in res.results] == refs, policy
 
 
 def test_batch_matches_one_request_decoding_records(model, target):

@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 from scipy.stats import chisquare  # noqa: E402
 
-from llm_helpers import OracleDrafter, hf_greedy, sampled_continuations_pvalue, tiny_qwen3  # noqa: E402
+from llm_helpers import NanGateDrafter, OracleDrafter, hf_greedy, sampled_continuations_pvalue, tiny_qwen3  # noqa: E402
 
 from mfd_theory.coverage import coverage  # noqa: E402
 from mfd_theory.llm import TargetModel, build_drafter  # noqa: E402
@@ -52,6 +52,49 @@ def test_greedy_equals_hf_generate(model, target, method):
         res = speculative_generate(target, drafter, prompt, n, method, budget=12)
         assert res.tokens == ref, (name, prompt, n)
         assert len(res.tokens) == n and res.stopped_by == "max_new_tokens"
+
+
+def test_best_mode_greedy_equals_hf_generate(model, target):
+    """method "mfd" with the released drafters' best-mode tree, on every block drafter (one with
+    unreadable mode weights too): lossless, and the result says which scorer it used."""
+    drafters = {k: v for k, v in _drafters(model).items() if k != "domino"}
+    drafters["mfd3, NaN weights"] = NanGateDrafter(drafters["mfd3"])
+    for (name, drafter), prompt, n in itertools.product(drafters.items(), PROMPTS, (1, 9, 24)):
+        res = speculative_generate(target, drafter, prompt, n, "mfd", budget=12, scorer="best_mode")
+        assert res.tokens == hf_greedy(model, prompt, n), (name, prompt, n)
+        assert res.scorer == "best_mode" and res.summary()["scorer"] == "best_mode"
+    assert speculative_generate(target, drafters["mfd3"], PROMPTS[0], 4, "mfd").scorer == "mixture"
+    assert speculative_generate(target, drafters["mfd3"], PROMPTS[0], 4, "ddtree").scorer is None
+
+
+def test_a_best_mode_tree_reads_no_mode_weights(model, target):
+    """NaN mode weights: the mixture tree refuses them by name, the best-mode tree decodes, and its
+    trees are those of the same drafter with readable weights."""
+    mfd3 = build_drafter(model, block_size=5, num_layers=1, num_modes=3, seed=4)
+    with pytest.raises(ValueError, match="log_pi"), np.errstate(invalid="ignore"):
+        speculative_generate(target, NanGateDrafter(mfd3), PROMPTS[0], 6, "mfd")
+    a = speculative_generate(target, NanGateDrafter(mfd3), PROMPTS[2], 12, "mfd", scorer="best_mode", keep_trees=True)
+    b = speculative_generate(target, mfd3, PROMPTS[2], 12, "mfd", scorer="best_mode", keep_trees=True)
+    assert a.tokens == b.tokens and [s.tree for s in a.steps] == [s.tree for s in b.steps]
+    c = speculative_generate(target, mfd3, PROMPTS[2], 12, "mfd", keep_trees=True)
+    assert any(x.tree != y.tree for x, y in zip(b.steps, c.steps))  # the scorers build other trees
+
+
+def test_scorer_is_checked_by_name(target, block):
+    with pytest.raises(ValueError, match="scorer: must be one of"):
+        speculative_generate(target, block, [1, 2], 4, "mfd", scorer="best")
+    with pytest.raises(ValueError, match="scorer: 'best_mode' ranks the modes of method 'mfd'"):
+        speculative_generate(target, block, [1, 2], 4, "ddtree", scorer="best_mode")
+
+
+def test_best_mode_sampling_is_the_targets_own_at_temperature_one():
+    """Sampling at T = 1 through best-mode trees: 3,000 three-token continuations, V = 4 (about
+    47 per cell), of a 3-mode drafter whose weights are NaN: the output distribution is the
+    target's (chi-square)."""
+    m = tiny_qwen3(vocab_size=4, hidden_size=16, num_layers=1, seed=3, init_std=0.5)
+    d = NanGateDrafter(build_drafter(m, block_size=3, num_layers=1, num_modes=3, seed=1))
+    assert sampled_continuations_pvalue(m, vocab_size=4, n=3_000, temperature=1.0, methods=("mfd",), drafter=d,
+                                        scorer="best_mode") > P_MIN
 
 
 def test_eos_inside_an_accepted_path(model, target):
@@ -210,7 +253,7 @@ def test_tree_builders_are_the_core_s():
     """One code path: mfd with K = 1 is ddtree, and with V <= budget the candidates are the whole
     vocabulary, so the trees equal the core's builders on the full distributions."""
     from mfd_theory.llm.decoding.generate import build_tree
-    from mfd_theory.trees import mixture_tree, product_tree
+    from mfd_theory.trees import best_mode_tree, mixture_tree, product_tree
 
     g = torch.Generator().manual_seed(0)
     lq1 = torch.log_softmax(2 * torch.randn(1, 4, 6, generator=g), -1)
@@ -224,6 +267,9 @@ def test_tree_builders_are_the_core_s():
     assert np.allclose(got.log_score, ref.log_score, atol=1e-6)
     chain = build_tree("chain", lp, lq, 3)
     assert chain.paths()[-1] == tuple(lq[int(lp.argmax())].argmax(-1)[:3].tolist())
+    best = build_tree("mfd", torch.full((3,), float("nan")), lq, 12, scorer="best_mode")
+    assert best.paths() == best_mode_tree(lq.double().numpy(), 12).paths()
+    assert build_tree("mfd", torch.zeros(1), lq1, 10, scorer="best_mode") == build_tree("ddtree", torch.zeros(1), lq1, 10)
 
 
 def test_a_cell_limited_to_some_temperatures_is_decoded_and_calibrated_only_there(model, target):

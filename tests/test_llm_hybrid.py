@@ -9,7 +9,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from llm_helpers import (  # noqa: E402
-    HYBRID_PATTERNS, DecoyDrafter, OracleDrafter, sampled_continuations_pvalue, tiny_hybrid, tiny_qwen3,
+    HYBRID_PATTERNS, DecoyDrafter, NanGateDrafter, OracleDrafter, sampled_continuations_pvalue, tiny_hybrid,
+    tiny_qwen3,
 )
 
 from mfd_theory.llm import TargetModel, build_drafter  # noqa: E402
@@ -136,6 +137,19 @@ def test_greedy_equals_hf_generate(pattern, attn):
                         assert _sibling_rank(s.tree, node) > 0
                         depth_seen.add(d + 1)
     assert {1, 2, 3} <= depth_seen
+
+
+@pytest.mark.parametrize("pattern", sorted(HYBRID_PATTERNS))
+def test_best_mode_greedy_equals_hf_generate(pattern):
+    """method "mfd" with the best-mode tree on a hybrid: a decoy drafter (its accepted paths take
+    second siblings), an oracle, a package MFD drafter and the same with unreadable weights."""
+    model = tiny_hybrid("qwen3_5", HYBRID_PATTERNS[pattern], seed=0)
+    target = TargetModel(model)
+    ref = _hf_greedy(model, PROMPT, 24)
+    mfd = build_drafter(model, 5, 1, 3, seed=6)
+    for drafter in (DecoyDrafter(model, 6, 2, seed=1), OracleDrafter(model, 6, 2, seed=2), mfd, NanGateDrafter(mfd)):
+        res = speculative_generate(target, drafter, PROMPT, 24, "mfd", budget=32, scorer="best_mode")
+        assert res.tokens == ref, type(drafter).__name__
 
 
 @pytest.mark.parametrize("arch", ["qwen3_next", "qwen3_5_moe"])

@@ -672,3 +672,50 @@ def test_eval_refuses_to_calibrate_on_the_drafters_distilled_prompts(run, tmp_pa
     err = capsys.readouterr().err
     assert "--calibration-prompts" in err and "answered by mfd distill" in err and "'k1'" in err
     assert not out.exists()
+
+
+def test_eval_knows_the_scorers():
+    """``mfd eval``'s torch-free list of scorers is the decoder's."""
+    from mfd_theory.commands.pipeline.eval import SCORERS as listed
+    from mfd_theory.llm.decoding.trees import SCORERS
+
+    assert tuple(listed) == tuple(SCORERS)
+
+
+def test_eval_scorers_decode_both_mfd_trees_and_predict_each(run, tmp_path, capsys):
+    """``--scorers mixture,best_mode``: an mfd row per scorer and budget, both lossless, each with
+    its own prediction written before decoding, named apart in the printed table; also batched
+    (``--budget-policy auto`` plans both); a scorer without mfd, or an unknown one, exits 2."""
+    root, target, files = run
+    args = ["eval", "--target", str(target), "--drafter", str(root / "k3"), "--prompts", *files,
+            "--methods", "ar,mfd", "--scorers", "mixture,best_mode", *EVAL_ARGS,
+            "--calibration-prompts", str(root / "prompts" / "calibration.jsonl")]
+    out = tmp_path / "o"
+    capsys.readouterr()
+    assert mfd([*args, "--out", str(out)]) == 0
+    assert "| mfd best-mode | k3 |" in capsys.readouterr().out
+    res = json.loads((out / "eval.json").read_text())
+    rows = [r for r in res["data"]["rows"] if r["method"] == "mfd"]
+    assert sorted({r["scorer"] for r in rows}) == ["best_mode", "mixture"]
+    assert len({(r["dataset"], r["scorer"], r["budget"], r["temperature"]) for r in rows}) == len(rows) == 2 * 2 * 2
+    assert all(r["matches_ar"] is True for r in rows if r["temperature"] == 0)
+    # (the tiny target's greedy calibration answers end at once, so only T > 0 rows are predicted)
+    assert all(r["predicted_tau"] is not None for r in rows if r["temperature"] > 0)
+    assert res["config"]["scorers"] == ["mixture", "best_mode"]
+    pred = json.loads((out / "predictions.json").read_text())["data"]
+    assert {c["scorer"] for c in pred["cells"] if c["method"] == "mfd"} == {"mixture", "best_mode"}
+    assert {c["scorer"] for c in pred["budget_choice"]} == {"mixture", "best_mode"}
+    assert {c["scorer"] for c in pred["calibration_speed"]} == {None, "best_mode"}  # None: the mixture's key
+    assert {g["scorer"] for g in res["data"]["best_budgets"]} == {"mixture", "best_mode"}
+    o = tmp_path / "batched"
+    assert mfd([*args, "--out", str(o), "--batch-size", "2", "--budget-policy", "auto"]) == 0
+    batched = json.loads((o / "eval.json").read_text())["data"]["rows"]
+    assert {r["scorer"] for r in batched if r["method"] == "mfd"} == {"mixture", "best_mode"}
+    assert all(r["matches_ar"] is True for r in batched if r["temperature"] == 0)
+    assert set(json.loads((o / "batch_plans.json").read_text())["plans"]) == {"mfd/k3", "mfd/k3/best_mode"}
+    capsys.readouterr()
+    for extra in (["--scorers", "best"], ["--methods", "ar,ddtree", "--scorers", "best_mode"]):
+        bad = tmp_path / "bad"
+        assert mfd([*args, *extra, "--out", str(bad)]) == 2, extra
+        assert "error: --scorers: " in capsys.readouterr().err
+        assert not bad.exists()

@@ -1,6 +1,8 @@
 """Kernels for mfd_theory.trees: top-M selection, candidate universes, exact best-first builder.
 
-The builder is one algorithm for product (K = 1) and mixture (K > 1) scores. A global max-heap
+The builder is one algorithm for product (K = 1), mixture and best-mode (K > 1) scores, the
+last two differing only in how a prefix's K per-mode log weights combine into its score
+(``_score``: log sum_k pi_k exp(w_k), or max_k w_k). A global max-heap
 holds two kinds of entries:
 
 * a *concrete* child (parent p, token u) with its exact score, and
@@ -27,7 +29,8 @@ one's emission. The heaps realise it with two tie-break words (class and parent 
 universe index, which follows token id); in the threshold search, a parent's threshold entry
 pops before its concrete children of equal key, so every child tied with a concrete entry is
 seen before it is emitted. A mixture whose modes all give a prefix the same log weight scores it with exactly that
-weight (sum_k pi_k = 1), so duplicated modes reproduce the product tree bit for bit.
+weight (sum_k pi_k = 1), so duplicated modes reproduce the product tree bit for bit; a maximum
+over equal weights is that weight too.
 """
 
 import numpy as np
@@ -468,8 +471,29 @@ def _mix(log_pi, w, tmp):
 
 
 @njit(cache=True)
-def _path_scores(log_pi, x, parent, token, depth):
-    """Mixture log score of every node of a tree (parents before children) under x [K, L, V]."""
+def _best(w):
+    """max_k w_k: the best-mode score of a prefix whose per-mode log weights are w [K]."""
+    m = w[0]
+    for k in range(1, w.shape[0]):
+        if w[k] > m:
+            m = w[k]
+    return m
+
+
+@njit(cache=True)
+def _score(log_pi, w, tmp, best_mode):
+    """The ranking score of a prefix (or threshold) from its per-mode log weights w [K]: the
+    best mode's (``best_mode``) or the mixture's. Both are monotone in every w_k, which is all
+    the threshold search needs."""
+    if best_mode:
+        return _best(w)
+    return _mix(log_pi, w, tmp)
+
+
+@njit(cache=True)
+def _path_scores(log_pi, x, parent, token, depth, best_mode=False):
+    """Mixture (or best-mode) log score of every node of a tree (parents before children) under
+    x [K, L, V]."""
     K = x.shape[0]
     n = parent.shape[0]
     W = np.empty((n, K))  # per-mode log weight of each node's prefix
@@ -481,7 +505,7 @@ def _path_scores(log_pi, x, parent, token, depth):
         for k in range(K):
             w[k] = (W[p, k] if p >= 0 else 0.0) + np.float64(x[k, depth[i] - 1, token[i]])
             W[i, k] = w[k]
-        out[i] = _mix(log_pi, w, tmp)
+        out[i] = _score(log_pi, w, tmp, best_mode)
     return out
 
 
@@ -583,8 +607,9 @@ EXHAUSTED = 2
 
 
 @njit(cache=True)
-def _mixture_tree(log_pi, G, list_u, list_val, lens, rank, tok_u, closed, bound, budget):
-    """Exact best-first top-``budget`` prefixes under the mixture score.
+def _mixture_tree(log_pi, G, list_u, list_val, lens, rank, tok_u, closed, bound, budget, best_mode=False):
+    """Exact best-first top-``budget`` prefixes under the mixture score (``best_mode``: the
+    best-mode score max_k log Q_k, for which log_pi is not read).
 
     log_pi [K]; G [K, L, Umax]; list_u / list_val [K, L, M]; lens [K, L]; rank [K, L, Umax];
     tok_u [L, Umax]; closed [L] (the universe holds every token that exists at that depth);
@@ -614,7 +639,7 @@ def _mixture_tree(log_pi, G, list_u, list_val, lens, rank, tok_u, closed, bound,
 
     for k in range(K):
         w[k] = list_val[k, 0, 0] if lens[k, 0] > 0 else bound[k, 0]
-    size = _heap_push(hk, ha, hb, size, _mix(log_pi, w, tmp), THRESHOLD, 0)
+    size = _heap_push(hk, ha, hb, size, _score(log_pi, w, tmp, best_mode), THRESHOLD, 0)
 
     n = 0
     status = OK
@@ -644,7 +669,7 @@ def _mixture_tree(log_pi, G, list_u, list_val, lens, rank, tok_u, closed, bound,
             if d + 1 < L and n < N:
                 for k in range(K):
                     w[k] = W[n, k] + (list_val[k, d + 1, 0] if lens[k, d + 1] > 0 else bound[k, d + 1])
-                size, pending = _heap_put(hk, ha, hb, size, pending, _mix(log_pi, w, tmp),
+                size, pending = _heap_put(hk, ha, hb, size, pending, _score(log_pi, w, tmp, best_mode),
                                           (n << CLASS_BITS) | THRESHOLD, 0)
             if pending:
                 size = _heap_pop(hk, ha, hb, size)[3]
@@ -666,7 +691,7 @@ def _mixture_tree(log_pi, G, list_u, list_val, lens, rank, tok_u, closed, bound,
                 for j in range(K):
                     w[j] = W[p, j] + G[j, d, u]
                     best = min(best, rank[j, d, u])
-                size, pending = _heap_put(hk, ha, hb, size, pending, _mix(log_pi, w, tmp),
+                size, pending = _heap_put(hk, ha, hb, size, pending, _score(log_pi, w, tmp, best_mode),
                                           (p << CLASS_BITS) | CONCRETE, (best << RANK_SHIFT) | u)
         exhausted = True
         for k in range(K):
@@ -678,7 +703,7 @@ def _mixture_tree(log_pi, G, list_u, list_val, lens, rank, tok_u, closed, bound,
                 w[k] = W[p, k] + bound[k, d]
         if not (exhausted and closed[d]):  # else every child of p has been seen
             cls = EXHAUSTED if exhausted else THRESHOLD
-            size, pending = _heap_put(hk, ha, hb, size, pending, _mix(log_pi, w, tmp),
+            size, pending = _heap_put(hk, ha, hb, size, pending, _score(log_pi, w, tmp, best_mode),
                                       (p << CLASS_BITS) | cls, 0)
         if pending:
             size = _heap_pop(hk, ha, hb, size)[3]

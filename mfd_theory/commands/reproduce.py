@@ -35,6 +35,7 @@ THEORY: list[tuple[str, str, list[str]]] = [
     ("chimera share", "mfd_theory.commands.theory.chimera_share", ["--preset", "default"]),
     ("mixture gain", "mfd_theory.commands.theory.mixture_gain", ["--preset", "default"]),
     ("path gain", "mfd_theory.commands.theory.path_gain", ["--preset", "default"]),
+    ("best mode", "mfd_theory.commands.theory.best_mode", ["--preset", "default"]),
 ]
 E2E = ("end to end", "mfd_theory.commands.experiments.e2e", ["--preset", "default", "--out", "results"])
 HYBRID = ("end to end, hybrid target", "mfd_theory.commands.experiments.e2e", ["--preset", "hybrid", "--out", "results/hybrid"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from mfd_theory.figures import reveal_overlaps, stamp_run
+from mfd_theory.formatting import method_label
 
 __all__ = ["tau_vs_budget", "speedup_vs_budget", "predicted_vs_measured", "dead_share", "loss_curves",
            "speedup_check_figure", "prediction_check_figure", "eval_figure"]
@@ -45,18 +46,23 @@ def _config(res) -> dict:
     return {}
 
 
+def _series_key(r: dict) -> tuple:
+    """(method as tables name it, drafter): mfd's best-mode rows are a series of their own."""
+    return method_label(r["method"], r.get("scorer")), r["drafter"]
+
+
 def _series(rows, temp):
     out: dict = {}
     for r in rows:
         if r["temperature"] == temp and r["method"] not in ("ar", "chain"):
-            out.setdefault((r["method"], r["drafter"]), []).append(r)
+            out.setdefault(_series_key(r), []).append(r)
     return {k: sorted(v, key=lambda r: r["budget"]) for k, v in out.items()}
 
 
 def _styles(rows) -> dict:
     """{(method, drafter): plot style} for every tree series in ``rows``: the fixed styles of the
     e2e run's drafters, and unused (colour, marker) pairs for any other, in a stable order."""
-    keys = sorted({(r["method"], r["drafter"]) for r in rows if r["method"] not in ("ar", "chain")})
+    keys = sorted({_series_key(r) for r in rows if r["method"] not in ("ar", "chain")})
     out = {k: dict(_STYLE[k]) for k in keys if k in _STYLE}
     used = {(st["color"], st["marker"]) for st in out.values()}
     spare = iter([p for p in _SPARE if p not in used])

@@ -18,11 +18,13 @@ from pathlib import Path
 from mfd_theory.commands._cli import Command, opt
 from mfd_theory.commands.pipeline._target import TargetOptions, check_target_dir
 
-__all__ = ["EvalConfig", "METHODS", "main"]
+__all__ = ["EvalConfig", "METHODS", "SCORERS", "main"]
 
 #: the decoding methods (those of :mod:`mfd_theory.llm.decoding.generate`, kept here so that the
 #: config needs no torch import; a test checks that they agree)
 METHODS = ("ar", "chain", "ddtree", "mfd", "dartree")
+#: method mfd's scorers (:data:`mfd_theory.llm.decoding.trees.SCORERS`, kept here for the same reason)
+SCORERS = ("mixture", "best_mode")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +38,9 @@ class EvalConfig(TargetOptions):
     ddtree_on_mfd: str = opt("true", "also run ddtree on each K > 1 drafter (the product tree over its "
                                      "per-position marginals: the ablation that separates mixture training from "
                                      "the mixture tree)", choices=("true", "false"))
+    scorers: tuple[str, ...] = opt(("mixture",), "how mfd ranks a tree's prefixes, each a cell of its own: mixture "
+                                   "(sum_k pi_k Q_k, the package's MFD tree) and / or best_mode (max_k Q_k, the "
+                                   "released MFD drafters' rule, which reads no mode weights)", choices=SCORERS)
     budgets: tuple[int, ...] = opt((16, 32, 64), "tree budgets (nodes) for ddtree and mfd", ge=1)
     temperatures: tuple[float, ...] = opt((0.0, 1.0), "sampling temperatures (0 = greedy)", ge=0)
     max_new_tokens: int = opt(128, "answer length cap per turn", ge=1)
@@ -79,6 +84,9 @@ class EvalConfig(TargetOptions):
             if self.format != "mfd":
                 raise ValueError("--format: spec-bench answer files are written for one-at-a-time decoding "
                                  "(--batch-size 1)")
+        if "mfd" not in self.methods and tuple(dict.fromkeys(self.scorers)) != ("mixture",):
+            raise ValueError(f"--scorers: {','.join(self.scorers)} ranks method mfd's trees; add mfd to --methods "
+                             f"(now {','.join(self.methods)})")
         if self.profile_prompts == 0 and self.calibration_prompts is not None:
             raise ValueError("--calibration-prompts: needs --profile-prompts > 0 (nothing is predicted without "
                              "the round profile)")

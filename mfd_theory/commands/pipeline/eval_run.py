@@ -13,9 +13,10 @@ from typing import Any
 
 from mfd_theory.commands.pipeline.distill_run import load_target
 from mfd_theory.commands.pipeline.train_drafter_run import distilled_prompts
+from mfd_theory.formatting import method_label
 from mfd_theory.llm.measure.evaluate import (
-    add_speedup_predictions, best_budgets, decode_cells, first_ids, format_gains, format_rows, make_cells, mfd_gains,
-    per_prompt_records, prediction_summary, rows_from_records, speedup_check,
+    add_speedup_predictions, best_budgets, cell_key, decode_cells, first_ids, format_gains, format_rows, make_cells,
+    mfd_gains, per_prompt_records, prediction_summary, rows_from_records, speedup_check,
 )
 from mfd_theory.llm.measure.predict import (
     attach_predictions, calibrate_acceptance, choose_budgets, load_predictions, predict_cells, prediction_check,
@@ -94,7 +95,8 @@ def _load(config, options, dist, prompts, calib_sets, drafter_dirs, out_dir, pro
         label = _label(d, taken)
         drafters[label] = dr
         info[label] = {"dir": str(d), "K": int(dr.num_modes), "block_size": int(dr.block_size)}
-    cells = make_cells(drafters, methods, budgets, ddtree_on_mfd=config.ddtree_on_mfd == "true")
+    cells = make_cells(drafters, methods, budgets, ddtree_on_mfd=config.ddtree_on_mfd == "true",
+                       scorers=config.scorers)
     _check_cells(cells, methods, drafters)
     target = TargetModel(target_hf)
     # every prompt (and its later turns, at worst) fits the target's context: checked here, not
@@ -161,8 +163,9 @@ def _predict(ev: _Eval):
     if ev.dist.main:  # every rank calibrates (they stay in step); one writes
         write_predictions(pred_path, predictions=predictions, choices=choices, cal=merged,
                           evaluation_prompts=evaluated, profile=profile, config=ev.options, seed=cfg.seed,
-                          extra={"calibration_speed": [{"method": m, "drafter": d, "budget": n, "speedup": v}
-                                                       for (m, d, n), v in speed.items()]})
+                          extra={"calibration_speed": [{"method": k[0], "drafter": k[1], "budget": k[2],
+                                                        "scorer": k[3] if len(k) > 3 else None, "speedup": v}
+                                                       for k, v in speed.items()]})
     return profile, pred_path
 
 
@@ -198,7 +201,8 @@ def _write(ev: _Eval, records, profile, pred_path: Path, started: float) -> Resu
     if best:
         print("\nbest budget per dataset, temperature, drafter and method:")
         for b in best:
-            print(f"  {b['dataset']} T={b['temperature']:g} {b['drafter']} {b['method']}: N = {b['budget']} "
+            print(f"  {b['dataset']} T={b['temperature']:g} {b['drafter']} {method_label(b['method'], b.get('scorer'))}: "
+                  f"N = {b['budget']} "
                   f"(tau {b['tau']:.2f}, speedup {b['speedup']:.2f})")
     gl = format_gains(gains)
     if gl:
@@ -236,15 +240,16 @@ def _evaluate_batched(ev: _Eval) -> Result:
     print(f"batch size {b}, budget policy {cfg.budget_policy} (first turns; tokens/s over all requests)")
     for r in rows:
         extra = f", speedup {r['speedup']:.2f}" if "speedup" in r else ""
-        print(f"  {r['dataset']} T={r['temperature']:g} {r['drafter']} {r['method']} N={r['budget']}: "
+        print(f"  {r['dataset']} T={r['temperature']:g} {r['drafter']} {method_label(r['method'], r.get('scorer'))} "
+              f"N={r['budget']}: "
               f"tau {r['tau'] or float('nan'):.2f}, {r['tokens_per_s']:.1f} tok/s{extra}, latency {r['latency_s']:.3f} s")
     print(f"wrote {out / 'eval.json'}")
     return res
 
 
 def _batch_plans(ev: _Eval) -> dict:
-    """{(method, drafter): BatchPlan} of every tree cell, measured on the calibration prompts, and
-    ``batch_plans.json`` written before the evaluation."""
+    """{cell_key(method, drafter, scorer=...): BatchPlan} of every tree cell, measured on the
+    calibration prompts, and ``batch_plans.json`` written before the evaluation."""
     from mfd_theory.llm.measure.batch_predict import make_batch_plan, measure_batch_profile, predict_batch_acceptance
 
     cfg, b = ev.config, int(ev.config.batch_size)
@@ -255,15 +260,15 @@ def _batch_plans(ev: _Eval) -> dict:
                          "--calibration-prompts)")
     plans, saved = {}, {}
     for c in ev.cells:
-        key = (c.method, c.drafter_label)
+        key = cell_key(c.method, c.drafter_label, scorer=c.scorer)
         if c.method in ("ar", "chain") or key in plans:
             continue
         prof = measure_batch_profile(ev.target, c.drafter, c.method, pooled, [b], budgets, cfg.max_new_tokens,
-                                     seed=cfg.seed)
+                                     seed=cfg.seed, scorer=c.scorer)
         acc = predict_batch_acceptance(ev.target, c.drafter, c.method, pooled, [b], budgets, cfg.max_new_tokens,
-                                       seed=cfg.seed)
+                                       seed=cfg.seed, scorer=c.scorer)
         plans[key] = make_batch_plan(prof, acc)
-        saved[f"{c.method}/{c.drafter_label}"] = {"profile": prof.to_dict(), "plan": plans[key].table[b],
+        saved["/".join(map(str, key))] = {"profile": prof.to_dict(), "plan": plans[key].table[b],
                                                   "choice": list(plans[key].choose(b))}
     atomic_write_text(ev.out / "batch_plans.json", json.dumps(to_jsonable(
         {"written_at_unix": time.time(), "batch_size": b, "plans": saved}), indent=1) + "\n")

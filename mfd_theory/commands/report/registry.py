@@ -34,6 +34,7 @@ BLOCKS: dict[str, Block] = {
     "chimera-share": Block("chimera_share.json", theory.chimera_share),
     "mixture-gain": Block("mixture_gain.json", theory.mixture_gain),
     "path-gain": Block("path_gain.json", theory.path_gain),
+    "best-mode": Block("best_mode.json", theory.best_mode),
     "e2e": Block("end_to_end.json", e2e.e2e),
     "e2e-gains": Block("end_to_end.json", e2e.e2e_gains),
     "e2e-hf": Block("end_to_end.json", e2e.e2e_hf),

@@ -1,5 +1,5 @@
 """Report blocks of the theory experiments: the core table, the chimera bound and share, the
-mixture gain and the path gain (docs/results.md, first half).
+mixture gain, the path gain and the best-mode trees (docs/results.md, first half).
 
 Each block is ``block(results) -> str`` (:mod:`.inputs`); the tables of the core table, mixture
 gain and path gain are formatted by their own commands, which the blocks call.
@@ -9,11 +9,17 @@ from __future__ import annotations
 
 from mfd_theory.commands.report.inputs import Results
 
-__all__ = ["chimera_bound", "chimera_share", "core_table", "mixture_gain", "path_gain"]
+__all__ = ["best_mode", "chimera_bound", "chimera_share", "core_table", "mixture_gain", "path_gain"]
 
 
 def core_table(results: Results) -> str:
     from mfd_theory.commands.theory.core_table import format_table
+
+    return format_table(results.main)
+
+
+def best_mode(results: Results) -> str:
+    from mfd_theory.commands.theory.best_mode import format_table
 
     return format_table(results.main)
 

@@ -10,8 +10,9 @@ from mfd_theory.llm.decoding.batch import (POLICIES, BatchDecodeResult, BatchRou
                                            speculative_generate_batch)
 from mfd_theory.llm.decoding.generate import (DEAD_EPS, METHODS, DecodeResult, StepRecord, build_tree,
                                               sampling_probs, speculative_generate, walk_tree)
+from mfd_theory.llm.decoding.trees import SCORERS
 from mfd_theory.llm.decoding.warmup import warm_up
 
-__all__ = ["BatchDecodeResult", "BatchRound", "BatchTarget", "DEAD_EPS", "DecodeResult", "METHODS", "POLICIES",
+__all__ = ["BatchDecodeResult", "BatchRound", "BatchTarget", "DEAD_EPS", "DecodeResult", "METHODS", "POLICIES", "SCORERS",
            "StepRecord", "build_tree", "sampling_probs", "speculative_generate", "speculative_generate_batch",
            "walk_tree", "warm_up"]

@@ -84,7 +84,7 @@ class _Drafting:
 
 
 def _check_batch(target, drafter, prompts, method, budget, policy, plan, temperature, top_p, max_new_tokens,
-                 total_budget, max_batch, node_cap) -> None:
+                 total_budget, max_batch, node_cap, scorer) -> str | None:
     if method == "dartree":
         raise ValueError("method: 'dartree' grows each tree depth by depth with the drafter; batched decoding "
                          "supports 'ar', 'chain', 'ddtree' and 'mfd'")
@@ -93,7 +93,8 @@ def _check_batch(target, drafter, prompts, method, budget, policy, plan, tempera
     if policy == "auto" and (plan is None or not callable(getattr(plan, "choose", None))):
         raise ValueError("plan: policy 'auto' needs a plan with choose(batch_size) -> (policy, nodes), "
                          "e.g. mfd_theory.speedup.BatchPlan")
-    check_decoding(target, drafter if method != "ar" else None, method, budget, temperature, top_p, max_new_tokens)
+    scorer = check_decoding(target, drafter if method != "ar" else None, method, budget, temperature, top_p,
+                            max_new_tokens, scorer)
     for name, value in (("total_budget", total_budget), ("max_batch", max_batch), ("node_cap", node_cap)):
         if value is not None:
             check_int(name, value, 1, integral_floats=True)
@@ -102,14 +103,16 @@ def _check_batch(target, drafter, prompts, method, budget, policy, plan, tempera
             raise ValueError(f"{name}: only the global policy shares a budget (policy {policy!r} would ignore it)")
     if isinstance(prompts, (str, bytes)) or not hasattr(prompts, "__len__") or len(prompts) == 0:
         raise ValueError(f"prompts: expected a non-empty list of prompts, got {type(prompts).__name__}")
+    return scorer
 
 
-def _requests(target, prompts, max_new_tokens, method, temperature, top_p, seed, eos) -> list[Request]:
+def _requests(target, prompts, max_new_tokens, method, temperature, top_p, seed, eos, scorer=None) -> list[Request]:
     """One request per prompt; request i samples with its own generator seeded ``seed + i``."""
     reqs = []
     for i, p in enumerate(prompts):
         try:
-            reqs.append(Request.start(target, p, max_new_tokens, method, Sampler(temperature, top_p, seed + i), eos, i))
+            reqs.append(Request.start(target, p, max_new_tokens, method, Sampler(temperature, top_p, seed + i), eos, i,
+                                      scorer))
         except ValueError as exc:
             raise ValueError(f"prompts[{i}]: {exc}") from exc
     return reqs
@@ -145,14 +148,16 @@ def _join(bt: BatchTarget, draft: _Drafting | None, waiting: list, room: int, ou
     return joined
 
 
-def _round_trees(method, log_pi, log_q, depths: list[int], nodes: int, n_total: int | None, node_cap) -> list:
+def _round_trees(method, log_pi, log_q, depths: list[int], nodes: int, n_total: int | None, node_cap,
+                 scorer: str | None = None) -> list:
     """This round's trees: each at ``nodes`` nodes, or (global policy) each built at ``cap`` nodes
     and all cut to the global top ``n_total`` prefixes, ``cap`` twice the even share by default
-    (the padded forward charges every request the largest tree's rows)."""
+    (the padded forward charges every request the largest tree's rows). A best-mode tree's scores
+    rank across requests as a mixture tree's do (each is a drafter probability of its prefix)."""
     if n_total is None:
-        return build_trees(method, log_pi, log_q, int(nodes), depths)
+        return build_trees(method, log_pi, log_q, int(nodes), depths, scorer)
     cap = int(node_cap) if node_cap is not None else 2 * -(-n_total // len(depths))
-    trees = build_trees(method, log_pi, log_q, min(n_total, cap), depths)
+    trees = build_trees(method, log_pi, log_q, min(n_total, cap), depths, scorer)
     counts = allocate_global([t.log_score if t is not None else np.empty(0) for t in trees], n_total, cap=cap)
     return [None if t is None or c == 0 else first_nodes(t, int(c)) for t, c in zip(trees, counts)]
 
@@ -172,25 +177,28 @@ def speculative_generate_batch(target, drafter, prompts, max_new_tokens: int, me
                                policy: str = "per_request", temperature: float = 0.0, top_p: float = 1.0,
                                seed: int = 0, *, total_budget: int | None = None, max_batch: int | None = None,
                                eos_token_id=None, metrics: bool = True, plan=None,
-                               keep_trees: bool = False, node_cap: int | None = None) -> BatchDecodeResult:
+                               keep_trees: bool = False, node_cap: int | None = None,
+                               scorer: str | None = None) -> BatchDecodeResult:
     """Decode every prompt of ``prompts`` (a list; any form ``speculative_generate`` takes, any
     lengths) in one batch; lossless for every request and policy. ``method``: "ar", "chain",
     "ddtree" or "mfd". ``policy`` (``POLICIES``): "per_request" (each tree ``budget`` nodes),
     "global" (``total_budget`` nodes per round, default ``budget`` x active requests, each tree at
     most ``node_cap``), "off" (batched AR), "auto" (``plan.choose(B)`` each round). ``max_batch``:
     at most this many requests at once; the others join as requests finish. Request i samples with
-    a generator seeded ``seed + i``. Greedy output equals each prompt's alone (and HF ``generate``)."""
+    a generator seeded ``seed + i``. Greedy output equals each prompt's alone (and HF ``generate``).
+    ``scorer``: "mfd"'s ranking, as :func:`~mfd_theory.llm.decoding.generate.speculative_generate` takes it."""
     target = as_target(target)
-    _check_batch(target, drafter, prompts, method, budget, policy, plan, temperature, top_p, max_new_tokens,
-                 total_budget, max_batch, node_cap)
+    scorer = _check_batch(target, drafter, prompts, method, budget, policy, plan, temperature, top_p, max_new_tokens,
+                          total_budget, max_batch, node_cap, scorer)
     seed = check_seed(seed, len(prompts))
-    reqs = _requests(target, prompts, max_new_tokens, method, temperature, top_p, seed, eos_set(target, eos_token_id))
+    reqs = _requests(target, prompts, max_new_tokens, method, temperature, top_p, seed, eos_set(target, eos_token_id),
+                     scorer)
     dev = target.device
     bt = BatchTarget(target)
     speculate = method != "ar" and policy != "off"
     draft = _Drafting(drafter.batch_context()) if speculate else None  # "off" never drafts
     out = BatchDecodeResult(results=[r.result for r in reqs], method=method, policy=policy,
-                            latency=[float("nan")] * len(reqs))
+                            latency=[float("nan")] * len(reqs), scorer=scorer)
     waiting, active = list(reqs), []
     limit = int(max_batch) if max_batch is not None else len(reqs)
     t0 = clock(dev)
@@ -209,7 +217,7 @@ def speculative_generate_batch(target, drafter, prompts, max_new_tokens: int, me
         trees = [None] * bsz
         if spec:
             depths = [r.depth_left(bt.lengths[b], target.max_positions, log_q.shape[2]) for b, r in enumerate(active)]
-            trees = _round_trees(method, log_pi, log_q, depths, nodes, n_total, node_cap)
+            trees = _round_trees(method, log_pi, log_q, depths, nodes, n_total, node_cap, scorer)
         td = clock(dev)
         logits, hidden = bt.verify([r.root for r in active], trees, hidden=draft is not None)  # [B, Q, V]
         te = clock(dev)

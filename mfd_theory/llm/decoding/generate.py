@@ -36,7 +36,8 @@ def _check_budget_rule(budget_rule, method: str) -> None:
 def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method: str, budget: int = 64,
                          temperature: float = 0.0, top_p: float = 1.0, seed: int = 0, *,
                          eos_token_id=None, keep_trees: bool = False, metrics: bool = True,
-                         budget_rule: Callable[[np.ndarray], int] | None = None) -> DecodeResult:
+                         budget_rule: Callable[[np.ndarray], int] | None = None,
+                         scorer: str | None = None) -> DecodeResult:
     """Generate up to ``max_new_tokens`` tokens for one prompt; lossless for every method.
 
     ``input_ids``: the prompt, [T] or [1, T], token ids or a tokenizer's output (its
@@ -48,7 +49,9 @@ def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method
     timing runs); ``keep_trees`` keeps each round's tree and node conditionals in its record.
     ``budget_rule`` (e.g. :class:`mfd_theory.speedup.PerRoundBudget`) cuts each round's tree, built
     at ``budget``, to its first ``budget_rule(node gains)`` nodes (gains: the drafter's prefix
-    probabilities in best-first order).
+    probabilities in best-first order). ``scorer``: how "mfd" ranks prefixes, "mixture" (None, the
+    default: sum_k pi_k Q_k) or "best_mode" (max_k Q_k, the released MFD drafters' rule, which
+    reads none of the drafter's mode weights); other methods have none.
 
     T prompt tokens plus n new ones occupy T + n - 1 positions, which must fit the target's
     context; each tree is cut to the depth the positions and new tokens left allow, so generation
@@ -56,10 +59,11 @@ def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method
     ``prompt + tokens[:-1]`` (``target.verify(tokens[-1], ...)`` continues the sequence).
     """
     target = as_target(target)
-    check_decoding(target, drafter, method, budget, temperature, top_p, max_new_tokens)
+    scorer = check_decoding(target, drafter, method, budget, temperature, top_p, max_new_tokens, scorer)
     _check_budget_rule(budget_rule, method)
     sampler = Sampler(temperature, top_p, check_seed(seed))
-    req = Request.start(target, input_ids, max_new_tokens, method, sampler, eos_set(target, eos_token_id))
+    req = Request.start(target, input_ids, max_new_tokens, method, sampler, eos_set(target, eos_token_id),
+                        scorer=scorer)
     dev, use_draft = target.device, method != "ar"
     t0 = clock(dev)
     logits0, hidden = target.prefill(req.ids, hidden=use_draft)
@@ -87,7 +91,7 @@ def speculative_generate(target, drafter, input_ids, max_new_tokens: int, method
                 depth_times = (t_backbone, *times)
         tb = clock(dev)
         if depth and method != "dartree":
-            tree = build_trees(method, log_pi[None], log_q[None], int(budget), [depth])[0]
+            tree = build_trees(method, log_pi[None], log_q[None], int(budget), [depth], scorer)[0]
             if budget_rule is not None and len(tree) > 1:
                 tree = first_nodes(tree, budget_rule(np.exp(tree.log_score)))
         mask = target.tree_mask(tree)  # [1, 1, N+1, P+N+1] float additive

@@ -91,6 +91,7 @@ class DecodeResult:
     t_prefill: float = 0.0
     t_total: float = 0.0
     stopped_by: str = "max_new_tokens"  # or "eos"
+    scorer: str | None = None  # method "mfd": "mixture" or "best_mode" (None for the other methods)
 
     @property
     def tau(self) -> float:
@@ -127,7 +128,7 @@ class DecodeResult:
 
     def summary(self) -> dict[str, Any]:
         return {
-            "method": self.method, "new_tokens": len(self.tokens), "rounds": len(self.steps),
+            "method": self.method, "scorer": self.scorer, "new_tokens": len(self.tokens), "rounds": len(self.steps),
             "tau": self.tau, "mean_accepted": self.mean_accepted, "mean_predicted": self.mean_predicted,
             "mean_covered_mass": self.mean_covered_mass, "tokens_per_s": self.tokens_per_s,
             "mean_tree_size": float(np.mean([s.tree_size for s in self.steps])) if self.steps else 0.0,
@@ -164,6 +165,7 @@ class BatchDecodeResult:
     policy: str = ""
     t_total: float = 0.0
     latency: list[float] = field(default_factory=list)  # seconds from the start to each request's end
+    scorer: str | None = None  # method "mfd": "mixture" or "best_mode" (None for the other methods)
 
     @property
     def new_tokens(self) -> int:

@@ -18,7 +18,7 @@ from mfd_theory.validation import check_int, check_real, is_real
 from mfd_theory.llm.decoding.metrics import RoundMetrics
 from mfd_theory.llm.decoding.records import DecodeResult, StepRecord
 from mfd_theory.llm.decoding.sampling import MIN_TEMPERATURE, Sampler
-from mfd_theory.llm.decoding.trees import METHODS
+from mfd_theory.llm.decoding.trees import METHODS, check_scorer
 from mfd_theory.llm.models.drafter import check_drafter_target
 from mfd_theory.llm.models.target import TargetModel
 
@@ -36,10 +36,13 @@ def as_target(target) -> TargetModel:
     return target if isinstance(target, TargetModel) else TargetModel(target)
 
 
-def check_decoding(target: TargetModel, drafter, method, budget, temperature, top_p, max_new_tokens) -> None:
-    """The arguments every decoding loop takes, and the drafter against the target."""
+def check_decoding(target: TargetModel, drafter, method, budget, temperature, top_p, max_new_tokens,
+                   scorer: str | None = None) -> str | None:
+    """The arguments every decoding loop takes, and the drafter against the target; returns the
+    scorer the method decodes with (:func:`~mfd_theory.llm.decoding.trees.check_scorer`)."""
     if method not in METHODS:
         raise ValueError(f"method: must be one of {METHODS}, got {method!r}")
+    scorer = check_scorer(method, scorer)
     check_int("budget", budget, 1, integral_floats=True)
     check_int("max_new_tokens", max_new_tokens, 1, integral_floats=True)
     if not is_real(temperature) or temperature < 0 or 0 < temperature < MIN_TEMPERATURE:
@@ -47,7 +50,7 @@ def check_decoding(target: TargetModel, drafter, method, budget, temperature, to
                          f"got {temperature!r}")
     check_real("top_p", top_p, 0, 1, low_open=True)
     if method == "ar":
-        return
+        return scorer
     if drafter is None:
         raise ValueError(f"drafter: method {method!r} needs a drafter")
     if method == "dartree" and not drafter.grows_trees:
@@ -64,6 +67,7 @@ def check_decoding(target: TargetModel, drafter, method, budget, temperature, to
     if bad:
         raise ValueError(f"drafter: target_layer_ids {bad} do not exist in a {target.num_layers}-layer target")
     check_drafter_target(drafter, target.model)
+    return scorer
 
 
 def check_seed(seed, requests: int = 1) -> int:
@@ -146,9 +150,9 @@ class Request:
 
     @classmethod
     def start(cls, target: TargetModel, input_ids, max_new_tokens: int, method: str, sampler: Sampler,
-              eos: frozenset, index: int = 0) -> "Request":
+              eos: frozenset, index: int = 0, scorer: str | None = None) -> "Request":
         ids = prompt_ids(input_ids, target, max_new_tokens)
-        result = DecodeResult(tokens=[], method=method, prompt_len=int(ids.numel()))
+        result = DecodeResult(tokens=[], method=method, prompt_len=int(ids.numel()), scorer=scorer)
         return cls(ids, sampler, result, int(max_new_tokens), eos, index)
 
     def depth_left(self, root_position: int, max_positions: int | None, block_depth: int) -> int:

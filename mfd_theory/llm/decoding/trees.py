@@ -2,7 +2,8 @@
 
 ``build_trees`` turns one draft (log_pi [B, K], log_q [B, K, L, V]) into each request's tree with
 the core's builders (:mod:`mfd_theory.trees`), after one top-k candidate cut over all rows;
-``build_tree`` is the one-request case. How the builders work: docs/design.md.
+``build_tree`` is the one-request case; ``check_scorer`` the scorer of "mfd" (``SCORERS``). How
+the builders work: docs/design.md.
 """
 
 from __future__ import annotations
@@ -10,11 +11,27 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mfd_theory.trees import DraftTree, chain_tree, mixture_tree, product_tree
+from mfd_theory.trees import DraftTree, best_mode_tree, chain_tree, mixture_tree, product_tree
 
-__all__ = ["METHODS", "build_tree", "build_trees", "first_nodes"]
+__all__ = ["METHODS", "SCORERS", "build_tree", "build_trees", "check_scorer", "first_nodes"]
 
 METHODS = ("ar", "chain", "ddtree", "mfd", "dartree")
+#: how method "mfd" ranks a prefix: "mixture", sum_k pi_k Q_k(s) (the default), or "best_mode",
+#: max_k Q_k(s), the released MFD drafters' rule, which reads no mode weights
+SCORERS = ("mixture", "best_mode")
+
+
+def check_scorer(method: str, scorer: str | None) -> str | None:
+    """The scorer a decode of ``method`` uses: "mixture" or "best_mode" for "mfd" (None means
+    "mixture"), None for every other method (which has none; "mixture", the default, is accepted
+    and ignored there, "best_mode" refused)."""
+    if scorer is not None and scorer not in SCORERS:
+        raise ValueError(f"scorer: must be one of {SCORERS}, got {scorer!r}")
+    if method == "mfd":
+        return scorer or "mixture"
+    if scorer == "best_mode":
+        raise ValueError(f"scorer: 'best_mode' ranks the modes of method 'mfd'; method {method!r} has no scorer")
+    return None
 
 
 def _topk(log_q: torch.Tensor, k: int):
@@ -61,10 +78,12 @@ def _topk_torch(log_q: torch.Tensor, k: int):
 
 
 def build_trees(method: str, log_pi: torch.Tensor, log_q: torch.Tensor, budget: int,
-                depths: list[int]) -> list[DraftTree | None]:
+                depths: list[int], scorer: str | None = None) -> list[DraftTree | None]:
     """Every request's tree from one draft (log_pi [B, K], log_q [B, K, L, V]), request b's cut to
     depth ``depths[b]`` (None where that is 0, and for "ar"). The candidate cut runs once over all
-    requests' rows and is row by row, so a request's tree does not depend on the others."""
+    requests' rows and is row by row, so a request's tree does not depend on the others.
+    ``scorer`` (:func:`check_scorer`): "mfd"'s ranking; "best_mode" never reads ``log_pi``, so a
+    drafter whose weights are unusable (NaN, or a gate of another shape) decodes with it."""
     bsz = log_q.shape[0]
     trees: list = [None] * bsz
     if method == "dartree":
@@ -72,6 +91,7 @@ def build_trees(method: str, log_pi: torch.Tensor, log_q: torch.Tensor, budget: 
                          "(DominoDrafter.grow_tree), not from a drafted block alone")
     if method not in METHODS:
         raise ValueError(f"method: must be one of {METHODS}, got {method!r}")
+    scorer = check_scorer(method, scorer)
     live = [b for b in range(bsz) if depths[b] > 0]
     if method == "ar" or not live:
         return trees
@@ -87,7 +107,12 @@ def build_trees(method: str, log_pi: torch.Tensor, log_q: torch.Tensor, budget: 
         for b in live:
             d = depths[b]
             trees[b] = product_tree(np.minimum(vals[b, :d], 0.0), budget, token_ids=ids[b, :d])
-    else:  # "mfd": exact within each mode's top-k candidates
+    elif scorer == "best_mode":  # exact within each mode's top-k candidates; no weights read
+        vals, ids = _topk(log_q, k_cand)  # [B, K, L, k]
+        for b in live:
+            d = depths[b]
+            trees[b] = best_mode_tree(np.minimum(vals[b, :, :d], 0.0), budget, token_ids=ids[b, :, :d])
+    else:  # "mfd" by the mixture: exact within each mode's top-k candidates
         vals, ids = _topk(log_q, k_cand)  # [B, K, L, k]
         lp = log_pi.double().cpu().numpy()
         lp = lp - np.logaddexp.reduce(lp, axis=1, keepdims=True)
@@ -97,9 +122,10 @@ def build_trees(method: str, log_pi: torch.Tensor, log_q: torch.Tensor, budget: 
     return trees
 
 
-def build_tree(method: str, log_pi: torch.Tensor, log_q: torch.Tensor, budget: int) -> DraftTree | None:
+def build_tree(method: str, log_pi: torch.Tensor, log_q: torch.Tensor, budget: int,
+               scorer: str | None = None) -> DraftTree | None:
     """The method's tree from one drafted block (log_pi [K], log_q [K, L, V]); None for "ar"."""
-    return build_trees(method, log_pi[None], log_q[None], budget, [log_q.shape[1]])[0]
+    return build_trees(method, log_pi[None], log_q[None], budget, [log_q.shape[1]], scorer)[0]
 
 
 def first_nodes(tree: DraftTree, n: int) -> DraftTree:

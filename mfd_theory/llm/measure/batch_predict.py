@@ -40,17 +40,18 @@ def _cells(batch_sizes, budgets, policies):
 def measure_batch_profile(target, drafter, method: str, prompts: list, batch_sizes, budgets, max_new_tokens: int,
                           *, policies=("per_request", "global"), repeats: int = 1, seed: int = 0,
                           name: str = "batch_profile", device: str = "", model: str = "",
-                          progress: bool = False) -> BatchProfile:
+                          progress: bool = False, scorer: str | None = None) -> BatchProfile:
     """Steady-state round time of every (B, policy, nodes) cell: the mean round of each of
     ``repeats`` batched decodes of B prompts (``prompts`` cycled, temperature 0), median over the
-    decodes."""
+    decodes. ``scorer``: method "mfd"'s."""
     from tqdm.auto import tqdm as bar
 
     if not prompts:
         raise ValueError("prompts: the batch profile needs at least one prompt")
     cells = []
     todo = list(_cells(batch_sizes, budgets, policies))
-    speculative_generate_batch(target, drafter, [prompts[0]], 4, method, budget=int(min(budgets)))  # warm-up
+    speculative_generate_batch(target, drafter, [prompts[0]], 4, method, budget=int(min(budgets)),
+                               scorer=scorer)  # warm-up
     for b, policy, nodes in bar(todo, desc=f"batch profile {method}", disable=not progress):
         batch = [prompts[i % len(prompts)] for i in range(b)]
         times, rows, parts = [], [], []
@@ -58,7 +59,8 @@ def measure_batch_profile(target, drafter, method: str, prompts: list, batch_siz
             res = speculative_generate_batch(
                 target, drafter, batch, max_new_tokens, method if policy != "off" else "ar",
                 budget=nodes if policy == "per_request" else 1, policy="per_request" if policy == "off" else policy,
-                total_budget=nodes if policy == "global" else None, seed=seed, metrics=False, eos_token_id=[])
+                total_budget=nodes if policy == "global" else None, seed=seed, metrics=False, eos_token_id=[],
+                scorer=scorer if policy != "off" else None)
             steady = steady_rounds(res, b)
             if steady:  # one mean per decode; the cell takes the median decode (a shared machine's
                 # slow spells hit whole decodes, and the median leaves them out)
@@ -78,10 +80,10 @@ def measure_batch_profile(target, drafter, method: str, prompts: list, batch_siz
 @torch.no_grad()
 def predict_batch_acceptance(target, drafter, method: str, prompts: list, batch_sizes, budgets, max_new_tokens: int,
                              *, temperature: float = 0.0, seed: int = 0, draws: int = 200,
-                             progress: bool = False) -> dict:
+                             progress: bool = False, scorer: str | None = None) -> dict:
     """``{(B, policy, nodes): accepted per request per round}`` for every cell of
     :func:`measure_batch_profile`, plus ``{"single": {N: accepted}, "global_gain": {(B, N): ratio}}``
-    under the keys "single" and "global_gain" (see the module docstring)."""
+    under the keys "single" and "global_gain" (see the module docstring). ``scorer``: method "mfd"'s."""
     from tqdm.auto import tqdm as bar
 
     budgets = sorted(int(n) for n in budgets)
@@ -90,7 +92,7 @@ def predict_batch_acceptance(target, drafter, method: str, prompts: list, batch_
         vals = []
         for i, p in enumerate(prompts):
             res = speculative_generate(target, drafter, p, max_new_tokens, method, budget=n,
-                                       temperature=temperature, seed=seed + i, eos_token_id=[])
+                                       temperature=temperature, seed=seed + i, eos_token_id=[], scorer=scorer)
             vals += [s.predicted for s in res.steps if s.tree_size]
         single[n] = float(np.mean(vals)) if vals else 0.0
     # one large-tree decode per prompt: every round's best-first scores and decoding-rule masses
@@ -98,7 +100,7 @@ def predict_batch_acceptance(target, drafter, method: str, prompts: list, batch_
     rounds = []
     for i, p in enumerate(prompts):
         res = speculative_generate(target, drafter, p, max_new_tokens, method, budget=cap, temperature=temperature,
-                                   seed=seed + i, eos_token_id=[], keep_trees=True)
+                                   seed=seed + i, eos_token_id=[], keep_trees=True, scorer=scorer)
         for s in res.steps:
             if s.tree is not None and len(s.tree) and s.node_log_cond is not None:
                 mass = np.exp(prefix_log_probs(s.tree.parent, s.tree.depth, s.node_log_cond))

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mfd_theory.formatting import is_best_budget
+from mfd_theory.formatting import is_best_budget, method_label
 from mfd_theory.formatting import speed_gain_text as _gain_text
 from mfd_theory.formatting import tau_gain_text as _tau_gain_text
 from mfd_theory.speedup import cell_speedup
@@ -23,39 +23,60 @@ from mfd_theory.stats import compare_rows, error_summary
 from mfd_theory.validation import check_int
 
 from mfd_theory.llm.decoding.generate import speculative_generate
+from mfd_theory.llm.decoding.trees import check_scorer
 from mfd_theory.llm.training.prompts import Prompt, run_conversation
 
-__all__ = ["Cell", "make_cells", "decode_cells", "rows_from_records", "mfd_gains", "gain_entry",
+__all__ = ["Cell", "make_cells", "decode_cells", "rows_from_records", "mfd_gains", "gain_entry", "scorer_of", "cell_key",
            "prediction_summary", "best_budgets", "per_prompt_records", "format_gains", "format_rows",
            "add_speedup_predictions", "speedup_check"]
 
 
 @dataclass(frozen=True)
 class Cell:
+    """One decoded configuration. A cell (and each record and row it makes) is identified by
+    (method, drafter label, budget, scorer): ``scorer`` is how "mfd" ranks prefixes, "mixture"
+    (what None becomes for "mfd") or "best_mode"; every other method has None."""
+
     method: str
     drafter_label: str              # "none" for ar
     budget: int                     # 0 for ar; the block's L for chain
     drafter: Any = None
     budget_rule: Any = None         # per-round tree size (speedup.PerRoundBudget); budget is then the cap
     temperatures: tuple | None = None  # decoded only at these temperatures (None: at every one)
+    scorer: str | None = None       # "mfd" only: "mixture" (the default) or "best_mode"
+
+    def __post_init__(self):
+        object.__setattr__(self, "scorer", check_scorer(self.method, self.scorer))
 
     @property
     def K(self) -> int:
         return 0 if self.drafter is None else int(self.drafter.num_modes)
+
+    @property
+    def label(self) -> str:
+        """The method as tables name it (:func:`mfd_theory.formatting.method_label`)."""
+        return method_label(self.method, self.scorer)
 
     def at(self, temperature) -> bool:
         """Whether this cell is decoded at ``temperature``."""
         return self.temperatures is None or float(temperature) in {float(t) for t in self.temperatures}
 
 
-def make_cells(drafters: dict[str, Any], methods, budgets, ddtree_on_mfd: bool = True) -> list[Cell]:
-    """ar first, then per drafter: chain (its block), ddtree per budget, mfd per budget (K > 1);
-    a Domino drafter (``kind == "dartree"``) gets dartree per budget only.
+def make_cells(drafters: dict[str, Any], methods, budgets, ddtree_on_mfd: bool = True,
+               scorers=("mixture",)) -> list[Cell]:
+    """ar first, then per drafter: chain (its block), ddtree per budget, mfd per scorer and budget
+    (K > 1); a Domino drafter (``kind == "dartree"``) gets dartree per budget only.
 
     ``ddtree`` on an MFD drafter builds the product tree over its per-position marginals (the
-    ablation); ``ddtree_on_mfd=False`` leaves it out.
+    ablation); ``ddtree_on_mfd=False`` leaves it out. ``scorers``: the mfd trees to decode,
+    "mixture" and / or "best_mode" (:data:`~mfd_theory.llm.decoding.trees.SCORERS`).
     """
     methods = tuple(methods)
+    scorers = tuple(dict.fromkeys(scorers))
+    if not scorers:
+        raise ValueError("scorers: need at least one mfd scorer")
+    for sc in scorers:
+        check_scorer("mfd", sc)
     cells = [Cell("ar", "none", 0)] if "ar" in methods else []
     for label, d in drafters.items():
         K, L = int(d.num_modes), int(d.block_size) - 1
@@ -68,8 +89,24 @@ def make_cells(drafters: dict[str, Any], methods, budgets, ddtree_on_mfd: bool =
         if "ddtree" in methods and (K == 1 or ddtree_on_mfd):
             cells += [Cell("ddtree", label, int(b), d) for b in budgets]
         if "mfd" in methods and K > 1:
-            cells += [Cell("mfd", label, int(b), d) for b in budgets]
+            cells += [Cell("mfd", label, int(b), d, scorer=sc) for sc in scorers for b in budgets]
     return cells
+
+
+def cell_key(method: str, drafter: str, *rest, scorer: str | None = None) -> tuple:
+    """The dict key of a cell in what the measuring functions return or take (the round
+    profile's calibration speeds, the per-round rules, the batch plans): (method, drafter, *rest),
+    ``rest`` the budget where one is part of it, with the scorer appended for a best-mode mfd cell
+    only, so that mixture and best-mode cells of one drafter stay apart and the mixture's
+    keys keep the shape they had before scorers existed."""
+    sc = check_scorer(method, scorer) if method == "mfd" else scorer
+    return (method, drafter, *rest) if sc in (None, "mixture") else (method, drafter, *rest, sc)
+
+
+def scorer_of(r: dict) -> str | None:
+    """The scorer of a row, record or prediction: its "scorer", or for an "mfd" one written
+    before rows carried it, "mixture"."""
+    return check_scorer(r["method"], r.get("scorer")) if r.get("method") == "mfd" else r.get("scorer")
 
 
 def _rule(c: Cell, temperature: float) -> dict:
@@ -133,7 +170,8 @@ def decode_cells(target, cells: list[Cell], items: list, *, temperatures, max_ne
                     def answer(ids, turn, c=c, i=i):
                         res = speculative_generate(
                             target, c.drafter, torch.tensor(ids), max_new_tokens, c.method, budget=max(1, c.budget),
-                            temperature=temp, seed=seed + 1000 * i + turn, metrics=pss == 0, **kw, **_rule(c, temp))
+                            temperature=temp, seed=seed + 1000 * i + turn, metrics=pss == 0, scorer=c.scorer, **kw,
+                            **_rule(c, temp))
                         turns_res.append(res)
                         return res.tokens
 
@@ -161,7 +199,8 @@ def _warm_up(target, cells: list[Cell], ids: torch.Tensor, temperatures, max_new
         for c in cells:
             if c.at(temp):
                 speculative_generate(target, c.drafter, ids, min(4, max_new_tokens), c.method,
-                                     budget=max(1, c.budget), temperature=temp, seed=0, **kw, **_rule(c, temp))
+                                     budget=max(1, c.budget), temperature=temp, seed=0, scorer=c.scorer, **kw,
+                                     **_rule(c, temp))
 
 
 def _record(c: Cell, ci: int, item, i: int, temp: float, turns_res: list, dataset_name: str | None) -> dict:
@@ -176,7 +215,7 @@ def _record(c: Cell, ci: int, item, i: int, temp: float, turns_res: list, datase
         "temperature": float(temp), "item": i, "cell": ci,
         "dataset": item.dataset if isinstance(item, Prompt) else dataset_name,
         "id": item.id if isinstance(item, Prompt) else str(i),
-        "method": c.method, "drafter": c.drafter_label, "K": c.K, "budget": c.budget,
+        "method": c.method, "scorer": c.scorer, "drafter": c.drafter_label, "K": c.K, "budget": c.budget,
         "tokens": [t for r in turns_res for t in r.tokens],
         "turn_lengths": [len(r.tokens) for r in turns_res],
         "rounds": len(steps),
@@ -285,7 +324,7 @@ def _row(c: Cell, recs: list[dict], ds, temp: float, ar_recs: list[dict] | None)
         for k, v in r["split"].items():
             split[k] = split.get(k, 0.0) + v
     row = {
-        "dataset": ds, "method": c.method, "drafter": c.drafter_label, "K": c.K,
+        "dataset": ds, "method": c.method, "scorer": c.scorer, "drafter": c.drafter_label, "K": c.K,
         "budget": int(c.budget), "temperature": float(temp),
         "n_prompts": len(recs), "n_rounds": n, "n_steps": n,
         "tau": float(acc.mean() + 1) if n else None,
@@ -339,7 +378,7 @@ _TERMS = ("draft", "tree", "verify", "walk", "commit")
 
 
 def _row_key(r: dict) -> tuple:
-    return (r.get("dataset"), r["method"], r["drafter"], int(r["budget"]), float(r["temperature"]))
+    return (r.get("dataset"), r["method"], r["drafter"], int(r["budget"]), float(r["temperature"]), scorer_of(r))
 
 
 def add_speedup_predictions(rows: list[dict], records: list[dict], profile) -> list[dict]:
@@ -434,7 +473,8 @@ def speedup_check(rows: list[dict]) -> dict:
                      and abs(r[key] - r["speedup"]) <= r["speedup_std"])
         out[name] = {"median_rel_error": float(np.median(e)), "worst_rel_error": float(e.max()),
                      "mean_rel_error": float(e.mean()), "within_spread": inside, "n": len(errs),
-                     "worst_row": {k: worst[k] for k in ("dataset", "method", "drafter", "budget", "temperature")},
+                     "worst_row": {k: worst.get(k) for k in ("dataset", "method", "scorer", "drafter", "budget",
+                                                              "temperature")},
                      # by T, signed too: the acceptance error and the cost model's error seen apart
                      "by_temperature": {f"{t:g}": error_summary([_rel(r[key], r["speedup"]) for _, r in errs
                                                                  if r["temperature"] == t])
@@ -442,16 +482,17 @@ def speedup_check(rows: list[dict]) -> dict:
     groups: dict[tuple, list[dict]] = {}
     for r in spec:
         if r["method"] != "chain":
-            groups.setdefault((r.get("dataset"), r["temperature"], r["drafter"], r["method"]), []).append(r)
+            groups.setdefault((r.get("dataset"), r["temperature"], r["drafter"], r["method"], scorer_of(r)),
+                              []).append(r)
     picks = []
-    for (ds, temp, drafter, method), rs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
+    for (ds, temp, drafter, method, scorer), rs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
         if len(rs) < 2:
             continue
         best = max(rs, key=lambda r: r["speedup"])
         chosen = max(rs, key=lambda r: r["speedup_from_insample_coverage"])
         spread = math.hypot(best.get("speedup_std") or 0.0, chosen.get("speedup_std") or 0.0)
         exact = chosen is best
-        picks.append({"dataset": ds, "temperature": temp, "drafter": drafter, "method": method,
+        picks.append({"dataset": ds, "temperature": temp, "drafter": drafter, "method": method, "scorer": scorer,
                       "predicted_budget": chosen["budget"], "measured_budget": best["budget"],
                       "predicted_budget_speedup": chosen["speedup"], "best_speedup": best["speedup"],
                       "spread": spread, "exact": exact,
@@ -516,18 +557,20 @@ def mfd_gains(rows: list[dict]) -> list[dict]:
         for r in at:
             if r["K"] < 2 or r["budget"] not in same:
                 continue
-            e = {**base_info, "method": r["method"], "drafter": r["drafter"], "budget": r["budget"],
-                 "best_budget": False, "single_budget": r["budget"]}
+            e = {**base_info, "method": r["method"], "scorer": scorer_of(r), "drafter": r["drafter"],
+                 "budget": r["budget"], "best_budget": False, "single_budget": r["budget"]}
             per.append(e)
             rows_of[id(e)] = (r, same[r["budget"]])
         fast_single = [r for r in single if r["speedup"] is not None]
         for label in dict.fromkeys(r["drafter"] for r in at if r["K"] >= 2):
-            for method in ("mfd", "ddtree"):
-                mine = [r for r in at if r["drafter"] == label and r["method"] == method and r["speedup"] is not None]
+            for method, scorer in dict.fromkeys((m, scorer_of(r)) for m in ("mfd", "ddtree") for r in at
+                                                if r["drafter"] == label and r["method"] == m):
+                mine = [r for r in at if r["drafter"] == label and r["method"] == method and scorer_of(r) == scorer
+                        and r["speedup"] is not None]
                 if not mine or not fast_single:
                     continue
                 bm, bs = max(mine, key=lambda r: r["speedup"]), max(fast_single, key=lambda r: r["speedup"])
-                e = {**base_info, "method": method, "drafter": label, "budget": bm["budget"],
+                e = {**base_info, "method": method, "scorer": scorer, "drafter": label, "budget": bm["budget"],
                      "best_budget": True, "single_budget": bs["budget"]}
                 best.append(e)
                 rows_of[id(e)] = (bm, bs)
@@ -538,16 +581,16 @@ def mfd_gains(rows: list[dict]) -> list[dict]:
 
 
 def best_budgets(rows: list[dict]) -> list[dict]:
-    """The fastest budget per (dataset, temperature, drafter, method) among tree methods."""
+    """The fastest budget per (dataset, temperature, drafter, method, scorer) among tree methods."""
     out = {}
     for r in rows:
         if r["method"] in ("ar", "chain") or r["speedup"] is None:
             continue
-        k = (r.get("dataset"), r["temperature"], r["drafter"], r["method"])
+        k = (r.get("dataset"), r["temperature"], r["drafter"], r["method"], scorer_of(r))
         if k not in out or r["speedup"] > out[k]["speedup"]:
             out[k] = r
-    return [{"dataset": k[0], "temperature": k[1], "drafter": k[2], "method": k[3], "budget": r["budget"],
-             "tau": r["tau"], "speedup": r["speedup"], "speedup_std": r["speedup_std"]}
+    return [{"dataset": k[0], "temperature": k[1], "drafter": k[2], "method": k[3], "scorer": k[4],
+             "budget": r["budget"], "tau": r["tau"], "speedup": r["speedup"], "speedup_std": r["speedup_std"]}
             for k, r in out.items()]
 
 
@@ -586,9 +629,9 @@ def prediction_summary(rows: list[dict], records: list[dict] | None = None) -> d
 
 def per_prompt_records(records: list[dict]) -> list[dict]:
     """The per-prompt part of the records worth saving: tokens, rounds and accepted lengths."""
-    keep = ("dataset", "id", "drafter", "K", "method", "budget", "temperature", "tokens", "turn_lengths",
+    keep = ("dataset", "id", "drafter", "K", "method", "scorer", "budget", "temperature", "tokens", "turn_lengths",
             "rounds", "accepted")
-    return [{k: r[k] for k in keep} for r in records]
+    return [{k: r.get(k) for k in keep} for r in records]
 
 
 def _fmt(v, p=2) -> str:
@@ -607,8 +650,8 @@ def format_rows(rows: list[dict]) -> list[str]:
              "tokens/s | dead share | = ar |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
-            f"| {r.get('dataset')} | {r['temperature']:g} | {r['method']} | {r['drafter']} | {r['budget']} | "
-            f"{_fmt(r['tau'])} | {_pm(r['accepted_mean'], r['accepted_std'])} | "
+            f"| {r.get('dataset')} | {r['temperature']:g} | {method_label(r['method'], scorer_of(r))} | "
+            f"{r['drafter']} | {r['budget']} | {_fmt(r['tau'])} | {_pm(r['accepted_mean'], r['accepted_std'])} | "
             f"{_fmt(r['covered_mass_insample'])} | {_pm(r['speedup'], r.get('speedup_std'))} | "
             f"{_pm(r['tokens_per_s'], r.get('tokens_per_s_std'), 1)} | {_fmt(r['dead_share'])} | "
             f"{'' if r.get('matches_ar') is None else ('yes' if r['matches_ar'] else 'NO')} |")
@@ -624,8 +667,8 @@ def format_gains(gains: list[dict]) -> list[str]:
         lines += ["", "| dataset | T | method | drafter | best tau | single tau | tau gain | best speedup (N) | "
                   "single speedup (N) | speed gain |", "|---|---|---|---|---|---|---|---|---|---|"]
         for g in best:
-            lines.append(f"| {g.get('dataset')} | {g['temperature']:g} | {g['method']} | {g['drafter']} | "
-                         f"{_fmt(g['tau'])} | {_fmt(g['single_tau'])} | {_tau_gain_text(g)} | "
+            lines.append(f"| {g.get('dataset')} | {g['temperature']:g} | {method_label(g['method'], g.get('scorer'))} | "
+                         f"{g['drafter']} | {_fmt(g['tau'])} | {_fmt(g['single_tau'])} | {_tau_gain_text(g)} | "
                          f"{_pm(g['speedup'], g.get('speedup_std'))} ({g['budget']}) | "
                          f"{_pm(g['single_speedup'], g.get('single_speedup_std'))} ({g.get('single_budget')}) | "
                          f"{_gain_text(g)} |")
@@ -634,7 +677,8 @@ def format_gains(gains: list[dict]) -> list[str]:
         lines += ["", "| dataset | T | method | drafter | N | tau | single-mode ddtree tau | tau gain | "
                   "speed gain |", "|---|---|---|---|---|---|---|---|---|"]
         for g in per:
-            lines.append(f"| {g.get('dataset')} | {g['temperature']:g} | {g['method']} | {g['drafter']} | "
-                         f"{g['budget']} | {_fmt(g['tau'])} | {_fmt(g['single_tau'])} | {_tau_gain_text(g)} | "
+            lines.append(f"| {g.get('dataset')} | {g['temperature']:g} | {method_label(g['method'], g.get('scorer'))} | "
+                         f"{g['drafter']} | {g['budget']} | {_fmt(g['tau'])} | {_fmt(g['single_tau'])} | "
+                         f"{_tau_gain_text(g)} | "
                          f"{_gain_text(g)} |")
     return lines

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from mfd_theory.llm.decoding.batch import POLICIES, speculative_generate_batch
-from mfd_theory.llm.measure.evaluate import Cell, first_ids
+from mfd_theory.llm.measure.evaluate import Cell, cell_key, first_ids
 
 __all__ = ["decode_batch_cells"]
 
@@ -20,8 +20,9 @@ def decode_batch_cells(target, cells: list[Cell], items: list, *, batch_size: in
                        max_new_tokens: int, seed: int = 0, passes: int = 2, tokenizer=None,
                        enable_thinking: bool = False, eos_token_id=None, plans: dict | None = None,
                        progress: bool = True) -> list[dict]:
-    """Rows (see the module docstring); ``plans[(method, drafter_label)]``: the ``auto`` policy's plan
-    (:class:`mfd_theory.speedup.BatchPlan`) of every tree cell when ``policy == "auto"``."""
+    """Rows (see the module docstring); ``plans[cell_key(method, drafter_label, scorer=...)]``: the
+    ``auto`` policy's plan (:class:`mfd_theory.speedup.BatchPlan`) of every tree cell when
+    ``policy == "auto"`` (:func:`~mfd_theory.llm.measure.evaluate.cell_key`)."""
     from tqdm.auto import tqdm
 
     if policy not in POLICIES:
@@ -30,8 +31,8 @@ def decode_batch_cells(target, cells: list[Cell], items: list, *, batch_size: in
     if bad:
         raise ValueError("--batch-size: method dartree grows its trees depth by depth and is not batched; "
                          "leave it out of --methods")
-    if policy == "auto" and any((c.method, c.drafter_label) not in (plans or {}) for c in cells
-                                if c.method not in ("ar", "chain")):
+    if policy == "auto" and any(cell_key(c.method, c.drafter_label, scorer=c.scorer) not in (plans or {})
+                                for c in cells if c.method not in ("ar", "chain")):
         raise ValueError("--budget-policy: auto needs a plan for every tree cell")
     datasets: dict = {}
     for it in items:
@@ -52,7 +53,9 @@ def decode_batch_cells(target, cells: list[Cell], items: list, *, batch_size: in
                 pol = "per_request" if c.method == "chain" else policy
                 res = speculative_generate_batch(target, c.drafter, batch, max_new_tokens, c.method,
                                                  budget=max(int(c.budget), 1), policy=pol,
-                                                 plan=(plans or {}).get((c.method, c.drafter_label)), **kw)
+                                                 plan=(plans or {}).get(cell_key(c.method, c.drafter_label,
+                                                                                 scorer=c.scorer)),
+                                                 scorer=c.scorer, **kw)
             out["tokens"] += [r.tokens for r in res.results]
             out["accepted"] += [a for r in res.rounds for a in r.accepted]
             out["latency"] += list(res.latency)
@@ -64,7 +67,8 @@ def decode_batch_cells(target, cells: list[Cell], items: list, *, batch_size: in
     for (ds, ci, temp), outs in runs.items():
         c = cells[ci]
         tps = [o["n"] / o["secs"] for o in outs]
-        row = {"dataset": ds, "method": c.method, "drafter": c.drafter_label, "K": c.K, "budget": c.budget,
+        row = {"dataset": ds, "method": c.method, "scorer": c.scorer, "drafter": c.drafter_label, "K": c.K,
+               "budget": c.budget,
                "temperature": temp, "batch_size": batch_size, "budget_policy": "off" if c.method == "ar" else
                ("per_request" if c.method == "chain" else policy), "n_prompts": len(datasets[ds]),
                "tau": float(np.mean(outs[0]["accepted"])) + 1.0 if outs[0]["accepted"] else None,

@@ -24,6 +24,8 @@ from mfd_theory.speedup import PerRoundBudget, best_fixed_budget, cell_speedup, 
 
 from mfd_theory.coverage import prefix_log_probs
 from mfd_theory.llm.decoding.generate import speculative_generate
+from mfd_theory.llm.decoding.trees import check_scorer
+from mfd_theory.llm.measure.evaluate import cell_key, scorer_of
 
 __all__ = ["subtree_coverage", "CalibrationEntry", "Calibration", "CoverageMap", "calibrate_acceptance",
            "predict_cells", "choose_budgets", "per_round_rules", "uncalibrated", "prompt_digest", "check_disjoint",
@@ -60,7 +62,7 @@ def check_disjoint(calibration: list[dict], evaluation: list[dict]) -> None:
 
 @dataclass
 class CalibrationEntry:
-    """Rounds of one cell's calibration decodes (one method, drafter, budget, temperature)."""
+    """Rounds of one cell's calibration decodes (one method and scorer, drafter, budget, temperature)."""
 
     method: str
     drafter: str
@@ -73,6 +75,10 @@ class CalibrationEntry:
     size: list = field(default_factory=list)      # [rounds] tree size verified
     target: list = field(default_factory=list)    # [rounds] arrays [size + 1]: covered mass of the first n nodes
     gains: list = field(default_factory=list)     # [rounds] arrays [size]: drafter's prefix probability, builder order
+    scorer: str | None = None         # "mfd" only: "mixture" (what None becomes) or "best_mode"
+
+    def __post_init__(self):
+        self.scorer = check_scorer(self.method, self.scorer) if self.method == "mfd" else self.scorer
 
     def curves(self, M: int | None = None) -> np.ndarray:
         """[rounds, M + 1]: covered mass of each round's first n nodes (a smaller tree holds its mass)."""
@@ -90,7 +96,8 @@ class CalibrationEntry:
 
     def summary(self) -> dict:
         mass = np.asarray(self.mass, dtype=np.float64)
-        return {"method": self.method, "drafter": self.drafter, "K": self.K, "temperature": self.temperature,
+        return {"method": self.method, "scorer": self.scorer, "drafter": self.drafter, "K": self.K,
+                "temperature": self.temperature,
                 "budget": self.budget, "per_round": self.per_round, "rounds": len(self.mass),
                 "prompts": len(set(self.prompt)), "mean_target_mass": float(mass.mean()) if mass.size else None,
                 # a chain's node scores are not probabilities: no self estimate
@@ -127,22 +134,27 @@ class Calibration:
     prompts: list[dict]               # [{"index", "id", "sha256", "dataset"}] of the calibration prompts
     seconds: float = 0.0
 
-    def _mine(self, method: str, drafter: str, temperature: float) -> list[CalibrationEntry]:
+    def _mine(self, method: str, drafter: str, temperature: float, scorer: str | None = None
+              ) -> list[CalibrationEntry]:
+        sc = check_scorer(method, scorer) if method == "mfd" else scorer
         return [e for e in self.entries if e.method == method and e.drafter == drafter
-                and e.temperature == float(temperature)]
+                and e.temperature == float(temperature) and e.scorer == sc]
 
-    def find(self, method: str, drafter: str, temperature: float, n: int, per_round: bool = False
-             ) -> CalibrationEntry | None:
-        """The entry of the cell decoded at budget (or cap) ``n``, with a per-round rule or without."""
-        return next((e for e in self._mine(method, drafter, temperature)
+    def find(self, method: str, drafter: str, temperature: float, n: int, per_round: bool = False,
+             scorer: str | None = None) -> CalibrationEntry | None:
+        """The entry of the cell decoded at budget (or cap) ``n``, with a per-round rule or without
+        (``scorer``: of an mfd cell, None meaning "mixture")."""
+        return next((e for e in self._mine(method, drafter, temperature, scorer)
                      if e.budget == n and e.per_round == per_round), None)
 
-    def largest(self, method: str, drafter: str, temperature: float) -> CalibrationEntry | None:
-        fixed = [e for e in self._mine(method, drafter, temperature) if not e.per_round and e.target]
+    def largest(self, method: str, drafter: str, temperature: float, scorer: str | None = None
+                ) -> CalibrationEntry | None:
+        fixed = [e for e in self._mine(method, drafter, temperature, scorer) if not e.per_round and e.target]
         return max(fixed, key=lambda e: e.budget) if fixed else None
 
-    def coverage_map(self, method: str, drafter: str, temperature: float) -> CoverageMap | None:
-        mine = [e for e in self._mine(method, drafter, temperature) if e.gains and not e.per_round]
+    def coverage_map(self, method: str, drafter: str, temperature: float, scorer: str | None = None
+                     ) -> CoverageMap | None:
+        mine = [e for e in self._mine(method, drafter, temperature, scorer) if e.gains and not e.per_round]
         if not mine:
             return None
         return CoverageMap(np.concatenate([e.self_mass(e.budget) for e in mine]),
@@ -162,7 +174,8 @@ def uncalibrated(cal: Calibration, cells: list, temperatures) -> list:
     """The tree cells of ``cells`` that no calibration decode of ``cal`` ran at some temperature
     (e.g. the theory's chosen budgets, chosen after the first calibration)."""
     return [c for c in cells if c.method != "ar" and any(
-        cal.find(c.method, _base(c.drafter_label), t, max(1, int(c.budget)), _rule_at(c, t) is not None) is None
+        cal.find(c.method, _base(c.drafter_label), t, max(1, int(c.budget)), _rule_at(c, t) is not None,
+                 c.scorer) is None
         for t in temperatures if c.at(t))]
 
 
@@ -206,11 +219,13 @@ def calibrate_acceptance(target, cells: list, prompts: list, *, temperatures, ma
                 continue
             rule = _rule_at(cell, temp)
             budget = max(1, int(cell.budget))
-            e = CalibrationEntry(cell.method, _base(cell.drafter_label), cell.K, float(temp), budget, rule is not None)
+            e = CalibrationEntry(cell.method, _base(cell.drafter_label), cell.K, float(temp), budget, rule is not None,
+                                 scorer=cell.scorer)
             for i, p in enumerate(ids):
                 res = speculative_generate(target, cell.drafter, p, max_new_tokens, cell.method, budget=budget,
                                            temperature=temp, seed=seed + 7_000_003 + 1000 * i, keep_trees=True,
-                                           eos_token_id=eos, **({} if rule is None else {"budget_rule": rule}))
+                                           eos_token_id=eos, scorer=cell.scorer,
+                                           **({} if rule is None else {"budget_rule": rule}))
                 for s in res.steps:  # every round counts, as in the evaluation (a tree-less last round: 0)
                     e.prompt.append(i)
                     e.mass.append(float(s.predicted) if s.tree_size else 0.0)
@@ -238,23 +253,23 @@ def prediction_se(se_calibration: float | None, n_calibration: int, n_evaluated:
 
 def _predict_one(cal: Calibration, cell, temperature: float, profile, cmap_cache: dict,
                  n_evaluated: int | None = None) -> dict:
-    method, label, K = cell.method, _base(cell.drafter_label), cell.K
+    method, label, K, scorer = cell.method, _base(cell.drafter_label), cell.K, cell.scorer
     n = max(1, int(cell.budget))
     rule = _rule_at(cell, temperature)
-    out: dict[str, Any] = {"method": method, "drafter": label, "K": K, "budget": n, "temperature": float(temperature),
-                           "per_round_budget": rule is not None}
-    e = cal.find(method, label, temperature, n, rule is not None)
+    out: dict[str, Any] = {"method": method, "scorer": scorer, "drafter": label, "K": K, "budget": n,
+                           "temperature": float(temperature), "per_round_budget": rule is not None}
+    e = cal.find(method, label, temperature, n, rule is not None, scorer)
     if e is not None and e.mass:
         vals, groups = np.asarray(e.mass), np.asarray(e.prompt)
         sizes = np.asarray(e.size, dtype=np.float64)
         out["source"] = "calibrated"
     else:  # not decoded: map the drafter's own estimate through its calibration
-        key = (method, label, float(temperature))
+        key = (method, label, float(temperature), scorer)
         if key not in cmap_cache:
-            cmap_cache[key] = cal.coverage_map(method, label, temperature)
+            cmap_cache[key] = cal.coverage_map(method, label, temperature, scorer)
         cmap = cmap_cache[key]
-        larger = [x for x in cal.entries if x.method == method and x.drafter == label and not x.per_round
-                  and x.temperature == float(temperature) and x.budget >= n and x.gains]
+        larger = [x for x in cal._mine(method, label, temperature, scorer) if not x.per_round
+                  and x.budget >= n and x.gains]
         if cmap is None or rule is not None or not larger:
             out.update(source=None, predicted_accepted=None)
             return out
@@ -295,7 +310,7 @@ def predict_cells(cal: Calibration, cells: list, temperatures, profile=None, dat
             if not c.at(temp):
                 continue
             if c.method == "ar":
-                out.append({"method": "ar", "drafter": c.drafter_label, "K": 0, "budget": 0,
+                out.append({"method": "ar", "scorer": None, "drafter": c.drafter_label, "K": 0, "budget": 0,
                             "temperature": float(temp), "per_round_budget": False, "source": "ar",
                             "predicted_accepted": 0.0, "predicted_accepted_se": 0.0, "predicted_tau": 1.0,
                             "predicted_tau_se": 0.0, "predicted_speedup": 1.0, "predicted_speedup_lo": 1.0,
@@ -309,12 +324,12 @@ def predict_cells(cal: Calibration, cells: list, temperatures, profile=None, dat
 
 def choose_budgets(cal: Calibration, cells: list, temperatures, profile, calibration_speed: dict | None = None,
                    on_grid: bool = False, dataset: str | None = None) -> list[dict]:
-    """Per (temperature, method, drafter) of a tree method: the fixed budget with the highest
-    predicted speedup, next to two naive rules over the grid: the smallest budget, and the budget
-    whose calibration decodes ran fastest (``calibration_speed``: {(method, drafter, budget):
-    speedup} from the round profile). ``on_grid``: choose among the cells' budgets only; either
-    way ``theory_grid_budget`` is the theory's choice among them, the one its regret is measured
-    at (against rules that choose among the same budgets).
+    """Per (temperature, method, scorer, drafter) of a tree method: the fixed budget with the
+    highest predicted speedup, next to two naive rules over the grid: the smallest budget, and the
+    budget whose calibration decodes ran fastest (``calibration_speed``: {:func:`cell_key` (method,
+    drafter, budget): speedup} from the round profile). ``on_grid``: choose among the cells'
+    budgets only; either way ``theory_grid_budget`` is the theory's choice among them, the one its
+    regret is measured at (against rules that choose among the same budgets).
 
     The coverage curve over every n up to the largest budget M: for trees built best first
     (``ddtree``, ``mfd``), the covered mass of the first n nodes of the M-node trees of the
@@ -326,18 +341,18 @@ def choose_budgets(cal: Calibration, cells: list, temperatures, profile, calibra
     for c in cells:
         if c.method in ("ar", "chain") or c.budget_rule is not None:
             continue
-        groups.setdefault((c.method, c.drafter_label), []).append(c)
+        groups.setdefault((c.method, c.drafter_label, c.scorer), []).append(c)
     for temp in temperatures:
-        for (method, label), cs in groups.items():
+        for (method, label, scorer), cs in groups.items():
             grid = sorted({int(c.budget) for c in cs})
             M = grid[-1]
-            e = cal.largest(method, label, temp)
+            e = cal.largest(method, label, temp, scorer)
             if e is None:
                 continue
             if method in ("ddtree", "mfd"):
                 curves = e.curves(M)
             else:
-                cmap = cal.coverage_map(method, label, temp)
+                cmap = cal.coverage_map(method, label, temp, scorer)
                 if cmap is None:
                     continue
                 curves = np.stack([cmap(e.self_mass(n)) for n in range(M + 1)], axis=1)
@@ -346,12 +361,13 @@ def choose_budgets(cal: Calibration, cells: list, temperatures, profile, calibra
                                    temperature=temp)
             on = ch if on_grid else best_fixed_budget(curves, profile, grid, method=method, K=cs[0].K,
                                                       temperature=temp)
-            row = {"dataset": dataset, "temperature": float(temp), "method": method, "drafter": label, "K": cs[0].K,
-                   "budget": ch.budget, "theory_grid_budget": on.budget, "predicted_speedup_at_choice": ch.speedup,
+            row = {"dataset": dataset, "temperature": float(temp), "method": method, "scorer": scorer, "drafter": label,
+                   "K": cs[0].K, "budget": ch.budget, "theory_grid_budget": on.budget,
+                   "predicted_speedup_at_choice": ch.speedup,
                    "predicted_coverage_at_choice": float(curves[:, ch.budget].mean()), "max_budget": M,
                    "grid": grid, "naive_smallest": grid[0]}
             if calibration_speed:
-                speeds = {n: calibration_speed.get((method, label, n)) for n in grid}
+                speeds = {n: calibration_speed.get(cell_key(method, label, n, scorer=scorer)) for n in grid}
                 speeds = {n: s for n, s in speeds.items() if s is not None}
                 if speeds:
                     row["naive_calibration_best"] = max(speeds, key=lambda n: (speeds[n], -n))
@@ -360,14 +376,14 @@ def choose_budgets(cal: Calibration, cells: list, temperatures, profile, calibra
 
 
 def per_round_rules(choices: list[dict], profile, cells: list) -> dict:
-    """{(method, drafter): {temperature: PerRoundBudget}}: CaDDTree's per-round size, built at
-    twice the fixed choice (at most the largest budget) and cut, for the trees built best first
-    (``ddtree``, ``mfd``; a DARTree tree is grown depth by depth and has no best-first cut)."""
+    """{:func:`cell_key` (method, drafter): {temperature: PerRoundBudget}}: CaDDTree's per-round
+    size, built at twice the fixed choice (at most the largest budget) and cut, for the trees built
+    best first (``ddtree``, ``mfd``; a DARTree tree is grown depth by depth and has no best-first cut)."""
     k_of = {c.drafter_label: c.K for c in cells}
     cap: dict = {}
     for ch in choices:
         if ch["method"] in ("ddtree", "mfd"):
-            key = (ch["method"], ch["drafter"])
+            key = cell_key(ch["method"], ch["drafter"], scorer=ch.get("scorer"))
             cap[key] = max(cap.get(key, 1), min(ch["max_budget"], 2 * ch["budget"]))
     temps = sorted({ch["temperature"] for ch in choices})
     return {key: {t: PerRoundBudget(profile, key[0], k_of[key[1]], t, c) for t in temps} for key, c in cap.items()}
@@ -382,9 +398,9 @@ def write_predictions(path: str | Path, *, predictions: list[dict], choices: lis
     check_disjoint(cal.prompts, evaluation_prompts)
     maps = {}
     for e in (x for x in cal.entries if x.method != "chain"):
-        key = f"{e.method}/{e.drafter}/T={e.temperature:g}"
+        key = f"{e.method}/{e.drafter}/T={e.temperature:g}" + ("/best_mode" if e.scorer == "best_mode" else "")
         if key not in maps:
-            m = cal.coverage_map(e.method, e.drafter, e.temperature)
+            m = cal.coverage_map(e.method, e.drafter, e.temperature, e.scorer)
             maps[key] = m.to_dict() if m is not None else None
     data = {"written_at_unix": time.time(), "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "cells": predictions, "budget_choice": choices,
@@ -402,13 +418,18 @@ def load_predictions(path: str | Path) -> dict:
 
 
 def _key(r: dict) -> tuple:
-    return (r.get("dataset"), r["method"], r["drafter"], int(r["budget"]), float(r["temperature"]), bool(r.get("per_round_budget")))
+    return (r.get("dataset"), r["method"], r["drafter"], int(r["budget"]), float(r["temperature"]), bool(r.get("per_round_budget")),
+            scorer_of(r))
+
+
+def _per_round(r: dict) -> bool:
+    """A row decoded with a per-round budget rule (flagged, or labelled ``<drafter>/per-round``)."""
+    return bool(r.get("per_round_budget")) or str(r["drafter"]).endswith("/per-round")
 
 
 def _row_key(r: dict) -> tuple:
-    label = str(r["drafter"])
-    per_round = bool(r.get("per_round_budget")) or label.endswith("/per-round")
-    return (r.get("dataset"), r["method"], label.removesuffix("/per-round"), int(r["budget"]), float(r["temperature"]), per_round)
+    return (r.get("dataset"), r["method"], _base(r["drafter"]), int(r["budget"]), float(r["temperature"]),
+            _per_round(r), scorer_of(r))
 
 
 def attach_predictions(rows: list[dict], predictions: dict) -> list[dict]:
@@ -445,9 +466,10 @@ def prediction_check(predictions: dict, rows: list[dict], chosen_rows: list[dict
         e_tau = _rel(r["predicted_tau"], r["tau"])
         e_sp = _rel(r.get("predicted_speedup"), r.get("speedup"))
         lo, hi = r.get("predicted_speedup_lo"), r.get("predicted_speedup_hi")
-        cells.append({"dataset": r.get("dataset"), "method": r["method"], "drafter": _base(r["drafter"]),
+        cells.append({"dataset": r.get("dataset"), "method": r["method"], "scorer": scorer_of(r),
+                      "drafter": _base(r["drafter"]),
                       "K": r.get("K"), "budget": r["budget"], "temperature": r["temperature"],
-                      "per_round_budget": _row_key(r)[-1], "mean_tree_size": r.get("mean_tree_size"),
+                      "per_round_budget": _per_round(r), "mean_tree_size": r.get("mean_tree_size"),
                       "predicted_mean_tree_size": r.get("predicted_mean_tree_size"), "tau": r["tau"],
                       "predicted_tau": r["predicted_tau"], "predicted_tau_se": r.get("predicted_tau_se"),
                       "tau_error": e_tau, "speedup": r.get("speedup"), "speedup_std": r.get("speedup_std"),
@@ -464,7 +486,8 @@ def prediction_check(predictions: dict, rows: list[dict], chosen_rows: list[dict
             w = max(errs, key=lambda t: t[0])[1]
             out[name] = {"median_abs_error": float(np.median(e)), "worst_abs_error": float(e.max()),
                          "mean_signed_error": float(np.mean([c[f"{name}_error"] for _, c in errs])),
-                         "n": len(errs), "worst": {k: w[k] for k in ("method", "drafter", "budget", "temperature")}}
+                         "n": len(errs), "worst": {k: w[k] for k in ("method", "scorer", "drafter", "budget",
+                                                                     "temperature")}}
             for t in sorted({c["temperature"] for _, c in errs}):
                 at = [c[f"{name}_error"] for _, c in errs if c["temperature"] == t]
                 out[name].setdefault("by_temperature", {})[f"{t:g}"] = error_summary(at)
@@ -505,8 +528,8 @@ def _held_out_speed(row: dict) -> float | None:
 
 
 def budget_regret(choices: list[dict], rows: list[dict]) -> list[dict]:
-    """Per (data set, temperature, method, drafter) of ``choices``: each rule's regret, measured on
-    timing passes that did not pick the best budget.
+    """Per (data set, temperature, method, scorer, drafter) of ``choices``: each rule's regret,
+    measured on timing passes that did not pick the best budget.
 
     Every rule chooses among the grid's budgets (the theory's choice restricted to the grid,
     ``theory_grid_budget``, where it chose off the grid). The best budget is the one fastest on
@@ -519,13 +542,14 @@ def budget_regret(choices: list[dict], rows: list[dict]) -> list[dict]:
     out = []
     for ch in choices:
         grid = {int(r["budget"]): r for r in rows if r.get("dataset") == ch.get("dataset")
-                and r["method"] == ch["method"] and r["drafter"] == ch["drafter"]
+                and r["method"] == ch["method"] and scorer_of(r) == scorer_of(ch) and r["drafter"] == ch["drafter"]
                 and float(r["temperature"]) == ch["temperature"] and not r.get("per_round_budget")
                 and isinstance(r.get("speedup"), (int, float))}
         if not grid:
             continue
         entry = {"dataset": ch.get("dataset"), "K": ch.get("K"), "temperature": ch["temperature"],
-                 "method": ch["method"], "drafter": ch["drafter"], "candidates": sorted(grid)}
+                 "method": ch["method"], "scorer": scorer_of(ch), "drafter": ch["drafter"],
+                 "candidates": sorted(grid)}
         first = {n: (r.get("speedup_passes") or [None])[0] for n, r in grid.items()}
         held = {n: _held_out_speed(r) for n, r in grid.items()}
         if len(grid) < MIN_REGRET_CANDIDATES:

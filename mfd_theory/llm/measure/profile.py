@@ -18,6 +18,7 @@ from mfd_theory.validation import check_int
 from mfd_theory.trees import product_tree
 
 from mfd_theory.llm.decoding.generate import sampling_probs, speculative_generate
+from mfd_theory.llm.measure.evaluate import cell_key
 from mfd_theory.llm.models.target import TargetModel
 
 __all__ = ["measure_round_profile", "trimmed_mean"]
@@ -97,8 +98,10 @@ def measure_round_profile(target, cells: list, prompts: list, max_new_tokens: in
     sampled walk runs no argmax over the verified rows, so the greedy walk would overprice it.
 
     ``speed_out`` (a dict), when given, receives each cell's speedup over ar on these calibration
-    decodes, {(method, drafter label, budget): speedup}: what a naive rule that picks the budget
-    that ran fastest on the calibration prompts knows."""
+    decodes, {(method, drafter label, budget): speedup} (a best-mode mfd cell's key ends with its
+    scorer, :func:`~mfd_theory.llm.measure.evaluate.cell_key`): what a naive rule that picks the
+    budget that ran fastest on the calibration prompts knows. The overhead table of "mfd" pools
+    both scorers' rounds: their trees come from one search."""
     if not isinstance(target, TargetModel):
         target = TargetModel(target)
     repeats = check_int("repeats", repeats, 1)
@@ -109,7 +112,7 @@ def measure_round_profile(target, cells: list, prompts: list, max_new_tokens: in
     spec = [c for c in cells if c.method != "ar"]
     if not spec:
         raise ValueError("cells: need at least one speculative cell (chain, ddtree, mfd)")
-    plan = [("ar", None, 1)] + [(c.method, c.drafter, max(1, int(c.budget))) for c in spec]
+    plan = [("ar", None, 1, None)] + [(c.method, c.drafter, max(1, int(c.budget)), c.scorer) for c in spec]
     ids = [torch.as_tensor(np.asarray(p).reshape(-1)) for p in prompts]
     rounds = _decode_rounds(target, plan, ids, max_new_tokens, repeats, progress)
     if speed_out is not None:
@@ -131,22 +134,23 @@ def measure_round_profile(target, cells: list, prompts: list, max_new_tokens: in
 def _decode_rounds(target: TargetModel, plan: list[tuple], ids: list[torch.Tensor], max_new_tokens: int,
                    repeats: int, progress: bool, temperature: float = 0.0) -> list[list]:
     """Every round of ``repeats`` decodes (greedy, or sampled at ``temperature`` with fixed seeds)
-    of every prompt with every (method, drafter, budget) of ``plan``, cells interleaved per
-    prompt, after one short warm-up decode per cell."""
+    of every prompt with every (method, drafter, budget, scorer) of ``plan``, cells interleaved
+    per prompt, after one short warm-up decode per cell."""
     from tqdm.auto import tqdm
 
     kw = {"temperature": temperature} if temperature > 0 else {}
-    for method, drafter, budget in plan:  # warm-up: numba compiles, kernels are picked
+    for method, drafter, budget, scorer in plan:  # warm-up: numba compiles, kernels are picked
         speculative_generate(target, drafter, ids[0], min(4, max_new_tokens), method, budget=budget,
-                             metrics=False, eos_token_id=[], **kw)
+                             metrics=False, eos_token_id=[], scorer=scorer, **kw)
     rounds: list[list] = [[] for _ in plan]
     bar = tqdm(total=repeats * len(ids) * len(plan), desc="round profile" + (f" T={temperature:g}" if kw else ""),
                disable=not progress, leave=False)
     for r in range(repeats):
         for j, p in enumerate(ids):
-            for i, (method, drafter, budget) in enumerate(plan):
+            for i, (method, drafter, budget, scorer) in enumerate(plan):
                 res = speculative_generate(target, drafter, p, max_new_tokens, method, budget=budget,
-                                           metrics=False, eos_token_id=[], seed=9_000_011 + 1000 * j + r, **kw)
+                                           metrics=False, eos_token_id=[], scorer=scorer,
+                                           seed=9_000_011 + 1000 * j + r, **kw)
                 rounds[i].extend(res.steps)
                 bar.update(1)
     bar.close()
@@ -154,13 +158,13 @@ def _decode_rounds(target: TargetModel, plan: list[tuple], ids: list[torch.Tenso
 
 
 def _calibration_speed(plan: list[tuple], spec: list, rounds: list[list]) -> dict:
-    """{(method, drafter label, budget): speedup over ar} on the calibration decodes."""
+    """{cell_key(method, drafter label, budget, scorer): speedup over ar} on the calibration decodes."""
     def per_token(steps):
         return sum(s.t_step for s in steps) / max(1, sum(s.emitted for s in steps))
 
     ar_cost = per_token(rounds[0])
-    return {(method, c.drafter_label, budget): ar_cost / per_token(steps)
-            for (method, drafter, budget), c, steps in zip(plan[1:], spec, rounds[1:]) if steps}
+    return {cell_key(method, c.drafter_label, budget, scorer=scorer): ar_cost / per_token(steps)
+            for (method, drafter, budget, scorer), c, steps in zip(plan[1:], spec, rounds[1:]) if steps}
 
 
 def _ms(steps, key: str) -> float:
@@ -182,7 +186,7 @@ def _pooled_tables(plan: list[tuple], rounds: list[list], sampled: list[list] | 
     by_k: dict[int, list] = {}
     by_mk: dict[tuple[str, int], dict[int, list]] = {}
     hot_mk: dict[tuple[str, int], dict[int, list]] = {}
-    for i, ((method, drafter, budget), steps) in enumerate(zip(plan[1:], rounds[1:]), start=1):
+    for i, ((method, drafter, budget, _), steps) in enumerate(zip(plan[1:], rounds[1:]), start=1):
         steps = [s for s in steps if s.tree_size]
         K = int(drafter.num_modes)
         by_n.setdefault(budget, []).extend(steps)
