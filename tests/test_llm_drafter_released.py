@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from llm_helpers import hf_greedy, tiny_qwen3  # noqa: E402
+from llm_helpers import hf_greedy, tiny_hybrid, tiny_qwen3  # noqa: E402
 from released_helpers import INDEX, rename_tensors, write_released  # noqa: E402
 
 from mfd_theory.llm.decoding.generate import speculative_generate  # noqa: E402
@@ -81,6 +81,22 @@ def test_a_released_checkpoint_decodes_losslessly(target, tmp_path, method, dtyp
     prompt = [5, 17, 33, 2, 9]
     res = speculative_generate(TargetModel(target), drafter, prompt, 24, method, budget=12)
     assert res.tokens == hf_greedy(target, prompt, 24)
+
+
+@pytest.mark.parametrize("method", ["ddtree", "mfd"])
+def test_a_released_checkpoint_on_a_hybrid_target_decodes_losslessly(tmp_path, method):
+    """As MFD-Qwen3.5-4B: the drafter of a Gated DeltaNet hybrid, every other hidden layer read."""
+    hybrid = tiny_hybrid(seed=4)
+    n = hybrid.config.num_hidden_layers
+    d = build_drafter(hybrid, block_size=5, num_layers=2, num_modes=K, seed=3, target_layer_ids=list(range(0, n, 2)))
+    with torch.no_grad():
+        d.mode_embed.normal_(0, 0.5, generator=torch.Generator().manual_seed(3))
+    write_released(d, tmp_path, shard_bytes=20_000)
+    drafter, notes = _load_quiet(tmp_path, hybrid)
+    assert drafter.num_modes == K and not drafter.gate_used and notes
+    prompt = [3, 8, 21, 40, 11]
+    res = speculative_generate(TargetModel(hybrid), drafter, prompt, 20, method, budget=12)
+    assert res.tokens == hf_greedy(hybrid, prompt, 20)
 
 
 def test_a_released_checkpoint_round_trips_with_its_own_gate(target, tmp_path):
