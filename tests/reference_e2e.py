@@ -33,6 +33,31 @@ def block_loss_mixture(log_pi, log_q, labels, weights):
     return total / B / float(weights.sum())
 
 
+def block_loss_wta(log_pi, log_q, labels, weights, eps):
+    """Relaxed winner-take-all: per block, the mode k* with the largest sum_i w_i log q_{k,i}(x_i)
+    (the first such k on ties) is weighted 1 - eps and each other mode eps / (K - 1); plus
+    -log pi_{k*}. Batch mean, over sum_i w_i. Returns (loss, winners)."""
+    B, K, L, _ = log_q.shape
+    total, winners = 0.0, []
+    for b in range(B):
+        scores = []
+        for k in range(K):
+            s = 0.0
+            for i in range(L):
+                s += float(weights[i]) * float(log_q[b, k, i, labels[b, i]])
+            scores.append(s)
+        best = 0
+        for k in range(1, K):
+            if scores[k] > scores[best]:
+                best = k
+        winners.append(best)
+        for k in range(K):
+            share = (1.0 - eps if k == best else eps / (K - 1)) if K > 1 else 1.0
+            total -= share * scores[k]
+        total -= float(log_pi[b, best])
+    return total / B / float(weights.sum()), winners
+
+
 def left_align(ctx, t):
     """Row b: zeros then ctx[b, :t[b]], right-aligned to length max(t)."""
     B, _, H = ctx.shape

@@ -52,3 +52,23 @@ def test_bench_draft_bad_input(tmp_path, capsys, argv, msg):
     assert cli_main(["bench", "draft", "--out", str(tmp_path), *argv]) == 2
     assert msg in capsys.readouterr().err
     assert not list(tmp_path.glob("bench_draft*.json"))
+
+
+def test_bench_draft_puts_every_k_beside_k1_and_the_target_on_k4(tmp_path):
+    cfg = BenchDraftConfig(preset="micro", block_size=4, contexts="8,40", modes="1,2,4,8", new_rows=2, rounds=1,
+                           verify_nodes=4, repeats=1)
+    res = run(cfg, out_dir=tmp_path, progress=False)
+    ratios = res.data["ratios"]
+    for k in (2, 4, 8):
+        for path in ("before", "after", "folded"):
+            assert f"{path}: K={k} T=40 / K=1 T=40" in ratios
+    printed = report(res)
+    assert "after / K = 1 at T = 40 (median): K = 2: " in printed and ", K = 8: " in printed
+    assert [ln.split()[1] for ln in printed.splitlines() if ln.rstrip().endswith("target <= 2.5")] == ["K=4"] * 3
+    text, changed, _ = render("<!-- report:bench-draft-micro -->\nold\n<!-- /report:bench-draft-micro -->\n", tmp_path)
+    assert changed == ["bench-draft-micro"]
+    for k in (2, 4, 8):
+        label = f"| T = 40: K = {k} / K = 1{' (target <= 2.5)' if k == 4 else ''} |"
+        assert label in text
+        after = ratios[f"after: K={k} T=40 / K=1 T=40"][0]
+        assert f"{after:.2f} / {after:.2f} / {after:.2f} |" in text

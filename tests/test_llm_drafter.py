@@ -38,7 +38,7 @@ def test_parameters_exclude_the_targets_embeddings_and_head(target):
     assert d.target_layer_ids == default_target_layer_ids(4, 2)
     m = build_drafter(target, block_size=4, num_layers=2, num_modes=3)
     assert isinstance(m, MFDDrafter) and m.num_modes == 3
-    assert set(dict(m.named_parameters())) - names == {"mode_embeddings", "weight_readout"}
+    assert set(dict(m.named_parameters())) - names == {"mode_embed", "mode_gate"}
 
 
 def test_default_layer_ids():
@@ -98,7 +98,7 @@ def test_mfd_with_one_mode_equals_the_block_drafter(target):
     d = build_drafter(target, block_size=5, num_layers=2, seed=4)
     m = MFDDrafter(d.config, target, num_modes=1)
     missing, unexpected = m.load_state_dict(d.state_dict(), strict=False)
-    assert set(missing) == {"mode_embeddings", "weight_readout"} and not unexpected
+    assert set(missing) == {"mode_embed", "mode_gate"} and not unexpected
     feats = d.fuse_hidden(_ctx(target))
     block = torch.tensor([[9, 63, 63, 63, 63]])
     log_pi, log_q = m.train_forward(feats, block)

@@ -36,7 +36,12 @@ class TrainDrafterConfig(TargetOptions):
     blocks_per_seq: int = opt(4, "training blocks drawn per sequence", ge=1)
     lr: float = opt(6e-4, "peak learning rate (cosine schedule)", gt=0)
     warmup: int | None = opt(None, "warm-up steps", unset="steps // 20", ge=0)
-    balance: float = opt(0.1, "MFD load-balancing weight", ge=0)
+    balance: float = opt(0.1, "MFD load-balancing weight (the mixture objective's)", ge=0)
+    objective: str = opt("mixture", "K > 1: mixture (the mixture likelihood, which trains pi) or wta (each block "
+                                    "trains the mode that explains it best, the rule a best-mode tree ranks by; pi "
+                                    "learns which mode wins)", choices=("mixture", "wta"))
+    wta_eps: float = opt(0.05, "with --objective wta: share of each block spread over the modes that lost it "
+                               "(0 lets a mode that never wins die)", ge=0, lt=1)
     ckpt_every: int = opt(100, "steps between checkpoints", ge=1)
     init_from: str | None = opt(None, "start from this DFlash checkpoint directory", unset="a new drafter")
     mask_token_id: int | None = opt(None, "the drafter's mask token id",

@@ -42,7 +42,8 @@ def train(config, data, out_dir, progress: bool = True) -> list[dict]:
             block_size=int(drafter.block_size), num_layers=len(drafter.layers), num_modes=K,
             batch_size=config.batch_size, blocks_per_seq=config.blocks_per_seq, steps=config.steps, lr=config.lr,
             warmup=config.warmup if config.warmup is not None else max(1, config.steps // 20),
-            balance=config.balance, ckpt_every=config.ckpt_every, seed=config.seed, grad_accum=config.grad_accum)
+            balance=config.balance, ckpt_every=config.ckpt_every, seed=config.seed, grad_accum=config.grad_accum,
+            objective=config.objective, wta_eps=config.wta_eps)
         extra = {"kind": config.kind, "rank": getattr(drafter, "correction_rank", None),
                  "init_from": None if config.init_from is None else str(Path(config.init_from).resolve()),
                  "mode_noise": config.mode_noise if config.init_from is not None and K > 1 else None}
@@ -98,12 +99,12 @@ def _from_checkpoint(config, target):
                              ("--layers", len(drafter.layers), config.layers)):
         if want is not None and want != mine:
             raise ValueError(f"{name}: {want} differs from the --init-from checkpoint's {mine}")
-    if K > 1 and config.mode_noise > 0 and not drafter.mode_embeddings.detach().abs().sum():
+    if K > 1 and config.mode_noise > 0 and not drafter.mode_embed.detach().abs().sum():
         # Break the tie between identical modes (see --mode-noise), seeded: same on every rank.
         rms = float(target.get_input_embeddings().weight.float().pow(2).mean().sqrt())
         g = torch.Generator().manual_seed(config.seed)
-        noise = torch.randn(drafter.mode_embeddings.shape, generator=g) * config.mode_noise * rms
-        drafter.mode_embeddings.data.copy_(noise.to(drafter.mode_embeddings))
+        noise = torch.randn(drafter.mode_embed.shape, generator=g) * config.mode_noise * rms
+        drafter.mode_embed.data.copy_(noise.to(drafter.mode_embed))
     return drafter
 
 

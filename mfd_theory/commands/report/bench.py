@@ -84,6 +84,8 @@ def bench_draft(results: Results) -> str:
     """``mfd bench draft`` at one preset shape: drafting-round ms before / after per (K, T) as the
     span over repeats, the two ratio targets as min / median / max, then the arithmetic floor and
     the target's verify path."""
+    from mfd_theory.commands.bench.bench_draft import target_modes
+
     d, c = results.main.data, results.main.config
     reps = d["repeats"]
     modes = sorted({int(x) for x in c["modes"].split(",") if x.strip()})
@@ -112,11 +114,12 @@ def bench_draft(results: Results) -> str:
             lines.append(f"| K = {k}, T = {t} | " + " | ".join(cell(p, k, t) for p in ("before", "folded", "after")) + " |")
     lines.append(f"| K = 1: T = {hi} / T = {lo} (target <= 3) | {three(f'before: K=1 T={hi} / K=1 T={lo}')} | - | "
                  f"{three(f'after: K=1 T={hi} / K=1 T={lo}')} |")
-    if kmax > 1:
-        lines.append(f"| T = {hi}: K = {kmax} / K = 1 (target <= 2.5) | "
-                     f"{three(f'before: K={kmax} T={hi} / K=1 T={hi}')} | "
-                     f"{three(f'folded: K={kmax} T={hi} / K=1 T={hi}')} | "
-                     f"{three(f'after: K={kmax} T={hi} / K=1 T={hi}')} |")
+    tk = target_modes(modes)
+    for k in (k for k in modes if k > 1):  # every K's cost at the longest context, beside K = 1
+        note = " (target <= 2.5)" if k == tk else ""
+        lines.append(f"| T = {hi}: K = {k} / K = 1{note} | "
+                     + " | ".join(three(f"{p}: K={k} T={hi} / K=1 T={hi}") if f"{p}: K={k} T={hi} / K=1 T={hi}" in ratios
+                                  else "-" for p in ("before", "folded", "after")) + " |")
     lines += ["", _verify_path(d, c, contexts, kmax)]
     return "\n".join(lines)
 

@@ -9,6 +9,8 @@ drafters"); checkpoint layout: docs/own-target.md; what decoding calls: ``protoc
 from __future__ import annotations
 
 import json
+import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,8 @@ _CONFIG_COPY_KEYS = (
 # Mask token of z-lab's published drafters, by the target tokenizer's vocabulary size.
 _PUBLISHED_MASK_IDS = {151936: 151669, 248320: 248070}
 _TARGET_ONLY_ROPE_KEYS = ("partial_rotary_factor", "mrope_section", "mrope_interleaved")
+#: the index of a sharded checkpoint (tensor name -> shard file), as Hugging Face writes it
+_INDEX = "model.safetensors.index.json"
 
 # Drafter kinds defined in other modules (the Domino drafter of mfd_theory.llm.models.domino), by their
 # ``kind`` and by their checkpoint ``architecture``. A BlockDrafter subclass that sets
@@ -50,6 +54,23 @@ def _registered(table: dict[str, type], name: str, what: str) -> type:
     if cls is None:  # only if mfd_theory.llm.models.domino failed to load
         raise ValueError(f"{what}: the module defining {name!r} drafters is not loaded")
     return cls
+
+
+def _shards(state: dict[str, torch.Tensor], max_bytes: int | None) -> list[list[str]]:
+    """Tensor names in save order, cut into consecutive shards of at most ``max_bytes`` each (a
+    tensor larger than that gets a shard of its own); one shard without a limit."""
+    if max_bytes is None:
+        return [list(state)]
+    shards: list[list[str]] = [[]]
+    size = 0
+    for name, v in state.items():
+        nbytes = v.numel() * v.element_size()
+        if shards[-1] and size + nbytes > max_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(name)
+        size += nbytes
+    return shards
 
 
 def default_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:
@@ -450,9 +471,18 @@ class BlockDrafter(nn.Module, DrafterBase):
         return self.draft_modes(new_ctx_feats, root_token)[1][0]
 
     # ------------------------------------------------------------------ checkpoints
-    def save_pretrained(self, directory) -> Path:
+    def save_pretrained(self, directory, *, dtype: torch.dtype | None = None,
+                        max_shard_size: int | None = None) -> Path:
+        """Write ``config.json`` and the weights (DFlash's names; ``mode_embed`` / ``mode_gate`` for
+        MFD) to ``directory``: one ``model.safetensors``, or with ``max_shard_size`` (bytes) shards
+        ``model-0000i-of-0000n.safetensors`` and the ``model.safetensors.index.json`` naming them,
+        as Hugging Face shards a checkpoint. ``dtype`` casts the floating-point weights (e.g.
+        ``torch.bfloat16``, as the released drafters are stored); default: as they are."""
         from safetensors.torch import save_file
 
+        if max_shard_size is not None and (isinstance(max_shard_size, bool) or not isinstance(max_shard_size, int)
+                                           or max_shard_size < 1):
+            raise ValueError(f"max_shard_size: must be a number of bytes >= 1, got {max_shard_size!r}")
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         cfg = self.config.to_dict()
@@ -470,7 +500,23 @@ class BlockDrafter(nn.Module, DrafterBase):
         cfg["target_fingerprint"] = target_fingerprint(self._target)
         state = {name: p.detach().contiguous().cpu() for name, p in self.state_dict().items()
                  if not name.startswith("rotary_emb.")}
-        save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
+        if dtype is not None:
+            state = {n: v.to(dtype) if v.is_floating_point() else v for n, v in state.items()}
+            cfg["dtype"] = str(dtype).replace("torch.", "")
+        for old in [directory / "model.safetensors", directory / _INDEX, *directory.glob("model-*-of-*.safetensors")]:
+            old.unlink(missing_ok=True)  # a save in another layout must not leave the reader an older file
+        shards = _shards(state, max_shard_size)
+        if len(shards) == 1:
+            save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
+        else:
+            weight_map = {}
+            for i, names in enumerate(shards):
+                fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+                save_file({n: state[n] for n in names}, str(directory / fname), metadata={"format": "pt"})
+                weight_map.update({n: fname for n in names})
+            total = sum(v.numel() * v.element_size() for v in state.values())
+            (directory / _INDEX).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map},
+                                                       indent=2) + "\n")
         (directory / "config.json").write_text(json.dumps(cfg, indent=2, default=str) + "\n")
         return directory
 
@@ -571,13 +617,23 @@ class BatchDraftContext:
 
 
 class MFDDrafter(BlockDrafter):
-    """Mixture drafter: the block drafter's backbone plus K mode embeddings and a weight readout.
+    """Mixture drafter: the block drafter's backbone plus K mode embeddings and a mode gate.
 
-    ``mode_embeddings`` [K, H] is added to every input embedding of the block (K copies of the
-    block run in one forward sharing the context keys/values); ``weight_readout`` [H] gives
-    ``log pi = log_softmax_k(weight_readout . mean_j h_{k,j})`` over each mode's final normalised
-    block states. With K = 1 (and a zero mode embedding) it is exactly the block drafter.
-    :meth:`train_forward` and :meth:`draft` return ``(log_pi, log_q)``."""
+    ``mode_embed`` [K, H] is added to every input embedding of the block (K copies of the block run
+    in one forward sharing the context keys/values); ``mode_gate`` [H] is a linear map from each
+    mode's mean final normalised block state to its logit, ``log pi = log_softmax_k(mode_gate .
+    mean_j h_{k,j})``. With K = 1 (and a zero mode embedding) it is exactly the block drafter.
+    :meth:`train_forward` and :meth:`draft` return ``(log_pi, log_q)``.
+
+    A checkpoint's gate of another shape (the released MFD drafters' linear gate, unused at
+    inference) is kept as it was read, under its own names, and not used: ``gate_used`` is then
+    False, ``gate_note`` says why, and the mixture weights are uniform (a best-mode tree needs
+    none). The names before ``mode_embed`` / ``mode_gate`` (``mode_embeddings`` /
+    ``weight_readout``) are still read, and still work as attributes. Layout and assumptions:
+    docs/own-target.md ("MFD checkpoints as released")."""
+
+    #: parameter names this class had before, and their names now (read in old checkpoints)
+    legacy_parameter_names = {"mode_embeddings": "mode_embed", "weight_readout": "mode_gate"}
 
     def __init__(self, config: Qwen3Config, target: Any, num_modes: int | None = None):
         super().__init__(config, target)
@@ -585,18 +641,47 @@ class MFDDrafter(BlockDrafter):
         if k < 1:
             raise ValueError(f"num_modes: must be >= 1, got {k}")
         self.num_modes = k
-        self.mode_embeddings = nn.Parameter(torch.zeros(k, config.hidden_size))  # [K, H]
-        self.weight_readout = nn.Parameter(torch.zeros(config.hidden_size))  # [H]
+        self.mode_embed = nn.Parameter(torch.zeros(k, config.hidden_size))  # [K, H]
+        self.mode_gate = nn.Parameter(torch.zeros(config.hidden_size))  # [H]
+        self.gate_used = True
+        self.gate_note = "mode_gate [H]: each mode's logit is mode_gate . its mean final block state"
+
+    @property
+    def mode_embeddings(self) -> nn.Parameter:
+        """``mode_embed`` under its former name."""
+        return self.mode_embed
+
+    @property
+    def weight_readout(self) -> torch.Tensor:
+        """``mode_gate`` under its former name."""
+        if not self.gate_used:
+            raise AttributeError("weight_readout: this drafter's mode_gate is a checkpoint's own, kept unused")
+        return self.mode_gate
+
+    def keep_foreign_gate(self, tensors: dict[str, torch.Tensor], why: str) -> None:
+        """Hold a checkpoint's gate tensors (names relative to ``mode_gate``, "" for the bare
+        name) as buffers under their own names, unused: the mixture weights become uniform."""
+        del self.mode_gate
+        if not tensors:
+            self.mode_gate = None
+        elif set(tensors) == {""}:
+            self.register_buffer("mode_gate", tensors[""].detach().clone())
+        else:
+            self.mode_gate = _buffer_tree(tensors)
+        self.gate_used = False
+        self.gate_note = why
 
     def _block_embeddings(self, block_ids):
         b, s = block_ids.shape
         emb = super()._block_embeddings(block_ids)  # [B, S, H]
-        emb = emb[:, None] + self.mode_embeddings[None, :, None, :].to(emb.dtype)  # [B, K, S, H]
+        emb = emb[:, None] + self.mode_embed[None, :, None, :].to(emb.dtype)  # [B, K, S, H]
         return emb.reshape(b * self.num_modes, s, -1)  # [B*K, S, H]
 
     def _readout(self, h, batch):
+        if not self.gate_used:  # uniform weights: a best-mode tree needs none, a mixture tree gets 1/K each
+            return h.new_full((batch, self.num_modes), -math.log(self.num_modes), dtype=torch.float32)
         pooled = h.float().mean(dim=1).view(batch, self.num_modes, -1)  # [B, K, H]
-        return torch.log_softmax(pooled @ self.weight_readout.float(), dim=-1)  # [B, K]
+        return torch.log_softmax(pooled @ self.mode_gate.float(), dim=-1)  # [B, K]
 
     def train_forward(self, ctx_feats, block_ids, ctx_valid=None):
         """(log_pi [B, K], log_q [B, K, block_size - 1, V])."""
@@ -604,6 +689,20 @@ class MFDDrafter(BlockDrafter):
 
     def draft(self, new_ctx_feats, root_token):
         return self.draft_modes(new_ctx_feats, root_token)
+
+
+def _buffer_tree(tensors: dict[str, torch.Tensor]) -> nn.Module:
+    """A module holding ``tensors`` (dotted names) as persistent buffers at those names."""
+    root = nn.Module()
+    for name, value in tensors.items():
+        *path, leaf = name.split(".")
+        mod = root
+        for part in path:
+            if not hasattr(mod, part):
+                mod.add_module(part, nn.Module())
+            mod = getattr(mod, part)
+        mod.register_buffer(leaf, value.detach().clone())
+    return root
 
 
 def _check_compatible(drafter: BlockDrafter, config, tcfg) -> None:
@@ -690,7 +789,7 @@ def build_drafter(target: Any, block_size: int, num_layers: int, num_modes: int 
     for name, p in drafter.named_parameters():
         if name.endswith("norm.weight"):
             continue
-        if name == "weight_readout":
+        if name == "mode_gate":  # zero: uniform mixture weights to start
             continue
         p.data.copy_(torch.randn(p.shape, generator=gen) * std)
     return drafter.to(device=param.device, dtype=param.dtype)
@@ -698,24 +797,28 @@ def build_drafter(target: Any, block_size: int, num_layers: int, num_modes: int 
 
 def load_drafter(directory, target: Any, dtype: torch.dtype | None = None) -> BlockDrafter:
     """Read config.json + safetensors (DFlash names) from ``directory``; MFD if it has mode tensors,
-    a Domino drafter (:mod:`mfd_theory.llm.models.domino`) if its architecture is ``DominoDraftModel``."""
-    from safetensors.torch import load_file
+    a Domino drafter (:mod:`mfd_theory.llm.models.domino`) if its architecture is ``DominoDraftModel``.
 
+    Weights: ``model.safetensors``, or the shards a ``model.safetensors.index.json`` names (as a
+    sharded Hugging Face save writes them), in any float dtype (the released drafters are bf16);
+    the drafter is cast to ``dtype`` (default: the target's). An MFD checkpoint holds ``mode_embed``
+    [K, H] (K is its first dimension; a ``num_modes`` in the config must agree) and a
+    ``mode_gate``: one of shape [H] (or [1, H], a linear map to one logit) is this package's
+    per-mode gate and sets the mixture weights; any other is kept unused, with a warning, and the
+    weights are uniform (``gate_used`` False). The names written before, ``mode_embeddings`` and
+    ``weight_readout``, are read as those. docs/own-target.md ("MFD checkpoints as released")."""
     directory = Path(directory)
     cfg_path = directory / "config.json"
     if not cfg_path.is_file():
         raise FileNotFoundError(f"directory: no config.json in {directory}")
     raw = json.loads(cfg_path.read_text())
     arch = (raw.get("architectures") or ["DFlashDraftModel"])[0]
-    if arch not in ("DFlashDraftModel", "MFDDraftModel", "DominoDraftModel"):
+    if arch not in ("DFlashDraftModel", "MFDDraftModel", "DominoDraftModel") and not isinstance(
+            raw.get("dflash_config"), dict):
         raise ValueError(f"directory: architecture {arch!r} is not a DFlash block drafter")
-    files = sorted(directory.glob("*.safetensors"))
-    if not files:
-        raise FileNotFoundError(f"directory: no .safetensors files in {directory}")
-    state: dict[str, torch.Tensor] = {}
-    for f in files:
-        state.update(load_file(str(f)))
+    state = _read_weights(directory)
     state = {k[len("model."):] if k.startswith("model.") else k: v for k, v in state.items()}
+    state = {MFDDrafter.legacy_parameter_names.get(k, k): v for k, v in state.items()}
     block_size = raw.get("block_size", (raw.get("dflash_config") or {}).get("block_size", 16))
     cfg = Qwen3Config(**{k: v for k, v in raw.items() if k not in ("architectures", "target_fingerprint")})
     cfg.block_size = int(block_size)
@@ -723,12 +826,13 @@ def load_drafter(directory, target: Any, dtype: torch.dtype | None = None) -> Bl
     if "num_target_layers" in raw:
         cfg.num_target_layers = raw["num_target_layers"]
     hf = _hf_model(target)
-    num_modes = int(cfg.dflash_config.get("num_modes", 1))
+    gate_note = None
     if arch == "DominoDraftModel":
         drafter: BlockDrafter = _registered(_ARCH_CLASSES, arch, "directory")(cfg, hf)
-    elif "mode_embeddings" in state:
-        num_modes = state["mode_embeddings"].shape[0]
+    elif "mode_embed" in state:
+        num_modes = _checked_num_modes(state["mode_embed"], raw, cfg.hidden_size)
         drafter = MFDDrafter(cfg, hf, num_modes)
+        gate_note = _take_gate(drafter, state, cfg.hidden_size)
     else:
         drafter = BlockDrafter(cfg, hf)
     state = {k: v for k, v in state.items() if not k.startswith("rotary_emb.")}
@@ -738,8 +842,73 @@ def load_drafter(directory, target: Any, dtype: torch.dtype | None = None) -> Bl
         raise ValueError(f"directory: checkpoint does not match DFlash's layout (missing {missing}, "
                          f"unexpected {unexpected})")
     _check_fingerprint(directory, raw, hf)
+    if gate_note is not None:
+        warnings.warn(f"{directory}: {gate_note}", stacklevel=2)
     param = next(hf.parameters())
     return drafter.to(device=param.device, dtype=dtype or param.dtype)
+
+
+def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of ``directory``'s checkpoint: the shards its index names (each checked to hold
+    what the index says), else ``model.safetensors``, else every ``*.safetensors`` file there."""
+    from safetensors.torch import load_file
+
+    index = directory / _INDEX
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"directory: unreadable {index}: {exc}") from exc
+        state: dict[str, torch.Tensor] = {}
+        for shard in sorted(set(weight_map.values())):
+            if not (directory / shard).is_file():
+                raise FileNotFoundError(f"directory: {index.name} names {shard}, which is not in {directory}")
+            state.update(load_file(str(directory / shard)))
+        absent = sorted(set(weight_map) - set(state))
+        if absent:
+            raise ValueError(f"directory: {index.name} lists tensors its shards do not hold: {absent[:4]}")
+        return state
+    single = directory / "model.safetensors"
+    files = [single] if single.is_file() else sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"directory: no .safetensors files in {directory}")
+    state = {}
+    for f in files:
+        state.update(load_file(str(f)))
+    return state
+
+
+def _checked_num_modes(mode_embed: torch.Tensor, raw: dict, hidden: int) -> int:
+    """K from ``mode_embed`` [K, H]; a ``num_modes`` the config records (in ``dflash_config`` or at
+    the top level) must be the same K."""
+    if mode_embed.dim() != 2 or mode_embed.shape[1] != hidden:
+        raise ValueError(f"directory: mode_embed has shape {list(mode_embed.shape)}, expected [K, {hidden}]")
+    k = int(mode_embed.shape[0])
+    for where, cfg in (("dflash_config.num_modes", raw.get("dflash_config") or {}), ("num_modes", raw)):
+        if "num_modes" in cfg and int(cfg["num_modes"]) != k:
+            raise ValueError(f"directory: config.json's {where} is {cfg['num_modes']}, mode_embed holds {k} modes")
+    return k
+
+
+def _take_gate(drafter: MFDDrafter, state: dict, hidden: int) -> str | None:
+    """Move the checkpoint's gate into ``state`` as this drafter's ``mode_gate`` [H] when its shape
+    is that map's ([H], or [1, H] without a bias); otherwise keep it on the drafter unused. Returns
+    a note to warn with, or None when the gate is this package's own."""
+    names = [k for k in state if k == "mode_gate" or k.startswith("mode_gate.")]
+    if not names:
+        drafter.keep_foreign_gate({}, "no mode_gate stored: uniform mixture weights")
+        return f"no mode_gate in the checkpoint: the {drafter.num_modes} modes get uniform mixture weights"
+    gate = {k[len("mode_gate."):] if k != "mode_gate" else "": state.pop(k) for k in names}
+    if set(gate) in ({""}, {"weight"}) and tuple(next(iter(gate.values())).shape) in ((hidden,), (1, hidden)):
+        state["mode_gate"] = next(iter(gate.values())).reshape(hidden)
+        return None
+    shapes = ", ".join(f"mode_gate{'.' + k if k else ''} {list(v.shape)}" for k, v in sorted(gate.items()))
+    why = (f"{shapes} is not this package's per-mode gate (mode_gate [{hidden}]); kept with the weights but "
+           "unused, so the modes get uniform mixture weights (a best-mode tree uses none)")
+    drafter.keep_foreign_gate(gate, why)
+    for k, v in gate.items():  # back in the state under their own names, so the strict load checks them
+        state["mode_gate" + ("." + k if k else "")] = v
+    return why
 
 
 def _check_fingerprint(directory: Path, raw: dict, hf) -> None:
@@ -790,7 +959,7 @@ def drafter_from_checkpoint(directory, target: Any, num_modes: int = 1) -> Block
     """A drafter with ``num_modes`` modes initialised from a DFlash checkpoint in ``directory``.
 
     For ``num_modes`` > 1 the checkpoint's backbone is copied into an MFD drafter whose mode
-    embeddings and weight readout are zero: every mode is then the checkpoint's block drafter and
+    embeddings and gate are zero: every mode is then the checkpoint's block drafter and
     the mixture weights are uniform, so it drafts exactly the checkpoint's distributions.
     A checkpoint that already has modes must have ``num_modes`` of them.
     """
@@ -812,7 +981,7 @@ def drafter_from_checkpoint(directory, target: Any, num_modes: int = 1) -> Block
     drafter = MFDDrafter(cfg, hf, k)
     state = {n: v for n, v in base.state_dict().items() if not n.startswith("rotary_emb.")}
     missing, unexpected = drafter.load_state_dict(state, strict=False)
-    left = [m for m in missing if not m.startswith("rotary_emb.") and m not in ("mode_embeddings", "weight_readout")]
+    left = [m for m in missing if not m.startswith("rotary_emb.") and m not in ("mode_embed", "mode_gate")]
     if left or unexpected:
         raise ValueError(f"directory: checkpoint in {directory} does not fit an MFD drafter ({left}, {unexpected})")
     param = next(base.parameters())

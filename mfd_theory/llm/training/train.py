@@ -2,8 +2,8 @@
 
 One resumable loop, :func:`run_training` (batches a function of (seed, step), checkpoints swapped in
 through a temporary directory, the run's config recorded and checked), trains them all; drafters
-learn DFlash's weighted cross-entropy (K = 1) or the exact mixture likelihood with a load-balancing
-penalty (K > 1), :func:`block_loss`. Design: docs/own-target.md (``mfd train-drafter``), docs/results.md.
+learn DFlash's weighted cross-entropy (K = 1) or, for K > 1, the exact mixture likelihood with a
+load-balancing penalty or a relaxed winner-take-all objective, :func:`block_loss`. Design: docs/own-target.md (``mfd train-drafter``), docs/results.md.
 """
 
 from __future__ import annotations
@@ -19,15 +19,17 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from mfd_theory.llm.models.fingerprint import hf_model as _hf_model, target_fingerprint
 from mfd_theory.results import atomic_write_text
-from mfd_theory.validation import check_int, check_real
+from mfd_theory.validation import check_choice, check_int, check_real
 
 __all__ = [
     "LMConfig",
     "LMTrainConfig",
     "DrafterTrainConfig",
+    "OBJECTIVES",
     "config_hash",
     "run_training",
     "train_lm",
@@ -85,16 +87,39 @@ class DrafterTrainConfig:
     lr: float = 3e-3
     warmup: int = 20
     gamma: float | None = None      # position-weight decay; None: DFlash's choice for the block size
-    balance: float = 0.1            # MFD load-balancing weight (0 disables)
+    balance: float = 0.1            # MFD load-balancing weight of the mixture objective (0 disables)
     ckpt_every: int = 100
     seed: int = 0
     grad_accum: int = 1             # micro-batches of batch_size sequences per optimizer step
+    objective: str = "mixture"      # K > 1: "mixture" likelihood, or "wta" (each block trains its best mode)
+    wta_eps: float = 0.05           # wta: share of every block spread over the modes that lost it
+
+    def __post_init__(self):
+        check_choice("objective", self.objective, OBJECTIVES)
+        check_real("wta_eps", self.wta_eps, 0, 1, high_open=True)
+
+    def recorded(self) -> dict:
+        """The fields as a run records (and :func:`config_hash` hashes) them: the WTA fields only
+        when ``objective`` is "wta", so a mixture run records what it recorded before they existed."""
+        out = dataclasses.asdict(self)
+        if self.objective == "mixture":
+            del out["objective"], out["wta_eps"]
+        return out
+
+
+#: the drafter training objectives for K > 1 (:func:`block_loss`)
+OBJECTIVES = ("mixture", "wta")
+
+
+def _recorded(part: Any) -> Any:
+    if hasattr(part, "recorded"):
+        return part.recorded()
+    return dataclasses.asdict(part) if dataclasses.is_dataclass(part) else part
 
 
 def config_hash(*parts: Any) -> str:
     """Short stable hash of JSON-able parts, used to name cache directories."""
-    blob = json.dumps([dataclasses.asdict(p) if dataclasses.is_dataclass(p) else p for p in parts],
-                      sort_keys=True, default=str)
+    blob = json.dumps([_recorded(p) for p in parts], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
 
@@ -149,6 +174,8 @@ def _read_state_dir(run_dir: Path, model, optimizer) -> tuple[int, list]:
             opt_state = torch.load(d / "optimizer.pt", weights_only=False, map_location="cpu")
         except Exception as exc:  # noqa: BLE001 - any unreadable file means a corrupt checkpoint
             raise ValueError(f"run_dir: corrupt training checkpoint in {d}: {exc}") from exc
+        renamed = getattr(model, "legacy_parameter_names", {})  # a checkpoint written before a rename
+        weights = {renamed.get(n, n): v for n, v in weights.items()}
         expected = {n for n, p in model.named_parameters() if p.requires_grad}
         if set(weights) != expected:
             raise ValueError(
@@ -511,17 +538,22 @@ def position_weights(n: int, gamma: float) -> torch.Tensor:
     return torch.exp(-torch.arange(n, dtype=torch.float32) / gamma)
 
 
-def block_loss(out, labels: torch.Tensor, weights: torch.Tensor, balance: float = 0.0):
+def block_loss(out, labels: torch.Tensor, weights: torch.Tensor, balance: float = 0.0, objective: str = "mixture",
+               wta_eps: float = 0.05):
     """Loss of a drafter's training output against the target's block ``labels`` [B, L].
 
     ``out`` is log-probs [B, L, V] (product drafter: weighted per-position cross-entropy) or
-    ``(log_pi [B, K], log_q [B, K, L, V])`` (MFD: weighted mixture negative log-likelihood plus
-    ``balance * KL(uniform || mean responsibility)``). Both are normalised by ``sum(weights)`` so
-    the numbers are per weighted position and comparable across K. Returns (loss, logs).
+    ``(log_pi [B, K], log_q [B, K, L, V])`` (MFD). ``objective`` "mixture": the weighted mixture
+    negative log-likelihood plus ``balance * KL(uniform || mean responsibility)``; "wta" (winner
+    take all, for best-mode trees): each block trains the mode whose weighted log-likelihood of it
+    is highest, with a share ``wta_eps`` of the block spread evenly over the other modes (the
+    guard against modes that never win), and pi learns which mode won (cross-entropy); ``balance``
+    is the mixture's only. All are normalised by ``sum(weights)`` so the numbers are per weighted
+    position and comparable across K and objectives. Returns (loss, logs).
     """
-    # MFD: the exact log-sum-exp, whose gradient pulls each mode by its posterior responsibility
-    # (EM's), rather than the min over modes: winner-take-all starves the modes that lose early,
-    # the classic route to dead modes; the balance term guards against collapse as well.
+    # mixture: the exact log-sum-exp, whose gradient pulls each mode by its posterior responsibility
+    # (EM's); plain winner-take-all starves the modes that lose early (the classic route to dead
+    # modes), hence the balance term here and the eps-share in "wta".
     wsum = weights.sum()
     if isinstance(out, torch.Tensor):
         ll = out.gather(-1, labels.unsqueeze(-1)).squeeze(-1)          # [B, L]
@@ -532,6 +564,9 @@ def block_loss(out, labels: torch.Tensor, weights: torch.Tensor, balance: float 
     K = log_q.shape[1]
     idx = labels[:, None, :, None].expand(-1, K, -1, 1)                # [B, K, L, 1]
     ll = log_q.gather(-1, idx).squeeze(-1)                             # [B, K, L]
+    if objective == "wta":
+        return _wta_loss(log_pi, (ll * weights).sum(-1), wsum, wta_eps)
+    check_choice("objective", objective, OBJECTIVES)
     joint = log_pi + (ll * weights).sum(-1)                            # [B, K]
     nll = -torch.logsumexp(joint, -1).mean() / wsum
     resp = torch.softmax(joint, -1)                                    # [B, K] posterior per block
@@ -541,6 +576,26 @@ def block_loss(out, labels: torch.Tensor, weights: torch.Tensor, balance: float 
     logs = {"nll": float(nll.detach()), "kl_usage": float(kl.detach())}
     for k in range(K):
         logs[f"usage{k}"] = float(usage[k].detach())
+    return loss, logs
+
+
+def _wta_loss(log_pi: torch.Tensor, block_ll: torch.Tensor, wsum: torch.Tensor, eps: float):
+    """Relaxed winner-take-all over ``block_ll`` [B, K] (each mode's weighted log-likelihood of
+    each block): the winner (first on ties) weighted 1 - eps, every other mode eps / (K - 1)."""
+    K = block_ll.shape[1]
+    win = block_ll.detach().argmax(-1)                                 # [B] best mode, pi left out as at inference
+    assign = F.one_hot(win, K).to(block_ll.dtype)                      # [B, K]
+    if K > 1:
+        assign = assign * (1.0 - eps) + (1.0 - assign) * (eps / (K - 1))
+    fit = -(assign * block_ll).sum(-1).mean() / wsum
+    gate = -log_pi.gather(1, win[:, None]).mean() / wsum               # pi learns which mode wins
+    loss = fit + gate
+    best = -block_ll.gather(1, win[:, None]).mean() / wsum             # the best mode's nll alone
+    mixture = -torch.logsumexp(log_pi + block_ll, -1).mean() / wsum     # for comparison with "mixture"
+    logs = {"nll": float(best.detach()), "nll_mixture": float(mixture.detach()), "gate_ce": float(gate.detach())}
+    usage = torch.bincount(win, minlength=K).to(torch.float32) / len(win)  # [K] share of blocks won
+    for k in range(K):
+        logs[f"usage{k}"] = float(usage[k])
     return loss, logs
 
 
@@ -651,8 +706,8 @@ def train_drafter(
     weights = position_weights(bs - 1, gamma).to(next(hf.parameters()).device)  # [L]
     fp = target_fingerprint(target)
     batches = _BlockBatches(seqs, plens, bs, config, dist.rank if dist is not None else 0, world)
-    loss_fn = _drafter_loss(hf, drafter, batches, weights, config.balance, dist)
-    run_cfg = {"kind": "drafter", "train": dataclasses.asdict(config), "target": fp, **data_desc,
+    loss_fn = _drafter_loss(hf, drafter, batches, weights, config, dist)
+    run_cfg = {"kind": "drafter", "train": config.recorded(), "target": fp, **data_desc,
                **(extra_config or {})}
     curve = run_training(
         run_dir, drafter, loss_fn, steps=config.steps, lr=config.lr, warmup=config.warmup,
@@ -704,7 +759,7 @@ class _BlockBatches:
         return ids_np, t_np
 
 
-def _drafter_loss(hf, drafter, batches: _BlockBatches, weights: torch.Tensor, balance: float, dist):
+def _drafter_loss(hf, drafter, batches: _BlockBatches, weights: torch.Tensor, config: DrafterTrainConfig, dist):
     """``loss_fn(step, micro)`` for :func:`run_training`: the block of each start t is [x_t, MASK...],
     its labels the target's next block_size - 1 tokens, its context the frozen target's hidden
     states of positions < t. Under torchrun the drafter runs wrapped in DistributedDataParallel."""
@@ -732,7 +787,7 @@ def _drafter_loss(hf, drafter, batches: _BlockBatches, weights: torch.Tensor, ba
         block_ids = torch.full_like(block_tokens, mask_id)
         block_ids[:, 0] = block_tokens[:, 0]
         out = step_module(hs, t, block_ids, nb, block_tokens if teacher_forced else None)
-        return block_loss(out, block_tokens[:, 1:], weights, balance)
+        return block_loss(out, block_tokens[:, 1:], weights, config.balance, config.objective, config.wta_eps)
 
     return loss_fn
 
