@@ -61,9 +61,20 @@ def test_micro_preset_writes_the_table(micro):
     assert len(list((out / "cache").glob("drafter-dartree-*/drafter/config.json"))) == cfg.replicates == 2
     rep = res["data"]["replicated"]
     assert rep["runs"] == 2 and rep["drafter_seeds"] == [0, 1] and rep["comparisons"]
+    sides = {"against_product": ({"mfd-k2", "dartree"}, {"product"}), "scorer": ({"mfd-k2"}, {"mfd-k2"}),
+             "objective": ({"mfd-k2-wta"}, {"mfd-k2"})}
+    assert {c["question"] for c in rep["comparisons"]} == set(sides)
     for c in rep["comparisons"]:
         assert c["tau_cmp"]["model"] == "runs" and c["tau_cmp"]["n_runs"] == 2 and len(c["tau_runs"]) == 2
-        assert c["b"]["drafter"] == "product" and c["a"]["drafter"] in ("mfd-k2", "dartree")
+        a, b = sides[c["question"]]
+        assert c["a"]["drafter"] in a and c["b"]["drafter"] in b
+        # one family per question and temperature
+        assert c["family"] == sum(1 for x in rep["comparisons"] if (x["question"], x["temperature"])
+                                  == (c["question"], c["temperature"]))
+        if c["question"] == "scorer":
+            assert (c["a"]["scorer"], c["b"]["scorer"]) == ("best_mode", "mixture")
+        if c["question"] == "objective":
+            assert c["a"]["scorer"] == c["b"]["scorer"]
     # calibration on held-out prompts, none of them evaluated
     cal = {p["sha256"] for p in res["data"]["calibration_prompts"]}
     assert cal and not cal & {p["sha256"] for p in res["data"]["evaluation_prompts"]}
@@ -102,28 +113,31 @@ def test_micro_rows_carry_predicted_speedups(micro):
                                                                                  "commit"}
     check = data["speedup_check"]
     assert check["n_rows"] == len(spec) and check["theory"]["n"] == len(spec)
-    assert len(check["best_budget"]) == 8  # (product ddtree, k2 ddtree, k2 mfd, dartree) x 2 temperatures
+    # (product ddtree, k2 ddtree, k2 mfd x 2 scorers, k2-wta mfd x 2 scorers, dartree) x 2 temperatures
+    assert len(check["best_budget"]) == 14
     # the theory's own budget choices, made before decoding, and their decoded cells
     choices = data["budget_choice"]
-    # (product ddtree, k2 mfd, dartree) x 2 temperatures: no choice for the ablation (ddtree on k2)
-    assert len(choices) == 6 and all(1 <= c["budget"] <= max(preset_config("micro").budgets) for c in choices)
+    # (product ddtree, k2 mfd x 2 scorers, k2-wta mfd x 2 scorers, dartree) x 2 temperatures: no choice for
+    # the ablation (ddtree on k2)
+    assert len(choices) == 12 and all(1 <= c["budget"] <= max(preset_config("micro").budgets) for c in choices)
     assert not any(c["method"] == "ddtree" and c["K"] > 1 for c in choices)
     chosen = data["chosen_budget_rows"]
     assert not any(r["method"] == "ddtree" and r["K"] > 1 for r in chosen)
     per_round = [r for r in chosen if r["per_round_budget"]]
     # no per-round cut for dartree: its tree is grown depth by depth, not best first
-    assert len(per_round) == 4 and all(r["drafter"].endswith("/per-round") for r in per_round)
+    assert len(per_round) == 10 and all(r["drafter"].endswith("/per-round") for r in per_round)
     assert not any(r["method"] == "dartree" for r in per_round)
     assert all(1 <= r["mean_tree_size"] <= r["budget"] for r in per_round)
     for r in chosen:
         assert isinstance(r["speedup_from_insample_coverage"], float) and r["tau"] >= 1.0, r
         if r["temperature"] == 0:
             assert r["matches_ar"], r
-    grid = {(r["method"], r["drafter"], r["budget"]) for r in data["rows"]}
-    assert not any((r["method"], r["drafter"], r["budget"]) in grid for r in chosen)
+    grid = {(r["method"], r["drafter"], r["budget"], r.get("scorer")) for r in data["rows"]}
+    assert not any((r["method"], r["drafter"], r["budget"], r.get("scorer")) in grid for r in chosen)
     # a fixed chosen budget is decoded at the temperature(s) it was chosen for, and only there
-    picked = {(c["temperature"], c["method"], c["drafter"], c["budget"]) for c in choices}
-    fixed = {(r["temperature"], r["method"], r["drafter"], r["budget"]) for r in chosen if not r["per_round_budget"]}
+    picked = {(c["temperature"], c["method"], c["drafter"], c["budget"], c.get("scorer")) for c in choices}
+    fixed = {(r["temperature"], r["method"], r["drafter"], r["budget"], r.get("scorer")) for r in chosen
+             if not r["per_round_budget"]}
     assert fixed == {p for p in picked if p[1:] not in grid}
 
 
@@ -145,9 +159,10 @@ def test_micro_predictions_are_written_before_the_evaluation_and_checked_after(m
     spec_cells = [c for c in pred["cells"] if c["method"] != "ar"]
     assert chk["n_cells"] == len(spec_cells) > 0
     for c in chk["cells"]:  # every cell's numbers are the ones written before decoding
-        p = next(x for x in spec_cells if (x["method"], x["drafter"], x["budget"], x["temperature"],
-                                           x["per_round_budget"]) == (c["method"], c["drafter"], c["budget"],
-                                                                      c["temperature"], c["per_round_budget"]))
+        p = next(x for x in spec_cells if (x["method"], x.get("scorer"), x["drafter"], x["budget"], x["temperature"],
+                                           x["per_round_budget"]) == (c["method"], c.get("scorer"), c["drafter"],
+                                                                      c["budget"], c["temperature"],
+                                                                      c["per_round_budget"]))
         assert c["predicted_tau"] == p["predicted_tau"] and c["predicted_speedup"] == p["predicted_speedup"]
         assert p["predicted_speedup_lo"] <= p["predicted_speedup"] <= p["predicted_speedup_hi"]
     # a prediction equal to the measurement in every greedy cell would mean it was computed from it

@@ -70,6 +70,14 @@ class E2EConfig(Checked):
     blocks_per_seq: int = opt(4, "training blocks drawn per sequence", ge=1)
     drafter_lr: float = opt(3e-3, "drafter learning rate", gt=0)
     modes: tuple[int, ...] = opt((2, 4), "MFD drafter modes K (each >= 2)", ge=2)
+    scorers: tuple[str, ...] = opt(("mixture", "best_mode"), "how mfd ranks a tree's prefixes, each a cell of its "
+                                   "own: mixture (sum_k pi_k Q_k) and / or best_mode (max_k Q_k, the released MFD "
+                                   "drafters' rule)", choices=("mixture", "best_mode"))
+    wta_modes: tuple[int, ...] = opt((), "K of MFD drafters also trained with the winner-take-all objective (each "
+                                     "block trains its best mode; label mfd-k<K>-wta), decoded with every scorer and "
+                                     "compared with the mixture objective's drafter of the same K", ge=2, empty=True)
+    wta_eps: float = opt(0.05, "winner-take-all objective: share of every block spread over the modes that lost it",
+                         ge=0, lt=1)
     dartree: bool = opt(True, "also train a DARTree (Domino) drafter the same way and decode it with method dartree")
     dartree_rank: int = opt(32, "width (rank) of the Domino drafter's GRU path correction", ge=1)
     balance: float = opt(0.1, "load-balancing penalty of the MFD drafters", ge=0)
@@ -102,6 +110,10 @@ class E2EConfig(Checked):
             raise ValueError(f"--target-kv-heads: must divide --target-heads ({self.target_heads}), "
                              f"got {self.target_kv_heads}")
         check_device("--device", self.device)
+        stray = sorted(set(self.wta_modes) - set(self.modes))
+        if stray:
+            raise ValueError(f"--wta-modes: {stray} not among --modes {list(self.modes)} (each winner-take-all "
+                             "drafter is compared with the mixture objective's drafter of the same K)")
         if self.replicates > 1 and not self.budget_choice:
             raise ValueError("--replicates: the replicated comparisons decode each method at the budget the theory "
                              "chooses before decoding; pass --budget-choice true or --replicates 1")

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from mfd_theory.formatting import method_label
 from mfd_theory.results import Result, atomic_write_bytes
 from mfd_theory.stats import compare
 from mfd_theory.validation import make_out_dir
@@ -33,7 +34,7 @@ from mfd_theory.llm.models.drafter import build_drafter, load_drafter
 from mfd_theory.llm.models.target import TargetModel
 from mfd_theory.llm.measure.evaluate import (
     Cell, add_speedup_predictions, decode_cells, format_gains, make_cells, mfd_gains, per_prompt_records,
-    prediction_summary, rows_from_records, speedup_check,
+    prediction_summary, rows_from_records, scorer_of, speedup_check,
 )
 from mfd_theory.llm.measure.predict import (
     attach_predictions, calibrate_acceptance, choose_budgets, load_predictions, per_round_rules, predict_cells,
@@ -148,16 +149,18 @@ def cached_distill_data(cfg, corpus, target_hf, tdir: Path, cache: Path, progres
 
 
 def cached_drafter(cfg, K: int, target_hf, corpus, data, dpath: Path, cache: Path, progress: bool,
-                   kind: str = "dflash", seed: int | None = None):
+                   kind: str = "dflash", seed: int | None = None, objective: str = "mixture"):
     """A trained drafter (cached): K modes, or with ``kind="dartree"`` the Domino drafter (one
     mode, the correction head of rank ``cfg.dartree_rank``), trained on the same data and steps.
-    ``seed`` (default ``cfg.seed``) seeds its initialisation and batches: a replicate."""
+    ``seed`` (default ``cfg.seed``) seeds its initialisation and batches: a replicate.
+    ``objective`` "wta": the winner-take-all objective (K > 1; share ``cfg.wta_eps`` to the losers)."""
     seed = cfg.seed if seed is None else int(seed)
     dcfg = DrafterTrainConfig(
         block_size=cfg.block_size, num_layers=cfg.drafter_layers, num_modes=K,
         batch_size=cfg.drafter_batch, blocks_per_seq=cfg.blocks_per_seq, steps=cfg.drafter_steps,
         lr=cfg.drafter_lr, warmup=max(1, cfg.drafter_steps // 20), balance=cfg.balance,
         ckpt_every=cfg.ckpt_every, seed=seed,
+        **({"objective": "wta", "wta_eps": cfg.wta_eps} if objective == "wta" else {}),
     )
     # The fingerprint version is part of the key: a drafter cached under an older fingerprint
     # (which this target's no longer matches) is retrained rather than refused.
@@ -174,7 +177,7 @@ def cached_drafter(cfg, K: int, target_hf, corpus, data, dpath: Path, cache: Pat
                             rank=cfg.dartree_rank if kind == "dartree" else None)
     curve = train_drafter(target_hf, drafter, data, cfg.prompt_len, run_dir, dcfg, progress=progress,
                           desc=("drafter dartree" if kind == "dartree" else f"drafter K={K}")
-                          + (f" (seed {seed})" if seed != cfg.seed else ""))
+                          + (" wta" if objective == "wta" else "") + (f" (seed {seed})" if seed != cfg.seed else ""))
     return drafter.eval(), curve
 
 
@@ -198,48 +201,54 @@ def calibration_prompts(corpus, cfg, exclude: set[str]) -> np.ndarray:
     return np.stack(keep[:n])
 
 
-def e2e_cells(cfg, drafters: dict[int, Any], dartree=None) -> list:
-    """The cells ``mfd e2e`` decodes: ar, chain (product drafter), ddtree and mfd at every budget,
-    and with a Domino drafter (``dartree``) method "dartree" at every budget, labelled "dartree"."""
-    labelled = drafter_labels(drafters, dartree)  # dartree last: the product drafter stays the first single-mode one
-    cells = make_cells(labelled, ("ar", "chain", "ddtree", "mfd", "dartree"), cfg.budgets,
-                       ddtree_on_mfd=cfg.ddtree_on_mfd)
-    # e2e's single-mode drafter is not run as chain-of-MFD: chain only for the product drafter.
-    return [c for c in cells if not (c.method == "chain" and c.K > 1)]
+def e2e_cells(cfg, drafters: dict[str, Any]) -> list:
+    """The cells ``mfd e2e`` decodes, from ``drafters`` {label: drafter} (:func:`drafter_labels`):
+    ar, chain (product drafter), ddtree and mfd (each of ``cfg.scorers``) at every budget, and on
+    the Domino drafter method "dartree" at every budget."""
+    cells = make_cells(drafters, ("ar", "chain", "ddtree", "mfd", "dartree"), cfg.budgets,
+                       ddtree_on_mfd=cfg.ddtree_on_mfd, scorers=cfg.scorers)
+    # e2e's single-mode drafter is not run as chain-of-MFD: chain only for the product drafter; the
+    # ddtree ablation only on the mixture objective's drafters (a winner-take-all one is there for its modes)
+    return [c for c in cells if not (c.method == "chain" and c.K > 1)
+            and not (c.method == "ddtree" and c.drafter_label.endswith("-wta"))]
 
 
-def all_cells(cfg, drafters: dict[int, Any], dartree=None, extra_budgets: dict | None = None,
+def _same_cell(c, method: str, label: str, scorer) -> bool:
+    return c.method == method and c.drafter_label == label and c.scorer == scorer
+
+
+def all_cells(cfg, drafters: dict[str, Any], extra_budgets: dict | None = None,
               per_round: dict | None = None) -> list:
     """The grid (:func:`e2e_cells`) plus the theory's choices: ``extra_budgets`` {(method, drafter
-    label): [N, ...] or {N: temperatures}} adds cells off the budget grid (with temperatures: decoded
-    only at the temperatures whose choice they are); ``per_round`` {(method, drafter label):
-    {temperature: rule}} adds a cell per entry whose tree size each round's rule picks (drafter
-    label ``<label>/per-round``, built at the rules' cap and cut)."""
-    cells = e2e_cells(cfg, drafters, dartree)
-    for (method, label), rules in (per_round or {}).items():
-        like = next(c for c in cells if c.method == method and c.drafter_label == label)
+    label, scorer): [N, ...] or {N: temperatures}} adds cells off the budget grid (with
+    temperatures: decoded only at the temperatures whose choice they are); ``per_round`` {(method,
+    drafter label[, scorer]): {temperature: rule}} adds a cell per entry whose tree size each round's
+    rule picks (drafter label ``<label>/per-round``, built at the rules' cap and cut)."""
+    cells = e2e_cells(cfg, drafters)
+    for key, rules in (per_round or {}).items():
+        method, label = key[0], key[1]
+        scorer = key[2] if len(key) > 2 else scorer_of({"method": method})  # cell_key: mixture keys are short
+        like = next(c for c in cells if _same_cell(c, method, label, scorer))
         cap = max(r.max_budget for r in rules.values())
-        cells.append(Cell(method, f"{label}/per-round", cap, like.drafter, budget_rule=rules))
-    for (method, label), budgets in (extra_budgets or {}).items():
-        like = next(c for c in cells if c.method == method and c.drafter_label == label)
+        cells.append(Cell(method, f"{label}/per-round", cap, like.drafter, budget_rule=rules, scorer=like.scorer))
+    for (method, label, scorer), budgets in (extra_budgets or {}).items():
+        like = next(c for c in cells if _same_cell(c, method, label, scorer))
         temps = budgets if isinstance(budgets, dict) else dict.fromkeys(budgets)
-        cells += [Cell(method, label, int(n), like.drafter,
+        cells += [Cell(method, label, int(n), like.drafter, scorer=scorer,
                        temperatures=None if temps[n] is None else tuple(sorted(float(t) for t in temps[n])))
                   for n in sorted(temps)
-                  if not any(c.method == method and c.drafter_label == label and c.budget == n for c in cells)]
+                  if not any(_same_cell(c, method, label, scorer) and c.budget == n for c in cells)]
     return cells
 
 
-def evaluate(cfg, target, drafters: dict[int, Any], prompts: np.ndarray, progress: bool = True,
-             with_records: bool = False, profile=None, cells: list | None = None, dartree=None):
-    """All rows: for each temperature, ar and every cell (default :func:`e2e_cells`; ``dartree``: a
-    Domino drafter), through the shared evaluator (:mod:`mfd_theory.llm.measure.evaluate`: methods
+def evaluate(cfg, target, cells: list, prompts: np.ndarray, progress: bool = True,
+             with_records: bool = False, profile=None):
+    """All rows: for each temperature, ar and every cell of ``cells``, through the shared evaluator (:mod:`mfd_theory.llm.measure.evaluate`: methods
     interleaved per prompt, warm-up, decode-only timing over ``cfg.timing_passes`` passes). At
     T = 0 each row also records whether its outputs equal ar's (``matches_ar``: lossless; None on
     sampled rows, see :func:`~mfd_theory.llm.measure.evaluate.rows_from_records`).
     ``with_records`` also returns the per-prompt records. With a round ``profile`` (measured
     before), every row gets the in-sample speedups of :func:`~mfd_theory.llm.measure.evaluate.add_speedup_predictions`."""
-    cells = e2e_cells(cfg, drafters, dartree) if cells is None else cells
     records = decode_cells(target, cells, list(prompts), temperatures=cfg.temperatures,
                            max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, passes=cfg.timing_passes,
                            eos_token_id=[], progress=progress, dataset_name="heldout")
@@ -261,7 +270,8 @@ def format_table(data: dict) -> str:
 
     for r in data["rows"]:
         lines.append(
-            f"| {r['temperature']:g} | {r['method']} | {r['drafter']} | {r['budget']} | {f(r['tau'])} | "
+            f"| {r['temperature']:g} | {method_label(r['method'], r.get('scorer'))} | {r['drafter']} | {r['budget']} | "
+            f"{f(r['tau'])} | "
             f"{f(r['accepted_mean'])} ± {f(r['accepted_std'])} | {f(r['covered_mass_insample'])} | "
             f"{f(r['covered_mass_mean'])} | {f(r['pred_gap_z'], 1)} | {f(r['speedup'])}"
             f"{'' if r.get('speedup_std') is None else ' ± ' + f(r['speedup_std'])} | "
@@ -305,14 +315,23 @@ class _Trained:
     curves: dict[int, list]
     dartree: Any                    # None: no Domino drafter
     dartree_curve: list
-    # runs 1..R-1 of the replicated comparisons: {label: drafter} each ("product", "mfd-k<K>", "dartree"),
-    # the same training as run 0's but drafter seed cfg.seed + r
+    wta: dict[int, Any] = dataclasses.field(default_factory=dict)  # K -> winner-take-all MFD drafter
+    wta_curves: dict[int, list] = dataclasses.field(default_factory=dict)
+    # runs 1..R-1 of the replicated comparisons: {label: drafter} each (as :attr:`labelled`), the same
+    # training as run 0's but drafter seed cfg.seed + r
     replicas: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
+    @property
+    def labelled(self) -> dict[str, Any]:
+        """Run 0's drafters by label (:func:`drafter_labels`)."""
+        return drafter_labels(self.drafters, self.dartree, self.wta)
 
-def drafter_labels(drafters: dict[int, Any], dartree=None) -> dict[str, Any]:
-    """{label: drafter} as the rows name them: "product" (K = 1), "mfd-k<K>", "dartree"."""
+
+def drafter_labels(drafters: dict[int, Any], dartree=None, wta: dict[int, Any] | None = None) -> dict[str, Any]:
+    """{label: drafter} as the rows name them: "product" (K = 1), "mfd-k<K>", "mfd-k<K>-wta" (the
+    winner-take-all objective), "dartree" last (the product drafter stays the first single-mode one)."""
     out = {("product" if K == 1 else f"mfd-k{K}"): d for K, d in sorted(drafters.items())}
+    out.update({f"mfd-k{K}-wta": d for K, d in sorted((wta or {}).items())})
     if dartree is not None:
         out["dartree"] = dartree
     return out
@@ -373,25 +392,34 @@ def _train_stages(cfg, cache: Path, progress: bool, times: dict[str, float]) -> 
     for K in (1, *cfg.modes):
         with _timed(times, f"drafter_k{K}"):
             drafters[K], curves[K] = cached_drafter(cfg, K, target_hf, corpus, data, dpath, cache, progress)
+    wta, wta_curves = {}, {}
+    for K in cfg.wta_modes:
+        with _timed(times, f"drafter_k{K}_wta"):
+            wta[K], wta_curves[K] = cached_drafter(cfg, K, target_hf, corpus, data, dpath, cache, progress,
+                                                   objective="wta")
     dartree, dartree_curve = None, []
     if cfg.dartree:
         with _timed(times, "drafter_dartree"):
             dartree, dartree_curve = cached_drafter(cfg, 1, target_hf, corpus, data, dpath, cache, progress,
-                                              kind="dartree")
+                                                    kind="dartree")
     replicas = []
     for r in range(1, cfg.replicates):
-        seed, made = cfg.seed + r, {}
+        seed, made, made_wta = cfg.seed + r, {}, {}
         for K in (1, *cfg.modes):
             with _timed(times, f"drafter_k{K}_seed{seed}"):
                 made[K] = cached_drafter(cfg, K, target_hf, corpus, data, dpath, cache, progress, seed=seed)[0]
+        for K in cfg.wta_modes:
+            with _timed(times, f"drafter_k{K}_wta_seed{seed}"):
+                made_wta[K] = cached_drafter(cfg, K, target_hf, corpus, data, dpath, cache, progress, seed=seed,
+                                             objective="wta")[0]
         dt = None
         if cfg.dartree:
             with _timed(times, f"drafter_dartree_seed{seed}"):
                 dt = cached_drafter(cfg, 1, target_hf, corpus, data, dpath, cache, progress, kind="dartree",
                                     seed=seed)[0]
-        replicas.append(drafter_labels(made, dt))
+        replicas.append(drafter_labels(made, dt, made_wta))
     return _Trained(corpus, target_hf, tdir, target_curve, draft_lm, draft_curve, drafters, curves, dartree,
-                    dartree_curve, replicas)
+                    dartree_curve, wta, wta_curves, replicas)
 
 
 def _mode_diagnostics(cfg, trained: _Trained) -> dict:
@@ -400,9 +428,8 @@ def _mode_diagnostics(cfg, trained: _Trained) -> dict:
     held = make_distill_data(trained.target_hf,
                              trained.corpus.prompts(32, cfg.prompt_len, "heldout", seed=cfg.seed + 3),
                              cfg.distill_gen_len, cfg.distill_temperature, seed=cfg.seed + 3, progress=False)
-    return {f"mfd-k{K}": mode_diagnostics(trained.target_hf, trained.drafters[K], held, cfg.prompt_len,
-                                          seed=cfg.seed)
-            for K in cfg.modes}
+    return {label: mode_diagnostics(trained.target_hf, d, held, cfg.prompt_len, seed=cfg.seed)
+            for label, d in trained.labelled.items() if label.startswith("mfd-")}
 
 
 def _budget_choice(cfg, cal, grid: list, profile, speed: dict) -> tuple[list, dict, dict]:
@@ -417,8 +444,8 @@ def _budget_choice(cfg, cal, grid: list, profile, speed: dict) -> tuple[list, di
     extra: dict = {}
     for ch in choices:
         if ch["budget"] not in cfg.budgets:
-            extra.setdefault((ch["method"], ch["drafter"]), {}).setdefault(ch["budget"], set()).add(
-                ch["temperature"])
+            extra.setdefault((ch["method"], ch["drafter"], ch.get("scorer")), {}).setdefault(
+                ch["budget"], set()).add(ch["temperature"])
     return choices, per_round, extra
 
 
@@ -430,7 +457,7 @@ def _predict_before_decoding(cfg, trained: _Trained, target, prompts: np.ndarray
     plan = _Plan(cells=[], pred_path=pred_path,
                  eval_digests=[{"index": i, "id": str(i), "sha256": prompt_digest(p), "dataset": "heldout"}
                                for i, p in enumerate(prompts)])
-    grid = e2e_cells(cfg, trained.drafters, trained.dartree)
+    grid = e2e_cells(cfg, trained.labelled)
     extra, per_round, speed, calib = {}, {}, {}, None
     if cfg.profile_prompts > 0:
         with _timed(times, "round_profile"):
@@ -445,7 +472,7 @@ def _predict_before_decoding(cfg, trained: _Trained, target, prompts: np.ndarray
                             for i, p in enumerate(calib)]
         if cfg.budget_choice:
             plan.choices, per_round, extra = _budget_choice(cfg, plan.cal, grid, plan.profile, speed)
-    plan.cells = all_cells(cfg, trained.drafters, trained.dartree, extra, per_round)
+    plan.cells = all_cells(cfg, trained.labelled, extra, per_round)
     if plan.cal is None:
         return plan
     todo = uncalibrated(plan.cal, plan.cells, cfg.temperatures)  # the chosen and per-round cells
@@ -460,8 +487,9 @@ def _predict_before_decoding(cfg, trained: _Trained, target, prompts: np.ndarray
     write_predictions(pred_path, predictions=plan.predictions,
                       choices=plan.choices, cal=plan.cal, evaluation_prompts=plan.eval_digests, profile=plan.profile,
                       config=dataclasses.asdict(cfg), seed=cfg.seed,
-                      extra={"calibration_speed": [{"method": m, "drafter": d, "budget": n, "speedup": v}
-                                                   for (m, d, n), v in speed.items()]})
+                      extra={"calibration_speed": [{"method": k[0], "drafter": k[1], "budget": k[2],
+                                                    "scorer": k[3] if len(k) > 3 else scorer_of({"method": k[0]}),
+                                                    "speedup": v} for k, v in speed.items()]})
     return plan
 
 
@@ -477,8 +505,8 @@ def _evaluate_and_check(cfg, trained: _Trained, target, prompts: np.ndarray, pla
     (written before) and compare it with the measurement."""
     started = time.time()
     with _timed(times, "evaluate"):
-        rows, records = evaluate(cfg, target, trained.drafters, prompts, progress=progress, with_records=True,
-                                 profile=plan.profile, cells=plan.cells)
+        rows, records = evaluate(cfg, target, plan.cells, prompts, progress=progress, with_records=True,
+                                 profile=plan.profile)
     chosen_rows = [r for r in rows if _off_grid(cfg, r)]
     rows = [r for r in rows if not _off_grid(cfg, r)]
     records = [r for r in records if not _off_grid(cfg, r)]
@@ -501,33 +529,71 @@ def _hf_assisted_rows(cfg, trained: _Trained, prompts: np.ndarray, times: dict[s
 
 
 # --------------------------------------------------------------------------------------- replicates
+#: the questions the replicated comparisons answer, each its own table (and multiplicity family per T)
+QUESTIONS = {
+    "against_product": "MFD and DARTree against the product drafter",
+    "scorer": "the best-mode tree against the mixture tree, on the same MFD drafter",
+    "objective": "the winner-take-all objective against the mixture objective, same K and scorer",
+}
+
+
+def _key(method: str, drafter: str, budget: int, scorer) -> tuple:
+    """A cell as the replicated comparisons name it: (method, drafter label, N, scorer or None)."""
+    return (method, drafter, int(budget), scorer_of({"method": method, "scorer": scorer}))
+
+
 def replicated_pairs(cfg, choices: list[dict], predictions: list[dict]) -> list[dict]:
-    """The comparisons stated as findings, per temperature: each MFD drafter and the Domino drafter
-    against the product drafter, every method at the budget the theory chose before decoding (no
-    budget is picked on evaluated timings). The product side is chain or ddtree, whichever the
-    theory predicted faster. Each entry: ``{"temperature", "a": (method, drafter, N), "b": ...}``."""
+    """The comparisons stated as findings, per temperature, every method at the budget the theory
+    chose before decoding (no budget is picked on evaluated timings): each MFD drafter (each
+    scorer) and the Domino drafter against the product drafter (chain or ddtree, whichever the
+    theory predicted faster); the best-mode tree against the mixture tree on each MFD drafter; and
+    each winner-take-all drafter against the mixture objective's of the same K, per scorer. Each
+    entry: ``{"question", "temperature", "a": (method, drafter, N, scorer), "b": ...}``."""
     out = []
     L = cfg.block_size - 1
     for temp in cfg.temperatures:
-        chosen = {(c["method"], c["drafter"]): int(c["budget"]) for c in choices if c["temperature"] == float(temp)}
-        speed = {(p["method"], p["drafter"], int(p["budget"])): p.get("predicted_speedup") for p in predictions
-                 if p["temperature"] == float(temp) and not p.get("per_round_budget")}
-        product = [("chain", "product", L)]
-        if ("ddtree", "product") in chosen:
-            product.append(("ddtree", "product", chosen["ddtree", "product"]))
+        chosen = {(c["method"], c["drafter"], scorer_of(c)): int(c["budget"]) for c in choices
+                  if c["temperature"] == float(temp)}
+        speed = {_key(p["method"], p["drafter"], p["budget"], p.get("scorer")): p.get("predicted_speedup")
+                 for p in predictions if p["temperature"] == float(temp) and not p.get("per_round_budget")}
+
+        def cell(method, drafter, scorer=None):
+            n = chosen.get((method, drafter, scorer_of({"method": method, "scorer": scorer})))
+            return None if n is None else _key(method, drafter, n, scorer)
+
+        product = [c for c in (_key("chain", "product", L, None), cell("ddtree", "product")) if c is not None]
         base = max(product, key=lambda c: speed.get(c) if speed.get(c) is not None else -math.inf)
-        others = [("mfd", f"mfd-k{K}") for K in cfg.modes] + ([("dartree", "dartree")] if cfg.dartree else [])
-        out += [{"temperature": float(temp), "a": (m, d, chosen[m, d]), "b": base} for m, d in others
-                if (m, d) in chosen]
+
+        def add(question, a, b):
+            if a is not None and b is not None:
+                out.append({"question": question, "temperature": float(temp), "a": a, "b": b})
+
+        for K in cfg.modes:
+            for sc in cfg.scorers:
+                add("against_product", cell("mfd", f"mfd-k{K}", sc), base)
+        if cfg.dartree:
+            add("against_product", cell("dartree", "dartree"), base)
+        if "best_mode" in cfg.scorers and "mixture" in cfg.scorers:
+            for K in cfg.modes:
+                add("scorer", cell("mfd", f"mfd-k{K}", "best_mode"), cell("mfd", f"mfd-k{K}", "mixture"))
+        for K in cfg.wta_modes:
+            for sc in cfg.scorers:
+                add("objective", cell("mfd", f"mfd-k{K}-wta", sc), cell("mfd", f"mfd-k{K}", sc))
     return out
 
 
-_RUN_KEEP = ("method", "drafter", "K", "budget", "temperature", "tau", "speedup", "speedup_std", "tokens_per_s",
-             "matches_ar", "prompt_ids", "prompt_tau", "prompt_tokens_per_s")
+_RUN_KEEP = ("method", "scorer", "drafter", "K", "budget", "temperature", "tau", "speedup", "speedup_std",
+             "tokens_per_s", "matches_ar", "prompt_ids", "prompt_tau", "prompt_tokens_per_s")
+
+
+def _by_cell(rows: list[dict]) -> dict[tuple, dict]:
+    """{(temperature, method, drafter, N, scorer): row} of one run's fixed-budget rows."""
+    return {(float(r["temperature"]), *_key(r["method"], r["drafter"], r["budget"], r.get("scorer"))): r
+            for r in rows if "/per-round" not in r["drafter"]}
 
 
 def _run_matrix(runs: list[dict], cell: tuple, temp: float, key: str, ids: list[str]) -> np.ndarray:
-    """[runs, prompts]: each run's per-prompt ``key`` of ``cell`` (method, drafter, N) at ``temp``, in ``ids``' order."""
+    """[runs, prompts]: each run's per-prompt ``key`` of ``cell`` at ``temp``, in ``ids``' order."""
     out = []
     for rows in runs:
         row = rows[(temp, *cell)]
@@ -537,20 +603,26 @@ def _run_matrix(runs: list[dict], cell: tuple, temp: float, key: str, ids: list[
 
 
 def replicated_comparisons(pairs: list[dict], runs: list[dict]) -> list[dict]:
-    """Each pair over the runs (:func:`mfd_theory.stats.compare`, runs model, Bonferroni over the
-    table's pairs); ``runs``: per run, {(temperature, method, drafter, N): row}."""
+    """Each pair over the runs (:func:`mfd_theory.stats.compare`, runs model), Bonferroni over the
+    pairs of one question at one temperature (its table's family); ``runs``: per run,
+    {(temperature, method, drafter, N, scorer): row} (:func:`_by_cell`)."""
+    family: dict[tuple, int] = {}
+    for p in pairs:
+        family[(p.get("question"), p["temperature"])] = family.get((p.get("question"), p["temperature"]), 0) + 1
     out = []
+    names = ("method", "drafter", "budget", "scorer")
     for p in pairs:
         temp, a, b = p["temperature"], tuple(p["a"]), tuple(p["b"])
-        entry = {"temperature": temp, "a": dict(zip(("method", "drafter", "budget"), a)),
-                 "b": dict(zip(("method", "drafter", "budget"), b)),
+        m = family[(p.get("question"), temp)]
+        entry = {"question": p.get("question"), "temperature": temp, "a": dict(zip(names, a)),
+                 "b": dict(zip(names, b)), "family": m,
                  "tau_runs": [[rows[(temp, *a)]["tau"], rows[(temp, *b)]["tau"]] for rows in runs],
                  "speedup_runs": [[rows[(temp, *a)]["speedup"], rows[(temp, *b)]["speedup"]] for rows in runs]}
         ids = runs[0][(temp, *a)]["prompt_ids"]
         for name, key in (("tau_cmp", "prompt_tau"), ("speed_cmp", "prompt_tokens_per_s")):
             x, y = _run_matrix(runs, a, temp, key, ids), _run_matrix(runs, b, temp, key, ids)
             ok = [j for j in range(len(ids)) if all(v is not None for v in (*x[:, j], *y[:, j]))]
-            entry[name] = (compare(x[:, ok].astype(float), y[:, ok].astype(float), family=len(pairs)).to_dict()
+            entry[name] = (compare(x[:, ok].astype(float), y[:, ok].astype(float), family=m).to_dict()
                            if len(ok) >= 2 else None)
         out.append(entry)
     return out
@@ -567,23 +639,24 @@ def _replicate(cfg, trained: _Trained, target, prompts: np.ndarray, plan: _Plan,
     for p in pairs:
         for cell in (p["a"], p["b"]):
             needed.setdefault(tuple(cell), set()).add(p["temperature"])
-    run0 = {(r["temperature"], r["method"], r["drafter"], int(r["budget"])): r
-            for r in measured.rows + measured.chosen_rows if "/per-round" not in r["drafter"]}
-    runs = [run0]
+    runs = [_by_cell(measured.rows + measured.chosen_rows)]
     with _timed(times, "replicates"):
         for labelled in trained.replicas:
             cells = [Cell("ar", "none", 0)] + [
-                Cell(m, d, n, labelled[d], temperatures=tuple(sorted(temps))) for (m, d, n), temps in needed.items()]
-            rows = evaluate(cfg, target, {}, prompts, progress=progress, cells=cells)
-            runs.append({(r["temperature"], r["method"], r["drafter"], int(r["budget"])): r for r in rows})
+                Cell(m, d, n, labelled[d], temperatures=tuple(sorted(temps)), scorer=sc)
+                for (m, d, n, sc), temps in needed.items()]
+            runs.append(_by_cell(evaluate(cfg, target, cells, prompts, progress=progress)))
+    families = {f"{q}, T = {t:g}": sum(1 for p in pairs if p["question"] == q and p["temperature"] == t)
+                for q, t in dict.fromkeys((p["question"], p["temperature"]) for p in pairs)}
     return {"runs": cfg.replicates, "drafter_seeds": [cfg.seed + r for r in range(cfg.replicates)],
             "held_fixed": "the target, its training and the distilled data (seed %d); the evaluated prompts" % cfg.seed,
-            "pairs": pairs, "comparisons": replicated_comparisons(pairs, runs),
+            "questions": QUESTIONS, "pairs": pairs, "comparisons": replicated_comparisons(pairs, runs),
             "run_rows": [[{**{k: r.get(k) for k in _RUN_KEEP}, "run": i} for r in rows.values()]
                          for i, rows in enumerate(runs)],
             "rule": "paired over the evaluated prompts; each run's mean log ratio is one observation, Student t over "
-                    f"the {cfg.replicates} runs; intervals Bonferroni-adjusted over the {len(pairs)} pairs "
-                    "(docs/statistics.md)"}
+                    f"the {cfg.replicates} runs; intervals Bonferroni-adjusted over the comparisons of one question "
+                    "at one temperature (" + ", ".join(f"{k}: {v}" for k, v in families.items())
+                    + "; docs/statistics.md)"}
 
 
 def _thin(curve: list[dict], keys=("step", "loss", "nll", "acc1")) -> list[dict]:
@@ -614,6 +687,7 @@ def _payload(cfg, cache: Path, trained: _Trained, plan: _Plan, measured: _Measur
         "hf_assisted": hf_rows,
         "loss_curves": {"target": _thin(trained.target_curve), "draft_lm": _thin(trained.draft_curve),
                         **{("product" if K == 1 else f"mfd-k{K}"): _thin(c) for K, c in trained.curves.items()},
+                        **{f"mfd-k{K}-wta": _thin(c) for K, c in trained.wta_curves.items()},
                         **({"dartree": _thin(trained.dartree_curve)} if trained.dartree is not None else {})},
         "corpus": {"vocab_size": corpus.vocab_size, "train_docs": len(corpus.train_docs),
                    "heldout_docs": len(corpus.heldout_docs), "train_tokens": int(len(corpus.stream())),

@@ -57,12 +57,20 @@ def mean_se(v, fmt: str = "{:.2f}") -> str:
     return fmt.format(v[0]) + ("" if len(v) < 2 or v[1] is None else " ± " + fmt.replace("+", "").format(v[1]))
 
 
+def row_scorer(r: dict) -> str | None:
+    """A row's mfd scorer ("mixture" for an mfd row written before rows carried one); None for
+    every other method."""
+    return (r.get("scorer") or "mixture") if r.get("method") == "mfd" else None
+
+
 def method_label(r: dict) -> str:
-    """How a table names an evaluated row's method and drafter: ``mfd K = 4``, ``ddtree (product)``."""
+    """How a table names an evaluated row's method and drafter: ``mfd K = 4``, ``mfd best-mode K = 4``,
+    ``mfd K = 8 (wta)`` (a winner-take-all drafter), ``ddtree (product)``."""
     if r["method"] == "chain":
         return f"chain ({r['drafter']}), N = L = {r['budget']}"
     if r["method"] == "mfd":
-        return f"mfd K = {r.get('K', '?')}"
+        wta = " (wta)" if str(r.get("drafter", "")).removesuffix("/per-round").endswith("-wta") else ""
+        return ("mfd best-mode" if row_scorer(r) == "best_mode" else "mfd") + f" K = {r.get('K', '?')}{wta}"
     if r["method"] == "dartree":
         return "dartree (Domino)"
     if r["drafter"] == "product":

@@ -7,7 +7,7 @@ Each block is ``block(results) -> str`` (:mod:`.inputs`); what the numbers mean 
 
 from __future__ import annotations
 
-from mfd_theory.commands.report._text import method_label, value_with_spread
+from mfd_theory.commands.report._text import method_label, row_scorer, value_with_spread
 from mfd_theory.commands.report.inputs import Results
 from mfd_theory.formatting import comparison_text, is_best_budget, speed_gain_text, stored_number, tau_gain_text
 from mfd_theory.stats import compare_rows
@@ -49,11 +49,11 @@ def _table_rows(rows: list[dict], budgets: list[int], n_dead: int) -> list[str]:
     first column (its N is its block length), then the dead share at ``n_dead``."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        groups.setdefault((r["temperature"], r["method"], r["drafter"]), []).append(r)
+        groups.setdefault((r["temperature"], r["method"], r["drafter"], row_scorer(r) or ""), []).append(r)
 
     def sort_key(k):
-        temp, method, drafter = k
-        return (temp, drafter != "product", _ORDER.get(method, 9), drafter)
+        temp, method, drafter, scorer = k
+        return (temp, drafter != "product", _ORDER.get(method, 9), drafter, scorer == "best_mode")
 
     def cell(r):
         sp = value_with_spread(r, "speedup", suffix="x")
@@ -131,9 +131,12 @@ def e2e_hybrid(results: Results) -> str:
     return e2e(results) + "\n\n" + "\n".join(f"* {line}" for line in e2e_summary(results.main))
 
 
-def _find(rows, temp, method, drafter, budget):
+def _find(rows, temp, method, drafter, budget, scorer=None):
+    """The row of (temperature, method, drafter, N) and, for mfd, ``scorer`` (default the mixture)."""
+    want = row_scorer({"method": method, "scorer": scorer})
     for r in rows:
-        if (r["temperature"], r["method"], r["drafter"], r["budget"]) == (temp, method, drafter, budget):
+        if (r["temperature"], r["method"], r["drafter"], r["budget"]) == (temp, method, drafter, budget) \
+                and row_scorer(r) == want:
             return r
     return None
 
@@ -147,11 +150,11 @@ def gain_pair(rows: list[dict], g: dict) -> tuple[dict, dict, str]:
             if (r["temperature"] == g["temperature"] and r["drafter"] == "product"
                     and r["budget"] == n_base and stored_number(r.get("speedup")) == stored_number(g["single_speedup"])):
                 base_method = r["method"]
-        a = _find(rows, g["temperature"], g["method"], g["drafter"], n_mine) or g
+        a = _find(rows, g["temperature"], g["method"], g["drafter"], n_mine, g.get("scorer")) or g
         b = _find(rows, g["temperature"], base_method, "product", n_base) if base_method else None
         b = b or {"speedup": g["single_speedup"], "speedup_std": g.get("single_speedup_std")}
         return a, b, f"best ({n_mine} vs {n_base})"
-    a = _find(rows, g["temperature"], g["method"], g["drafter"], g["budget"]) or g
+    a = _find(rows, g["temperature"], g["method"], g["drafter"], g["budget"], g.get("scorer")) or g
     b = _find(rows, g["temperature"], "ddtree", "product", g["budget"]) or {"speedup": g["single_speedup"]}
     return a, b, str(g["budget"])
 
@@ -258,9 +261,13 @@ def _domino_cost(res: Result) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------ replicated runs
-def _cell_text(c: dict) -> str:
-    name = {"product": "product", "dartree": "Domino"}.get(c["drafter"], c["drafter"].replace("mfd-k", "K = "))
-    return f"{c['method']} ({name})" + ("" if c["method"] == "chain" else f" N = {c['budget']}")
+def cell_text(c: dict) -> str:
+    """A replicated comparison's side: ``mfd best-mode (K = 4) N = 32``, ``chain (product)``."""
+    label = str(c["drafter"])
+    wta = label.endswith("-wta")
+    name = {"product": "product", "dartree": "Domino"}.get(label, label.removesuffix("-wta").replace("mfd-k", "K = "))
+    method = "mfd best-mode" if c["method"] == "mfd" and c.get("scorer") == "best_mode" else c["method"]
+    return (f"{method} ({name}{', wta' if wta else ''})" + ("" if c["method"] == "chain" else f" N = {c['budget']}"))
 
 
 def replicated_lines(d: dict) -> list[str]:
@@ -268,14 +275,15 @@ def replicated_lines(d: dict) -> list[str]:
     rep = d.get("replicated") or {}
     out = []
     for c in rep.get("comparisons") or []:
-        out.append(f"T = {c['temperature']:g}, {_cell_text(c['a'])} against {_cell_text(c['b'])}: tau "
+        out.append(f"T = {c['temperature']:g}, {cell_text(c['a'])} against {cell_text(c['b'])}: tau "
                    f"{comparison_text(c.get('tau_cmp'))}, speed {comparison_text(c.get('speed_cmp'))}")
     return out
 
 
 def e2e_replicated(results: Results) -> str:
     """The comparisons stated as findings, over independently trained drafter sets (runs): each
-    method at the budget the theory chose before decoding, paired over prompts, runs as the unit."""
+    method at the budget the theory chose before decoding, paired over prompts, runs as the unit;
+    one table per question."""
     d = results.main.data
     rep = d.get("replicated")
     if not rep:
@@ -283,13 +291,18 @@ def e2e_replicated(results: Results) -> str:
     lines = [f"{rep['runs']} runs (drafter seeds {', '.join(map(str, rep['drafter_seeds']))}); held fixed: "
              f"{rep['held_fixed']}. Each method at the budget the theory chose from the first run's calibration, "
              "before any evaluated prompt was decoded; the product side is the product drafter's chain or DDTree "
-             f"tree, whichever the theory predicted faster. Gains: {rep['rule']}; margin of equivalence "
-             "±3%.", "",
-             "| T | method | against | tau per run (method / product) | tau gain | speedup per run (method / "
-             "product) | speed gain |", "|---|---|---|---|---|---|---|"]
-    for c in rep["comparisons"]:
-        taus = "; ".join(f"{a:.2f} / {b:.2f}" for a, b in c["tau_runs"])
-        sps = "; ".join("-" if a is None or b is None else f"{a:.2f}x / {b:.2f}x" for a, b in c["speedup_runs"])
-        lines.append(f"| {c['temperature']:g} | {_cell_text(c['a'])} | {_cell_text(c['b'])} | {taus} | "
-                     f"{comparison_text(c.get('tau_cmp'))} | {sps} | {comparison_text(c.get('speed_cmp'))} |")
+             f"tree, whichever the theory predicted faster. Gains: {rep['rule']}; margin of equivalence ±3%."]
+    questions = rep.get("questions") or {"against_product": "MFD and DARTree against the product drafter"}
+    for q, title in questions.items():
+        comps = [c for c in rep["comparisons"] if c.get("question", "against_product") == q]
+        if not comps:
+            continue
+        lines += ["", f"**{title[0].upper() + title[1:]}**:", "",
+                  "| T | method | against | tau per run (method / other) | tau gain | speedup per run (method / other) "
+                  "| speed gain |", "|---|---|---|---|---|---|---|"]
+        for c in comps:
+            taus = "; ".join(f"{a:.2f} / {b:.2f}" for a, b in c["tau_runs"])
+            sps = "; ".join("-" if a is None or b is None else f"{a:.2f}x / {b:.2f}x" for a, b in c["speedup_runs"])
+            lines.append(f"| {c['temperature']:g} | {cell_text(c['a'])} | {cell_text(c['b'])} | {taus} | "
+                         f"{comparison_text(c.get('tau_cmp'))} | {sps} | {comparison_text(c.get('speed_cmp'))} |")
     return "\n".join(lines)

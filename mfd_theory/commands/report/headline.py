@@ -8,7 +8,7 @@ ceiling), each row naming the block with the full table.
 from __future__ import annotations
 
 from mfd_theory.commands.report._text import method_label, value_with_spread
-from mfd_theory.commands.report.e2e import gain_pair
+from mfd_theory.commands.report.e2e import cell_text, gain_pair
 from mfd_theory.commands.report.inputs import Results
 from mfd_theory.formatting import comparison_text, is_best_budget, speed_gain_text, stored_number
 from mfd_theory.results import Result
@@ -53,30 +53,34 @@ def headline(results: Results) -> str:
     return "\n".join(lines)
 
 
+_HEADLINE_QUESTIONS = {
+    "against_product": "MFD and DARTree against the product drafter ({base})",
+    "scorer": "which tree an MFD drafter should use: the best-mode tree against the mixture tree",
+    "objective": "the winner-take-all training objective against the mixture objective",
+}
+
+
 def _e2e_rows(res: Result, what: str = "small Qwen3 target") -> list[str]:
-    """Per temperature, MFD (every K) and DARTree against the product drafter over the replicated
-    runs (the e2e-replicated block); a run without replicates gives its single-run best-budget
-    comparison, labelled as one run."""
+    """Per question and temperature, the comparisons over the replicated runs (the e2e-replicated
+    block); a run without replicates gives its single-run best-budget comparison, labelled as one
+    run."""
     rep = res.data.get("replicated") or {}
     comps = rep.get("comparisons") or []
     if not comps:
         return _single_run_rows(res)
     out = []
-    for temp in sorted({c["temperature"] for c in comps}):
-        at = [c for c in comps if c["temperature"] == temp]
-        base = _cell(at[0]["b"])
-        parts = [f"{_cell(c['a'])}: tau {comparison_text(c.get('tau_cmp'))}, speed {comparison_text(c.get('speed_cmp'))}"
-                 for c in at]
-        out.append(f"| End to end, {what} on CPU, T = {temp:g}, over {rep['runs']} independently trained drafter sets: "
-                   f"MFD and DARTree against the product drafter ({base}), each at the budget the theory chose "
-                   f"before decoding | " + "; ".join(parts) + " | [results](docs/results.md), `e2e-replicated` |")
+    for q, title in _HEADLINE_QUESTIONS.items():
+        for temp in sorted({c["temperature"] for c in comps}):
+            at = [c for c in comps if c["temperature"] == temp and c.get("question", "against_product") == q]
+            if not at:
+                continue
+            parts = [f"{cell_text(c['a'])}: tau {comparison_text(c.get('tau_cmp'))}, speed "
+                     f"{comparison_text(c.get('speed_cmp'))}" for c in at]
+            out.append(f"| End to end, {what} on CPU, T = {temp:g}, over {rep['runs']} independently trained "
+                       f"drafter sets, each method at the budget the theory chose before decoding: "
+                       + title.format(base=cell_text(at[0]["b"])) + " | " + "; ".join(parts)
+                       + " | [results](docs/results.md), `e2e-replicated` |")
     return out
-
-
-def _cell(c: dict) -> str:
-    name = {"product": "product", "dartree": "dartree"}.get(c["drafter"], c["drafter"].replace("mfd-k", "mfd K = "))
-    method = "" if c["method"] in ("mfd", "dartree") else c["method"] + " "
-    return f"{method}{name}" + ("" if c["method"] == "chain" else f" N = {c['budget']}")
 
 
 def _single_run_rows(res: Result) -> list[str]:
