@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "distill": ("mfd_theory.commands.pipeline.distill", "main", "your target's own answers to JSONL prompts (drafter training data)"),
     "train-drafter": ("mfd_theory.commands.pipeline.train_drafter", "main", "train a product (K=1) or MFD (K>1) drafter on distilled data"),
     "eval": ("mfd_theory.commands.pipeline.eval", "main", "tau and speedup of drafters on JSONL prompts (DDTree's protocol)"),
+    "ceiling": ("mfd_theory.commands.pipeline.ceiling", "main", "what a multi-future drafter could gain on your target: oracle, product and K-mode trees, before training"),
 }
 BENCHES: dict[str, tuple[str, str, str]] = {
     "trees": ("mfd_theory.commands.bench.bench_trees", "main", "tree builders vs argpartition at DFlash scale"),
