@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "path-gain": ("mfd_theory.commands.theory.path_gain", "main", "product vs mixture vs path-dependent (DARTree-style) trees, with drafting cost"),
     "e2e": ("mfd_theory.commands.experiments.e2e", "main", "train a small Qwen3 target and drafters, measure acceptance and speedup"),
     "own-target": ("mfd_theory.commands.experiments.own_target", "main", "distill, train-drafter K=1,2 and eval on a small local target"),
-    "natural": ("mfd_theory.commands.experiments.natural", "main", "real text (the stdlib): target-only ceiling, effective futures, the pipeline on code and prose"),
+    "natural": ("mfd_theory.commands.experiments.natural", "main", "real text (the stdlib): target-only ceiling, the pipeline on code and prose"),
     "report": ("mfd_theory.commands.report", "main", "rewrite the result blocks of README.md and docs/ from results/ (--check: compare only)"),
     "distill": ("mfd_theory.commands.pipeline.distill", "main", "your target's own answers to JSONL prompts (drafter training data)"),
     "train-drafter": ("mfd_theory.commands.pipeline.train_drafter", "main", "train a product (K=1) or MFD (K>1) drafter on distilled data"),

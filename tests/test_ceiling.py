@@ -271,3 +271,15 @@ def test_mfd_ceiling_bad_options_exit_2_writing_nothing(tmp_path, capsys, argv, 
     err = capsys.readouterr().err
     assert flag in err.strip().splitlines()[-1], err
     assert not out.exists()
+
+
+def test_mfd_ceiling_out_that_cannot_be_created_exits_2_before_loading(tmp_path, capsys, monkeypatch):
+    import mfd_theory.commands.pipeline.ceiling_run as run_half
+
+    target = pipeline_helpers.save_tiny_target(tmp_path / "target")
+    files = pipeline_helpers.write_prompts(tmp_path / "prompts")
+    monkeypatch.setattr(run_half, "run", lambda *a, **k: pytest.fail("the work started before --out was checked"))
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert mfd(["ceiling", "--target", str(target), "--prompts", *map(str, files), "--out", str(blocker / "o")]) == 2
+    assert "--out" in capsys.readouterr().err and blocker.read_text() == "x"
