@@ -112,7 +112,7 @@ def pool_ceiling(records, level: float = 0.95) -> dict:
                            "mc": {name: _mean_se([r["mc"][name][n][0] for r in recs]) for name in order},
                            "per_prompt": per, "gain": gain}
             tc = [r["tc"]["tc"] for r in recs]
-            ks = sorted((k for k in recs[0]["heldout"] if k != "1"), key=int)
+            ks = sorted((k for k in recs[0]["heldout"] if k.isdigit() and k != "1"), key=int)
             held = {k: _mean_se([r["heldout"][k]["gain"][0] for r in recs]) for k in ks}
             mean_tc = float(np.mean(tc))
             share = {k: (held[k][0] / mean_tc if mean_tc > 0 else None) for k in ks}

@@ -394,9 +394,10 @@ def log_likelihood(model: MixtureOfProducts, samples, weights=None) -> float:
 
 
 # ------------------------------------------------------------------ paths with their exact conditionals
-def _check_rows(samples, row_ids, row_probs, vocab_size):
-    """(x [n, L], ids [n, L, k], p [n, L, k], u [n, L]) checked: ``u`` is each row's remaining mass
-    spread evenly over the V - k tokens it does not list."""
+def _check_rows(samples, row_ids, row_probs, vocab_size, tail=None):
+    """(x [n, L], ids [n, L, k], p [n, L, k], g [n, L], tail [L, V]) checked: an unlisted token v of
+    row (m, i) has probability g[m, i] tail[i, v], the row's remaining mass shaped like ``tail``
+    (uniform by default) over the tokens the row does not list."""
     V = check_int("vocab_size", vocab_size, 1)
     x = _check_samples(samples, V)
     n, L = x.shape
@@ -413,6 +414,7 @@ def _check_rows(samples, row_ids, row_probs, vocab_size):
     srt = np.sort(ids, axis=2)
     if (srt[:, :, 1:] == srt[:, :, :-1]).any():
         raise ValueError("row_ids: a token appears twice in one row")
+    ids = np.ascontiguousarray(ids, dtype=np.int64)
     p = np.asarray(row_probs, dtype=np.float64)
     if p.shape != ids.shape:
         raise ValueError(f"row_probs: expected shape {ids.shape} (row_ids'), got {p.shape}")
@@ -421,34 +423,45 @@ def _check_rows(samples, row_ids, row_probs, vocab_size):
     total = p.sum(axis=2)  # [n, L]
     if (total > 1 + 1e-5).any():
         raise ValueError(f"row_probs: a row's listed probabilities sum to {total.max():.6g} > 1")
+    if tail is None:
+        shape = np.full((L, V), 1.0 / V)
+    else:
+        shape = np.asarray(tail, dtype=np.float64)
+        if shape.shape != (L, V):
+            raise ValueError(f"tail: expected shape [{L}, {V}] (positions, vocabulary), got {shape.shape}")
+        if not np.isfinite(shape).all() or (shape < 0).any() or (shape.sum(axis=1) <= 0).any():
+            raise ValueError("tail: must hold finite weights >= 0, some positive at every position")
+        shape = shape / shape.sum(axis=1, keepdims=True)
     if k == V:
         if (np.abs(total - 1) > 1e-5).any():
             raise ValueError("row_probs: rows that list every token must sum to 1")
-        u = np.zeros((n, L))
+        g = np.zeros((n, L))
     else:
-        u = np.clip(1.0 - total, 0.0, None) / (V - k)  # [n, L]
-    return x, np.ascontiguousarray(ids, dtype=np.int64), np.ascontiguousarray(p), u
+        free = 1.0 - np.take_along_axis(np.broadcast_to(shape, (n, L, V)), ids, axis=2).sum(axis=2)  # [n, L]
+        g = np.where(free > 1e-12, np.clip(1.0 - total, 0.0, None) / np.maximum(free, 1e-12), 0.0)
+    return x, ids, np.ascontiguousarray(p), np.ascontiguousarray(g), np.ascontiguousarray(shape)
 
 
-def _dense_mean(ids, p, u, V: int) -> np.ndarray:
-    """The mean over paths of the dense rows ``c_{m,i}`` [L, V] that ``ids``, ``p``, ``u`` describe."""
+def _dense_mean(ids, p, g, tail) -> np.ndarray:
+    """The mean over paths of the dense rows ``c_{m,i}`` [L, V] that ``ids``, ``p``, ``g``, ``tail`` describe."""
     n, L, _ = ids.shape
-    out = np.broadcast_to(u.mean(axis=0)[:, None], (L, V)).copy()  # [L, V]: every token's even share
+    out = g.mean(axis=0)[:, None] * tail  # [L, V]: the unlisted mass, shaped like the tail
     for i in range(L):
-        np.add.at(out[i], ids[:, i].ravel(), (p[:, i] - u[:, i, None]).ravel() / n)
+        listed = ids[:, i]  # [n, k]
+        np.add.at(out[i], listed.ravel(), (p[:, i] - g[:, i, None] * tail[i, listed]).ravel() / n)
     return out
 
 
-def rb_marginals(row_ids, row_probs, vocab_size) -> np.ndarray:
+def rb_marginals(row_ids, row_probs, vocab_size, tail=None) -> np.ndarray:
     """Per-position marginals [L, V] from the target's exact conditionals along sampled paths: the
     mean of each position's rows (Rao-Blackwellised: unbiased like token counts, with no token
-    left at 0 that a row gives mass). ``row_ids`` / ``row_probs`` [n, L, k] as for
+    left at 0 that a row gives mass). ``row_ids`` / ``row_probs`` [n, L, k] and ``tail`` as for
     :func:`fit_mixture_rows`."""
     ids = np.asarray(row_ids)
     if ids.ndim != 3:
         raise ValueError(f"row_ids: expected shape [n, L, k], got {ids.shape}")
-    x, ids, p, u = _check_rows(np.zeros(ids.shape[:2], dtype=np.int64), ids, row_probs, vocab_size)
-    return _dense_mean(ids, p, u, int(vocab_size))
+    _, ids, p, g, shape = _check_rows(np.zeros(ids.shape[:2], dtype=np.int64), ids, row_probs, vocab_size, tail)
+    return _dense_mean(ids, p, g, shape)
 
 
 def fit_mixture_rows(
@@ -464,6 +477,7 @@ def fit_mixture_rows(
     tol: float = 1e-7,
     screen_iter: int = 10,
     floor: float = 1e-9,
+    tail=None,
     return_info: bool = False,
 ):
     """Fit a K-mode mixture of products to sampled paths and the target's exact conditionals along them.
@@ -474,14 +488,17 @@ def fit_mixture_rows(
         Paths sampled from the target.
     row_ids, row_probs : arrays [n, L, k]
         Path m's conditional at position i, ``P(. | context, x_m,<i)``: its k listed tokens and their
-        probabilities (k = V: the whole row); the row's remaining mass is spread evenly over the
-        tokens it does not list.
+        probabilities (k = V: the whole row); the row's remaining mass goes to the tokens it does not
+        list in proportion to ``tail``.
     K, vocab_size, seed
         Modes, V, and the seed of the restarts' k-means++ starts.
     n_restarts, max_iter, tol, screen_iter
         As in :func:`fit_mixture`; the restart with the best mean path log-likelihood is kept.
     floor : float in (0, 1)
         Every mode's rows are mixed with this share of the uniform row (no path token at -inf).
+    tail : array [L, V], optional
+        The shape of each row's unlisted mass at each position (default uniform); the exact
+        marginals, when known, keep a truncated row's tail close to the truth.
 
     Returns
     -------
@@ -497,9 +514,9 @@ def fit_mixture_rows(
     tol = float(check_real("tol", tol, 0))
     screen_iter = check_int("screen_iter", screen_iter, 0)
     floor = float(check_real("floor", floor, 0, 1, low_open=True, high_open=True))
-    x, ids, p, u = _check_rows(samples, row_ids, row_probs, vocab_size)
+    x, ids, p, g, shape = _check_rows(samples, row_ids, row_probs, vocab_size, tail)
     V = int(vocab_size)
-    marg = _dense_mean(ids, p, u, V)  # [L, V]
+    marg = _dense_mean(ids, p, g, shape)  # [L, V]
     rng = np.random.default_rng(seed)
     w = np.ones(x.shape[0])
     if K == 1:
@@ -508,12 +525,12 @@ def fit_mixture_rows(
     runs = []
     for r in range(n_restarts):
         log_pi, log_q = _init(x, w, K, V, rng, marg=marg)
-        trace, n_iter = _em_rows(x, ids, p, u, log_pi, log_q, first, tol, floor)
+        trace, n_iter = _em_rows(x, ids, p, g, shape, log_pi, log_q, first, tol, floor)
         runs.append([float(trace[n_iter]), r, log_pi, log_q, trace[: n_iter + 1], n_iter])
     best = max(runs, key=lambda run: run[0])
     _, r, log_pi, log_q, trace, n_iter = best
     if n_iter == first and first < max_iter:  # stopped by the screening cap, not by convergence
-        more, n_more = _em_rows(x, ids, p, u, log_pi, log_q, max_iter - first, tol, floor)
+        more, n_more = _em_rows(x, ids, p, g, shape, log_pi, log_q, max_iter - first, tol, floor)
         trace = np.concatenate([trace, more[1: n_more + 1]])
         n_iter += n_more
         best[0] = float(trace[-1])

@@ -189,7 +189,10 @@ def test_prompt_record_orders_its_trees_and_checks_by_monte_carlo():
     assert cov["oracle"]["1"] == pytest.approx(cov["product"]["1"])  # one node: the root row's best token
     tc = rec["tc"]
     assert tc["tc"] == pytest.approx(tc["h_positions"] - tc["h_block"]) and tc["h_block"] > 0
-    assert set(rec["heldout"]) == {"1", "2"} and len(rec["heldout"]["2"]["gain"]) == 2
+    held = rec["heldout"]
+    assert set(held) == {"1", "2", "product"} and len(held["2"]["gain"]) == 2
+    # K = 1 fitted on the top-5 rows costs what the cut costs, against the whole rows' marginals
+    assert held["1"]["ll"] <= held["product"]["ll"] + 0.05
     assert rec["dead"]["nodes"] == 16 and 0 <= rec["dead"]["dead_splices"] <= rec["dead"]["dead"]
     assert rec["forwards"] >= 2
     json.dumps(rec)

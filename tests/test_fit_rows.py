@@ -15,7 +15,7 @@ from mfd_theory._kernels.fit import _em_rows
 from mfd_theory.ceiling_stats import SCORERS, ceiling_reach, pool_ceiling, total_correlation, tree_builder
 from mfd_theory.coverage import coverage
 from mfd_theory.distributions import MixtureOfProducts
-from mfd_theory.fit import fit_mixture_rows, path_log_likelihoods, rb_marginals
+from mfd_theory.fit import _check_rows, fit_mixture_rows, path_log_likelihoods, rb_marginals
 from mfd_theory.path_trees import MemoryDrafter
 from mfd_theory.stats import compare
 from mfd_theory.synthetic import noisy_futures
@@ -26,11 +26,15 @@ from reference_fit import em_rows_step, exact_total_correlation
 ROUNDOFF = 1e-10  # float64 sums over a few hundred terms in another order
 
 
-def _dense(ids, p, V):
-    """The dense rows [n, L, V] that listed tokens ``ids`` / ``p`` [n, L, k] describe (rest spread evenly)."""
+def _dense(ids, p, V, tail=None):
+    """The dense rows [n, L, V] that listed tokens ``ids`` / ``p`` [n, L, k] describe: each row's
+    rest over its unlisted tokens in proportion to ``tail`` [L, V] (uniform by default)."""
     n, L, k = ids.shape
-    u = np.clip(1 - p.sum(-1), 0, None) / (V - k) if k < V else np.zeros((n, L))
-    out = np.repeat(u[:, :, None], V, axis=2)
+    tail = np.full((L, V), 1.0 / V) if tail is None else tail / tail.sum(1, keepdims=True)
+    out = np.repeat(tail[None], n, axis=0)  # [n, L, V]
+    np.put_along_axis(out, ids, 0.0, axis=2)
+    free = out.sum(2, keepdims=True)
+    out *= np.clip(1 - p.sum(-1, keepdims=True), 0, None) / np.where(free > 1e-12, free, np.inf)
     np.put_along_axis(out, ids, p, axis=2)
     return out
 
@@ -47,26 +51,27 @@ def _all_ids(p):
 
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10_000), K=st.integers(1, 3), L=st.integers(1, 4), V=st.integers(2, 6),
-       n=st.integers(1, 20), listed=st.booleans())
-def test_em_rows_step_matches_reference(seed, K, L, V, n, listed):
+       n=st.integers(1, 20), listed=st.booleans(), shaped=st.booleans())
+def test_em_rows_step_matches_reference(seed, K, L, V, n, listed, shaped):
     rng = np.random.default_rng(seed)
     x = rng.integers(0, V, size=(n, L)).astype(np.int64)
     k = max(1, V - 2) if listed else V
     rows = rng.dirichlet(np.ones(V), size=(n, L))
     ids = np.argsort(-rows, axis=2)[:, :, :k].copy()
     p = np.take_along_axis(rows, ids, axis=2)
-    u = np.clip(1 - p.sum(-1), 0, None) / (V - k) if k < V else np.zeros((n, L))
+    tail = rng.dirichlet(np.ones(V), size=L) if shaped else None
+    _, ids, p, g, shape = _check_rows(x, ids, p, V, tail)
     log_pi = np.log(rng.dirichlet(np.ones(K)))
     log_q = np.log(rng.dirichlet(np.ones(V), size=(K, L)))
-    obj, ref_pi, ref_q = em_rows_step(x, _dense(ids, p, V), log_pi, log_q, 1e-6)
+    obj, ref_pi, ref_q = em_rows_step(x, _dense(ids, p, V, tail), log_pi, log_q, 1e-6)
     lp, lq = log_pi.copy(), log_q.copy()
-    trace, _ = _em_rows(x, ids, p, u, lp, lq, 1, 0.0, 1e-6)
+    trace, _ = _em_rows(x, ids, p, g, shape, lp, lq, 1, 0.0, 1e-6)
     assert trace[0] == pytest.approx(obj, abs=ROUNDOFF)
     np.testing.assert_allclose(np.exp(lp), np.exp(ref_pi), atol=ROUNDOFF)
     np.testing.assert_allclose(np.exp(lq), np.exp(ref_q), atol=ROUNDOFF)
 
 
-def test_k1_is_the_mean_row_and_the_rest_is_spread_evenly():
+def test_k1_is_the_mean_row_and_the_rest_goes_where_the_tail_says():
     rng = np.random.default_rng(0)
     n, L, V, k = 50, 3, 7, 4
     rows = rng.dirichlet(np.ones(V), size=(n, L))
@@ -77,6 +82,9 @@ def test_k1_is_the_mean_row_and_the_rest_is_spread_evenly():
     np.testing.assert_allclose(rb_marginals(ids, p, V), want, atol=ROUNDOFF)
     m = fit_mixture_rows(x, ids, p, 1, V, floor=1e-6)
     np.testing.assert_allclose(np.exp(m.log_q[0]), (1 - 1e-6) * want + 1e-6 / V, atol=1e-9)
+    # the rest shaped like a given tail: the mean of the rows that tail completes
+    shape = rng.dirichlet(np.ones(V), size=L)
+    np.testing.assert_allclose(rb_marginals(ids, p, V, tail=shape), _dense(ids, p, V, shape).mean(0), atol=ROUNDOFF)
     # the whole row listed: exactly the mean of the rows
     np.testing.assert_allclose(rb_marginals(_all_ids(rows), rows, V), rows.mean(0), atol=ROUNDOFF)
 
@@ -151,7 +159,9 @@ def test_bad_rows_are_refused_naming_the_argument():
                     (dict(row_probs=p[..., :3]), "row_probs: expected shape"),
                     (dict(row_ids=ids + 3), "row_ids: token ids must lie in"),
                     (dict(row_probs=np.full((3, 2, 4), 0.2)), "row_probs: rows that list every token"),
-                    (dict(floor=0.0), "floor: must be"), (dict(K=0), "K: must be")):
+                    (dict(floor=0.0), "floor: must be"), (dict(K=0), "K: must be"),
+                    (dict(tail=np.ones((3, 4))), "tail: expected shape"),
+                    (dict(tail=-np.ones((2, 4))), "tail: must hold finite weights")):
         args = dict(samples=x, row_ids=ids, row_probs=p, K=2, vocab_size=4) | kw
         with pytest.raises(ValueError, match=msg):
             fit_mixture_rows(**args)

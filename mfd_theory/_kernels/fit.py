@@ -184,13 +184,13 @@ def _lse(a):
 
 
 @njit(cache=True)
-def _em_rows(x, ids, p, u, log_pi, log_q, max_iter, tol, floor):
+def _em_rows(x, ids, p, g, tail, log_pi, log_q, max_iter, tol, floor):
     """EM on sampled paths and the target's exact conditionals along them, in place.
 
     x [n, L] the sampled paths; ids / p [n, L, k] the listed tokens of each path's conditional
-    row c_{m,i} and their probabilities; u [n, L] the probability of each unlisted token (the
-    row's remaining mass spread evenly over the V - k tokens not listed; 0 when k = V). log_pi [K]
-    and log_q [K, L, V] the starting point, overwritten with the fit.
+    row c_{m,i} and their probabilities; an unlisted token v has c_{m,i}(v) = g[m, i] tail[i, v]
+    (g [n, L], tail [L, V]: the row's remaining mass shaped like ``tail``; g = 0 when k = V).
+    log_pi [K] and log_q [K, L, V] the starting point, overwritten with the fit.
 
     E-step: the path responsibility r_mk = pi_k Q_k(x_m) / Q(x_m) and, per position i, the prefix
     responsibility rho_mk(i) from positions < i alone. M-step: the mode's statistic
@@ -206,7 +206,7 @@ def _em_rows(x, ids, p, u, log_pi, log_q, max_iter, tol, floor):
     K, _, V = log_q.shape
     trace = np.full(max_iter + 1, np.nan)
     S = np.zeros((K, L, V))  # [K, L, V]: the listed and the path-token parts
-    base = np.zeros((K, L))  # [K, L]: the unlisted tokens' even share, added to every token
+    base = np.zeros((K, L))  # [K, L]: the unlisted mass, given to every token v in proportion to tail[i, v]
     nk = np.zeros(K)
     a = np.empty(K)
     r = np.empty(K)
@@ -235,10 +235,11 @@ def _em_rows(x, ids, p, u, log_pi, log_q, max_iter, tol, floor):
                 for k in range(K):
                     rho[k] = np.exp(a[k] - lse_i)
                 for k in range(K):
-                    if rho[k] > 0.0:
-                        base[k, i] += rho[k] * u[m, i]
+                    if rho[k] > 1e-12:  # a mode the prefix has ruled out adds nothing visible
+                        base[k, i] += rho[k] * g[m, i]
                         for j in range(kk):
-                            S[k, i, ids[m, i, j]] += rho[k] * (p[m, i, j] - u[m, i])
+                            t = ids[m, i, j]
+                            S[k, i, t] += rho[k] * (p[m, i, j] - g[m, i] * tail[i, t])
                     S[k, i, x[m, i]] += r[k] - rho[k]
                     a[k] += log_q[k, i, x[m, i]]
         trace[it] = obj / n
@@ -254,7 +255,7 @@ def _em_rows(x, ids, p, u, log_pi, log_q, max_iter, tol, floor):
             for i in range(L):
                 total = 0.0
                 for v in range(V):
-                    s = S[k, i, v] + base[k, i]
+                    s = S[k, i, v] + base[k, i] * tail[i, v]
                     row[v] = s if s > 0.0 else 0.0
                     total += row[v]
                 for v in range(V):

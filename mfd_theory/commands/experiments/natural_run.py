@@ -176,9 +176,11 @@ def ceiling_options(config):
     """The per-prompt options of the ceiling stage (:class:`~mfd_theory.llm.measure.ceiling.CeilingOptions`)."""
     from mfd_theory.llm.measure.ceiling import CeilingOptions
 
+    # sized for a 1.8 M-parameter target on one CPU thread: big sampling batches (its cache is
+    # small), 128 tokens of each 4096-token row for the fit, 40 EM iterations
     return CeilingOptions(L=config.block_size - 1, budgets=tuple(config.ceiling_budgets),
                           modes=tuple(config.ceiling_modes), samples=config.ceiling_samples, eps=config.dead_eps,
-                          dead_at=config.dead_at).check()
+                          dead_at=config.dead_at, batch=256, top_k=128, fit_iters=40).check()
 
 
 def run_ceiling(config, out: Path, progress: bool = True) -> None:

@@ -42,7 +42,7 @@ class CeilingConfig(TargetOptions):
                                   unset="all", ge=1)
     enable_thinking: bool = opt(False, "chat template with thinking enabled")
     top_k: int = opt(256, "tokens of each sampled path's conditional kept for the mixture fit (the rest of its "
-                          "mass spread evenly; the marginals and entropies use the whole row)", ge=1)
+                          "mass shaped like the marginals; the marginals and entropies use the whole row)", ge=1)
     dead_eps: float = opt(1e-3, "a node is dead when its target prefix probability is <= this", gt=0, lt=1)
     dead_at: int = opt(64, "tree size at which the product tree's dead share is measured", ge=1)
     batch: int = opt(64, "paths sampled per forward (the context's cache rows are repeated this many times)", ge=1)

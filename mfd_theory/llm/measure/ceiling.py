@@ -220,7 +220,11 @@ def sample_paths(model, context, L: int, M: int, temperature: float = 1.0, seed:
         for i in range(L):
             lp = torch.log_softmax(logits.float() / T, dim=-1)  # [b, V]
             p = lp.exp()
-            tok = torch.multinomial(p, 1, generator=gen)  # [b, 1]
+            # inverse-CDF draw in float64 (torch.multinomial is several times slower on CPU): the
+            # first token whose cumulative mass exceeds a uniform draw over the row's total
+            cdf = p.double().cumsum(-1)  # [b, V]
+            u = torch.rand((b, 1), generator=gen, dtype=torch.float64, device=dev) * cdf[:, -1:]
+            tok = torch.searchsorted(cdf, u, right=True).clamp_(max=V - 1)  # [b, 1]
             sl = slice(done, done + b)
             tokens[sl, i] = tok[:, 0].cpu().numpy()
             log_p[sl, i] = lp.gather(1, tok)[:, 0].double().cpu().numpy()
@@ -265,7 +269,7 @@ class CeilingOptions:
     modes: tuple[int, ...] = (1, 2, 4)  # K of the fitted mixtures (1: the product tree)
     scorers: tuple[str, ...] = ("mixture",)  # how a fitted mixture becomes a tree (ceiling_stats.SCORERS)
     samples: int = 512  # M paths per half (build, check)
-    top_k: int = 256  # tokens kept of each conditional for the mixture fit
+    top_k: int = 256  # tokens kept of each conditional for the mixture fit (the rest shaped like the marginals)
     eps: float = 1e-3  # a node is dead when P_T(s) <= eps
     dead_at: int = 64  # tree size of the dead share
     batch: int = 64  # sampled paths per forward
@@ -313,7 +317,9 @@ def prompt_ceiling(model, context, temperature: float = 1.0, options: CeilingOpt
     ``coverage``: per tree and budget, sum_s P_T(s) over its first N nodes, exact given the tree;
     ``mc``: the mean accepted length of the check paths and its standard error; ``tc``: the
     block's total correlation (:func:`mfd_theory.ceiling_stats.total_correlation`, on both sets);
-    ``heldout``: the mean log Q(x) of the check paths per K and its gain over K = 1 (mean, s.e.);
+    ``heldout``: the mean log Q(x) of the check paths per K and its gain over K = 1 (mean, s.e.),
+    every K fitted on the same top-k rows (``product``: the whole rows' marginals, for the cost of
+    keeping only k tokens of each row);
     ``dead``: the product tree's nodes with P_T(s) <= eps at ``dead_at`` nodes, and of those the
     splices (the prefix of no build path)."""
     opt = options.check()
@@ -336,13 +342,15 @@ def prompt_ceiling(model, context, temperature: float = 1.0, options: CeilingOpt
     t0 = time.perf_counter()
     ptree = product_tree(product, n_max)
     trees["product"] = (ptree, scorer.log_probs(ptree))
-    models, fits = {1: product}, {}
-    for K in sorted(set(opt.modes) - {1}):
+    models, fits = {}, {}
+    for K in sorted(set(opt.modes)):
         mix, info = fit_mixture_rows(build.tokens, build.top_ids, build.top_p, K, V, seed=int(seed),
                                      n_restarts=opt.fit_restarts, max_iter=opt.fit_iters, floor=opt.floor,
-                                     return_info=True)
-        models[K] = mix
+                                     tail=build.marginal, return_info=True)
+        models[K] = mix  # K = 1 too: the held-out baseline with the same truncated rows
         fits[str(K)] = {"weights": np.exp(mix.log_pi).tolist(), "objective": info.objective, "n_iter": info.n_iter}
+        if K == 1:
+            continue
         for name in opt.scorers:
             tree = tree_builder(name)(mix, n_max)
             trees[f"{name} K={K}"] = (tree, scorer.log_probs(tree))
@@ -355,6 +363,7 @@ def prompt_ceiling(model, context, temperature: float = 1.0, options: CeilingOpt
     ll = {K: path_log_likelihoods(m, check.tokens) for K, m in models.items()}  # [M] each
     heldout = {str(K): {"ll": float(v.mean()), **({"gain": _mean_se(v - ll[1])} if K != 1 else {})}
                for K, v in ll.items()}
+    heldout["product"] = {"ll": float(path_log_likelihoods(product, check.tokens).mean())}  # the whole rows' marginals
     tc = total_correlation((build.marginal + check.marginal) / 2, np.concatenate([build.entropy, check.entropy]))
     plp = trees["product"][1][:opt.dead_at]
     dead = plp <= math.log(opt.eps)
