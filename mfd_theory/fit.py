@@ -2,8 +2,9 @@
 
 :func:`fit_mixture` fits target samples, :func:`fit_mixture_exact` an exact ``MixtureOfProducts``
 target; both run soft EM (MAP-EM) or hard (winner-take-all) EM with restarts, and :class:`FitInfo`
-keeps the penalised objective. The two settings, the Dirichlet prior and the objective:
-docs/design.md ("Fitting mixture drafters by EM").
+keeps the penalised objective. :func:`fit_mixture_rows` fits sampled paths together with the
+target's exact conditionals along them (:func:`rb_marginals` is its K = 1). The settings, the prior
+and the objectives: docs/design.md ("Fitting mixture drafters by EM").
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from typing import Literal
 
 import numpy as np
 
-from mfd_theory._kernels.fit import _em, _log_likelihood
+from mfd_theory._kernels.fit import _em, _em_rows, _log_likelihood
 from mfd_theory.distributions import MixtureOfProducts
 from mfd_theory.validation import check_int, check_real
 
-__all__ = ["FitInfo", "em_kernel", "fit_mixture", "fit_mixture_exact", "log_likelihood"]
+__all__ = ["FitInfo", "em_kernel", "fit_mixture", "fit_mixture_exact", "fit_mixture_rows", "log_likelihood",
+           "path_log_likelihoods", "rb_marginals"]
 
 Assignment = Literal["soft", "hard"]
 
@@ -116,9 +118,10 @@ def _marginal_counts(x: np.ndarray, w: np.ndarray, V: int) -> np.ndarray:
     return out / w.sum()
 
 
-def _init(x, w, K, V, rng, blend: float = 0.5):
-    """Each mode starts half on one seed row, half on the smoothed marginals."""
-    marg = _marginal_counts(x, w, V)  # [L, V]
+def _init(x, w, K, V, rng, blend: float = 0.5, marg=None):
+    """Each mode starts half on one seed row, half on the smoothed marginals (``marg`` [L, V], by
+    default the rows' token frequencies)."""
+    marg = _marginal_counts(x, w, V) if marg is None else marg  # [L, V]
     marg = 0.9 * marg + 0.1 / V
     rows = _seed_rows(x, w, K, rng)
     L = x.shape[1]
@@ -370,15 +373,168 @@ def fit_mixture_exact(
     return (model, info) if return_info else model
 
 
-def log_likelihood(model: MixtureOfProducts, samples, weights=None) -> float:
-    """Weighted mean log Q(x) per block of ``samples`` [n, L] under a mixture drafter."""
+def path_log_likelihoods(model: MixtureOfProducts, samples) -> np.ndarray:
+    """log Q(x) [n] of every block of ``samples`` [n, L] under a mixture drafter."""
     if not isinstance(model, MixtureOfProducts):
         raise ValueError(f"model: expected a MixtureOfProducts, got {type(model).__name__}")
     x = _check_samples(samples, model.V)
     if x.shape[1] != model.L:
         raise ValueError(f"samples: expected {model.L} positions, got {x.shape[1]}")
-    w = np.ones(x.shape[0]) if weights is None else _check_weights(weights, x.shape[0])
     out = np.empty(x.shape[0])
     _log_likelihood(x, np.ascontiguousarray(model.log_pi), np.ascontiguousarray(model.log_q), out)
+    return out
+
+
+def log_likelihood(model: MixtureOfProducts, samples, weights=None) -> float:
+    """Weighted mean log Q(x) per block of ``samples`` [n, L] under a mixture drafter."""
+    out = path_log_likelihoods(model, samples)
+    w = np.ones(out.shape[0]) if weights is None else _check_weights(weights, out.shape[0])
     with np.errstate(invalid="ignore"):
         return float(np.sum(w * out) / w.sum()) if np.all(np.isfinite(out[w > 0])) else -math.inf
+
+
+# ------------------------------------------------------------------ paths with their exact conditionals
+def _check_rows(samples, row_ids, row_probs, vocab_size, tail=None):
+    """(x [n, L], ids [n, L, k], p [n, L, k], g [n, L], tail [L, V]) checked: an unlisted token v of
+    row (m, i) has probability g[m, i] tail[i, v], the row's remaining mass shaped like ``tail``
+    (uniform by default) over the tokens the row does not list."""
+    V = check_int("vocab_size", vocab_size, 1)
+    x = _check_samples(samples, V)
+    n, L = x.shape
+    ids = np.asarray(row_ids)
+    if ids.ndim != 3 or ids.shape[:2] != (n, L) or ids.shape[2] < 1:
+        raise ValueError(f"row_ids: expected shape [{n}, {L}, k] with k >= 1 (the samples' [n, L]), got {ids.shape}")
+    if not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"row_ids: expected integer token ids, got dtype {ids.dtype}")
+    k = ids.shape[2]
+    if k > V:
+        raise ValueError(f"row_ids: lists {k} tokens per row, more than vocab_size = {V}")
+    if ids.min() < 0 or ids.max() >= V:
+        raise ValueError(f"row_ids: token ids must lie in [0, vocab_size={V})")
+    srt = np.sort(ids, axis=2)
+    if (srt[:, :, 1:] == srt[:, :, :-1]).any():
+        raise ValueError("row_ids: a token appears twice in one row")
+    ids = np.ascontiguousarray(ids, dtype=np.int64)
+    p = np.asarray(row_probs, dtype=np.float64)
+    if p.shape != ids.shape:
+        raise ValueError(f"row_probs: expected shape {ids.shape} (row_ids'), got {p.shape}")
+    if not np.isfinite(p).all() or (p < 0).any():
+        raise ValueError("row_probs: must be finite probabilities >= 0")
+    total = p.sum(axis=2)  # [n, L]
+    if (total > 1 + 1e-5).any():
+        raise ValueError(f"row_probs: a row's listed probabilities sum to {total.max():.6g} > 1")
+    if tail is None:
+        shape = np.full((L, V), 1.0 / V)
+    else:
+        shape = np.asarray(tail, dtype=np.float64)
+        if shape.shape != (L, V):
+            raise ValueError(f"tail: expected shape [{L}, {V}] (positions, vocabulary), got {shape.shape}")
+        if not np.isfinite(shape).all() or (shape < 0).any() or (shape.sum(axis=1) <= 0).any():
+            raise ValueError("tail: must hold finite weights >= 0, some positive at every position")
+        shape = shape / shape.sum(axis=1, keepdims=True)
+    if k == V:
+        if (np.abs(total - 1) > 1e-5).any():
+            raise ValueError("row_probs: rows that list every token must sum to 1")
+        g = np.zeros((n, L))
+    else:
+        free = 1.0 - np.take_along_axis(np.broadcast_to(shape, (n, L, V)), ids, axis=2).sum(axis=2)  # [n, L]
+        g = np.where(free > 1e-12, np.clip(1.0 - total, 0.0, None) / np.maximum(free, 1e-12), 0.0)
+    return x, ids, np.ascontiguousarray(p), np.ascontiguousarray(g), np.ascontiguousarray(shape)
+
+
+def _dense_mean(ids, p, g, tail) -> np.ndarray:
+    """The mean over paths of the dense rows ``c_{m,i}`` [L, V] that ``ids``, ``p``, ``g``, ``tail`` describe."""
+    n, L, _ = ids.shape
+    out = g.mean(axis=0)[:, None] * tail  # [L, V]: the unlisted mass, shaped like the tail
+    for i in range(L):
+        listed = ids[:, i]  # [n, k]
+        np.add.at(out[i], listed.ravel(), (p[:, i] - g[:, i, None] * tail[i, listed]).ravel() / n)
+    return out
+
+
+def rb_marginals(row_ids, row_probs, vocab_size, tail=None) -> np.ndarray:
+    """Per-position marginals [L, V] from the target's exact conditionals along sampled paths: the
+    mean of each position's rows (Rao-Blackwellised: unbiased like token counts, with no token
+    left at 0 that a row gives mass). ``row_ids`` / ``row_probs`` [n, L, k] and ``tail`` as for
+    :func:`fit_mixture_rows`."""
+    ids = np.asarray(row_ids)
+    if ids.ndim != 3:
+        raise ValueError(f"row_ids: expected shape [n, L, k], got {ids.shape}")
+    _, ids, p, g, shape = _check_rows(np.zeros(ids.shape[:2], dtype=np.int64), ids, row_probs, vocab_size, tail)
+    return _dense_mean(ids, p, g, shape)
+
+
+def fit_mixture_rows(
+    samples,
+    row_ids,
+    row_probs,
+    K: int,
+    vocab_size: int,
+    seed: int = 0,
+    *,
+    n_restarts: int = 4,
+    max_iter: int = 100,
+    tol: float = 1e-7,
+    screen_iter: int = 10,
+    floor: float = 1e-9,
+    tail=None,
+    return_info: bool = False,
+):
+    """Fit a K-mode mixture of products to sampled paths and the target's exact conditionals along them.
+
+    Parameters
+    ----------
+    samples : int array [n, L]
+        Paths sampled from the target.
+    row_ids, row_probs : arrays [n, L, k]
+        Path m's conditional at position i, ``P(. | context, x_m,<i)``: its k listed tokens and their
+        probabilities (k = V: the whole row); the row's remaining mass goes to the tokens it does not
+        list in proportion to ``tail``.
+    K, vocab_size, seed
+        Modes, V, and the seed of the restarts' k-means++ starts.
+    n_restarts, max_iter, tol, screen_iter
+        As in :func:`fit_mixture`; the restart with the best mean path log-likelihood is kept.
+    floor : float in (0, 1)
+        Every mode's rows are mixed with this share of the uniform row (no path token at -inf).
+    tail : array [L, V], optional
+        The shape of each row's unlisted mass at each position (default uniform); the exact
+        marginals, when known, keep a truncated row's tail close to the truth.
+
+    Returns
+    -------
+    MixtureOfProducts (and a :class:`FitInfo` with ``return_info``; its objective is the mean
+    log Q(x) of the paths, with no prior). The EM (:func:`mfd_theory._kernels.fit._em_rows`) weights
+    each path by its mode responsibility and averages the exact rows, with a count correction that
+    keeps the step unbiased for plain EM's: docs/design.md ("Fitting mixture drafters by EM").
+    K = 1 returns :func:`rb_marginals` (mixed with the floor).
+    """
+    K = check_int("K", K, 1)
+    n_restarts = check_int("n_restarts", n_restarts, 1)
+    max_iter = check_int("max_iter", max_iter, 1)
+    tol = float(check_real("tol", tol, 0))
+    screen_iter = check_int("screen_iter", screen_iter, 0)
+    floor = float(check_real("floor", floor, 0, 1, low_open=True, high_open=True))
+    x, ids, p, g, shape = _check_rows(samples, row_ids, row_probs, vocab_size, tail)
+    V = int(vocab_size)
+    marg = _dense_mean(ids, p, g, shape)  # [L, V]
+    rng = np.random.default_rng(seed)
+    w = np.ones(x.shape[0])
+    if K == 1:
+        n_restarts = 1  # one iteration from anywhere gives the marginals
+    first = max_iter if (screen_iter <= 0 or n_restarts == 1) else min(screen_iter, max_iter)
+    runs = []
+    for r in range(n_restarts):
+        log_pi, log_q = _init(x, w, K, V, rng, marg=marg)
+        trace, n_iter = _em_rows(x, ids, p, g, shape, log_pi, log_q, first, tol, floor)
+        runs.append([float(trace[n_iter]), r, log_pi, log_q, trace[: n_iter + 1], n_iter])
+    best = max(runs, key=lambda run: run[0])
+    _, r, log_pi, log_q, trace, n_iter = best
+    if n_iter == first and first < max_iter:  # stopped by the screening cap, not by convergence
+        more, n_more = _em_rows(x, ids, p, g, shape, log_pi, log_q, max_iter - first, tol, floor)
+        trace = np.concatenate([trace, more[1: n_more + 1]])
+        n_iter += n_more
+        best[0] = float(trace[-1])
+    info = FitInfo(assignment="rows", objectives=tuple(run[0] for run in runs), best_restart=r,
+                   trace=tuple(float(t) for t in trace), n_iter=int(n_iter), n_unique=int(x.shape[0]))
+    model = MixtureOfProducts(log_pi - np.logaddexp.reduce(log_pi), log_q)
+    return (model, info) if return_info else model

@@ -140,7 +140,7 @@ def check_drafter(drafter, max_depth=None) -> tuple[int, int]:
     return int(L), int(V)
 
 
-def best_first(drafter, L: int, V: int, N: int):
+def best_first(drafter, L: int, V: int, N: int, lookahead: int = 0):
     """The first N prefixes (length <= L) in decreasing path score: parent, token, depth, score [N].
 
     Best-first search over concrete children: every emitted node's row is evaluated once and its
@@ -153,6 +153,13 @@ def best_first(drafter, L: int, V: int, N: int):
     (-score, parent's emission index, rank in the parent's row) realise the builders' tie rule.
     ``log_cond`` is called at most N times (the root and every emitted node shallower than L,
     but never for the last node).
+
+    ``lookahead`` > 0, for a drafter with ``has_row(prefix)`` and ``prefetch(prefixes)`` (rows
+    that cost one forward each, cheaper many at a time: the target itself, in
+    :class:`mfd_theory.llm.measure.ceiling.TargetScorer`): before a node whose row the drafter
+    does not hold yet is expanded, it is asked for that row together with the rows of the best
+    ``lookahead`` children waiting in the heap (those emitted next, if any). The search and its
+    result are the same; only the rows arrive in fewer, larger batches.
     """
     paths: list[tuple[int, ...]] = []
     parent = np.empty(N, dtype=np.int64)
@@ -166,8 +173,21 @@ def best_first(drafter, L: int, V: int, N: int):
     heap: list[tuple[float, int, int]] = []  # (-score, parent emission index (-1: root), rank)
 
     M = min(V, N)  # a parent never has more than N children in the tree
+    batched = lookahead > 0 and callable(getattr(drafter, "prefetch", None)) and \
+        callable(getattr(drafter, "has_row", None))
+
+    def upcoming() -> list[tuple[int, ...]]:
+        """The prefixes of the best ``lookahead`` heap entries that would be expanded if emitted."""
+        out = []
+        for _, p, r in heapq.nsmallest(lookahead, heap):
+            pre = (paths[p] if p >= 0 else ()) + (int(p_ids[p + 1][r]),)
+            if len(pre) < L:
+                out.append(pre)
+        return out
 
     def expand(slot: int, prefix: tuple[int, ...], s: float) -> None:
+        if batched and not drafter.has_row(prefix):
+            drafter.prefetch([prefix, *upcoming()])
         row = _row(drafter, prefix, V)
         # the row's first M tokens by (decreasing value, increasing id), without sorting all of it:
         # every token tied with the M-th largest value is kept, then sorted, then cut to M

@@ -63,3 +63,59 @@ def smoothed_marginals(x, V: int, smoothing: float) -> np.ndarray:
             out[i, t] += 1
     n = x.shape[0]
     return (out + smoothing * n / V) / (n + smoothing * n)
+
+
+def em_rows_step(x, rows, log_pi, log_q, floor: float):
+    """One step of the EM on paths and exact rows, written out path by path, position by position.
+
+    ``rows`` [n, L, V]: path m's dense conditional c_{m,i} at every position. r_mk: the mode's
+    responsibility for the whole path; rho_mk(i): for its first i tokens only (pi_k at i = 0).
+    S_ki(v) = sum_m rho_mk(i) c_mi(v) + (r_mk - rho_mk(i)) [x_mi = v]; q = max(S, 0) normalised,
+    then (1 - floor) q + floor / V; pi_k = sum_m r_mk / n. Returns (mean log Q(x_m) before the
+    step, log_pi, log_q)."""
+    n, L = x.shape
+    K, _, V = log_q.shape
+    S = np.zeros((K, L, V))
+    nk = np.zeros(K)
+    obj = 0.0
+    for m in range(n):
+        full = [log_pi[k] + sum(log_q[k, i, x[m, i]] for i in range(L)) for k in range(K)]
+        top = max(full)
+        z = sum(math.exp(a - top) for a in full)
+        obj += top + math.log(z)
+        r = [math.exp(a - top) / z for a in full]
+        for k in range(K):
+            nk[k] += r[k]
+        for i in range(L):
+            part = [log_pi[k] + sum(log_q[k, j, x[m, j]] for j in range(i)) for k in range(K)]
+            top_i = max(part)
+            zi = sum(math.exp(a - top_i) for a in part)
+            rho = [math.exp(a - top_i) / zi for a in part]
+            for k in range(K):
+                for v in range(V):
+                    S[k, i, v] += rho[k] * rows[m, i, v] + (r[k] - rho[k]) * (1.0 if x[m, i] == v else 0.0)
+    new_pi = nk / n
+    new_q = np.empty_like(log_q)
+    for k in range(K):
+        for i in range(L):
+            s = np.maximum(S[k, i], 0.0)
+            new_q[k, i] = (1 - floor) * s / s.sum() + floor / V
+    with np.errstate(divide="ignore"):
+        return obj / n, np.log(new_pi), np.log(new_q)
+
+
+def exact_total_correlation(target) -> float:
+    """sum_i H(X_i) - H(X) of a MixtureOfProducts by enumerating every block (small L, V only)."""
+    import itertools
+
+    p = np.exp(target.log_q)  # [K, L, V]
+    w = np.exp(target.log_pi)
+    L, V = target.L, target.V
+    marg = np.einsum("k,kiv->iv", w, p)
+    h_pos = -sum(float(q * math.log(q)) for q in marg.ravel() if q > 0)
+    h_block = 0.0
+    for s in itertools.product(range(V), repeat=L):
+        prob = float(sum(w[k] * np.prod([p[k, i, s[i]] for i in range(L)]) for k in range(len(w))))
+        if prob > 0:
+            h_block -= prob * math.log(prob)
+    return h_pos - h_block

@@ -43,11 +43,16 @@ def test_gpu_check_micro_on_cpu(tmp_path, monkeypatch):
     assert res.data["round_profile"]["overhead"]
     assert set(res.data["draft_ms"]) == {"K=1,T=16", "K=1,T=40", "K=2,T=16", "K=2,T=40"}
     assert calls == [["--preset", "micro", "--device", "cpu", "--out", str(tmp_path / "gpu_check_e2e"), "--quiet"]]
-    assert set(res.data["elapsed_s"]) == {"greedy", "round_profile", "draft_latency", "e2e"}
+    assert set(res.data["elapsed_s"]) == {"greedy", "round_profile", "draft_latency", "ceiling", "e2e"}
+    ce = res.data["ceiling"]  # the ceiling's GPU path, run here on CPU at the small sizes
+    cov = ce["coverage"]
+    assert set(cov) == {"oracle", "product", "mixture K=2"} and ce["samples"] == 16 and ce["L"] == 3
+    assert all(cov[t][n] <= cov["oracle"][n] + 1e-6 for t in cov for n in cov[t])
     assert res.data["within_budget"] and res.data["total_s"] >= sum(res.data["elapsed_s"].values()) > 0
     assert json.loads((tmp_path / "gpu_check_cpu_small.json").read_text())["name"] == "gpu_check"
     text = report(res)
     assert "greedy equality vs HF generate: equal 8" in text and "round profile: AR round" in text
+    assert "ceiling (one prompt, L = 3, N = 16, T = 1): oracle" in text
     assert "of the 480 s budget" in text and "OVER BUDGET" not in text
 
 

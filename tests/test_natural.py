@@ -1,15 +1,13 @@
-"""``mfd natural``: the stdlib corpus and its split, the target-only ceiling against brute force on a
-tiny model, the effective-futures fit, and a micro run of the whole thing through the CLI."""
+"""``mfd natural``: the stdlib corpus and its split, and a micro run of the whole thing through the CLI
+(the ceiling it runs is tested in test_ceiling.py)."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import random
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -119,129 +117,6 @@ def test_real_stdlib_split(tmp_path):
     assert all(p["unit"] in {u.name for u in held} for p in code + nc.prose_prompts(held, 6))
 
 
-# ------------------------------------------------------------------------------------ the ceiling
-
-
-def _tiny_model(V: int = 5, seed: int = 0):
-    from mfd_theory.llm.training.train import LMConfig, lm_class, qwen3_config
-
-    torch.manual_seed(seed)
-    arch = LMConfig(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=8, intermediate_size=32)
-    model = lm_class("qwen3")._from_config(qwen3_config(arch, V, 0), attn_implementation="sdpa").eval()
-    with torch.no_grad():  # sharper conditionals than the init's, so prefixes differ clearly
-        model.lm_head.weight.mul_(30.0)
-    return model
-
-
-@torch.no_grad()
-def _brute_force(model, context, L: int, V: int) -> dict[tuple, float]:
-    """log P(s) of every prefix of length 1..L, each from one full forward of context + s (no cache)."""
-    out = {}
-    for d in range(1, L + 1):
-        for s in itertools.product(range(V), repeat=d):
-            ids = torch.tensor([list(context) + list(s)])
-            lp = torch.log_softmax(model(input_ids=ids).logits[0].double(), -1)
-            n = len(context)
-            out[s] = float(sum(lp[n - 1 + i, s[i]] for i in range(d)))
-    return out
-
-
-def test_oracle_search_equals_brute_force():
-    from mfd_theory.llm.measure.ceiling import TargetScorer, node_log_probs, oracle_coverage
-
-    V, L, ctx = 4, 3, [1, 2, 3]
-    model = _tiny_model(V)
-    brute = _brute_force(model, ctx, L, V)
-    ranked = sorted(brute.items(), key=lambda kv: -kv[1])
-    scorer = TargetScorer(model, torch.tensor(ctx), L)
-    budgets = [1, 3, 10, 30]
-    tree, cov = oracle_coverage(scorer, budgets)
-    paths = tree.paths()
-    for n in budgets:
-        assert set(paths[:n]) == {s for s, _ in ranked[:n]}, n
-        assert cov[n] == pytest.approx(sum(math.exp(v) for _, v in ranked[:n]), rel=1e-6)  # float32 forwards: cached vs full
-    # P(s) of any tree's nodes from the scorer equals brute force
-    lp = node_log_probs(scorer, tree)
-    assert np.allclose(lp, [brute[s] for s in paths], atol=1e-5)
-
-
-def test_product_marginals_converge_to_the_exact_ones():
-    from mfd_theory.llm.measure.ceiling import empirical_marginals, sample_blocks
-
-    V, L, ctx = 4, 3, [2, 1]
-    model = _tiny_model(V, seed=1)
-    brute = _brute_force(model, ctx, L, V)
-    exact = np.zeros((L, V))
-    for s, v in brute.items():
-        if len(s) == L:
-            for i, t in enumerate(s):
-                exact[i, t] += math.exp(v)
-    assert np.allclose(exact.sum(1), 1.0)
-    errs = []
-    for M in (100, 6000):
-        p, se = empirical_marginals(sample_blocks(model, torch.tensor(ctx), L, M, seed=3, batch=2000), V)
-        errs.append(np.abs(p - exact).max())
-        if M == 6000:  # within 5 standard errors everywhere (plus a floor for p near 0)
-            assert np.all(np.abs(p - exact) <= 5 * np.sqrt(exact * (1 - exact) / M) + 1e-3)
-    assert errs[1] < errs[0]
-
-
-def test_product_tree_stops_where_the_samples_give_no_support():
-    """Unsampled tokens have estimate 0: the product tree keeps only prefixes with support, and its
-    coverage and dead share are those of these nodes under the target (brute force)."""
-    from mfd_theory.llm.measure.ceiling import TargetScorer, product_ceiling
-
-    V, L, ctx = 4, 3, [3, 1]
-    model = _tiny_model(V, seed=2)
-    brute = _brute_force(model, ctx, L, V)
-    samples = np.array([[0, 0, 0], [0, 1, 0], [0, 0, 0], [0, 1, 0]])
-    trees, cov, dead = product_ceiling(TargetScorer(model, torch.tensor(ctx), L), samples, [2, 10], eps=1e-3,
-                                       dead_at=10)
-    tree, lp = trees[10]
-    want = {(0,), (0, 0), (0, 1), (0, 0, 0), (0, 1, 0)}
-    assert set(tree.paths()) == want and dead["product_nodes"]["10"] == 5
-    assert cov[10] == pytest.approx(sum(math.exp(brute[s]) for s in want), rel=1e-6)
-    assert dead["dead"] == sum(brute[s] <= math.log(1e-3) for s in want)
-    assert dead["dead_splices"] == 0  # every node is the prefix of a sample
-
-
-def test_accepted_lengths_match_a_direct_count():
-    from mfd_theory.llm.measure.ceiling import accepted_lengths
-    from mfd_theory.trees import product_tree
-
-    rng = np.random.default_rng(0)
-    log_q = np.log(rng.dirichlet(np.ones(4), size=3))
-    tree = product_tree(log_q, 12)
-    samples = rng.integers(0, 4, size=(200, 3))
-    paths = set(tree.paths())
-    slow = [sum(tuple(x[:d]) in paths for d in range(1, 4)) for x in samples.tolist()]  # prefix-closed tree
-    assert accepted_lengths(tree, samples).tolist() == slow
-
-
-def test_ceiling_refuses_bad_sizes_naming_them():
-    from mfd_theory.llm.measure.ceiling import TargetScorer, sample_blocks
-
-    with pytest.raises(ValueError, match="L: must be an integer >= 1, got 0"):
-        TargetScorer(None, None, 0)
-    with pytest.raises(ValueError, match="M: must be an integer >= 1, got 2.5"):
-        sample_blocks(None, None, 3, 2.5)
-
-
-def test_futures_fit_finds_two_futures_and_no_more():
-    from mfd_theory.commands.experiments.natural_run import futures_fit
-
-    rng = np.random.default_rng(0)
-    a, b = rng.integers(0, 40, size=6), rng.integers(0, 40, size=6)
-    two = np.where(rng.random((400, 1)) < 0.5, a, b)
-    noise = rng.random(two.shape) < 0.05
-    two[noise] = rng.integers(0, 40, size=noise.sum())
-    res = futures_fit(two, [1, 2, 4], [6])[6]
-    assert res[2]["heldout_ll"] > res[1]["heldout_ll"] + 1.0
-    assert res[2]["modes_with_weight"] == 2
-    flat = futures_fit(rng.integers(0, 40, size=(400, 6)), [1, 2], [6])[6]
-    assert flat[2]["heldout_ll"] <= flat[1]["heldout_ll"] + 0.05  # independent positions: nothing to gain
-
-
 # ------------------------------------------------------------------------------------ the run
 
 
@@ -284,10 +159,12 @@ def test_micro_run_produces_every_part(run):
     assert all(v["perplexity"] > 1 for v in d["target"]["perplexity"].values())
     for dom in ("code", "prose"):
         c = d["ceiling"][dom]
+        assert set(c) == {"1", "0.7"}
         for n in ("1", "4"):
-            o, p = c["by_budget"][n]["oracle"][0], c["by_budget"][n]["product"][0]
-            assert 0 <= p <= o + 1e-9  # no product tree covers more than the oracle
-        assert set(c["futures"]) == {"2", "3"}
+            cov = c["1"]["by_budget"][n]["coverage"]
+            assert 0 <= cov["product"][0] <= cov["oracle"][0] + 1e-9  # no product tree covers more than the oracle
+            assert cov["mixture K=2"][0] <= cov["oracle"][0] + 1e-9
+        assert c["1"]["tc"][0] is not None
     rows = d["e2e"]["rows"]
     got = {(r["dataset"], r["temperature"], r["method"], r["K"]) for r in rows}
     for ds in ("code", "prose"):
@@ -332,8 +209,8 @@ def test_report_block_from_the_run(run):
         == n_rows
     assert len([ln for ln in lines if re.match(r"\| (code|prose) \| [01] \| (mfd \(K|ddtree on|dartree \| \d+ vs)", ln)]) \
         == len(res.data["e2e"]["best_budget"])
-    c = res.data["ceiling"]["code"]["by_budget"]["4"]
-    assert f"| code | 4 | {c['product'][0]:.2f}" in text
+    c = res.data["ceiling"]["code"]["1"]["by_budget"]["4"]["coverage"]
+    assert f"| code | 1 | 4 | {c['product'][0]:.2f}" in text
     assert BLOCKS["natural"][0] == "natural/natural.json"
     new, changed, skipped = render("x\n<!-- report:natural -->\nold\n<!-- /report:natural -->\n", results)
     assert changed == ["natural"] and text in new
@@ -341,7 +218,7 @@ def test_report_block_from_the_run(run):
 
 def test_bad_options_exit_2(tmp_path, capsys):
     for argv, flag in ((["--modes", "2,4"], "--modes"), (["--preset", "huge"], "--preset"),
-                       (["--futures-lengths", "20"], "--futures-lengths"), (["--methods", "ar,beam"], "--methods"),
+                       (["--ceiling-modes", "2,4"], "--ceiling-modes"), (["--methods", "ar,beam"], "--methods"),
                        (["--hidden", "102"], "--heads")):
         assert mfd(["natural", "--out", str(tmp_path / "o"), *argv]) == 2, argv
         assert flag in capsys.readouterr().err, argv

@@ -464,7 +464,7 @@ def test_bad_options_exit_2_naming_the_flag(run, tmp_path, capsys):
     assert not (tmp_path / "d").exists()
 
 
-@pytest.mark.parametrize("command", ["distill", "train-drafter", "eval"])
+@pytest.mark.parametrize("command", ["distill", "train-drafter", "eval", "ceiling"])
 def test_help_shows_every_options_default(command, capsys, monkeypatch):
     """``--help`` states each option's default: the value, "off" for a switch, what happens without
     it for an option that has no value default, "required" for one that must be given."""

@@ -283,8 +283,11 @@ def _headline_results(tmp_path) -> Path:
     Result("chimera_bound", {"m_max": 10}, {"verify": {"instances": 5000, "violations": 0, "ties": 3}}).save(
         results / "chimera_bound.json")
     (results / "natural").mkdir()
-    ceil = {dom: {"by_budget": {"16": {"oracle_over_product": [1.05, 0.01]}, "64": {"oracle_over_product": [r, 0.01]}}}
-            for dom, r in (("code", 1.104), ("prose", 1.135))}
+    def cmp(g):
+        return {"gain": g, "lo": g - 0.01, "hi": g + 0.01, "verdict": "gain"}
+
+    ceil = {dom: {"1": {"by_budget": {"16": {"gain": {"oracle": cmp(0.05)}}, "64": {"gain": {"oracle": cmp(r)}}}}}
+            for dom, r in (("code", 0.104), ("prose", 0.135))}
     Result("natural", {}, {"ceiling": ceil}).save(results / "natural" / "natural.json")
     return results
 
@@ -299,7 +302,7 @@ def test_headline_block_takes_a_few_numbers_from_three_results_files(tmp_path):
     # the fixture's mfd best (N = 64, 1.41x) against the product drafter's best (ddtree N = 16, 1.50x)
     assert "ddtree (product) N = 16: tau 3.60, 1.50x ± 0.02x; mfd K = 4 N = 64: tau 5.00, 1.41x ± 0.02x" in rows[1]
     assert "tau: median \\|error\\| 2.1%, worst 5.0%; speedup: median 4.3%, worst 12.0%" in rows[2]
-    assert "code +10.4% at N = 64; prose +13.5% at N = 64" in rows[3]
+    assert "code +10.4% [+9.4%, +11.4%] gain at N = 64; prose +13.5% [+12.5%, +14.5%] gain at N = 64" in rows[3]
     # the same block from results already in memory: the one calling convention, whatever a block reads
     held = {f: Result.load(results / f) for f in block_inputs("headline")}
     assert BLOCKS["headline"].make(Results(None, block_inputs("headline"), held)) in text

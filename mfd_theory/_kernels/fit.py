@@ -166,3 +166,99 @@ def _log_likelihood(x, log_pi, log_q, out):
         for k in range(K):
             z += np.exp(lj[k] - m)
         out[u] = m + np.log(z)
+
+
+@njit(cache=True)
+def _lse(a):
+    """log sum exp over a 1-D array (-inf when every entry is)."""
+    m = a[0]
+    for k in range(1, a.shape[0]):
+        if a[k] > m:
+            m = a[k]
+    if m == -np.inf:
+        return m
+    z = 0.0
+    for k in range(a.shape[0]):
+        z += np.exp(a[k] - m)
+    return m + np.log(z)
+
+
+@njit(cache=True)
+def _em_rows(x, ids, p, g, tail, log_pi, log_q, max_iter, tol, floor):
+    """EM on sampled paths and the target's exact conditionals along them, in place.
+
+    x [n, L] the sampled paths; ids / p [n, L, k] the listed tokens of each path's conditional
+    row c_{m,i} and their probabilities; an unlisted token v has c_{m,i}(v) = g[m, i] tail[i, v]
+    (g [n, L], tail [L, V]: the row's remaining mass shaped like ``tail``; g = 0 when k = V).
+    log_pi [K] and log_q [K, L, V] the starting point, overwritten with the fit.
+
+    E-step: the path responsibility r_mk = pi_k Q_k(x_m) / Q(x_m) and, per position i, the prefix
+    responsibility rho_mk(i) from positions < i alone. M-step: the mode's statistic
+    S_ki(v) = sum_m rho_mk(i) c_mi(v) + (r_mk - rho_mk(i)) [x_mi = v], an unbiased estimate of
+    plain EM's sum_m r_mk [x_mi = v] (rho_mk(i) does not depend on x_mi, so its term's expectation
+    given the prefix is its row), then q_ki = max(S_ki, 0) renormalised and mixed with ``floor``
+    of the uniform row, pi_k = sum_m r_mk / n. The trace is the mean log Q(x_m) of the paths.
+
+    Returns (trace [max_iter + 1], n_iter) as :func:`_em` does.
+    """
+    n, L = x.shape
+    kk = ids.shape[2]
+    K, _, V = log_q.shape
+    trace = np.full(max_iter + 1, np.nan)
+    S = np.zeros((K, L, V))  # [K, L, V]: the listed and the path-token parts
+    base = np.zeros((K, L))  # [K, L]: the unlisted mass, given to every token v in proportion to tail[i, v]
+    nk = np.zeros(K)
+    a = np.empty(K)
+    r = np.empty(K)
+    rho = np.empty(K)
+    row = np.empty(V)
+    n_iter = 0
+    for it in range(max_iter + 1):
+        S[:] = 0.0
+        base[:] = 0.0
+        nk[:] = 0.0
+        obj = 0.0
+        for m in range(n):
+            for k in range(K):
+                s = log_pi[k]
+                for i in range(L):
+                    s += log_q[k, i, x[m, i]]
+                a[k] = s
+            lse = _lse(a)
+            obj += lse
+            for k in range(K):
+                r[k] = np.exp(a[k] - lse)
+                nk[k] += r[k]
+                a[k] = log_pi[k]
+            for i in range(L):
+                lse_i = _lse(a)
+                for k in range(K):
+                    rho[k] = np.exp(a[k] - lse_i)
+                for k in range(K):
+                    if rho[k] > 1e-12:  # a mode the prefix has ruled out adds nothing visible
+                        base[k, i] += rho[k] * g[m, i]
+                        for j in range(kk):
+                            t = ids[m, i, j]
+                            S[k, i, t] += rho[k] * (p[m, i, j] - g[m, i] * tail[i, t])
+                    S[k, i, x[m, i]] += r[k] - rho[k]
+                    a[k] += log_q[k, i, x[m, i]]
+        trace[it] = obj / n
+        n_iter = it
+        if it == max_iter:
+            break
+        if it > 0 and abs(trace[it] - trace[it - 1]) <= tol * max(1.0, abs(trace[it])):
+            break
+        for k in range(K):
+            log_pi[k] = np.log(nk[k] / n) if nk[k] > 0.0 else -np.inf
+            if nk[k] <= 0.0:
+                continue  # a mode no path chose keeps its rows (its weight is 0)
+            for i in range(L):
+                total = 0.0
+                for v in range(V):
+                    s = S[k, i, v] + base[k, i] * tail[i, v]
+                    row[v] = s if s > 0.0 else 0.0
+                    total += row[v]
+                for v in range(V):
+                    q = (1.0 - floor) * (row[v] / total if total > 0.0 else 1.0 / V) + floor / V
+                    log_q[k, i, v] = np.log(q)
+    return trace, n_iter

@@ -1,6 +1,6 @@
-"""GPU check and round cost profile: greedy equality in bfloat16, the measured round profile, e2e.
+"""GPU check and round cost profile: greedy equality in bfloat16, the measured round profile, the ceiling, e2e.
 
-``make gpu-check`` (= ``mfd bench gpu-check --device cuda``) runs, on one CUDA device, four steps
+``make gpu-check`` (= ``mfd bench gpu-check --device cuda``) runs, on one CUDA device, five steps
 in one script sized to finish within ``time_budget_s`` (8 minutes); each step prints its elapsed
 time, and the result keeps them (``elapsed_s``):
 
@@ -21,15 +21,24 @@ time, and the result keeps them (``elapsed_s``):
    format :func:`mfd_theory.speedup.load_latency_profile` reads; read back to prove it).
 3. **drafting latency vs context.** K = 1 and K = ``num_modes`` drafting rounds at
    ``draft_contexts`` on the same stack (drafter width 4096, vocabulary 151,936).
-4. **e2e.** ``mfd e2e --preset micro --device <device>`` (``--e2e false`` skips it).
+4. **ceiling.** ``mfd ceiling``'s measurement (:func:`mfd_theory.llm.measure.ceiling.prompt_ceiling`)
+   on the round profile's stack at T = 1: ``ceiling_samples`` sampled paths to fit and as many to
+   check, the oracle tree of ``ceiling_budget`` nodes by batched best-first search, the product
+   and K = 2 trees and their exact coverage, after a ``profile_context``-token random prompt
+   (``--ceiling false`` skips it). Random weights: the numbers prove the GPU path and time it,
+   they say nothing about a trained target.
+5. **e2e.** ``mfd e2e --preset micro --device <device>`` (``--e2e false`` skips it).
 
 Time per step on one H100/H200-class GPU, *estimated* from the sizes (not measured here):
 (1) a 4-layer model and about 30 decodes of 32 tokens, plus numba compiling the tree builders
 once: under 1 minute; (2) building the 36-layer stack (16 GB of bfloat16 weights) and 2 x 18
 decodes of 16 rounds, each round a forward of up to 1,025 tokens after 512: 1-2 minutes;
-(3) 2 drafters x 2 contexts x ``repeats`` rounds: seconds; (4) the micro preset (a 2-layer
-target, three drafters, each a few dozen steps, then a short evaluation): 2-3 minutes. Total
-about 5-6 minutes; a run that exceeds ``time_budget_s`` says so at the end.
+(3) 2 drafters x 2 contexts x ``repeats`` rounds: seconds; (4) 2 x 64 paths of 15 tokens in
+batches of 64 (30 one-token forwards of the 36-layer stack), an oracle search of about 20 tree
+forwards of at most a few hundred rows, two more tree forwards and two small EM fits: under a
+minute; (5) the micro preset (a 2-layer target, three drafters, each a few dozen steps, then a
+short evaluation): 2-3 minutes. Total about 6-7 minutes; a run that exceeds ``time_budget_s``
+says so at the end.
 
 ``--small true`` runs all of it at the ``tiny`` bench shape (for ``--device cpu``: it proves the
 script runs; the numbers are not a GPU profile). The config lives here (no torch import); the work
@@ -73,6 +82,9 @@ class GpuCheckConfig(Checked):
     tree_sizes: str = opt("1,16,32,64,128,256,512,1024", "round profile: budgets N of ddtree and mfd")
     draft_contexts: str = opt("512,4096", "contexts of the K = 1 / K = 4 drafting latency")
     repeats: int = opt(5, "timed repeats per drafting-latency point", ge=1)
+    ceiling: bool = opt(True, "also measure mfd ceiling's oracle, product and K = 2 trees on the profile stack")
+    ceiling_samples: int = opt(64, "ceiling: paths sampled to fit (as many again check)", ge=2)
+    ceiling_budget: int = opt(64, "ceiling: the oracle tree's nodes N", ge=1)
     e2e: bool = opt(True, "also run mfd e2e --preset micro on the device")
     time_budget_s: float = opt(480.0, "seconds the whole check should take (it says so when it takes longer)",
                                gt=0)
@@ -88,7 +100,7 @@ class GpuCheckConfig(Checked):
 
 SMALL = {"check_layers": 2, "profile_layers": 4, "draft_layers": 1, "prompts": 1, "new_tokens": 12,
          "profile_context": 64, "profile_prompts": 1, "profile_tokens": 8, "tree_sizes": "1,16,64",
-         "draft_contexts": "128,512", "repeats": 2}
+         "draft_contexts": "128,512", "repeats": 2, "ceiling_samples": 16, "ceiling_budget": 16}
 
 
 def effective(cfg: GpuCheckConfig) -> GpuCheckConfig:
@@ -111,7 +123,7 @@ def _ints(name: str, text: str) -> list[int]:
 
 
 def run(config: GpuCheckConfig = GpuCheckConfig(), out_dir: str | None = None, progress: bool = True) -> Result:
-    """The four steps (:func:`mfd_theory.commands.bench.gpu_check_run.run`) on the config ``--small``
+    """The five steps (:func:`mfd_theory.commands.bench.gpu_check_run.run`) on the config ``--small``
     makes of ``config``."""
     from mfd_theory.commands.bench.gpu_check_run import run as run_steps
 
@@ -141,6 +153,14 @@ def report(result: Result) -> str:
                                  zip(o["tree_sizes"], o["tree_ms"], o["walk_ms"], o["commit_ms"])))
     lines.append("drafting round ms by context: " + ", ".join(f"{k} {v:.2f}" for k, v in d["draft_ms"].items()))
     lines.append(f"round profile written to {d['latency_profile']}")
+    ce = d.get("ceiling")
+    if ce:
+        cov = ce["coverage"]
+        n = str(max(map(int, cov["oracle"])))
+        lines.append(f"ceiling (one prompt, L = {ce['L']}, N = {n}, T = 1): oracle {cov['oracle'][n]:.3f}, product "
+                     f"{cov['product'][n]:.3f}, K = 2 {cov['mixture K=2'][n]:.3f}; {ce['forwards']} tree forwards "
+                     f"({ce['forward_rows']} rows) in {ce['seconds']['oracle'] + ce['seconds']['trees']:.1f} s, "
+                     f"sampling {ce['seconds']['sample']:.1f} s")
     if d["e2e"]:
         lines.append(f"e2e micro: results in {d['e2e']['out']}")
     el = d.get("elapsed_s") or {}

@@ -1,6 +1,6 @@
 """The torch half of ``mfd bench gpu-check`` (:mod:`mfd_theory.commands.bench.gpu_check`): greedy
 equality in bfloat16 against HF ``generate``, the round profile of a Qwen3-8B-shaped stack, the
-drafting latency by context, and ``mfd e2e --preset micro`` on the device."""
+drafting latency by context, the ceiling on that stack, and ``mfd e2e --preset micro`` on the device."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from mfd_theory.llm.models.protocol import DrafterBase
 from mfd_theory.commands.bench.bench_decode_run import _device_tag
 from mfd_theory.results import Result, atomic_write_text, provenance
 
-__all__ = ["ReplayDrafter", "TIE_RTOL", "draft_latency", "greedy_check", "random_qwen3", "round_cost", "run"]
+__all__ = ["ReplayDrafter", "TIE_RTOL", "ceiling_step", "draft_latency", "greedy_check", "random_qwen3", "round_cost",
+           "run"]
 
 TIE_RTOL = 0.02  # top-two logit gap, relative to max(1, |top logit|), below which bfloat16 rounding may flip argmax
 
@@ -176,8 +177,22 @@ def draft_latency(cfg, hf, drafters: dict, contexts: list[int], torch, dev, dtyp
 
 
 
+def ceiling_step(cfg, hf, torch, dev) -> dict:
+    """``mfd ceiling``'s measurement of one random ``profile_context``-token prompt on ``hf`` at T = 1
+    (:func:`~mfd_theory.llm.measure.ceiling.prompt_ceiling`): the oracle tree of ``ceiling_budget``
+    nodes, the product and K = 2 trees, ``ceiling_samples`` paths to fit and as many to check."""
+    from mfd_theory.llm.measure.ceiling import CeilingOptions, prompt_ceiling
+
+    g = torch.Generator().manual_seed(cfg.seed + 2)
+    ctx = torch.randint(0, hf.config.vocab_size, (max(2, cfg.profile_context),), generator=g).tolist()
+    n = cfg.ceiling_budget
+    opt = CeilingOptions(L=cfg.block_size - 1, budgets=tuple(sorted({1, min(16, n), n})), modes=(1, 2),
+                         samples=cfg.ceiling_samples, dead_at=n, batch=min(64, cfg.ceiling_samples))
+    return prompt_ceiling(hf, ctx, 1.0, opt, seed=cfg.seed)
+
+
 def run(cfg, sizes: list[int], contexts: list[int], out_dir, progress: bool = True) -> Result:
-    """The four steps on ``cfg`` (a :class:`~mfd_theory.commands.bench.gpu_check.GpuCheckConfig`, ``--small``
+    """The five steps on ``cfg`` (a :class:`~mfd_theory.commands.bench.gpu_check.GpuCheckConfig`, ``--small``
     applied) with the round profile's tree ``sizes`` and the drafting ``contexts``; writes the
     latency profile and ``gpu_check_<device>.json``."""
     from mfd_theory.speedup import load_latency_profile
@@ -193,7 +208,7 @@ def run(cfg, sizes: list[int], contexts: list[int], out_dir, progress: bool = Tr
 
     def step(i: int, what: str):
         if progress:
-            print(f"[{i}/4] {what} ...", flush=True)
+            print(f"[{i}/5] {what} ...", flush=True)
         return time.perf_counter()
 
     def done(key: str, t0: float):
@@ -213,6 +228,11 @@ def run(cfg, sizes: list[int], contexts: list[int], out_dir, progress: bool = Tr
     t0 = step(3, "drafting latency by context")
     draft_ms = draft_latency(cfg, hf, drafters, contexts, torch, dev, dtype)
     done("draft_latency", t0)
+    ceiling = None
+    if cfg.ceiling:
+        t0 = step(4, "the ceiling: oracle, product and K = 2 trees on the profile stack")
+        ceiling = ceiling_step(cfg, hf, torch, dev)
+        done("ceiling", t0)
     del hf, drafters  # the profile stack's memory, before the e2e run
     if dev.type == "cuda":
         torch.cuda.empty_cache()
@@ -227,14 +247,14 @@ def run(cfg, sizes: list[int], contexts: list[int], out_dir, progress: bool = Tr
     if cfg.e2e:
         from mfd_theory.commands.experiments.e2e import main as e2e_main
 
-        t0 = step(4, "mfd e2e --preset micro")
+        t0 = step(5, "mfd e2e --preset micro")
         res = e2e_main(["--preset", "micro", "--device", cfg.device, "--out", str(out_dir / "gpu_check_e2e"),
                         *([] if progress else ["--quiet"])])
         done("e2e", t0)
         e2e = {"out": str(out_dir / "gpu_check_e2e"), "result": res.name}
     total = time.perf_counter() - start
     data = {"device": tag, "shape": shape, "greedy": rows, "latency_profile": str(path),
-            "round_profile": profile.to_dict(), "draft_ms": draft_ms, "e2e": e2e,
+            "round_profile": profile.to_dict(), "draft_ms": draft_ms, "ceiling": ceiling, "e2e": e2e,
             "elapsed_s": elapsed, "total_s": total, "time_budget_s": cfg.time_budget_s,
             "within_budget": total <= cfg.time_budget_s}
     result = Result("gpu_check", dataclasses.asdict(cfg), data, seed=cfg.seed)

@@ -15,8 +15,9 @@ whether a mixture drafter helps over a product one. What it writes under ``DIR``
 * ``data/``, ``drafter-k<K>/``, ``drafter-dartree/``, ``eval/``: ``mfd distill``,
   ``mfd train-drafter`` (K = 1 DFlash, K > 1 MFD, and ``--kind dartree``) and ``mfd eval`` on both
   prompt files, through their library entry points with the command lines of :func:`commands`;
-* ``ceiling/``: the target-only ceiling and the effective-futures fit, one file per prompt
-  (resumable), pooled into ``ceiling.json``;
+* ``ceiling/``: the target-only ceiling (:func:`mfd_theory.llm.measure.ceiling.measure_ceiling`,
+  what ``mfd ceiling`` runs), one file per prompt and temperature (resumable), pooled into
+  ``ceiling.json``;
 * ``natural.json``: everything the report block in docs/results.md shows, as a Result;
 * ``steps.json``: per step its command, whether it finished, and its wall time. A rerun skips
   finished steps; a step whose options or inputs changed is redone with everything after it.
@@ -93,16 +94,16 @@ class NaturalConfig(Checked):
     passes: int = opt(2, "mfd eval --passes (timing passes)", ge=1)
     calibration_prompts: int = opt(8, "mfd eval --calibration-count: held-out prompts per domain held back (never "
                                       "evaluated) to predict every row before the evaluation", ge=1)
-    # the ceiling and the effective futures
+    # the ceiling (mfd ceiling's measurement, on the target alone)
     ceiling_prompts: int = opt(12, "held-out prompts per domain for the target-only ceiling", ge=1)
-    ceiling_samples: int = opt(512, "continuations sampled per prompt for the marginals (as many again check "
-                                     "coverage by Monte Carlo)", ge=2)
+    ceiling_samples: int = opt(512, "paths sampled per prompt and temperature to fit on (as many again check "
+                                     "coverage by Monte Carlo and score the fits)", ge=2)
     ceiling_budgets: tuple[int, ...] = opt((1, 4, 16, 64), "tree sizes N of the ceiling table", ge=1)
+    ceiling_temperatures: tuple[float, ...] = opt((1.0, 0.7), "temperatures T of the ceiling, each > 0", gt=0)
+    ceiling_modes: tuple[int, ...] = opt((1, 2, 4), "K of the mixtures fitted to the target's exact conditionals "
+                                                    "along sampled paths (1: the product tree)", ge=1)
     dead_eps: float = opt(1e-3, "a node is dead when its target prefix probability is <= this", gt=0, lt=1)
     dead_at: int = opt(64, "tree size at which the dead share is measured", ge=1)
-    futures_modes: tuple[int, ...] = opt((1, 2, 4, 8), "K of the mixtures fitted to sampled target blocks", ge=1)
-    futures_lengths: tuple[int, ...] = opt((4, 8, 15), "block lengths (first positions) the mixtures are fitted to",
-                                           ge=1)
 
     def validate(self) -> None:
         check_device("--device", self.device)
@@ -124,11 +125,9 @@ class NaturalConfig(Checked):
         if self.ceiling_prompts > self.heldout_prompts:
             raise ValueError(f"--ceiling-prompts: at most --heldout-prompts ({self.heldout_prompts}), "
                              f"got {self.ceiling_prompts}")
-        L = self.block_size - 1
-        if max(self.futures_lengths) > L:
-            raise ValueError(f"--futures-lengths: at most the block's L = {L}, got {self.futures_lengths}")
-        if 1 not in self.futures_modes:
-            raise ValueError(f"--futures-modes: must include 1 (the baseline), got {self.futures_modes}")
+        if 1 not in self.ceiling_modes:
+            raise ValueError(f"--ceiling-modes: must include 1 (the product tree every gain is against), got "
+                             f"{self.ceiling_modes}")
 
 
 # the methods mfd eval knows (its config's list, which needs no torch import)

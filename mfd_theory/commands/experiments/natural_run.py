@@ -2,7 +2,8 @@
 
 Steps, kept in ``OUT/steps.json`` by :class:`~mfd_theory.commands.experiments.own_target_run.Steps`: ``corpus``
 (the standard library, BPE, prompt files), ``target`` (trained, with its held-out perplexity),
-``ceiling`` (the target-only ceiling per held-out prompt), then the pipeline commands; every step's
+``ceiling`` (the target-only ceiling per held-out prompt and temperature, what ``mfd ceiling`` measures),
+then the pipeline commands; every step's
 output is pooled into ``OUT/natural.json``. Design: docs/results.md ("Real text: the standard library").
 """
 
@@ -25,8 +26,8 @@ from mfd_theory.validation import make_out_dir
 from mfd_theory.commands.experiments.own_target_run import Steps, run_command_steps
 from mfd_theory.llm.training.train import LMConfig, LMTrainConfig, config_hash, lm_run_config, train_lm
 
-__all__ = ["NaturalCorpusConfig", "build_corpus_dir", "load_corpus_dir", "train_bpe", "perplexity",
-           "futures_fit", "run_natural", "natural_summary"]
+__all__ = ["NaturalCorpusConfig", "build_corpus_dir", "ceiling_options", "load_corpus_dir", "train_bpe", "perplexity",
+           "run_ceiling", "run_natural", "natural_summary"]
 
 DOMAINS = ("code", "prose")
 
@@ -171,114 +172,41 @@ def perplexity(model, stream: np.ndarray, seq_len: int, windows: int, seed: int 
             "windows": int(windows), "seq_len": int(seq_len)}
 
 
-def futures_fit(samples: np.ndarray, modes, lengths, seed: int = 0, weight_floor: float = 0.05,
-                floor: float = 0.01) -> dict:
-    """Mixtures of K modes fitted (EM, :func:`mfd_theory.fit.fit_mixture`) to the first half of
-    ``samples`` [2M, L] cut to their first l positions, scored on the second half.
+def ceiling_options(config):
+    """The per-prompt options of the ceiling stage (:class:`~mfd_theory.llm.measure.ceiling.CeilingOptions`)."""
+    from mfd_theory.llm.measure.ceiling import CeilingOptions
 
-    Tokens are renumbered to those the samples contain. Before scoring, every mode's rows are mixed
-    with a uniform floor, ``(1 - floor) q + floor / V``, the same for every K: a token the fit half
-    never shows then costs the same whatever K is (the fit's own Dirichlet smoothing grows as a
-    mode's share of the data shrinks, which would otherwise reward many modes for smoothing
-    rather than for structure). Per (l, K): held-out mean log-likelihood per block, the number of
-    modes with weight >= ``weight_floor``, and exp(entropy of the weights).
-    """
-    from mfd_theory.distributions import MixtureOfProducts
-    from mfd_theory.fit import fit_mixture, log_likelihood
-
-    x = np.asarray(samples)
-    M = x.shape[0] // 2
-    vocab, inv = np.unique(x, return_inverse=True)
-    xc = inv.reshape(x.shape)
-    out = {}
-    for ln in lengths:
-        fit_part, held = xc[:M, :ln], xc[M: 2 * M, :ln]
-        row = {}
-        for K in modes:
-            model = fit_mixture(fit_part, int(K), len(vocab), seed=seed, n_restarts=2, max_iter=100)
-            pi = np.exp(model.log_pi)
-            floored = MixtureOfProducts(model.log_pi, np.logaddexp(np.log1p(-floor) + model.log_q,
-                                                                   np.log(floor / len(vocab))))
-            row[int(K)] = {"heldout_ll": log_likelihood(floored, held),
-                           "modes_with_weight": int((pi >= weight_floor).sum()),
-                           "effective_modes": float(np.exp(-(pi[pi > 0] * np.log(pi[pi > 0])).sum()))}
-        out[int(ln)] = row
-    return out
-
-
-def _ceiling_prompt(model, tok, prompt: str, config, seed: int) -> dict:
-    from mfd_theory.llm.measure.ceiling import prompt_ceiling
-
-    ids = tok(prompt, add_special_tokens=False)["input_ids"]
-    L = config.block_size - 1
-    res = prompt_ceiling(model, torch.tensor(ids), L, list(config.ceiling_budgets), config.ceiling_samples, seed,
-                         eps=config.dead_eps, dead_at=config.dead_at)
-    samples = res.pop("samples")
-    res["futures"] = futures_fit(samples, config.futures_modes, config.futures_lengths, seed=seed)
-    res["prompt_tokens"] = len(ids)
-    return res
+    # sized for a 1.8 M-parameter target on one CPU thread: big sampling batches (its cache is
+    # small), 128 tokens of each 4096-token row for the fit, 40 EM iterations
+    return CeilingOptions(L=config.block_size - 1, budgets=tuple(config.ceiling_budgets),
+                          modes=tuple(config.ceiling_modes), samples=config.ceiling_samples, eps=config.dead_eps,
+                          dead_at=config.dead_at, batch=256, top_k=128, fit_iters=40).check()
 
 
 def run_ceiling(config, out: Path, progress: bool = True) -> None:
-    from tqdm.auto import tqdm
-
+    """The ``ceiling`` step: :func:`~mfd_theory.llm.measure.ceiling.measure_ceiling` on the first
+    ``ceiling_prompts`` held-out prompts of each domain at every ceiling temperature, one file per
+    prompt and temperature under ``OUT/ceiling/prompts/``, pooled into ``OUT/ceiling/ceiling.json``."""
+    from mfd_theory.ceiling_stats import pool_ceiling
     from mfd_theory.commands.pipeline.distill_run import load_target
+    from mfd_theory.llm.measure.ceiling import measure_ceiling
 
     model, tok = load_target(str(out / "target"), config.device, "float32")
-    cdir = out / "ceiling"
-    cdir.mkdir(parents=True, exist_ok=True)
-    for d_i, dom in enumerate(DOMAINS):
-        lines = (out / "prompts" / f"{dom}.jsonl").read_text().splitlines()
-        prompts = [json.loads(x) for x in lines if x.strip()][: config.ceiling_prompts]
-        for i, p in enumerate(tqdm(prompts, desc=f"ceiling {dom}", disable=not progress, leave=False)):
-            path = cdir / f"{dom}-{i:03d}.json"
-            if path.is_file():
-                continue
-            res = _ceiling_prompt(model, tok, p["prompt"], config, seed=config.seed * 1000 + 100 * d_i + i)
-            res["id"] = p["id"]
-            atomic_write_text(path, json.dumps(res))
-
-
-def _mean_se(vals) -> list:
-    v = np.asarray([x for x in vals if x is not None], dtype=float)
-    if not len(v):
-        return [None, None]
-    return [float(v.mean()), float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else None]
-
-
-def _pool_ceiling(cdir: Path, config) -> dict:
-    out = {}
+    contexts = []
     for dom in DOMAINS:
-        recs = [json.loads(p.read_text()) for p in sorted(cdir.glob(f"{dom}-*.json"))]
-        if not recs:
-            continue
-        by_n = {}
-        for n in config.ceiling_budgets:
-            k = str(n)
-            o = [r["oracle"][k] for r in recs]
-            pr = [r["product"][k] for r in recs]
-            by_n[k] = {"oracle": _mean_se(o), "product": _mean_se(pr),
-                       "oracle_over_product": _mean_se([a / b if b > 0 else None for a, b in zip(o, pr)]),
-                       "mc_oracle": _mean_se([r["mc"]["oracle"][k][0] for r in recs]),
-                       "mc_product": _mean_se([r["mc"]["product"][k][0] for r in recs]),
-                       "mc_product_se_per_prompt": float(np.mean([r["mc"]["product"][k][1] for r in recs]))}
-        dead = {key: _mean_se([r["dead"][key] for r in recs])
-                for key in ("dead_share", "dead_splice_share", "dead_mass_lost")}
-        fut = {}
-        for ln in config.futures_lengths:
-            fut[str(ln)] = {}
-            for K in config.futures_modes:
-                gains = [r["futures"][str(ln)][str(K)]["heldout_ll"] - r["futures"][str(ln)]["1"]["heldout_ll"]
-                         for r in recs]
-                fut[str(ln)][str(K)] = {
-                    "heldout_ll": _mean_se([r["futures"][str(ln)][str(K)]["heldout_ll"] for r in recs]),
-                    "gain_over_k1": _mean_se(gains),
-                    "modes_with_weight": _mean_se([r["futures"][str(ln)][str(K)]["modes_with_weight"] for r in recs]),
-                    "effective_modes": _mean_se([r["futures"][str(ln)][str(K)]["effective_modes"] for r in recs])}
-        out[dom] = {"n_prompts": len(recs), "by_budget": by_n, "dead": dead, "dead_at": config.dead_at,
-                    "futures": fut, "prompt_tokens": _mean_se([r["prompt_tokens"] for r in recs]),
-                    "target_forwards": int(sum(r["forwards"] for r in recs))}
-    return out
+        lines = (out / "prompts" / f"{dom}.jsonl").read_text().splitlines()
+        for p in [json.loads(x) for x in lines if x.strip()][: config.ceiling_prompts]:
+            contexts.append((dom, p["id"], tok(p["prompt"], add_special_tokens=False)["input_ids"]))
+    cdir = out / "ceiling"
+    opts = ceiling_options(config)
+    key = config_hash(opts, list(config.ceiling_temperatures), config.seed)
+    t0 = time.perf_counter()
+    records = measure_ceiling(model, contexts, config.ceiling_temperatures, opts, seed=config.seed,
+                              out_dir=cdir / "prompts", key=key, progress=progress)
+    res = Result("ceiling", config=dataclasses.asdict(config), data={
+        "records": records, "pooled": pool_ceiling(records), "wall_s": round(time.perf_counter() - t0, 2)},
+        seed=config.seed)
+    res.save(cdir / "ceiling.json")
 
 
 def _e2e(eval_path: Path, ceiling: dict) -> dict:
@@ -325,12 +253,13 @@ def _e2e(eval_path: Path, ceiling: dict) -> dict:
     for r in rows:
         if r["method"] in ("ar", "chain") or r["temperature"] != 1 or r.get("accepted_mean") is None:
             continue
-        c = (ceiling.get(r.get("dataset")) or {}).get("by_budget", {}).get(str(r["budget"]))
-        if c and c["oracle"][0]:
+        c = ((ceiling.get(r.get("dataset")) or {}).get("1") or {}).get("by_budget", {}).get(str(r["budget"]))
+        cov = (c or {}).get("coverage", {})
+        if cov.get("oracle", [None])[0]:
             reach.append({"dataset": r.get("dataset"), "method": r["method"], "drafter": r["drafter"], "K": r["K"],
                           "budget": r["budget"], "accepted_mean": r["accepted_mean"],
-                          "of_oracle": r["accepted_mean"] / c["oracle"][0],
-                          "of_product": r["accepted_mean"] / c["product"][0] if c["product"][0] else None})
+                          "of_oracle": r["accepted_mean"] / cov["oracle"][0],
+                          "of_product": r["accepted_mean"] / cov["product"][0] if cov["product"][0] else None})
     pred = ev.get("prediction") or {}
     prediction = {k: v for k, v in pred.items() if k != "cells"} if pred.get("n_cells") else None
     return {"rows": out_rows, "best_budget": comps, "cost": cost, "ceiling_reach": reach, "prediction": prediction,
@@ -345,7 +274,8 @@ def natural_summary(config, out: Path) -> Result:
     seconds = {k: v.get("seconds") for k, v in steps.items()}
     prov = json.loads((out / "corpus" / "provenance.json").read_text())
     target = json.loads((out / "target_eval.json").read_text()) if (out / "target_eval.json").is_file() else {}
-    ceiling = _pool_ceiling(out / "ceiling", config)
+    cfile = out / "ceiling" / "ceiling.json"
+    ceiling = Result.load(cfile).data["pooled"] if cfile.is_file() else {}
     data = {"provenance": prov, "target": target, "ceiling": ceiling,
             "e2e": _e2e(out / "eval" / "eval.json", ceiling), "seconds": seconds,
             "total_seconds": round(sum(v for v in seconds.values() if v), 1)}
@@ -427,13 +357,10 @@ def _run_steps(config, out: Path, steps: Steps, commands: list[tuple], progress:
 
     # the ceiling needs the target alone; it runs before the pipeline
     ceil_dir = out / "ceiling"
-    key_ceiling = config_hash(key_target, config.ceiling_prompts, config.ceiling_samples, config.ceiling_budgets,
-                              config.dead_eps, config.dead_at, config.futures_modes, config.futures_lengths,
-                              config.block_size, config.seed)
-    n_ceiling = 2 * config.ceiling_prompts
-    steps.run("ceiling", key_ceiling, "target-only ceiling and effective futures on held-out prompts", ceil_dir,
-              lambda: len(list(ceil_dir.glob("*.json"))) >= min(n_ceiling, _n_prompts(pdir, config)),
-              lambda: run_ceiling(config, out, progress))
+    key_ceiling = config_hash(key_target, config.ceiling_prompts, ceiling_options(config),
+                              config.ceiling_temperatures, config.seed)
+    steps.run("ceiling", key_ceiling, "the target-only ceiling (mfd ceiling's measurement) on held-out prompts",
+              ceil_dir, lambda: (ceil_dir / "ceiling.json").is_file(), lambda: run_ceiling(config, out, progress))
 
     keys = {"target": key_target, "corpus": key_corpus}
     quiet = [] if progress else ["--quiet"]
@@ -468,6 +395,3 @@ def run_natural(config, out_dir, commands: list[tuple], progress: bool = True,
     wrote(out / "natural.json", existed)
     return res
 
-
-def _n_prompts(pdir: Path, config) -> int:
-    return sum(min(config.ceiling_prompts, len((pdir / f"{d}.jsonl").read_text().splitlines())) for d in DOMAINS)

@@ -1,5 +1,5 @@
 """The report block of ``mfd natural`` (``natural/natural.json``, docs/results.md): the corpus and
-the target, the target-only ceiling, the effective futures, the pipeline's tau / speedup on
+the target, the target-only ceiling (``mfd ceiling``'s tables), the pipeline's tau / speedup on
 held-out code and prose, and the answer per domain.
 
 :func:`natural` is a block (``block(results) -> str``, :mod:`.inputs`); ``mfd natural`` prints it too.
@@ -7,22 +7,23 @@ held-out code and prose, and the answer per domain.
 
 from __future__ import annotations
 
-from mfd_theory.commands.report._text import mean_se, value_with_spread
+from mfd_theory.commands.report._text import value_with_spread
+from mfd_theory.commands.report.ceiling import ceiling_lines, tree_label
 from mfd_theory.commands.report.checks import prediction_summary
 from mfd_theory.commands.report.inputs import Results
-from mfd_theory.formatting import speed_gain_text, stored_number, tau_gain_text
+from mfd_theory.formatting import comparison_text, speed_gain_text, stored_number, tau_gain_text
 
 __all__ = ["natural"]
 
 
 def natural(results: Results) -> str:
     """``mfd natural`` (``natural/natural.json``): the corpus, the target, the target-only ceiling,
-    the effective futures, and the pipeline's tau / speedup on held-out code and prose."""
+    and the pipeline's tau / speedup on held-out code and prose."""
     d, c = results.main.data, results.main.config
     ceil, e2e = d.get("ceiling", {}), d.get("e2e", {})
     lines = _setup(d)
     if ceil:
-        lines += _ceiling(ceil, c) + _futures(ceil, c)
+        lines += _ceiling(ceil, c)
     lines += _end_to_end(e2e)
     answer = _answer(ceil, e2e)
     if answer:
@@ -66,43 +67,20 @@ def _setup(d: dict) -> list[str]:
 
 
 def _ceiling(ceil: dict, c: dict) -> list[str]:
-    """The target's product and oracle trees' expected acceptance per domain and budget, and the
-    product tree's dead nodes."""
-    L = c.get("block_size", 16) - 1
-    lines = ["", f"**Ceiling, from the target alone** (L = {L}, T = 1; mean ± s.e. over held-out prompts): "
-                 "expected accepted tokens per round of the target's best product tree (its sampled "
-                 "per-position marginals, DDTree's ranking) and of its oracle tree (exact top-N prefixes, "
-                 "best-first with target forwards); MC: the same from independent samples.", "",
-             "| domain | N | product | oracle | oracle / product | MC product | MC oracle |",
-             "|---|---|---|---|---|---|---|"]
-    for dom, v in ceil.items():
-        for n, b in v["by_budget"].items():
-            lines.append(f"| {dom} | {n} | {mean_se(b['product'])} | {mean_se(b['oracle'])} | "
-                         f"{mean_se(b['oracle_over_product'], '{:.3f}')} | {mean_se(b['mc_product'])} | "
-                         f"{mean_se(b['mc_oracle'])} |")
-    lines += [""] + [f"* {dom}: at N = {v['dead_at']} the product tree's dead share (P(s) <= {c.get('dead_eps')}) "
-                     f"is {100 * v['dead']['dead_share'][0]:.1f}% ± {100 * (v['dead']['dead_share'][1] or 0):.1f}%, "
-                     f"dead splices (dead and the prefix of no sampled continuation) "
-                     f"{100 * v['dead']['dead_splice_share'][0]:.1f}%; all dead nodes of a tree together hold "
-                     f"{v['dead']['dead_mass_lost'][0]:.4f} of the target's mass on average "
-                     f"({v['n_prompts']} prompts)."
-                     for dom, v in ceil.items()]
-    return lines
-
-
-def _futures(ceil: dict, c: dict) -> list[str]:
-    """The held-out gain of K-mode mixtures over one mode, per domain and block length."""
-    ks = c.get("futures_modes", [])[1:]
-    lines = ["", "**Effective futures**: K-mode mixtures fitted by EM to the first half of each prompt's sampled "
-                 "blocks, cut to their first l tokens; held-out log-likelihood gain over K = 1 (nats per block, "
-                 "second half) and modes with weight >= 0.05.", "",
-             "| domain | l | " + " | ".join(f"K = {k}" for k in ks) + " |",
-             "|---|---|" + "---|" * (len(c.get("futures_modes", [])) - 1)]
-    for dom, v in ceil.items():
-        for ln, row in v["futures"].items():
-            cells = [f"{mean_se(row[str(k)]['gain_over_k1'], '{:+.2f}')} ({row[str(k)]['modes_with_weight'][0]:.1f})"
-                     for k in ks]
-            lines.append(f"| {dom} | {ln} | " + " | ".join(cells) + " |")
+    """The ceiling's three tables (:func:`~mfd_theory.commands.report.ceiling.ceiling_lines`) under
+    what they measure and what they bound."""
+    first = next(iter(next(iter(ceil.values())).values()))
+    lines = ["", f"**Ceiling, from the target alone** (`mfd ceiling`'s measurement, docs/ceiling.md; L = "
+                 f"{first['L']}, {first['samples']} paths sampled per prompt and temperature to fit on and as many "
+                 f"again to check, {first['n_prompts']} held-out prompts per domain). Three trees per prompt: the "
+                 "product tree ranks the target's own per-position marginals (the mean of its exact conditionals "
+                 "along the sampled paths: what a perfect DFlash drafter would put in DDTree's tree); a K-mode tree "
+                 "ranks a K-mode mixture fitted to those conditionals (what a K-mode MFD drafter could rank, as far "
+                 "as the fit finds its modes); the oracle tree is the target's exact top-N prefixes. The oracle's "
+                 "gain bounds what any drafter could add over the product tree of the target's own marginals "
+                 "at that temperature; it is not a bound over every product drafter (one whose marginals differ "
+                 "from the target's can rank a better tree), and it says nothing about T = 0, where every tree is "
+                 "the greedy chain.", "", *ceiling_lines(ceil, c.get("dead_eps"))]
     return lines
 
 
@@ -150,19 +128,28 @@ def _end_to_end(e2e: dict) -> list[str]:
 
 
 def _answer(ceil: dict, e2e: dict) -> list[str]:
-    """One bullet per domain: the ceiling's room, the futures, and what the trained drafters did."""
+    """One bullet per domain: per temperature, the ceiling's room at the largest budget and the
+    best K-mode tree's share of it and of the total correlation; then what the trained drafters did."""
     out = []
-    for dom, v in ceil.items():
+    for dom, by_t in ceil.items():
         parts = []
-        bb = v["by_budget"]
-        n = max(bb, key=int)
-        r = bb[n]["oracle_over_product"][0]
-        if r is not None:
-            parts.append(f"the target's oracle tree covers {100 * (r - 1):+.1f}% more than its best product tree at "
-                         f"N = {n} (the most any mixture or path drafter could gain in accepted tokens)")
-        fut = v.get("futures") or {}
-        if fut:
-            parts.append(_best_mixture(fut))
+        for tk, tab in by_t.items():
+            n = max(tab["by_budget"], key=int)
+            gains = tab["by_budget"][n]["gain"]
+            if not gains.get("oracle"):
+                continue
+            text = (f"at T = {tk} and N = {n}, the target's oracle tree against the product tree of its own "
+                    f"marginals: {comparison_text(gains['oracle'])} in coverage")
+            modes = [t for t in tab["trees"] if t not in ("product", "oracle") and gains.get(t)]
+            if modes:
+                best = max(modes, key=lambda t: gains[t]["gain"])
+                text += f", the best fitted K-mode tree ({tree_label(best)}) {comparison_text(gains[best])}"
+            held = {k: v for k, v in tab["heldout_gain"].items() if v[0] is not None}
+            if held and tab["tc"][0]:
+                k = max(held, key=lambda k: held[k][0])
+                text += (f"; of the block's total correlation, {tab['tc'][0]:.1f} nats, the best K-mode fit (K = {k}) "
+                         f"recovers {held[k][0]:+.2f} on held-out paths ({100 * held[k][0] / tab['tc'][0]:+.0f}%)")
+            parts.append(text)
         for g in e2e.get("best_budget") or []:
             if g["dataset"] != dom or g["method"] not in ("mfd", "dartree"):
                 continue
@@ -172,15 +159,3 @@ def _answer(ceil: dict, e2e: dict) -> list[str]:
         if parts:
             out.append(f"* {dom}: " + "; ".join(parts) + ".")
     return out
-
-
-def _best_mixture(fut: dict) -> str:
-    """What the effective futures say at the longest block length: the best K, or that none beats K = 1."""
-    ln = max(fut, key=int)
-    best_k = max(fut[ln], key=lambda k: fut[ln][k]["gain_over_k1"][0] or 0)
-    g = fut[ln][best_k]["gain_over_k1"][0]
-    if best_k == "1":
-        k2 = min((k for k in fut[ln] if k != "1"), key=int, default=None)
-        return (f"no mixture of K > 1 modes fitted to sampled {ln}-token blocks beats one mode on held-out blocks"
-                + (f" (K = {k2}: {fut[ln][k2]['gain_over_k1'][0]:+.2f} nats per block)" if k2 else ""))
-    return f"the best mixture of sampled {ln}-token blocks is K = {best_k} ({g:+.2f} nats per block over K = 1)"

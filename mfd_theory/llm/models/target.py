@@ -323,6 +323,18 @@ class TargetModel:
         self._pending_parent = np.asarray(tree.parent, dtype=np.int64) if n else np.empty(0, dtype=np.int64)
         return VerifyOutput(out.logits[0].float(), out.hidden_states if hidden else None)
 
+    def discard(self) -> None:
+        """Drop the pending verification's rows, root included: the cache holds the committed
+        context again, so the next verify may pass a root and a tree from the same place (the
+        ceiling's many forwards from one context). A hybrid's GDN state is only read by a verify,
+        so nothing else changes."""
+        if not self._pending:
+            raise ValueError("discard: nothing to discard (call verify first)")
+        for layer in self._kv_layers():
+            layer.crop(-self._pending)
+        self._gdn_round = None
+        self._pending = 0
+
     @torch.no_grad()
     def commit(self, path: list[int] | np.ndarray = ()) -> None:
         """Keep the cache rows of the root and of the accepted nodes ``path`` (node indices, in order).
