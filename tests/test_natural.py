@@ -205,9 +205,10 @@ def test_report_block_from_the_run(run):
     import re
 
     lines = text.splitlines()
-    assert len([ln for ln in lines if re.match(r"\| (code|prose) \| [01] \| (ddtree|mfd|dartree) \| (K = \d+|dartree) \| ", ln)]) \
-        == n_rows
-    assert len([ln for ln in lines if re.match(r"\| (code|prose) \| [01] \| (mfd \(K|ddtree on|dartree \| \d+ vs)", ln)]) \
+    assert len([ln for ln in lines if re.match(r"\| (code|prose) \| [01] \| (ddtree|mfd|mfd best-mode|dartree) \| "
+                                               r"(K = \d+|dartree) \| ", ln)]) == n_rows
+    assert len([ln for ln in lines if re.match(r"\| (code|prose) \| [01] \| (mfd \(K|mfd best-mode \(K|ddtree on|"
+                                               r"dartree \| \d+ vs)", ln)]) \
         == len(res.data["e2e"]["best_budget"])
     c = res.data["ceiling"]["code"]["1"]["by_budget"]["4"]["coverage"]
     assert f"| code | 1 | 4 | {c['product'][0]:.2f}" in text

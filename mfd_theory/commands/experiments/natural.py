@@ -74,7 +74,8 @@ class NaturalConfig(Checked):
     distill_new_tokens: int = opt(48, "mfd distill --max-new-tokens", ge=1)
     distill_temperature: float = opt(1.0, "mfd distill --temperature", ge=0)
     # mfd train-drafter
-    modes: tuple[int, ...] = opt((1, 2, 4), "mfd train-drafter --modes: one block drafter per K (1 = DFlash)", ge=1)
+    modes: tuple[int, ...] = opt((1, 2, 4, 8), "mfd train-drafter --modes: one block drafter per K (1 = DFlash; 8 "
+                                               "as the released MFD drafters)", ge=1)
     dartree: bool = opt(True, "also train a Domino drafter (mfd train-drafter --kind dartree)")
     dartree_rank: int = opt(16, "mfd train-drafter --rank of the Domino drafter", ge=1)
     block_size: int = opt(16, "mfd train-drafter --block-size (L = block size - 1)", ge=2)
@@ -84,6 +85,8 @@ class NaturalConfig(Checked):
     ckpt_every: int = opt(50, "mfd train-drafter --ckpt-every", ge=1)
     # mfd eval
     methods: str = opt("ar,ddtree,mfd,dartree", "mfd eval --methods")
+    scorers: tuple[str, ...] = opt(("mixture", "best_mode"), "mfd eval --scorers: how mfd ranks its trees (each a "
+                                   "cell of its own)", choices=("mixture", "best_mode"))
     ddtree_on_mfd: bool = opt(False, "mfd eval --ddtree-on-mfd: also ddtree on each K > 1 drafter's marginals (the "
                                      "ablation that splits an MFD gain into training and tree; off by default, "
                                      "see docs/results.md, real text)")
@@ -172,7 +175,7 @@ def commands(config: NaturalConfig, root: str | Path = ".") -> list[tuple[str, s
     out.append(("eval", "eval",
                 ["--target", target, *drafters,
                  "--prompts", str(root / "prompts" / "code.jsonl"), str(root / "prompts" / "prose.jsonl"),
-                 "--out", str(root / "eval"), "--methods", config.methods,
+                 "--out", str(root / "eval"), "--methods", config.methods, "--scorers", ",".join(config.scorers),
                  "--ddtree-on-mfd", "true" if config.ddtree_on_mfd else "false",
                  "--budgets", ",".join(map(str, config.budgets)),
                  "--temperatures", ",".join(map(_num_text, config.temperatures)),

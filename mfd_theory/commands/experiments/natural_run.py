@@ -218,7 +218,7 @@ def _e2e(eval_path: Path, ceiling: dict) -> dict:
         return {}
     ev = Result.load(eval_path).data
     rows = ev["rows"]
-    keep = ("dataset", "temperature", "method", "drafter", "K", "budget", "tau", "accepted_mean", "speedup",
+    keep = ("dataset", "temperature", "method", "scorer", "drafter", "K", "budget", "tau", "accepted_mean", "speedup",
             "speedup_std", "speedup_passes", "dead_share", "covered_mass_mean", "matches_ar", "n_prompts",
             "accepted_std", "n_steps", "prompt_ids", "prompt_tau", "prompt_tokens_per_s")
     # matches_ar: bool on greedy rows, null on sampled ones (not checked); lossless_checked says which
@@ -231,13 +231,13 @@ def _e2e(eval_path: Path, ceiling: dict) -> dict:
             continue
         bs = max(base, key=lambda r: r["speedup"])
         for method in ("mfd", "ddtree", "dartree"):
-            for label in dict.fromkeys(r["drafter"] for r in at if r["method"] == method):
-                mine = [r for r in at if r["method"] == method and r["drafter"] == label]
+            for label, scorer in dict.fromkeys((r["drafter"], r.get("scorer")) for r in at if r["method"] == method):
+                mine = [r for r in at if r["method"] == method and r["drafter"] == label and r.get("scorer") == scorer]
                 if method == "ddtree" and mine[0]["K"] == 1:
                     continue
                 bm = max(mine, key=lambda r: r["speedup"])
-                comps.append({"dataset": ds, "temperature": temp, "method": method, "drafter": label,
-                              "K": bm["K"], "budget": bm["budget"], "single_budget": bs["budget"]})
+                comps.append({"dataset": ds, "temperature": temp, "method": method, "scorer": scorer,
+                              "drafter": label, "K": bm["K"], "budget": bm["budget"], "single_budget": bs["budget"]})
                 pairs.append((bm, bs))
     for c, (bm, bs) in zip(comps, pairs):  # one table: Bonferroni over its entries
         c.update(gain_entry(bm, bs, family=len(comps)))
@@ -256,7 +256,8 @@ def _e2e(eval_path: Path, ceiling: dict) -> dict:
         c = ((ceiling.get(r.get("dataset")) or {}).get("1") or {}).get("by_budget", {}).get(str(r["budget"]))
         cov = (c or {}).get("coverage", {})
         if cov.get("oracle", [None])[0]:
-            reach.append({"dataset": r.get("dataset"), "method": r["method"], "drafter": r["drafter"], "K": r["K"],
+            reach.append({"dataset": r.get("dataset"), "method": r["method"], "scorer": r.get("scorer"),
+                          "drafter": r["drafter"], "K": r["K"],
                           "budget": r["budget"], "accepted_mean": r["accepted_mean"],
                           "of_oracle": r["accepted_mean"] / cov["oracle"][0],
                           "of_product": r["accepted_mean"] / cov["product"][0] if cov["product"][0] else None})

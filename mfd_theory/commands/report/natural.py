@@ -11,6 +11,7 @@ from mfd_theory.commands.report._text import value_with_spread
 from mfd_theory.commands.report.ceiling import ceiling_lines, tree_label
 from mfd_theory.commands.report.checks import prediction_summary
 from mfd_theory.commands.report.inputs import Results
+from mfd_theory.formatting import method_label as fmethod_label
 from mfd_theory.formatting import comparison_text, speed_gain_text, stored_number, tau_gain_text
 
 __all__ = ["natural"]
@@ -98,7 +99,8 @@ def _end_to_end(e2e: dict) -> list[str]:
     for r in rows:
         dr = "dartree" if "dartree" in r["drafter"] else f"K = {r['K']}"
         ds = stored_number(r.get("dead_share"))
-        lines.append(f"| {r.get('dataset')} | {r['temperature']:g} | {r['method']} | {dr} | {r['budget']} | "
+        lines.append(f"| {r.get('dataset')} | {r['temperature']:g} | {fmethod_label(r['method'], r.get('scorer'))} | "
+                     f"{dr} | {r['budget']} | "
                      f"{r['tau']:.2f} | {value_with_spread(r, 'speedup')} | "
                      f"{'-' if ds is None else f'{100 * ds:.0f}%'} |")
     line = prediction_summary(e2e.get("prediction"), f"`mfd eval`'s calibration: the first "
@@ -113,7 +115,8 @@ def _end_to_end(e2e: dict) -> list[str]:
                   "", "| domain | T | method | N vs N | tau gain | speed gain |", "|---|---|---|---|---|---|"]
         for g in comps:
             what = "dartree" if g["method"] == "dartree" else (
-                f"mfd (K = {g['K']})" if g["method"] == "mfd" else f"ddtree on K = {g['K']} marginals")
+                f"{fmethod_label('mfd', g.get('scorer'))} (K = {g['K']})" if g["method"] == "mfd"
+                else f"ddtree on K = {g['K']} marginals")
             lines.append(f"| {g['dataset']} | {g['temperature']:g} | {what} | {g['budget']} vs {g['single_budget']} "
                          f"| {tau_gain_text(g)} | {speed_gain_text(g)} |")
     reach = e2e.get("ceiling_reach") or []
@@ -121,7 +124,7 @@ def _end_to_end(e2e: dict) -> list[str]:
         lines += ["", "Share of the ceiling reached at T = 1 (accepted tokens per round, bonus excluded, over the "
                       "target's oracle / product coverage at the same N; the ceiling is measured at the prompt, "
                       "the decode over the whole answer, so this is indicative): " + "; ".join(
-                          f"{r['dataset']} {r['method']} "
+                          f"{r['dataset']} {fmethod_label(r['method'], r.get('scorer'))} "
                           f"({'dartree' if 'dartree' in r['drafter'] else 'K = ' + str(r['K'])}) N = {r['budget']}: "
                           f"{100 * r['of_oracle']:.0f}% / {100 * (r['of_product'] or 0):.0f}%" for r in reach) + "."]
     return lines
@@ -153,7 +156,7 @@ def _answer(ceil: dict, e2e: dict) -> list[str]:
         for g in e2e.get("best_budget") or []:
             if g["dataset"] != dom or g["method"] not in ("mfd", "dartree"):
                 continue
-            what = "dartree" if g["method"] == "dartree" else f"mfd K = {g['K']}"
+            what = "dartree" if g["method"] == "dartree" else f"{fmethod_label('mfd', g.get('scorer'))} K = {g['K']}"
             parts.append(f"T = {g['temperature']:g} {what} vs ddtree K = 1, each at its best budget: tau "
                          f"{tau_gain_text(g)}, speed {speed_gain_text(g)}")
         if parts:
