@@ -14,7 +14,7 @@ from mfd_theory.llm import build_drafter  # noqa: E402
 from mfd_theory.llm.training.corpus import CorpusConfig, build_corpus  # noqa: E402
 from mfd_theory.commands.experiments.e2e_run import load_trained_drafter  # noqa: E402
 from mfd_theory.llm.training.train import (  # noqa: E402
-    DrafterTrainConfig, LMConfig, LMTrainConfig, block_loss, left_align_context, load_lm,
+    DrafterTrainConfig, LMConfig, LMTrainConfig, TargetFeatures, block_loss, left_align_context, load_lm,
     make_distill_data, mode_diagnostics, position_weights, train_drafter, train_lm,
 )
 
@@ -121,7 +121,7 @@ def test_corrupt_training_checkpoint_is_a_clear_error(corpus, tmp_path):
 def test_run_dir_with_another_config_is_refused(corpus, tmp_path):
     train_lm(corpus, tmp_path, ARCH, TRAIN, progress=False, stop_after=1)
     other = LMTrainConfig(**{**TRAIN.__dict__, "lr": 1e-3})
-    with pytest.raises(ValueError, match="different config"):
+    with pytest.raises(ValueError, match=r"other settings \(train\.lr: 0\.003 there, 0\.001 now\)"):
         train_lm(corpus, tmp_path, ARCH, other, progress=False)
 
 
@@ -163,6 +163,44 @@ def test_drafter_training_saves_dflash_checkpoint_and_checks_target(corpus, targ
                         LMTrainConfig(**{**TRAIN.__dict__, "seed": 1, "steps": 1}), progress=False)
     with pytest.raises(ValueError, match="another target"):
         load_trained_drafter(tmp_path / "drafter", other)
+
+
+ROUNDOFF_F32 = 1e-5  # the same float32 forward over a longer input: other blocking, other last bits
+
+
+def test_precomputed_features_equal_the_per_step_forward(corpus, target):
+    """The slow twin is the per-step forward over the batch's first max(t) tokens."""
+    data = make_distill_data(target, corpus.prompts(12, 6, "train"), 10, seed=0, progress=False)
+    seqs = list(np.asarray(data))
+    feats = TargetFeatures(target, seqs, [0, 1], chunk=5)
+    assert feats.index == [1, 2]
+    rows, width = np.array([3, 0, 7, 3]), 9
+    ids = torch.tensor(np.stack([seqs[j][:width] for j in rows]))
+    with torch.no_grad():
+        ref = target(input_ids=ids, output_hidden_states=True).hidden_states
+    got = feats.batch(rows, width)
+    assert len(got) == len(ref) and [i for i, g in enumerate(got) if g is not None] == [1, 2]
+    for i in (1, 2):
+        assert torch.allclose(got[i], ref[i], atol=ROUNDOFF_F32, rtol=ROUNDOFF_F32)
+    assert TargetFeatures.size_mb(target, seqs, [0, 1]) == pytest.approx(len(seqs) * 16 * 32 * 2 * 4 / 2 ** 20)
+
+
+def test_drafter_training_records_how_its_features_were_made(corpus, target, tmp_path):
+    data = make_distill_data(target, corpus.prompts(8, 6, "train"), 10, seed=0, progress=False)
+    curves = {}
+    for cap in (0, 64):
+        cfg = DrafterTrainConfig(block_size=4, batch_size=4, blocks_per_seq=2, steps=3, warmup=1, ckpt_every=2,
+                                 feature_cache_mb=cap)
+        drafter = build_drafter(target, 4, 1, seed=0, mask_token_id=corpus.mask_id)
+        curves[cap] = train_drafter(target, drafter, data, 6, tmp_path / str(cap), cfg, progress=False)
+        rec = json.loads((tmp_path / str(cap) / "train_config.json").read_text())
+        assert rec["target_features"] == ("per_step" if cap == 0 else "precomputed")
+        assert "feature_cache_mb" not in rec["train"]
+    # the same training either way, up to the forward's last bits
+    for a, b in zip(curves[0], curves[64]):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-4)
+    with pytest.raises(ValueError, match="feature_cache_mb"):
+        DrafterTrainConfig(feature_cache_mb=-1)
 
 
 def test_missing_drafter_checkpoint(target, tmp_path):

@@ -174,7 +174,7 @@ def test_the_objectives_train_differently_and_a_directory_keeps_its_own(setup, t
     wta = train_drafter(target, _fresh(setup), data, 6, tmp_path / "w", CFG, progress=False)
     assert "kl_usage" in mix[-1] and "kl_usage" not in wta[-1]
     assert [c["loss"] for c in mix] != [c["loss"] for c in wta]
-    with pytest.raises(ValueError, match="different config"):
+    with pytest.raises(ValueError, match=r"other settings \(train\.objective: unset there, \"wta\" now"):
         train_drafter(target, _fresh(setup), data, 6, tmp_path / "m", CFG, progress=False)
 
 

@@ -164,7 +164,9 @@ def cached_drafter(cfg, K: int, target_hf, corpus, data, dpath: Path, cache: Pat
     )
     # The fingerprint version is part of the key: a drafter cached under an older fingerprint
     # (which this target's no longer matches) is retrained rather than refused.
-    fpv = f"fingerprint-v{FINGERPRINT_VERSION}"
+    # So is the feature cache's cap, which decides whether the target's features are made once per
+    # run or once per step (the two agree only up to the forward's last bits).
+    fpv = f"fingerprint-v{FINGERPRINT_VERSION}-features-cap{dcfg.feature_cache_mb}"
     if kind == "dartree":
         run_dir = cache / f"drafter-dartree-{config_hash(dcfg, dpath.name, kind, cfg.dartree_rank, fpv)}"
     else:

@@ -26,6 +26,7 @@ from mfd_theory.results import atomic_write_text
 from mfd_theory.validation import check_choice, check_int, check_real
 
 __all__ = [
+    "TargetFeatures",
     "LMConfig",
     "LMTrainConfig",
     "DrafterTrainConfig",
@@ -93,10 +94,14 @@ class DrafterTrainConfig:
     grad_accum: int = 1             # micro-batches of batch_size sequences per optimizer step
     objective: str = "mixture"      # K > 1: "mixture" likelihood, or "wta" (each block trains its best mode)
     wta_eps: float = 0.05           # wta: share of every block spread over the modes that lost it
+    # the frozen target's hidden states of every training sequence are computed once when they fit
+    # in this many MiB (the layers the drafter reads), else once per step for the step's batch
+    feature_cache_mb: int = 2048
 
     def __post_init__(self):
         check_choice("objective", self.objective, OBJECTIVES)
         check_real("wta_eps", self.wta_eps, 0, 1, high_open=True)
+        check_int("feature_cache_mb", self.feature_cache_mb, 0)
 
     def recorded(self) -> dict:
         """The fields as a run records (and :func:`config_hash` hashes) them: the WTA fields only
@@ -104,6 +109,7 @@ class DrafterTrainConfig:
         out = dataclasses.asdict(self)
         if self.objective == "mixture":
             del out["objective"], out["wta_eps"]
+        del out["feature_cache_mb"]  # a memory cap: the run records which way its features were made
         return out
 
 
@@ -706,8 +712,10 @@ def train_drafter(
     weights = position_weights(bs - 1, gamma).to(next(hf.parameters()).device)  # [L]
     fp = target_fingerprint(target)
     batches = _BlockBatches(seqs, plens, bs, config, dist.rank if dist is not None else 0, world)
-    loss_fn = _drafter_loss(hf, drafter, batches, weights, config, dist)
+    features = TargetFeatures.maybe(hf, seqs, drafter.target_layer_ids, config.feature_cache_mb, progress=progress)
+    loss_fn = _drafter_loss(hf, drafter, batches, weights, config, dist, features)
     run_cfg = {"kind": "drafter", "train": config.recorded(), "target": fp, **data_desc,
+               "target_features": "precomputed" if features is not None else "per_step",
                **(extra_config or {})}
     curve = run_training(
         run_dir, drafter, loss_fn, steps=config.steps, lr=config.lr, warmup=config.warmup,
@@ -741,8 +749,9 @@ class _BlockBatches:
         self.accum, self.nb = config.grad_accum, config.blocks_per_seq
         self.rank, self.world = rank, world
 
-    def __call__(self, step: int, micro: int) -> tuple[np.ndarray, np.ndarray]:
-        """(token ids [b, W], right-padded (harmless under a causal mask), block starts [b, nb])."""
+    def __call__(self, step: int, micro: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(token ids [b, W], right-padded (harmless under a causal mask), block starts [b, nb], the
+        sequences' indices [b])."""
         B, nb, bs = self.B, self.nb, self.bs
         rng = np.random.default_rng([self.seed, 7, step])
         rows = rng.integers(0, len(self.seqs), size=B * self.accum)
@@ -756,13 +765,75 @@ class _BlockBatches:
         for j, r in enumerate(rows):
             x = self.seqs[r][:width]
             ids_np[j, : len(x)] = x
-        return ids_np, t_np
+        return ids_np, t_np, rows
 
 
-def _drafter_loss(hf, drafter, batches: _BlockBatches, weights: torch.Tensor, config: DrafterTrainConfig, dist):
+class TargetFeatures:
+    """The frozen target's hidden states of every training sequence, at the layers a drafter reads,
+    computed once (the target is frozen, so they are the same at every step): each step then
+    gathers its batch's rows instead of running the target again. HF ``hidden_states`` index
+    ``i + 1`` holds layer ``i``'s output; the tuple :meth:`batch` returns has the other entries None.
+
+    The target is causal, so a position's state does not depend on what follows it: the sequence
+    run whole gives the states a step's forward over its first ``max(t)`` tokens would (up to the
+    last bits of the float arithmetic, which is why a run records which way it made them)."""
+
+    def __init__(self, hf, seqs: list[np.ndarray], layer_ids, chunk: int = 32, progress: bool = False):
+        from tqdm.auto import tqdm
+
+        self.index = sorted({int(i) + 1 for i in layer_ids})
+        self.n = int(hf.config.num_hidden_layers) + 1
+        dev = next(hf.parameters()).device
+        self.rows: list[dict[int, torch.Tensor]] = [None] * len(seqs)  # per sequence: {index: [len, H]}
+        order = np.argsort([len(s) for s in seqs], kind="stable")  # similar lengths share a forward
+        bar = tqdm(total=len(seqs), desc="target features", disable=not progress, leave=False)
+        with torch.no_grad():
+            for c in range(0, len(order), chunk):
+                part = order[c:c + chunk]
+                width = max(len(seqs[j]) for j in part)
+                ids = torch.zeros((len(part), width), dtype=torch.long)
+                for r, j in enumerate(part):
+                    ids[r, : len(seqs[j])] = torch.from_numpy(np.asarray(seqs[j], dtype=np.int64))
+                hs = hf(input_ids=ids.to(dev), output_hidden_states=True).hidden_states
+                for r, j in enumerate(part):
+                    self.rows[j] = {i: hs[i][r, : len(seqs[j])].clone() for i in self.index}
+                bar.update(len(part))
+        bar.close()
+
+    @staticmethod
+    def size_mb(hf, seqs, layer_ids) -> float:
+        """MiB the features of ``seqs`` take (float32 or the target's dtype)."""
+        h = int(hf.config.hidden_size)
+        item = torch.finfo(next(hf.parameters()).dtype).bits // 8
+        return sum(len(s) for s in seqs) * h * len(set(layer_ids)) * item / 2 ** 20
+
+    @classmethod
+    def maybe(cls, hf, seqs, layer_ids, cap_mb: int, progress: bool = False) -> "TargetFeatures | None":
+        """The features when they fit in ``cap_mb`` MiB, else None (computed per step)."""
+        if cap_mb <= 0 or cls.size_mb(hf, seqs, layer_ids) > cap_mb:
+            return None
+        return cls(hf, seqs, layer_ids, progress=progress)
+
+    def batch(self, rows: np.ndarray, width: int) -> tuple:
+        """The ``hidden_states`` tuple of the batch's sequences ``rows``, positions < ``width``
+        (right-padded with zeros, which no block reads: a block's context ends before its start)."""
+        out = [None] * self.n
+        for i in self.index:
+            first = self.rows[int(rows[0])][i]
+            t = torch.zeros((len(rows), width, first.shape[-1]), dtype=first.dtype, device=first.device)
+            for r, j in enumerate(rows):
+                x = self.rows[int(j)][i][:width]
+                t[r, : x.shape[0]] = x
+            out[i] = t
+        return tuple(out)
+
+
+def _drafter_loss(hf, drafter, batches: _BlockBatches, weights: torch.Tensor, config: DrafterTrainConfig, dist,
+                  features: TargetFeatures | None = None):
     """``loss_fn(step, micro)`` for :func:`run_training`: the block of each start t is [x_t, MASK...],
     its labels the target's next block_size - 1 tokens, its context the frozen target's hidden
-    states of positions < t. Under torchrun the drafter runs wrapped in DistributedDataParallel."""
+    states of positions < t (read from ``features`` when given, else a target forward over the
+    batch). Under torchrun the drafter runs wrapped in DistributedDataParallel."""
     dev = next(hf.parameters()).device
     bs, nb, mask_id = batches.bs, batches.nb, int(drafter.mask_token_id)
     # a path-corrected (Domino) drafter is teacher-forced: its correction reads the true block
@@ -775,12 +846,15 @@ def _drafter_loss(hf, drafter, batches: _BlockBatches, weights: torch.Tensor, co
             step_module, device_ids=[dev.index] if dev.type == "cuda" else None)
 
     def loss_fn(step, micro=0):
-        ids_np, t_np = batches(step, micro)
+        ids_np, t_np, rows = batches(step, micro)
         ids = torch.from_numpy(ids_np).to(dev)                         # [b, W]
         t = torch.from_numpy(t_np).to(dev).reshape(-1)                 # [b*nb]
-        with torch.no_grad():
-            # Only positions < max(t) condition any block: the rest of the forward is skipped.
-            hs = hf(input_ids=ids[:, : int(t_np.max())], output_hidden_states=True).hidden_states
+        if features is not None:
+            hs = features.batch(rows, int(t_np.max()))
+        else:
+            with torch.no_grad():
+                # Only positions < max(t) condition any block: the rest of the forward is skipped.
+                hs = hf(input_ids=ids[:, : int(t_np.max())], output_hidden_states=True).hidden_states
         seq = ids.repeat_interleave(nb, 0)                             # [b*nb, W]
         offs = t[:, None] + torch.arange(bs, device=dev)[None, :]      # [b*nb, bs]
         block_tokens = seq.gather(1, offs)                             # [b*nb, bs]
