@@ -140,7 +140,8 @@ def ceiling_reach(pooled: dict, measured, level: float = 0.95) -> list[dict]:
     drafter, compared with the oracle), ``drafter`` (a label) and the measured relative tau gain
     of that drafter over the trained product drafter, ``gain``, ``lo``, ``hi`` (a
     :class:`mfd_theory.stats.Comparison`'s fields; any more keys are kept). ``scorer`` (default
-    "mixture") picks the K-mode tree.
+    "mixture") picks the K-mode tree; ``base_budget`` (default ``budget``) is the product tree's N
+    when the measured comparison holds the two drafters at budgets of their own.
 
     The predicted tau gain is the ceiling tree's over the product tree, tau = 1 + coverage,
     paired over the ceiling's prompts (:func:`mfd_theory.stats.compare`, Bonferroni over the
@@ -161,14 +162,17 @@ def ceiling_reach(pooled: dict, measured, level: float = 0.95) -> list[dict]:
         name = "oracle" if K is None else ("product" if int(K) == 1 else f"{m.get('scorer', 'mixture')} K={int(K)}")
         row = {**m, "dataset": ds, "ceiling": name, "predicted": None, "reach": None, "reach_lo": None,
                "reach_hi": None}
-        cell = (pooled.get(ds) or {}).get(_tkey(m["temperature"]), {}).get("by_budget", {}).get(str(m["budget"]))
-        per = (cell or {}).get("per_prompt", {})
-        if name not in per or len(per.get("product", [])) < 2:
-            row["why"] = f"the ceiling has no {name!r} tree at T = {_tkey(m['temperature'])}, N = {m['budget']}" \
+        by_n = (pooled.get(ds) or {}).get(_tkey(m["temperature"]), {}).get("by_budget", {})
+        nb = m.get("base_budget", m["budget"])
+        per = ((by_n.get(str(m["budget"])) or {}).get("per_prompt", {}))
+        base = ((by_n.get(str(nb)) or {}).get("per_prompt", {}))
+        if name not in per or len(base.get("product", [])) < 2:
+            at = f"N = {m['budget']}" + (f" (product N = {nb})" if nb != m["budget"] else "")
+            row["why"] = f"the ceiling has no {name!r} tree at T = {_tkey(m['temperature'])}, {at}" \
                          f" for data set {ds!r} over two prompts or more"
             out.append(row)
             continue
-        pred = compare(1 + np.asarray(per[name]), 1 + np.asarray(per["product"]), level=level,
+        pred = compare(1 + np.asarray(per[name]), 1 + np.asarray(base["product"]), level=level,
                        family=len(rows)).to_dict()
         row["predicted"] = pred
         if pred["gain"] > 0:

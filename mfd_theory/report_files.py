@@ -30,6 +30,7 @@ BLOCK_FILES: dict[str, str] = {
     "e2e-dartree": RESULTS,
     "e2e-replicated": RESULTS,
     "e2e-replicated-hybrid": RESULTS,
+    "e2e-ceiling": RESULTS,
     "e2e-hybrid": RESULTS,
     "speedup-check": RESULTS,
     "prediction-check": RESULTS,

@@ -237,5 +237,11 @@ def test_reach_is_the_measured_gain_over_the_predicted_one():
     # one data set: dataset None finds it
     only = pool_ceiling(code)
     assert ceiling_reach(only, [dict(measured[0], dataset=None)])[0]["predicted"]["n_prompts"] == 6
+    # the two drafters at budgets of their own: the K-mode tree at N = 16 against the product at N = 4
+    two = ceiling_reach(pooled, [dict(measured[0], base_budget=4)])[0]
+    assert two["predicted"] == compare([1 + r["coverage"]["mixture K=2"]["16"] for r in code],
+                                       [1 + r["coverage"]["product"]["4"] for r in code], family=1).to_dict()
+    assert two["predicted"]["gain"] > pred["gain"]  # a smaller product tree covers less
+    assert "product N = 5" in ceiling_reach(pooled, [dict(measured[0], base_budget=5)])[0]["why"]
     with pytest.raises(ValueError, match="measured: an entry lacks 'gain'"):
         ceiling_reach(pooled, [{"temperature": 1.0, "budget": 4, "K": 2, "lo": 0, "hi": 0}])

@@ -104,6 +104,11 @@ class E2EConfig(Checked):
     replicates: int = opt(3, "independently trained drafter sets (drafter seeds seed, seed + 1, ...; the target and "
                              "its data held fixed): the headline comparisons are decoded on every one, each method at "
                              "the budget the theory chose before decoding, and stated over the runs", ge=1)
+    ceiling_prompts: int = opt(8, "calibration prompts (held out, never evaluated) on which the target-only ceiling "
+                                  "(mfd ceiling's measurement) runs at T = 1, for the table of how much of it the "
+                                  "trained drafters reach (0: no ceiling)", ge=0)
+    ceiling_samples: int = opt(256, "target paths sampled per ceiling prompt to fit the K-mode mixtures on (as many "
+                                    "again check the coverages)", ge=8)
 
     def validate(self) -> None:
         if self.target_heads % self.target_kv_heads:

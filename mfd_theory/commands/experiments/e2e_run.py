@@ -29,6 +29,7 @@ from mfd_theory.validation import make_out_dir
 # Everything imported up front (not inside the functions): a long run must not pick up a module
 # that was edited while it was training.
 from mfd_theory.llm.measure.assisted import hf_assisted_baseline
+from mfd_theory.commands.experiments.e2e_ceiling import cached_ceiling, reach_rows
 from mfd_theory.llm.training.corpus import Corpus, CorpusConfig, build_corpus
 from mfd_theory.llm.models.drafter import build_drafter, load_drafter
 from mfd_theory.llm.models.target import TargetModel
@@ -186,6 +187,11 @@ def cached_drafter(cfg, K: int, target_hf, corpus, data, dpath: Path, cache: Pat
 # --------------------------------------------------------------------------------------- evaluation
 
 
+def eval_prompts(cfg, corpus) -> np.ndarray:
+    """The evaluated prompts: ``cfg.eval_prompts`` of the held-out split."""
+    return corpus.prompts(cfg.eval_prompts, cfg.prompt_len, "heldout", seed=cfg.seed + 2)
+
+
 def calibration_prompts(corpus, cfg, exclude: set[str]) -> np.ndarray:
     """``cfg.calibration_prompts`` prompts (at least ``cfg.profile_prompts``) from the held-out split,
     the evaluation's own distribution, none of whose token hashes is in ``exclude`` (the evaluated
@@ -322,6 +328,7 @@ class _Trained:
     # runs 1..R-1 of the replicated comparisons: {label: drafter} each (as :attr:`labelled`), the same
     # training as run 0's but drafter seed cfg.seed + r
     replicas: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    ceiling: dict | None = None     # the target-only ceiling on calibration prompts (e2e_ceiling)
 
     @property
     def labelled(self) -> dict[str, Any]:
@@ -390,6 +397,13 @@ def _train_stages(cfg, cache: Path, progress: bool, times: dict[str, float]) -> 
                                              darch, dtrain, progress=progress, desc="draft LM", device=cfg.device)
     with _timed(times, "distill"):
         data, dpath = cached_distill_data(cfg, corpus, target_hf, tdir, cache, progress)
+    ceiling = None
+    if cfg.ceiling_prompts > 0:
+        with _timed(times, "ceiling"):
+            cal = calibration_prompts(corpus, dataclasses.replace(
+                cfg, calibration_prompts=max(cfg.calibration_prompts, cfg.ceiling_prompts)),
+                {prompt_digest(p) for p in eval_prompts(cfg, corpus)})
+            ceiling = cached_ceiling(cfg, target_hf, tdir, cal[: cfg.ceiling_prompts], cache, progress)
     drafters, curves = {}, {}
     for K in (1, *cfg.modes):
         with _timed(times, f"drafter_k{K}"):
@@ -421,7 +435,7 @@ def _train_stages(cfg, cache: Path, progress: bool, times: dict[str, float]) -> 
                                     seed=seed)[0]
         replicas.append(drafter_labels(made, dt, made_wta))
     return _Trained(corpus, target_hf, tdir, target_curve, draft_lm, draft_curve, drafters, curves, dartree,
-                    dartree_curve, wta, wta_curves, replicas)
+                    dartree_curve, wta, wta_curves, replicas, ceiling)
 
 
 def _mode_diagnostics(cfg, trained: _Trained) -> dict:
@@ -675,6 +689,8 @@ def _payload(cfg, cache: Path, trained: _Trained, plan: _Plan, measured: _Measur
         "rows": rows,
         "mfd_gains": mfd_gains(rows),
         "replicated": replicated,
+        "ceiling": trained.ceiling,
+        "ceiling_reach": reach_rows(trained.ceiling, rows, replicated),
         "prediction_check": prediction_summary(rows, records),
         "round_profile": profile.to_dict() if profile is not None else None,
         "speedup_check": speedup_check(rows) if profile is not None else None,
@@ -718,7 +734,7 @@ def run_e2e(cfg, out_dir: str | Path, progress: bool = True, prepare_only: bool 
         return None
     modes_diag = _mode_diagnostics(cfg, trained)
     target = TargetModel(trained.target_hf)
-    prompts = trained.corpus.prompts(cfg.eval_prompts, cfg.prompt_len, "heldout", seed=cfg.seed + 2)
+    prompts = eval_prompts(cfg, trained.corpus)
     # Decoding a small model is a chain of tiny kernels: one thread avoids OpenMP barriers, which
     # stall badly when the machine's cores are shared.
     torch.set_num_threads(cfg.eval_threads)

@@ -73,15 +73,18 @@ def ceiling_lines(pooled: dict, eps: float | None = None) -> list[str]:
 def reach_lines(rows: list[dict]) -> list[str]:
     """:func:`mfd_theory.ceiling_stats.ceiling_reach`'s rows as a table: per drafter, the ceiling's
     predicted tau gain, the measured one, and the fraction reached."""
-    lines = ["| data set | T | N | drafter | ceiling | predicted tau gain | measured tau gain | reached |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| data set | T | N | drafter | runs | ceiling | predicted tau gain | measured tau gain | reached |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        n = str(r["budget"]) + (f" (product {r['base_budget']})" if r.get("base_budget", r["budget"]) != r["budget"]
+                                else "")
+        drafter = r.get("drafter", "-") + (" best-mode" if r.get("K") and r.get("scorer") == "best_mode" else "")
         pred = comparison_text(r.get("predicted"))
         meas = f"{100 * r['gain']:+.1f}% [{100 * r['lo']:+.1f}%, {100 * r['hi']:+.1f}%]"
         if r.get("reach") is None:
             reach = r.get("why", "-")
         else:
             reach = f"{100 * r['reach']:.0f}% [{100 * r['reach_lo']:.0f}%, {100 * r['reach_hi']:.0f}%]"
-        lines.append(f"| {r.get('dataset')} | {r['temperature']:g} | {r['budget']} | {r.get('drafter', '-')} | "
+        lines.append(f"| {r.get('dataset')} | {r['temperature']:g} | {n} | {drafter} | {r.get('runs', 1)} | "
                      f"{tree_label(r['ceiling'])} | {pred} | {meas} | {reach} |")
     return lines

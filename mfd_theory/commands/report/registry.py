@@ -41,6 +41,7 @@ BLOCKS: dict[str, Block] = {
     "e2e-dartree": Block("end_to_end.json", e2e.e2e_dartree),
     "e2e-replicated": Block("end_to_end.json", e2e.e2e_replicated),
     "e2e-replicated-hybrid": Block("hybrid/end_to_end.json", e2e.e2e_replicated),
+    "e2e-ceiling": Block("end_to_end.json", e2e.e2e_ceiling),
     "speedup-check": Block("end_to_end.json", checks.speedup_check),
     "prediction-check": Block("end_to_end.json", checks.prediction_check),
     "prediction-check-hybrid": Block("hybrid/end_to_end.json", checks.prediction_check),
