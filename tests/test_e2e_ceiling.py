@@ -75,6 +75,26 @@ def test_reach_rows_pair_each_drafter_with_ddtree_on_the_product_drafter():
     assert reach_rows(None, rows, replicated) == []
 
 
+def test_reach_rows_of_a_pipeline_run_go_by_data_set_and_the_rows_k():
+    """mfd eval's rows (natural's): a data set each, drafters named by their directories, K a field."""
+    recs = [dict(_record(i), dataset=ds) for ds in ("code", "prose") for i in range(4)]
+    pooled = pool_ceiling(recs)
+    rows = []
+    for ds, lift in (("code", 1.05), ("prose", 0.98)):
+        prod = 3 + np.arange(5) / 10
+        rows += [dict(_row("ddtree", "drafter", 16, prod), dataset=ds, K=1),
+                 dict(_row("mfd", "drafter-2", 16, prod * lift, "mixture"), dataset=ds, K=2),
+                 dict(_row("dartree", "dartree-run", 16, prod), dataset=ds, K=1)]
+    out = reach_rows({"pooled": pooled}, rows, None)
+    assert [(r["dataset"], r["drafter"], r["K"], r["ceiling"]) for r in out] == [
+        ("code", "drafter-2", 2, "mixture K=2"), ("code", "dartree-run", None, "oracle"),
+        ("prose", "drafter-2", 2, "mixture K=2"), ("prose", "dartree-run", None, "oracle")]
+    assert out[0]["gain"] == pytest.approx(0.05) and out[2]["gain"] == pytest.approx(-0.02)
+    assert out[2]["reach"] < 0 < out[0]["reach"]
+    with pytest.raises(ValueError, match="drafter 'mystery' has no K"):
+        reach_rows({"pooled": pooled}, [_row("ddtree", "mystery", 16, [3.0, 3.1])], None)
+
+
 def test_the_micro_run_measures_its_ceiling_on_calibration_prompts_only(tmp_path):
     from mfd_theory.commands.experiments.e2e import main
     from mfd_theory.commands.report import render

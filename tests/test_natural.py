@@ -175,6 +175,9 @@ def test_micro_run_produces_every_part(run):
     assert not any(r["method"] == "ddtree" and r["K"] > 1 for r in rows)
     methods = {g["method"] for g in d["e2e"]["best_budget"]}
     assert methods == {"mfd", "dartree"}
+    # the ceiling's predicted tau gain beside the measured one (tests/test_e2e_ceiling.py, rows of this
+    # shape): the micro run evaluates one prompt per domain, which pairs nothing
+    assert d["e2e"]["gain_reach"] == [] and {r["n_prompts"] for r in rows} == {1}
     prov = d["provenance"]
     assert prov["python_version"] and len(prov["text_sha256"]) == 64 and prov["subset"] is True
     held = {n for n, _, s in prov["units"] if s == "heldout"}

@@ -65,29 +65,40 @@ def cached_ceiling(cfg, target_hf, tdir: Path, prompts, cache: Path, progress: b
     return out
 
 
-def _modes(label: str) -> int | None:
-    """K of an MFD drafter label ("mfd-k4", "mfd-k4-wta"); None for the Domino drafter."""
-    return None if label == "dartree" else int(label.split("-")[1][1:])
+def _modes(r: dict) -> int | None:
+    """K of a row's drafter (its "K", else read off an MFD label "mfd-k4", "mfd-k4-wta"); None for
+    a path-dependent (Domino) drafter, which the oracle bounds."""
+    if r["method"] == "dartree" or r["drafter"] == "dartree":
+        return None
+    if r.get("K") is not None:
+        return int(r["K"])
+    if r["drafter"] == "product":
+        return 1
+    if r["drafter"].startswith("mfd-k"):
+        return int(r["drafter"].split("-")[1][1:])
+    raise ValueError(f"rows: drafter {r['drafter']!r} has no K and its label does not say it")
 
 
 def reach_rows(ceiling: dict | None, rows: list[dict], replicated: dict | None) -> list[dict]:
     """The reach table's rows (:func:`mfd_theory.ceiling_stats.ceiling_reach`): every MFD drafter
-    (each scorer) and the Domino drafter against ddtree on the product drafter at T = 1, at each
-    grid budget of the main run ("runs": 1), then each replicated comparison against a ddtree
-    product cell ("runs": R, the product at its own chosen budget). Empty without a ceiling."""
+    (each scorer) and the Domino drafter against ddtree on the product (K = 1) drafter at T = 1,
+    at each grid budget of the main run, per data set ("runs": 1); then each replicated comparison
+    against a ddtree product cell ("runs": R, the product at its own chosen budget). Empty without
+    a ceiling. Rows without a "dataset" are the e2e run's held-out prompts."""
     if not ceiling:
         return []
     at = [r for r in rows if float(r["temperature"]) == CEILING_T and "/per-round" not in r["drafter"]]
-    base = {int(r["budget"]): r for r in at if r["method"] == "ddtree" and r["drafter"] == "product"}
+    base = {(r.get("dataset", DATASET), int(r["budget"])): r for r in at
+            if r["method"] == "ddtree" and _modes(r) == 1}
     measured = []
-    pairs = [(r, base[int(r["budget"])]) for r in at
-             if (r["method"] == "mfd" or r["method"] == "dartree") and int(r["budget"]) in base]
+    pairs = [(r, base[(r.get("dataset", DATASET), int(r["budget"]))]) for r in at
+             if r["method"] in ("mfd", "dartree") and (r.get("dataset", DATASET), int(r["budget"])) in base]
     for r, b in pairs:
         cmp = compare_rows(r, b, family=len(pairs))["tau_cmp"]
         if cmp is None:
             continue
-        measured.append({"dataset": DATASET, "temperature": CEILING_T, "budget": int(r["budget"]),
-                         "K": _modes(r["drafter"]), "scorer": scorer_of(r) or "mixture", "drafter": r["drafter"],
+        measured.append({"dataset": r.get("dataset", DATASET), "temperature": CEILING_T, "budget": int(r["budget"]),
+                         "K": _modes(r), "scorer": scorer_of(r) or "mixture", "drafter": r["drafter"],
                          "method": r["method"], "runs": 1, "gain": cmp["gain"], "lo": cmp["lo"], "hi": cmp["hi"]})
     for c in (replicated or {}).get("comparisons", []):
         a, b, cmp = c["a"], c["b"], c.get("tau_cmp")
@@ -95,7 +106,7 @@ def reach_rows(ceiling: dict | None, rows: list[dict], replicated: dict | None) 
                 or (b["method"], b["drafter"]) != ("ddtree", "product")):
             continue
         measured.append({"dataset": DATASET, "temperature": CEILING_T, "budget": int(a["budget"]),
-                         "base_budget": int(b["budget"]), "K": _modes(a["drafter"]),
-                         "scorer": scorer_of(a) or "mixture", "drafter": a["drafter"], "method": a["method"],
-                         "runs": int(cmp["n_runs"]), "gain": cmp["gain"], "lo": cmp["lo"], "hi": cmp["hi"]})
+                         "base_budget": int(b["budget"]), "K": _modes(a), "scorer": scorer_of(a) or "mixture",
+                         "drafter": a["drafter"], "method": a["method"], "runs": int(cmp["n_runs"]),
+                         "gain": cmp["gain"], "lo": cmp["lo"], "hi": cmp["hi"]})
     return ceiling_reach(ceiling["pooled"], measured)

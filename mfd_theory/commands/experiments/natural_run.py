@@ -263,7 +263,11 @@ def _e2e(eval_path: Path, ceiling: dict) -> dict:
                           "of_product": r["accepted_mean"] / cov["product"][0] if cov["product"][0] else None})
     pred = ev.get("prediction") or {}
     prediction = {k: v for k, v in pred.items() if k != "cells"} if pred.get("n_cells") else None
-    return {"rows": out_rows, "best_budget": comps, "cost": cost, "ceiling_reach": reach, "prediction": prediction,
+    from mfd_theory.commands.experiments.e2e_ceiling import reach_rows
+
+    gain_reach = reach_rows({"pooled": ceiling}, rows, None) if ceiling else []
+    return {"rows": out_rows, "best_budget": comps, "cost": cost, "ceiling_reach": reach, "gain_reach": gain_reach,
+            "prediction": prediction,
             "config": {k: v for k, v in Result.load(eval_path).config.items()
                        if k in ("budgets", "temperatures", "max_new_tokens", "max_prompts", "passes", "methods",
                                 "calibration_count")}}

@@ -127,6 +127,14 @@ def _end_to_end(e2e: dict) -> list[str]:
                           f"{r['dataset']} {fmethod_label(r['method'], r.get('scorer'))} "
                           f"({'dartree' if 'dartree' in r['drafter'] else 'K = ' + str(r['K'])}) N = {r['budget']}: "
                           f"{100 * r['of_oracle']:.0f}% / {100 * (r['of_product'] or 0):.0f}%" for r in reach) + "."]
+    gain_reach = e2e.get("gain_reach") or []
+    if gain_reach:
+        from mfd_theory.commands.report.ceiling import reach_lines
+
+        lines += ["", "The ceiling's predicted tau gain (a perfect K-mode drafter's tree over the target-marginal "
+                      "product tree, paired over the ceiling's prompts) beside each trained drafter's measured tau "
+                      "gain over ddtree on the K = 1 drafter at the same N (one trained run: a prompts-only "
+                      "interval), T = 1:", "", *reach_lines(gain_reach)]
     return lines
 
 
