@@ -17,7 +17,7 @@ from mfd_theory.validation import check_int
 from mfd_theory.llm.decoding.batch_target import BatchTarget
 from mfd_theory.llm.decoding.metrics import round_metrics
 from mfd_theory.llm.decoding.records import BatchDecodeResult, BatchRound, clock
-from mfd_theory.llm.decoding.round import Request, as_target, check_decoding, check_seed, eos_set
+from mfd_theory.llm.decoding.round import Request, as_target, batch_prompts, check_decoding, check_seed, eos_set
 from mfd_theory.llm.decoding.sampling import Sampler
 from mfd_theory.llm.decoding.trees import build_trees, first_nodes
 
@@ -27,6 +27,7 @@ __all__ = ["POLICIES", "BatchTarget", "BatchRound", "BatchDecodeResult", "specul
 # prefixes of all requests (mfd_theory.allocation.allocate_global); off: batched AR; auto: each
 # round the policy and size a BatchPlan predicts fastest for the batch's size
 POLICIES = ("per_request", "global", "off", "auto")
+ROUND_POLICIES = ("per_request", "global", "off")  # what one round runs (a plan's choices)
 
 
 class _Drafting:
@@ -100,8 +101,8 @@ def _check_batch(target, drafter, prompts, method, budget, policy, plan, tempera
     for name, value in (("total_budget", total_budget), ("node_cap", node_cap)):
         if value is not None and policy not in ("global", "auto"):
             raise ValueError(f"{name}: only the global policy shares a budget (policy {policy!r} would ignore it)")
-    if isinstance(prompts, (str, bytes)) or not hasattr(prompts, "__len__") or len(prompts) == 0:
-        raise ValueError(f"prompts: expected a non-empty list of prompts, got {type(prompts).__name__}")
+    if total_budget is not None and policy == "auto":
+        raise ValueError("total_budget: under policy 'auto' the plan names each round's total (it would be ignored)")
 
 
 def _requests(target, prompts, max_new_tokens, method, temperature, top_p, seed, eos) -> list[Request]:
@@ -157,9 +158,26 @@ def _round_trees(method, log_pi, log_q, depths: list[int], nodes: int, n_total: 
     return [None if t is None or c == 0 else first_nodes(t, int(c)) for t, c in zip(trees, counts)]
 
 
+def _planned(plan, bsz: int) -> tuple[str, int]:
+    """``plan.choose(bsz)``, checked: a policy of ``ROUND_POLICIES`` and its nodes (an integer >= 1,
+    0 for "off")."""
+    out = plan.choose(bsz)
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise ValueError(f"plan: choose({bsz}) must return (policy, nodes), got {out!r}")
+    cur, nodes = out
+    if cur not in ROUND_POLICIES:
+        raise ValueError(f"plan: choose({bsz}) returned policy {cur!r}, not one of {ROUND_POLICIES}")
+    try:
+        nodes = check_int("nodes", nodes, 0 if cur == "off" else 1, integral_floats=True)
+    except ValueError:
+        raise ValueError(f"plan: choose({bsz}) returned nodes {nodes!r} for policy {cur!r} (an integer >= "
+                         f"{0 if cur == 'off' else 1})") from None
+    return cur, nodes
+
+
 def _round_policy(policy, plan, bsz: int, budget, total_budget) -> tuple[str, int, int | None]:
     """(this round's policy, nodes per tree, total nodes of a global round or None)."""
-    cur, nodes = plan.choose(bsz) if policy == "auto" else (policy, budget)
+    cur, nodes = _planned(plan, bsz) if policy == "auto" else (policy, budget)
     if cur != "global":
         return cur, nodes, None
     # a plan names the total; otherwise total_budget, or budget per request
@@ -181,6 +199,7 @@ def speculative_generate_batch(target, drafter, prompts, max_new_tokens: int, me
     at most this many requests at once; the others join as requests finish. Request i samples with
     a generator seeded ``seed + i``. Greedy output equals each prompt's alone (and HF ``generate``)."""
     target = as_target(target)
+    prompts = batch_prompts(prompts)
     _check_batch(target, drafter, prompts, method, budget, policy, plan, temperature, top_p, max_new_tokens,
                  total_budget, max_batch, node_cap)
     seed = check_seed(seed, len(prompts))

@@ -78,9 +78,16 @@ def build_trees(method: str, log_pi: torch.Tensor, log_q: torch.Tensor, budget: 
     k_cand = min(int(budget), log_q.shape[-1])
     if method == "chain":
         best = torch.argmax(log_pi, dim=1)  # [B]
-        toks = torch.argmax(log_q[torch.arange(bsz), best], dim=-1).cpu().numpy()  # [B, L]
+        lq = log_q[torch.arange(bsz), best]  # [B, L, V]: each request's most likely mode
+        toks = torch.argmax(lq, dim=-1)  # [B, L]
+        top = lq.gather(-1, toks[..., None])[..., 0]  # [B, L]
+        # a chain node's score: the mode's log-probability of its prefix, so the global top-N
+        # compares chains by what they are worth (all-zero scores would rank by request index)
+        scores = torch.cumsum(top.double().clamp(max=0.0), dim=-1).cpu().numpy()  # [B, L]
+        toks = toks.cpu().numpy()
         for b in live:
-            trees[b] = chain_tree(toks[b, : min(depths[b], int(budget))])
+            n = min(depths[b], int(budget))
+            trees[b] = chain_tree(toks[b, :n], scores[b, :n])
     elif method == "ddtree":  # a product tree over the mixture's per-position marginals
         marg = log_q[:, 0] if log_q.shape[1] == 1 else torch.logsumexp(log_pi[:, :, None, None] + log_q, dim=1)
         vals, ids = _topk(marg, k_cand)  # [B, L, k]

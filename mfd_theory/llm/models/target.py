@@ -223,8 +223,10 @@ class TargetModel:
         t = ids.shape[1]
         if t == 0:
             raise ValueError("input_ids: the prompt is empty")
-        if int(ids.min()) < 0 or int(ids.max()) >= self.vocab_size:
+        wide = ids.to(torch.float64)  # unsigned dtypes have no min/max kernels; any integer converts
+        if float(wide.min()) < 0 or float(wide.max()) >= self.vocab_size:
             raise ValueError(f"input_ids: token ids must lie in [0, {self.vocab_size})")
+        ids = ids.to(torch.int64)  # the embedding takes int64 ids only (int8 / uint8 / int16 crash in it)
         self.check_positions(t)
         self.cache = self.new_cache()
         if self.cache_in_place:
