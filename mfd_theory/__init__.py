@@ -17,6 +17,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "MixtureOfProducts": "distributions",
     "DraftTree": "trees",
+    "candidate_trees": "trees",
     "chain_tree": "trees",
     "mixture_tree": "trees",
     "oracle_tree": "trees",

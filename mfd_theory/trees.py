@@ -1,5 +1,6 @@
 """Draft trees and their exact builders: :class:`DraftTree`, :func:`product_tree`,
-:func:`mixture_tree`, :func:`oracle_tree`, :func:`chain_tree` and :func:`path_tree`.
+:func:`mixture_tree`, :func:`oracle_tree`, :func:`chain_tree` and :func:`path_tree`, and
+:func:`candidate_trees` (a batch's trees from candidate lists, in one kernel call).
 
 Each builder returns the exact top-N prefixes, best first, under one documented tie rule; the row
 screening is here, the searches in ``_kernels/trees.py`` (``path_tree``'s in ``path_trees.py``).
@@ -19,6 +20,7 @@ from mfd_theory.validation import check_int
 
 __all__ = [
     "DraftTree",
+    "candidate_trees",
     "chain_tree",
     "mixture_tree",
     "oracle_tree",
@@ -525,6 +527,45 @@ def mixture_tree(log_pi, log_q=None, budget: int | None = None, token_ids=None) 
     if token_ids is not None and np.asarray(token_ids).ndim != 3:
         raise ValueError(f"token_ids: expected shape [K, L, k], got {np.asarray(token_ids).shape}")
     return _build(lp, log_q, budget, token_ids, "log_q", tol)
+
+
+def candidate_trees(log_pi, values, token_ids, budgets, depths) -> list[DraftTree | None]:
+    """Many requests' trees from candidate lists in one kernel call (a batch's round).
+
+    ``values`` / ``token_ids`` [B, K, L, k]: request b's candidates per mode and position, as
+    :func:`mixture_tree` (K > 1) or :func:`product_tree` (K = 1) take them with ``token_ids``;
+    ``log_pi`` [B, K] its log mode weights (renormalised here); ``budgets`` [B] (or one int) its
+    nodes; ``depths`` [B] how many of the L positions its tree may use (0: no tree, None
+    returned). Request b's tree equals ``mixture_tree(log_pi[b], values[b, :, :d], budgets[b],
+    token_ids[b, :, :d])`` with d = depths[b] (``product_tree`` when K = 1), node for node."""
+    vals, tol = _check_scores("values", values)
+    if vals.ndim != 4:
+        raise ValueError(f"values: expected shape [B, K, L, k], got {vals.shape}")
+    B, K, L, W = vals.shape
+    ids = np.asarray(token_ids)
+    if ids.shape != vals.shape:
+        raise ValueError(f"token_ids: shape {ids.shape} does not match the values' {vals.shape}")
+    if not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"token_ids: must be integers, got dtype {ids.dtype}")
+    lp = np.asarray(log_pi, dtype=np.float64)
+    if lp.shape != (B, K) or np.isnan(lp).any() or np.isposinf(lp).any():
+        raise ValueError(f"log_pi: expected finite log-weights [B, K] = [{B}, {K}], got shape {lp.shape}")
+    lp = lp - np.logaddexp.reduce(lp, axis=1, keepdims=True)
+    bud = np.broadcast_to(np.asarray(budgets), (B,))
+    dep = np.broadcast_to(np.asarray(depths), (B,))
+    bud = np.array([_check_budget(x) for x in bud], dtype=np.int64)
+    dep = np.array([check_int("depths", x, 0, L) for x in dep], dtype=np.int64)
+    if W < 1 and dep.any():
+        raise ValueError("values: needs at least one candidate per position")
+    parent, token, depth, score, off, status = _k._candidate_trees(
+        lp, vals, ids.astype(np.int64, copy=False), bud, dep, tol)
+    if status == 5:
+        raise ValueError("token_ids: contains negative token ids")
+    if status == 7:
+        raise ValueError("token_ids: a token appears twice in one mode's candidate list at one position")
+    _raise_status("values", status)
+    return [DraftTree(parent[off[b]:off[b + 1]], token[off[b]:off[b + 1]], depth[off[b]:off[b + 1]],
+                      score[off[b]:off[b + 1]], validate=False) if dep[b] else None for b in range(B)]
 
 
 def oracle_tree(target, budget: int) -> DraftTree:

@@ -462,3 +462,49 @@ def test_round_off_above_zero_is_clipped_once_for_every_builder():
         for t, want in zip(_builds(x, N), _builds(clipped, N)):
             assert _never_rises(t), (x, N)
             assert t == want  # clipping first changes nothing: the builders read x as clipped
+
+
+@given(mst.candidate_batches())
+def test_candidate_trees_equal_the_one_request_builders(batch):
+    """One kernel call for a batch builds, request by request, what the one-request builders build."""
+    from mfd_theory.trees import candidate_trees
+
+    cands, depths, budgets = batch
+    values = np.stack([c.values for c in cands])  # [B, K, L, k]
+    ids = np.stack([c.token_ids for c in cands])
+    log_pi = np.stack([c.log_pi for c in cands])
+    trees = candidate_trees(log_pi, values, ids, budgets, depths)
+    for c, d, n, t in zip(cands, depths, budgets, trees):
+        if d == 0:
+            assert t is None
+            continue
+        if c.values.shape[0] == 1:
+            one = product_tree(c.values[0, :d], n, token_ids=c.token_ids[0, :d])
+        else:
+            one = mixture_tree(c.log_pi, c.values[:, :d], n, token_ids=c.token_ids[:, :d])
+        assert t == one
+        np.testing.assert_array_equal(t.log_score, one.log_score)
+
+
+def test_candidate_trees_refuse_bad_input_by_name():
+    import pytest
+
+    from mfd_theory.trees import candidate_trees
+
+    v = np.log(np.full((2, 1, 3, 2), 0.5))
+    ids = np.tile(np.array([0, 1]), (2, 1, 3, 1))
+    assert [len(t) for t in candidate_trees(np.zeros((2, 1)), v, ids, [4, 2], [3, 1])] == [4, 2]
+    with pytest.raises(ValueError, match="token_ids: a token appears twice"):
+        candidate_trees(np.zeros((2, 1)), v, np.zeros_like(ids), 4, 3)
+    with pytest.raises(ValueError, match="token_ids: contains negative"):
+        candidate_trees(np.zeros((2, 1)), v, -ids - 1, 4, 3)
+    with pytest.raises(ValueError, match="values: contains NaN"):
+        candidate_trees(np.zeros((2, 1)), np.full_like(v, np.nan), ids, 4, 3)
+    with pytest.raises(ValueError, match="depths"):
+        candidate_trees(np.zeros((2, 1)), v, ids, 4, [3, 4])
+    with pytest.raises(ValueError, match="budget"):
+        candidate_trees(np.zeros((2, 1)), v, ids, [0, 1], 3)
+    with pytest.raises(ValueError, match="log_pi"):
+        candidate_trees(np.zeros((2, 2)), v, ids, 4, 3)
+    with pytest.raises(ValueError, match=r"values: expected shape \[B, K, L, k\]"):
+        candidate_trees(np.zeros((2, 1)), v[0], ids[0], 4, 3)
