@@ -363,3 +363,27 @@ def test_auto_checks_its_plan_and_refuses_a_total_it_would_ignore(model, target)
     res = speculative_generate_batch(target, drafter, PROMPTS[:2], 6, "ddtree", policy="auto",
                                      plan=Fixed(("global", 9.0)))  # an integral float is a count
     assert [r.tokens for r in res.results] == [hf_greedy(model, p, 6) for p in PROMPTS[:2]]
+
+
+@pytest.mark.parametrize("method", ["ddtree", "chain"])
+def test_a_replay_of_greedy_traces_decodes_what_the_batched_decoder_decodes(model, target, method):
+    """At T = 0 a round's tree and acceptance depend on its root's position only, so the traces of
+    one drafting pass per position replay any policy's decode: round for round, the same nodes
+    and accepted tokens as speculative_generate_batch, static batches of B as the bench runs them."""
+    from mfd_theory.batch_sim import replay
+    from mfd_theory.llm.measure.batch_trace import decode_traces
+
+    drafter = OracleDrafter(model, block_size=6, num_modes=1, seed=1, corrupt=0.0)  # deterministic drafts
+    prompts = PROMPTS + [[21, 22, 23], [8, 8, 8, 8]]
+    tr, texts = decode_traces(target, drafter, method, prompts, 14, cap=12)
+    assert texts == [hf_greedy(model, p, 14) for p in prompts]
+    for policy, bsz in (("per_request", 3), ("global", 3), ("global", 6), ("per_request", 1)):
+        rep = replay(tr, policy, 6, bsz)
+        rounds, acc = [], []
+        for s in range(0, len(prompts), bsz):
+            res = speculative_generate_batch(target, drafter, prompts[s: s + bsz], 14, method, budget=6,
+                                             policy=policy, eos_token_id=[])
+            rounds += res.request_rounds
+            acc += [a for r in res.rounds for a in r.accepted]
+        assert rep.request_rounds.tolist() == rounds, (policy, bsz)
+        assert rep.accepted.tolist() == acc, (policy, bsz)
