@@ -1,9 +1,12 @@
 """What batched decoding costs and accepts, measured on calibration prompts before any evaluation.
 
 :func:`measure_batch_profile` times the batched round per (batch size, policy, nodes) into a
-:class:`mfd_theory.speedup.BatchProfile`; :func:`predict_batch_acceptance` gives the acceptance per
-request per round ("global": the one-request acceptance times the global top-N's gain, read off one
-large-tree decode). The caller keeps the prompts disjoint from the evaluated ones. Design: docs/benchmarks.md.
+:class:`mfd_theory.speedup.BatchProfile`; :func:`replayed_acceptance` replays the prompts' greedy
+traces under every policy (:mod:`mfd_theory.batch_sim`): each cell's accepted tokens per request
+per round over the whole decode, the dynamics of its own rounds included; the older
+:func:`predict_batch_acceptance` reads the global policy's gain off one large-tree decode per
+round (biased: the rounds it reads are not the ones the policy decodes). The caller keeps the
+prompts disjoint from the evaluated ones. Design: docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -18,7 +21,10 @@ from mfd_theory.llm.decoding.batch import speculative_generate_batch
 from mfd_theory.coverage import prefix_log_probs
 from mfd_theory.llm.decoding.generate import speculative_generate
 
-__all__ = ["measure_batch_profile", "predict_batch_acceptance", "steady_rounds", "make_batch_plan"]
+__all__ = ["measure_batch_profile", "predict_batch_acceptance", "replayed_acceptance", "steady_rounds",
+           "make_batch_plan"]
+
+SHARED = ("global", "proportional")  # nodes of a shared cell: the round's total
 
 
 def steady_rounds(res, batch_size: int) -> list:
@@ -32,8 +38,9 @@ def _cells(batch_sizes, budgets, policies):
         for n in budgets:
             if "per_request" in policies:
                 yield b, "per_request", int(n)
-            if "global" in policies:
-                yield b, "global", int(n) * b
+            for pol in SHARED:
+                if pol in policies:
+                    yield b, pol, int(n) * b
 
 
 @torch.no_grad()
@@ -58,12 +65,12 @@ def measure_batch_profile(target, drafter, method: str, prompts: list, batch_siz
             res = speculative_generate_batch(
                 target, drafter, batch, max_new_tokens, method if policy != "off" else "ar",
                 budget=nodes if policy == "per_request" else 1, policy="per_request" if policy == "off" else policy,
-                total_budget=nodes if policy == "global" else None, seed=seed, metrics=False, eos_token_id=[])
+                total_budget=nodes if policy in SHARED else None, seed=seed, metrics=False, eos_token_id=[])
             steady = steady_rounds(res, b)
             if steady:  # one mean per decode; the cell takes the median decode (a shared machine's
                 # slow spells hit whole decodes, and the median leaves them out)
                 times.append(np.mean([1000.0 * r.t_step for r in steady]))
-                rows += [max(r.nodes) + 1 for r in steady]
+                rows += [sum(r.nodes) / len(r.nodes) + 1 for r in steady]  # packed: the real rows per request
                 parts.append(np.mean([(1000.0 * r.t_draft, 1000.0 * r.t_verify, 1000.0 * r.t_overhead)
                                       for r in steady], axis=0))
         if times:
@@ -126,6 +133,31 @@ def predict_batch_acceptance(target, drafter, method: str, prompts: list, batch_
     return out
 
 
-def make_batch_plan(profile: BatchProfile, accepted: dict) -> BatchPlan:
-    """The plan (``auto`` policy) from a measured profile and predicted acceptance."""
-    return BatchPlan(profile, {k: v for k, v in accepted.items() if isinstance(k, tuple)})
+@torch.no_grad()
+def replayed_acceptance(target, drafter, method: str, prompts: list, batch_sizes, budgets, max_new_tokens: int,
+                        *, policies=("per_request", "global", "proportional"), progress: bool = False):
+    """({(B, policy, nodes): accepted per request per round over the whole decode}, the same over
+    the steady rounds only, the traces): the prompts' greedy traces
+    (:func:`~mfd_theory.llm.measure.batch_trace.decode_traces`, trees at twice the largest budget)
+    replayed under every policy in static batches of B. Greedy rounds; a sampled decode is
+    predicted from them as an approximation."""
+    from mfd_theory.batch_sim import replay
+    from mfd_theory.llm.measure.batch_trace import decode_traces
+
+    budgets = sorted(int(n) for n in budgets)
+    tr, _ = decode_traces(target, drafter, method, prompts, max_new_tokens, 2 * budgets[-1], progress=progress)
+    full, steady = {}, {}
+    for b in batch_sizes:
+        for pol in policies:
+            for n in budgets:
+                rep = replay(tr, pol, n, int(b))
+                key = (int(b), pol, n * (int(b) if pol in SHARED else 1))
+                full[key] = float(np.sum(tr.lengths - 1) / max(np.sum(rep.request_rounds), 1)) - 1.0
+                steady[key] = rep.steady_accepted()
+    return full, steady, tr
+
+
+def make_batch_plan(profile: BatchProfile, accepted: dict, margin: float = 0.0) -> BatchPlan:
+    """The plan (``auto`` policy) from a measured profile and predicted acceptance (a shared policy
+    only when predicted ahead by more than ``margin``)."""
+    return BatchPlan(profile, {k: v for k, v in accepted.items() if isinstance(k, tuple)}, margin=margin)
