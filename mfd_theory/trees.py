@@ -22,6 +22,7 @@ __all__ = [
     "DraftTree",
     "candidate_trees",
     "chain_tree",
+    "greedy_walks",
     "mixture_tree",
     "oracle_tree",
     "product_lattice_stage",
@@ -566,6 +567,26 @@ def candidate_trees(log_pi, values, token_ids, budgets, depths) -> list[DraftTre
     _raise_status("values", status)
     return [DraftTree(parent[off[b]:off[b + 1]], token[off[b]:off[b + 1]], depth[off[b]:off[b + 1]],
                       score[off[b]:off[b + 1]], validate=False) if dep[b] else None for b in range(B)]
+
+
+def greedy_walks(trees, next_tokens, row_start) -> list[tuple[list[int], int]]:
+    """The lossless walk of every tree at T = 0 in one kernel call: ``next_tokens`` [R] holds the
+    target's most likely next token at every verify row, request b's root row at ``row_start[b]``
+    and node i's at ``row_start[b] + i + 1`` (``trees[b]`` None: the root alone). Returns per tree
+    (the accepted node indices, the bonus token)."""
+    B = len(trees)
+    sizes = np.array([0 if t is None else len(t) for t in trees], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    live = [t for t in trees if t is not None and len(t)]
+    parent = np.concatenate([t.parent for t in live]).astype(np.int64) if live else np.empty(0, np.int64)
+    token = np.concatenate([t.token for t in live]).astype(np.int64) if live else np.empty(0, np.int64)
+    nxt = np.ascontiguousarray(next_tokens, dtype=np.int64).reshape(-1)
+    start = np.ascontiguousarray(row_start, dtype=np.int64).reshape(-1)
+    if start.shape[0] < B or (B and (start[:B] + sizes + 1 > nxt.shape[0]).any()):
+        raise ValueError(f"next_tokens: {nxt.shape[0]} rows do not hold the {B} trees' rows from row_start")
+    lens, path, bonus = _k._greedy_walks(parent, token, offsets, nxt, start[:B])
+    ends = np.concatenate([[0], np.cumsum(lens)])
+    return [(path[ends[b]:ends[b + 1]].tolist(), int(bonus[b])) for b in range(B)]
 
 
 def oracle_tree(target, budget: int) -> DraftTree:

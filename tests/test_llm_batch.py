@@ -44,7 +44,7 @@ def _drafters(model):
 def test_greedy_batch_equals_hf_generate(model, target, method):
     refs = {n: [hf_greedy(model, p, n) for p in PROMPTS] for n in (1, 7, 20)}
     for (name, drafter), n, policy, max_batch in itertools.product(
-            _drafters(model).items(), (1, 7, 20), ("per_request", "global", "off"), (None, 2)):
+            _drafters(model).items(), (1, 7, 20), ("per_request", "global", "proportional", "off"), (None, 2)):
         if method == "ar" and name != "block":
             continue
         res = speculative_generate_batch(target, drafter, PROMPTS, n, method, budget=10, policy=policy,
@@ -59,7 +59,7 @@ def test_greedy_batch_equals_hf_generate(model, target, method):
 def test_batch_rounds_accept_draft_tokens(model, target):
     """The oracle drafter's trees are mostly right: many tokens per round, in both policies."""
     drafter = OracleDrafter(model, block_size=6, num_modes=2, seed=1)
-    for policy in ("per_request", "global"):
+    for policy in ("per_request", "global", "proportional"):
         res = speculative_generate_batch(target, drafter, PROMPTS, 30, "mfd", budget=12, policy=policy)
         assert res.tau > 2.5, (policy, res.tau)
         assert max(r.batch_size for r in res.rounds) == len(PROMPTS)
@@ -92,7 +92,7 @@ def test_a_requests_output_does_not_depend_on_its_batch(model, target):
     (greedy for every policy; sampled for per_request, whose tree does not depend on the others)."""
     drafter = build_drafter(model, block_size=5, num_layers=1, num_modes=2, seed=6)
     p = [9, 9, 21, 4]
-    for policy, temp in (("per_request", 0.0), ("global", 0.0), ("per_request", 1.0)):
+    for policy, temp in (("per_request", 0.0), ("global", 0.0), ("proportional", 0.0), ("per_request", 1.0)):
         alone = speculative_generate_batch(target, drafter, [p], 18, "mfd", budget=8, policy=policy,
                                            temperature=temp, seed=5).results[0].tokens
         for others in ([[1, 2, 3]], [[40] * 12, [7, 8]]):
@@ -137,18 +137,19 @@ def test_batch_verify_equals_one_request_verify(model, target):
     for p in PROMPTS:
         logits, _ = bt.add(torch.tensor(p), hidden=False)
         roots.append(int(logits.argmax()))
-    logits, _ = bt.verify(roots, trees, hidden=False)
+    ver = bt.verify(roots, trees, hidden=False)
+    assert ver.logits.shape[0] == sum(1 + (0 if t is None else len(t)) for t in trees)  # packed: real rows only
     for b, (p, tree) in enumerate(zip(PROMPTS, trees)):
         single = TargetModel(model)
         single.prefill(torch.tensor(p), hidden=False)
         ref = single.verify(roots[b], tree, hidden=False).logits
-        torch.testing.assert_close(logits[b, : ref.shape[0]], ref, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(ver.rows(b), ref, rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="not a chain"):
         bt.commit([[1], [], [], []] if trees[0].parent[1] != -1 else [[2, 0], [], [], []])
     bt.commit([[], [], [], []])
 
 
-@pytest.mark.parametrize("gdn_commit", ["replay", "select"])
+@pytest.mark.parametrize("gdn_commit", ["path", "replay", "select"])
 def test_hybrid_greedy_batch_equals_hf_generate(gdn_commit):
     model = tiny_hybrid("qwen3_5", seed=0)
     target = TargetModel(model, gdn_commit=gdn_commit)
@@ -156,7 +157,7 @@ def test_hybrid_greedy_batch_equals_hf_generate(gdn_commit):
                 "oracle2": OracleDrafter(model, block_size=5, num_modes=2, seed=1)}
     refs = [hf_greedy(model, p, 14) for p in PROMPTS]
     for (name, drafter), method, policy in itertools.product(drafters.items(), ("ddtree", "mfd"),
-                                                             ("per_request", "global")):
+                                                             ("per_request", "global", "proportional")):
         res = speculative_generate_batch(target, drafter, PROMPTS, 14, method, budget=8, policy=policy,
                                          max_batch=3)
         assert [r.tokens for r in res.results] == refs, (name, method, policy)

@@ -508,3 +508,29 @@ def test_candidate_trees_refuse_bad_input_by_name():
         candidate_trees(np.zeros((2, 2)), v, ids, 4, 3)
     with pytest.raises(ValueError, match=r"values: expected shape \[B, K, L, k\]"):
         candidate_trees(np.zeros((2, 1)), v[0], ids[0], 4, 3)
+
+
+@given(mst.candidate_batches(max_B=4), st.integers(0, 2 ** 16))
+def test_greedy_walks_follow_each_tree_as_the_one_tree_walk_does(batch, seed):
+    """One kernel call walks every tree; each walk equals following the children map by hand."""
+    from mfd_theory.trees import candidate_trees, greedy_walks
+
+    cands, depths, budgets = batch
+    trees = candidate_trees(np.stack([c.log_pi for c in cands]), np.stack([c.values for c in cands]),
+                            np.stack([c.token_ids for c in cands]), budgets, depths)
+    rng = np.random.default_rng(seed)
+    sizes = [0 if t is None else len(t) for t in trees]
+    start = np.concatenate([[0], np.cumsum(np.asarray(sizes) + 1)])
+    nxt = np.empty(int(start[-1]), dtype=np.int64)
+    for b, t in enumerate(trees):  # the target's next token per row: often a child's, sometimes not
+        for r in range(sizes[b] + 1):
+            kids = [] if t is None else [int(t.token[i]) for i in np.flatnonzero(t.parent == r - 1)]
+            nxt[start[b] + r] = kids[rng.integers(len(kids))] if kids and rng.random() < 0.8 else 10 ** 9 + r
+    for b, (path, bonus) in enumerate(greedy_walks(trees, nxt, start[:-1])):
+        node, want = -1, []
+        children = {} if trees[b] is None else {(int(p), int(tk)): i for i, (p, tk) in
+                                                  enumerate(zip(trees[b].parent, trees[b].token))}
+        while (node, int(nxt[start[b] + node + 1])) in children:
+            node = children[(node, int(nxt[start[b] + node + 1]))]
+            want.append(node)
+        assert path == want and bonus == int(nxt[start[b] + node + 1])

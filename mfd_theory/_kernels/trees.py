@@ -894,3 +894,36 @@ def _candidate_trees(log_pi, values, ids, budgets, depths, pos_tol):
         n += m
     offsets[B] = n
     return parent[:n], token[:n], depth[:n], score[:n], offsets, OK
+
+
+@njit(cache=True)
+def _greedy_walks(parent, token, offsets, nxt, row_start):
+    """Every tree's greedy walk at once: from the root, follow the child whose token is the
+    target's next token at the current row (``nxt[row_start[b] + node + 1]``), until none is.
+
+    parent / token: the trees' nodes one after another (tree b's are offsets[b]:offsets[b+1], parents
+    local, -1 for the root). Returns (path lengths [B], the paths' local node indices one after
+    another, the bonus token of each tree [B])."""
+    B = offsets.shape[0] - 1
+    lens = np.zeros(B, dtype=np.int64)
+    path = np.empty(offsets[B] + 1, dtype=np.int64)
+    bonus = np.empty(B, dtype=np.int64)
+    m = 0
+    for b in range(B):
+        o, n = offsets[b], offsets[b + 1] - offsets[b]
+        node = -1
+        while True:
+            x = nxt[row_start[b] + node + 1]
+            child = -1
+            for j in range(node + 1, n):  # children come after their parent
+                if parent[o + j] == node and token[o + j] == x:
+                    child = j
+                    break
+            if child < 0:
+                bonus[b] = x
+                break
+            path[m] = child
+            m += 1
+            lens[b] += 1
+            node = child
+    return lens, path[:m], bonus

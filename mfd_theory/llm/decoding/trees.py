@@ -1,7 +1,8 @@
 """The methods' draft trees from drafted blocks, for one request or a batch of them.
 
 ``build_trees`` turns one draft (log_pi [B, K], log_q [B, K, L, V]) into each request's tree with
-the core's builders (:mod:`mfd_theory.trees`), after one top-k candidate cut over all rows;
+the core's builders (:mod:`mfd_theory.trees`), after one top-k candidate cut over all rows and in
+one kernel call for all requests (:func:`~mfd_theory.trees.candidate_trees`);
 ``build_tree`` is the one-request case. How the builders work: docs/design.md.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mfd_theory.trees import DraftTree, chain_tree, mixture_tree, product_tree
+from mfd_theory.trees import DraftTree, candidate_trees, chain_tree
 
 __all__ = ["METHODS", "build_tree", "build_trees", "first_nodes"]
 
@@ -91,16 +92,12 @@ def build_trees(method: str, log_pi: torch.Tensor, log_q: torch.Tensor, budget: 
     elif method == "ddtree":  # a product tree over the mixture's per-position marginals
         marg = log_q[:, 0] if log_q.shape[1] == 1 else torch.logsumexp(log_pi[:, :, None, None] + log_q, dim=1)
         vals, ids = _topk(marg, k_cand)  # [B, L, k]
-        for b in live:
-            d = depths[b]
-            trees[b] = product_tree(np.minimum(vals[b, :d], 0.0), budget, token_ids=ids[b, :d])
+        # every request's tree in one kernel call, each what product_tree builds from its candidates
+        trees = candidate_trees(np.zeros((bsz, 1)), np.minimum(vals, 0.0)[:, None], ids[:, None], int(budget), depths)
     else:  # "mfd": exact within each mode's top-k candidates
         vals, ids = _topk(log_q, k_cand)  # [B, K, L, k]
-        lp = log_pi.double().cpu().numpy()
-        lp = lp - np.logaddexp.reduce(lp, axis=1, keepdims=True)
-        for b in live:
-            d = depths[b]
-            trees[b] = mixture_tree(lp[b], np.minimum(vals[b, :, :d], 0.0), budget, token_ids=ids[b, :, :d])
+        lp = log_pi.double().cpu().numpy()  # [B, K]; renormalised by the builder
+        trees = candidate_trees(lp, np.minimum(vals, 0.0), ids, int(budget), depths)
     return trees
 
 

@@ -109,7 +109,7 @@ class TargetModel:
     ``hf_model`` must accept a 4D float attention mask (checked by a two-token probe at
     construction: a model that ignores or rejects the mask raises ``ValueError``). Hybrids
     (Qwen3.5 / Qwen3-Next) are accepted; ``gdn_commit`` picks how their recurrent state is
-    committed ("replay" or "select", see :mod:`mfd_theory.llm.models.hybrid`). ``cache_in_place``: the
+    committed ("path", the default, "replay" or "select", see :mod:`mfd_theory.llm.models.hybrid`). ``cache_in_place``: the
     attention layers write each forward's rows into preallocated buffers instead of HF's
     concatenation, which copies the whole cache every round (see :func:`_in_place_layer_class`).
 
@@ -119,7 +119,7 @@ class TargetModel:
     through unchanged and the eager kernel adds it to the scores, so a bool mask would be wrong.
     """
 
-    def __init__(self, hf_model: nn.Module, check_mask: bool = True, gdn_commit: str = "replay",
+    def __init__(self, hf_model: nn.Module, check_mask: bool = True, gdn_commit: str = "path",
                  cache_in_place: bool = True):
         if not isinstance(hf_model, nn.Module) or not hasattr(hf_model, "config"):
             raise ValueError("hf_model: expected a Hugging Face causal LM (an nn.Module with a config)")
@@ -277,8 +277,8 @@ class TargetModel:
             out = self.forward(ids.to(self.device), pos, mask, self.cache, hidden)
         else:  # GDN layers run over the tree, each node from its own path's state
             parent = np.asarray(tree.parent) if n else np.zeros(0, np.int64)
-            self._gdn_round = self.hybrid.start_round(parent, depth[1:], self.device)
-            with self.hybrid.verifying([self._gdn_round], [n + 1], lambda b, idx: self._gdn_state(idx)):
+            self._gdn_round = self.hybrid.start_round([parent], self.device, [depth[1:].numpy()])
+            with self.hybrid.verifying(self._gdn_round, self._gdn_state):
                 out = self.forward(ids.to(self.device), pos, mask, self.cache, hidden)
         self._pending = n + 1
         self._pending_parent = np.asarray(tree.parent, dtype=np.int64) if n else np.empty(0, dtype=np.int64)
@@ -317,7 +317,7 @@ class TargetModel:
             for layer in self._kv_layers():
                 layer.crop(n_keep - self._pending)  # drop the rest; a view, no copy of the cache
         if self.hybrid is not None:
-            self.hybrid.commit(self._gdn_round, keep_rel, self._gdn_state)
+            self.hybrid.commit(self._gdn_round, [keep_rel], self._gdn_state)
             self._gdn_round = None
         self.length += n_keep
         self._pending = 0
