@@ -128,6 +128,7 @@ def test_bench_batch_micro_writes_predictions_before_measuring(tmp_path):
 
     res = main(["--preset", "micro", "--batch-sizes", "1,2", "--budgets", "4", "--max-new-tokens", "8",
                 "--calibration-prompts", "2", "--passes", "1", "--replicates", "2", "--min-requests", "2",
+                "--analysis-prompts", "3",
                 "--out", str(tmp_path), "--quiet", "--figure", str(tmp_path / "fig.png")])
     assert (tmp_path / "fig.png").stat().st_size > 10_000
     pred = json.loads((tmp_path / "bench_batch_predictions.json").read_text())["predictions"]
@@ -151,6 +152,12 @@ def test_bench_batch_micro_writes_predictions_before_measuring(tmp_path):
             if (p["batch_size"], p["method"], p["policy"], p["nodes"]) == (r["batch_size"], r["method"], r["policy"], r["nodes"]))
     assert set(res.data["checks"]["summary"]) >= {"auto_within_3pct_everywhere", "shared_5pct_somewhere_b4"}
     assert all(g["tokens_per_round"]["n_runs"] == 2 for g in res.data["checks"]["shared_vs_best_per_request"])
+    w = res.data["whole_decode"]
+    assert w["prompts"] == 3 and {r["batch_size"] for r in w["rows"]} == {2}
+    assert w["replay_matches_measured"]["requests"] > 0  # the simulator checked against the decoder
+    for r in w["rows"]:  # NaN when per-request accepted nothing at all (a micro drafter may not)
+        o, g = r["oracle"]["same_rounds"], r["global"]["same_rounds"]
+        assert np.isnan(o) == np.isnan(g) and (np.isnan(o) or o >= g - 1e-12)
     from mfd_theory.commands.report import bench_batch_block
 
     block = bench_batch_block(res)

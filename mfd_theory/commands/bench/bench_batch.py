@@ -67,6 +67,8 @@ class BenchBatchConfig(Checked):
                              "prompts; comparisons are stated over them", ge=1)
     min_requests: int = opt(2, "evaluated requests at each batch size at least (whole batches of B), so every "
                                "comparison pairs requests", ge=2)
+    analysis_prompts: int = opt(64, "evaluated prompts whose greedy traces are replayed under every policy after "
+                                    "the timing (why a shared budget pays less over the whole decode; 0: none)", ge=0)
     passes: int = opt(2, "timed passes over every cell (interleaved); the median is reported", ge=1)
     profile_repeats: int = opt(2, "batched decodes of every (B, policy, N) cell in the calibration profile "
                                   "(the median decode is kept)", ge=1)
@@ -218,6 +220,15 @@ def report(result: Result) -> str:
         t = g["tokens_per_round"]
         lines.append(f"  B={g['batch_size']:<3d} {g['method']:7s} {g['policy']:12s} tok/s {100 * g['gain']:+5.1f}%; "
                      f"tokens/round {_cmp_text(t)}")
+    w = d.get("whole_decode")
+    if w:
+        lines.append(f"whole decode replayed from {w['prompts']} evaluated prompts' traces (replay = measured rounds for "
+                     f"{100 * w['replay_matches_measured']['share']:.0f}% of request decodes): same rounds / start "
+                     "shift / tokens per round over the whole decode, against per_request:")
+        for r in w["rows"]:
+            lines.append(f"  {r['method']:7s} B={r['batch_size']:<3d} N={r['nodes']:<3d} " + "  ".join(
+                f"{pol} {100 * r[pol]['same_rounds']:+.1f}%/{100 * r[pol]['shift']:+.1f}%/{_cmp_text(r[pol]['full'])}"
+                for pol in ("global", "proportional", "oracle")))
     lines += [
         f"a shared policy >= 5% over the best per-request N at some B >= 4: {s['shared_5pct_somewhere_b4']} "
         f"(best {100 * s['best_shared_gain_b4']:+.1f}%)",

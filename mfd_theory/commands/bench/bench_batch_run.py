@@ -21,13 +21,15 @@ from mfd_theory.llm.decoding.batch import speculative_generate_batch
 from mfd_theory.llm.measure.batch_predict import (
     make_batch_plan, measure_batch_profile, predict_batch_acceptance, replayed_acceptance, steady_rounds,
 )
+from mfd_theory.batch_sim import replay, rescore
+from mfd_theory.llm.measure.batch_trace import decode_traces
 from mfd_theory.llm.measure.predict import check_disjoint, prompt_digest
 from mfd_theory.llm.models.target import TargetModel
 from mfd_theory.results import atomic_write_text, provenance, to_jsonable
 from mfd_theory.speedup import batch_rows_profile, default_profile
-from mfd_theory.stats import MARGIN
+from mfd_theory.stats import MARGIN, compare
 
-__all__ = ["SHARED", "TREE_POLICIES", "cells", "measure", "requests_at"]
+__all__ = ["SHARED", "TREE_POLICIES", "cells", "measure", "requests_at", "whole_decode_analysis"]
 
 TREE_POLICIES = ("per_request", "global", "proportional")
 SHARED = ("global", "proportional")
@@ -41,7 +43,8 @@ def measure(cfg, ecfg, progress: bool = True) -> dict:
     corpus, target_hf, tdir, drafters, seeds = _load(cfg, ecfg, progress)
     torch.set_num_threads(cfg.threads)
     target = TargetModel(target_hf)
-    prompts, evald, calib, cald = _prompt_sets(cfg, ecfg, corpus)
+    prompts_all, evald, calib, cald = _prompt_sets(cfg, ecfg, corpus)
+    prompts = prompts_all[: max(requests_at(cfg, b) for b in cfg.batch_sizes)]  # the timed ones
     block = int(drafters["ddtree"][0].block_size)
 
     t1 = time.perf_counter()
@@ -69,10 +72,16 @@ def measure(cfg, ecfg, progress: bool = True) -> dict:
     t2 = time.perf_counter()
     meas = _time_cells(cfg, target, drafters, prompts, pred.plans, block, progress)
     t_measure = time.perf_counter() - t2
-    return {"rows": _rows(cfg, pred_rows, meas, block), "predictions_file": pred_path.name,
+    t3 = time.perf_counter()
+    analysis = whole_decode_analysis(cfg, target, drafters, prompts_all, progress) if cfg.analysis_prompts else None
+    t_analysis = time.perf_counter() - t3
+    rows = _rows(cfg, pred_rows, meas, block)
+    if analysis is not None:
+        analysis["replay_matches_measured"] = _replay_check(cfg, analysis.pop("_traces"), rows)
+    return {"rows": rows, "predictions_file": pred_path.name, "whole_decode": analysis,
             "predicted_crossover": predictions["predicted_crossover"], "gpu_predicted": gpu_rows,
             "gpu_profile": gpu.name, "model": f"e2e target {tdir.name} ({cfg.target_arch})",
-            "drafter_seeds": seeds, "times_s": {"predict": t_predict, "measure": t_measure,
+            "drafter_seeds": seeds, "times_s": {"predict": t_predict, "measure": t_measure, "analysis": t_analysis,
                                                 "total": time.perf_counter() - t0},
             "calibration_prompts": len(calib), "eval_prompts": len(prompts), "block_size": block}
 
@@ -101,7 +110,7 @@ def requests_at(cfg, b: int) -> int:
 def _prompt_sets(cfg, ecfg, corpus):
     """(evaluated prompts, their records, calibration prompts (held out, never evaluated), theirs):
     disjoint by token hash."""
-    n = max(requests_at(cfg, b) for b in cfg.batch_sizes)
+    n = max(max(requests_at(cfg, b) for b in cfg.batch_sizes), cfg.analysis_prompts)
     prompts = [p.tolist() for p in corpus.prompts(n, ecfg.prompt_len, "heldout", seed=ecfg.seed + 2)]
     evald = [{"index": i, "sha256": prompt_digest(p), "dataset": "heldout"} for i, p in enumerate(prompts)]
     calib_cfg = dataclasses.replace(ecfg, calibration_prompts=cfg.calibration_prompts, profile_prompts=0,
@@ -319,3 +328,70 @@ def _merge_passes(runs: list[dict]) -> dict:
         else:  # times and rates: the median pass (slow spells of a shared machine hit whole passes)
             out[key] = float(np.median([r[key] for r in runs]))
     return out
+
+
+def whole_decode_analysis(cfg, target, drafters: dict, prompts: list, progress: bool = False) -> dict:
+    """Why a shared budget pays less over the whole decode than its rounds say, on the first
+    ``analysis_prompts`` evaluated prompts (held out) and every drafter set: their greedy traces
+    replayed under each policy (static batches of B, as timed), per (method, B, N) with B >= 2:
+
+    * ``full``: each policy's tokens per request-round over the whole decode against per_request,
+      paired by request over the drafter sets (``oracle``: counts chosen knowing what the target
+      accepts, a ceiling no decoder reaches);
+    * ``same_rounds``: on per_request's own rounds (the same requests at the same positions), the
+      accepted tokens each policy's counts would give, over per_request's;
+    * ``shift``: per_request's own counts on each policy's rounds, over on its own: how much harder
+      the positions that policy's rounds start from are."""
+    from tqdm.auto import tqdm
+
+    P = min(cfg.analysis_prompts, len(prompts))
+    cap = 2 * max(cfg.budgets)
+    traces = {m: [decode_traces(target, d, m, prompts[:P], cfg.max_new_tokens, cap)[0]
+                  for d in tqdm(ds, desc=f"traces {m}", disable=not progress)] for m, ds in drafters.items()}
+    pols = ("global", "proportional", "oracle")
+    out = []
+    for m, trs in traces.items():
+        for b in (x for x in cfg.batch_sizes if x >= 2):
+            for n in cfg.budgets:
+                base = [replay(tr, "per_request", int(n), b) for tr in trs]
+                row = {"method": m, "batch_size": b, "nodes": int(n)}
+                for pol in pols:
+                    reps = [replay(tr, pol, int(n), b) for tr in trs]
+                    a = np.array([r.request_tokens_per_round for r in reps])  # [R, P]
+                    z = np.array([r.request_tokens_per_round for r in base])
+                    row[pol] = {
+                        "full": compare(a, z).to_dict() if a.shape[1] >= 2 else None,
+                        "same_rounds": _ratio([rescore(tr, r0, pol)[1].sum() for tr, r0 in zip(trs, base)],
+                                              [r0.accepted.sum() for r0 in base]),
+                        "shift": _ratio([rescore(tr, r1, "per_request")[1].mean() for tr, r1 in zip(trs, reps)],
+                                        [r0.accepted.mean() for r0 in base]),
+                        "steady": float(np.mean([r1.steady_accepted() - r0.steady_accepted()
+                                                 for r0, r1 in zip(base, reps)])),
+                    }
+                out.append(row)
+    return {"prompts": P, "cap": cap, "rows": out, "_traces": traces}
+
+
+def _replay_check(cfg, traces: dict, rows: list) -> dict:
+    """How often the replay of the evaluated prompts' traces gives the measured rounds per request
+    (per_request and global cells, every drafter set): the simulator against the decoder."""
+    same = total = 0
+    for r in rows:
+        if r["method"] not in traces or r["policy"] not in ("per_request", "global"):
+            continue
+        b = r["batch_size"]
+        n = r["nodes"] // (b if r["policy"] == "global" else 1)
+        P = len(r["request_tokens_per_round"][0])
+        for tr, meas in zip(traces[r["method"]], r["request_tokens_per_round"]):
+            if tr.n_requests < P:
+                continue
+            sub = type(tr)(tr.scores[:P], tr.paths[:P], tr.lengths[:P])
+            got = replay(sub, r["policy"], n, b).request_tokens_per_round
+            same += int(np.sum(np.isclose(got, meas)))
+            total += P
+    return {"requests": total, "equal": same, "share": same / total if total else float("nan")}
+
+
+def _ratio(a, b) -> float:
+    """sum(a) / sum(b) - 1 over the drafter sets (NaN when nothing is accepted)."""
+    return float(np.sum(a) / np.sum(b) - 1.0) if np.sum(b) > 0 else float("nan")

@@ -209,7 +209,7 @@ def _batch_findings(d: dict) -> list[str]:
     for g in ch["shared_vs_best_per_request"]:
         shared.setdefault((g["method"], g["policy"]), []).append(f"{g['batch_size']}: {_cmp(g['tokens_per_round'])}")
     name = {"ddtree": "DDTree", "mfd": "MFD"}
-    return [
+    return [*_whole_decode_lines(d.get("whole_decode"), name), 
         "- best shared cell against the best per-request N, tokens per request-round over the whole decode, "
         "paired by request over the drafter sets (Bonferroni over the table's "
         f"{len(ch['shared_vs_best_per_request'])} comparisons), by B:",
@@ -233,3 +233,25 @@ def _batch_findings(d: dict) -> list[str]:
         + ", ".join(f"{r['batch_size']}: {r['tokens_per_s'] / r['ar_tokens_per_s']:.2f}x ({r['policy']})"
                     for r in d["gpu_predicted"] if r["method"] == "mfd") + " (MFD)",
     ]
+
+
+def _whole_decode_lines(w: dict | None, name: dict) -> list[str]:
+    """The bullets on why a shared budget pays less over the whole decode (the bench's replay of
+    the evaluated prompts' traces), at the middle budget."""
+    if not w or not w.get("rows"):
+        return []
+    budgets = sorted({r["nodes"] for r in w["rows"]})
+    n = budgets[len(budgets) // 2]
+    lines = [f"- the whole decode, replayed from the greedy traces of {w['prompts']} evaluated prompts (every drafter "
+             f"set; replay equals the measured rounds for {100 * w['replay_matches_measured']['share']:.0f}% of "
+             f"{w['replay_matches_measured']['requests']} request decodes), N = {n}, by B: the policy's accepted "
+             "tokens on per-request's own rounds / per-request's there; per-request's accepted tokens on the policy's "
+             "rounds / on its own (where its rounds start); tokens per request-round over the whole decode "
+             "against per-request, paired over the drafter sets:"]
+    for m in ("ddtree", "mfd"):
+        for pol in ("global", "proportional", "oracle"):
+            parts = [f"{r['batch_size']}: {100 * r[pol]['same_rounds']:+.1f}% / {100 * r[pol]['shift']:+.1f}% / "
+                     f"{_cmp(r[pol]['full'])}" for r in w["rows"] if r["method"] == m and r["nodes"] == n]
+            if parts:
+                lines.append(f"  - {name[m]} {pol}: " + "; ".join(parts))
+    return lines
