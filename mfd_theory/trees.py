@@ -27,6 +27,7 @@ __all__ = [
     "oracle_tree",
     "product_lattice_stage",
     "product_tree",
+    "top_candidates",
     "total_prefixes",
 ]
 
@@ -528,6 +529,24 @@ def mixture_tree(log_pi, log_q=None, budget: int | None = None, token_ids=None) 
     if token_ids is not None and np.asarray(token_ids).ndim != 3:
         raise ValueError(f"token_ids: expected shape [K, L, k], got {np.asarray(token_ids).shape}")
     return _build(lp, log_q, budget, token_ids, "log_q", tol)
+
+
+def top_candidates(log_q, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` largest entries of every row (last axis) of log-probabilities ``log_q`` [..., V]
+    (float32 or float64; float16 read exactly as float32), best first, ties to the lower token id
+    (the builders' rule): (values float64 [..., k], token ids int64 [..., k]). The dense builders'
+    own numba row screen, one pass per row; NaN, +inf and entries above 0 beyond round-off are
+    refused by name."""
+    a, tol = _check_scores("log_q", log_q)
+    if a.ndim < 1 or a.shape[-1] < 1:
+        raise ValueError(f"log_q: expected rows [..., V] with V >= 1, got shape {a.shape}")
+    V = a.shape[-1]
+    k = check_int("k", k, 1, V)
+    x = a.reshape(1, -1, V)  # [1, rows, V]
+    floor = np.full(x.shape[:2], -np.inf, dtype=x.dtype)
+    vals, ids, _, _, status = _k._topk_rows(x, k, tol, floor, np.ones(x.shape[:2], dtype=bool))
+    _raise_status("log_q", status)
+    return vals.reshape(*a.shape[:-1], k), ids.reshape(*a.shape[:-1], k)
 
 
 def candidate_trees(log_pi, values, token_ids, budgets, depths) -> list[DraftTree | None]:

@@ -534,3 +534,32 @@ def test_greedy_walks_follow_each_tree_as_the_one_tree_walk_does(batch, seed):
             node = children[(node, int(nxt[start[b] + node + 1]))]
             want.append(node)
         assert path == want and bonus == int(nxt[start[b] + node + 1])
+
+
+@given(st.integers(0, 2 ** 16), st.integers(1, 30), st.booleans())
+def test_top_candidates_equal_a_sort_with_the_tie_rule(seed, k, ties):
+    """Each row's k best, ties to the lower id: a full stable sort of every row, by hand."""
+    from mfd_theory.trees import top_candidates
+
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(3, 2, 30)) * 2
+    x = np.round(x) if ties else x
+    x = x - np.logaddexp.reduce(x, axis=-1, keepdims=True) if not ties else -np.abs(x)
+    vals, ids = top_candidates(x, k)
+    for idx in np.ndindex(x.shape[:-1]):
+        order = sorted(range(30), key=lambda t: (-x[idx][t], t))[:k]
+        assert ids[idx].tolist() == order and np.array_equal(vals[idx], x[idx][order])
+
+
+def test_top_candidates_refuse_bad_rows_by_name():
+    import pytest
+
+    from mfd_theory.trees import top_candidates
+
+    x = np.log(np.full((2, 4), 0.25))
+    with pytest.raises(ValueError, match="log_q: contains NaN"):
+        top_candidates(np.where(np.eye(2, 4, dtype=bool), np.nan, x), 2)
+    with pytest.raises(ValueError, match="log_q: has entries above 0"):
+        top_candidates(x + 2.0, 2)
+    with pytest.raises(ValueError, match="k: must be an integer"):
+        top_candidates(x, 5)
