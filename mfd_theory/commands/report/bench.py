@@ -207,12 +207,12 @@ def _batch_findings(d: dict) -> list[str]:
     med = errs[len(errs) // 2] if len(errs) % 2 else 0.5 * (errs[len(errs) // 2 - 1] + errs[len(errs) // 2])
     shared = {}
     for g in ch["shared_vs_best_per_request"]:
-        shared.setdefault((g["method"], g["policy"]), []).append(f"{g['batch_size']}: {_cmp(g['tokens_per_round'])}")
+        shared.setdefault((g["method"], g["policy"]), []).append(
+            f"{g['batch_size']}: {100 * g['gain']:+.1f}% (request tok/s {_cmp(g['request_tokens_per_s'])})")
     name = {"ddtree": "DDTree", "mfd": "MFD"}
-    return [*_whole_decode_lines(d.get("whole_decode"), name), 
-        "- best shared cell against the best per-request N, tokens per request-round over the whole decode, "
-        "paired by request over the drafter sets (Bonferroni over the table's "
-        f"{len(ch['shared_vs_best_per_request'])} comparisons), by B:",
+    return [*_whole_decode_lines(d.get("whole_decode"), name),
+        "- best shared cell against the best per-request N, whole-decode tokens/s (and each request's tokens/s, "
+        "paired over the drafter sets, Bonferroni over the table), by B:",
         *[f"  - {name[m]} {pol}: " + "; ".join(v) for (m, pol), v in shared.items()],
         f"- a shared policy beats the best per-request N by >= 5% of whole-decode tokens/s at some B >= 4: "
         f"**{'yes' if s['shared_5pct_somewhere_b4'] else 'no'}** (best {100 * s['best_shared_gain_b4']:+.1f}%)",
