@@ -217,7 +217,8 @@ def _batch_findings(d: dict) -> list[str]:
         f"- a shared policy beats the best per-request N by >= 5% of whole-decode tokens/s at some B >= 4: "
         f"**{'yes' if s['shared_5pct_somewhere_b4'] else 'no'}** (best {100 * s['best_shared_gain_b4']:+.1f}%)",
         f"- auto within 3% (or the pass-to-pass spread) of the best measured configuration at every B: "
-        f"**{'yes' if s['auto_within_3pct_everywhere'] else 'no'}** (worst {100 * s['worst_auto_gap']:+.1f}%); "
+        f"**{'yes' if s['auto_within_3pct_everywhere'] else 'no'}** (worst {100 * s['worst_auto_gap']:+.1f}%, the "
+        f"pass-to-pass spread there {100 * s.get('worst_auto_gap_spread', float('nan')):.1f}%); "
         f"auto never a loss against the best per-request N (paired request tokens/s): "
         f"**{'yes' if s['auto_never_loses_to_best_per_request'] else 'no'}**",
         f"- share of a round outside the two forwards at B = 16, worst cell: {100 * s['overhead_at_16_max']:.1f}% "

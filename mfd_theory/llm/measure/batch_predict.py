@@ -50,29 +50,33 @@ def measure_batch_profile(target, drafter, method: str, prompts: list, batch_siz
                           progress: bool = False) -> BatchProfile:
     """Steady-state round time of every (B, policy, nodes) cell: the mean round of each of
     ``repeats`` batched decodes of B prompts (``prompts`` cycled, temperature 0), median over the
-    decodes."""
+    decodes. The repeats are interleaved over the cells of one batch size (every cell once, then
+    every cell again), so a slow spell of a shared machine hits one decode of many cells rather
+    than every decode of one, and the median leaves it out; the cells of one batch size, which
+    the plan compares, are measured in the same stretch of time."""
     from tqdm.auto import tqdm as bar
 
     if not prompts:
         raise ValueError("prompts: the batch profile needs at least one prompt")
-    cells = []
     todo = list(_cells(batch_sizes, budgets, policies))
     speculative_generate_batch(target, drafter, [prompts[0]], 4, method, budget=int(min(budgets)))  # warm-up
-    for b, policy, nodes in bar(todo, desc=f"batch profile {method}", disable=not progress):
+    got: dict = {c: ([], [], []) for c in todo}  # per cell: decode means, rows per request, the three parts
+    order = [(rep, c) for b in batch_sizes for rep in range(repeats) for c in todo if c[0] == b]
+    for rep, (b, policy, nodes) in bar(order, desc=f"batch profile {method}", disable=not progress):
         batch = [prompts[i % len(prompts)] for i in range(b)]
-        times, rows, parts = [], [], []
-        for _ in range(repeats):
-            res = speculative_generate_batch(
-                target, drafter, batch, max_new_tokens, method if policy != "off" else "ar",
-                budget=nodes if policy == "per_request" else 1, policy="per_request" if policy == "off" else policy,
-                total_budget=nodes if policy in SHARED else None, seed=seed, metrics=False, eos_token_id=[])
-            steady = steady_rounds(res, b)
-            if steady:  # one mean per decode; the cell takes the median decode (a shared machine's
-                # slow spells hit whole decodes, and the median leaves them out)
-                times.append(np.mean([1000.0 * r.t_step for r in steady]))
-                rows += [sum(r.nodes) / len(r.nodes) + 1 for r in steady]  # packed: the real rows per request
-                parts.append(np.mean([(1000.0 * r.t_draft, 1000.0 * r.t_verify, 1000.0 * r.t_overhead)
-                                      for r in steady], axis=0))
+        res = speculative_generate_batch(
+            target, drafter, batch, max_new_tokens, method if policy != "off" else "ar",
+            budget=nodes if policy == "per_request" else 1, policy="per_request" if policy == "off" else policy,
+            total_budget=nodes if policy in SHARED else None, seed=seed, metrics=False, eos_token_id=[])
+        steady = steady_rounds(res, b)
+        if steady:  # one mean per decode; the cell takes the median decode
+            times, rows, parts = got[(b, policy, nodes)]
+            times.append(np.mean([1000.0 * r.t_step for r in steady]))
+            rows += [sum(r.nodes) / len(r.nodes) + 1 for r in steady]  # packed: the real rows per request
+            parts.append(np.mean([(1000.0 * r.t_draft, 1000.0 * r.t_verify, 1000.0 * r.t_overhead)
+                                  for r in steady], axis=0))
+    cells = []
+    for (b, policy, nodes), (times, rows, parts) in got.items():
         if times:
             mid = int(np.argsort(times)[(len(times) - 1) // 2])  # the median decode (lower middle)
             d, v, o = parts[mid]
