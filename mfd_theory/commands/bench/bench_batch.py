@@ -204,7 +204,9 @@ def report(result: Result) -> str:
     lines = [f"{d['model']}; drafter seeds {d['drafter_seeds']}; {d['eval_prompts']} held-out prompts (at least "
              f"{c['min_requests']} per B), {c['max_new_tokens']} new tokens each, {c['passes']} passes, {c['threads']} "
              f"thread(s); predictions from {d['calibration_prompts']} held-out prompts (never evaluated), written "
-             f"before the evaluation ({d['predictions_file']}); times {d['times_s']['total']:.0f} s",
+             f"before the evaluation ({d['predictions_file']}); times {d['times_s']['total']:.0f} s"
+             + (f"; load {d['load_average']['start']:.1f} -> {d['load_average']['end']:.1f} on "
+                f"{d['load_average']['cpus']} CPUs" if (d.get("load_average") or {}).get("end") is not None else ""),
              "B    method  policy        nodes  tok/s full  steady (pred, err)   tok/round  acc/req  rows/req  outside"]
     for r in d["rows"]:
         nodes = "auto" if r["policy"] == "auto" else str(r["nodes"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -40,6 +41,7 @@ def measure(cfg, ecfg, progress: bool = True) -> dict:
     ``cfg`` (a :class:`~mfd_theory.commands.bench.bench_batch.BenchBatchConfig`) on the target and
     drafters of the e2e config ``ecfg``. The Result's data, but for the targets' checks."""
     t0 = time.perf_counter()
+    load0 = _load_average()
     corpus, target_hf, tdir, drafters, seeds = _load(cfg, ecfg, progress)
     torch.set_num_threads(cfg.threads)
     target = TargetModel(target_hf)
@@ -83,6 +85,8 @@ def measure(cfg, ecfg, progress: bool = True) -> dict:
             "gpu_profile": gpu.name, "model": f"e2e target {tdir.name} ({cfg.target_arch})",
             "drafter_seeds": seeds, "times_s": {"predict": t_predict, "measure": t_measure, "analysis": t_analysis,
                                                 "total": time.perf_counter() - t0},
+            # the machine's 1-minute load average at the start and the end (a shared machine's timings move with it)
+            "load_average": {"start": load0, "end": _load_average(), "cpus": os.cpu_count()},
             "calibration_prompts": len(calib), "eval_prompts": len(prompts), "block_size": block}
 
 
@@ -395,3 +399,11 @@ def _replay_check(cfg, traces: dict, rows: list) -> dict:
 def _ratio(a, b) -> float:
     """sum(a) / sum(b) - 1 over the drafter sets (NaN when nothing is accepted)."""
     return float(np.sum(a) / np.sum(b) - 1.0) if np.sum(b) > 0 else float("nan")
+
+
+def _load_average() -> float | None:
+    """The 1-minute load average (None where the platform has none)."""
+    try:
+        return float(os.getloadavg()[0])
+    except (AttributeError, OSError):
+        return None

@@ -174,7 +174,7 @@ def bench_batch(results: Results) -> str:
              f"{d['eval_prompts']} held-out prompts (at least {c['min_requests']} per B, in batches of B), "
              f"{c['max_new_tokens']} new tokens each, {c['passes']} passes, {c['threads']} thread(s); predictions from "
              f"{d['calibration_prompts']} held-out prompts (never evaluated), written before the evaluation; "
-             f"{d['times_s']['total'] / 60:.0f} min. Whole-decode tokens/s (every round, the batch's tail included; mean "
+             f"{d['times_s']['total'] / 60:.0f} min{_load_text(d)}. Whole-decode tokens/s (every round, the batch's tail included; mean "
              "over drafter sets), tokens per request-round over the whole decode, and N (per request; shared "
              "policies: the round's total):", "",
              "| B | " + " | ".join(lbl for _, _, lbl in _BATCH_SERIES) + " |", "|---" * (len(_BATCH_SERIES) + 1) + "|"]
@@ -256,3 +256,11 @@ def _whole_decode_lines(w: dict | None, name: dict) -> list[str]:
             if parts:
                 lines.append(f"  - {name[m]} {pol}: " + "; ".join(parts))
     return lines
+
+
+def _load_text(d: dict) -> str:
+    """The run's machine load (start and end), when it recorded it."""
+    la = d.get("load_average") or {}
+    if la.get("start") is None or la.get("end") is None:
+        return ""
+    return f", machine load {la['start']:.1f} at the start and {la['end']:.1f} at the end on {la.get('cpus')} CPUs"
