@@ -18,6 +18,7 @@ _EXPORTS = {
     "MixtureOfProducts": "distributions",
     "DraftTree": "trees",
     "best_mode_tree": "trees",
+    "candidate_trees": "trees",
     "chain_tree": "trees",
     "mixture_tree": "trees",
     "oracle_tree": "trees",

@@ -2,8 +2,9 @@
 
 :func:`allocate_global` takes the global top-N over all requests' prefixes, a merge of their
 best-first orders, so each request keeps a first slice of its tree (ties to the lower request);
+:func:`allocate_proportional` merges the nodes' gains in log expected tokens per round instead;
 :func:`split_evenly` is the per-request policy at the same total. Design: docs/design.md ("One
-budget over a batch").
+budget over a batch"); why the whole decode weighs tokens by 1 / tau: docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import numpy as np
 
 from mfd_theory.validation import check_int
 
-__all__ = ["allocate_global", "split_evenly"]
+__all__ = ["allocate_global", "allocate_proportional", "proportional_gains", "split_evenly"]
 
 
 def allocate_global(scores, n_total: int, cap: int | None = None) -> np.ndarray:
@@ -48,6 +49,32 @@ def allocate_global(scores, n_total: int, cap: int | None = None) -> np.ndarray:
     order = np.lexsort((pos, req, -score))[:n_total]  # last key primary: score down, request, node
     np.add.at(counts, req[order], 1)
     return counts
+
+
+def proportional_gains(scores) -> np.ndarray:
+    """Each node's gain in log expected tokens per round, best first: node j of a tree whose first
+    j nodes the drafter expects to give ``tau_j = 1 + sum_{i<j} exp(score_i)`` tokens adds
+    ``log(1 + exp(score_j) / tau_j)``; returned as the log of that gain (``-inf`` for a node of
+    probability 0), non-increasing, so a merge of them stays a first slice of each tree."""
+    a = np.asarray(scores, dtype=np.float64)
+    c = np.exp(a)  # [n] the nodes' prefix probabilities under the drafter
+    tau = 1.0 + np.concatenate([[0.0], np.cumsum(c)[:-1]])
+    with np.errstate(divide="ignore"):
+        g = np.log(np.log1p(c / tau))
+    return np.minimum.accumulate(g) if g.size else g
+
+
+def allocate_proportional(scores, n_total: int, cap: int | None = None) -> np.ndarray:
+    """Node counts per request maximising ``sum_b log tau_b`` (tau_b the drafter's expected tokens
+    per round of request b's kept nodes) instead of ``sum_b tau_b``: the global top-``n_total``
+    of :func:`proportional_gains`. Over a whole decode a request's rounds are its tokens over its
+    tau, so a token gained where tau is large saves fewer rounds; to first order the whole
+    decode's change in rounds is the rounds-weighted mean of the relative gains, which this
+    ranking maximises per round. Arguments as :func:`allocate_global`."""
+    n_total = check_int("n_total", n_total, 0)
+    scores = list(scores)
+    allocate_global(scores, 0, cap=cap)  # the same checks, and the same messages, as the global top-N
+    return allocate_global([proportional_gains(s) for s in scores], n_total, cap=cap)
 
 
 def split_evenly(n_total: int, sizes) -> np.ndarray:

@@ -1,6 +1,7 @@
 """Draft trees and their exact builders: :class:`DraftTree`, :func:`product_tree`,
 :func:`mixture_tree`, :func:`best_mode_tree`, :func:`oracle_tree`, :func:`chain_tree` and
-:func:`path_tree`.
+:func:`path_tree`, and :func:`candidate_trees` (a batch's trees from candidate lists, in one kernel
+call).
 
 Each builder returns the exact top-N prefixes, best first, under one documented tie rule; the row
 screening is here, the searches in ``_kernels/trees.py`` (``path_tree``'s in ``path_trees.py``).
@@ -21,11 +22,14 @@ from mfd_theory.validation import check_int
 __all__ = [
     "DraftTree",
     "best_mode_tree",
+    "candidate_trees",
     "chain_tree",
+    "greedy_walks",
     "mixture_tree",
     "oracle_tree",
     "product_lattice_stage",
     "product_tree",
+    "top_candidates",
     "total_prefixes",
 ]
 
@@ -571,6 +575,83 @@ def best_mode_tree(log_q, budget: int, token_ids=None) -> DraftTree:
     if K < 1:
         raise ValueError(f"log_q: needs at least one mode, got shape {log_q.shape}")
     return _build(np.full(K, -np.log(K)), log_q, budget, token_ids, "log_q", tol, best_mode=True)
+
+
+def top_candidates(log_q, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` largest entries of every row (last axis) of log-probabilities ``log_q`` [..., V]
+    (float32 or float64; float16 read exactly as float32), best first, ties to the lower token id
+    (the builders' rule): (values float64 [..., k], token ids int64 [..., k]). The dense builders'
+    own numba row screen, one pass per row; NaN, +inf and entries above 0 beyond round-off are
+    refused by name."""
+    a, tol = _check_scores("log_q", log_q)
+    if a.ndim < 1 or a.shape[-1] < 1:
+        raise ValueError(f"log_q: expected rows [..., V] with V >= 1, got shape {a.shape}")
+    V = a.shape[-1]
+    k = check_int("k", k, 1, V)
+    x = a.reshape(1, -1, V)  # [1, rows, V]
+    floor = np.full(x.shape[:2], -np.inf, dtype=x.dtype)
+    vals, ids, _, _, status = _k._topk_rows(x, k, tol, floor, np.ones(x.shape[:2], dtype=bool))
+    _raise_status("log_q", status)
+    return vals.reshape(*a.shape[:-1], k), ids.reshape(*a.shape[:-1], k)
+
+
+def candidate_trees(log_pi, values, token_ids, budgets, depths) -> list[DraftTree | None]:
+    """Many requests' trees from candidate lists in one kernel call (a batch's round).
+
+    ``values`` / ``token_ids`` [B, K, L, k]: request b's candidates per mode and position, as
+    :func:`mixture_tree` (K > 1) or :func:`product_tree` (K = 1) take them with ``token_ids``;
+    ``log_pi`` [B, K] its log mode weights (renormalised here); ``budgets`` [B] (or one int) its
+    nodes; ``depths`` [B] how many of the L positions its tree may use (0: no tree, None
+    returned). Request b's tree equals ``mixture_tree(log_pi[b], values[b, :, :d], budgets[b],
+    token_ids[b, :, :d])`` with d = depths[b] (``product_tree`` when K = 1), node for node."""
+    vals, tol = _check_scores("values", values)
+    if vals.ndim != 4:
+        raise ValueError(f"values: expected shape [B, K, L, k], got {vals.shape}")
+    B, K, L, W = vals.shape
+    ids = np.asarray(token_ids)
+    if ids.shape != vals.shape:
+        raise ValueError(f"token_ids: shape {ids.shape} does not match the values' {vals.shape}")
+    if not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"token_ids: must be integers, got dtype {ids.dtype}")
+    lp = np.asarray(log_pi, dtype=np.float64)
+    if lp.shape != (B, K) or np.isnan(lp).any() or np.isposinf(lp).any():
+        raise ValueError(f"log_pi: expected finite log-weights [B, K] = [{B}, {K}], got shape {lp.shape}")
+    lp = lp - np.logaddexp.reduce(lp, axis=1, keepdims=True)
+    bud = np.broadcast_to(np.asarray(budgets), (B,))
+    dep = np.broadcast_to(np.asarray(depths), (B,))
+    bud = np.array([_check_budget(x) for x in bud], dtype=np.int64)
+    dep = np.array([check_int("depths", x, 0, L) for x in dep], dtype=np.int64)
+    if W < 1 and dep.any():
+        raise ValueError("values: needs at least one candidate per position")
+    parent, token, depth, score, off, status = _k._candidate_trees(
+        lp, vals, ids.astype(np.int64, copy=False), bud, dep, tol)
+    if status == 5:
+        raise ValueError("token_ids: contains negative token ids")
+    if status == 7:
+        raise ValueError("token_ids: a token appears twice in one mode's candidate list at one position")
+    _raise_status("values", status)
+    return [DraftTree(parent[off[b]:off[b + 1]], token[off[b]:off[b + 1]], depth[off[b]:off[b + 1]],
+                      score[off[b]:off[b + 1]], validate=False) if dep[b] else None for b in range(B)]
+
+
+def greedy_walks(trees, next_tokens, row_start) -> list[tuple[list[int], int]]:
+    """The lossless walk of every tree at T = 0 in one kernel call: ``next_tokens`` [R] holds the
+    target's most likely next token at every verify row, request b's root row at ``row_start[b]``
+    and node i's at ``row_start[b] + i + 1`` (``trees[b]`` None: the root alone). Returns per tree
+    (the accepted node indices, the bonus token)."""
+    B = len(trees)
+    sizes = np.array([0 if t is None else len(t) for t in trees], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    live = [t for t in trees if t is not None and len(t)]
+    parent = np.concatenate([t.parent for t in live]).astype(np.int64) if live else np.empty(0, np.int64)
+    token = np.concatenate([t.token for t in live]).astype(np.int64) if live else np.empty(0, np.int64)
+    nxt = np.ascontiguousarray(next_tokens, dtype=np.int64).reshape(-1)
+    start = np.ascontiguousarray(row_start, dtype=np.int64).reshape(-1)
+    if start.shape[0] < B or (B and (start[:B] + sizes + 1 > nxt.shape[0]).any()):
+        raise ValueError(f"next_tokens: {nxt.shape[0]} rows do not hold the {B} trees' rows from row_start")
+    lens, path, bonus = _k._greedy_walks(parent, token, offsets, nxt, start[:B])
+    ends = np.concatenate([[0], np.cumsum(lens)])
+    return [(path[ends[b]:ends[b + 1]].tolist(), int(bonus[b])) for b in range(B)]
 
 
 def oracle_tree(target, budget: int) -> DraftTree:

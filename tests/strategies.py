@@ -147,10 +147,10 @@ class Candidates:
 
 
 @st.composite
-def candidates(draw, K=None, max_K=MAX_K, max_L=MAX_L, max_k=MAX_V, id_pool=6, large_ids=None):
+def candidates(draw, K=None, max_K=MAX_K, max_L=MAX_L, max_k=MAX_V, id_pool=6, large_ids=None, L=None, k=None):
     K = draw(st.integers(1, max_K)) if K is None else K
-    L = draw(st.integers(1, max_L))
-    k = draw(st.integers(1, max_k))
+    L = draw(st.integers(1, max_L)) if L is None else L
+    k = draw(st.integers(1, max_k)) if k is None else k
     if large_ids is None:
         large_ids = draw(st.booleans())
     pool = max(id_pool, k)
@@ -167,6 +167,20 @@ def candidates(draw, K=None, max_K=MAX_K, max_L=MAX_L, max_k=MAX_V, id_pool=6, l
         ids = np.take_along_axis(ids, order, axis=-1)
     log_pi = _normalise_log(draw(weight_arrays((K,))))  # zero-weight modes are legal
     return Candidates(log_pi, vals, ids)
+
+
+@st.composite
+def candidate_batches(draw, max_B=4, K=None, max_K=MAX_K, max_L=MAX_L, max_k=MAX_V):
+    """B requests' candidates of one shape (a batch's round): a list of :class:`Candidates` and
+    each request's depth (0 included: a request without a tree) and budget."""
+    B = draw(st.integers(1, max_B))
+    K = draw(st.integers(1, max_K)) if K is None else K
+    L, k = draw(st.integers(1, max_L)), draw(st.integers(1, max_k))
+    large = draw(st.booleans())
+    cands = [draw(candidates(K=K, L=L, k=k, large_ids=large)) for _ in range(B)]
+    depths = draw(st.lists(st.integers(0, L), min_size=B, max_size=B))
+    budgets_ = draw(st.lists(budgets(), min_size=B, max_size=B))
+    return cands, depths, budgets_
 
 
 @st.composite

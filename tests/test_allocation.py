@@ -119,3 +119,27 @@ def test_bad_input_is_named():
         allocate_global([np.array([np.nan])], 1)
     with pytest.raises(ValueError, match=r"scores\[0\].*1-D"):
         allocate_global([np.zeros((2, 2))], 1)
+
+
+@settings(deadline=None, max_examples=60)
+@given(st.integers(0, 2 ** 16), st.integers(1, 3), st.integers(0, 12), st.booleans())
+def test_proportional_allocation_maximises_the_sum_of_log_tau_as_brute_force(seed, b, n_total, ties):
+    """Each request's gains in log tau fall along its best-first order (concave in the count), so the
+    merge of the gains is the best split of n_total: compared with every split, by its objective."""
+    from mfd_theory.allocation import allocate_proportional
+
+    rng = np.random.default_rng(seed)
+    scores = []
+    for lp, lq in _random_requests(rng, b, 1, 2, 3, ties=ties):
+        scores.append(product_tree(lq[0], int(rng.integers(1, 6))).log_score)
+
+    def objective(counts):
+        return sum(np.log1p(np.exp(s[:c]).sum()) for s, c in zip(scores, counts))
+
+    got = allocate_proportional(scores, n_total)
+    assert got.sum() == min(n_total, sum(len(s) for s in scores)) and (got <= [len(s) for s in scores]).all()
+    best = max(objective(c) for c in itertools.product(*[range(len(s) + 1) for s in scores])
+               if sum(c) == got.sum())
+    assert objective(got) == pytest.approx(best, rel=1e-12, abs=1e-12)
+    with pytest.raises(ValueError, match=r"scores\[1\]: not in best-first order"):
+        allocate_proportional([np.array([-1.0]), np.array([-2.0, -1.0])], 2)

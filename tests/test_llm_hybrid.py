@@ -93,7 +93,7 @@ class _Checked(TargetModel):
         self.checked = getattr(self, "checked", 0) + 1
 
 
-@pytest.mark.parametrize("gdn_commit", ["replay", "select"])
+@pytest.mark.parametrize("gdn_commit", ["path", "replay", "select"])
 @pytest.mark.parametrize("pattern", sorted(HYBRID_PATTERNS))
 def test_cache_equals_a_fresh_prefill_after_every_commit(pattern, gdn_commit):
     model = tiny_hybrid("qwen3_5", HYBRID_PATTERNS[pattern], seed=2)
@@ -373,7 +373,9 @@ def test_tree_gated_delta_rule_equals_walking_each_path(n_nodes, hk, seed):
     g0 = torch.Generator().manual_seed(seed)
     lq = torch.log_softmax(2.0 * torch.randn(6, 5, generator=g0), -1).double().numpy()
     tree = product_tree(lq, n_nodes)
-    plan = plan_verify(tree.parent, tree.depth, 4, "cpu")
+    plan = plan_verify(tree.parent, tree.depth, 4, "cpu")  # a forest of one tree
+    ancestor = plan.ancestor[0]  # [n, n]
+    parent_row = torch.cat([torch.tensor([-1]), torch.as_tensor(tree.parent) + 1])
     n, hv, dk, dv = n_nodes + 1, 4, 8, 6
     q = torch.nn.functional.normalize(torch.randn(n, hk, dk, generator=g0), dim=-1)
     k = torch.nn.functional.normalize(torch.randn(n, hk, dk, generator=g0), dim=-1)
@@ -381,8 +383,8 @@ def test_tree_gated_delta_rule_equals_walking_each_path(n_nodes, hk, seed):
     g = -torch.rand(n, hv, generator=g0) * 2  # log decays <= 0
     beta = torch.rand(n, hv, generator=g0)
     s0 = torch.randn(hv, dk, dv, generator=g0)
-    out, states = tree_gated_delta_rule(q, k, v, g, beta, s0, plan.ancestor, torch.arange(n))
-    ref_out, ref_states = tree_gated_delta_rule_ref(q, k, v, g, beta, s0, plan.parent_row)
+    out, states = tree_gated_delta_rule(q, k, v, g, beta, s0, ancestor, torch.arange(n))
+    ref_out, ref_states = tree_gated_delta_rule_ref(q, k, v, g, beta, s0, parent_row)
     # float32, one triangular solve vs a token-by-token recursion: rounding only
     assert torch.allclose(out, ref_out, atol=1e-5) and torch.allclose(states, ref_states, atol=1e-5)
 

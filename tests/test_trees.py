@@ -462,3 +462,104 @@ def test_round_off_above_zero_is_clipped_once_for_every_builder():
         for t, want in zip(_builds(x, N), _builds(clipped, N)):
             assert _never_rises(t), (x, N)
             assert t == want  # clipping first changes nothing: the builders read x as clipped
+
+
+@given(mst.candidate_batches())
+def test_candidate_trees_equal_the_one_request_builders(batch):
+    """One kernel call for a batch builds, request by request, what the one-request builders build."""
+    from mfd_theory.trees import candidate_trees
+
+    cands, depths, budgets = batch
+    values = np.stack([c.values for c in cands])  # [B, K, L, k]
+    ids = np.stack([c.token_ids for c in cands])
+    log_pi = np.stack([c.log_pi for c in cands])
+    trees = candidate_trees(log_pi, values, ids, budgets, depths)
+    for c, d, n, t in zip(cands, depths, budgets, trees):
+        if d == 0:
+            assert t is None
+            continue
+        if c.values.shape[0] == 1:
+            one = product_tree(c.values[0, :d], n, token_ids=c.token_ids[0, :d])
+        else:
+            one = mixture_tree(c.log_pi, c.values[:, :d], n, token_ids=c.token_ids[:, :d])
+        assert t == one
+        np.testing.assert_array_equal(t.log_score, one.log_score)
+
+
+def test_candidate_trees_refuse_bad_input_by_name():
+    import pytest
+
+    from mfd_theory.trees import candidate_trees
+
+    v = np.log(np.full((2, 1, 3, 2), 0.5))
+    ids = np.tile(np.array([0, 1]), (2, 1, 3, 1))
+    assert [len(t) for t in candidate_trees(np.zeros((2, 1)), v, ids, [4, 2], [3, 1])] == [4, 2]
+    with pytest.raises(ValueError, match="token_ids: a token appears twice"):
+        candidate_trees(np.zeros((2, 1)), v, np.zeros_like(ids), 4, 3)
+    with pytest.raises(ValueError, match="token_ids: contains negative"):
+        candidate_trees(np.zeros((2, 1)), v, -ids - 1, 4, 3)
+    with pytest.raises(ValueError, match="values: contains NaN"):
+        candidate_trees(np.zeros((2, 1)), np.full_like(v, np.nan), ids, 4, 3)
+    with pytest.raises(ValueError, match="depths"):
+        candidate_trees(np.zeros((2, 1)), v, ids, 4, [3, 4])
+    with pytest.raises(ValueError, match="budget"):
+        candidate_trees(np.zeros((2, 1)), v, ids, [0, 1], 3)
+    with pytest.raises(ValueError, match="log_pi"):
+        candidate_trees(np.zeros((2, 2)), v, ids, 4, 3)
+    with pytest.raises(ValueError, match=r"values: expected shape \[B, K, L, k\]"):
+        candidate_trees(np.zeros((2, 1)), v[0], ids[0], 4, 3)
+
+
+@given(mst.candidate_batches(max_B=4), st.integers(0, 2 ** 16))
+def test_greedy_walks_follow_each_tree_as_the_one_tree_walk_does(batch, seed):
+    """One kernel call walks every tree; each walk equals following the children map by hand."""
+    from mfd_theory.trees import candidate_trees, greedy_walks
+
+    cands, depths, budgets = batch
+    trees = candidate_trees(np.stack([c.log_pi for c in cands]), np.stack([c.values for c in cands]),
+                            np.stack([c.token_ids for c in cands]), budgets, depths)
+    rng = np.random.default_rng(seed)
+    sizes = [0 if t is None else len(t) for t in trees]
+    start = np.concatenate([[0], np.cumsum(np.asarray(sizes) + 1)])
+    nxt = np.empty(int(start[-1]), dtype=np.int64)
+    for b, t in enumerate(trees):  # the target's next token per row: often a child's, sometimes not
+        for r in range(sizes[b] + 1):
+            kids = [] if t is None else [int(t.token[i]) for i in np.flatnonzero(t.parent == r - 1)]
+            nxt[start[b] + r] = kids[rng.integers(len(kids))] if kids and rng.random() < 0.8 else 10 ** 9 + r
+    for b, (path, bonus) in enumerate(greedy_walks(trees, nxt, start[:-1])):
+        node, want = -1, []
+        children = {} if trees[b] is None else {(int(p), int(tk)): i for i, (p, tk) in
+                                                  enumerate(zip(trees[b].parent, trees[b].token))}
+        while (node, int(nxt[start[b] + node + 1])) in children:
+            node = children[(node, int(nxt[start[b] + node + 1]))]
+            want.append(node)
+        assert path == want and bonus == int(nxt[start[b] + node + 1])
+
+
+@given(st.integers(0, 2 ** 16), st.integers(1, 30), st.booleans())
+def test_top_candidates_equal_a_sort_with_the_tie_rule(seed, k, ties):
+    """Each row's k best, ties to the lower id: a full stable sort of every row, by hand."""
+    from mfd_theory.trees import top_candidates
+
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(3, 2, 30)) * 2
+    x = np.round(x) if ties else x
+    x = x - np.logaddexp.reduce(x, axis=-1, keepdims=True) if not ties else -np.abs(x)
+    vals, ids = top_candidates(x, k)
+    for idx in np.ndindex(x.shape[:-1]):
+        order = sorted(range(30), key=lambda t: (-x[idx][t], t))[:k]
+        assert ids[idx].tolist() == order and np.array_equal(vals[idx], x[idx][order])
+
+
+def test_top_candidates_refuse_bad_rows_by_name():
+    import pytest
+
+    from mfd_theory.trees import top_candidates
+
+    x = np.log(np.full((2, 4), 0.25))
+    with pytest.raises(ValueError, match="log_q: contains NaN"):
+        top_candidates(np.where(np.eye(2, 4, dtype=bool), np.nan, x), 2)
+    with pytest.raises(ValueError, match="log_q: has entries above 0"):
+        top_candidates(x + 2.0, 2)
+    with pytest.raises(ValueError, match="k: must be an integer"):
+        top_candidates(x, 5)

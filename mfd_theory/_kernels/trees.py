@@ -844,3 +844,111 @@ def _ancestor_mask(parent):
             mask[n + 1, a + 1] = True
             a = parent[a]
     return mask
+
+
+@njit(cache=True)
+def _candidate_trees(log_pi, values, ids, budgets, depths, pos_tol):
+    """Every request's tree from candidate lists, in one call: the work of the candidate path of
+    the one-request builders (``product_tree`` / ``mixture_tree`` with ``token_ids``), request by
+    request.
+
+    log_pi [B, K] (each row normalised), values / ids [B, K, L, k], budgets [B] (>= 1), depths
+    [B] (0..L; 0 gives no tree). Returns parent, token, depth, log_score (the trees one after
+    another), offsets [B + 1] (request b's nodes are ``offsets[b]:offsets[b + 1]``) and a
+    status: OK, a list error of :func:`_prepare_candidates`, or 7 (a duplicate token id in a list).
+    """
+    B, K, L, W = values.shape
+    total = 0
+    for b in range(B):
+        total += budgets[b] if depths[b] > 0 else 0
+    parent = np.empty(total, dtype=np.int64)
+    token = np.empty(total, dtype=np.int64)
+    depth = np.empty(total, dtype=np.int64)
+    score = np.empty(total)
+    offsets = np.zeros(B + 1, dtype=np.int64)
+    n = 0
+    for b in range(B):
+        d = depths[b]
+        offsets[b] = n
+        if d == 0:
+            continue
+        vals, tok, status = _prepare_candidates(values[b, :, :d], ids[b, :, :d], pos_tol)
+        if status != OK:
+            offsets[b + 1:] = n
+            return parent[:n], token[:n], depth[:n], score[:n], offsets, status
+        if K == 1:
+            lens1 = np.full(d, W, dtype=np.int64)
+            N = budgets[b]
+            prod, cnt = 1, 0
+            for _ in range(d):  # the prefixes that exist, capped at the budget
+                prod *= W
+                cnt += prod
+                if cnt >= N:
+                    break
+            N = min(N, cnt)
+            p, t, dd, s, used = _product_lattice(vals[0], tok[0], lens1, N)
+            used2 = np.empty((1, d), dtype=np.int64)
+            used2[0] = used
+            if _lists_have_duplicates(tok, used2):
+                offsets[b + 1:] = n
+                return parent[:n], token[:n], depth[:n], score[:n], offsets, 7
+        else:
+            lens = np.full((K, d), W, dtype=np.int64)
+            if _lists_have_duplicates(tok, lens):
+                offsets[b + 1:] = n
+                return parent[:n], token[:n], depth[:n], score[:n], offsets, 7
+            by_id = _id_order(tok, lens)
+            tok_u, U, list_u, rank = _universe(tok, lens, by_id)
+            N = budgets[b]
+            prod, cnt = 1, 0
+            for j in range(d):
+                prod *= U[j]
+                cnt += prod
+                if cnt >= N or prod == 0:
+                    break
+            N = min(N, cnt)
+            G = _gather_candidates(vals, list_u, lens, tok_u.shape[1])
+            closed = np.ones(d, dtype=np.bool_)
+            bound = np.full((K, d), NEG_INF)
+            p, t, dd, s, _ = _mixture_tree(log_pi[b], G, list_u, vals, lens, rank, tok_u, closed, bound, N)
+        m = p.shape[0]
+        parent[n:n + m] = p
+        token[n:n + m] = t
+        depth[n:n + m] = dd
+        score[n:n + m] = s
+        n += m
+    offsets[B] = n
+    return parent[:n], token[:n], depth[:n], score[:n], offsets, OK
+
+
+@njit(cache=True)
+def _greedy_walks(parent, token, offsets, nxt, row_start):
+    """Every tree's greedy walk at once: from the root, follow the child whose token is the
+    target's next token at the current row (``nxt[row_start[b] + node + 1]``), until none is.
+
+    parent / token: the trees' nodes one after another (tree b's are offsets[b]:offsets[b+1], parents
+    local, -1 for the root). Returns (path lengths [B], the paths' local node indices one after
+    another, the bonus token of each tree [B])."""
+    B = offsets.shape[0] - 1
+    lens = np.zeros(B, dtype=np.int64)
+    path = np.empty(offsets[B] + 1, dtype=np.int64)
+    bonus = np.empty(B, dtype=np.int64)
+    m = 0
+    for b in range(B):
+        o, n = offsets[b], offsets[b + 1] - offsets[b]
+        node = -1
+        while True:
+            x = nxt[row_start[b] + node + 1]
+            child = -1
+            for j in range(node + 1, n):  # children come after their parent
+                if parent[o + j] == node and token[o + j] == x:
+                    child = j
+                    break
+            if child < 0:
+                bonus[b] = x
+                break
+            path[m] = child
+            m += 1
+            lens[b] += 1
+            node = child
+    return lens, path[:m], bonus

@@ -14,6 +14,8 @@ SERIES = {
     ("ddtree", "global"): dict(color="C9", marker="D", label="DDTree, global top-N (best total)"),
     ("mfd", "per_request"): dict(color="C3", marker="^", label="MFD, best N per request"),
     ("mfd", "global"): dict(color="C1", marker="P", label="MFD, global top-N (best total)"),
+    ("ddtree", "proportional"): dict(color="C5", marker="h", label="DDTree, proportional (best total)"),
+    ("mfd", "proportional"): dict(color="C6", marker="p", label="MFD, proportional (best total)"),
     ("mfd", "auto"): dict(color="C2", marker="*", label="MFD, auto (predicted policy)"),
     ("ddtree", "auto"): dict(color="C4", marker="X", label="DDTree, auto (predicted policy)"),
 }
@@ -32,15 +34,15 @@ def _parts(res) -> tuple[dict, dict]:
 
 def _best(rows, b, method, policy, key):
     cand = [r for r in rows if r["batch_size"] == b and r["method"] == method and r["policy"] == policy]
-    return max(cand, key=lambda r: r["steady_tokens_per_s"])[key] if cand else None
+    return max(cand, key=lambda r: r.get("full_tokens_per_s", r["steady_tokens_per_s"]))[key] if cand else None
 
 
 def batch_throughput(res, run_label: str | None = None):
-    """Left: measured steady-state tokens/s (all requests) against B, one line per (method,
-    policy) at its best measured N; hollow markers: what was predicted for that same cell before
-    the run. Right: the GPU prediction from the packaged verify table (best policy vs AR), which
-    for a hybrid target is an attention model's table (none is packaged for a hybrid). One legend
-    below both panels, so it covers no data."""
+    """Left: measured tokens/s over the whole decode (all requests) against B, one line per (method,
+    policy) at its best measured N; hollow markers: the steady rate predicted for that same cell
+    before the run. Right: the GPU prediction from the packaged verify table (best policy vs AR),
+    which for a hybrid target is an attention model's table (none is packaged for a hybrid). One
+    legend below both panels, so it covers no data."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
@@ -53,7 +55,8 @@ def batch_throughput(res, run_label: str | None = None):
     fig, (ax, gx) = plt.subplots(1, 2, figsize=(11.5, 5.6))
     handles = []
     for (method, policy), style in SERIES.items():
-        meas = [_best(rows, b, method, policy, "steady_tokens_per_s") for b in sizes]
+        meas = [_best(rows, b, method, policy, "full_tokens_per_s" if "full_tokens_per_s" in rows[0]
+                      else "steady_tokens_per_s") for b in sizes]
         if all(m is None for m in meas):
             continue
         pred = [_best(rows, b, method, policy, "predicted_tokens_per_s") for b in sizes]
@@ -62,11 +65,11 @@ def batch_throughput(res, run_label: str | None = None):
         ax.plot(sizes, pred, ls="none", marker=style["marker"], ms=7, mfc="none", mew=1.0, color=style["color"],
                 alpha=0.9)
     handles.append(Line2D([], [], ls="none", marker="o", ms=7, mfc="none", color="0.3",
-                          label="hollow: predicted before the run (same cell)"))
+                          label="hollow: steady rate predicted before the run (same cell)"))
     ax.set_xscale("log", base=2)
     ax.set_xticks(sizes, [str(b) for b in sizes])
     ax.set_xlabel("batch size B (requests decoded together)")
-    ax.set_ylabel("tokens / s, all requests (steady state)")
+    ax.set_ylabel("tokens / s, all requests (whole decode)")
     ax.set_title(f"measured on this CPU: small {_ARCH.get(arch, arch)} target", fontsize=10)
     ax.grid(alpha=0.3)
     gpu = d.get("gpu_predicted", [])

@@ -15,15 +15,17 @@ from mfd_theory.validation import check_int, check_real, is_real
 
 __all__ = ["BATCH_POLICIES", "BatchCell", "BatchPlan", "BatchProfile", "batch_rows_profile"]
 
-BATCH_POLICIES = ("off", "per_request", "global")
+BATCH_POLICIES = ("off", "per_request", "global", "proportional")
+SHARED_POLICIES = ("global", "proportional")  # nodes are the round's total
 
 
 @dataclasses.dataclass(frozen=True)
 class BatchCell:
     """One measured batched round: ``batch_size`` requests under ``policy`` with ``nodes`` (per
-    request for "per_request", the round's total for "global", 0 for "off"); ``round_ms`` the mean
+    request for "per_request", the round's total for "global" and "proportional", 0 for "off"); ``round_ms`` the mean
     round (draft + tree + verify + walk + commit) over rounds that held all ``batch_size``
-    requests; ``query_rows`` the mean padded rows per request of its verify forward."""
+    requests; ``query_rows`` the mean rows per request of its verify forward (root and nodes; the
+    batched verify packs the trees, so these are the trees' own rows)."""
 
     batch_size: int
     policy: str
@@ -86,7 +88,7 @@ class BatchProfile:
             raise ValueError(f"batch_size: {batch_size!r} is outside the measured batch sizes {sizes}")
 
         def at(b):
-            n = nodes * b // batch_size if policy == "global" else nodes
+            n = nodes * b // batch_size if policy in SHARED_POLICIES else nodes
             c = self._cell(b, policy, int(n))
             if c is None:
                 raise ValueError(f"policy/nodes: ({policy!r}, {n}) was not measured at batch size {b}")
@@ -125,11 +127,17 @@ class BatchPlan:
     """The predicted best (policy, nodes) per batch size, from a :class:`BatchProfile` and predicted
     acceptance ``accepted[(B, policy, nodes)]`` (draft tokens accepted per request per round; "off"
     accepts 0). ``choose(B)`` (the ``auto`` policy of batched decoding) takes the prediction at the
-    nearest measured batch size at or below B (the smallest above when none is below)."""
+    nearest measured batch size at or below B (the smallest above when none is below).
 
-    def __init__(self, profile: BatchProfile, accepted: dict):
+    ``margin``: a shared policy ("global", "proportional") is chosen only when it is predicted
+    faster than the best unshared cell by more than this relative margin; otherwise the best
+    unshared cell leads the table. A shared budget's gain must survive the whole decode's
+    dynamics (docs/benchmarks.md), so a plan that only breaks even is not worth its risk."""
+
+    def __init__(self, profile: BatchProfile, accepted: dict, *, margin: float = 0.0):
         if not isinstance(profile, BatchProfile):
             raise ValueError(f"profile: expected a BatchProfile, got {type(profile).__name__}")
+        self.margin = check_real("margin", margin, 0, 1)
         self.profile = profile
         self.table: dict[int, list[dict]] = {}
         for b in profile.batch_sizes:
@@ -142,7 +150,13 @@ class BatchPlan:
                              "tokens_per_s": profile.tokens_per_s(b, policy, nodes, float(a))})
             if not rows:
                 raise ValueError(f"accepted: no prediction for any cell measured at batch size {b}")
-            self.table[b] = sorted(rows, key=lambda r: -r["tokens_per_s"])
+            rows.sort(key=lambda r: -r["tokens_per_s"])
+            plain = [r for r in rows if r["policy"] not in SHARED_POLICIES]
+            if rows[0]["policy"] in SHARED_POLICIES and plain and \
+                    rows[0]["tokens_per_s"] <= (1 + self.margin) * plain[0]["tokens_per_s"]:
+                rows.remove(plain[0])
+                rows.insert(0, plain[0])  # the shared cell's lead is within the margin
+            self.table[b] = rows
 
     def best(self, batch_size: int) -> dict:
         sizes = sorted(self.table)
@@ -156,7 +170,7 @@ class BatchPlan:
         below = [b for b in sizes if b <= batch_size]
         b0 = below[-1] if below else sizes[0]
         row = self.table[b0][0]
-        nodes = row["nodes"] * batch_size // b0 if row["policy"] == "global" else row["nodes"]
+        nodes = row["nodes"] * batch_size // b0 if row["policy"] in SHARED_POLICIES else row["nodes"]
         return row["policy"], max(int(nodes), 1) if row["policy"] != "off" else 0
 
     def crossover(self) -> int | None:

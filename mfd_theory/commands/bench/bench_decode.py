@@ -196,14 +196,15 @@ def hybrid_table(prof: dict) -> str:
              f"(G = Gated DeltaNet, A = attention); GDN state per sequence {sb['per_snapshot'] / 2 ** 10:.0f} KiB",
              "", "| N | depth | attention verify | hybrid verify | hybrid / attention | GDN in tree pass | GDN share | "
              "GDN in chain pass | GDN tree / chain | replay: commit, verify + commit | "
-             "select: verify, commit, verify + commit |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "select: verify, commit, verify + commit | path: verify, commit, verify + commit |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in prof["rows"]:
         lines.append(f"| {r['N']} | {r['depth']} | {r['attention_ms']:.2f} | {r['replay_ms']:.2f} | "
                      f"{r['hybrid_over_attention']:.2f}x | {r['gdn_tree_ms']:.2f} | {100 * r['gdn_share']:.0f}% | "
                      f"{r['gdn_chain_ms']:.2f} | {r['gdn_tree_over_chain']:.2f}x | {r['commit_replay_ms']:.2f}, "
                      f"{r['round_replay_ms']:.2f} | {r['select_ms']:.2f}, {r['commit_select_ms']:.2f}, "
-                     f"{r['round_select_ms']:.2f} |")
+                     f"{r['round_select_ms']:.2f} |" + (f" {r['path_ms']:.2f}, {r['commit_path_ms']:.2f}, "
+                                                        f"{r['round_path_ms']:.2f} |" if "path_ms" in r else " - |"))
     big = prof.get("state_bytes_27b")
     if big:
         mib = 2 ** 20
@@ -211,7 +212,10 @@ def hybrid_table(prof: dict) -> str:
                       f"{big['recurrent_per_layer'] / mib:.1f} MiB per layer, {big['per_snapshot'] / mib:.1f} MiB "
                       f"per node with conv windows; per round at N = 64: select keeps 65 snapshots = "
                       f"{65 * big['per_snapshot'] / 2 ** 30:.2f} GiB, replay keeps 65 input rows per GDN layer = "
-                      f"{65 * big['gdn_layers'] * big['input_row_per_layer'] / mib:.1f} MiB (bf16)"]
+                      f"{65 * big['gdn_layers'] * big['input_row_per_layer'] / mib:.1f} MiB (bf16)"
+                      + (f", path keeps 65 rows of key, delta and decay per GDN layer = "
+                         f"{65 * big['gdn_layers'] * big['path_row_per_layer'] / mib:.1f} MiB"
+                         if "path_row_per_layer" in big else "")]
     return "\n".join(lines)
 
 

@@ -124,7 +124,7 @@ def hybrid_profile(cfg, torch, dev, dtype, progress: bool = True) -> dict:
     hyb, att = build_pair(cfg, torch, dev, dtype)
     sizes = [int(x) for x in cfg.hybrid_sizes.split(",") if x.strip()]
     targets = {"attention": TargetModel(att), "replay": TargetModel(hyb, gdn_commit="replay"),
-               "select": TargetModel(hyb, gdn_commit="select")}
+               "select": TargetModel(hyb, gdn_commit="select"), "path": TargetModel(hyb, gdn_commit="path")}
     prompt = _prompts(cfg, torch, targets["attention"].vocab_size, dev)[0]
     g = torch.Generator().manual_seed(cfg.seed + 1)
     log_q = torch.log_softmax(3.0 * torch.randn(cfg.block_size - 1, 64, generator=g), dim=-1).double().numpy()
@@ -138,8 +138,8 @@ def hybrid_profile(cfg, torch, dev, dtype, progress: bool = True) -> dict:
                 deepest.append(int(tree.parent[deepest[-1]]))
             path = deepest[::-1]
             ids = torch.randint(0, targets["attention"].vocab_size - 1, (1, n), generator=g).to(dev)
-            rec = {k: [] for k in ("attention", "replay", "select", "gdn_tree", "chain", "gdn_chain",
-                                   "commit_replay", "commit_select")}
+            rec = {k: [] for k in ("attention", "replay", "select", "path", "gdn_tree", "chain", "gdn_chain",
+                                   "commit_replay", "commit_select", "commit_path")}
             for rep in range(cfg.profile_repeats + 1):  # interleaved; the first repeat warms up
                 for name, t in targets.items():
                     t.prefill(prompt, hidden=False)
@@ -177,7 +177,8 @@ def hybrid_profile(cfg, torch, dev, dtype, progress: bool = True) -> dict:
                          "gdn_tree_over_chain": med["gdn_tree"] / med["gdn_chain"],
                          "hybrid_over_attention": med["replay"] / med["attention"],
                          "round_replay_ms": med["replay"] + med["commit_replay"],
-                         "round_select_ms": med["select"] + med["commit_select"]})
+                         "round_select_ms": med["select"] + med["commit_select"],
+                         "round_path_ms": med["path"] + med["commit_path"]})
     finally:
         for hnd in handles:
             hnd.remove()

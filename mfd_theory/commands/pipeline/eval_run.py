@@ -250,7 +250,8 @@ def _evaluate_batched(ev: _Eval) -> Result:
 def _batch_plans(ev: _Eval) -> dict:
     """{cell_key(method, drafter, scorer=...): BatchPlan} of every tree cell, measured on the
     calibration prompts, and ``batch_plans.json`` written before the evaluation."""
-    from mfd_theory.llm.measure.batch_predict import make_batch_plan, measure_batch_profile, predict_batch_acceptance
+    from mfd_theory.llm.measure.batch_predict import make_batch_plan, measure_batch_profile, replayed_acceptance
+    from mfd_theory.stats import MARGIN
 
     cfg, b = ev.config, int(ev.config.batch_size)
     _, budgets, _ = cfg.plan()
@@ -265,9 +266,10 @@ def _batch_plans(ev: _Eval) -> dict:
             continue
         prof = measure_batch_profile(ev.target, c.drafter, c.method, pooled, [b], budgets, cfg.max_new_tokens,
                                      seed=cfg.seed, scorer=c.scorer)
-        acc = predict_batch_acceptance(ev.target, c.drafter, c.method, pooled, [b], budgets, cfg.max_new_tokens,
-                                       seed=cfg.seed, scorer=c.scorer)
-        plans[key] = make_batch_plan(prof, acc)
+        # each policy's acceptance over the whole decode, its own rounds' dynamics included
+        acc, _, _ = replayed_acceptance(ev.target, c.drafter, c.method, pooled, [b], budgets, cfg.max_new_tokens,
+                                        policies=("per_request", "global"), scorer=c.scorer)
+        plans[key] = make_batch_plan(prof, acc, margin=MARGIN)
         saved["/".join(map(str, key))] = {"profile": prof.to_dict(), "plan": plans[key].table[b],
                                                   "choice": list(plans[key].choose(b))}
     atomic_write_text(ev.out / "batch_plans.json", json.dumps(to_jsonable(

@@ -74,7 +74,8 @@ def _gdn_profile(prof: dict, c: dict) -> list[str]:
             f"{span([100 * r['gdn_share'] for r in rows], '{:.0f}', '%')} of the hybrid's verify, which costs "
             f"{span([r['hybrid_over_attention'] for r in rows], suffix='x')} the attention target's; verify + "
             f"commit at N = {ref['N']}: replay {ref['round_replay_ms']:.1f} ms, select "
-            f"{ref['round_select_ms']:.1f} ms."]
+            f"{ref['round_select_ms']:.1f} ms"
+            + (f", path {ref['round_path_ms']:.1f} ms." if "round_path_ms" in ref else ".")]
 
 
 # ------------------------------------------------------------------------------ drafting round
@@ -165,21 +166,24 @@ def _verify_path(d: dict, c: dict, contexts: list[int], kmax: int) -> str:
 
 #: (method, policy, column title) of the batch table, in column order
 _BATCH_SERIES = [("ar", "off", "AR"), ("chain", "per_request", "chain"), ("ddtree", "per_request", "DDTree per request"),
-                 ("ddtree", "global", "DDTree global"), ("ddtree", "auto", "DDTree auto"),
-                 ("mfd", "per_request", "MFD per request"), ("mfd", "global", "MFD global"), ("mfd", "auto", "MFD auto")]
+                 ("ddtree", "global", "DDTree global"), ("ddtree", "proportional", "DDTree proportional"),
+                 ("ddtree", "auto", "DDTree auto"), ("mfd", "per_request", "MFD per request"),
+                 ("mfd", "global", "MFD global"), ("mfd", "proportional", "MFD proportional"), ("mfd", "auto", "MFD auto")]
 
 
 def bench_batch(results: Results) -> str:
-    """``mfd bench batch``: per batch size, the best measured cell of each (method, policy) with
-    the throughput predicted for it before the run, then the prediction error, the crossover, the
-    issue's targets and the GPU prediction (labelled as such)."""
+    """``mfd bench batch``: per batch size, the best measured cell of each (method, policy) over the
+    whole decode, then the paired, replicated comparisons of the shared policies and of auto, the
+    prediction error, the crossover, the issue's targets and the GPU prediction (labelled)."""
     d, c = results.main.data, results.main.config
     rows = d["rows"]
-    lines = [f"{d['model']}; {d['eval_prompts']} held-out prompts (the first B per batch), {c['max_new_tokens']} new "
-             f"tokens each, {c['passes']} passes, {c['threads']} thread(s); predictions from "
-             f"{d['calibration_prompts']} held-out prompts (never evaluated), written before the evaluation. Steady tokens/s "
-             "(rounds holding all B requests), predicted in brackets; N per request (global: the round's total); "
-             "acc = draft tokens accepted per request per round:", "",
+    lines = [f"{d['model']}; {len(d['drafter_seeds'])} drafter sets (seeds {', '.join(map(str, d['drafter_seeds']))}); "
+             f"{d['eval_prompts']} held-out prompts (at least {c['min_requests']} per B, in batches of B), "
+             f"{c['max_new_tokens']} new tokens each, {c['passes']} passes, {c['threads']} thread(s); predictions from "
+             f"{d['calibration_prompts']} held-out prompts (never evaluated), written before the evaluation; "
+             f"{d['times_s']['total'] / 60:.0f} min{_load_text(d)}. Whole-decode tokens/s (every round, the batch's tail included; mean "
+             "over drafter sets), tokens per request-round over the whole decode, and N (per request; shared "
+             "policies: the round's total):", "",
              "| B | " + " | ".join(lbl for _, _, lbl in _BATCH_SERIES) + " |", "|---" * (len(_BATCH_SERIES) + 1) + "|"]
     for b in sorted({r["batch_size"] for r in rows}):
         lines.append(f"| {b} | " + " | ".join(_batch_cell(rows, b, m, pol) for m, pol, _ in _BATCH_SERIES) + " |")
@@ -188,38 +192,82 @@ def bench_batch(results: Results) -> str:
 
 
 def _batch_cell(rows: list[dict], b: int, method: str, policy: str) -> str:
-    """The fastest measured cell of (method, policy) at batch size ``b``, with its prediction."""
+    """The fastest measured cell of (method, policy) at batch size ``b`` over the whole decode."""
     cand = [r for r in rows if r["batch_size"] == b and r["method"] == method and r["policy"] == policy]
     if not cand:
         return "-"
-    r = max(cand, key=lambda r: r["steady_tokens_per_s"])
+    r = max(cand, key=lambda r: r["full_tokens_per_s"])
     n = "" if policy in ("off", "auto") else f" N={r['nodes']}"
-    acc = "" if policy == "off" else f", acc {r['accepted']:.2f}"
-    return f"{r['steady_tokens_per_s']:.0f} ({r['predicted_tokens_per_s']:.0f}){n}{acc}"
+    tpr = "" if policy == "off" else f", {r['full_tokens_per_round']:.2f}/round"
+    return f"{r['full_tokens_per_s']:.0f}{tpr}{n}"
+
+
+def _cmp(c: dict | None) -> str:
+    return "-" if not c else f"{100 * c['gain']:+.1f}% [{100 * c['lo']:+.1f}, {100 * c['hi']:+.1f}] {c['verdict']}"
 
 
 def _batch_findings(d: dict) -> list[str]:
-    """The bullets under the batch table: prediction error, crossover, the targets, the GPU prediction."""
-    rows, s, pc = d["rows"], d["checks"]["summary"], d["predicted_crossover"]
+    """The bullets under the batch table."""
+    rows, ch, pc = d["rows"], d["checks"], d["predicted_crossover"]
+    s = ch["summary"]
     errs = sorted(abs(r["prediction_error"]) for r in rows)
     med = errs[len(errs) // 2] if len(errs) % 2 else 0.5 * (errs[len(errs) // 2 - 1] + errs[len(errs) // 2])
-    return [
+    shared = {}
+    for g in ch["shared_vs_best_per_request"]:
+        shared.setdefault((g["method"], g["policy"]), []).append(
+            f"{g['batch_size']}: {100 * g['gain']:+.1f}% (request tok/s {_cmp(g['request_tokens_per_s'])})")
+    name = {"ddtree": "DDTree", "mfd": "MFD"}
+    return [*_whole_decode_lines(d.get("whole_decode"), name),
+        "- best shared cell against the best per-request N, whole-decode tokens/s (and each request's tokens/s, "
+        "paired over the drafter sets, Bonferroni over the table), by B:",
+        *[f"  - {name[m]} {pol}: " + "; ".join(v) for (m, pol), v in shared.items()],
+        f"- a shared policy beats the best per-request N by >= 5% of whole-decode tokens/s at some B >= 4: "
+        f"**{'yes' if s['shared_5pct_somewhere_b4'] else 'no'}** (best {100 * s['best_shared_gain_b4']:+.1f}%)",
+        f"- auto within 3% (or the pass-to-pass spread) of the best measured configuration at every B: "
+        f"**{'yes' if s['auto_within_3pct_everywhere'] else 'no'}** (worst {100 * s['worst_auto_gap']:+.1f}%, the "
+        f"pass-to-pass spread there {100 * s.get('worst_auto_gap_spread', float('nan')):.1f}%); "
+        f"auto never a loss against the best per-request N (paired request tokens/s): "
+        f"**{'yes' if s['auto_never_loses_to_best_per_request'] else 'no'}**",
+        f"- share of a round outside the two forwards at B = 16, worst cell: {100 * s['overhead_at_16_max']:.1f}% "
+        f"(target <= {100 * s['overhead_target']:.0f}%)",
         f"- predicted vs measured steady tokens/s over all {len(rows)} cells: median error {100 * med:.1f}%, "
         f"worst {100 * errs[-1]:.1f}%",
         "- the batch size from which batched AR is the fastest configuration at every larger B: "
         + "; ".join(f"{what} {'B = ' + str(v) if v is not None else 'none (speculation pays at the largest B)'}"
                     for what, v in (("measured", d["measured_crossover"]), ("predicted for DDTree", pc.get("ddtree")),
                                     ("predicted for MFD", pc.get("mfd")))),
-        f"- global top-N accepts at least as many tokens as per-request N at the same total, within two standard "
-        f"errors, at every (B, N, method): **{'yes' if s['global_accepts_at_least_per_request'] else 'no'}**",
-        f"- global beats the best per-request N by >= 5% at some B >= 4: "
-        f"**{'yes' if s['global_5pct_somewhere_b4'] else 'no'}** (best {100 * s['best_global_gain_b4']:+.1f}%)",
-        f"- auto within 3% of the best measured configuration at every B: "
-        f"**{'yes' if s['auto_within_3pct_everywhere'] else 'no'}** (worst {100 * s['worst_auto_gap']:+.1f}%)",
-        f"- share of a round outside the two forwards at B = 16, worst cell: {100 * s['overhead_at_16_max']:.1f}% "
-        "(target <= 10%)",
         f"- PREDICTED, not measured, for a GPU from the packaged `{d['gpu_profile']}` table (an assumption; a "
         "forward costed by its total rows): best policy / AR throughput at B = "
         + ", ".join(f"{r['batch_size']}: {r['tokens_per_s'] / r['ar_tokens_per_s']:.2f}x ({r['policy']})"
                     for r in d["gpu_predicted"] if r["method"] == "mfd") + " (MFD)",
     ]
+
+
+def _whole_decode_lines(w: dict | None, name: dict) -> list[str]:
+    """The bullets on why a shared budget pays less over the whole decode (the bench's replay of
+    the evaluated prompts' traces), at the middle budget."""
+    if not w or not w.get("rows"):
+        return []
+    budgets = sorted({r["nodes"] for r in w["rows"]})
+    n = budgets[len(budgets) // 2]
+    lines = [f"- the whole decode, replayed from the greedy traces of {w['prompts']} evaluated prompts (every drafter "
+             f"set; replay equals the measured rounds for {100 * w['replay_matches_measured']['share']:.0f}% of "
+             f"{w['replay_matches_measured']['requests']} request decodes), N = {n}, by B: the policy's accepted "
+             "tokens on per-request's own rounds / per-request's there; per-request's accepted tokens on the policy's "
+             "rounds / on its own (where its rounds start); tokens per request-round over the whole decode "
+             "against per-request, paired over the drafter sets:"]
+    for m in ("ddtree", "mfd"):
+        for pol in ("global", "proportional", "oracle"):
+            parts = [f"{r['batch_size']}: {100 * r[pol]['same_rounds']:+.1f}% / {100 * r[pol]['shift']:+.1f}% / "
+                     f"{_cmp(r[pol]['full'])}" for r in w["rows"] if r["method"] == m and r["nodes"] == n]
+            if parts:
+                lines.append(f"  - {name[m]} {pol}: " + "; ".join(parts))
+    return lines
+
+
+def _load_text(d: dict) -> str:
+    """The run's machine load (start and end), when it recorded it."""
+    la = d.get("load_average") or {}
+    if la.get("start") is None or la.get("end") is None:
+        return ""
+    return f", machine load {la['start']:.1f} at the start and {la['end']:.1f} at the end on {la.get('cpus')} CPUs"

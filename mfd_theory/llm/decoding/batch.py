@@ -11,22 +11,26 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mfd_theory.allocation import allocate_global
+from mfd_theory.allocation import allocate_global, allocate_proportional
+from mfd_theory.trees import greedy_walks
 from mfd_theory.validation import check_int
 
 from mfd_theory.llm.decoding.batch_target import BatchTarget
 from mfd_theory.llm.decoding.metrics import round_metrics
 from mfd_theory.llm.decoding.records import BatchDecodeResult, BatchRound, clock
-from mfd_theory.llm.decoding.round import Request, as_target, check_decoding, check_seed, eos_set
+from mfd_theory.llm.decoding.round import Request, as_target, batch_prompts, check_decoding, check_seed, eos_set
 from mfd_theory.llm.decoding.sampling import Sampler
 from mfd_theory.llm.decoding.trees import build_trees, first_nodes
 
-__all__ = ["POLICIES", "BatchTarget", "BatchRound", "BatchDecodeResult", "speculative_generate_batch"]
+__all__ = ["POLICIES", "ROUND_POLICIES", "BatchTarget", "BatchRound", "BatchDecodeResult", "speculative_generate_batch"]
 
 # per_request: every tree ``budget`` nodes; global: one total per round spent on the global top
-# prefixes of all requests (mfd_theory.allocation.allocate_global); off: batched AR; auto: each
-# round the policy and size a BatchPlan predicts fastest for the batch's size
-POLICIES = ("per_request", "global", "off", "auto")
+# prefixes of all requests (mfd_theory.allocation.allocate_global); proportional: the same total
+# on the nodes of largest gain in log expected tokens per round (allocate_proportional); off:
+# batched AR; auto: each round the policy and size a BatchPlan predicts fastest for the batch's size
+POLICIES = ("per_request", "global", "proportional", "off", "auto")
+ROUND_POLICIES = ("per_request", "global", "proportional", "off")  # what one round runs (a plan's choices)
+SHARED = ("global", "proportional")  # the policies that share one total over the batch
 
 
 class _Drafting:
@@ -52,8 +56,8 @@ class _Drafting:
     def draft(self, roots: list[int]):
         """(log_pi [B, K], log_q [B, K, L, V]) of every row, after its pending rows."""
         for b, pend in enumerate(self.pending):  # rows of AR rounds, after any older fused rows
-            if pend:
-                late = self.ctx.fuse(tuple(torch.cat([self.off_rounds[k][i][r: r + 1, :1] for k, r in pend], dim=1)
+            if pend:  # (AR round, its packed row): hidden states [1, R, H] per layer
+                late = self.ctx.fuse(tuple(torch.cat([self.off_rounds[k][i][:, r: r + 1] for k, r in pend], dim=1)
                                            for i in range(len(self.off_rounds[0]))))
                 self.feats[b] = late if self.feats[b] is None else torch.cat([self.feats[b], late], dim=1)
                 self.pending[b] = []
@@ -62,15 +66,15 @@ class _Drafting:
         self.feats = [None] * len(self.feats)
         return out
 
-    def feed(self, going: list[int], paths: list, hidden, drafted: bool, tokens: list) -> None:
+    def feed(self, going: list[int], paths: list, hidden, drafted: bool, tokens: list, start: list[int]) -> None:
         """After a commit, the rows ``going`` (requests not done) keep their root and accepted rows
-        ``paths[b]``: fused now in one call after a drafted round, noted after an AR round."""
+        ``paths[b]`` (request b's verify rows from packed row ``start[b]``): fused now in one call
+        after a drafted round, noted after an AR round."""
         if going and drafted:
             keeps = [[0] + [i + 1 for i in paths[b]] for b in going]
             dev = hidden[0].device
-            b_idx = torch.tensor([b for b, k in zip(going, keeps) for _ in k], device=dev)
-            r_idx = torch.tensor([i for k in keeps for i in k], device=dev)
-            fused = self.ctx.fuse(tuple(h[b_idx, r_idx][None] for h in hidden))[0]  # [rows, H]
+            r_idx = torch.tensor([start[b] + i for b, k in zip(going, keeps) for i in k], device=dev)
+            fused = self.ctx.fuse(tuple(h[:, r_idx] for h in hidden))[0]  # [rows, H]
             start = 0
             for b, k in zip(going, keeps):
                 self.feats[b] = fused[start: start + len(k)][None]
@@ -78,7 +82,7 @@ class _Drafting:
         elif going:  # kept once; each request notes where its root row is
             self.off_rounds.append(hidden)
             for b in going:
-                self.pending[b].append((len(self.off_rounds) - 1, b))
+                self.pending[b].append((len(self.off_rounds) - 1, start[b]))
         for b in going:
             self.ctx.observe(b, tokens[b])
 
@@ -99,10 +103,11 @@ def _check_batch(target, drafter, prompts, method, budget, policy, plan, tempera
         if value is not None:
             check_int(name, value, 1, integral_floats=True)
     for name, value in (("total_budget", total_budget), ("node_cap", node_cap)):
-        if value is not None and policy not in ("global", "auto"):
-            raise ValueError(f"{name}: only the global policy shares a budget (policy {policy!r} would ignore it)")
-    if isinstance(prompts, (str, bytes)) or not hasattr(prompts, "__len__") or len(prompts) == 0:
-        raise ValueError(f"prompts: expected a non-empty list of prompts, got {type(prompts).__name__}")
+        if value is not None and policy not in (*SHARED, "auto"):
+            raise ValueError(f"{name}: only the global and proportional policies share a budget (policy {policy!r} "
+                             "would ignore it)")
+    if total_budget is not None and policy == "auto":
+        raise ValueError("total_budget: under policy 'auto' the plan names each round's total (it would be ignored)")
     return scorer
 
 
@@ -149,23 +154,41 @@ def _join(bt: BatchTarget, draft: _Drafting | None, waiting: list, room: int, ou
 
 
 def _round_trees(method, log_pi, log_q, depths: list[int], nodes: int, n_total: int | None, node_cap,
-                 scorer: str | None = None) -> list:
-    """This round's trees: each at ``nodes`` nodes, or (global policy) each built at ``cap`` nodes
-    and all cut to the global top ``n_total`` prefixes, ``cap`` twice the even share by default
-    (the padded forward charges every request the largest tree's rows). A best-mode tree's scores
-    rank across requests as a mixture tree's do (each is a drafter probability of its prefix)."""
+                 policy: str = "global", scorer: str | None = None) -> list:
+    """This round's trees: each at ``nodes`` nodes, or (a shared policy) each built at ``cap`` nodes
+    and all cut to the ``n_total`` nodes the policy ranks first over the batch, ``cap`` twice the
+    even share by default. A best-mode tree's scores rank across requests as a mixture tree's do
+    (each is a drafter probability of its prefix)."""
     if n_total is None:
         return build_trees(method, log_pi, log_q, int(nodes), depths, scorer)
     cap = int(node_cap) if node_cap is not None else 2 * -(-n_total // len(depths))
     trees = build_trees(method, log_pi, log_q, min(n_total, cap), depths, scorer)
-    counts = allocate_global([t.log_score if t is not None else np.empty(0) for t in trees], n_total, cap=cap)
+    share = allocate_proportional if policy == "proportional" else allocate_global
+    counts = share([t.log_score if t is not None else np.empty(0) for t in trees], n_total, cap=cap)
     return [None if t is None or c == 0 else first_nodes(t, int(c)) for t, c in zip(trees, counts)]
+
+
+def _planned(plan, bsz: int) -> tuple[str, int]:
+    """``plan.choose(bsz)``, checked: a policy of ``ROUND_POLICIES`` and its nodes (an integer >= 1,
+    0 for "off")."""
+    out = plan.choose(bsz)
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise ValueError(f"plan: choose({bsz}) must return (policy, nodes), got {out!r}")
+    cur, nodes = out
+    if cur not in ROUND_POLICIES:
+        raise ValueError(f"plan: choose({bsz}) returned policy {cur!r}, not one of {ROUND_POLICIES}")
+    try:
+        nodes = check_int("nodes", nodes, 0 if cur == "off" else 1, integral_floats=True)
+    except ValueError:
+        raise ValueError(f"plan: choose({bsz}) returned nodes {nodes!r} for policy {cur!r} (an integer >= "
+                         f"{0 if cur == 'off' else 1})") from None
+    return cur, nodes
 
 
 def _round_policy(policy, plan, bsz: int, budget, total_budget) -> tuple[str, int, int | None]:
     """(this round's policy, nodes per tree, total nodes of a global round or None)."""
-    cur, nodes = plan.choose(bsz) if policy == "auto" else (policy, budget)
-    if cur != "global":
+    cur, nodes = _planned(plan, bsz) if policy == "auto" else (policy, budget)
+    if cur not in SHARED:
         return cur, nodes, None
     # a plan names the total; otherwise total_budget, or budget per request
     return cur, nodes, (int(nodes) if policy == "auto" else
@@ -179,15 +202,18 @@ def speculative_generate_batch(target, drafter, prompts, max_new_tokens: int, me
                                eos_token_id=None, metrics: bool = True, plan=None,
                                keep_trees: bool = False, node_cap: int | None = None,
                                scorer: str | None = None) -> BatchDecodeResult:
-    """Decode every prompt of ``prompts`` (a list; any form ``speculative_generate`` takes, any
-    lengths) in one batch; lossless for every request and policy. ``method``: "ar", "chain",
-    "ddtree" or "mfd". ``policy`` (``POLICIES``): "per_request" (each tree ``budget`` nodes),
-    "global" (``total_budget`` nodes per round, default ``budget`` x active requests, each tree at
-    most ``node_cap``), "off" (batched AR), "auto" (``plan.choose(B)`` each round). ``max_batch``:
+    """Decode every prompt of ``prompts`` (a list, any form ``speculative_generate`` takes, any
+    lengths; or a tokenizer's padded batch output) in one batch; lossless for every request and
+    policy. ``method``: "ar", "chain", "ddtree" or "mfd". ``policy`` (``POLICIES``):
+    "per_request" (each tree ``budget`` nodes), "global" (``total_budget`` nodes per round,
+    default ``budget`` x active requests, on the global top prefixes; each tree at most
+    ``node_cap``), "proportional" (the same total on the nodes of largest gain in log expected
+    tokens per round), "off" (batched AR), "auto" (``plan.choose(B)`` each round). ``max_batch``:
     at most this many requests at once; the others join as requests finish. Request i samples with
     a generator seeded ``seed + i``. Greedy output equals each prompt's alone (and HF ``generate``).
     ``scorer``: "mfd"'s ranking, as :func:`~mfd_theory.llm.decoding.generate.speculative_generate` takes it."""
     target = as_target(target)
+    prompts = batch_prompts(prompts)
     scorer = _check_batch(target, drafter, prompts, method, budget, policy, plan, temperature, top_p, max_new_tokens,
                           total_budget, max_batch, node_cap, scorer)
     seed = check_seed(seed, len(prompts))
@@ -217,26 +243,30 @@ def speculative_generate_batch(target, drafter, prompts, max_new_tokens: int, me
         trees = [None] * bsz
         if spec:
             depths = [r.depth_left(bt.lengths[b], target.max_positions, log_q.shape[2]) for b, r in enumerate(active)]
-            trees = _round_trees(method, log_pi, log_q, depths, nodes, n_total, node_cap, scorer)
+            trees = _round_trees(method, log_pi, log_q, depths, nodes, n_total, node_cap, cur_policy, scorer)
         td = clock(dev)
-        logits, hidden = bt.verify([r.root for r in active], trees, hidden=draft is not None)  # [B, Q, V]
+        ver = bt.verify([r.root for r in active], trees, hidden=draft is not None)  # logits [R, V], packed
         te = clock(dev)
-        argmax = torch.argmax(logits, dim=-1).tolist() if temperature == 0 else None  # one transfer
-        walks = [r.sampler.walk(trees[b], logits[b], None if argmax is None else argmax[b])
-                 for b, r in enumerate(active)]
+        if temperature == 0:  # every tree's walk in one kernel call over the rows' argmax (one transfer)
+            paths = greedy_walks(trees, torch.argmax(ver.logits, dim=-1).cpu().numpy(), ver.start[:-1])
+            walks = [(path, [int(trees[b].token[i]) for i in path] + [bonus]) for b, (path, bonus) in enumerate(paths)]
+        else:  # each request draws with its own generator
+            walks = [r.sampler.walk(trees[b], ver.rows(b)) for b, r in enumerate(active)]
         tf = clock(dev)
-        mets = [round_metrics(t, logits[b, : (0 if t is None else len(t)) + 1], temperature, top_p, metrics)
-                for b, t in enumerate(trees)]
+        mets = [round_metrics(t, ver.rows(b), temperature, top_p, metrics) for b, t in enumerate(trees)]
         tg = clock(dev)
         counts = [r.emit(emitted) for r, (_, emitted) in zip(active, walks)]
         bt.commit([path for path, _ in walks])
-        if draft is not None:  # the committed rows' context features, fed to the drafter next round
-            draft.feed([b for b, r in enumerate(active) if not r.done], [path for path, _ in walks], hidden, spec,
-                       [[r.root] + emitted[:-1] for r, (_, emitted) in zip(active, walks)])
+        fed = [[r.root] + emitted[:-1] for r, (_, emitted) in zip(active, walks)]  # the tokens now committed
         for r, (_, emitted) in zip(active, walks):
             r.root = emitted[-1]
         th = clock(dev)
-        times = dict(t_draft=tc - tb, t_tree=td - tc, t_verify=te - td, t_walk=tf - te, t_commit=th - tg)
+        if draft is not None:  # the committed rows' context features, fused by the drafter for its next
+            # round: drafter work, timed as drafting (the one-request loop fuses them when it drafts)
+            draft.feed([b for b, r in enumerate(active) if not r.done], [path for path, _ in walks], ver.hidden, spec,
+                       fed, ver.start)
+        ti = clock(dev)
+        times = dict(t_draft=(tc - tb) + (ti - th), t_tree=td - tc, t_verify=te - td, t_walk=tf - te, t_commit=th - tg)
         steps = [r.record(m, path, c, times, t, keep_trees) for r, (path, _), m, c, t in
                  zip(active, walks, mets, counts, trees)]
         out.rounds.append(BatchRound(
@@ -245,7 +275,7 @@ def speculative_generate_batch(target, drafter, prompts, max_new_tokens: int, me
             t_prefill=tb - ta, **times))
         for r in active:
             if r.done:
-                _finish(r, out, th, t0)
+                _finish(r, out, ti, t0)
         keep_rows = [b for b, r in enumerate(active) if not r.done]
         if len(keep_rows) < bsz:
             bt.drop(keep_rows)

@@ -180,3 +180,33 @@ class BatchDecodeResult:
         """Tokens per request per round (bonus included), over every request-round."""
         per = [a + 1 for r in self.rounds for a in r.accepted]
         return float(np.mean(per)) if per else float("nan")
+
+    # ---------------------------------------------------------------- the whole decode, per request
+    @property
+    def request_rounds(self) -> list[int]:
+        """Rounds each request took from its prefill to its last token (the full decode)."""
+        return [len(r.steps) for r in self.results]
+
+    @property
+    def request_tokens_per_round(self) -> list[float]:
+        """Each request's tokens emitted by its rounds over its rounds: its tau over the full decode
+        (the prefill's token aside), NaN for a request that ended at its first token."""
+        return [(len(r.tokens) - 1) / len(r.steps) if r.steps else float("nan") for r in self.results]
+
+    @property
+    def request_tokens_per_s(self) -> list[float]:
+        """Each request's new tokens over its latency (the batch's start to the request's end)."""
+        return [len(r.tokens) / t if t > 0 else float("nan") for r, t in zip(self.results, self.latency)]
+
+    @property
+    def t_rounds(self) -> float:
+        """Seconds in rounds (prefills aside), over the whole decode."""
+        return float(sum(r.t_step for r in self.rounds))
+
+    @property
+    def rounds_tokens_per_s(self) -> float:
+        """Tokens the rounds emitted over the time in rounds, over the whole decode: the full-decode
+        counterpart of a steady round's rate (every round counted, the batch's tail included)."""
+        emitted = sum(sum(r.emitted) for r in self.rounds)
+        t = self.t_rounds
+        return emitted / t if t > 0 else float("nan")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from mfd_theory.trees import DraftTree
@@ -22,7 +23,8 @@ from mfd_theory.llm.decoding.trees import METHODS, check_scorer
 from mfd_theory.llm.models.drafter import check_drafter_target
 from mfd_theory.llm.models.target import TargetModel
 
-__all__ = ["Request", "as_target", "check_decoding", "check_seed", "eos_set", "positions_needed", "prompt_ids"]
+__all__ = ["Request", "as_target", "batch_prompts", "check_decoding", "check_seed", "eos_set", "positions_needed",
+           "prompt_ids", "token_tensor"]
 
 
 def positions_needed(prompt_tokens: int, max_new_tokens: int) -> int:
@@ -80,19 +82,37 @@ def check_seed(seed, requests: int = 1) -> int:
                          f"got {seed!r}") from None
 
 
+def _eos_ids(value) -> list:
+    """``eos_token_id`` as a flat list of Python values (one id, a sequence, an array or a tensor)."""
+    if isinstance(value, torch.Tensor):
+        return value.reshape(-1).tolist() if value.dim() <= 1 else [value]
+    if isinstance(value, np.ndarray):
+        return value.reshape(-1).tolist() if value.ndim <= 1 else [value]
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return list(value)
+    return [value]
+
+
 def eos_set(target: TargetModel, eos_token_id) -> frozenset[int]:
-    """The tokens that end a request: ``eos_token_id`` (an id or several), by default the target's
-    generation config's, else its config's; none if neither names one."""
+    """The tokens that end a request: ``eos_token_id`` (an id, or several as a list, tuple, set, 1-D
+    array or tensor; each an integer in [0, V)), by default the target's generation config's, else
+    its config's; none if neither names one (or an empty list is given)."""
     if eos_token_id is None:
         gc = getattr(target.model, "generation_config", None)
         eos_token_id = getattr(gc, "eos_token_id", None) if gc is not None else None
         if eos_token_id is None:
             eos_token_id = getattr(target.config, "eos_token_id", None)
-    if eos_token_id is None:
-        return frozenset()
-    if isinstance(eos_token_id, (list, tuple, set)):
-        return frozenset(int(e) for e in eos_token_id)
-    return frozenset({int(eos_token_id)})
+        if eos_token_id is None:
+            return frozenset()
+        return frozenset(int(e) for e in _eos_ids(eos_token_id))  # the model's own, as it names them
+    out = set()
+    for e in _eos_ids(eos_token_id):
+        try:
+            out.add(check_int("eos_token_id", e, 0, target.vocab_size - 1))
+        except ValueError:
+            raise ValueError(f"eos_token_id: expected token ids in [0, {target.vocab_size}) (one id, or a list, "
+                             f"array or 1-D tensor of them), got {eos_token_id!r}") from None
+    return frozenset(out)
 
 
 def _as_ids(input_ids) -> torch.Tensor:
@@ -112,20 +132,69 @@ def _as_ids(input_ids) -> torch.Tensor:
                          f"got {type(input_ids).__name__}: {exc}") from exc
 
 
+def batch_prompts(prompts) -> list:
+    """The prompts of a batch as a list: a list (or tuple) of prompts as it is, the rows of a 2-D
+    tensor or array, or a tokenizer's batch output (a mapping whose ``input_ids`` holds one row
+    per prompt), each row cut to its ``attention_mask``'s ones when there is one (left or right
+    padding; a row's ones must be contiguous)."""
+    if isinstance(prompts, Mapping):
+        if "input_ids" not in prompts:
+            raise ValueError(f"prompts: a mapping without an 'input_ids' entry (keys {sorted(map(str, prompts))})")
+        rows, mask = prompts["input_ids"], prompts.get("attention_mask")
+        if isinstance(rows, (torch.Tensor, np.ndarray)) and rows.ndim != 2:
+            raise ValueError(f"prompts: a tokenizer's batch output holds input_ids [B, T], got shape {tuple(rows.shape)}")
+        rows = list(rows)
+        if mask is not None:
+            mask = list(mask)
+            if len(mask) != len(rows):
+                raise ValueError(f"prompts: {len(rows)} rows of input_ids but {len(mask)} of attention_mask")
+            rows = [_unpadded(i, r, m) for i, (r, m) in enumerate(zip(rows, mask))]
+        return rows
+    if isinstance(prompts, (torch.Tensor, np.ndarray)):
+        if prompts.ndim != 2:
+            raise ValueError(f"prompts: a tensor of prompts must be [B, T] (one row each), got shape "
+                             f"{tuple(prompts.shape)}")
+        return list(prompts)
+    if isinstance(prompts, (str, bytes)) or not hasattr(prompts, "__len__") or len(prompts) == 0:
+        raise ValueError(f"prompts: expected a non-empty list of prompts (or a tokenizer's batch output), "
+                         f"got {type(prompts).__name__}" + (" of length 0" if hasattr(prompts, "__len__") else ""))
+    return list(prompts)
+
+
+def _unpadded(i: int, row, mask) -> torch.Tensor:
+    """Row ``i`` of a padded batch, cut to its attention mask's ones (contiguous)."""
+    m = torch.as_tensor(np.asarray(mask) if not isinstance(mask, torch.Tensor) else mask).reshape(-1)
+    r = _as_ids(row).reshape(-1)
+    if m.shape != r.shape or not bool(((m == 0) | (m == 1)).all()):
+        raise ValueError(f"prompts[{i}]: attention_mask must be 0/1 and as long as its input_ids row")
+    on = torch.nonzero(m).reshape(-1)
+    if on.numel() and int(on[-1] - on[0]) + 1 != on.numel():
+        raise ValueError(f"prompts[{i}]: attention_mask has a gap (padding only at one end is supported)")
+    return r[on]
+
+
+def token_tensor(ids: torch.Tensor, vocab_size: int, name: str = "input_ids") -> torch.Tensor:
+    """Token ids of any integer dtype (int8 to int64, unsigned too) as int64, each in [0, V):
+    the embedding takes int64 ids only. Booleans, floats and complex numbers are refused."""
+    if ids.dtype == torch.bool or ids.dtype.is_floating_point or ids.dtype.is_complex:
+        raise ValueError(f"{name}: token ids must be integers, got dtype {ids.dtype}")
+    wide = ids.to(torch.float64)  # every integer dtype converts; an out-of-range id stays out of range
+    if ids.numel() and (float(wide.min()) < 0 or float(wide.max()) >= vocab_size):
+        raise ValueError(f"{name}: token ids must lie in [0, {vocab_size})")
+    return ids.to(torch.int64)
+
+
 def prompt_ids(input_ids, target: TargetModel, max_new_tokens: int) -> torch.Tensor:
     """The prompt as token ids [T], checked: integers of the target's vocabulary, one non-empty
     sequence ([T] or [1, T]), and room in the target's context for it plus ``max_new_tokens``."""
     ids = _as_ids(input_ids)
-    if ids.numel() and (ids.dtype == torch.bool or ids.dtype.is_floating_point or ids.dtype.is_complex):
-        raise ValueError(f"input_ids: token ids must be integers, got dtype {ids.dtype}")
     if ids.dim() == 2 and ids.shape[0] == 1:
         ids = ids[0]
     if ids.dim() != 1:
         raise ValueError(f"input_ids: expected one sequence [T] or [1, T], got shape {tuple(ids.shape)}")
     if ids.numel() == 0:
         raise ValueError("input_ids: the prompt is empty")
-    if int(ids.min()) < 0 or int(ids.max()) >= target.vocab_size:
-        raise ValueError(f"input_ids: token ids must lie in [0, {target.vocab_size})")
+    ids = token_tensor(ids, target.vocab_size)
     target.check_positions(ids.numel())  # the prompt alone
     need = positions_needed(ids.numel(), max_new_tokens)
     if target.max_positions is not None and need > target.max_positions:

@@ -1,9 +1,12 @@
 """What batched decoding costs and accepts, measured on calibration prompts before any evaluation.
 
 :func:`measure_batch_profile` times the batched round per (batch size, policy, nodes) into a
-:class:`mfd_theory.speedup.BatchProfile`; :func:`predict_batch_acceptance` gives the acceptance per
-request per round ("global": the one-request acceptance times the global top-N's gain, read off one
-large-tree decode). The caller keeps the prompts disjoint from the evaluated ones. Design: docs/benchmarks.md.
+:class:`mfd_theory.speedup.BatchProfile`; :func:`replayed_acceptance` replays the prompts' greedy
+traces under every policy (:mod:`mfd_theory.batch_sim`): each cell's accepted tokens per request
+per round over the whole decode, the dynamics of its own rounds included; the older
+:func:`predict_batch_acceptance` reads the global policy's gain off one large-tree decode per
+round (biased: the rounds it reads are not the ones the policy decodes). The caller keeps the
+prompts disjoint from the evaluated ones. Design: docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -18,7 +21,10 @@ from mfd_theory.llm.decoding.batch import speculative_generate_batch
 from mfd_theory.coverage import prefix_log_probs
 from mfd_theory.llm.decoding.generate import speculative_generate
 
-__all__ = ["measure_batch_profile", "predict_batch_acceptance", "steady_rounds", "make_batch_plan"]
+__all__ = ["measure_batch_profile", "predict_batch_acceptance", "replayed_acceptance", "steady_rounds",
+           "make_batch_plan"]
+
+SHARED = ("global", "proportional")  # nodes of a shared cell: the round's total
 
 
 def steady_rounds(res, batch_size: int) -> list:
@@ -32,8 +38,9 @@ def _cells(batch_sizes, budgets, policies):
         for n in budgets:
             if "per_request" in policies:
                 yield b, "per_request", int(n)
-            if "global" in policies:
-                yield b, "global", int(n) * b
+            for pol in SHARED:
+                if pol in policies:
+                    yield b, pol, int(n) * b
 
 
 @torch.no_grad()
@@ -43,31 +50,35 @@ def measure_batch_profile(target, drafter, method: str, prompts: list, batch_siz
                           progress: bool = False, scorer: str | None = None) -> BatchProfile:
     """Steady-state round time of every (B, policy, nodes) cell: the mean round of each of
     ``repeats`` batched decodes of B prompts (``prompts`` cycled, temperature 0), median over the
-    decodes. ``scorer``: method "mfd"'s."""
+    decodes. The repeats are interleaved over the cells of one batch size (every cell once, then
+    every cell again), so a slow spell of a shared machine hits one decode of many cells rather
+    than every decode of one, and the median leaves it out; the cells of one batch size, which
+    the plan compares, are measured in the same stretch of time. ``scorer``: method "mfd"'s."""
     from tqdm.auto import tqdm as bar
 
     if not prompts:
         raise ValueError("prompts: the batch profile needs at least one prompt")
-    cells = []
     todo = list(_cells(batch_sizes, budgets, policies))
     speculative_generate_batch(target, drafter, [prompts[0]], 4, method, budget=int(min(budgets)),
                                scorer=scorer)  # warm-up
-    for b, policy, nodes in bar(todo, desc=f"batch profile {method}", disable=not progress):
+    got: dict = {c: ([], [], []) for c in todo}  # per cell: decode means, rows per request, the three parts
+    order = [(rep, c) for b in batch_sizes for rep in range(repeats) for c in todo if c[0] == b]
+    for rep, (b, policy, nodes) in bar(order, desc=f"batch profile {method}", disable=not progress):
         batch = [prompts[i % len(prompts)] for i in range(b)]
-        times, rows, parts = [], [], []
-        for _ in range(repeats):
-            res = speculative_generate_batch(
-                target, drafter, batch, max_new_tokens, method if policy != "off" else "ar",
-                budget=nodes if policy == "per_request" else 1, policy="per_request" if policy == "off" else policy,
-                total_budget=nodes if policy == "global" else None, seed=seed, metrics=False, eos_token_id=[],
-                scorer=scorer if policy != "off" else None)
-            steady = steady_rounds(res, b)
-            if steady:  # one mean per decode; the cell takes the median decode (a shared machine's
-                # slow spells hit whole decodes, and the median leaves them out)
-                times.append(np.mean([1000.0 * r.t_step for r in steady]))
-                rows += [max(r.nodes) + 1 for r in steady]
-                parts.append(np.mean([(1000.0 * r.t_draft, 1000.0 * r.t_verify, 1000.0 * r.t_overhead)
-                                      for r in steady], axis=0))
+        res = speculative_generate_batch(
+            target, drafter, batch, max_new_tokens, method if policy != "off" else "ar",
+            budget=nodes if policy == "per_request" else 1, policy="per_request" if policy == "off" else policy,
+            total_budget=nodes if policy in SHARED else None, seed=seed, metrics=False, eos_token_id=[],
+            scorer=scorer if policy != "off" else None)
+        steady = steady_rounds(res, b)
+        if steady:  # one mean per decode; the cell takes the median decode
+            times, rows, parts = got[(b, policy, nodes)]
+            times.append(np.mean([1000.0 * r.t_step for r in steady]))
+            rows += [sum(r.nodes) / len(r.nodes) + 1 for r in steady]  # packed: the real rows per request
+            parts.append(np.mean([(1000.0 * r.t_draft, 1000.0 * r.t_verify, 1000.0 * r.t_overhead)
+                                  for r in steady], axis=0))
+    cells = []
+    for (b, policy, nodes), (times, rows, parts) in got.items():
         if times:
             mid = int(np.argsort(times)[(len(times) - 1) // 2])  # the median decode (lower middle)
             d, v, o = parts[mid]
@@ -128,6 +139,33 @@ def predict_batch_acceptance(target, drafter, method: str, prompts: list, batch_
     return out
 
 
-def make_batch_plan(profile: BatchProfile, accepted: dict) -> BatchPlan:
-    """The plan (``auto`` policy) from a measured profile and predicted acceptance."""
-    return BatchPlan(profile, {k: v for k, v in accepted.items() if isinstance(k, tuple)})
+@torch.no_grad()
+def replayed_acceptance(target, drafter, method: str, prompts: list, batch_sizes, budgets, max_new_tokens: int,
+                        *, policies=("per_request", "global", "proportional"), progress: bool = False,
+                        scorer: str | None = None):
+    """({(B, policy, nodes): accepted per request per round over the whole decode}, the same over
+    the steady rounds only, the traces): the prompts' greedy traces
+    (:func:`~mfd_theory.llm.measure.batch_trace.decode_traces`, trees at twice the largest budget)
+    replayed under every policy in static batches of B. Greedy rounds; a sampled decode is
+    predicted from them as an approximation. ``scorer``: method "mfd"'s."""
+    from mfd_theory.batch_sim import replay
+    from mfd_theory.llm.measure.batch_trace import decode_traces
+
+    budgets = sorted(int(n) for n in budgets)
+    tr, _ = decode_traces(target, drafter, method, prompts, max_new_tokens, 2 * budgets[-1], progress=progress,
+                          scorer=scorer)
+    full, steady = {}, {}
+    for b in batch_sizes:
+        for pol in policies:
+            for n in budgets:
+                rep = replay(tr, pol, n, int(b))
+                key = (int(b), pol, n * (int(b) if pol in SHARED else 1))
+                full[key] = float(np.sum(tr.lengths - 1) / max(np.sum(rep.request_rounds), 1)) - 1.0
+                steady[key] = rep.steady_accepted()
+    return full, steady, tr
+
+
+def make_batch_plan(profile: BatchProfile, accepted: dict, margin: float = 0.0) -> BatchPlan:
+    """The plan (``auto`` policy) from a measured profile and predicted acceptance (a shared policy
+    only when predicted ahead by more than ``margin``)."""
+    return BatchPlan(profile, {k: v for k, v in accepted.items() if isinstance(k, tuple)}, margin=margin)

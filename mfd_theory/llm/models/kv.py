@@ -94,6 +94,13 @@ class KVBuffer:
             self.keys[bi, :, pos[bi, ji]] = keys[bi, :, ji].to(self.keys.dtype)  # [M, kvh, d]
             self.values[bi, :, pos[bi, ji]] = values[bi, :, ji].to(self.values.dtype)
 
+    def scatter(self, batch_rows: torch.Tensor, positions: torch.Tensor, keys: torch.Tensor,
+                values: torch.Tensor) -> None:
+        """Write packed rows: row r of ``keys`` / ``values`` [kvh, R, d] at row ``positions[r]`` of
+        sequence ``batch_rows[r]`` ([R] each)."""
+        self.keys[batch_rows, :, positions] = keys.transpose(0, 1).to(self.keys.dtype)  # [R, kvh, d]
+        self.values[batch_rows, :, positions] = values.transpose(0, 1).to(self.values.dtype)
+
     def read(self, end: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Rows ``[0, end)`` of every sequence: views [B, kvh, end, d] of the buffers."""
         return self.keys[:, :, :end], self.values[:, :, :end]

@@ -150,7 +150,7 @@ class TargetModel:
     ``hf_model`` must accept a 4D float attention mask (checked by a two-token probe at
     construction: a model that ignores or rejects the mask raises ``ValueError``). Hybrids
     (Qwen3.5 / Qwen3-Next) are accepted; ``gdn_commit`` picks how their recurrent state is
-    committed ("replay" or "select", see :mod:`mfd_theory.llm.models.hybrid`). ``cache_in_place``: the
+    committed ("path", the default, "replay" or "select", see :mod:`mfd_theory.llm.models.hybrid`). ``cache_in_place``: the
     attention layers write each forward's rows into preallocated buffers instead of HF's
     concatenation, which copies the whole cache every round (see :func:`_in_place_layer_class`).
 
@@ -160,7 +160,7 @@ class TargetModel:
     through unchanged and the eager kernel adds it to the scores, so a bool mask would be wrong.
     """
 
-    def __init__(self, hf_model: nn.Module, check_mask: bool = True, gdn_commit: str = "replay",
+    def __init__(self, hf_model: nn.Module, check_mask: bool = True, gdn_commit: str = "path",
                  cache_in_place: bool = True):
         if not isinstance(hf_model, nn.Module) or not hasattr(hf_model, "config"):
             raise ValueError("hf_model: expected a Hugging Face causal LM (an nn.Module with a config)")
@@ -264,8 +264,10 @@ class TargetModel:
         t = ids.shape[1]
         if t == 0:
             raise ValueError("input_ids: the prompt is empty")
-        if int(ids.min()) < 0 or int(ids.max()) >= self.vocab_size:
+        wide = ids.to(torch.float64)  # unsigned dtypes have no min/max kernels; any integer converts
+        if float(wide.min()) < 0 or float(wide.max()) >= self.vocab_size:
             raise ValueError(f"input_ids: token ids must lie in [0, {self.vocab_size})")
+        ids = ids.to(torch.int64)  # the embedding takes int64 ids only (int8 / uint8 / int16 crash in it)
         self.check_positions(t)
         self.cache = self.new_cache()
         if self.cache_in_place:
@@ -316,8 +318,8 @@ class TargetModel:
             out = self.forward(ids.to(self.device), pos, mask, self.cache, hidden)
         else:  # GDN layers run over the tree, each node from its own path's state
             parent = np.asarray(tree.parent) if n else np.zeros(0, np.int64)
-            self._gdn_round = self.hybrid.start_round(parent, depth[1:], self.device)
-            with self.hybrid.verifying([self._gdn_round], [n + 1], lambda b, idx: self._gdn_state(idx)):
+            self._gdn_round = self.hybrid.start_round([parent], self.device, [depth[1:].numpy()])
+            with self.hybrid.verifying(self._gdn_round, self._gdn_state):
                 out = self.forward(ids.to(self.device), pos, mask, self.cache, hidden)
         self._pending = n + 1
         self._pending_parent = np.asarray(tree.parent, dtype=np.int64) if n else np.empty(0, dtype=np.int64)
@@ -368,7 +370,7 @@ class TargetModel:
             for layer in self._kv_layers():
                 layer.crop(n_keep - self._pending)  # drop the rest; a view, no copy of the cache
         if self.hybrid is not None:
-            self.hybrid.commit(self._gdn_round, keep_rel, self._gdn_state)
+            self.hybrid.commit(self._gdn_round, [keep_rel], self._gdn_state)
             self._gdn_round = None
         self.length += n_keep
         self._pending = 0
