@@ -393,3 +393,33 @@ def test_generated_text_writes_plus_minus_one_way():
                     and re.search(r"\+-(?=[\s\d{%])", node.value):
                 bad.append(f"{path.relative_to(root.parent)}:{node.lineno}: {node.value.strip()[:60]!r}")
     assert bad == []
+
+
+def test_headline_says_in_words_what_the_replicated_runs_found():
+    from mfd_theory.commands.report.headline import in_words
+
+    def cmp(g, lo, hi, v):
+        return {"gain": g, "lo": lo, "hi": hi, "verdict": v}
+
+    def side(method, drafter, n, scorer=None):
+        return {"method": method, "drafter": drafter, "budget": n, "scorer": scorer}
+
+    comps = [
+        {"question": "against_product", "temperature": 0.0, "a": side("mfd", "mfd-k2", 16, "mixture"),
+         "b": side("chain", "product", 7), "speed_cmp": cmp(0.05, 0.01, 0.09, "gain")},
+        {"question": "scorer", "temperature": 0.0, "a": side("mfd", "mfd-k2", 16, "best_mode"),
+         "b": side("mfd", "mfd-k2", 16, "mixture"), "speed_cmp": cmp(0.0, -0.02, 0.02, "equivalent")},
+        {"question": "scorer", "temperature": 1.0, "a": side("mfd", "mfd-k2", 32, "best_mode"),
+         "b": side("mfd", "mfd-k2", 32, "mixture"), "speed_cmp": cmp(-0.06, -0.1, -0.02, "loss")},
+        {"question": "scorer", "temperature": 1.0, "a": side("mfd", "mfd-k4", 32, "best_mode"),
+         "b": side("mfd", "mfd-k4", 32, "mixture"), "speed_cmp": cmp(0.01, -0.04, 0.06, "inconclusive")}]
+    words = in_words({"replicated": {"runs": 3, "comparisons": comps}})
+    assert words[0].startswith("**In words** (3 independently trained drafter sets")
+    t0, t1 = words[1], words[2]
+    assert t0.startswith("* T = 0: against the product drafter's chain (product): mfd (K = 2) N = 16 "
+                         "+5.0% [+1.0%, +9.0%] gain")
+    assert "so pick either: the two trees decode at speeds equivalent within the margin" in t0
+    assert t1.startswith("* T = 1: best-mode against mixture tree: mfd best-mode (K = 2) N = 32 -6.0% [-10.0%, -2.0%] "
+                         "loss; mfd best-mode (K = 4) N = 32 +1.0% [-4.0%, +6.0%] inconclusive; so pick the mixture "
+                         "tree.")
+    assert in_words({"replicated": None}) == [] and in_words({}) == []

@@ -13,7 +13,7 @@ from mfd_theory.commands.report.inputs import Results
 from mfd_theory.formatting import comparison_text, is_best_budget, speed_gain_text, stored_number
 from mfd_theory.results import Result
 
-__all__ = ["HEADLINE_FILES", "headline"]
+__all__ = ["HEADLINE_FILES", "headline", "in_words"]
 
 #: the results files the headline reads besides end_to_end.json
 HEADLINE_FILES = ("chimera_bound.json", "natural/natural.json")
@@ -53,7 +53,54 @@ def headline(results: Results) -> str:
         lines.append("| On natural text (Python's standard library) at T = 1, how much more does the target's own "
                      "oracle tree cover than the product tree of its own marginals (the room any drafter has over "
                      "a perfect product drafter)? | " + "; ".join(parts) + " | [results](docs/results.md), `natural` |")
-    return "\n".join(lines)
+    words = in_words(e2e.data)
+    return "\n".join(lines + ([""] + words if words else []))
+
+
+def _speed(c: dict) -> str:
+    return f"{cell_text(c['a'])} {comparison_text(c.get('speed_cmp'))}"
+
+
+def _pick(verdicts: list[str]) -> str:
+    """The scorer a user should pick from the best-mode-vs-mixture verdicts of one temperature."""
+    if verdicts and all(v == "equivalent" for v in verdicts):
+        return "either: the two trees decode at speeds equivalent within the margin"
+    if "gain" in verdicts and "loss" not in verdicts:
+        return "the best-mode tree"
+    if "loss" in verdicts and "gain" not in verdicts:
+        return "the mixture tree"
+    if "gain" in verdicts:
+        return "it depends on K (a gain at one, a loss at another)"
+    return "no scorer measured better (inconclusive: the interval is wider than the margin)"
+
+
+def in_words(d: dict) -> list[str]:
+    """The replicated comparisons in sentences, per temperature: MFD's (and DARTree's) speed
+    against the product drafter, and which scorer an MFD user should pick; nothing without
+    replicates (a single run is no finding)."""
+    rep = d.get("replicated") or {}
+    comps = rep.get("comparisons") or []
+    if not comps:
+        return []
+    out = [f"**In words** ({rep['runs']} independently trained drafter sets; speed gains paired over the evaluated "
+           "prompts, each run one observation, 95% intervals Bonferroni-adjusted per question and temperature; "
+           "gain / loss when the interval excludes 0, equivalent when it lies within ±3%, else inconclusive):"]
+    for temp in sorted({c["temperature"] for c in comps}):
+        at = [c for c in comps if c["temperature"] == temp]
+        vs = [c for c in at if c.get("question", "against_product") == "against_product"]
+        sc = [c for c in at if c.get("question") == "scorer"]
+        obj = [c for c in at if c.get("question") == "objective"]
+        parts = []
+        if vs:
+            parts.append(f"against the product drafter's {cell_text(vs[0]['b'])}: " + "; ".join(map(_speed, vs)))
+        if sc:
+            verdicts = [(c.get("speed_cmp") or {}).get("verdict", "inconclusive") for c in sc]
+            parts.append("best-mode against mixture tree: " + "; ".join(map(_speed, sc))
+                         + f"; so pick {_pick(verdicts)}")
+        if obj:
+            parts.append("winner-take-all against mixture training: " + "; ".join(map(_speed, obj)))
+        out.append(f"* T = {temp:g}: " + ". ".join(parts) + ".")
+    return out
 
 
 _HEADLINE_QUESTIONS = {
