@@ -73,7 +73,7 @@ class E2EConfig(Checked):
     scorers: tuple[str, ...] = opt(("mixture", "best_mode"), "how mfd ranks a tree's prefixes, each a cell of its "
                                    "own: mixture (sum_k pi_k Q_k) and / or best_mode (max_k Q_k, the released MFD "
                                    "drafters' rule)", choices=("mixture", "best_mode"))
-    wta_modes: tuple[int, ...] = opt((), "K of MFD drafters also trained with the winner-take-all objective (each "
+    wta_modes: tuple[int, ...] = opt((2,), "K of MFD drafters also trained with the winner-take-all objective (each "
                                      "block trains its best mode; label mfd-k<K>-wta), decoded with every scorer and "
                                      "compared with the mixture objective's drafter of the same K", ge=2, empty=True)
     wta_eps: float = opt(0.05, "winner-take-all objective: share of every block spread over the modes that lost it",
@@ -90,7 +90,7 @@ class E2EConfig(Checked):
     temperatures: tuple[float, ...] = opt((0.0, 1.0), "sampling temperatures (0 = greedy)", ge=0)
     ddtree_on_mfd: bool = opt(True, "ablation: product tree over the MFD drafter's marginals")
     hf_assisted: bool = opt(True, "also time Hugging Face assisted generation with a draft LM")
-    timing_passes: int = opt(3, "timing passes per cell (speedups carry their pass-to-pass spread)", ge=1)
+    timing_passes: int = opt(2, "timing passes per cell (speedups carry their pass-to-pass spread)", ge=1)
     calibration_prompts: int = opt(8, "held-out prompts, never evaluated, decoded before the evaluation to predict "
                                       "every cell's acceptance (the round profile uses the first --profile-prompts of "
                                       "them)", ge=1)
