@@ -33,13 +33,28 @@ def _first_words(text: str, n: int) -> str:
 
 def write_prompt_files(corpus, directory: Path, n_train: int, n_heldout: int, words: int) -> list[Path]:
     """``train.jsonl`` (the first ``n_train`` training documents) and ``heldout.jsonl`` (the first
-    ``n_heldout`` held-out ones), each prompt the first ``words`` words of its document."""
+    ``n_heldout`` held-out ones whose prompt is no training prompt and no earlier held-out one),
+    each prompt the first ``words`` words of its document and its id the document's index. Two
+    documents can open with the same words: a held-out prompt equal to a distilled one would be
+    in-sample for the drafters (and ``mfd eval`` refuses to calibrate on it)."""
     if n_train > len(corpus.train_docs) or n_heldout > len(corpus.heldout_docs):
         raise ValueError(f"prompts: the corpus has {len(corpus.train_docs)} training and {len(corpus.heldout_docs)} "
                          f"held-out documents; asked for {n_train} and {n_heldout}")
+    train = [(i, _first_words(d, words)) for i, d in enumerate(corpus.train_docs[:n_train])]
+    seen, heldout = {p for _, p in train}, []
+    for i, d in enumerate(corpus.heldout_docs):
+        p = _first_words(d, words)
+        if p not in seen:
+            seen.add(p)
+            heldout.append((i, p))
+        if len(heldout) == n_heldout:
+            break
+    if len(heldout) < n_heldout:
+        raise ValueError(f"prompts: only {len(heldout)} held-out documents open with words no training prompt and no "
+                         f"other held-out prompt has; asked for {n_heldout}")
     paths = []
-    for name, docs in (("train", corpus.train_docs[:n_train]), ("heldout", corpus.heldout_docs[:n_heldout])):
-        lines = [json.dumps({"id": i, "prompt": _first_words(d, words)}) for i, d in enumerate(docs)]
+    for name, rows in (("train", train), ("heldout", heldout)):
+        lines = [json.dumps({"id": i, "prompt": p}) for i, p in rows]
         path = directory / f"{name}.jsonl"
         atomic_write_text(path, "\n".join(lines) + "\n")
         paths.append(path)
