@@ -1,4 +1,4 @@
-"""``mfd reproduce``: the main job, about 35 minutes on a 2-core CPU (install excluded): every experiment from its preset file into ``results/``, the notebooks' figures into ``paper_figs/``, then ``mfd report``, which rewrites the result blocks of README.md and ``docs/``.
+"""``mfd reproduce``: the main job, about 80 minutes on a 2-core CPU (install excluded; measured 2026-12-02): every experiment from its preset file into ``results/``, the notebooks' figures into ``paper_figs/``, then ``mfd report``, which rewrites the result blocks of README.md and ``docs/``.
 
 Runs every experiment from its preset file (``experiments/<command>/<preset>.toml``) into
 ``results/`` (each skips work already saved), executes the notebooks, which draw the figures
