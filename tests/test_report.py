@@ -191,7 +191,7 @@ def test_results_load_each_file_once_and_name_what_is_missing(tmp_path, monkeypa
     assert render(text, tmp_path)[1] == ["e2e", "e2e-gains", "e2e-hf"]
     assert loads == ["end_to_end.json"]  # three blocks, one read
     r = Results(tmp_path).reading(block_inputs("headline"))
-    assert r.missing() == ["chimera_bound.json", "natural/natural.json"]
+    assert r.missing() == ["chimera_bound.json"]  # natural.json is read when present, not needed
     assert r.main.name == "end_to_end" and r.main_path == tmp_path / "end_to_end.json"
     held = Results.holding(r.main)  # one result in memory, read from no file
     assert held.main is r.main and held.main_path is None and held.missing() == []
@@ -306,8 +306,13 @@ def test_headline_block_takes_a_few_numbers_from_three_results_files(tmp_path):
     # the same block from results already in memory: the one calling convention, whatever a block reads
     held = {f: Result.load(results / f) for f in block_inputs("headline")}
     assert BLOCKS["headline"].make(Results(None, block_inputs("headline"), held)) in text
-    # one of its three files missing: skipped (left as it was), and the message names that file
+    # without the natural-text run: the headline without its row
     (results / "natural" / "natural.json").unlink()
+    text2 = render("<!-- report:headline -->\nold\n<!-- /report:headline -->\n", results)[0]
+    rows2 = [ln for ln in text2.splitlines() if ln.startswith("| ") and "---" not in ln][1:]
+    assert rows2 == rows[:3]
+    # one of its needed files missing: skipped (left as it was), and the message names that file
+    (results / "chimera_bound.json").unlink()
     readme = tmp_path / "R.md"
     readme.write_text("<!-- report:headline -->\nold\n<!-- /report:headline -->\n")
     assert render(readme.read_text(), results)[2] == ["headline"]
@@ -317,7 +322,7 @@ def test_headline_block_takes_a_few_numbers_from_three_results_files(tmp_path):
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
         assert main(["report", "--file", str(readme), "--results", str(results)]) == 2
-    assert f"no {results / 'natural' / 'natural.json'}" in out.getvalue()
+    assert f"no {results / 'chimera_bound.json'}" in out.getvalue()
 
 
 def test_e2e_gains_print_the_stored_comparison_never_recompute_it():

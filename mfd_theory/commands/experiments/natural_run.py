@@ -129,10 +129,22 @@ def build_corpus_dir(config, out: Path, progress: bool = True) -> dict:
     mixed = [p for pair in zip(tc, tp) for p in pair] + tc[len(tp):] + tp[len(tc):]
     pdir.mkdir(parents=True, exist_ok=True)
     nc.write_prompts(pdir / "train.jsonl", mixed, "train")
-    nc.write_prompts(pdir / "code.jsonl", nc.code_prompts(held, config.heldout_prompts, max_chars=config.code_chars),
-                     "code")
-    nc.write_prompts(pdir / "prose.jsonl",
-                     nc.prose_prompts(held, config.heldout_prompts, max_chars=config.prose_chars), "prose")
+    # a held-out prompt whose text a training prompt also has (the standard library repeats some
+    # paragraphs across modules) is in-sample for the drafters, and mfd eval refuses to calibrate
+    # on one: such prompts are skipped, the next ones taken
+    seen = {p["prompt"] for p in mixed}
+
+    def fresh(prompts: list[dict]) -> list[dict]:
+        out = []
+        for p in prompts:
+            if p["prompt"] not in seen:
+                seen.add(p["prompt"])
+                out.append(p)
+        return out[: config.heldout_prompts]
+
+    n = 2 * config.heldout_prompts
+    nc.write_prompts(pdir / "code.jsonl", fresh(nc.code_prompts(held, n, max_chars=config.code_chars)), "code")
+    nc.write_prompts(pdir / "prose.jsonl", fresh(nc.prose_prompts(held, n, max_chars=config.prose_chars)), "prose")
     if cdir.exists():
         shutil.rmtree(cdir)
     os.replace(tmp, cdir)
@@ -349,7 +361,7 @@ def _run_steps(config, out: Path, steps: Steps, commands: list[tuple], progress:
     arch, tcfg = _target_configs(config)
     cdir, pdir = out / "corpus", out / "prompts"
     key_corpus = config_hash(ccfg, config.train_prompts, config.heldout_prompts, config.code_chars,
-                             config.prose_chars)
+                             config.prose_chars, "heldout-prompts-unlike-training")
     steps.run("corpus", key_corpus, "the standard library, split by module; BPE; prompts", cdir,
               lambda: (cdir / "provenance.json").is_file() and (pdir / "prose.jsonl").is_file(),
               lambda: build_corpus_dir(config, out, progress))
