@@ -428,3 +428,25 @@ def test_headline_says_in_words_what_the_replicated_runs_found():
                          "loss; mfd best-mode (K = 4) N = 32 +1.0% [-4.0%, +6.0%] inconclusive; so pick the mixture "
                          "tree.")
     assert in_words({"replicated": None}) == [] and in_words({}) == []
+
+
+def test_headline_adds_the_k8_runs_sentences_when_its_file_is_there(tmp_path):
+    results = _headline_results(tmp_path)
+    block = "<!-- report:headline -->\nold\n<!-- /report:headline -->\n"
+    without = render(block, results)[0]
+    assert "K = 8" not in without
+    comp = {"question": "scorer", "temperature": 1.0,
+            "a": {"method": "mfd", "drafter": "mfd-k8", "budget": 32, "scorer": "best_mode"},
+            "b": {"method": "mfd", "drafter": "mfd-k8", "budget": 32, "scorer": "mixture"},
+            "speed_cmp": {"gain": -0.05, "lo": -0.08, "hi": -0.02, "verdict": "loss"}}
+    (results / "e2e_k8").mkdir()
+    Result("e2e", {}, {"replicated": {"runs": 3, "comparisons": [comp]}}).save(results / "e2e_k8" / "end_to_end.json")
+    text = render(block, results)[0]
+    assert text.startswith(without.split("<!-- /report:headline -->")[0].rstrip("\n"))  # the rest unchanged
+    tail = text.split("**In words, K = 8** (its own run, `mfd e2e --preset k8`", 1)[1]
+    assert "3 independently trained drafter sets" in tail.splitlines()[0]
+    assert ("* T = 1: best-mode against mixture tree: mfd best-mode (K = 8) N = 32 -5.0% [-8.0%, -2.0%] loss; "
+            "so pick the mixture tree.") in tail
+    # a K = 8 run without replicates adds nothing (a single run is no finding)
+    Result("e2e", {}, {"replicated": None}).save(results / "e2e_k8" / "end_to_end.json")
+    assert render(block, results)[0] == without

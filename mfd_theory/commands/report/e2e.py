@@ -117,7 +117,7 @@ def e2e_summary(res: Result) -> list[str]:
         best = sorted((g for g in d.get("mfd_gains") or []
                        if g["temperature"] == temp and g["method"] == "mfd" and is_best_budget(g)),
                       key=lambda g: k_of.get(g["drafter"], 0))
-        vs = [f"mfd K = {k_of.get(g['drafter'], '?')} tau {g['tau']:.2f} ({100 * g['tau_gain']:+.1f}%) and "
+        vs = [f"mfd{' best-mode' if g.get('scorer') == 'best_mode' else ''} K = {k_of.get(g['drafter'], '?')} tau {g['tau']:.2f} ({100 * g['tau_gain']:+.1f}%) and "
               f"speed {speed_gain_text(g)}" for g in best]
         if parts or vs:
             out.append(f"T = {temp:g}: " + "; ".join(parts) + "." + (

@@ -20,6 +20,9 @@ HEADLINE_FILES = ("chimera_bound.json",)
 #: read when present: the natural-text row is left out without it (a run that stopped before
 #: its real-text step still has its replicated findings to state)
 NATURAL = "natural/natural.json"
+#: read when present: the K = 8 run (``mfd e2e --preset k8``, the released drafters' K), whose
+#: replicated findings get sentences of their own under the default run's
+K8 = "e2e_k8/end_to_end.json"
 
 
 def headline(results: Results) -> str:
@@ -42,7 +45,7 @@ def headline(results: Results) -> str:
                      f"(same run, {pr['n_cells']} cells)? | tau: median \\|error\\| {100 * tau['median_abs_error']:.1f}%, "
                      f"worst {100 * tau['worst_abs_error']:.1f}%; speedup: median {100 * sp['median_abs_error']:.1f}%, "
                      f"worst {100 * sp['worst_abs_error']:.1f}% | [results](docs/results.md), `prediction-check` |")
-    have = NATURAL in results.loaded or (results.path(NATURAL) is not None and results.path(NATURAL).is_file())
+    have = _present(results, NATURAL)
     ceil = (results[NATURAL].data.get("ceiling") or {}) if have else {}
     parts = []
     for dom, by_t in ceil.items():
@@ -58,7 +61,18 @@ def headline(results: Results) -> str:
                      "oracle tree cover than the product tree of its own marginals (the room any drafter has over "
                      "a perfect product drafter)? | " + "; ".join(parts) + " | [results](docs/results.md), `natural` |")
     words = in_words(e2e.data)
+    if _present(results, K8):
+        k8 = in_words(results[K8].data)
+        if k8:
+            k8[0] = k8[0].replace("**In words** (", "**In words, K = 8** (its own run, `mfd e2e --preset k8`, on the "
+                                  "same target, product drafters and evaluated prompts; ", 1)
+            words += [""] + k8
     return "\n".join(lines + ([""] + words if words else []))
+
+
+def _present(results: Results, name: str) -> bool:
+    """Whether the optional results file ``name`` is loaded or on disk."""
+    return name in results.loaded or (results.path(name) is not None and results.path(name).is_file())
 
 
 def _speed(c: dict) -> str:

@@ -53,6 +53,12 @@ BLOCKS: dict[str, Block] = {
     "bench-draft-micro": Block("bench_draft_micro.json", bench.bench_draft),
     "bench-draft-tiny": Block("bench_draft_tiny.json", bench.bench_draft),
     "e2e-hybrid": Block("hybrid/end_to_end.json", e2e.e2e_hybrid),
+    # K = 8 (the released drafters' K), a run of its own beside the default one (experiments/e2e/k8.toml)
+    "e2e-k8": Block("e2e_k8/end_to_end.json", e2e.e2e_hybrid),
+    "e2e-replicated-k8": Block("e2e_k8/end_to_end.json", e2e.e2e_replicated),
+    "e2e-ceiling-k8": Block("e2e_k8/end_to_end.json", e2e.e2e_ceiling),
+    "e2e-k8-hybrid": Block("hybrid_k8/end_to_end.json", e2e.e2e_hybrid),
+    "e2e-replicated-k8-hybrid": Block("hybrid_k8/end_to_end.json", e2e.e2e_replicated),
     "natural": Block("natural/natural.json", natural.natural),
     "bench-batch": Block("bench_batch.json", bench.bench_batch),
     "bench-batch-hybrid": Block("bench_batch_qwen3_5.json", bench.bench_batch),
