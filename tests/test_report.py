@@ -428,6 +428,12 @@ def test_headline_says_in_words_what_the_replicated_runs_found():
                          "loss; mfd best-mode (K = 4) N = 32 +1.0% [-4.0%, +6.0%] inconclusive; so pick the mixture "
                          "tree.")
     assert in_words({"replicated": None}) == [] and in_words({}) == []
+    # greedy texts that end in one loop: the T = 0 sentence says so, the T = 1 one does not
+    loop = [{"method": "ar", "temperature": 0.0, "tokens": [i] + [5, 6, 7] * 3} for i in range(3)]
+    looped = in_words({"replicated": {"runs": 3, "comparisons": comps}, "per_prompt": loop})
+    assert looped[1] == t0 + (" (Read T = 0 with care: 3 of 3 greedy texts end in the same loop, so every "
+                                           "T = 0 cell measures how well a drafter predicts it.)")
+    assert looped[2] == t1
 
 
 def test_headline_adds_the_k8_runs_sentences_when_its_file_is_there(tmp_path):
@@ -450,3 +456,21 @@ def test_headline_adds_the_k8_runs_sentences_when_its_file_is_there(tmp_path):
     # a K = 8 run without replicates adds nothing (a single run is no finding)
     Result("e2e", {}, {"replicated": None}).save(results / "e2e_k8" / "end_to_end.json")
     assert render(block, results)[0] == without
+
+
+def test_the_e2e_table_says_when_greedy_texts_end_in_one_loop():
+    from mfd_theory.commands.report.e2e import greedy_loop_lines
+
+    loop = [5, 6, 7, 8]
+    ar = [{"method": "ar", "temperature": 0.0, "tokens": [1, 2] + loop * 3},
+          {"method": "ar", "temperature": 0.0, "tokens": [9] + loop[2:] + loop * 2},
+          {"method": "ar", "temperature": 0.0, "tokens": [1, 2, 3, 4, 10, 11]},
+          {"method": "ar", "temperature": 1.0, "tokens": loop * 3},  # sampled: not a greedy text
+          {"method": "ddtree", "temperature": 0.0, "tokens": loop * 3}]  # the same text as ar's: not counted again
+    line = greedy_loop_lines({"per_prompt": ar})[1]
+    assert "**2 of 3 end in a repeating loop** (at least 2 full periods; 1 distinct: 2 in one of period 4)" in line
+    # tokens after each loop's first period: 14 - 2 - 4 and 11 - 1 - 4, of 14 + 11 + 6
+    assert f"{100 * 14 / 31:.0f}% of all 3 texts' tokens" in line and "that loop" in line
+    none = greedy_loop_lines({"per_prompt": [{"method": "ar", "temperature": 0.0, "tokens": [1, 2, 3]}]})
+    assert none[1].endswith("none of the 1 ends in a repeating loop of 2 full periods or more.")
+    assert greedy_loop_lines({}) == [] and greedy_loop_lines({"per_prompt": ar[3:]}) == []

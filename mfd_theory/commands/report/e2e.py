@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from mfd_theory.commands.report._text import method_label, row_scorer, value_with_spread
 from mfd_theory.commands.report.inputs import Results
+from mfd_theory.cycles import cycle_summary
 from mfd_theory.formatting import comparison_text, is_best_budget, speed_gain_text, stored_number, tau_gain_text
 from mfd_theory.stats import compare_rows
 from mfd_theory.results import Result
 
-__all__ = ["e2e", "e2e_dartree", "e2e_gains", "e2e_hf", "e2e_hybrid", "gain_pair"]
+__all__ = ["e2e", "e2e_dartree", "e2e_gains", "e2e_hf", "e2e_hybrid", "gain_pair", "greedy_loop_lines"]
 
 #: the order of methods within a temperature in the e2e table
 _ORDER = {"chain": 0, "ddtree": 1, "mfd": 2, "dartree": 3}
@@ -40,8 +41,32 @@ def e2e(results: Results) -> str:
         "|---|---|" + "---|" * len(budgets) + "---|",
     ]
     lines += _table_rows(rows, budgets, n_dead)
+    lines += greedy_loop_lines(d)
     lines += _insample_check(d.get("prediction_check") or {})
     return "\n".join(lines)
+
+
+def greedy_loop_lines(d: dict) -> list[str]:
+    """Whether the greedy texts (ar's at T = 0, which every T = 0 row reproduces) end in a loop
+    (:func:`mfd_theory.cycles.cycle_summary` over the run's per-prompt records); nothing without them."""
+    texts = [r["tokens"] for r in d.get("per_prompt") or []
+             if r.get("method") == "ar" and r.get("temperature") == 0 and r.get("tokens")]
+    if not texts:
+        return []
+    s = cycle_summary(texts)
+    n = s["texts"]
+    if not s["in_cycle"]:
+        return ["", f"Greedy texts (ar at T = 0, the text every T = 0 row reproduces): none of the {n} ends in a "
+                    f"repeating loop of {s['min_repeats']} full periods or more."]
+    loops = ", ".join(f"{c['texts']} in one of period {c['period']}" for c in s["cycles"])
+    return ["", f"Greedy texts (ar at T = 0, the text every T = 0 row reproduces): **{s['in_cycle']} of {n} end in a "
+                f"repeating loop** (at least {s['min_repeats']} full periods; {s['distinct_cycles']} distinct: {loops}); "
+                f"{100 * s['repeated_share']:.0f}% of all {n} texts' tokens lie after a loop's first period, where "
+                "copying the loop predicts them. So the T = 0 rows measure how well each drafter predicts "
+                + ("that loop" if s["distinct_cycles"] == 1 else "those loops")
+                + ", and their prompts are not independent texts: a T = 0 interval paired over prompts counts one "
+                "loop once per prompt and is narrower than what it knows. The T = 0 findings are the replicated "
+                "comparisons (runs as the unit); T = 1 texts are sampled and differ per prompt."]
 
 
 def _table_rows(rows: list[dict], budgets: list[int], n_dead: int) -> list[str]:

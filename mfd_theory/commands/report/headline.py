@@ -10,6 +10,7 @@ from __future__ import annotations
 from mfd_theory.commands.report._text import method_label, value_with_spread
 from mfd_theory.commands.report.e2e import cell_text, gain_pair
 from mfd_theory.commands.report.inputs import Results
+from mfd_theory.cycles import cycle_summary
 from mfd_theory.formatting import comparison_text, is_best_budget, speed_gain_text, stored_number
 from mfd_theory.results import Result
 
@@ -117,8 +118,23 @@ def in_words(d: dict) -> list[str]:
                          + f"; so pick {_pick(verdicts)}")
         if obj:
             parts.append("winner-take-all against mixture training: " + "; ".join(map(_speed, obj)))
-        out.append(f"* T = {temp:g}: " + ". ".join(parts) + ".")
+        out.append(f"* T = {temp:g}: " + ". ".join(parts) + "." + (_loop_note(d) if temp == 0 else ""))
     return out
+
+
+def _loop_note(d: dict) -> str:
+    """A warning for the T = 0 sentence when the run's greedy texts end in a shared loop."""
+    texts = [r["tokens"] for r in d.get("per_prompt") or []
+             if r.get("method") == "ar" and r.get("temperature") == 0 and r.get("tokens")]
+    if not texts:
+        return ""
+    s = cycle_summary(texts)
+    if not s["in_cycle"]:
+        return ""
+    return (f" (Read T = 0 with care: {s['in_cycle']} of {s['texts']} greedy texts end in "
+            + ("the same loop" if s["distinct_cycles"] == 1 else f"{s['distinct_cycles']} loops")
+            + ", so every T = 0 cell measures how well a drafter predicts "
+            + ("it" if s["distinct_cycles"] == 1 else "them") + ".)")
 
 
 _HEADLINE_QUESTIONS = {
