@@ -87,5 +87,4 @@ def cycle_summary(texts: Sequence[Sequence[int]], min_repeats: int = 2) -> dict:
     by_size = sorted(loops.items(), key=lambda kv: (-kv[1], len(kv[0]), kv[0]))
     return {"texts": len(texts), "in_cycle": found, "distinct_cycles": len(loops),
             "cycles": [{"period": len(k), "texts": v} for k, v in by_size],
-            "largest_cycle_texts": by_size[0][1] if by_size else 0,
             "repeated_share": repeated / total if total else 0.0, "min_repeats": int(min_repeats)}

@@ -262,3 +262,14 @@ def test_docs_show_the_commands_the_experiment_runs():
     flat = re.sub(r"\s*\\\n\s*", " ", (ROOT / BLOCK_FILES["natural"]).read_text())
     for line in command_lines(NaturalConfig()):
         assert line in flat, line
+
+
+def test_held_out_prompts_skip_text_a_training_prompt_or_an_earlier_one_has():
+    from mfd_theory.commands.experiments.natural_run import unseen_prompts
+
+    seen = {"def f(x):", "class A:"}
+    held = [{"prompt": t, "id": i} for i, t in enumerate(["class A:", "import os", "import os", "x = 1", "y = 2"])]
+    got = unseen_prompts(held, seen, 2)
+    assert [p["id"] for p in got] == [1, 3]  # "class A:" is a training prompt, the second "import os" a repeat
+    assert {"import os", "x = 1"} <= seen and "y = 2" not in seen  # only what was taken is marked
+    assert [p["id"] for p in unseen_prompts(held, seen, 5)] == [4]  # fewer when fewer are left

@@ -83,6 +83,19 @@ def _subset(units, max_units: int):
     return sorted(code + prose, key=lambda u: u.name)
 
 
+def unseen_prompts(prompts: list[dict], seen: set[str], n: int) -> list[dict]:
+    """The first ``n`` of ``prompts`` whose text is not in ``seen`` (and not an earlier one's);
+    ``seen`` gains the texts taken."""
+    out = []
+    for p in prompts:
+        if len(out) == n:
+            break
+        if p["prompt"] not in seen:
+            seen.add(p["prompt"])
+            out.append(p)
+    return out
+
+
 def build_corpus_dir(config, out: Path, progress: bool = True) -> dict:
     """The ``corpus`` step: ``out/corpus/`` and ``out/prompts/``; returns the provenance."""
     import mfd_theory.llm.training.natural_corpus as nc
@@ -133,18 +146,11 @@ def build_corpus_dir(config, out: Path, progress: bool = True) -> dict:
     # paragraphs across modules) is in-sample for the drafters, and mfd eval refuses to calibrate
     # on one: such prompts are skipped, the next ones taken
     seen = {p["prompt"] for p in mixed}
-
-    def fresh(prompts: list[dict]) -> list[dict]:
-        out = []
-        for p in prompts:
-            if p["prompt"] not in seen:
-                seen.add(p["prompt"])
-                out.append(p)
-        return out[: config.heldout_prompts]
-
-    n = 2 * config.heldout_prompts
-    nc.write_prompts(pdir / "code.jsonl", fresh(nc.code_prompts(held, n, max_chars=config.code_chars)), "code")
-    nc.write_prompts(pdir / "prose.jsonl", fresh(nc.prose_prompts(held, n, max_chars=config.prose_chars)), "prose")
+    n, want = 2 * config.heldout_prompts, config.heldout_prompts
+    nc.write_prompts(pdir / "code.jsonl", unseen_prompts(nc.code_prompts(held, n, max_chars=config.code_chars),
+                                                         seen, want), "code")
+    nc.write_prompts(pdir / "prose.jsonl", unseen_prompts(nc.prose_prompts(held, n, max_chars=config.prose_chars),
+                                                          seen, want), "prose")
     if cdir.exists():
         shutil.rmtree(cdir)
     os.replace(tmp, cdir)

@@ -14,7 +14,7 @@ from mfd_theory.formatting import comparison_text, is_best_budget, speed_gain_te
 from mfd_theory.stats import compare_rows
 from mfd_theory.results import Result
 
-__all__ = ["e2e", "e2e_dartree", "e2e_gains", "e2e_hf", "e2e_hybrid", "gain_pair", "greedy_loop_lines"]
+__all__ = ["e2e", "e2e_dartree", "e2e_gains", "e2e_hf", "e2e_hybrid", "gain_pair", "greedy_loop_lines", "greedy_loops"]
 
 #: the order of methods within a temperature in the e2e table
 _ORDER = {"chain": 0, "ddtree": 1, "mfd": 2, "dartree": 3}
@@ -46,14 +46,19 @@ def e2e(results: Results) -> str:
     return "\n".join(lines)
 
 
-def greedy_loop_lines(d: dict) -> list[str]:
-    """Whether the greedy texts (ar's at T = 0, which every T = 0 row reproduces) end in a loop
-    (:func:`mfd_theory.cycles.cycle_summary` over the run's per-prompt records); nothing without them."""
+def greedy_loops(d: dict) -> dict | None:
+    """:func:`mfd_theory.cycles.cycle_summary` over the greedy texts of an e2e run's per-prompt
+    records (ar's at T = 0, which every T = 0 row reproduces); None without them."""
     texts = [r["tokens"] for r in d.get("per_prompt") or []
              if r.get("method") == "ar" and r.get("temperature") == 0 and r.get("tokens")]
-    if not texts:
+    return cycle_summary(texts) if texts else None
+
+
+def greedy_loop_lines(d: dict) -> list[str]:
+    """Whether the greedy texts end in a loop (:func:`greedy_loops`); nothing without them."""
+    s = greedy_loops(d)
+    if s is None:
         return []
-    s = cycle_summary(texts)
     n = s["texts"]
     if not s["in_cycle"]:
         return ["", f"Greedy texts (ar at T = 0, the text every T = 0 row reproduces): none of the {n} ends in a "

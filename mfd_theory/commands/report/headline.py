@@ -8,9 +8,8 @@ ceiling), each row naming the block with the full table.
 from __future__ import annotations
 
 from mfd_theory.commands.report._text import method_label, value_with_spread
-from mfd_theory.commands.report.e2e import cell_text, gain_pair
+from mfd_theory.commands.report.e2e import cell_text, gain_pair, greedy_loops
 from mfd_theory.commands.report.inputs import Results
-from mfd_theory.cycles import cycle_summary
 from mfd_theory.formatting import comparison_text, is_best_budget, speed_gain_text, stored_number
 from mfd_theory.results import Result
 
@@ -63,11 +62,9 @@ def headline(results: Results) -> str:
                      "a perfect product drafter)? | " + "; ".join(parts) + " | [results](docs/results.md), `natural` |")
     words = in_words(e2e.data)
     if _present(results, K8):
-        k8 = in_words(results[K8].data)
-        if k8:
-            k8[0] = k8[0].replace("**In words** (", "**In words, K = 8** (its own run, `mfd e2e --preset k8`, on the "
-                                  "same target, product drafters and evaluated prompts; ", 1)
-            words += [""] + k8
+        k8 = in_words(results[K8].data, title="**In words, K = 8** (its own run, `mfd e2e --preset k8`, on the same "
+                                              "target, product drafters and evaluated prompts; ")
+        words += ([""] + k8) if k8 else []
     return "\n".join(lines + ([""] + words if words else []))
 
 
@@ -93,15 +90,15 @@ def _pick(verdicts: list[str]) -> str:
     return "no scorer measured better (inconclusive: the interval is wider than the margin)"
 
 
-def in_words(d: dict) -> list[str]:
+def in_words(d: dict, title: str = "**In words** (") -> list[str]:
     """The replicated comparisons in sentences, per temperature: MFD's (and DARTree's) speed
     against the product drafter, and which scorer an MFD user should pick; nothing without
-    replicates (a single run is no finding)."""
+    replicates (a single run is no finding). ``title``: the first line's opening."""
     rep = d.get("replicated") or {}
     comps = rep.get("comparisons") or []
     if not comps:
         return []
-    out = [f"**In words** ({rep['runs']} independently trained drafter sets; speed gains paired over the evaluated "
+    out = [f"{title}{rep['runs']} independently trained drafter sets; speed gains paired over the evaluated "
            "prompts, each run one observation, 95% intervals Bonferroni-adjusted per question and temperature; "
            "gain / loss when the interval excludes 0, equivalent when it lies within ±3%, else inconclusive):"]
     for temp in sorted({c["temperature"] for c in comps}):
@@ -124,12 +121,8 @@ def in_words(d: dict) -> list[str]:
 
 def _loop_note(d: dict) -> str:
     """A warning for the T = 0 sentence when the run's greedy texts end in a shared loop."""
-    texts = [r["tokens"] for r in d.get("per_prompt") or []
-             if r.get("method") == "ar" and r.get("temperature") == 0 and r.get("tokens")]
-    if not texts:
-        return ""
-    s = cycle_summary(texts)
-    if not s["in_cycle"]:
+    s = greedy_loops(d)
+    if s is None or not s["in_cycle"]:
         return ""
     return (f" (Read T = 0 with care: {s['in_cycle']} of {s['texts']} greedy texts end in "
             + ("the same loop" if s["distinct_cycles"] == 1 else f"{s['distinct_cycles']} loops")
