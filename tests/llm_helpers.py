@@ -36,6 +36,55 @@ def tiny_qwen3(vocab_size: int = 64, hidden_size: int = 32, num_layers: int = 4,
     return model
 
 
+def _finish_tiny(cls, cfg, attn: str, seed: int, eos_token_id: int | None):
+    """``cls(cfg)`` seeded, in float32 eval mode, with generate's EOS / pad ids set as tiny_qwen3 sets them."""
+    cfg._attn_implementation = attn
+    torch.manual_seed(seed)
+    model = cls(cfg).eval()
+    model.generation_config.eos_token_id = eos_token_id
+    model.generation_config.pad_token_id = eos_token_id if eos_token_id is not None else 0
+    return model
+
+
+def tiny_qwen2(vocab_size: int = 64, hidden_size: int = 32, num_layers: int = 4, seed: int = 0,
+               attn: str = "eager", init_std: float = 0.2, eos_token_id: int | None = None,
+               max_position_embeddings: int = 512):
+    """A random Qwen2ForCausalLM (Qwen2.5's family: bias on the q/k/v projections, no q/k norm, an
+    untied LM head, RoPE theta 1e6) in float32, eval mode; sizes as :func:`tiny_qwen3`."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(
+        vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=max_position_embeddings, initializer_range=init_std,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+        tie_word_embeddings=False, eos_token_id=eos_token_id, pad_token_id=None, bos_token_id=None,
+        use_sliding_window=False,
+    )
+    return _finish_tiny(Qwen2ForCausalLM, cfg, attn, seed, eos_token_id)
+
+
+def tiny_llama(vocab_size: int = 64, hidden_size: int = 32, num_layers: int = 4, seed: int = 0,
+               attn: str = "eager", init_std: float = 0.2, eos_token_id: int | None = None,
+               max_position_embeddings: int = 512):
+    """A random LlamaForCausalLM (SmolLM2's family: no attention bias, no q/k norm, the LM head
+    tied to the input embedding, RoPE theta 1e5) in float32, eval mode; sizes as :func:`tiny_qwen3`."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2, head_dim=hidden_size // 4,
+        max_position_embeddings=max_position_embeddings, initializer_range=init_std,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e5}, attention_bias=False, mlp_bias=False,
+        tie_word_embeddings=True, eos_token_id=eos_token_id, pad_token_id=None, bos_token_id=None,
+    )
+    return _finish_tiny(LlamaForCausalLM, cfg, attn, seed, eos_token_id)
+
+
+#: the target families besides Qwen3 that every decoding path is tested on (tests/test_llm_families.py)
+FAMILIES = {"qwen2": tiny_qwen2, "llama": tiny_llama}
+
+
 def hf_greedy(model, prompt, n: int, eos: int | None = None) -> list[int]:
     """The reference every lossless test compares with: HF ``generate``'s greedy continuation of
     ``prompt`` (``n`` new tokens at most; ``eos`` ends it early)."""

@@ -731,6 +731,10 @@ def _drafter_config(tcfg, block_size: int, num_layers: int, target_layer_ids, ma
         # Hybrid targets rotate part of each head (and Qwen3.5 sections it for images); the draft
         # layers are Qwen3 layers with full rotary, as in the published Qwen3.5 drafters.
         kw["rope_parameters"] = {k: v for k, v in kw["rope_parameters"].items() if k not in _TARGET_ONLY_ROPE_KEYS}
+    if "head_dim" not in kw:
+        # Qwen2's config has no head_dim (its attention divides hidden_size by the heads); Qwen3Config
+        # would fill in its own 128 instead of the target's head size.
+        kw["head_dim"] = int(tcfg.hidden_size) // int(tcfg.num_attention_heads)
     dcfg = {"target_layer_ids": list(target_layer_ids), "mask_token_id": int(mask_token_id), "block_size": block_size}
     if num_modes > 1:
         dcfg["num_modes"] = num_modes
