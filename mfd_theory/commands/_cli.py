@@ -446,7 +446,7 @@ class Command:
         for e in self.extras:
             setattr(opts, e.name, given.get(e.name, "" if e.path else False))
         if check_paths:  # every path the command will write, before any work
-            if out is not False:
+            if out not in (False, ""):  # "": an optional --out whose default the command picks
                 check_out_dir(out, "--out")
             if getattr(config, "cache_dir", ""):
                 check_out_dir(config.cache_dir, "--cache-dir")

@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from mfd_theory.validation import TOKENIZER_FILES, check_device, check_model_dir
+from mfd_theory.shipped import check_target
+from mfd_theory.validation import TOKENIZER_FILES, check_device
 from mfd_theory.commands._cli import Checked, opt
 
 __all__ = ["DTYPES", "TOKENIZER_FILES", "TargetOptions", "check_target_dir", "say"]
@@ -21,7 +22,9 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 class TargetOptions(Checked):
     """The options of every command that loads your target; a command's config adds its own."""
 
-    target: str = opt("", "local Hugging Face target directory (with its tokenizer)", required=True)
+    target: str = opt("", "local Hugging Face target directory (with its tokenizer), or a shipped target's name "
+                          "(mfd target list), materialised once under $MFD_TARGETS_DIR or results/targets",
+                      required=True)
     device: str = opt("auto", "auto (CUDA when available), cpu, cuda (each torchrun rank takes its GPU) or cuda:N")
     dtype: str = opt("auto", "target weights' dtype (auto: bfloat16 on CUDA, float32 on CPU)", choices=DTYPES)
     seed: int = opt(0, "random seed")
@@ -35,9 +38,10 @@ class TargetOptions(Checked):
         check_device("--device", self.device, auto=True)
 
 
-def check_target_dir(path: str, flag: str = "--target") -> Path:
-    """A local Hugging Face model directory with a config and a tokenizer (ValueError naming ``flag``)."""
-    return check_model_dir(path, flag)
+def check_target_dir(path: str, flag: str = "--target") -> Path | str:
+    """A local Hugging Face model directory, or a shipped target's name
+    (:func:`mfd_theory.shipped.check_target`)."""
+    return check_target(path, flag)
 
 
 def say(dist, msg: str) -> None:

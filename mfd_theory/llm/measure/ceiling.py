@@ -321,7 +321,8 @@ def prompt_ceiling(model, context, temperature: float = 1.0, options: CeilingOpt
     every K fitted on the same top-k rows (``product``: the whole rows' marginals, for the cost of
     keeping only k tokens of each row);
     ``dead``: the product tree's nodes with P_T(s) <= eps at ``dead_at`` nodes, and of those the
-    splices (the prefix of no build path)."""
+    splices (the prefix of no build path); ``count_dead_share``: the share whose sample-count
+    estimate (build paths through the node / samples) is <= eps."""
     opt = options.check()
     T = check_real("temperature", temperature, 0, low_open=True)
     target = _as_target(model)
@@ -367,8 +368,13 @@ def prompt_ceiling(model, context, temperature: float = 1.0, options: CeilingOpt
     tc = total_correlation((build.marginal + check.marginal) / 2, np.concatenate([build.entropy, check.entropy]))
     plp = trees["product"][1][:opt.dead_at]
     dead = plp <= math.log(opt.eps)
-    seen = {tuple(r[:d].tolist()) for r in build.tokens for d in range(1, L + 1)}
-    unseen = np.array([s not in seen for s in _first(ptree, opt.dead_at).paths()], dtype=bool)
+    counts: dict[tuple, int] = {}
+    for r in build.tokens:
+        for d in range(1, L + 1):
+            key = tuple(r[:d].tolist())
+            counts[key] = counts.get(key, 0) + 1
+    est = np.array([counts.get(s, 0) / build.M for s in _first(ptree, opt.dead_at).paths()])  # sample-count P(s)
+    unseen = est == 0
     n_dead = len(plp)
     return {
         "temperature": T, "L": L, "V": V, "samples": opt.samples, "budgets": list(opt.budgets),
@@ -377,7 +383,10 @@ def prompt_ceiling(model, context, temperature: float = 1.0, options: CeilingOpt
         "dead": {"nodes": n_dead, "dead": int(dead.sum()), "dead_share": float(dead.mean()) if n_dead else 0.0,
                  "dead_splices": int((dead & unseen).sum()),
                  "dead_splice_share": float((dead & unseen).mean()) if n_dead else 0.0,
-                 "dead_mass_lost": float(np.exp(plp[dead]).sum())},
+                 "dead_mass_lost": float(np.exp(plp[dead]).sum()),
+                 # the same share judged by sample counts (P(s) = paths through s / samples), as a
+                 # count-based estimate of the target would: it cannot tell dead from unsampled
+                 "count_dead_share": float((est <= opt.eps).mean()) if n_dead else 0.0},
         "forwards": scorer.forwards, "forward_rows": scorer.tokens,
         "seconds": {"sample": round(t_sample, 3), "oracle": round(t_oracle, 3), "trees": round(t_trees, 3)},
     }

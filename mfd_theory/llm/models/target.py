@@ -28,15 +28,17 @@ DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
 
 def load_local_target(directory, device: str = "cpu", dtype: str = "auto", attn_implementation: str = "sdpa"):
     """(frozen Hugging Face causal LM in eval mode on ``device``, its tokenizer) from a local
-    directory; nothing is downloaded. The directory is checked first, so a wrong path raises a
+    directory or a shipped target's name (materialised once, :mod:`mfd_theory.llm.models.gguf`);
+    nothing is downloaded. The directory is checked first, so a wrong path raises a
     ValueError naming it (``from_pretrained`` would take it for a hub repository id), and a
     loader failure is a ValueError naming the directory too. Wrap the model in
     :class:`TargetModel` to decode."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from mfd_theory.llm.models.gguf import resolve_target
     from mfd_theory.validation import check_choice, check_model_dir
 
-    d = check_model_dir(directory, "target")
+    d = check_model_dir(resolve_target(str(directory)), "target")
     check_choice("dtype", dtype, DTYPE_NAMES)
     torch_dtype = (torch.bfloat16 if str(device).startswith("cuda") else torch.float32) if dtype == "auto" \
         else getattr(torch, dtype)

@@ -1,0 +1,87 @@
+"""Prompt sets for real targets: splits by unit, HumanEval for evaluation only, no 12-token leak."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from mfd_theory.llm.training import real_prompts as rp
+from mfd_theory.llm.training.prompts import read_prompt_files
+
+
+def _slow_shared(a_texts, b_texts, n):
+    """The obvious twin: every n-window of every a against every n-window of every b."""
+    out = []
+    for i, a in enumerate(a_texts):
+        ta = rp.tokens(a)
+        wa = [ta[k:k + n] for k in range(len(ta) - n + 1)]
+        hit = False
+        for b in b_texts:
+            tb = rp.tokens(b)
+            if any(w == tb[k:k + n] for w in wa for k in range(len(tb) - n + 1)):
+                hit = True
+                break
+        if hit:
+            out.append(i)
+    return out
+
+
+def test_shared_spans_matches_its_slow_twin():
+    a = ["def f(x):\n    return x + 1", "one two three four five", "a b c d e f g h", "return x + 1 if y"]
+    b = ["z = 3\nreturn x + 1 if y else 2", "c d e f g"]
+    for n in (3, 4, 5):
+        assert rp.shared_spans(a, b, n) == _slow_shared(a, b, n)
+    assert rp.shared_spans(a, b, 4) == [0, 2, 3]
+
+
+@pytest.fixture(scope="module")
+def sets(tmp_path_factory):
+    d = tmp_path_factory.mktemp("rp")
+    return d, rp.write_prompt_sets(d, n_train=64, n_calib=8, n_eval_prose=16)
+
+
+def test_files_read_back_and_count(sets):
+    d, man = sets
+    assert man["counts"]["code"]["eval"] == 164 and man["counts"]["code"]["train"] == 64
+    for dom in ("code", "prose"):
+        for split in rp.SPLITS:
+            ps = read_prompt_files([d / f"{dom}-{split}.jsonl"])
+            assert len(ps) == man["counts"][dom][split] and all(p.dataset == dom for p in ps)
+
+
+def test_splits_are_disjoint_by_unit_and_humaneval_is_eval_only(sets):
+    d, _ = sets
+    units = {}
+    for dom in ("code", "prose"):
+        for split in rp.SPLITS:
+            for line in (d / f"{dom}-{split}.jsonl").read_text().splitlines():
+                units.setdefault(json.loads(line)["unit"], set()).add(split)
+    assert all(len(s) == 1 for s in units.values()) and units["humaneval"] == {"eval"}
+
+
+def test_no_training_or_calibration_prompt_shares_12_tokens_with_humaneval(sets):
+    d, _ = sets
+    he = rp.humaneval_problems()
+    banned = [p["prompt"] + p["canonical_solution"] for p in he]
+    # the instruction wrapper is the same for every code prompt: compare what follows it
+    texts = [json.loads(x)["messages"][0]["content"].split("```python\n", 1)[1]
+             for split in ("train", "calib") for x in (d / f"code-{split}.jsonl").read_text().splitlines()]
+    assert rp.shared_spans(texts, banned, 12) == []
+    assert rp.shared_spans([banned[0][:400]], banned, 12) == [0]  # the check can fire
+
+
+def test_deterministic(sets, tmp_path):
+    _, man = sets
+    again = rp.write_prompt_sets(tmp_path, n_train=64, n_calib=8, n_eval_prose=16)
+    assert again == man
+
+
+def test_a_wrong_humaneval_file_is_refused(tmp_path):
+    bad = tmp_path / "h.jsonl.gz"
+    bad.write_bytes(gzip.compress(b'{"task_id": "x"}\n'))
+    with pytest.raises(ValueError, match=f"the pinned HumanEval file is {rp.HUMANEVAL_SHA256}"):
+        rp.humaneval_problems(bad)
+    with pytest.raises(ValueError, match="n_train: must be an integer >= 1"):
+        rp.write_prompt_sets(tmp_path, n_train=0)
