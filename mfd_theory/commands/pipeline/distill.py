@@ -26,6 +26,10 @@ class DistillConfig(TargetOptions):
     temperature: float = opt(1.0, "sampling temperature (1 keeps all the target's futures; 0 is greedy)", ge=0)
     enable_thinking: bool = opt(False, "chat template with thinking enabled")
     shard_size: int = opt(64, "prompts per shard (the unit of resuming)", ge=1)
+    batch: int = opt(16, "sequences generated at once, turn by turn within a shard (the data do not depend on it, "
+                         "up to float round-off)", ge=1)
+    top_k: int = opt(0, "sample from the k likeliest tokens only (0: all)", ge=0)
+    top_p: float = opt(1.0, "sample from the smallest set of likeliest tokens holding this mass (1: all)", gt=0, le=1)
 
 
 CLI = Command("distill", __name__, DistillConfig, __doc__, out=None,

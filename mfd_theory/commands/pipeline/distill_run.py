@@ -35,7 +35,8 @@ def distill(config, prompts: list, out_dir, progress: bool = True) -> dict:
         manifest = distill_prompts(target, tok, prompts, out, max_new_tokens=config.max_new_tokens,
                                    temperature=config.temperature, seed=config.seed,
                                    enable_thinking=config.enable_thinking, config=record,
-                                   shard_size=config.shard_size, dist=dist, progress=progress)
+                                   shard_size=config.shard_size, batch=config.batch, top_k=config.top_k,
+                                   top_p=config.top_p, dist=dist, progress=progress)
         say(dist, f"{manifest['n_sequences']} sequences, {manifest['n_response_tokens']} response tokens "
                   f"in {len(manifest['shards'])} shard{'s' * (len(manifest['shards']) != 1)}")
         say(dist, f"wrote {Path(out) / 'manifest.json'}")

@@ -1,5 +1,5 @@
-"""The README's headline block: a few numbers from several results files (the chimera bound's
-check, DDTree against MFD end to end, the out-of-sample prediction error, the natural-text
+"""The README's headline block: a few numbers from several results files (the real pretrained
+targets' ceiling and lossless check first, then the chimera bound's check, DDTree against MFD end to end, the out-of-sample prediction error, the natural-text
 ceiling), each row naming the block with the full table.
 
 :func:`headline` is a block (``block(results) -> str``, :mod:`.inputs`) that reads three files.
@@ -10,6 +10,7 @@ from __future__ import annotations
 from mfd_theory.commands.report._text import method_label, value_with_spread
 from mfd_theory.commands.report.e2e import cell_text, gain_pair, greedy_loops
 from mfd_theory.commands.report.inputs import Results
+from mfd_theory.commands.report.real import headline_rows
 from mfd_theory.formatting import comparison_text, is_best_budget, speed_gain_text, stored_number
 from mfd_theory.results import Result
 
@@ -20,6 +21,8 @@ HEADLINE_FILES = ("chimera_bound.json",)
 #: read when present: the natural-text row is left out without it (a run that stopped before
 #: its real-text step still has its replicated findings to state)
 NATURAL = "natural/natural.json"
+#: read when present: the real pretrained targets (``mfd real``), whose rows come first
+REAL = "real/real.json"
 #: read when present: the K = 8 run (``mfd e2e --preset k8``, the released drafters' K), whose
 #: replicated findings get sentences of their own under the default run's
 K8 = "e2e_k8/end_to_end.json"
@@ -30,6 +33,8 @@ def headline(results: Results) -> str:
     check, the end-to-end DDTree vs MFD comparison, the out-of-sample prediction error, the natural
     text's ceiling), each with where the full table is."""
     lines = ["| question | the last run's answer | full table |", "|---|---|---|"]
+    if _present(results, REAL):
+        lines += headline_rows(results[REAL].data, "[real targets](docs/real-targets.md), `real`")
     cb = results["chimera_bound.json"]
     v, c = cb.data["verify"], cb.config
     lines.append(f"| Does every product-ranked tree that holds two futures disagreeing in m positions hold at least "

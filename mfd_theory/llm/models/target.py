@@ -212,10 +212,13 @@ class TargetModel:
             return DynamicCache()
 
     @torch.no_grad()
-    def forward(self, ids, positions, mask, cache, hidden: bool):
+    def forward(self, ids, positions, mask, cache, hidden: bool, last_only: bool = False):
         """The model's forward over ``ids`` [B, Q] at ``positions`` [B, Q] with the additive ``mask``
-        (or None: causal), reading and writing ``cache``; returns HF's output."""
+        (or None: causal), reading and writing ``cache``; returns HF's output. ``last_only``: the
+        logits of the last position only (a prefill that needs no others skips the head elsewhere)."""
         kwargs = {self._cache_name: cache}
+        if last_only:
+            kwargs["logits_to_keep"] = 1
         return self.model(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True,
                           output_hidden_states=hidden, **kwargs)
 

@@ -2,8 +2,9 @@
 
 :func:`distill_prompts` writes ``shard-NNNNN.safetensors`` (tokens, offsets, prompt lengths; per
 sequence its id, data set and turn), ``manifest.json`` and ``train_config.json``; shard s is made by
-rank s % world and every answer's generator is seeded by (seed, prompt, turn), so the data do not
-depend on the number of processes. Layout and format choice: docs/own-target.md ("What each command writes").
+rank s % world, its answers are generated in batches turn by turn, and every answer's generator is
+seeded by (seed, prompt, turn), so the data do not depend on the number of processes or the batch.
+Layout and format choice: docs/own-target.md ("What each command writes").
 """
 
 from __future__ import annotations
@@ -12,16 +13,16 @@ import hashlib
 import json
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from mfd_theory.results import atomic_write_text
-from mfd_theory.validation import check_int
+from mfd_theory.validation import check_int, check_real
 
-from mfd_theory.llm.decoding.generate import speculative_generate
-from mfd_theory.llm.decoding.round import positions_needed
+from mfd_theory.llm.decoding.generate_batch import can_batch, generate_batch
+from mfd_theory.llm.decoding.round import positions_needed, prompt_ids
 from mfd_theory.llm.training.prompts import Prompt, render, run_conversation
 from mfd_theory.llm.models.fingerprint import target_fingerprint
 from mfd_theory.llm.training.train import _check_run_config
@@ -102,14 +103,104 @@ def check_context(prompts: list[Prompt], tokenizer, enable_thinking: bool, max_n
                     f"of {max_positions}; lower --max-new-tokens or shorten the prompt")
 
 
+def _seed(seed: int, g: int, turn: int) -> int:
+    """The generator seed of prompt ``g``'s turn ``turn``: the answer does not depend on sharding or batching."""
+    return seed * 1_000_003 + 1000 * g + turn
+
+
+class _Asked(Exception):
+    """Raised out of run_conversation at the first turn not yet answered, carrying its prompt ids."""
+
+    def __init__(self, ids):
+        super().__init__()
+        self.ids = list(ids)
+
+
+def _next_turn(p: Prompt, tokenizer, enable_thinking: bool, answers: list) -> list[int] | None:
+    """The prompt ids of ``p``'s first turn not in ``answers`` (None when every turn is answered),
+    rendered by :func:`run_conversation` itself with the earlier answers in their places."""
+    def answer(ids, turn):
+        if turn < len(answers):
+            return answers[turn]
+        raise _Asked(ids)
+
+    try:
+        run_conversation(p, tokenizer, enable_thinking, answer)
+    except _Asked as asked:
+        return asked.ids
+    return None
+
+
+def _where(p: Prompt, turn: int) -> str:
+    return f"prompts: data set {p.dataset!r}, prompt {p.id!r}, turn {turn}"
+
+
+def _check_row(target, p: Prompt, turn: int, ids: list[int], max_new_tokens: int, seed: int) -> None:
+    """The checks generate_batch makes, here so that a refusal names the prompt and turn."""
+    try:
+        prompt_ids(ids, target, max_new_tokens)
+        check_int("seed", seed, 0, 2 ** 64 - 1)
+    except ValueError as exc:
+        raise ValueError(f"{_where(p, turn)}: {exc}") from exc
+
+
+def _answer_shard(target, tokenizer, prompts: list[Prompt], group: range, sampling: dict, seed: int,
+                  enable_thinking: bool, done: Callable[[], None]) -> tuple[list, list, list]:
+    """Every turn of the prompts ``group``, batched turn by turn (all first turns, then the second
+    turns of the prompts that have them, ...): the shard's sequences, prompt lengths and records.
+    ``done()`` is called as each prompt's last turn is answered."""
+    answers = {g: [] for g in group}
+    turn = 0
+    while True:
+        asked = [(g, ids) for g in group
+                 if (ids := _next_turn(prompts[g], tokenizer, enable_thinking, answers[g])) is not None]
+        if not asked:
+            break
+        seeds = [_seed(seed, g, turn) for g, _ in asked]
+        for (g, ids), s in zip(asked, seeds):
+            _check_row(target, prompts[g], turn, ids, sampling["max_new_tokens"], s)
+
+        def finished(i, asked=asked, turn=turn):
+            if turn == len(prompts[asked[i][0]].turns):
+                done()
+
+        new = generate_batch(target, [ids for _, ids in asked], seeds=seeds, on_finish=finished, **sampling)
+        for (g, _), tokens in zip(asked, new):
+            answers[g].append(tokens)
+        turn += 1
+    seqs, plens, meta = [], [], []
+    for g in group:
+        p = prompts[g]
+        known = answers[g]
+        for turn, (ids, new) in enumerate(run_conversation(p, tokenizer, enable_thinking, lambda _, t: known[t])):
+            seqs.append(list(ids) + list(new))
+            plens.append(len(ids))
+            meta.append({"id": p.id, "dataset": p.dataset, "turn": turn})
+    return seqs, plens, meta
+
+
+def _sampling_record(top_k: int, top_p: float) -> dict:
+    """The sampling cuts that change the data, recorded only when on (so that a directory made
+    before they existed still resumes)."""
+    return {**({"top_k": top_k} if top_k else {}), **({"top_p": top_p} if top_p < 1 else {})}
+
+
 def distill_prompts(target_hf, tokenizer, prompts: list[Prompt], out: str | Path, *, max_new_tokens: int,
                     temperature: float, seed: int, enable_thinking: bool, config: dict,
-                    shard_size: int = 64, dist=None, progress: bool = True) -> dict:
+                    shard_size: int = 64, batch: int = 16, top_k: int = 0, top_p: float = 1.0,
+                    dist=None, progress: bool = True) -> dict:
     """Answer ``prompts`` with the target and write the data set to ``out``; returns the manifest.
 
     ``config`` (the command's options) is recorded in ``train_config.json`` together with the
-    target's fingerprint; a directory holding another configuration is refused. Every prompt is
-    checked against the target's context (:func:`check_context`) before anything is written.
+    target's fingerprint (and ``top_k`` / ``top_p`` when they cut anything); a directory holding
+    another configuration is refused. Every prompt is checked against the target's context
+    (:func:`check_context`) before anything is written.
+
+    Answers are sampled by :func:`~mfd_theory.llm.decoding.generate_batch.generate_batch`,
+    ``batch`` sequences at a time, turn by turn within a shard (a later turn holds the earlier
+    answers); a target with recurrent layers is answered one sequence at a time. Each answer's
+    generator is seeded by (seed, prompt, turn), so neither the number of processes nor ``batch``
+    changes the data (``batch`` up to float round-off, so it is not recorded).
     """
     from tqdm.auto import tqdm
 
@@ -117,12 +208,17 @@ def distill_prompts(target_hf, tokenizer, prompts: list[Prompt], out: str | Path
 
     out = Path(out)
     shard_size = check_int("shard_size", shard_size, 1)
+    batch = check_int("batch", batch, 1)
+    top_k = check_int("top_k", top_k, 0)
+    top_p = check_real("top_p", top_p, 0, 1, low_open=True)
     target = TargetModel(target_hf)
     check_context(prompts, tokenizer, enable_thinking, max_new_tokens, target.max_positions)
     fp = target_fingerprint(target_hf)
     run_cfg = {"format": FORMAT, "target_fingerprint": fp, "n_prompts": len(prompts),
-               "shard_size": shard_size, **config}
+               "shard_size": shard_size, **_sampling_record(top_k, top_p), **config}
     _check_run_config(out, run_cfg, dist)
+    sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                    batch=batch if can_batch(target) else 1)
     n_shards = math.ceil(len(prompts) / shard_size)
     rank, world = (dist.rank, dist.world) if dist is not None else (0, 1)
     mine = [s for s in range(rank, n_shards, world) if not _shard_ok(_shard_path(out, s))]
@@ -130,45 +226,34 @@ def distill_prompts(target_hf, tokenizer, prompts: list[Prompt], out: str | Path
     bar = tqdm(total=todo, desc=f"distill (rank {rank})" if world > 1 else "distill",
                disable=not progress, leave=False)
     for s in mine:
-        seqs, plens, meta = [], [], []
-        for g in range(s * shard_size, min(len(prompts), (s + 1) * shard_size)):
-            p = prompts[g]
-
-            def answer(ids, turn, g=g, p=p):
-                # One generator per (seed, prompt, turn): the answer does not depend on sharding.
-                try:
-                    res = speculative_generate(target, None, torch.tensor(ids), max_new_tokens, "ar",
-                                               temperature=temperature, seed=seed * 1_000_003 + 1000 * g + turn,
-                                               metrics=False)
-                except ValueError as exc:
-                    raise ValueError(f"prompts: data set {p.dataset!r}, prompt {p.id!r}, turn {turn}: {exc}") from exc
-                return res.tokens
-
-            for turn, (ids, new) in enumerate(run_conversation(p, tokenizer, enable_thinking, answer)):
-                seqs.append(list(ids) + list(new))
-                plens.append(len(ids))
-                meta.append({"id": p.id, "dataset": p.dataset, "turn": turn})
-            bar.update(1)
+        group = range(s * shard_size, min(len(prompts), (s + 1) * shard_size))
+        seqs, plens, meta = _answer_shard(target, tokenizer, prompts, group, sampling, seed, enable_thinking,
+                                          lambda: bar.update(1))
         _write_shard(_shard_path(out, s), seqs, plens, meta)
     bar.close()
     if dist is not None:
         dist.barrier()
     manifest = None
     if dist is None or dist.main:
-        shards = []
-        for s in range(n_shards):
-            seqs, plens, _ = _read_shard(_shard_path(out, s))
-            shards.append({"file": _shard_path(out, s).name, "n_sequences": len(seqs),
-                           "n_tokens": int(sum(len(x) for x in seqs)),
-                           "n_response_tokens": int(sum(len(x) - pl for x, pl in zip(seqs, plens)))})
-        manifest = {"format": FORMAT, "target_fingerprint": fp, "config": run_cfg, "shards": shards,
-                    "n_sequences": sum(x["n_sequences"] for x in shards),
-                    "n_tokens": sum(x["n_tokens"] for x in shards),
-                    "n_response_tokens": sum(x["n_response_tokens"] for x in shards)}
-        atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=1))
+        manifest = _write_manifest(out, n_shards, fp, run_cfg)
     if dist is not None:
         manifest = dist.broadcast(manifest)
         dist.barrier()
+    return manifest
+
+
+def _write_manifest(out: Path, n_shards: int, fp, run_cfg: dict) -> dict:
+    shards = []
+    for s in range(n_shards):
+        seqs, plens, _ = _read_shard(_shard_path(out, s))
+        shards.append({"file": _shard_path(out, s).name, "n_sequences": len(seqs),
+                       "n_tokens": int(sum(len(x) for x in seqs)),
+                       "n_response_tokens": int(sum(len(x) - pl for x, pl in zip(seqs, plens)))})
+    manifest = {"format": FORMAT, "target_fingerprint": fp, "config": run_cfg, "shards": shards,
+                "n_sequences": sum(x["n_sequences"] for x in shards),
+                "n_tokens": sum(x["n_tokens"] for x in shards),
+                "n_response_tokens": sum(x["n_response_tokens"] for x in shards)}
+    atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=1))
     return manifest
 
 

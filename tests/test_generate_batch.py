@@ -1,0 +1,291 @@
+"""``generate_batch`` against its slow twin (tests/reference_generate.py) and the one-request
+decoder: greedy rows equal, sampled rows independent of the batch, the sampled tokens distributed
+as the target says, bad arguments refused; and ``distill_prompts`` writing the same data at any
+batch size."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from llm_helpers import tiny_hybrid, tiny_qwen3  # noqa: E402
+from reference_generate import reference_generate, reference_probs  # noqa: E402
+
+from mfd_theory.llm.decoding.generate import speculative_generate  # noqa: E402
+from mfd_theory.llm.decoding.generate_batch import can_batch, generate_batch, generation_probs  # noqa: E402
+from mfd_theory.llm.models.target import TargetModel  # noqa: E402
+
+LENGTHS = (1, 6, 11, 3, 8, 2, 5)  # prompt lengths: every row padded differently
+NEW = 10
+
+
+def _prompts(vocab: int = 64, lengths=LENGTHS, seed: int = 1) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lengths]
+
+
+def _early_eos(rows: list[list[int]]) -> int:
+    """A token that, taken as EOS, ends the most rows early but not every row."""
+    n = len(rows)
+    ends = Counter(t for r in rows for t in set(r[:-1]))
+    return max((t for t in ends if ends[t] < n), key=lambda t: (ends[t], -t))
+
+
+@pytest.fixture(scope="module", params=["eager", "sdpa"])
+def greedy_case(request):
+    model = tiny_qwen3(attn=request.param)
+    prompts = _prompts()
+    eos = _early_eos([reference_generate(model, p, NEW) for p in prompts])
+    want = [reference_generate(model, p, NEW, eos={eos}) for p in prompts]
+    return model, prompts, eos, want
+
+
+def test_greedy_rows_equal_one_at_a_time(greedy_case):
+    model, prompts, eos, want = greedy_case
+    lengths = [len(w) for w in want]
+    assert min(lengths) < NEW and max(lengths) == NEW, lengths  # EOS ends some rows early, not all
+    ar = [speculative_generate(model, None, p, NEW, "ar", eos_token_id=eos, metrics=False).tokens for p in prompts]
+    assert ar == want
+    for batch in (1, 3, len(prompts)):
+        assert generate_batch(model, prompts, NEW, eos_token_id=eos, batch=batch) == want, batch
+
+
+def test_a_target_model_is_taken_and_its_own_cache_left_alone(greedy_case):
+    model, prompts, eos, want = greedy_case
+    target = TargetModel(model)
+    target.prefill(torch.tensor([1, 2, 3]), hidden=False)
+    assert generate_batch(target, prompts, NEW, eos_token_id=eos, batch=4) == want
+    # the target still continues [1, 2, 3]
+    got = target.verify(5, None, hidden=False).logits[0]
+    with torch.no_grad():
+        torch.testing.assert_close(got, model(input_ids=torch.tensor([[1, 2, 3, 5]])).logits[0, -1].float())
+
+
+def test_finished_rows_are_replaced_while_prompts_wait(greedy_case):
+    """Every one-token (decode) forward holds ``batch`` rows until no prompt waits, then fewer and
+    fewer: a finished row's place goes to the next prompt at once."""
+    model, prompts, eos, want = greedy_case
+    sizes = []
+    hook = model.register_forward_pre_hook(
+        lambda mod, args, kwargs: sizes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+    try:
+        assert generate_batch(model, prompts, NEW, eos_token_id=eos, batch=3) == want
+    finally:
+        hook.remove()
+    decode = [b for b, q in sizes if q == 1 and b > 0]
+    assert decode[0] == 3 and decode == sorted(decode, reverse=True), sizes
+    # every new token but each row's last was fed exactly once (first tokens come from prefills)
+    assert sum(decode) == sum(len(w) - 1 for w in want)
+
+
+def test_a_row_can_end_at_its_first_token():
+    model = tiny_qwen3()
+    prompts = _prompts()
+    first = reference_generate(model, prompts[0], 1)[0]
+    want = [reference_generate(model, p, NEW, eos={first}) for p in prompts]
+    assert want[0] == [first]
+    assert generate_batch(model, prompts, NEW, eos_token_id=first, batch=3) == want
+    assert generate_batch(model, prompts, 1, batch=3) == [reference_generate(model, p, 1) for p in prompts]
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, 0, 1.0), (0.7, 20, 0.8), (1.3, 5, 1.0)])
+def test_sampled_rows_do_not_depend_on_the_batch(temperature, top_k, top_p):
+    model = tiny_qwen3(init_std=0.05)  # flat conditionals: the draws spread over many tokens
+    prompts = _prompts()
+    seeds = [11 * i + 5 for i in range(len(prompts))]
+    kw = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+    want = [reference_generate(model, p, NEW, seed=s, **kw) for p, s in zip(prompts, seeds)]
+    assert len({tuple(w) for w in want}) == len(want)
+    for batch in (1, 3):
+        assert generate_batch(model, prompts, NEW, seeds=seeds, batch=batch, **kw) == want, batch
+    # the other prompts' order does not matter either
+    back = generate_batch(model, prompts[::-1], NEW, seeds=seeds[::-1], batch=3, **kw)
+    assert back[::-1] == want
+    if top_k == 0:  # the one-request decoder's sampler draws the same tokens
+        ar = [speculative_generate(model, None, p, NEW, "ar", temperature=temperature, top_p=top_p, seed=s,
+                                   metrics=False).tokens for p, s in zip(prompts, seeds)]
+        assert ar == want
+
+
+def test_generation_probs_is_the_reference_distribution():
+    logits = torch.randn(6, 50, generator=torch.Generator().manual_seed(3)) * 3
+    logits[0, :4] = logits[0, 4]  # ties at the k-th value are kept
+    for temperature, top_k, top_p in ((1.0, 0, 1.0), (0.7, 20, 0.8), (0.5, 5, 0.3), (2.0, 1, 1.0), (1.0, 80, 0.95)):
+        got = generation_probs(logits, temperature, top_k, top_p)
+        want = torch.stack([reference_probs(row, temperature, top_k, top_p) for row in logits])
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
+
+
+def _continuation_probs(model, prompt, vocab: int, temperature: float, top_k: int, top_p: float) -> np.ndarray:
+    """Exact probability of every three-token continuation of ``prompt`` under the cut distribution."""
+    with torch.no_grad():
+        seqs = torch.tensor([prompt + [a, b] for a in range(vocab) for b in range(vocab)])
+        logits = model(input_ids=seqs).logits.float()
+    n = len(prompt)
+
+    def probs(row):
+        return reference_probs(row, temperature, top_k, top_p).double().numpy()
+
+    out = np.zeros((vocab,) * 3)
+    p1 = probs(logits[0, n - 1])
+    for a in range(vocab):
+        p2 = probs(logits[a * vocab, n])
+        for b in range(vocab):
+            out[a, b] = p1[a] * p2[b] * probs(logits[a * vocab + b, n + 1])
+    return out.reshape(-1)
+
+
+def _pvalue(counts: np.ndarray, probs: np.ndarray) -> float:
+    """Chi-square p-value of ``counts`` against ``probs``: 0 if a cell of probability 0 was seen,
+    else over the other cells, those under 5 expected pooled into one."""
+    from scipy.stats import chisquare
+
+    if counts[probs == 0].sum():
+        return 0.0
+    obs, exp = counts[probs > 0], probs[probs > 0] * counts.sum()
+    small = exp < 5
+    if small.any():
+        obs, exp = np.append(obs[~small], obs[small].sum()), np.append(exp[~small], exp[small].sum())
+    return float(chisquare(obs, exp * obs.sum() / exp.sum()).pvalue)
+
+
+def test_sampled_tokens_follow_the_targets_cut_distribution():
+    """4,000 three-token continuations of one prompt (seeds 0..3999, 64 rows at a time) against
+    the exact distribution over all 125 continuations; the same counts against the distributions
+    without one of the cuts, or at another temperature, are refused: the check sees each."""
+    vocab, n, temperature, top_k, top_p = 5, 4_000, 0.8, 4, 0.7
+    model = tiny_qwen3(vocab_size=vocab, init_std=0.1)
+    prompt = [1, 2, 3]
+    rows = generate_batch(model, [prompt] * n, 3, temperature=temperature, top_k=top_k, top_p=top_p,
+                          seeds=list(range(n)), batch=64)
+    counts = np.bincount([(a * vocab + b) * vocab + c for a, b, c in rows], minlength=vocab ** 3).astype(float)
+    cut = _continuation_probs(model, prompt, vocab, temperature, top_k, top_p)
+    assert counts[cut == 0].sum() == 0  # nothing outside the cut is ever drawn
+    assert _pvalue(counts, cut) > 1e-3
+    for k, p in ((0, 1.0), (top_k, 1.0), (0, top_p)):  # each cut alone removes real mass, and the check notices
+        other = _continuation_probs(model, prompt, vocab, temperature, k, p)
+        assert np.abs(other - cut).sum() > 0.1 and _pvalue(counts, other) < 1e-6, (k, p)
+    # the temperature matters too
+    assert _pvalue(counts, _continuation_probs(model, prompt, vocab, 1.0, top_k, top_p)) < 1e-6
+
+
+def test_a_hybrid_target_runs_one_row_at_a_time():
+    model = tiny_hybrid()
+    prompts = _prompts(lengths=(3, 5, 1))
+    assert not can_batch(model) and can_batch(tiny_qwen3())
+    want = [speculative_generate(model, None, p, 6, "ar", metrics=False).tokens for p in prompts]
+    assert generate_batch(model, prompts, 6, batch=1) == want
+    with pytest.raises(ValueError, match=r"^batch: must be 1 .*Gated DeltaNet"):
+        generate_batch(model, prompts, 6, batch=2)
+
+
+BAD = [  # (arguments changed from two good prompts and 8 new tokens, the name the error starts with)
+    (dict(max_new_tokens=0), "max_new_tokens"),
+    (dict(max_new_tokens=2.5), "max_new_tokens"),
+    (dict(temperature=-1.0), "temperature"),
+    (dict(temperature=float("nan")), "temperature"),
+    (dict(top_k=-1), "top_k"),
+    (dict(top_k=1.5), "top_k"),
+    (dict(top_p=0.0), "top_p"),
+    (dict(top_p=1.5), "top_p"),
+    (dict(batch=0), "batch"),
+    (dict(batch=True), "batch"),
+    (dict(temperature=1.0), "seeds"),  # sampling without seeds
+    (dict(temperature=1.0, seeds=[1]), "seeds"),  # one seed for two prompts
+    (dict(temperature=1.0, seeds="12"), "seeds"),
+    (dict(seeds=[-1, 0]), r"seeds\[0\]"),
+    (dict(seeds=[0, 2 ** 64]), r"seeds\[1\]"),
+    (dict(prompts=[]), "prompts"),
+    (dict(prompts=[[1], []]), r"prompts\[1\]"),
+    (dict(prompts=[[1], [64]]), r"prompts\[1\]"),
+    (dict(prompts=[[1.5]]), r"prompts\[0\]"),
+    (dict(prompts=[[1] * 60]), r"prompts\[0\]: max_new_tokens"),  # past the context of 64
+    (dict(eos_token_id=[64]), "eos_token_id"),
+    (dict(on_finish="x"), "on_finish"),
+]
+
+
+@pytest.mark.parametrize("kwargs,name", BAD, ids=[f"{i}-{n.split(':')[0]}" for i, (_, n) in enumerate(BAD)])
+def test_bad_arguments_are_refused_naming_them(kwargs, name):
+    model = tiny_qwen3(max_position_embeddings=64)
+    args = {"prompts": [[1, 2], [3]], "max_new_tokens": 8, **kwargs}
+    with pytest.raises(ValueError, match=f"^{name}: "):
+        generate_batch(model, args.pop("prompts"), args.pop("max_new_tokens"), **args)
+    with pytest.raises(ValueError, match="^hf_model: "):
+        generate_batch(object(), [[1]], 4)
+
+
+# ---------------------------------------------------------------------------------- distill
+@pytest.fixture(scope="module")
+def distill_case(tmp_path_factory):
+    from pipeline_helpers import save_tiny_target, write_prompts
+
+    from mfd_theory.commands.pipeline.distill_run import load_target
+    from mfd_theory.llm.training.prompts import read_prompt_files
+
+    root = tmp_path_factory.mktemp("distill_batch")
+    model, tok = load_target(save_tiny_target(root / "target"))
+    prompts = read_prompt_files(write_prompts(root / "prompts"))
+    assert any(p.turns for p in prompts)  # a multi-turn prompt: its second turn holds the first answer
+    return root, model, tok, prompts
+
+
+def _distill(case, name, **kw):
+    from mfd_theory.llm.training.distill import distill_prompts, load_distill_data
+
+    root, model, tok, prompts = case
+    out = root / name
+    args = dict(max_new_tokens=12, temperature=1.0, seed=3, enable_thinking=False, config={}, shard_size=3,
+                progress=False)
+    distill_prompts(model, tok, prompts, out, **{**args, **kw})
+    seqs, plens, _ = load_distill_data(out)
+    return out, [s.tolist() for s in seqs], plens.tolist()
+
+
+def test_distill_data_do_not_depend_on_the_batch_and_are_the_one_at_a_time_answers(distill_case):
+    from mfd_theory.llm.training.prompts import run_conversation
+
+    _, model, tok, prompts = distill_case
+    want_seqs, want_plens = [], []
+    for g, p in enumerate(prompts):
+        def answer(ids, turn, g=g):
+            return speculative_generate(model, None, ids, 12, "ar", temperature=1.0, seed=3 * 1_000_003 + 1000 * g + turn,
+                                        metrics=False).tokens
+        for ids, new in run_conversation(p, tok, False, answer):
+            want_seqs.append(ids + new)
+            want_plens.append(len(ids))
+    outs = []
+    for batch in (1, 2, 16):
+        out, seqs, plens = _distill(distill_case, f"b{batch}", batch=batch)
+        assert (seqs, plens) == (want_seqs, want_plens), batch
+        outs.append(out)
+        assert "batch" not in json.loads((out / "train_config.json").read_text())
+    for shard in sorted(outs[0].glob("shard-*.safetensors")):
+        assert all((o / shard.name).read_bytes() == shard.read_bytes() for o in outs[1:]), shard.name
+
+
+def test_distill_top_k_and_top_p_cut_the_draws_and_are_recorded(distill_case):
+    _, greedy, greedy_plens = _distill(distill_case, "greedy", temperature=0.0)
+    out, top1, plens = _distill(distill_case, "top1", top_k=1)  # T = 1, but only the likeliest token
+    assert (top1, plens) == (greedy, greedy_plens)
+    saved = json.loads((out / "train_config.json").read_text())
+    assert saved["top_k"] == 1 and "top_p" not in saved
+    out, tiny_p, _ = _distill(distill_case, "p", top_p=1e-6)  # a nucleus of the top token alone
+    assert tiny_p == greedy and json.loads((out / "train_config.json").read_text())["top_p"] == 1e-6
+    _, plain, _ = _distill(distill_case, "plain")
+    assert plain != greedy
+    saved = json.loads((distill_case[0] / "plain" / "train_config.json").read_text())
+    assert "top_k" not in saved and "top_p" not in saved  # off: the record of a directory made before them
+
+
+def test_distill_refuses_bad_sampling_settings(distill_case):
+    for kw, name in ((dict(batch=0), "batch"), (dict(top_k=-2), "top_k"), (dict(top_p=2.0), "top_p")):
+        with pytest.raises(ValueError, match=f"^{name}: "):
+            _distill(distill_case, "bad", **kw)
+    assert not (distill_case[0] / "bad").exists()
