@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -187,3 +188,15 @@ def test_the_walk_is_the_targets_own_distribution_on_a_real_target(smol_dir):
     tree = oracle_tree_of(TargetScorer(model, p, 3, 1.0, 1024), 16, 16)
     res = walk_chi_square(model, p, tree, n=2000, seed=0)
     assert res["cells"] > 10 and res["pvalue"] > 1e-3
+
+
+def test_reproduce_runs_real_where_the_report_block_and_headline_read_it():
+    from mfd_theory.commands.report import BLOCKS
+    from mfd_theory.commands.report.headline import REAL
+    from mfd_theory.commands.reproduce import STEPS, plan
+
+    argv = next(a for _, module, a in STEPS if module == "mfd_theory.commands.experiments.real")
+    out = Path(argv[argv.index("--out") + 1])
+    assert Path("results") / BLOCKS["real"][0] == out / "real.json" == Path("results") / REAL
+    last = plan(2)[0][-1]
+    assert last[1] == "mfd_theory.commands.experiments.real" and last[3] == "run"

@@ -1,4 +1,4 @@
-"""``mfd reproduce``: the main job, about 80 minutes on a 2-core CPU (install excluded; measured 2026-12-02): every experiment from its preset file into ``results/``, the notebooks' figures into ``paper_figs/``, then ``mfd report``, which rewrites the result blocks of README.md and ``docs/``.
+"""``mfd reproduce``: the main job, about 80 minutes on a 2-core CPU (install excluded; measured 2026-12-02, before the real targets' step, which adds about 20 minutes more, not yet measured end to end): every experiment from its preset file into ``results/``, the notebooks' figures into ``paper_figs/``, then ``mfd report``, which rewrites the result blocks of README.md and ``docs/``.
 
 Runs every experiment from its preset file (``experiments/<command>/<preset>.toml``) into
 ``results/`` (each skips work already saved), executes the notebooks, which draw the figures
@@ -41,8 +41,10 @@ E2E = ("end to end", "mfd_theory.commands.experiments.e2e", ["--preset", "defaul
 HYBRID = ("end to end, hybrid target", "mfd_theory.commands.experiments.e2e", ["--preset", "hybrid", "--out", "results/hybrid"])
 OWN = ("own target", "mfd_theory.commands.experiments.own_target", ["--preset", "default", "--out", "results/own_target"])
 NATURAL = ("natural text", "mfd_theory.commands.experiments.natural", ["--preset", "default", "--out", "results/natural"])
+#: the shipped real targets (untimed: the lossless check and the ceiling), last, alone, on every core
+REAL = ("real targets", "mfd_theory.commands.experiments.real", ["--preset", "reproduce", "--out", "results/real"])
 #: every step, in the order one core runs them (``--jobs 1``)
-STEPS: list[tuple[str, str, list[str]]] = [*THEORY, E2E, HYBRID, OWN, NATURAL]
+STEPS: list[tuple[str, str, list[str]]] = [*THEORY, E2E, HYBRID, OWN, NATURAL, REAL]
 #: steps with a --threads option (torch threads for training) and a --prepare-only option
 #: (everything before the timed evaluation: training, and natural's ceiling)
 THREADED = {E2E[0], HYBRID[0], OWN[0], NATURAL[0]}
@@ -61,7 +63,7 @@ def plan(jobs: int) -> list[list[tuple[str, str, list[str], str]]]:
     # balanced on the run of 2026-12-01: e2e's three drafter sets and the theory (about 21 min)
     # against the hybrid's one set and natural's target, ceiling and drafters (about 25 min)
     return [[(*E2E, "prepare"), *((*s, "run") for s in THEORY),
-             (*E2E, "run"), (*HYBRID, "run"), (*OWN, "run"), (*NATURAL, "run")],
+             (*E2E, "run"), (*HYBRID, "run"), (*OWN, "run"), (*NATURAL, "run"), (*REAL, "run")],
             [(*HYBRID, "prepare"), (*NATURAL, "prepare")]]
 
 

@@ -38,7 +38,8 @@ STAGES = ("prompts", "lossless", "ceiling")
 
 @dataclasses.dataclass(frozen=True)
 class RealConfig(Checked):
-    """Defaults (``--preset default``): sized for about 30 minutes on 2 CPU cores (docs/real-targets.md)."""
+    """Defaults (``--preset default``): the full check, over an hour on 2 CPU cores; ``--preset reproduce``
+    is what mfd reproduce runs (experiments/README.md says how each is sized)."""
 
     targets: tuple[str, ...] = opt(tuple(SHIPPED), "shipped targets to measure, the first is the main one",
                                    choices=tuple(SHIPPED))
