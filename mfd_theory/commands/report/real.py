@@ -136,4 +136,7 @@ def headline_rows(data: dict, link: str) -> list[str]:
 def _short(c: dict | None) -> str:
     if not c:
         return "-"
-    return f"{100 * c['gain']:+.0f}% [{100 * c['lo']:+.0f}, {100 * c['hi']:+.0f}] {c['verdict']}"
+    def pct(x: float) -> str:  # a few prompts give intervals too wide to print as numbers
+        return f"{100 * x:+.0f}" if x < 10 else ">+999"
+
+    return f"{100 * c['gain']:+.0f}% [{pct(c['lo'])}, {pct(c['hi'])}] {c['verdict']}"
