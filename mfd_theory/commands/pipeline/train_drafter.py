@@ -47,6 +47,12 @@ class TrainDrafterConfig(TargetOptions):
     mask_token_id: int | None = opt(None, "the drafter's mask token id",
                                     unset="the tokenizer's mask token; without one, the id published drafters use "
                                           "for this vocabulary, else the last id, with a warning")
+    draft_vocab: int = opt(0, "draft only the N tokens most frequent in the data's answers (ties to the lower id), "
+                              "stored as d2t / t2d in the checkpoint (EAGLE-3's layout); 0: the whole vocabulary",
+                           ge=0)
+    init_layers: str = opt("random", "a new drafter's layers: random, or target (the D draft layers start as copies "
+                                     "of the target's last D layers: attention, MLP, norms)",
+                           choices=("random", "target"))
     mode_noise: float = opt(0.1, "with --init-from and K > 1: std of the mode embeddings relative to the target's "
                                  "embedding rms (0 starts exactly at the checkpoint, but identical modes then get "
                                  "identical gradients and never separate)", ge=0)
@@ -57,6 +63,11 @@ class TrainDrafterConfig(TargetOptions):
             raise ValueError(f"--modes: a dartree (Domino) drafter has one mode, got --modes {self.modes}")
         if self.rank is not None and (self.kind != "dartree" or self.rank < 1):
             raise ValueError(f"--rank: an integer >= 1, and only with --kind dartree (got {self.rank}, kind {self.kind})")
+        if self.init_from is not None and (self.draft_vocab or self.init_layers != "random"):
+            raise ValueError("--draft-vocab / --init-layers: only for a new drafter (an --init-from checkpoint keeps "
+                             "its own vocabulary and weights)")
+        if self.draft_vocab == 1:
+            raise ValueError("--draft-vocab: a draft vocabulary needs at least 2 tokens (0: the whole vocabulary)")
         if self.mask_token_id is not None and (self.mask_token_id < 0 or self.init_from is not None):
             raise ValueError(f"--mask-token-id: must be a token id >= 0 and is not used with "
                              f"--init-from (the checkpoint has its own), got {self.mask_token_id}")

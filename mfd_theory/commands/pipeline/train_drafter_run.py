@@ -7,6 +7,7 @@ import json
 import warnings
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from mfd_theory.commands.pipeline._target import say
@@ -19,7 +20,8 @@ from mfd_theory.llm.measure.predict import prompt_digest
 from mfd_theory.results import atomic_write_text
 from mfd_theory.validation import make_out_dir
 
-__all__ = ["DISTILLED_PROMPTS", "distilled_prompts", "train", "write_distilled_prompts"]
+__all__ = ["DISTILLED_PROMPTS", "distilled_prompts", "frequent_tokens", "init_layers_from_target", "train",
+           "write_distilled_prompts"]
 
 
 def train(config, data, out_dir, progress: bool = True) -> list[dict]:
@@ -34,7 +36,19 @@ def train(config, data, out_dir, progress: bool = True) -> list[dict]:
             raise ValueError(f"--data: {config.data} was distilled from another target (fingerprint "
                              f"{manifest.get('target_fingerprint')}, this target's is {fp}; data distilled "
                              "before the fingerprint's version 2 records an older one: distill again)")
-        drafter = _from_checkpoint(config, target) if config.init_from is not None else _new(config, target, tok)
+        vocab_note = None
+        if config.init_from is not None:
+            drafter = _from_checkpoint(config, target)
+        else:
+            drafter = _new(config, target, tok)
+            if config.init_layers == "target":
+                init_layers_from_target(drafter, target)
+            if config.draft_vocab:
+                ids, vocab_note = frequent_tokens(seqs, plens, config.draft_vocab,
+                                                  int(target.get_input_embeddings().num_embeddings))
+                drafter.set_draft_vocab(ids)
+                say(dist, f"draft vocabulary: {len(ids)} tokens cover {vocab_note['coverage']:.1%} of the "
+                          f"{vocab_note['answer_tokens']} answer tokens")
         drafter = drafter.float()  # float32 weights for the optimizer, whatever the target's dtype
         out = make_out_dir(out_dir, "--out")  # every check passed: now the run directory is made
         K = config.modes
@@ -46,7 +60,9 @@ def train(config, data, out_dir, progress: bool = True) -> list[dict]:
             objective=config.objective, wta_eps=config.wta_eps)
         extra = {"kind": config.kind, "rank": getattr(drafter, "correction_rank", None),
                  "init_from": None if config.init_from is None else str(Path(config.init_from).resolve()),
-                 "mode_noise": config.mode_noise if config.init_from is not None and K > 1 else None}
+                 "mode_noise": config.mode_noise if config.init_from is not None and K > 1 else None,
+                 "init_layers": config.init_layers if config.init_from is None else None,
+                 "draft_vocab": vocab_note}
         curve = train_drafter(target, drafter, seqs, plens, out, cfg, progress=progress, dist=dist, extra_config=extra)
         if dist.main and (out / "drafter").is_dir():
             write_distilled_prompts(out / "drafter", seqs, plens)
@@ -80,6 +96,48 @@ def distilled_prompts(directory: Path) -> set[str]:
         return set(json.loads(path.read_text())["sha256"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"--drafter: unreadable {path}: {exc}") from exc
+
+
+def frequent_tokens(seqs, plens, n: int, vocab: int) -> tuple[list[int], dict]:
+    """The ``n`` target ids most frequent in the answers (each sequence after its prompt), ties to
+    the lower id, and a note of what they cover: ``{"size", "answer_tokens", "coverage", "distinct"}``
+    (coverage: the share of answer tokens among them). Fewer than ``n`` distinct answer tokens:
+    the rest are the lowest ids not seen, so the vocabulary has ``n`` entries."""
+    counts = np.zeros(vocab, dtype=np.int64)
+    for s, p in zip(seqs, plens):
+        a = np.asarray(s[int(p):], dtype=np.int64)
+        if a.size and (a.min() < 0 or a.max() >= vocab):
+            raise ValueError(f"--data: a token id outside the target's {vocab}-token vocabulary")
+        counts += np.bincount(a, minlength=vocab)
+    n = min(int(n), vocab)
+    order = np.lexsort((np.arange(vocab), -counts))  # by count down, then id up
+    ids = np.sort(order[:n])
+    total = int(counts.sum())
+    note = {"size": int(n), "answer_tokens": total, "distinct": int((counts > 0).sum()),
+            "coverage": float(counts[ids].sum() / total) if total else 0.0}
+    return [int(i) for i in ids], note
+
+
+def init_layers_from_target(drafter, target) -> None:
+    """Start the D draft layers as copies of the target's last D layers (draft layer j from target
+    layer n - D + j), the layers that turn its hidden states into next-token predictions:
+    attention projections (biases where both have them), MLP and the two layer norms. A draft
+    layer's q / k norms (Qwen3's) have no counterpart in a Qwen2 or Llama layer and stay at one;
+    a Qwen2 layer's q / k / v biases have none in the draft layer and are left out."""
+    hf = getattr(target, "model", target)
+    layers = hf.model.layers if hasattr(hf, "model") else hf.layers
+    first = len(layers) - len(drafter.layers)
+    if first < 0:
+        raise ValueError(f"--init-layers: the drafter has {len(drafter.layers)} layers, the target only {len(layers)}")
+    with torch.no_grad():
+        for j, layer in enumerate(drafter.layers):
+            src = layers[first + j].state_dict()
+            mine = layer.state_dict()
+            copied = {k: v for k, v in src.items() if k in mine and mine[k].shape == v.shape}
+            if not any(k.startswith("self_attn.q_proj") for k in copied) or not any(k.startswith("mlp.") for k in copied):
+                raise ValueError(f"--init-layers: target layer {first + j} has no attention or MLP "
+                                 f"weights of the draft layer's shapes (it holds {sorted(src)[:4]}...)")
+            layer.load_state_dict(copied, strict=False)
 
 
 def _from_checkpoint(config, target):

@@ -94,7 +94,11 @@ class DominoDrafter(BlockDrafter):
         for d in range(h.shape[1]):
             state = self.correction.step(state, emb[:, d], h[:, d])
             deltas.append(self.correction.delta(state))
-        return torch.log_softmax(log_q + torch.stack(deltas, dim=1), dim=-1)  # [B, L, V]
+        delta = torch.stack(deltas, dim=1)  # [B, L, V]
+        if self._reduced_output:  # log_q covers the draft vocabulary only (reduced_output)
+            delta = delta.index_select(-1, self.draft_vocab.to(delta.device))
+        # outside a draft vocabulary log_q is -inf and stays so: those tokens are never drafted
+        return torch.log_softmax(log_q + delta, dim=-1)  # [B, L, V] (or [B, L, V'])
 
     # ------------------------------------------------------------------ drafting
     def last_block_states(self) -> torch.Tensor:
@@ -169,6 +173,8 @@ def domino_from_checkpoint(directory, target: Any, rank: int | None = None) -> D
                          "drafter starts from a single-mode (DFlash) drafter")
     drafter = DominoDrafter(base.config, _hf_model(target), rank)
     state = {n: v for n, v in base.state_dict().items() if not n.startswith("rotary_emb.")}
+    if base.d2t is not None:
+        drafter.set_draft_vocab(base.draft_vocab)
     missing, unexpected = drafter.load_state_dict(state, strict=False)
     left = [m for m in missing if not m.startswith(("rotary_emb.", "correction."))]
     if left or unexpected:

@@ -289,12 +289,66 @@ class BlockDrafter(nn.Module, DrafterBase):
         # K > 1 drafting: True folds the modes into one attention call (one read of the context),
         # False attends mode by mode, None picks by device (fold off CPU); see _DraftAttention.
         self.fold_modes: bool | None = None
+        # A reduced draft vocabulary (EAGLE-3 / SpecForge's d2t / t2d): None drafts the whole one.
+        self.register_buffer("d2t", None)
+        self.register_buffer("t2d", None)
+        self._reduced_output = False  # training: log-probs over the draft vocabulary only
+        self._head_rows: tuple | None = None  # (key, weight rows, bias rows) of the draft vocabulary
         self.reset()
 
     # ------------------------------------------------------------------ shared pieces
     @property
     def L(self) -> int:
         return self.block_size - 1
+
+    # ------------------------------------------------------------------ reduced draft vocabulary
+    @property
+    def draft_vocab(self) -> torch.Tensor | None:
+        """Target token ids the drafter can draft, ascending [V'] (draft id i is target id
+        ``i + d2t[i]``), or None when it drafts the target's whole vocabulary."""
+        if self.d2t is None:
+            return None
+        return self.d2t + torch.arange(len(self.d2t), device=self.d2t.device)
+
+    def set_draft_vocab(self, token_ids) -> None:
+        """Draft only ``token_ids`` (target ids; sorted and made unique here): the logits are the
+        target head's rows of those ids, every other token gets log-probability -inf and is never
+        drafted. Stored as the buffers ``d2t`` (int64 [V'], draft id -> target id offset) and
+        ``t2d`` (bool [V], the target ids drafted), EAGLE-3's and SpecForge's layout."""
+        vocab = int(self.config.vocab_size)
+        ids = torch.as_tensor(token_ids)
+        if ids.dim() != 1 or ids.numel() < 2 or ids.is_floating_point() or ids.dtype == torch.bool:
+            raise ValueError(f"draft_vocab: expected a 1-D list of at least 2 integer token ids, got "
+                             f"{tuple(ids.shape)} of {ids.dtype}")
+        ids = torch.unique(ids.long().cpu(), sorted=True)
+        if int(ids[0]) < 0 or int(ids[-1]) >= vocab:
+            raise ValueError(f"draft_vocab: token ids must lie in [0, {vocab}), got {int(ids[0])}..{int(ids[-1])}")
+        dev = self.fc.weight.device
+        t2d = torch.zeros(vocab, dtype=torch.bool)
+        t2d[ids] = True
+        self.register_buffer("d2t", (ids - torch.arange(len(ids))).to(dev))
+        self.register_buffer("t2d", t2d.to(dev))
+        self._head_rows = None
+
+    def draft_index(self, target_ids: torch.Tensor) -> torch.Tensor:
+        """Draft id of each target id (same shape), -1 for a token outside the draft vocabulary;
+        the identity when the drafter drafts the whole vocabulary."""
+        if self.t2d is None:
+            return target_ids
+        index = torch.cumsum(self.t2d.long(), 0) - 1  # [V]: draft id where t2d holds
+        return torch.where(self.t2d[target_ids], index[target_ids], torch.full_like(target_ids, -1))
+
+    def _draft_head(self, head) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The target head's weight (and bias) rows of the draft vocabulary, gathered once per
+        head tensor, device and dtype."""
+        weight = head.weight
+        key = (weight.data_ptr(), weight.device, weight.dtype, self.d2t.data_ptr())
+        if self._head_rows is None or self._head_rows[0] != key:
+            ids = self.draft_vocab.to(weight.device)
+            bias = getattr(head, "bias", None)
+            rows = weight.detach().index_select(0, ids)
+            self._head_rows = (key, rows, bias.detach().index_select(0, ids) if bias is not None else None)
+        return self._head_rows[1], self._head_rows[2]
 
     def fuse_hidden(self, hidden_states) -> torch.Tensor:
         """Context features [B, T, H] from the target's HF ``hidden_states`` tuple."""
@@ -329,16 +383,45 @@ class BlockDrafter(nn.Module, DrafterBase):
 
     def _log_probs(self, h: torch.Tensor) -> torch.Tensor:
         head = self._lm_head  # the target's, frozen: gradients reach h but never the head
-        bias = head.bias.detach() if getattr(head, "bias", None) is not None else None
+        if self.d2t is None:
+            weight = head.weight.detach()
+            bias = head.bias.detach() if getattr(head, "bias", None) is not None else None
+        else:
+            weight, bias = self._draft_head(head)  # [V', H]: only the draft vocabulary's rows
         # One 2-D matmul over all rows: a sliced 3-D input (h[:, 1:]) would go through a batched
         # matmul with the head broadcast per batch row, ~1.4x slower at K = 4 on CPU.
-        rows = h.reshape(-1, h.shape[-1]).to(head.weight.dtype)  # [B*K*L, H]
-        logits = F.linear(rows, head.weight.detach(), bias).float().view(*h.shape[:-1], -1)  # [..., V]
+        rows = h.reshape(-1, h.shape[-1]).to(weight.dtype)  # [B*K*L, H]
+        logits = F.linear(rows, weight, bias).float().view(*h.shape[:-1], -1)  # [..., V or V']
         if self.output_multiplier != 1.0:
             logits = logits * self.output_multiplier
         if self.logit_softcap > 0:
             logits = torch.tanh(logits / self.logit_softcap) * self.logit_softcap
-        return torch.log_softmax(logits, dim=-1)
+        log_q = torch.log_softmax(logits, dim=-1)
+        if self.d2t is None or self._reduced_output:
+            return log_q
+        return self.to_target_vocab(log_q)
+
+    def to_target_vocab(self, log_q: torch.Tensor) -> torch.Tensor:
+        """Log-probs over the draft vocabulary [..., V'] as log-probs over the target's [..., V]
+        (-inf outside the draft vocabulary); unchanged when the drafter drafts the whole one."""
+        if self.d2t is None:
+            return log_q
+        full = log_q.new_full((*log_q.shape[:-1], int(self.config.vocab_size)), float("-inf"))
+        return full.index_copy_(-1, self.draft_vocab.to(log_q.device), log_q)
+
+    def reduced_output(self, on: bool = True):
+        """Context manager: inside it, the training forwards return log-probs over the draft
+        vocabulary [..., V'] (label ids through :meth:`draft_index`), the cheap form a loss needs."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def scope():
+            before, self._reduced_output = self._reduced_output, bool(on) and self.d2t is not None
+            try:
+                yield self
+            finally:
+                self._reduced_output = before
+        return scope()
 
     def _readout(self, h: torch.Tensor, batch: int) -> torch.Tensor:
         """log pi [batch, K] from final block states [batch*K, S, H]."""
@@ -495,6 +578,10 @@ class BlockDrafter(nn.Module, DrafterBase):
             dcfg["num_modes"] = self.num_modes
         else:
             dcfg.pop("num_modes", None)
+        if self.d2t is not None:
+            cfg["draft_vocab_size"] = int(len(self.d2t))
+        else:
+            cfg.pop("draft_vocab_size", None)
         cfg["dflash_config"] = dcfg
         # Which target the drafter was built on: load_drafter refuses the checkpoint for another one.
         cfg["target_fingerprint"] = target_fingerprint(self._target)
@@ -751,7 +838,7 @@ DRAFTER_KINDS = ("dflash", "dartree")
 
 def build_drafter(target: Any, block_size: int, num_layers: int, num_modes: int = 1, seed: int = 0, *,
                   mask_token_id: int | None = None, target_layer_ids: list[int] | None = None,
-                  kind: str = "dflash", rank: int | None = None) -> BlockDrafter:
+                  kind: str = "dflash", rank: int | None = None, draft_vocab=None) -> BlockDrafter:
     """A randomly initialised drafter sized to ``target`` (BlockDrafter if num_modes == 1, else MFD).
 
     ``kind="dartree"`` builds a Domino drafter (:mod:`mfd_theory.llm.models.domino`): the same backbone
@@ -759,7 +846,8 @@ def build_drafter(target: Any, block_size: int, num_layers: int, num_modes: int 
 
     ``mask_token_id`` defaults to the id z-lab's published drafters use for the target's tokenizer
     (151669 for Qwen3's 151,936-token vocabulary, 248070 for Qwen3.5/3.6's 248,320), otherwise to
-    the last id of the vocabulary. Hybrid targets (Qwen3.5, Qwen3-Next) get the same Qwen3 draft
+    the last id of the vocabulary. ``draft_vocab`` (target token ids) restricts what it drafts
+    (:meth:`BlockDrafter.set_draft_vocab`). Hybrid targets (Qwen3.5, Qwen3-Next) get the same Qwen3 draft
     layers; ``target_layer_ids`` index the hybrid stack's ``hidden_states`` as for Qwen3.
     Placed on the target's device and dtype.
     """
@@ -796,6 +884,8 @@ def build_drafter(target: Any, block_size: int, num_layers: int, num_modes: int 
         if name == "mode_gate":  # zero: uniform mixture weights to start
             continue
         p.data.copy_(torch.randn(p.shape, generator=gen) * std)
+    if draft_vocab is not None:
+        drafter.set_draft_vocab(draft_vocab)
     return drafter.to(device=param.device, dtype=param.dtype)
 
 
@@ -840,6 +930,7 @@ def load_drafter(directory, target: Any, dtype: torch.dtype | None = None) -> Bl
     else:
         drafter = BlockDrafter(cfg, hf)
     state = {k: v for k, v in state.items() if not k.startswith("rotary_emb.")}
+    _take_draft_vocab(drafter, state, raw, directory)
     missing, unexpected = drafter.load_state_dict(state, strict=False)
     missing = [m for m in missing if not m.startswith("rotary_emb.")]
     if missing or unexpected:
@@ -850,6 +941,28 @@ def load_drafter(directory, target: Any, dtype: torch.dtype | None = None) -> Bl
         warnings.warn(f"{directory}: {gate_note}", stacklevel=2)
     param = next(hf.parameters())
     return drafter.to(device=param.device, dtype=dtype or param.dtype)
+
+
+def _take_draft_vocab(drafter: BlockDrafter, state: dict, raw: dict, directory: Path) -> None:
+    """A checkpoint's reduced draft vocabulary (``d2t`` and ``t2d``, both or neither, consistent
+    with each other and with ``draft_vocab_size``) set on ``drafter`` before its weights load."""
+    has = [n for n in ("d2t", "t2d") if n in state]
+    if not has:
+        if raw.get("draft_vocab_size") not in (None, raw.get("vocab_size")):
+            raise ValueError(f"directory: {directory} says draft_vocab_size {raw['draft_vocab_size']} but holds no d2t")
+        return
+    if len(has) == 1:
+        raise ValueError(f"directory: {directory} holds {has[0]} without {({'d2t', 't2d'} - set(has)).pop()}")
+    d2t, t2d = state["d2t"].long(), state["t2d"].bool()
+    ids = d2t + torch.arange(len(d2t))
+    if t2d.shape != (int(drafter.config.vocab_size),) or int(t2d.sum()) != len(ids) or (
+            len(ids) and not bool(t2d[ids.clamp(0, len(t2d) - 1)].all())) or not bool((ids[1:] > ids[:-1]).all()):
+        raise ValueError(f"directory: {directory}'s d2t ({len(d2t)} ids) and t2d ({int(t2d.sum())} set of "
+                         f"{t2d.numel()}) do not describe the same ascending draft vocabulary")
+    if raw.get("draft_vocab_size") not in (None, len(ids)):
+        raise ValueError(f"directory: {directory} says draft_vocab_size {raw['draft_vocab_size']}, its d2t has {len(ids)}")
+    drafter.set_draft_vocab(ids)
+    state["d2t"], state["t2d"] = drafter.d2t.cpu(), drafter.t2d.cpu()
 
 
 def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
@@ -984,6 +1097,8 @@ def drafter_from_checkpoint(directory, target: Any, num_modes: int = 1) -> Block
     hf = _hf_model(target)
     drafter = MFDDrafter(cfg, hf, k)
     state = {n: v for n, v in base.state_dict().items() if not n.startswith("rotary_emb.")}
+    if base.d2t is not None:
+        drafter.set_draft_vocab(base.draft_vocab)
     missing, unexpected = drafter.load_state_dict(state, strict=False)
     left = [m for m in missing if not m.startswith("rotary_emb.") and m not in ("mode_embed", "mode_gate")]
     if left or unexpected:

@@ -545,7 +545,7 @@ def position_weights(n: int, gamma: float) -> torch.Tensor:
 
 
 def block_loss(out, labels: torch.Tensor, weights: torch.Tensor, balance: float = 0.0, objective: str = "mixture",
-               wta_eps: float = 0.05):
+               wta_eps: float = 0.05, keep: torch.Tensor | None = None):
     """Loss of a drafter's training output against the target's block ``labels`` [B, L].
 
     ``out`` is log-probs [B, L, V] (product drafter: weighted per-position cross-entropy) or
@@ -555,21 +555,34 @@ def block_loss(out, labels: torch.Tensor, weights: torch.Tensor, balance: float 
     is highest, with a share ``wta_eps`` of the block spread evenly over the other modes (the
     guard against modes that never win), and pi learns which mode won (cross-entropy); ``balance``
     is the mixture's only. All are normalised by ``sum(weights)`` so the numbers are per weighted
-    position and comparable across K and objectives. Returns (loss, logs).
+    position and comparable across K and objectives. ``keep`` (bool [B, L]) drops the positions
+    it marks False from the likelihood (a label outside a drafter's reduced vocabulary: such a
+    drafter can never draft it, so it learns nothing from it). Returns (loss, logs).
     """
     # mixture: the exact log-sum-exp, whose gradient pulls each mode by its posterior responsibility
     # (EM's); plain winner-take-all starves the modes that lose early (the classic route to dead
     # modes), hence the balance term here and the eps-share in "wta".
     wsum = weights.sum()
+    if keep is not None:
+        keep = keep.to(torch.bool)
+        labels = torch.where(keep, labels, torch.zeros_like(labels))   # any valid index; weighted 0
     if isinstance(out, torch.Tensor):
         ll = out.gather(-1, labels.unsqueeze(-1)).squeeze(-1)          # [B, L]
+        if keep is not None:
+            ll = ll * keep
         loss = -(ll * weights).sum(-1).mean() / wsum
-        acc = (out.argmax(-1) == labels).float().mean(0)               # [L]
-        return loss, {"acc1": float(acc[0]), "nll": float(loss.detach())}
+        hit = out.argmax(-1) == labels                                 # [B, L]
+        if keep is None:
+            acc1 = float(hit[:, 0].float().mean())
+        else:
+            acc1 = float((hit[:, 0] & keep[:, 0]).sum()) / max(1, int(keep[:, 0].sum()))
+        return loss, {"acc1": acc1, "nll": float(loss.detach())}
     log_pi, log_q = out
     K = log_q.shape[1]
     idx = labels[:, None, :, None].expand(-1, K, -1, 1)                # [B, K, L, 1]
     ll = log_q.gather(-1, idx).squeeze(-1)                             # [B, K, L]
+    if keep is not None:
+        ll = ll * keep[:, None, :]
     if objective == "wta":
         return _wta_loss(log_pi, (ll * weights).sum(-1), wsum, wta_eps)
     check_choice("objective", objective, OBJECTIVES)
@@ -684,6 +697,7 @@ def train_drafter(
     stop_after: int | None = None,
     dist=None,
     extra_config: dict | None = None,
+    features: "TargetFeatures | None" = None,
 ) -> list[dict]:
     """Self-distil ``drafter`` on the target's own sequences; the one drafter trainer.
 
@@ -699,7 +713,10 @@ def train_drafter(
 
     Returns the loss curve; the finished drafter is saved in DFlash's format under
     ``run_dir/drafter`` with ``target_fingerprint.json`` beside it. ``extra_config`` is recorded
-    in the run config (for example where the drafter was initialised from).
+    in the run config (for example where the drafter was initialised from). ``features``: the
+    target's hidden states of exactly these sequences, computed once by the caller and shared by
+    every drafter it trains on them (:class:`TargetFeatures`; they must hold the layers this
+    drafter reads), instead of computed here.
     """
     run_dir = Path(run_dir)
     bs = int(drafter.block_size)
@@ -712,7 +729,10 @@ def train_drafter(
     weights = position_weights(bs - 1, gamma).to(next(hf.parameters()).device)  # [L]
     fp = target_fingerprint(target)
     batches = _BlockBatches(seqs, plens, bs, config, dist.rank if dist is not None else 0, world)
-    features = TargetFeatures.maybe(hf, seqs, drafter.target_layer_ids, config.feature_cache_mb, progress=progress)
+    if features is None:
+        features = TargetFeatures.maybe(hf, seqs, drafter.target_layer_ids, config.feature_cache_mb, progress=progress)
+    else:
+        features.check(seqs, drafter.target_layer_ids)
     loss_fn = _drafter_loss(hf, drafter, batches, weights, config, dist, features)
     run_cfg = {"kind": "drafter", "train": config.recorded(), "target": fp, **data_desc,
                "target_features": "precomputed" if features is not None else "per_step",
@@ -800,6 +820,14 @@ class TargetFeatures:
                 bar.update(len(part))
         bar.close()
 
+    def check(self, seqs, layer_ids) -> None:
+        """Refuse features made for other sequences or without a layer ``layer_ids`` needs."""
+        missing = sorted({int(i) + 1 for i in layer_ids} - set(self.index))
+        if missing:
+            raise ValueError(f"features: hold hidden_states {self.index}, the drafter reads {[i - 1 for i in missing]} too")
+        if len(seqs) != len(self.rows) or any(len(s) != r[self.index[0]].shape[0] for s, r in zip(seqs, self.rows)):
+            raise ValueError(f"features: made for {len(self.rows)} other sequences than the {len(seqs)} given")
+
     @staticmethod
     def size_mb(hf, seqs, layer_ids) -> float:
         """MiB the features of ``seqs`` take (float32 or the target's dtype)."""
@@ -860,8 +888,13 @@ def _drafter_loss(hf, drafter, batches: _BlockBatches, weights: torch.Tensor, co
         block_tokens = seq.gather(1, offs)                             # [b*nb, bs]
         block_ids = torch.full_like(block_tokens, mask_id)
         block_ids[:, 0] = block_tokens[:, 0]
-        out = step_module(hs, t, block_ids, nb, block_tokens if teacher_forced else None)
-        return block_loss(out, block_tokens[:, 1:], weights, config.balance, config.objective, config.wta_eps)
+        labels, keep = block_tokens[:, 1:], None
+        if drafter.d2t is not None:  # a reduced draft vocabulary: its log-probs and label ids
+            index = drafter.draft_index(labels)
+            labels, keep = index.clamp_min(0), index >= 0
+        with drafter.reduced_output():
+            out = step_module(hs, t, block_ids, nb, block_tokens if teacher_forced else None)
+        return block_loss(out, labels, weights, config.balance, config.objective, config.wta_eps, keep)
 
     return loss_fn
 
