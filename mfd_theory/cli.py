@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "best-mode": ("mfd_theory.commands.theory.best_mode", "main", "best-mode trees (the released MFD ranking) vs mixture and product trees; vs enumeration"),
     "e2e": ("mfd_theory.commands.experiments.e2e", "main", "train a small Qwen3 target and drafters, measure acceptance and speedup"),
     "real": ("mfd_theory.commands.experiments.real", "main", "the shipped real targets (Qwen2.5-Coder-0.5B, SmolLM2-135M): lossless check and their own ceiling"),
+    "real-drafters": ("mfd_theory.commands.experiments.real_drafters", "main", "drafters trained for a real target (K = 1, MFD K = 2 / 4, DARTree) over seeds; tau, speedup and replicated verdicts"),
     "own-target": ("mfd_theory.commands.experiments.own_target", "main", "distill, train-drafter K=1,2 and eval on a small local target"),
     "natural": ("mfd_theory.commands.experiments.natural", "main", "real text (the stdlib): target-only ceiling, the pipeline on code and prose"),
     "report": ("mfd_theory.commands.report", "main", "rewrite the result blocks of README.md and docs/ from results/ (--check: compare only)"),
