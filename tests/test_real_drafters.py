@@ -73,6 +73,21 @@ def test_the_study_runs_and_resumes(tiny_target, tmp_path, capsys):
     for v in data["verdicts"]:
         assert len(v["tau_runs"]) == 2 and v["b"]["method"] in ("chain", "ddtree", "mfd")
         assert v["tau_cmp"] is None or v["tau_cmp"]["verdict"] in ("gain", "loss", "equivalent", "inconclusive")
+    # the report block: the setup, every drafter's training, each compared cell per seed, the verdicts
+    from mfd_theory.commands.report import BLOCKS, Results
+    from mfd_theory.results import Result
+
+    saved = Result.load(out / "real_drafters.json")
+    text = BLOCKS["real-drafters"].make(Results.holding(saved, out / "real_drafters.json"))
+    assert "a draft vocabulary of the 40 tokens" in text
+    for kind in ("product", "mfd-k2", "dartree"):
+        assert f"| {kind} | " in text
+    cells = [ln for ln in text.splitlines() if ln.startswith(("| code |", "| prose |"))]
+    assert len(cells) >= len({(p["dataset"], p["temperature"], tuple(p[s])) for p in data["pairs"] for s in "ab"})
+    for v in data["verdicts"]:
+        if v["tau_cmp"]:
+            assert f"{100 * v['tau_cmp']['gain']:+.1f}% [" in text
+    assert "**no**" not in text  # every T = 0 cell matched plain decoding above
     capsys.readouterr()
     # a rerun reuses every step and gives the same rows
     again = real_drafters.main(["--target", str(tiny_target), *ARGS, "--out", str(out)])

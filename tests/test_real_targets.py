@@ -200,3 +200,40 @@ def test_reproduce_runs_real_where_the_report_block_and_headline_read_it():
     assert Path("results") / BLOCKS["real"][0] == out / "real.json" == Path("results") / REAL
     last = plan(2)[0][-1]
     assert last[1] == "mfd_theory.commands.experiments.real" and last[3] == "run"
+
+
+def test_two_processes_materialising_one_target_at_once_convert_it_once(tmp_path, monkeypatch):
+    """Two commands naming the same shipped target at once (two test workers, two shells): the
+    second waits for the first's conversion and reuses it instead of failing on the directory."""
+    import threading
+    import time
+
+    from mfd_theory.llm.models import gguf
+
+    calls = []
+
+    def slow_convert(path, out, *, source, sha256, file_name):  # what gguf_to_hf leaves, slowly
+        calls.append(out)
+        if out.exists():
+            raise ValueError(f"--out: {out} exists; give a new directory")
+        time.sleep(0.5)
+        out.mkdir()
+        (out / gguf.PROVENANCE).write_text(json.dumps({"gguf_sha256": sha256}))
+        return out
+
+    monkeypatch.setattr(gguf, "gguf_to_hf", slow_convert)
+    dest = tmp_path / "targets" / SMOL
+    got, errors = [], []
+
+    def one():
+        try:
+            got.append(gguf.materialise_shipped(SMOL, dest, announce=lambda *_: None))
+        except Exception as e:  # noqa: BLE001 -- the test reports it below
+            errors.append(e)
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and got == [dest, dest] and calls == [dest]

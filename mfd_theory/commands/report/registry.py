@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from mfd_theory.commands.report import bench, checks, e2e, headline, natural, own_target, real, theory
+from mfd_theory.commands.report import bench, checks, e2e, headline, natural, own_target, real, real_drafters, theory
 from mfd_theory.commands.report.inputs import Results
 
 __all__ = ["BLOCKS", "Block", "block_inputs"]
@@ -61,6 +61,7 @@ BLOCKS: dict[str, Block] = {
     "e2e-replicated-k8-hybrid": Block("hybrid_k8/end_to_end.json", e2e.e2e_replicated),
     "natural": Block("natural/natural.json", natural.natural),
     "real": Block("real/real.json", real.real),
+    "real-drafters": Block("real-drafters/real_drafters.json", real_drafters.real_drafters),
     "bench-batch": Block("bench_batch.json", bench.bench_batch),
     "bench-batch-hybrid": Block("bench_batch_qwen3_5.json", bench.bench_batch),
     "headline": Block("end_to_end.json", headline.headline, also=headline.HEADLINE_FILES),

@@ -12,6 +12,7 @@ conversion leaves no half directory.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -117,9 +118,17 @@ def gguf_to_hf(gguf_path, out_dir, *, source: dict | None = None, sha256: str | 
 def materialise_shipped(name: str, out_dir=None, *, announce=print) -> Path:
     """The Hugging Face directory of the shipped target ``name`` (:mod:`mfd_theory.shipped`):
     ``out_dir`` or ``targets_dir()/name``. Made once: a directory whose ``mfd_target.json`` names the
-    same GGUF hash is reused; any other existing path is refused."""
+    same GGUF hash is reused; any other existing path is refused. Processes that ask for the same
+    directory at once wait for each other (a lock file beside it): one converts, the others reuse."""
     model = shipped_model(name, "--target")
     out = Path(out_dir) if out_dir is not None else targets_dir() / name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f".{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _materialise_locked(name, model, out, announce)
+
+
+def _materialise_locked(name: str, model, out: Path, announce) -> Path:
     rec = read_provenance(out)
     if rec is not None:
         if rec.get("gguf_sha256") != model.sha256:
@@ -130,7 +139,6 @@ def materialise_shipped(name: str, out_dir=None, *, announce=print) -> Path:
         raise ValueError(f"--out: {out} exists and is not a materialised target; give a new directory")
     t0 = time.perf_counter()
     announce(f"materialising {name} into {out} (once; a minute or two)")
-    out.parent.mkdir(parents=True, exist_ok=True)
     if len(model.pieces) == 1:
         gguf, tmp_gguf = assemble_gguf(model, None), None
     else:

@@ -1,0 +1,127 @@
+"""The report block of ``mfd real-drafters`` (``real-drafters/real_drafters.json``,
+docs/real-targets.md): the recipe and its cost, each compared cell's tau and speedup per seed,
+the replicated verdicts, and the out-of-sample prediction check of every seed.
+
+:func:`real_drafters` is a block (``block(results) -> str``, :mod:`.inputs`).
+"""
+
+from __future__ import annotations
+
+from mfd_theory.commands.report._text import span
+from mfd_theory.commands.report.checks import prediction_summary
+from mfd_theory.commands.report.e2e import cell_text
+from mfd_theory.commands.report.inputs import Results
+from mfd_theory.formatting import comparison_text
+
+__all__ = ["real_drafters"]
+
+_QUESTIONS = {"against_product": "MFD and DARTree against the product drafter's faster method",
+              "scorer": "the best-mode tree against the mixture tree of the same MFD drafter"}
+
+
+def _setup(d: dict, c: dict) -> list[str]:
+    prov = d.get("provenance") or {}
+    dist = d.get("distill") or {}
+    vocab = [t["draft_vocab"] for t in d.get("trained", []) if t.get("draft_vocab")]
+    vtxt = "the full vocabulary"
+    if vocab:
+        v = vocab[0]
+        vtxt = (f"a draft vocabulary of the {v['size']:,} tokens most frequent in the answers "
+                f"({v.get('distinct', '?'):,} distinct tokens there; they cover "
+                f"{span([100 * x['coverage'] for x in vocab], '{:.1f}')}% of the {v.get('answer_tokens', 0):,} "
+                "answer tokens)")
+    secs = d.get("step_seconds") or {}
+    dist_s = secs.get("distill")
+    ev = [s for n, s in secs.items() if n.startswith("eval") and s is not None]
+    return [
+        f"Target `{d.get('target')}` (GGUF sha256 `{str(prov.get('gguf_sha256'))[:16]}`). Training data: "
+        f"{dist.get('n_sequences')} answers distilled at T = {c['distill_temperature']:g} (top-p "
+        f"{c['distill_top_p']:g}, top-k {c['distill_top_k']}), {dist.get('n_response_tokens') or 0:,} answer tokens"
+        + (f", {dist_s / 60:.1f} min" if dist_s else "") + ". "
+        f"Every drafter: block {c['block_size']}, {c['layers']} layer(s) initialised "
+        f"{'from the target' if c['init_layers'] == 'target' else 'at random'}, target layers "
+        f"{', '.join(map(str, c['target_layer_ids']))}, {c['steps']} steps of {c['batch_size']} sequences x "
+        f"{c['blocks_per_seq']} blocks, lr {c['lr']:g}, {vtxt}. Evaluation: {c['eval_prompts']} prompts per "
+        f"domain x {c['eval_tokens']} new tokens, {c['calibration_prompts']} calibration prompt(s) per domain "
+        f"(never evaluated), budgets {', '.join(map(str, c['budgets']))}"
+        + (f", {sum(ev) / 60:.0f} min for the {len(ev)} seeds" if ev else "") + "."]
+
+
+def _training(d: dict) -> list[str]:
+    trained = d.get("trained") or []
+    seeds = sorted({t["seed"] for t in trained})
+    lines = ["| drafter | " + " | ".join(f"seed {s}: min, loss first -> last" for s in seeds) + " |",
+             "|---|" + "---|" * len(seeds)]
+    for kind in dict.fromkeys(t["kind"] for t in trained):
+        cells = []
+        for s in seeds:
+            t = next((x for x in trained if x["kind"] == kind and x["seed"] == s), None)
+            cells.append("-" if t is None else f"{t['seconds'] / 60:.1f}, {t['first_loss']:.2f} -> {t['final_loss']:.2f}")
+        lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+    total = sum(t["seconds"] for t in trained)
+    lines += ["", f"Training in all: {total / 60:.0f} min for {len(trained)} drafters"
+              + (f" (one shared pass over the target's features, {d['feature_seconds'] / 60:.1f} min)"
+                 if d.get("feature_seconds") else "") + "."]
+    return lines
+
+
+def _key(r: dict) -> tuple:
+    return (r["dataset"], float(r["temperature"]), r["method"], r["drafter"], int(r["budget"]), r.get("scorer"))
+
+
+def _per_seed(d: dict) -> list[str]:
+    cells = []
+    for p in d.get("pairs") or []:
+        for side in (p["b"], p["a"]):
+            k = (p["dataset"], float(p["temperature"]), *side)
+            if k not in cells:
+                cells.append(k)
+    runs = d.get("runs") or []
+    by_run = [{_key(r): r for r in run["rows"]} for run in runs]
+    seeds = ", ".join(str(run["seed"]) for run in runs)
+    lines = [f"| data set | T | method | tau per seed ({seeds}) | speedup per seed | matches plain decoding (T = 0) |",
+             "|---|---|---|---|---|---|"]
+    for k in cells:
+        rows = [b.get(k) for b in by_run]
+        side = dict(zip(("method", "drafter", "budget", "scorer"), k[2:]))
+        taus = " / ".join("-" if r is None or r.get("tau") is None else f"{r['tau']:.2f}" for r in rows)
+        sps = " / ".join("-" if r is None or r.get("speedup") is None else f"{r['speedup']:.2f}x" for r in rows)
+        match = "-" if k[1] != 0 else ("yes" if all(r is not None and r.get("matches_ar") for r in rows) else "**no**")
+        lines.append(f"| {k[0]} | {k[1]:g} | {cell_text(side)} | {taus} | {sps} | {match} |")
+    return lines
+
+
+def _verdicts(d: dict) -> list[str]:
+    vs = d.get("verdicts") or []
+    if not vs:
+        return ["One seed: no replicated verdict."]
+    lines = []
+    for q, title in _QUESTIONS.items():
+        mine = [v for v in vs if v.get("question") == q]
+        if not mine:
+            continue
+        lines += ["", f"**{title[0].upper() + title[1:]}**:", "",
+                  "| data set | T | method | against | tau gain | speed gain |", "|---|---|---|---|---|---|"]
+        for v in mine:
+            lines.append(f"| {v['dataset']} | {v['temperature']:g} | {cell_text(v['a'])} | {cell_text(v['b'])} | "
+                         f"{comparison_text(v.get('tau_cmp'))} | {comparison_text(v.get('speed_cmp'))} |")
+    return lines
+
+
+def real_drafters(results: Results) -> str:
+    """``mfd real-drafters`` (``real-drafters/real_drafters.json``): the recipe, the training cost per
+    drafter and seed, each compared cell per seed, the verdicts and the prediction check."""
+    d, c = results.main.data, results.main.config
+    lines = _setup(d, c) + ["", *_training(d), "",
+                            "Each compared cell per seed, at the budget seed 0's calibration chose (tau: mean accepted "
+                            "tokens per round, the bonus token included; speedup over plain decoding, timed in the "
+                            "same run):", "", *_per_seed(d), "",
+                            f"Verdicts: {d.get('rule', '')}; margin of equivalence ±3%.", *_verdicts(d)]
+    preds = [prediction_summary(run.get("prediction"), f"seed {run['seed']}") for run in d.get("runs") or []]
+    preds = [p for p in preds if p]
+    if preds:
+        lines += ["", *(f"- {p}" for p in preds)]
+    if d.get("wall_s_this_run") is not None:
+        lines += ["", f"Wall time of the run that wrote this file: {d['wall_s_this_run'] / 60:.0f} min (steps finished "
+                      "by an earlier run are reused, not counted)."]
+    return "\n".join(lines)
