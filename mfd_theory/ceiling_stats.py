@@ -13,7 +13,7 @@ import numpy as np
 from mfd_theory.stats import compare
 from mfd_theory.trees import best_mode_tree, mixture_tree
 
-__all__ = ["SCORERS", "ceiling_reach", "pool_ceiling", "total_correlation", "tree_builder"]
+__all__ = ["SCORERS", "ceiling_reach", "mean_and_se", "pool_ceiling", "total_correlation", "tree_builder"]
 
 #: How a fitted K-mode mixture becomes a draft tree: name -> ``builder(mixture, budget)``.
 #: "mixture" is the exact top-N prefixes by the mixture's own probability (MFD's tree);
@@ -58,7 +58,9 @@ def total_correlation(marginal, entropies) -> dict:
     return {"tc": h_pos - h_block, "h_positions": h_pos, "h_block": h_block, "h_block_se": se}
 
 
-def _mean_se(v) -> list:
+def mean_and_se(v) -> list:
+    """[mean, standard error] of the values of ``v`` that are not None; the error is None for one
+    value (unknown, not zero) and both are None for none."""
     v = np.asarray([x for x in v if x is not None], dtype=float)
     if not v.size:
         return [None, None]
@@ -108,24 +110,24 @@ def pool_ceiling(records, level: float = 0.95) -> dict:
                     ok = len(recs) >= 2 and all(v > 0 for v in per["product"])
                     gain[name] = compare(per[name], per["product"], level=level, family=max(family, 1)).to_dict() \
                         if ok else None
-                by_n[n] = {"coverage": {name: _mean_se(v) for name, v in per.items()},
-                           "mc": {name: _mean_se([r["mc"][name][n][0] for r in recs]) for name in order},
+                by_n[n] = {"coverage": {name: mean_and_se(v) for name, v in per.items()},
+                           "mc": {name: mean_and_se([r["mc"][name][n][0] for r in recs]) for name in order},
                            "per_prompt": per, "gain": gain}
             tc = [r["tc"]["tc"] for r in recs]
             ks = sorted((k for k in recs[0]["heldout"] if k.isdigit() and k != "1"), key=int)
-            held = {k: _mean_se([r["heldout"][k]["gain"][0] for r in recs]) for k in ks}
+            held = {k: mean_and_se([r["heldout"][k]["gain"][0] for r in recs]) for k in ks}
             mean_tc = float(np.mean(tc))
             share = {k: (held[k][0] / mean_tc if mean_tc > 0 else None) for k in ks}
-            dead = {key: _mean_se([r["dead"].get(key) for r in recs])
+            dead = {key: mean_and_se([r["dead"].get(key) for r in recs])
                     for key in ("dead_share", "dead_splice_share", "dead_mass_lost", "count_dead_share")}
             out[ds][tk] = {
                 "n_prompts": len(recs), "prompt_ids": [r["id"] for r in recs], "L": recs[0]["L"],
                 "samples": recs[0]["samples"], "trees": order, "by_budget": by_n,
-                "tc": _mean_se(tc), "h_positions": _mean_se([r["tc"]["h_positions"] for r in recs]),
-                "h_block": _mean_se([r["tc"]["h_block"] for r in recs]), "heldout_gain": held, "tc_share": share,
+                "tc": mean_and_se(tc), "h_positions": mean_and_se([r["tc"]["h_positions"] for r in recs]),
+                "h_block": mean_and_se([r["tc"]["h_block"] for r in recs]), "heldout_gain": held, "tc_share": share,
                 "dead": dead, "dead_at": recs[0]["dead"]["nodes"],
                 "forwards": int(sum(r["forwards"] for r in recs)),
-                "prompt_tokens": _mean_se([r.get("prompt_tokens") for r in recs]),
+                "prompt_tokens": mean_and_se([r.get("prompt_tokens") for r in recs]),
                 "wall_s": float(sum(r.get("wall_s", 0.0) for r in recs)),
             }
     return out

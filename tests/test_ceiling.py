@@ -286,3 +286,17 @@ def test_mfd_ceiling_out_that_cannot_be_created_exits_2_before_loading(tmp_path,
     blocker.write_text("x")
     assert mfd(["ceiling", "--target", str(target), "--prompts", *map(str, files), "--out", str(blocker / "o")]) == 2
     assert "--out" in capsys.readouterr().err and blocker.read_text() == "x"
+
+
+def test_mean_and_se_is_the_one_summary_of_the_ceiling_and_its_pooling():
+    """One implementation for the per-prompt summaries (llm.measure.ceiling) and the pooled ones
+    (ceiling_stats): one value has an unknown error (None), never 0."""
+    import statistics
+
+    from mfd_theory.ceiling_stats import mean_and_se
+
+    v = [1.0, 2.0, 4.0, 7.0]
+    m, se = mean_and_se(v)
+    assert m == pytest.approx(statistics.mean(v)) and se == pytest.approx(statistics.stdev(v) / 2.0)
+    assert mean_and_se([3.0]) == [3.0, None] and mean_and_se([None, 2.0]) == [2.0, None]
+    assert mean_and_se([]) == [None, None]

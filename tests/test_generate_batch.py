@@ -226,11 +226,11 @@ def test_bad_arguments_are_refused_naming_them(kwargs, name):
 def distill_case(tmp_path_factory):
     from pipeline_helpers import save_tiny_target, write_prompts
 
-    from mfd_theory.commands.pipeline.distill_run import load_target
+    from mfd_theory.llm.models.target import load_local_target
     from mfd_theory.llm.training.prompts import read_prompt_files
 
     root = tmp_path_factory.mktemp("distill_batch")
-    model, tok = load_target(save_tiny_target(root / "target"))
+    model, tok = load_local_target(save_tiny_target(root / "target"))
     prompts = read_prompt_files(write_prompts(root / "prompts"))
     assert any(p.turns for p in prompts)  # a multi-turn prompt: its second turn holds the first answer
     return root, model, tok, prompts

@@ -189,3 +189,19 @@ def test_no_module_imports_from_a_higher_floor():
 def test_no_private_name_is_imported_outside_its_folder():
     bad = private_imports()
     assert not bad, "\n".join(bad)
+
+
+def test_no_package_code_reads_a_file_of_the_test_suite():
+    """An installed wheel has no tests/: a module that finds a test file by path (a string naming
+    ``tests`` in a path expression, or a test module loaded by name) fails outside a checkout."""
+    bad = []
+    for path in sorted(PKG.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+                parts = [n for n in (node.left, node.right) if isinstance(n, ast.Constant)]
+                if any(str(n.value).strip("/").split("/")[0] == "tests" for n in parts):
+                    bad.append(f"{path.relative_to(PKG)}:{node.lineno}")
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("tests/") \
+                    and node.value.endswith(".py") and "\n" not in node.value:
+                bad.append(f"{path.relative_to(PKG)}:{node.lineno}")
+    assert bad == [], f"package code that reads the test suite: {bad}"

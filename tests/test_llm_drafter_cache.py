@@ -7,7 +7,7 @@ pytest.importorskip("transformers")
 from transformers import Qwen3Config, Qwen3ForCausalLM  # noqa: E402
 
 import llm_helpers  # noqa: E402,F401  (single-threaded torch)
-from reference_drafter import SlowDraftCache, slow_train_modes  # noqa: E402
+from mfd_theory.llm.models.reference_drafter import SlowDraftCache, slow_train_modes  # noqa: E402
 
 from mfd_theory.llm.models.drafter import build_drafter  # noqa: E402
 

@@ -104,9 +104,9 @@ def test_bad_arguments_are_refused(trained):
 def cli_files(tmp_path_factory):
     root = tmp_path_factory.mktemp("cli")
     target_dir = save_tiny_target(root / "target")
-    from mfd_theory.commands.pipeline.distill_run import load_target
+    from mfd_theory.llm.models.target import load_local_target
 
-    target, _ = load_target(target_dir)
+    target, _ = load_local_target(target_dir)
     base = build_drafter(target, 4, 1, seed=0)
     base.save_pretrained(root / "dflash")
     for name in ("same", "apart"):  # zero mode embeddings (every mode the DFlash drafter), or distinct ones

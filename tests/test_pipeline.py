@@ -234,11 +234,11 @@ def test_distill_resume_skips_finished_shards_and_remakes_a_missing_one(run):
 def test_training_resumes_to_the_same_curve(run, tmp_path):
     from mfd_theory.llm.training.distill import load_distill_data
     from mfd_theory.llm.models.drafter import build_drafter
-    from mfd_theory.commands.pipeline.distill_run import load_target
+    from mfd_theory.llm.models.target import load_local_target
     from mfd_theory.llm.training.train import DrafterTrainConfig, train_drafter
 
     root, target_dir, _ = run
-    target, _ = load_target(target_dir)
+    target, _ = load_local_target(target_dir)
     seqs, plens, _ = load_distill_data(root / "data")
     cfg = DrafterTrainConfig(block_size=4, num_modes=2, batch_size=4, blocks_per_seq=2, steps=4, lr=3e-3,
                              warmup=1, ckpt_every=1, grad_accum=2)
@@ -302,10 +302,10 @@ def test_training_under_torchrun_matches_one_process(run, tmp_path):
 
 def test_init_from_starts_exactly_at_the_checkpoint(run, tmp_path):
     from mfd_theory.llm.models.drafter import drafter_from_checkpoint, load_drafter
-    from mfd_theory.commands.pipeline.distill_run import load_target
+    from mfd_theory.llm.models.target import load_local_target
 
     root, target_dir, _ = run
-    target, _ = load_target(target_dir)
+    target, _ = load_local_target(target_dir)
     base = load_drafter(root / "k1" / "drafter", target)
     mfd3 = drafter_from_checkpoint(root / "k1" / "drafter", target, 3)
     assert mfd3.num_modes == 3 and float(mfd3.mode_embeddings.detach().abs().sum()) == 0.0
@@ -331,10 +331,10 @@ def test_dartree_drafter_from_scratch_and_from_a_dflash_checkpoint(run, tmp_path
     dartree); from a DFlash checkpoint it starts exactly at that checkpoint's distributions."""
     from mfd_theory.llm.models.domino import DominoDrafter, domino_from_checkpoint
     from mfd_theory.llm.models.drafter import load_drafter
-    from mfd_theory.commands.pipeline.distill_run import load_target
+    from mfd_theory.llm.models.target import load_local_target
 
     root, target_dir, files = run
-    target, _ = load_target(target_dir)
+    target, _ = load_local_target(target_dir)
     assert mfd(["train-drafter", "--target", str(target_dir), "--data", str(root / "data"), "--out",
                 str(tmp_path / "dom"), "--kind", "dartree", "--rank", "4", *TRAIN_ARGS]) == 0
     dom = load_drafter(tmp_path / "dom" / "drafter", target)
@@ -519,7 +519,7 @@ def test_a_tokenizer_without_mask_token_warns_with_the_id_used(run, tmp_path):
     import warnings
 
     from mfd_theory.llm.models.drafter import load_drafter
-    from mfd_theory.commands.pipeline.distill_run import load_target
+    from mfd_theory.llm.models.target import load_local_target
 
     root, target_dir, _ = run
     bare = tmp_path / "target"
@@ -527,7 +527,7 @@ def test_a_tokenizer_without_mask_token_warns_with_the_id_used(run, tmp_path):
     tc = json.loads((bare / "tokenizer_config.json").read_text())
     tc.pop("mask_token", None)
     (bare / "tokenizer_config.json").write_text(json.dumps(tc))
-    target, tok = load_target(bare)
+    target, tok = load_local_target(bare)
     assert tok.mask_token_id is None
     base = ["train-drafter", "--target", str(bare), "--data", str(root / "data"), *TRAIN_ARGS[:-1], "--steps", "1"]
     with pytest.warns(UserWarning, match=r"mask_token_id: .* uses id \d+ .*--mask-token-id") as rec:

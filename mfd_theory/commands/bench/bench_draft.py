@@ -10,7 +10,7 @@ shape and a random drafter sized to it, CPU threads fixed (1 by default):
    cache grows in place; on CPU the modes attend one SDPA call each over the shared cache), for
    the same drafter with its K modes folded into one masked SDPA call ("folded", K > 1 only: the
    single read of the context that a memory-bound device wants) and for the slow twin in
-   ``tests/reference_drafter.py`` ("before": the cache concatenated whole every round, the context
+   ``mfd_theory/llm/models/reference_drafter.py`` ("before": the cache concatenated whole every round, the context
    copied into every mode's keys and repeated per query head). Printed: the targets' ratios, K = 1
    at the longest over the shortest context (target <= 3) and every K over K = 1 at the longest
    context side by side (the target <= 2.5 is K = 4's, or the largest K's when 4 is not timed;
@@ -22,8 +22,8 @@ shape and a random drafter sized to it, CPU threads fixed (1 by default):
    HF's attention does for a GQA target given a mask.
 
 The whole measurement is repeated ``repeats`` times (interleaved, so drift in machine load hits
-both paths alike) and the spread of every ratio is printed. Needs a source checkout (the "before"
-path is the test suite's slow twin). Writes ``<out>/bench_draft_<preset>.json`` (one file per shape;
+both paths alike) and the spread of every ratio is printed. The "before" path ships with the
+package (the slow twin the tests compare the drafter with), so this runs from an installed wheel. Writes ``<out>/bench_draft_<preset>.json`` (one file per shape;
 ``mfd report`` turns each into a block of docs/benchmarks.md). The config lives here (no torch
 import); the work is in :mod:`mfd_theory.commands.bench.bench_draft_run`.
 """

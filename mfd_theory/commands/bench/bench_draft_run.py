@@ -4,10 +4,8 @@ target's verify forward with its cache in place and concatenated."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -19,18 +17,7 @@ from mfd_theory.llm import TargetModel, build_drafter
 from mfd_theory.llm.decoding.warmup import warm_up
 from mfd_theory.trees import product_tree
 
-__all__ = ["measure", "round_ms", "slow_twin_module"]
-
-
-def slow_twin_module():
-    """tests/reference_drafter.py of this checkout (the "before" path)."""
-    path = Path(__file__).resolve().parents[3] / "tests" / "reference_drafter.py"
-    if not path.is_file():
-        raise ValueError(f"bench draft: needs a source checkout (no {path}) for the slow twin")
-    spec = importlib.util.spec_from_file_location("_mfd_reference_drafter", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+__all__ = ["measure", "round_ms"]
 
 
 def round_ms(obj, feats, context: int, rounds: int, new_rows: int, torch) -> float:
@@ -117,7 +104,8 @@ def _verify_ms(target, prompt, tree, cfg, torch, copies: bool = False):
 def measure(config, modes: list[int], contexts: list[int], progress: bool = True) -> dict:
     """Every repeat of the measurement (drafting rounds, SDPA floor, verify forwards), with the
     machine's load around it: ``model``, ``width``, ``repeats``, ``load_avg_1min``, ``cpu_count``."""
-    twin = slow_twin_module()
+    from mfd_theory.llm.models import reference_drafter as twin
+
     torch.set_num_threads(config.threads)
     dev = torch.device("cpu")
     hf, model_name = build_target(BenchDecodeConfig(preset=config.preset, seed=config.seed), torch, dev, torch.float32)

@@ -206,10 +206,10 @@ def run_ceiling(config, out: Path, progress: bool = True) -> None:
     ``ceiling_prompts`` held-out prompts of each domain at every ceiling temperature, one file per
     prompt and temperature under ``OUT/ceiling/prompts/``, pooled into ``OUT/ceiling/ceiling.json``."""
     from mfd_theory.ceiling_stats import pool_ceiling
-    from mfd_theory.commands.pipeline.distill_run import load_target
+    from mfd_theory.llm.models.target import load_local_target
     from mfd_theory.llm.measure.ceiling import measure_ceiling
 
-    model, tok = load_target(str(out / "target"), config.device, "float32")
+    model, tok = load_local_target(str(out / "target"), config.device, "float32")
     contexts = []
     for dom in DOMAINS:
         lines = (out / "prompts" / f"{dom}.jsonl").read_text().splitlines()

@@ -11,7 +11,6 @@ import math
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from mfd_theory.commands.experiments.e2e_run import replicated_comparisons

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from mfd_theory.ceiling_stats import pool_ceiling
-from mfd_theory.commands.pipeline.distill_run import load_target
+from mfd_theory.llm.models.target import load_local_target
 from mfd_theory.commands.report.ceiling import ceiling_lines
 from mfd_theory.llm.measure.ceiling import CeilingOptions, measure_ceiling
 from mfd_theory.llm.training.dist import setup
@@ -33,7 +33,7 @@ def run(config, prompts: list, out_dir, progress: bool = True) -> Result:
     """Measure the ceiling of ``config.target`` on ``prompts`` (read and checked) into ``out_dir``."""
     opts = ceiling_options(config)
     device = setup(config.device).device
-    model, tok = load_target(config.target, device, config.dtype)
+    model, tok = load_local_target(config.target, device, config.dtype)
     contexts = [(p.dataset, p.id, render(p.messages, tok, config.enable_thinking)) for p in prompts]
     short = [f"{ds}/{pid}" for ds, pid, ids in contexts if len(ids) < 2]
     if short:

@@ -7,7 +7,7 @@ import dataclasses
 import warnings
 from pathlib import Path
 
-from mfd_theory.commands.pipeline.distill_run import load_target
+from mfd_theory.llm.models.target import load_local_target
 from mfd_theory.llm.models.drafter import load_drafter
 from mfd_theory.llm.training.dist import setup, teardown
 from mfd_theory.llm.training.mode_check import check_modes
@@ -36,7 +36,7 @@ def check(config, prompts: list, drafter_dir: Path, reference_dir: Path | None, 
     asks for; print it, write ``check_modes.json``; 1 if it fails, else 0."""
     dist = setup(config.device)
     try:
-        target, tok = load_target(config.target, dist.device, config.dtype)
+        target, tok = load_local_target(config.target, dist.device, config.dtype)
         drafter, notes = _load(drafter_dir, target, "--drafter")
         reference = None
         if reference_dir is not None:

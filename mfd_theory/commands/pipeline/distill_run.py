@@ -1,5 +1,4 @@
-"""The torch half of ``mfd distill`` (:mod:`mfd_theory.commands.pipeline.distill`), and :func:`load_target`,
-which ``mfd train-drafter`` and ``mfd eval`` load your target with too."""
+"""The torch half of ``mfd distill`` (:mod:`mfd_theory.commands.pipeline.distill`)."""
 
 from __future__ import annotations
 
@@ -11,13 +10,7 @@ from mfd_theory.llm.training.dist import setup, teardown
 from mfd_theory.llm.training.distill import check_context, distill_prompts, prompt_files_digest
 from mfd_theory.validation import make_out_dir
 
-__all__ = ["distill", "load_target"]
-
-
-def load_target(directory, device: str = "cpu", dtype: str = "auto"):
-    """(frozen HF causal LM, tokenizer) from a local directory; ValueError naming the problem
-    (:func:`mfd_theory.llm.models.target.load_local_target`)."""
-    return load_local_target(directory, device, dtype)
+__all__ = ["distill"]
 
 
 def distill(config, prompts: list, out_dir, progress: bool = True) -> dict:
@@ -25,7 +18,7 @@ def distill(config, prompts: list, out_dir, progress: bool = True) -> dict:
     :class:`~mfd_theory.commands.pipeline.distill.DistillConfig`) into ``out_dir``; returns the manifest."""
     dist = setup(config.device)
     try:
-        target, tok = load_target(config.target, dist.device, config.dtype)
+        target, tok = load_local_target(config.target, dist.device, config.dtype)
         record = {"prompt_files": prompt_files_digest(list(config.prompts)), "max_new_tokens": config.max_new_tokens,
                   "temperature": config.temperature, "seed": config.seed, "enable_thinking": config.enable_thinking,
                   "dtype": str(next(target.parameters()).dtype).replace("torch.", "")}

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mfd_theory.commands.pipeline.distill_run import load_target
+from mfd_theory.llm.models.target import load_local_target
 from mfd_theory.commands.pipeline.train_drafter_run import distilled_prompts
 from mfd_theory.formatting import method_label
 from mfd_theory.llm.measure.evaluate import (
@@ -83,7 +83,7 @@ def _load(config, options, dist, prompts, calib_sets, drafter_dirs, out_dir, pro
     """The target and the drafters loaded, the cells they run checked, every prompt checked against
     the target's context; then, every check passed, the output directory made."""
     methods, budgets, _ = config.plan()
-    target_hf, tok = load_target(config.target, dist.device, config.dtype)
+    target_hf, tok = load_local_target(config.target, dist.device, config.dtype)
     drafters, taken, info = {}, set(), {}
     for d in drafter_dirs:
         try:

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from mfd_theory.commands.pipeline._target import say
-from mfd_theory.commands.pipeline.distill_run import load_target
+from mfd_theory.llm.models.target import load_local_target
 from mfd_theory.llm.models.drafter import build_drafter, drafter_from_checkpoint
 from mfd_theory.llm.models.fingerprint import target_fingerprint
 from mfd_theory.llm.training.dist import setup, teardown
@@ -30,7 +30,7 @@ def train(config, data, out_dir, progress: bool = True) -> list[dict]:
     seqs, plens, manifest = data
     dist = setup(config.device)
     try:
-        target, tok = load_target(config.target, dist.device, config.dtype)
+        target, tok = load_local_target(config.target, dist.device, config.dtype)
         fp = target_fingerprint(target)
         if manifest.get("target_fingerprint") != fp:
             raise ValueError(f"--data: {config.data} was distilled from another target (fingerprint "

@@ -37,7 +37,7 @@ def _lossless_line(name: str, ll: dict) -> str:
 
 
 def _summary_lines(name: str, pooled: dict, n: str = "64") -> list[str]:
-    lines = [f"| data set | T | prompts | product | " + " | ".join(
+    lines = ["| data set | T | prompts | product | " + " | ".join(
         tree_label(t) for t in _trees(pooled) if t not in ("product", "oracle")) + " | oracle | oracle vs product | "
              "dead share (exact) | dead share (sample counts) | total correlation |"]
     lines.append("|---|---|---|---|" + "---|" * (len(_trees(pooled)) - 2) + "---|---|---|---|---|")

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mfd_theory.ceiling_stats import tree_builder, total_correlation
+from mfd_theory.ceiling_stats import mean_and_se, total_correlation, tree_builder
 from mfd_theory.distributions import MixtureOfProducts
 from mfd_theory.fit import fit_mixture_rows, path_log_likelihoods
 from mfd_theory.llm.models.target import TargetModel
@@ -302,11 +302,6 @@ class CeilingOptions:
         return self
 
 
-def _mean_se(v) -> list[float]:
-    v = np.asarray(v, dtype=float)
-    return [float(v.mean()), float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else 0.0]
-
-
 def prompt_ceiling(model, context, temperature: float = 1.0, options: CeilingOptions = CeilingOptions(),
                    seed: int = 0) -> dict:
     """One prompt's ceiling at one temperature T > 0 (a JSON-ready record).
@@ -360,9 +355,9 @@ def prompt_ceiling(model, context, temperature: float = 1.0, options: CeilingOpt
     for name, (tree, lp) in trees.items():
         cum = np.cumsum(np.exp(lp))
         coverage[name] = {str(n): float(cum[min(n, len(tree)) - 1]) for n in opt.budgets}
-        mc[name] = {str(n): _mean_se(accepted_lengths(_first(tree, n), check.tokens)) for n in opt.budgets}
+        mc[name] = {str(n): mean_and_se(accepted_lengths(_first(tree, n), check.tokens)) for n in opt.budgets}
     ll = {K: path_log_likelihoods(m, check.tokens) for K, m in models.items()}  # [M] each
-    heldout = {str(K): {"ll": float(v.mean()), **({"gain": _mean_se(v - ll[1])} if K != 1 else {})}
+    heldout = {str(K): {"ll": float(v.mean()), **({"gain": mean_and_se(v - ll[1])} if K != 1 else {})}
                for K, v in ll.items()}
     heldout["product"] = {"ll": float(path_log_likelihoods(product, check.tokens).mean())}  # the whole rows' marginals
     tc = total_correlation((build.marginal + check.marginal) / 2, np.concatenate([build.entropy, check.entropy]))
@@ -379,7 +374,7 @@ def prompt_ceiling(model, context, temperature: float = 1.0, options: CeilingOpt
     return {
         "temperature": T, "L": L, "V": V, "samples": opt.samples, "budgets": list(opt.budgets),
         "coverage": coverage, "mc": mc, "tc": tc, "heldout": heldout,
-        "ll_target": _mean_se(check.log_p.sum(axis=1)), "fits": fits,
+        "ll_target": mean_and_se(check.log_p.sum(axis=1)), "fits": fits,
         "dead": {"nodes": n_dead, "dead": int(dead.sum()), "dead_share": float(dead.mean()) if n_dead else 0.0,
                  "dead_splices": int((dead & unseen).sum()),
                  "dead_splice_share": float((dead & unseen).mean()) if n_dead else 0.0,

@@ -12,7 +12,6 @@ exact probabilities from the same verify rows.
 
 from __future__ import annotations
 
-import math
 import time
 
 import numpy as np

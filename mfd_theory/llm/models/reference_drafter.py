@@ -5,7 +5,7 @@ repeated for every query head that reads them (``repeat_interleave``), and the c
 concatenated whole every round. The drafter's weights and its shared pieces (rotary embedding,
 block embeddings, MLP, norms, LM head, readout) are used as they are: only the attention and the
 cache, which the fast drafter reorganises, are written out here. ``mfd bench draft`` times this
-twin as the "before" path.
+twin as the "before" path, and tests/test_llm_drafter_cache.py compares the fast drafter with it.
 """
 
 from __future__ import annotations
