@@ -26,6 +26,7 @@ __all__ = [
     "prefix_log_probs",
     "simulate_acceptance",
     "splice_mask",
+    "spliced_chimera_mask",
     "variance_from_prefix_probs",
 ]
 
@@ -187,6 +188,13 @@ def chimera_mask(tree: DraftTree, target, eps: float = 0.0) -> np.ndarray:
     if eps == 0:
         return lp == -np.inf
     return lp <= np.log(eps)
+
+
+def spliced_chimera_mask(tree: DraftTree, futures) -> np.ndarray:
+    """bool [N]: the chimeras that splice the futures [F, L]: nodes whose every token agrees with
+    the same position of some future (:func:`splice_mask`) while the node follows no single future
+    (:func:`chimera_mask` of the futures). The chimera share of the theory commands counts these."""
+    return splice_mask(tree, futures) & chimera_mask(tree, futures)
 
 
 def splice_mask(tree: DraftTree, sequences) -> np.ndarray:

@@ -160,6 +160,13 @@ def splice_mask(paths: Sequence[Path], sequences) -> np.ndarray:
     )
 
 
+def spliced_chimera_mask(paths: Sequence[Path], sequences) -> np.ndarray:
+    """A splice that is a prefix of no single sequence."""
+    seqs = [tuple(map(int, s)) for s in sequences]
+    follows = [any(s[:len(p)] == tuple(p) for s in seqs) for p in paths]
+    return splice_mask(paths, sequences) & ~np.array(follows, dtype=bool)
+
+
 # ----------------------------------------------------------------------------- tree structure
 
 def ancestor_mask(paths: Sequence[Path]) -> np.ndarray:

@@ -18,6 +18,7 @@ from mfd_theory.coverage import (
     node_log_probs,
     simulate_acceptance,
     splice_mask,
+    spliced_chimera_mask,
     variance_from_prefix_probs,
 )
 from mfd_theory.trees import DraftTree, mixture_tree, oracle_tree, product_tree
@@ -89,6 +90,15 @@ def test_chimera_mask_matches_reference(args, eps):
     p = np.array([ref.exp_or_zero(ref.log_prefix_prob(target.log_pi, target.log_q, s)) for s in paths])
     clear = (np.abs(p - eps) > PROB_TOL) | (eps == 0.0)
     np.testing.assert_array_equal(got[clear], want[clear])
+
+
+@given(target_and_tree(mst.futures()))
+def test_spliced_chimera_mask_matches_reference(args):
+    spec, _, paths = args
+    t = DraftTree.from_paths(paths)
+    got = spliced_chimera_mask(t, spec.sequences)
+    assert got.dtype == np.bool_
+    np.testing.assert_array_equal(got, ref.spliced_chimera_mask(ref.tree_paths(t), spec.sequences))
 
 
 @given(target_and_tree(mst.futures()))

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from mfd_theory.commands._cli import Checked, Command, opt, wrote
-from mfd_theory.coverage import splice_mask
+from mfd_theory.coverage import spliced_chimera_mask
 from mfd_theory.distributions import MixtureOfProducts
 from mfd_theory.fit import fit_mixture_exact
 from mfd_theory.results import Result, ResultStore, to_jsonable
@@ -222,21 +222,12 @@ def settings(config: Config) -> list[tuple[str, dict[str, Any]]]:
     return [(f, {"L": L, "V": V, **kw}) for f, kw in out]
 
 
-def _future_prefixes(tree, futures: np.ndarray) -> np.ndarray:
-    """bool [N]: the node's prefix is a prefix of some future."""
-    match = np.zeros((len(tree), futures.shape[0]), dtype=bool)  # [N, F]
-    for n in range(len(tree)):
-        here = futures[:, tree.depth[n] - 1] == tree.token[n]  # [F]
-        match[n] = here if tree.parent[n] < 0 else match[tree.parent[n]] & here
-    return match.any(axis=1)
-
-
 def _tree_rows(tree, target: MixtureOfProducts, drafter: MixtureOfProducts, futures, budgets) -> list[dict]:
     """Per budget N (the tree's first N nodes): target coverage, chimera share, drafter coverage."""
     p = np.exp(target.node_log_probs(tree))  # [N]
     q = np.exp(drafter.node_log_probs(tree))  # [N]
     live = np.isfinite(tree.log_score)
-    chim = splice_mask(tree, futures) & ~_future_prefixes(tree, futures) & live
+    chim = spliced_chimera_mask(tree, futures) & live
     out = []
     for N in budgets:
         n_live = int(live[:N].sum())

@@ -157,23 +157,11 @@ def make_target(family: str, F: int, m: int | None, seed: int, L: int, confidenc
     return target, futures, dict(t.params)
 
 
-def _future_prefix_mask(tree, futures: np.ndarray) -> np.ndarray:
-    """bool [N]: the node's prefix is a prefix of some single future."""
-    N = len(tree)
-    match = np.zeros((N, futures.shape[0]), dtype=bool)  # [N, F]
-    for n in range(N):
-        p = tree.parent[n]
-        here = futures[:, tree.depth[n] - 1] == tree.token[n]  # [F]
-        match[n] = here if p < 0 else (match[p] & here)
-    return match.any(axis=1)
-
-
 def _chimera_share(tree, futures: np.ndarray) -> np.ndarray:
     """float [N]: share of the first N nodes that splice the futures but follow none of them."""
-    from mfd_theory.coverage import splice_mask
+    from mfd_theory.coverage import spliced_chimera_mask
 
-    chim = splice_mask(tree, futures) & ~_future_prefix_mask(tree, futures)  # [N]
-    return np.cumsum(chim) / np.arange(1, len(tree) + 1)
+    return np.cumsum(spliced_chimera_mask(tree, futures)) / np.arange(1, len(tree) + 1)
 
 
 def _curve(tree, target: MixtureOfProducts) -> np.ndarray:
