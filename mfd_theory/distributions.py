@@ -12,7 +12,7 @@ from typing import Sequence
 import numpy as np
 
 from mfd_theory._kernels.distributions import _node_mode_log_weights
-from mfd_theory.validation import check_int, check_real
+from mfd_theory.validation import check_int, check_real, token_ids
 
 __all__ = ["MixtureOfProducts", "check_log_probs", "check_weights", "logsumexp", "norm_tol", "pos_tol"]
 
@@ -297,10 +297,4 @@ def _as_sequences(name: str, sequences) -> np.ndarray:
         raise ValueError(f"{name}: sequences must be 1-D and of equal length, got shapes {sorted(lengths)}")
     if seqs[0].shape[0] == 0:
         raise ValueError(f"{name}: sequences are empty (length 0)")
-    arr = np.stack(seqs)
-    if not np.issubdtype(arr.dtype, np.integer):
-        if np.issubdtype(arr.dtype, np.floating) and np.all(arr == np.round(arr)):
-            arr = arr.astype(np.int64)
-        else:
-            raise ValueError(f"{name}: tokens must be integers, got dtype {arr.dtype}")
-    return arr.astype(np.int64)
+    return token_ids(name, np.stack(seqs))

@@ -17,7 +17,7 @@ import numpy as np
 
 from mfd_theory._kernels.fit import _em, _em_rows, _log_likelihood
 from mfd_theory.distributions import MixtureOfProducts
-from mfd_theory.validation import check_int, check_real
+from mfd_theory.validation import check_int, check_real, token_ids
 
 __all__ = ["FitInfo", "em_kernel", "fit_mixture", "fit_mixture_exact", "fit_mixture_rows", "log_likelihood",
            "path_log_likelihoods", "rb_marginals"]
@@ -64,11 +64,7 @@ def _check_samples(samples, vocab_size) -> np.ndarray:
         raise ValueError(f"samples: expected a 2-D array [n, L], got shape {x.shape}")
     if x.shape[0] < 1 or x.shape[1] < 1:
         raise ValueError(f"samples: need at least one row and one position, got shape {x.shape}")
-    if not np.issubdtype(x.dtype, np.integer):
-        if np.issubdtype(x.dtype, np.floating) and np.all(np.isfinite(x)) and np.all(x == np.round(x)):
-            x = x.astype(np.int64)
-        else:
-            raise ValueError(f"samples: expected integer token ids, got dtype {x.dtype}")
+    x = token_ids("samples", x)
     lo, hi = int(x.min()), int(x.max())
     if lo < 0 or hi >= V:
         raise ValueError(f"samples: token ids must lie in [0, vocab_size={V}), found range [{lo}, {hi}]")
@@ -404,8 +400,7 @@ def _check_rows(samples, row_ids, row_probs, vocab_size, tail=None):
     ids = np.asarray(row_ids)
     if ids.ndim != 3 or ids.shape[:2] != (n, L) or ids.shape[2] < 1:
         raise ValueError(f"row_ids: expected shape [{n}, {L}, k] with k >= 1 (the samples' [n, L]), got {ids.shape}")
-    if not np.issubdtype(ids.dtype, np.integer):
-        raise ValueError(f"row_ids: expected integer token ids, got dtype {ids.dtype}")
+    ids = token_ids("row_ids", ids)
     k = ids.shape[2]
     if k > V:
         raise ValueError(f"row_ids: lists {k} tokens per row, more than vocab_size = {V}")

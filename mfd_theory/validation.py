@@ -14,8 +14,10 @@ import os
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 __all__ = ["FIGURE_SUFFIXES", "TOKENIZER_FILES", "check_choice", "check_device", "check_figure_file", "check_int",
-           "check_model_dir", "check_out_dir", "check_out_file", "check_real", "is_real", "make_out_dir"]
+           "check_model_dir", "check_out_dir", "check_out_file", "check_real", "is_real", "make_out_dir", "token_ids"]
 
 #: a saved Hugging Face tokenizer holds at least one of these
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -72,6 +74,20 @@ def check_real(name: str, value, low: float | None = None, high: float | None = 
         span = _span(low, high, low_open, high_open)
         raise ValueError(f"{name}: must be a finite number{' ' + span if span else ''}, got {value!r}")
     return v
+
+
+def token_ids(name: str, x) -> np.ndarray:
+    """``x`` as an int64 array of token ids, any shape: integers as they are, floats only when every
+    value is finite and whole (2.0, not 2.5, NaN or infinity); anything else (objects, strings,
+    booleans' dtype aside) is refused naming ``name`` and the dtype. Empty arrays pass. The range
+    (negative ids, the vocabulary) is the caller's to check: its message names its own bound."""
+    arr = np.asarray(x)
+    if not np.issubdtype(arr.dtype, np.integer) and arr.size:
+        if not (np.issubdtype(arr.dtype, np.floating) and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr))):
+            raise ValueError(f"{name}: expected integer token ids, got dtype {arr.dtype}")
+    elif arr.dtype == object:
+        raise ValueError(f"{name}: expected integer token ids, got dtype {arr.dtype}")
+    return arr.astype(np.int64)
 
 
 def check_choice(name: str, value, choices):

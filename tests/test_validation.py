@@ -71,3 +71,27 @@ def test_check_device():
     for bad in ("auto", "gpu", "cuda:", "cuda:x", "cudax", "", None, 0):
         with pytest.raises(ValueError, match=r"^--device: must be cpu, cuda or cuda:N, got "):
             check_device("--device", bad)
+
+
+def test_token_ids_is_the_one_rule_for_token_arrays():
+    """Integers pass, whole finite floats become integers, and everything else is refused naming the
+    argument: the one rule that the futures, the chimera counts and the fitted samples all apply."""
+    import numpy as np
+
+    from mfd_theory.chimeras import splices
+    from mfd_theory.distributions import MixtureOfProducts
+    from mfd_theory.fit import fit_mixture
+    from mfd_theory.validation import token_ids
+
+    assert token_ids("x", [[1, 2], [3, 4]]).dtype == np.int64
+    np.testing.assert_array_equal(token_ids("x", np.array([1.0, 2.0])), [1, 2])
+    assert token_ids("x", []).shape == (0,)
+    for bad in ([1.5, 2.0], [np.inf, 1.0], [np.nan], ["a"], np.array([1, None], dtype=object), [True, False]):
+        with pytest.raises(ValueError, match=r"^x: expected integer token ids, got dtype"):
+            token_ids("x", bad)
+    # every caller: an infinite "token" is refused, never cast to a garbage id
+    for call, name in ((lambda: MixtureOfProducts.futures([[0.0, np.inf]], vocab_size=4), "sequences"),
+                       (lambda: splices([0, 1], [1.0, np.inf]), "b"),
+                       (lambda: fit_mixture(np.array([[0.0, np.inf]]), 1, 4), "samples")):
+        with pytest.raises(ValueError, match="expected integer token ids"):
+            call()

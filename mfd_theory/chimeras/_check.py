@@ -7,15 +7,11 @@ from typing import Any
 
 import numpy as np
 
+from mfd_theory.validation import token_ids
+
 
 def _as_tokens(name: str, x: Any, V: int | None = None) -> np.ndarray:
-    arr = np.asarray(x)
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.integer) or arr.size == 0):
-        if np.issubdtype(arr.dtype, np.floating) and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
-            arr = arr.astype(np.int64)
-        else:
-            raise ValueError(f"{name}: expected integer token ids, got dtype {arr.dtype}")
-    arr = arr.astype(np.int64)
+    arr = token_ids(name, x)
     if arr.size and arr.min() < 0:
         raise ValueError(f"{name}: contains negative token ids")
     if V is not None and arr.size and arr.max() >= V:
