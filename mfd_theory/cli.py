@@ -94,7 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     use_log_bars()
     from mfd_theory.formatting import help_summary
 
-    parser = argparse.ArgumentParser(prog="mfd", description=textwrap.fill(help_summary(__doc__), 79, break_on_hyphens=False), epilog=EPILOG,
+    from mfd_theory.formatting import OneLineParser
+
+    parser = OneLineParser(prog="mfd", description=textwrap.fill(help_summary(__doc__), 79, break_on_hyphens=False), epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"mfd {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -120,7 +122,10 @@ def main(argv: list[str] | None = None) -> int:
                 return exc.code if isinstance(exc.code, int) else 2
             return 2
         return _call(f"bench {rest[0]}", BENCHES[rest[0]], rest[1:])
-    parser.parse_args(argv)  # unknown command: argparse reports it
+    try:
+        parser.parse_args(argv)  # unknown command: argparse reports it in one line
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
     return 2
 
 

@@ -1,13 +1,15 @@
 """Small text helpers shared by the report (:mod:`mfd_theory.commands.report`) and the tables the evaluation
-prints (:mod:`mfd_theory.llm.measure.evaluate`), and the one that turns a module docstring into a command's
-``--help`` description. They sit below both so that neither imports the other."""
+prints (:mod:`mfd_theory.llm.measure.evaluate`), the one that turns a module docstring into a command's
+``--help`` description, and the commands' argument parser (its usage error in one line). They sit
+below both so that neither imports the other."""
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
 
-__all__ = ["comparison_text", "help_summary", "is_best_budget", "method_label", "plain_text", "speed_gain_text",
+__all__ = ["OneLineParser", "comparison_text", "help_summary", "is_best_budget", "method_label", "plain_text", "speed_gain_text",
            "stored_number", "tau_gain_text"]
 
 
@@ -64,3 +66,11 @@ def speed_gain_text(g: dict) -> str:
 def tau_gain_text(g: dict) -> str:
     """A gain entry's tau comparison (paired over prompts), as :func:`comparison_text` writes it."""
     return comparison_text(g.get("tau_cmp"))
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage error is one line on stderr, naming the flag and the problem
+    (exit status 2); the usage itself is printed by ``--help`` only."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")

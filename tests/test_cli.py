@@ -552,3 +552,25 @@ def test_library_errors_name_the_flag():
             with EVAL.flag_errors():
                 raise ValueError(raised)
         assert str(exc.value) == shown
+
+
+def test_every_parser_error_is_one_line_naming_the_flag(capsys, tmp_path):
+    """A usage error of any command, benchmark or the top level: exit 2, one line on stderr that
+    names the flag and points at --help (the usage is for --help, not for every typo), and no output."""
+    import pytest
+
+    from mfd_theory.cli import BENCHES, COMMANDS
+
+    calls = [[name, "--no-such-flag"] for name in COMMANDS if name != "target"]
+    calls += [["bench", name, "--no-such-flag"] for name in BENCHES]
+    calls += [["target", "list", "--no-such-flag"], ["no-such-command"], ["bench", "no-such-bench"],
+              ["e2e", "--budgets"], ["e2e", "--seed", "x"]]
+    for argv in calls:
+        assert main(argv + ["--out", str(tmp_path / "o")] if argv[0] != "no-such-command" else argv) == 2, argv
+        cap = capsys.readouterr()
+        err = cap.err.strip().splitlines()
+        assert len(err) <= 2 and "error:" in err[0] and "--help" in err[-1], (argv, cap.err)
+        assert "usage:" not in cap.err and cap.out == "", argv
+        named = next((a for a in argv if a.startswith("--")), argv[-1])
+        assert named.split("=")[0] in cap.err, (argv, cap.err)
+    assert not (tmp_path / "o").exists()

@@ -23,7 +23,7 @@ import types
 import typing
 from pathlib import Path
 
-from mfd_theory.formatting import help_summary
+from mfd_theory.formatting import OneLineParser, help_summary
 from mfd_theory.progress import quiet_transformers
 from mfd_theory.results import wrote
 from mfd_theory.validation import check_choice, check_figure_file, check_int, check_out_dir, check_out_file, check_real
@@ -363,7 +363,7 @@ class Command:
         width = max(shutil.get_terminal_size().columns - 2, 40)  # what argparse wraps the options at
         desc = textwrap.fill(help_summary(self.doc), width, break_on_hyphens=False)
         epilog = "examples:\n" + "\n".join(f"  {ln}" for ln in self.example_lines())
-        p = argparse.ArgumentParser(prog=self.prog, description=desc, epilog=epilog,
+        p = OneLineParser(prog=self.prog, description=desc, epilog=epilog,
                                     formatter_class=argparse.RawDescriptionHelpFormatter,
                                     argument_default=argparse.SUPPRESS)
         kinds = _kinds(self.config)
