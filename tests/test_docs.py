@@ -208,6 +208,49 @@ def test_relative_links_point_at_files(path):
     assert bad == []
 
 
+def _figures_reproduce_draws() -> set[str]:
+    """The figure names (stems) the notebooks that ``make reproduce`` runs save: every string
+    constant of their code cells, which is where each names the figures it writes."""
+    import json
+
+    from mfd_theory.commands.reproduce import NOTEBOOKS
+
+    names = set()
+    for nb in NOTEBOOKS:
+        for cell in json.loads((ROOT / nb).read_text(encoding="utf-8"))["cells"]:
+            if cell["cell_type"] == "code":
+                tree = ast.parse("".join(cell["source"]))
+                names |= {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    return names
+
+
+def cited_figures_nothing_makes(texts: dict[str, str], tracked: set[str], drawn: set[str]) -> list[str]:
+    """Each ``paper_figs/NAME.ext`` a page cites that is neither in git (``tracked``) nor saved by a
+    notebook ``make reproduce`` runs (``drawn``: their names without the extension)."""
+    bad = []
+    for page, text in texts.items():
+        for fig in sorted(set(re.findall(r"paper_figs/([A-Za-z0-9_.-]+\.(?:png|pdf|svg))", text))):
+            if fig not in tracked and fig.rsplit(".", 1)[0] not in drawn:
+                bad.append(f"{page}: paper_figs/{fig}")
+    return bad
+
+
+def test_every_cited_figure_is_committed_or_drawn_by_reproduce():
+    import subprocess
+
+    listed = subprocess.run(["git", "ls-files", "paper_figs"], cwd=ROOT, capture_output=True, text=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout: the tracked figures cannot be listed")
+    tracked = {Path(p).name for p in listed.stdout.split()}
+    drawn = _figures_reproduce_draws()
+    texts = {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8") for p in DOCS}
+    assert cited_figures_nothing_makes(texts, tracked, drawn) == []
+    # the check can fail: a figure nobody makes, and a drawn one that is neither tracked nor drawn
+    assert cited_figures_nothing_makes({"x.md": "see paper_figs/no_such_figure.png"}, tracked, drawn) == [
+        "x.md: paper_figs/no_such_figure.png"]
+    assert "e2e_speedup_check" in drawn and "chimera_share_settings.png" in tracked
+
+
 def test_readme_lists_every_command():
     text = (ROOT / "README.md").read_text()
     table = text.split("## Commands", 1)[1].split("\n## ", 1)[0]

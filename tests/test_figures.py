@@ -429,7 +429,25 @@ def _all_figures():
     from mfd_theory.figures.batch import batch_throughput
 
     out.append(("batch_throughput", batch_throughput(_batch_result())))
+    out.append(("real_ceiling_figure", _real_figure()))
     return out
+
+
+def _real_result():
+    """An ``mfd real`` result whose one target has a ceiling pooled from per-prompt records."""
+    from test_fit_rows import _records
+
+    from mfd_theory.ceiling_stats import pool_ceiling
+
+    cfg = {"prompts_per_domain": 6, "samples": 10, "modes": [1, 2], "seed": 0, "dead_at": 16, "block_length": 4}
+    return {"name": "real", "config": cfg,
+            "data": {"targets": {"tiny-target": {"ceiling": pool_ceiling(_records())}}}}
+
+
+def _real_figure():
+    from mfd_theory.figures.real import real_ceiling_figure
+
+    return real_ceiling_figure(_real_result())
 
 
 def _batch_result(arch="qwen3"):
@@ -458,7 +476,8 @@ def test_every_figure_names_its_run():
     expect = {"coverage_vs_budget": "run: core_table, 3-future target", "bound_figure": "run: chimera_bound, 30",
               "share_": "run: chimera_share, L=15, V=32", "mixture_": "run: mixture_gain, L=15, seeds 0",
               "path_": "run: path_gain", "eval_figure": "run: eval of results/own_target/target, drafters drafter-k1",
-              "batch_": "run: bench batch on the e2e default preset's qwen3 target"}
+              "batch_": "run: bench batch on the e2e default preset's qwen3 target",
+              "real_": "run: mfd real, 6 prompts per domain, 10 sampled paths"}
     names = []
     for name, fig in _all_figures():
         labels = [t.get_text() for t in fig.texts if t.get_gid() == RUN_LABEL_GID]
@@ -466,7 +485,7 @@ def test_every_figure_names_its_run():
         want = next((v for k, v in expect.items() if name.startswith(k)), "run: e2e default preset, qwen3 4x128")
         assert labels[0].startswith(want), (name, labels[0])
         names.append(name)
-    assert len(names) == 20
+    assert len(names) == 21
 
 
 def test_hybrid_e2e_figure_says_which_target():
@@ -680,3 +699,25 @@ def test_chimera_bound_panel_c_spans_its_data_and_explains_its_markers():
     # nested: the instances below the bound are drawn inside the tied ones' bars, at the same x
     grey, red = [cont for cont in b.containers][1:]
     assert [p.get_x() for p in grey.patches] == [p.get_x() for p in red.patches]
+
+
+def test_real_ceiling_figure_draws_every_tree_of_every_panel_and_refuses_a_run_without_one():
+    import pytest
+
+    from mfd_theory.figures import RUN_LABEL_GID
+    from mfd_theory.figures.real import real_ceiling_figure
+
+    res = _real_result()
+    fig = real_ceiling_figure(res)
+    axes = fig.axes
+    assert [a.get_title().split(" (")[0] for a in axes] == ["code, T = 1", "prose, T = 1"]
+    tab = res["data"]["targets"]["tiny-target"]["ceiling"]["code"]["1"]
+    # the product line's points are the pooled means at every budget
+    bars = next(c for c in axes[0].containers if c.get_label() == "product tree (K = 1)")
+    assert list(bars.lines[0].get_ydata()) == [tab["by_budget"][n]["coverage"]["product"][0] for n in ("4", "16")]
+    labels = {t.get_text() for leg in fig.legends for t in leg.get_texts()}
+    assert labels == {"product tree (K = 1)", "mixture tree K = 2", "oracle (best tree of N nodes)"}
+    assert "dead at N = 16: 10%" in axes[0].get_title()
+    assert any(t.get_gid() == RUN_LABEL_GID and "mfd real" in t.get_text() for t in fig.texts)
+    with pytest.raises(ValueError, match="target: other has no ceiling"):
+        real_ceiling_figure(res, target="other")

@@ -42,7 +42,8 @@ HYBRID = ("end to end, hybrid target", "mfd_theory.commands.experiments.e2e", ["
 OWN = ("own target", "mfd_theory.commands.experiments.own_target", ["--preset", "default", "--out", "results/own_target"])
 NATURAL = ("natural text", "mfd_theory.commands.experiments.natural", ["--preset", "default", "--out", "results/natural"])
 #: the shipped real targets (untimed: the lossless check and the ceiling), last, alone, on every core
-REAL = ("real targets", "mfd_theory.commands.experiments.real", ["--preset", "reproduce", "--out", "results/real"])
+REAL = ("real targets", "mfd_theory.commands.experiments.real", ["--preset", "reproduce", "--out", "results/real",
+                                                                  "--figure", "paper_figs/real_ceiling.png"])
 #: every step, in the order one core runs them (``--jobs 1``)
 STEPS: list[tuple[str, str, list[str]]] = [*THEORY, E2E, HYBRID, OWN, NATURAL, REAL]
 #: steps with a --threads option (torch threads for training) and a --prepare-only option

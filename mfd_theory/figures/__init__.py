@@ -1,7 +1,7 @@
 """Plotting functions: each takes result objects (or their dicts) and returns a matplotlib Figure.
 
 Topic modules: :mod:`.core` (coverage vs budget), :mod:`.chimeras`, :mod:`.mixture`, :mod:`.e2e`,
-:mod:`.path`. Shared here: :func:`stamp_run` (every figure names the run it was drawn from, in its
+:mod:`.path`, :mod:`.batch`, :mod:`.real`. Shared here: :func:`stamp_run` (every figure names the run it was drawn from, in its
 bottom-right corner, with the result's date and commit) and :func:`reveal_overlaps` (lines that lie on each other stay visible).
 matplotlib is imported lazily inside the functions (it is an optional extra).
 """
@@ -10,7 +10,7 @@ import importlib
 from pathlib import Path
 from typing import NamedTuple
 
-_TOPICS = ("core", "chimeras", "mixture", "e2e", "path", "batch")
+_TOPICS = ("core", "chimeras", "mixture", "e2e", "path", "batch", "real")
 
 
 def __getattr__(name):
@@ -78,6 +78,9 @@ def run_label(res) -> str:
     if name == "chimera_share":
         return (f"run: chimera_share, L={cfg.get('L')}, V={cfg.get('V')}, {cfg.get('n_seeds')} seeds per setting, "
                 f"seed {cfg.get('seed')}")
+    if name == "real":
+        return (f"run: mfd real, {cfg.get('prompts_per_domain')} prompts per domain, {cfg.get('samples')} sampled "
+                f"paths per prompt and T, K {_join(cfg.get('modes', []))}, seed {cfg.get('seed')}")
     if name in ("mixture_gain", "path_gain"):
         return (f"run: {name}, L={cfg.get('L')}, seeds {_join(cfg.get('seeds', []))}, "
                 f"K {_join(cfg.get('Ks', []))}, N {_join(cfg.get('budgets', []))}")

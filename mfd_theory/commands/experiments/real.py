@@ -26,9 +26,10 @@ The config lives here (no torch import); the work is in :mod:`mfd_theory.command
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from mfd_theory.ceiling_stats import SCORERS
-from mfd_theory.commands._cli import Checked, Command, opt
+from mfd_theory.commands._cli import Checked, Command, figure_option, opt, wrote
 from mfd_theory.shipped import SHIPPED
 
 __all__ = ["RealConfig", "main"]
@@ -80,7 +81,8 @@ class RealConfig(Checked):
                              f"{','.join(map(str, self.modes))}")
 
 
-CLI = Command("real", __name__, RealConfig, __doc__, out="results/real", models=True)
+CLI = Command("real", __name__, RealConfig, __doc__, out="results/real", models=True, extras=(figure_option(
+    "also draw the first target's ceiling (coverage of each tree against N) into this file, a .png, .pdf or .svg"),))
 
 
 def main(argv: list[str] | None = None):
@@ -95,4 +97,11 @@ def _run(config: RealConfig, opts):
         check_target(name, "--targets")
     from mfd_theory.commands.experiments.real_run import run
 
-    return run(config, opts.out, progress=not opts.quiet)
+    res = run(config, opts.out, progress=not opts.quiet)
+    if opts.figure and "ceiling" in config.stages:
+        from mfd_theory.figures import save_figure
+        from mfd_theory.figures.real import real_ceiling_figure
+
+        existed = Path(opts.figure).exists()
+        wrote(save_figure(real_ceiling_figure(res), opts.figure), existed)
+    return res
