@@ -18,7 +18,7 @@ REAL = "docs/real-targets.md"
 
 #: report block name -> the Markdown file (relative to the repository root) that holds it
 BLOCK_FILES: dict[str, str] = {
-    "headline": README,
+    "headline": RESULTS,
     "core-table": RESULTS,
     "chimera-bound": RESULTS,
     "chimera-share": RESULTS,

@@ -209,13 +209,19 @@ def test_relative_links_point_at_files(path):
 
 
 def _figures_reproduce_draws() -> set[str]:
-    """The figure names (stems) the notebooks that ``make reproduce`` runs save: every string
-    constant of their code cells, which is where each names the figures it writes."""
+    """The figure names (stems) ``make reproduce`` draws: the ``--figure`` files of its steps, and
+    what the notebooks it runs save (every string constant of their code cells, which is where each
+    names the figures it writes)."""
     import json
 
     from mfd_theory.commands.reproduce import NOTEBOOKS
 
+    from mfd_theory.commands.reproduce import REAL, STEPS
+
     names = set()
+    for _, _, argv in [*STEPS, REAL]:  # a step that draws its own figure (--figure PATH)
+        if "--figure" in argv:
+            names.add(Path(argv[argv.index("--figure") + 1]).stem)
     for nb in NOTEBOOKS:
         for cell in json.loads((ROOT / nb).read_text(encoding="utf-8"))["cells"]:
             if cell["cell_type"] == "code":
@@ -249,6 +255,41 @@ def test_every_cited_figure_is_committed_or_drawn_by_reproduce():
     assert cited_figures_nothing_makes({"x.md": "see paper_figs/no_such_figure.png"}, tracked, drawn) == [
         "x.md: paper_figs/no_such_figure.png"]
     assert "e2e_speedup_check" in drawn and "chimera_share_settings.png" in tracked
+
+
+def heading_anchors(text: str) -> set[str]:
+    """The anchors a Markdown page offers: each heading's slug as GitHub makes it (lower case,
+    punctuation dropped, spaces to hyphens) and every ``<a id="...">``."""
+    text = _BLOCK.sub("", text)
+    out = set(re.findall(r'<a (?:id|name)="([^"]+)"', text))
+    for h in re.findall(r"^#{1,6} (.+)$", text, flags=re.M):
+        out.add(re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-"))
+    return out
+
+
+@pytest.mark.parametrize("path", DOCS, ids=_ids(DOCS))
+def test_every_anchor_a_page_links_to_exists(path):
+    text = _BLOCK.sub("", path.read_text(encoding="utf-8"))
+    bad = []
+    for target in re.findall(r"\]\(([^)\s]*#[^)\s]+)\)", text):
+        if re.match(r"^[a-z]+:", target):
+            continue
+        page, frag = target.split("#", 1)
+        dest = path if not page else path.parent / page
+        if dest.suffix == ".md" and dest.exists() and frag not in heading_anchors(dest.read_text(encoding="utf-8")):
+            bad.append(target)
+    assert bad == []
+
+
+def test_the_front_page_links_long_pages_by_anchor():
+    """A reader sent from the front page to a page of over 300 lines lands on the section meant
+    (the map of the documentation, which lists the pages themselves, aside)."""
+    text = _BLOCK.sub("", (ROOT / "README.md").read_text(encoding="utf-8"))
+    text = re.sub(r"^## Map of the documentation\n.*?(?=^## )", "", text, flags=re.S | re.M)
+    bare = [t for t in re.findall(r"\]\(([^)\s#]+\.md)\)", text)
+            if (ROOT / t).exists() and len((ROOT / t).read_text(encoding="utf-8").splitlines()) > 300]
+    assert bare == []
+    assert heading_anchors("## `mfd real-drafters`\n## Words (and more)\n") == {"mfd-real-drafters", "words-and-more"}
 
 
 def test_readme_lists_every_command():

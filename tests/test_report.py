@@ -219,21 +219,24 @@ def test_result_tables_are_all_generated():
 
 def test_every_block_has_one_file_and_the_repository_follows_it():
     assert set(BLOCK_FILES) == set(BLOCKS)
-    assert report_files()[0] == "README.md" and len(set(report_files())) == len(report_files())
+    assert report_files()[0] == "docs/results.md" and len(set(report_files())) == len(report_files())
     check_layout({f: (ROOT / f).read_text() for f in report_files()})  # raises on a misplaced block
+    # the front page holds no generated block: its verdicts are written from the blocks and the studies
+    assert "README.md" not in report_files() and "<!-- report:" not in (ROOT / "README.md").read_text()
 
 
 def test_layout_check_names_misplaced_missing_and_repeated_blocks():
     ok = {f: "".join(f"<!-- report:{n} -->\nx\n<!-- /report:{n} -->\n" for n, g in BLOCK_FILES.items() if g == f)
           for f in report_files()}
     check_layout(ok)
-    moved = dict(ok, **{"README.md": ok["README.md"] + "<!-- report:e2e -->\nx\n<!-- /report:e2e -->\n"})
-    with pytest.raises(ValueError, match="README.md: block.*e2e.*belong in docs/results.md"):
+    bench = "docs/benchmarks.md"
+    moved = dict(ok, **{bench: ok[bench] + "<!-- report:e2e -->\nx\n<!-- /report:e2e -->\n"})
+    with pytest.raises(ValueError, match="docs/benchmarks.md: block.*e2e.*belong in docs/results.md"):
         check_layout(moved)
-    with pytest.raises(ValueError, match="README.md: block.*headline.*missing"):
-        check_layout(dict(ok, **{"README.md": "no blocks here"}))
+    with pytest.raises(ValueError, match="docs/results.md: block.*headline.*missing"):
+        check_layout(dict(ok, **{"docs/results.md": "no blocks here"}))
     with pytest.raises(ValueError, match="more than once"):
-        check_layout(dict(ok, **{"README.md": ok["README.md"] * 2}))
+        check_layout(dict(ok, **{"docs/results.md": ok["docs/results.md"] * 2}))
 
 
 def test_check_counts_blocks_and_lists_the_skipped(tmp_path, capsys):
@@ -265,7 +268,7 @@ def test_no_results_at_all_is_an_error_naming_the_missing_files(tmp_path, capsys
     assert main(["report", "--results", str(empty), "--check"]) == 2
     captured = capsys.readouterr()
     assert f"none of the {len(BLOCKS)} report block(s) could be checked" in captured.err
-    assert "skipped block headline (README.md)" in captured.out
+    assert "skipped block headline (docs/results.md)" in captured.out
 
 
 def test_out_needs_file(tmp_path, capsys):

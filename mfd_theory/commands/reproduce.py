@@ -1,9 +1,9 @@
-"""``mfd reproduce``: the main job, about 80 minutes on a 2-core CPU (install excluded; measured 2026-12-02, before the real targets' step, which adds about 20 minutes more, not yet measured end to end): every experiment from its preset file into ``results/``, the notebooks' figures into ``paper_figs/``, then ``mfd report``, which rewrites the result blocks of README.md and ``docs/``.
+"""``mfd reproduce``: the main job, about 100 minutes on a 2-core CPU (install included: 83 measured on 2026-12-02 before the real targets' step, which took 18 more on 2026-12-03): every experiment from its preset file into ``results/``, the notebooks' figures into ``paper_figs/``, then ``mfd report``, which rewrites the result blocks of ``docs/``.
 
 Runs every experiment from its preset file (``experiments/<command>/<preset>.toml``) into
 ``results/`` (each skips work already saved), executes the notebooks, which draw the figures
-into ``paper_figs/``, and finally runs ``mfd report``, which rewrites the result blocks of the
-README and ``docs/`` from the new ``results/*.json``.
+into ``paper_figs/``, and finally runs ``mfd report``, which rewrites the result blocks of
+``docs/`` from the new ``results/*.json``.
 
 Where two cores are usable, the work that times nothing runs first in two lanes, each pinned to
 its own core with one torch thread: lane 0 trains the attention end-to-end run's checkpoints
@@ -189,7 +189,7 @@ class ReproduceConfig(Checked):
 
 
 CLI = Command("reproduce", __name__, ReproduceConfig, __doc__, out=False, examples=(
-    "mfd reproduce  # everything, then README.md and docs/ rewritten from the new results",
+    "mfd reproduce  # everything, then docs/ rewritten from the new results",
     "mfd reproduce --skip-notebooks  # the experiments only: no figures",
     "mfd reproduce --jobs 1  # every step in turn, on all of the machine's threads",
 ))
@@ -213,7 +213,7 @@ def _run(config: ReproduceConfig, opts) -> None:
             run.seconds[nb] = time.perf_counter() - t0
             print(f"--- {nb}: {run.seconds[nb]:.1f} s", flush=True)
             run.record()
-    print("\n=== report (the result blocks of README.md and docs/ from results/)", flush=True)
+    print("\n=== report (the result blocks of docs/ from results/)", flush=True)
     from mfd_theory.commands.report import main as report
 
     report(["--results", "results"])

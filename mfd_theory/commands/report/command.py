@@ -1,4 +1,4 @@
-"""``mfd report``: rewrite the result blocks of the README and docs/ from ``results/*.json``.
+"""``mfd report``: rewrite the result blocks of docs/ from ``results/*.json``.
 
 By default every file of ``report_files.BLOCK_FILES`` is rewritten; ``--check`` compares without
 writing. A block whose results file is missing is left as it is and named; when every block is
@@ -35,9 +35,9 @@ class ReportConfig(Checked):
 
 CLI = Command("report", "mfd_theory.commands.report", ReportConfig, __doc__, out=False, extras=(
     file_option("out", "with --file: write the rewritten file here instead of over it"),), examples=(
-    "mfd report  # rewrite every result block of README.md and docs/ from results/",
+    "mfd report  # rewrite every result block of docs/ from results/",
     "mfd report --check  # compare only: exit 1 when a block differs from what results/ gives",
-    "mfd report --file README.md --out /tmp/README.md  # one page, written elsewhere",
+    "mfd report --file docs/results.md --out /tmp/results.md  # one page, written elsewhere",
 ))
 
 

@@ -1,4 +1,4 @@
-"""The README's headline block: a few numbers from several results files (the real pretrained
+"""The headline block (docs/results.md, its first section; the README states one verdict per claim from it): a few numbers from several results files (the real pretrained
 targets' ceiling and lossless check first, then the chimera bound's check, DDTree against MFD end to end, the out-of-sample prediction error, the natural-text
 ceiling), each row naming the block with the full table.
 
@@ -34,13 +34,13 @@ def headline(results: Results) -> str:
     text's ceiling), each with where the full table is."""
     lines = ["| question | the last run's answer | full table |", "|---|---|---|"]
     if _present(results, REAL):
-        lines += headline_rows(results[REAL].data, "[real targets](docs/real-targets.md), `real`")
+        lines += headline_rows(results[REAL].data, "[`real`](real-targets.md#mfd-real)")
     cb = results["chimera_bound.json"]
     v, c = cb.data["verify"], cb.config
     lines.append(f"| Does every product-ranked tree that holds two futures disagreeing in m positions hold at least "
                  f"2^(m-1) - 1 chimeras? | {v['instances']:,} random instances, m = 1..{c['m_max']}: "
                  f"**{v['violations']} violations** ({v['ties']} exact ties set aside) | "
-                 "[results](docs/results.md), `chimera-bound` |")
+                 "[`chimera-bound`](#chimera-bound) |")
     e2e = results["end_to_end.json"]
     lines += _e2e_rows(e2e)
     pr = e2e.data.get("prediction") or {}
@@ -49,7 +49,7 @@ def headline(results: Results) -> str:
         lines.append(f"| How well are tau and speedup predicted before decoding, from calibration prompts only "
                      f"(same run, {pr['n_cells']} cells)? | tau: median \\|error\\| {100 * tau['median_abs_error']:.1f}%, "
                      f"worst {100 * tau['worst_abs_error']:.1f}%; speedup: median {100 * sp['median_abs_error']:.1f}%, "
-                     f"worst {100 * sp['worst_abs_error']:.1f}% | [results](docs/results.md), `prediction-check` |")
+                     f"worst {100 * sp['worst_abs_error']:.1f}% | [`prediction-check`](#prediction-check) |")
     have = _present(results, NATURAL)
     ceil = (results[NATURAL].data.get("ceiling") or {}) if have else {}
     parts = []
@@ -64,7 +64,7 @@ def headline(results: Results) -> str:
     if parts:
         lines.append("| On natural text (Python's standard library) at T = 1, how much more does the target's own "
                      "oracle tree cover than the product tree of its own marginals (the room any drafter has over "
-                     "a perfect product drafter)? | " + "; ".join(parts) + " | [results](docs/results.md), `natural` |")
+                     "a perfect product drafter)? | " + "; ".join(parts) + " | [`natural`](#natural) |")
     words = in_words(e2e.data)
     if _present(results, K8):
         k8 = in_words(results[K8].data, title="**In words, K = 8** (its own run, `mfd e2e --preset k8`, on the same "
@@ -142,10 +142,18 @@ _HEADLINE_QUESTIONS = {
 }
 
 
-def _e2e_rows(res: Result, what: str = "small Qwen3 target") -> list[str]:
+def own_target_name(cfg: dict) -> str:
+    """How the headline names an e2e run's target: what it is, with its size."""
+    arch = "Qwen3.5 hybrid" if cfg.get("target_arch") == "qwen3_5" else "Qwen3"
+    size = (f"{cfg['target_layers']} layers x {cfg['target_hidden']}, " if "target_layers" in cfg else "")
+    return f"the package's own {arch} target ({size}trained here)"
+
+
+def _e2e_rows(res: Result) -> list[str]:
     """Per question and temperature, the comparisons over the replicated runs (the e2e-replicated
     block); a run without replicates gives its single-run best-budget comparison, labelled as one
     run."""
+    what = own_target_name(res.config or {})
     rep = res.data.get("replicated") or {}
     comps = rep.get("comparisons") or []
     if not comps:
@@ -161,7 +169,7 @@ def _e2e_rows(res: Result, what: str = "small Qwen3 target") -> list[str]:
             out.append(f"| End to end, {what} on CPU, T = {temp:g}, over {rep['runs']} independently trained "
                        f"drafter sets, each method at the budget the theory chose before decoding: "
                        + title.format(base=cell_text(at[0]["b"])) + " | " + "; ".join(parts)
-                       + " | [results](docs/results.md), `e2e-replicated` |")
+                       + " | [`e2e-replicated`](#e2e-replicated) |")
     return out
 
 
@@ -183,9 +191,9 @@ def _single_run_rows(res: Result) -> list[str]:
         def at(r):
             return method_label(r) + ("" if r["method"] == "chain" else f" N = {r['budget']}")
 
-        out.append(f"| End to end, small Qwen3 target on CPU, T = {temp:g}, one trained run: the product drafter "
+        out.append(f"| End to end, {own_target_name(res.config or {})} on CPU, T = {temp:g}, one trained run: the product drafter "
                    f"against MFD, each at its fastest budget in this run | {at(b)}: tau {b['tau']:.2f}, "
                    f"{value_with_spread(b, 'speedup', suffix='x')}; {at(a)}: tau {a['tau']:.2f}, "
                    f"{value_with_spread(a, 'speedup', suffix='x')}; speed: {speed_gain_text(g)} (one run) | "
-                   "[results](docs/results.md), `e2e` and `e2e-gains` |")
+                   "[`e2e`](#e2e) and [`e2e-gains`](#e2e-gains) |")
     return out
