@@ -1,4 +1,4 @@
-"""Small text helpers shared by the report (:mod:`mfd_theory.commands.report`) and the tables the evaluation
+"""Small text helpers shared by the report (:mod:`mfd_theory.report`) and the tables the evaluation
 prints (:mod:`mfd_theory.llm.measure.evaluate`), the one that turns a module docstring into a command's
 ``--help`` description, and the commands' argument parser (its usage error in one line). They sit
 below both so that neither imports the other."""

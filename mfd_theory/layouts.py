@@ -108,3 +108,29 @@ def _same_drafter(row: dict, drafter: dict) -> bool:
 # ----------------------------------------------------------------------------- path gain
 def group_label(cell: dict) -> str:
     return f"m={cell['m']}" if cell["family"] == "two_futures" else f"F={cell['F']}"
+
+
+HEADLINE_K = 4  # the summary's "mixture" column: a fixed K, as a trained MFD drafter has
+
+
+def headline_k(Ks) -> int:
+    """The K of the summary's "mixture" column: HEADLINE_K when the sweep fits it, else the
+    largest K it fits (so a sweep over other K still gets a full summary)."""
+    return HEADLINE_K if HEADLINE_K in Ks else max(Ks)
+
+
+def at_budget(rows: list[dict], budget: int, key: str, drafter: str | None = None):
+    """``key`` of the ``by_budget`` row at ``budget`` (and of ``drafter``, when the rows name one)."""
+    for r in rows:
+        if r["budget"] == budget and (drafter is None or r.get("drafter") == drafter):
+            return r[key]
+    raise KeyError(f"no {key} at budget {budget}" + (f" for {drafter}" if drafter else ""))
+
+
+#: the K whose drafting cost at the longest context carries the ratio target (<= 2.5 x K = 1)
+TARGET_MODES = 4
+
+
+def target_modes(modes: list[int]) -> int:
+    """The K whose ratio to K = 1 the target is for: ``TARGET_MODES`` if timed, else the largest K."""
+    return TARGET_MODES if TARGET_MODES in modes else max(modes)

@@ -1,6 +1,6 @@
 """Where ``mfd report`` writes: the Markdown file that holds each generated result block.
 
-This table sits in the core, apart from :mod:`mfd_theory.commands.report` (a command), so that
+This table sits in the core, apart from :mod:`mfd_theory.report` (the blocks), so that
 :mod:`mfd_theory.results` can read it without an import cycle: the ``+dirty`` mark of a result's
 git sha ignores exactly the files listed here, since ``mfd reproduce`` ends by rewriting them.
 Paths are relative to the repository root.

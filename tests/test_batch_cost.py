@@ -160,7 +160,7 @@ def test_bench_batch_micro_writes_predictions_before_measuring(tmp_path):
     for r in w["rows"]:  # NaN when per-request accepted nothing at all (a micro drafter may not)
         o, g = r["oracle"]["same_rounds"], r["global"]["same_rounds"]
         assert np.isnan(o) == np.isnan(g) and (np.isnan(o) or o >= g - 1e-12)
-    from mfd_theory.commands.report import bench_batch_block
+    from mfd_theory.report import bench_batch_block
 
     block = bench_batch_block(res)
     assert block.count("\n| 1 |") == 1 and block.count("\n| 2 |") == 1  # one table row per batch size

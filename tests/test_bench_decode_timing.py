@@ -56,7 +56,7 @@ def test_the_report_prints_the_warnings_before_the_table():
 def test_the_report_block_says_when_the_run_was_disturbed():
     from types import SimpleNamespace
 
-    from mfd_theory.commands.report.bench import bench_decode
+    from mfd_theory.report.bench import bench_decode
 
     data = _data(chain=(1.0, 1.69))
     for r in data["methods"].values():

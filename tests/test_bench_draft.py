@@ -11,7 +11,7 @@ import llm_helpers  # noqa: E402,F401  (single-threaded torch)
 
 from mfd_theory.cli import main as cli_main  # noqa: E402
 from mfd_theory.commands.bench.bench_draft import BenchDraftConfig, report, run  # noqa: E402
-from mfd_theory.commands.report import render  # noqa: E402
+from mfd_theory.report import render  # noqa: E402
 
 
 def test_bench_draft_micro(tmp_path):

@@ -280,7 +280,7 @@ def test_small_run_meets_the_theorems_and_the_oracle(small_run):
 
 
 def test_rerun_resumes_and_the_report_block_renders(small_run, capsys):
-    from mfd_theory.commands.report import render
+    from mfd_theory.report import render
 
     _, out = small_run
     capsys.readouterr()

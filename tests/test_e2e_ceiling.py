@@ -97,7 +97,7 @@ def test_reach_rows_of_a_pipeline_run_go_by_data_set_and_the_rows_k():
 
 def test_the_micro_run_measures_its_ceiling_on_calibration_prompts_only(tmp_path):
     from mfd_theory.commands.experiments.e2e import main
-    from mfd_theory.commands.report import render
+    from mfd_theory.report import render
 
     main(["--preset", "micro", "--out", str(tmp_path), "--quiet", "--temperatures", "1", "--replicates", "1",
           "--budgets", "8", "--eval-prompts", "2", "--hf-assisted", "false", "--wta-modes", ""])

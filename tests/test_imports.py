@@ -25,6 +25,7 @@ FLOORS = [
     ("llm.decoding", ("mfd_theory.llm.decoding",)),
     ("llm.training", ("mfd_theory.llm.training",)),
     ("llm.measure", ("mfd_theory.llm.measure", "mfd_theory.llm")),
+    ("report", ("mfd_theory.report",)),  # the result blocks: text from results files, no torch
     ("commands", ("mfd_theory.commands",)),
     ("cli", ("mfd_theory.cli",)),
 ]
@@ -166,8 +167,10 @@ def test_graph_reader_sees_absolute_relative_and_function_level_imports():
 def test_floors_are_read_as_intended():
     assert [floor(m) for m in ("mfd_theory.trees", "mfd_theory.figures.e2e", "mfd_theory.llm.models.target",
                                "mfd_theory.llm.decoding.batch", "mfd_theory.llm.training.train",
-                               "mfd_theory.llm.measure.predict", "mfd_theory.commands.experiments.e2e", "mfd_theory.cli")] \
-        == list(range(8))
+                               "mfd_theory.llm.measure.predict", "mfd_theory.report.e2e",
+                               "mfd_theory.commands.experiments.e2e", "mfd_theory.cli")] \
+        == list(range(9))
+    assert floor("mfd_theory.report_files") == floor("mfd_theory")  # a core module, not the report floor
     pk = {"mfd_theory", "mfd_theory.llm", "mfd_theory.llm.models"}
     assert private_owner("mfd_theory._kernels.trees", "_product_tree", pk) == "mfd_theory"
     assert private_owner("mfd_theory.llm.models.drafter", "_draft_value", pk) == "mfd_theory.llm.models"

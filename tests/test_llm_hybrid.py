@@ -307,7 +307,7 @@ def test_e2e_trains_and_decodes_a_hybrid_target(tmp_path):
     assert {r["method"] for r in rows} == set(METHODS)
     assert all(r["matches_ar"] for r in rows)
     # the README's e2e-hybrid block is generated from this file under results/hybrid/
-    from mfd_theory.commands.report import BLOCKS, render
+    from mfd_theory.report import BLOCKS, render
 
     assert BLOCKS["e2e-hybrid"][0] == "hybrid/end_to_end.json"
     (tmp_path / "results" / "hybrid").mkdir(parents=True)
@@ -341,7 +341,7 @@ def test_bench_decode_hybrid_writes_its_own_file_and_block(tmp_path):
     """``mfd bench decode --arch qwen3_5`` writes bench_decode_qwen3_5.json (never the attention
     run's bench_decode.json), and the README's bench-decode-hybrid block is generated from it."""
     from mfd_theory.commands.bench.bench_decode import BenchDecodeConfig, run
-    from mfd_theory.commands.report import BLOCKS, render
+    from mfd_theory.report import BLOCKS, render
 
     cfg = BenchDecodeConfig(preset="micro", arch="qwen3_5", block_size=4, num_modes=2, budget=4, prompt_len=8,
                             max_new_tokens=4, prompts=1, hybrid_sizes="1,4", profile_repeats=1)

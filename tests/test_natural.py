@@ -197,7 +197,7 @@ def test_rerun_reuses_every_step(run, capsys):
 
 
 def test_report_block_from_the_run(run):
-    from mfd_theory.commands.report import BLOCKS, natural_block, render
+    from mfd_theory.report import BLOCKS, natural_block, render
 
     results, out = run
     res = Result.load(out / "natural.json")
@@ -232,7 +232,7 @@ def test_bad_options_exit_2(tmp_path, capsys):
 def test_config_knows_evals_methods_and_reproduce_runs_it():
     import mfd_theory.commands.experiments.natural as exp
     from mfd_theory.llm.decoding.generate import METHODS
-    from mfd_theory.commands.report import BLOCKS
+    from mfd_theory.report import BLOCKS
     from mfd_theory.commands.reproduce import STEPS as REPRO
 
     assert tuple(exp._METHODS) == tuple(METHODS)

@@ -15,7 +15,7 @@ pytest.importorskip("transformers")
 
 from mfd_theory.cli import main as mfd  # noqa: E402
 from mfd_theory.commands.experiments.own_target import OwnTargetConfig, command_lines  # noqa: E402
-from mfd_theory.commands.report import BLOCKS, own_target_block, render  # noqa: E402
+from mfd_theory.report import BLOCKS, own_target_block, render  # noqa: E402
 from mfd_theory.results import Result  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -100,7 +100,7 @@ def test_path_speedup_is_speedup_with_depth_passes():
 
 
 def test_rerun_resumes_and_report_block_renders(small_run, capsys):
-    from mfd_theory.commands.report import render
+    from mfd_theory.report import render
 
     res, out = small_run
     capsys.readouterr()

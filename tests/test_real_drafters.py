@@ -74,7 +74,7 @@ def test_the_study_runs_and_resumes(tiny_target, tmp_path, capsys):
         assert len(v["tau_runs"]) == 2 and v["b"]["method"] in ("chain", "ddtree", "mfd")
         assert v["tau_cmp"] is None or v["tau_cmp"]["verdict"] in ("gain", "loss", "equivalent", "inconclusive")
     # the report block: the setup, every drafter's training, each compared cell per seed, the verdicts
-    from mfd_theory.commands.report import BLOCKS, Results
+    from mfd_theory.report import BLOCKS, Results
     from mfd_theory.results import Result
 
     saved = Result.load(out / "real_drafters.json")

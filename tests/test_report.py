@@ -12,8 +12,7 @@ from mfd_theory.formatting import comparison_text
 from mfd_theory.stats import compare_rows
 
 from mfd_theory.cli import main
-from mfd_theory.commands.report import (BLOCKS, Results, block_inputs, check_layout, render,
-                                       value_with_spread)
+from mfd_theory.report import BLOCKS, Results, block_inputs, check_layout, render, value_with_spread
 from mfd_theory.report_files import BLOCK_FILES, report_files
 from mfd_theory.results import Result
 
@@ -404,7 +403,7 @@ def test_generated_text_writes_plus_minus_one_way():
 
 
 def test_headline_says_in_words_what_the_replicated_runs_found():
-    from mfd_theory.commands.report.headline import in_words
+    from mfd_theory.report.headline import in_words
 
     def cmp(g, lo, hi, v):
         return {"gain": g, "lo": lo, "hi": hi, "verdict": v}
@@ -462,7 +461,7 @@ def test_headline_adds_the_k8_runs_sentences_when_its_file_is_there(tmp_path):
 
 
 def test_the_e2e_table_says_when_greedy_texts_end_in_one_loop():
-    from mfd_theory.commands.report.e2e import greedy_loop_lines
+    from mfd_theory.report.e2e import greedy_loop_lines
 
     loop = [5, 6, 7, 8]
     ar = [{"method": "ar", "temperature": 0.0, "tokens": [1, 2] + loop * 3},

@@ -191,7 +191,7 @@ def test_speedup_check_block_and_figure():
 
     matplotlib.use("Agg")
     from mfd_theory.figures.e2e import speedup_check_figure
-    from mfd_theory.commands.report import speedup_check_block
+    from mfd_theory.report import speedup_check_block
     from mfd_theory.results import Result
 
     records, cells = _records(1.0, [3, 1, 2, 2, 0, 3], [2.5, 1.5, 2.0, 2.0, 0.5, 2.5], [0.5] * 6, 17)

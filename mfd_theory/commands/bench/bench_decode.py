@@ -37,8 +37,9 @@ from mfd_theory.validation import check_device
 from mfd_theory.commands._cli import Checked, Command, opt, wrote
 from mfd_theory.commands.bench._shapes import SHAPES
 from mfd_theory.results import Result, atomic_write_text, provenance
+from mfd_theory.report.bench import hybrid_table
 
-__all__ = ["BenchDecodeConfig", "disturbed_timing", "hybrid_profile", "hybrid_table", "main", "report", "results_name",
+__all__ = ["BenchDecodeConfig", "disturbed_timing", "hybrid_profile", "main", "report", "results_name",
            "run"]
 
 #: the checks of :func:`disturbed_timing`: AR's seconds per token may vary this much between
@@ -82,7 +83,6 @@ class BenchDecodeConfig(Checked):
             raise ValueError(f"--profile-sizes: expected comma-separated integers, got {self.profile_sizes!r}")
         if not sizes or min(sizes) < 1:
             raise ValueError(f"--profile-sizes: need positive sizes, got {self.profile_sizes!r}")
-
 
 
 def run(config: BenchDecodeConfig = BenchDecodeConfig(), out_dir: str | None = None, progress: bool = True) -> Result:
@@ -186,36 +186,6 @@ def report(result: Result) -> str:
     for m in ("ddtree", "mfd"):
         lines.append(f"outside the two forwards at N = {result.config['budget']} ({m}): "
                      f"{100 * d['methods'][m]['overhead_share']:.1f}% of a round (target < 10%)")
-    return "\n".join(lines)
-
-
-def hybrid_table(prof: dict) -> str:
-    """The hybrid profile as a markdown table (times are medians in ms)."""
-    sb = prof["state_bytes"]
-    lines = [f"hybrid layers {''.join('G' if t == 'linear_attention' else 'A' for t in prof['layer_types'])} "
-             f"(G = Gated DeltaNet, A = attention); GDN state per sequence {sb['per_snapshot'] / 2 ** 10:.0f} KiB",
-             "", "| N | depth | attention verify | hybrid verify | hybrid / attention | GDN in tree pass | GDN share | "
-             "GDN in chain pass | GDN tree / chain | replay: commit, verify + commit | "
-             "select: verify, commit, verify + commit | path: verify, commit, verify + commit |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in prof["rows"]:
-        lines.append(f"| {r['N']} | {r['depth']} | {r['attention_ms']:.2f} | {r['replay_ms']:.2f} | "
-                     f"{r['hybrid_over_attention']:.2f}x | {r['gdn_tree_ms']:.2f} | {100 * r['gdn_share']:.0f}% | "
-                     f"{r['gdn_chain_ms']:.2f} | {r['gdn_tree_over_chain']:.2f}x | {r['commit_replay_ms']:.2f}, "
-                     f"{r['round_replay_ms']:.2f} | {r['select_ms']:.2f}, {r['commit_select_ms']:.2f}, "
-                     f"{r['round_select_ms']:.2f} |" + (f" {r['path_ms']:.2f}, {r['commit_path_ms']:.2f}, "
-                                                        f"{r['round_path_ms']:.2f} |" if "path_ms" in r else " - |"))
-    big = prof.get("state_bytes_27b")
-    if big:
-        mib = 2 ** 20
-        lines += ["", f"Qwen3.5-27B-shaped stack ({big['gdn_layers']} GDN layers): recurrent state "
-                      f"{big['recurrent_per_layer'] / mib:.1f} MiB per layer, {big['per_snapshot'] / mib:.1f} MiB "
-                      f"per node with conv windows; per round at N = 64: select keeps 65 snapshots = "
-                      f"{65 * big['per_snapshot'] / 2 ** 30:.2f} GiB, replay keeps 65 input rows per GDN layer = "
-                      f"{65 * big['gdn_layers'] * big['input_row_per_layer'] / mib:.1f} MiB (bf16)"
-                      + (f", path keeps 65 rows of key, delta and decay per GDN layer = "
-                         f"{65 * big['gdn_layers'] * big['path_row_per_layer'] / mib:.1f} MiB"
-                         if "path_row_per_layer" in big else "")]
     return "\n".join(lines)
 
 

@@ -38,16 +38,9 @@ from pathlib import Path
 from mfd_theory.commands._cli import Checked, Command, opt
 from mfd_theory.commands.bench._shapes import SHAPES
 from mfd_theory.results import Result
+from mfd_theory.layouts import target_modes
 
-__all__ = ["BenchDraftConfig", "TARGET_MODES", "main", "report", "results_name", "run", "target_modes"]
-
-#: the K whose drafting cost at the longest context carries the ratio target (<= 2.5 x K = 1)
-TARGET_MODES = 4
-
-
-def target_modes(modes: list[int]) -> int:
-    """The K whose ratio to K = 1 the target is for: ``TARGET_MODES`` if timed, else the largest K."""
-    return TARGET_MODES if TARGET_MODES in modes else max(modes)
+__all__ = ["BenchDraftConfig", "main", "report", "results_name", "run"]
 
 
 @dataclass(frozen=True)
@@ -86,7 +79,6 @@ def _ints(name: str, text: str, low: int) -> list[int]:
     if not vals or min(vals) < low:
         raise ValueError(f"{name}: need integers >= {low}, got {text!r}")
     return vals
-
 
 
 def run(config: BenchDraftConfig = BenchDraftConfig(), out_dir: str | None = None, progress: bool = True) -> Result:

@@ -29,6 +29,7 @@ import numpy as np
 
 from mfd_theory.results import Result
 from mfd_theory.commands._cli import Checked, Command, opt, show_default, switch, wrote
+from mfd_theory.report.bench import trees_markdown
 
 NAME = "bench_trees"
 
@@ -280,54 +281,6 @@ def targets(data: dict, shape: tuple[int, int] = BUILD_OVER_MAX_SHAPE) -> list[d
     return out
 
 
-def markdown(result: Result) -> str:
-    d = result.data
-    ms = lambda xs: f"{_median(xs) * 1e3:.2f}"  # noqa: E731
-    us = lambda xs: f"{_median(xs) * 1e6:.1f}"  # noqa: E731
-    lines = [
-        f"Load average at the end of the run: {d.get('load_avg')} (cores: {os.cpu_count()}).",
-        "",
-        "Dense input (float32 [K, L, V]); times in ms, median; ratio < 1 means the builder is faster.",
-        "",
-        "| K | N | builder | build | argpartition | max | build/argpartition | build/max |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for r in d["dense"]:
-        lines.append(
-            f"| {r['K']} | {r['N']} | {r['builder']} | {ms(r['build_s'])} | {ms(r['argpartition_s'])} "
-            f"| {ms(r['max_s'])} | {r['build_over_argpartition']:.2f} | {r['build_over_max']:.2f} |"
-        )
-    lines += [
-        "",
-        "Top-k candidate input (sorted, as torch.topk hands it over) vs the plain heapq lattice;",
-        "times in microseconds. 'kernel' is the builder itself on validated lists; 'call' adds the public",
-        "wrapper (validation, a float64 copy, the tree object).",
-        "",
-        "| N | k | kernel | call | heapq twin | heapq/kernel | heapq/call | same scores |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for r in d["candidates"]:
-        lines.append(
-            f"| {r['N']} | {r['k']} | {us(r['kernel_s'])} | {us(r['build_s'])} | {us(r['heapq_s'])} "
-            f"| {r['heapq_over_kernel']:.1f}x | {r['heapq_over_build']:.1f}x | {r['scores_agree']} |"
-        )
-    mc = d["monte_carlo"]
-    lines += [
-        "",
-        f"Monte Carlo: simulate_acceptance, N = {mc['N']}, L = {result.config['L']}, "
-        f"K = {mc['K']} target, {mc['walks']:,} walks: {_median(mc['time_s']):.3f} s, "
-        f"{mc['walks_per_s']:,.0f} walks/s including the per-call setup of "
-        f"{_median(mc['setup_s']) * 1e3:.1f} ms, {mc['walks_per_s_after_setup']:,.0f} walks/s after it "
-        f"(mean accepted {mc['mean_accepted']:.3f}).",
-    ]
-    lines += ["", "| target | measured | met |", "|---|---|---|"]
-    for t in d.get("targets", []):
-        lines.append(f"| {t['what']} | {t['value']:,.2f} | {'yes' if t['met'] else 'NO'} |")
-    for n in d.get("notes", []):
-        lines.append(f"NOTE: {n}")
-    return "\n".join(lines)
-
-
 CLI = Command("bench trees", __name__, BenchTreesConfig, __doc__, extras=(switch(
     "quick", "a small run: sets " + ", ".join(f"--{k.replace('_', '-')} {show_default(v)}" for k, v in QUICK.items())
     + " where those options are not given"),))
@@ -344,7 +297,7 @@ def _run(cfg: BenchTreesConfig, opts) -> Result:
             cfg, **{k: v for k, v in QUICK.items() if getattr(cfg, k) == getattr(defaults, k)}
         )
     result = run(cfg, opts.out, progress=not opts.quiet)
-    print(markdown(result))
+    print(trees_markdown(result))
     return result
 
 

@@ -194,7 +194,7 @@ def run(config: NaturalConfig, out_dir: str | Path = "results/natural", progress
     """Run (or resume) every step under ``out_dir``; returns ``natural.json``'s data.
     ``prepare_only``: every step before the evaluation, then stop (returns None)."""
     from mfd_theory.commands.experiments.natural_run import run_natural
-    from mfd_theory.commands.report import natural_block
+    from mfd_theory.report import natural_block
 
     out = Path(out_dir)
     steps = [(name, cmd, argv, rel, line) for (name, cmd, argv), (_, _, rel), line

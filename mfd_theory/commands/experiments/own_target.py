@@ -137,7 +137,7 @@ def run(config: OwnTargetConfig, out_dir: str | Path = "results/own_target", pro
     """Run (or resume) every step under ``out_dir``, then print the evaluation's summary; returns
     ``steps.json``'s content."""
     from mfd_theory.commands.experiments.own_target_run import run_own_target
-    from mfd_theory.commands.report import own_target_summary
+    from mfd_theory.report import own_target_summary
 
     out = Path(out_dir)
     steps = [(name, cmd, argv, rel, line) for (name, cmd, argv), (_, _, rel), line

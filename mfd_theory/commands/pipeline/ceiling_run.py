@@ -9,7 +9,7 @@ from pathlib import Path
 
 from mfd_theory.ceiling_stats import pool_ceiling
 from mfd_theory.llm.models.target import load_local_target
-from mfd_theory.commands.report.ceiling import ceiling_lines
+from mfd_theory.report.ceiling import ceiling_lines
 from mfd_theory.llm.measure.ceiling import CeilingOptions, measure_ceiling
 from mfd_theory.llm.training.dist import setup
 from mfd_theory.llm.training.prompts import render

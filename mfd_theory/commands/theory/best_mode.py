@@ -345,39 +345,6 @@ def run(config: Config = Config(), out_dir: str | Path = "results", progress: bo
     return result
 
 
-def format_table(result: Result) -> str:
-    """Markdown: the enumeration check, the theorem checks, then the scorer table."""
-    d, cfg = result.data, result.config
-    c, th = d["check"], d["theorems"]
-    kinds = ", ".join(f"{r['instances']:,} {k}" for k, r in c["by_kind"].items())
-    lines = [
-        f"Best-mode builder against enumeration: **{c['mismatches']} mismatches** in {c['instances']:,} random "
-        f"drafters (K <= {cfg['max_K']}, L <= {cfg['max_L']}, V <= {cfg['max_V']}, N <= {cfg['max_budget']}; "
-        f"{kinds}; {c['with_ties']:,} with tied scores in the tree), node order and scores compared exactly.",
-        "",
-        f"Coverage under the drafter's own mixture, {th['rows']} (cell, drafter, N) rows: the mixture tree is "
-        f"never beaten ({th['mixture_optimal_violations']} violations); the best-mode tree never covers less "
-        f"than pi_min of it ({th['lower_bound_violations']} violations; the smallest ratio seen is "
-        f"{th['min_q_ratio']:.3f}, where pi_min = {th['min_q_ratio_pi_min']:.3f}).",
-        "",
-        f"L = {cfg['L']}, {len(cfg['seeds'])} seeds per setting; coverage = expected accepted tokens under the "
-        "target (mean over the family's cells); chimeras = share of nodes that splice the futures but follow "
-        "none; more / less: cells where best-mode covers more / less target mass than the mixture.",
-        "",
-        "| family | drafter | N | product | mixture | best-mode | oracle | chimeras product | mixture | "
-        "best-mode | best-mode more / less | sets differ |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in d["table"]:
-        lines.append(
-            f"| {r['family']} | {r['drafter']} | {r['budget']} | {r['coverage_product']:.2f} | "
-            f"{r['coverage_mixture']:.2f} | {r['coverage_best_mode']:.2f} | {r['oracle']:.2f} | "
-            f"{100 * r['chimera_share_product']:.1f}% | {100 * r['chimera_share_mixture']:.1f}% | "
-            f"{100 * r['chimera_share_best_mode']:.1f}% | {r['best_mode_more']} / {r['best_mode_less']} of "
-            f"{r['cells']} | {r['sets_differ']} |")
-    return "\n".join(lines)
-
-
 CLI = Command("best-mode", __name__, Config, __doc__)
 
 

@@ -25,6 +25,7 @@ from mfd_theory.distributions import MixtureOfProducts, norm_tol
 from mfd_theory.results import Result
 from mfd_theory.trees import chain_tree, mixture_tree, oracle_tree, product_tree
 from mfd_theory.commands._cli import Checked, Command, figure_option, opt, save_result, wrote
+from mfd_theory.report.theory import core_table_text
 
 
 NAME = "core_table"
@@ -104,25 +105,6 @@ def run(cfg: CoreTableConfig = CoreTableConfig(), progress: bool = False) -> Res
     return Result(name="core_table", config=dataclasses.asdict(cfg), data=data, seed=cfg.seed)
 
 
-def format_table(result: Result) -> str:
-    cfg, rows = result.config, result.data["rows"]
-    oracle_cov = rows["oracle"]["coverage"]
-    lines = [
-        f"{cfg['n_futures']}-future target, L = {cfg['L']}, V = {cfg['V']}, noise = {cfg['noise']}, "
-        f"N = {cfg['budget']}; dead = P(s) <= {cfg['eps']:g}",
-        "",
-        "| tree | nodes | coverage (E[accepted]) | tau | of oracle | dead share | dead splices |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for name in ("chain", "product", "mixture", "oracle"):
-        r = rows[name]
-        lines.append(
-            f"| {name} | {r['n_nodes']} | {r['coverage']:.3f} | {1 + r['coverage']:.3f} | "
-            f"{r['coverage'] / oracle_cov:.1%} | {r['dead'] / r['n_nodes']:.1%} | {r['dead_splices']} |"
-        )
-    return "\n".join(lines)
-
-
 CLI = Command("core-table", __name__, CoreTableConfig, __doc__, extras=(figure_option(
     "also draw coverage and dead share against N into this file, a .png, .pdf or .svg"),))
 
@@ -133,7 +115,7 @@ def main(argv=None) -> Result:
 
 def _run(cfg: CoreTableConfig, opts) -> Result:
     res = run(cfg)
-    print(format_table(res))
+    print(core_table_text(res))
     save_result(res, Path(opts.out) / f"{NAME}.json")
     if opts.figure:
         from mfd_theory.figures import save_figure

@@ -70,15 +70,10 @@ from mfd_theory.speedup import (
 )
 from mfd_theory.synthetic import make
 from mfd_theory.trees import mixture_tree, oracle_tree, product_tree
+from mfd_theory.layouts import HEADLINE_K, headline_k
+from mfd_theory.report.theory import mixture_gain_summary
 
 NAME = "mixture_gain"
-HEADLINE_K = 4  # the summary's "mixture" column: a fixed K, as a trained MFD drafter has
-
-
-def headline_k(Ks) -> int:
-    """The K of the summary's "mixture" column: HEADLINE_K when the sweep fits it, else the
-    largest K it fits (so a sweep over other K still gets a full summary)."""
-    return HEADLINE_K if HEADLINE_K in Ks else max(Ks)
 
 
 _FAMILIES = ("two_futures", "branching", "shifted", "noisy_futures", "zipf_futures")
@@ -520,62 +515,6 @@ def long_confidence_summary(rows: list[dict], budgets: list[int]) -> list[dict]:
             for e in rows]
 
 
-def at_budget(rows: list[dict], budget: int, key: str, drafter: str | None = None):
-    """``key`` of the ``by_budget`` row at ``budget`` (and of ``drafter``, when the rows name one)."""
-    for r in rows:
-        if r["budget"] == budget and (drafter is None or r.get("drafter") == drafter):
-            return r[key]
-    raise KeyError(f"no {key} at budget {budget}" + (f" for {drafter}" if drafter else ""))
-
-
-def format_summary(result: Result, budgets=(64, 256), profile: str | None = None) -> str:
-    """A Markdown table: per family, the fraction of the oracle's coverage at two budgets for the
-    product drafter and the fitted K-mode mixture, and the predicted speed gain."""
-    s = result.data["summary"]
-    cfg_budgets = list(result.config["budgets"])
-    profile = profile or result.config["profiles"][0]
-    # the requested budgets that the run has; otherwise its middle and largest ones
-    budgets = [b for b in budgets if b in cfg_budgets] or sorted({cfg_budgets[len(cfg_budgets) // 2],
-                                                                  cfg_budgets[-1]})
-    hk = headline_k(result.config["Ks"])
-    head = " | ".join(f"product N={b} | mixture K={hk} N={b}" for b in budgets)
-    b64 = 64 if 64 in cfg_budgets else budgets[0]
-    lines = [
-        f"| family (F >= 2) | {head} | chimeras N={b64} (product) | predicted gain ({profile}) |",
-        "|---" * (2 + 2 * len(budgets) + 1) + "|",
-    ]
-    for family, fam in s.items():
-        for label in ("multi", "single"):
-            if label not in fam or "mixture" not in fam[label]:
-                continue
-            e = fam[label]
-            rows = e["by_budget"]
-            cells = " | ".join(f"{at_budget(rows, b, 'frac_oracle_mean', 'product'):.3f} | "
-                               f"{at_budget(rows, b, 'frac_oracle_mean', 'mixture'):.3f}" for b in budgets)
-            name = family if label == "multi" else f"{family} (F = 1)"
-            lines.append(
-                f"| {name} | {cells} | {at_budget(rows, b64, 'chimera_share_mean', 'product'):.2f} | "
-                f"{100 * e['mixture']['predicted_gain'][profile]:+.1f}% |"
-            )
-    conf = result.data.get("confidence_summary") or []
-    if conf:
-        lines += [
-            "",
-            f"| zipf, constant confidence c (F = {','.join(map(str, result.config['confidence_Fs']))}) | "
-            f"oracle C at N={budgets[0]} | product N={budgets[0]} | mixture N={budgets[0]} | "
-            f"product tau at best N | predicted gain ({profile}) |",
-            "|---|---|---|---|---|---|",
-        ]
-        for e in conf:
-            r = next(x for x in e["by_budget"] if x["budget"] == budgets[0])
-            lines.append(
-                f"| c = {e['confidence']:g} | {r['oracle_coverage']:.2f} | {r['product_frac']:.3f} | "
-                f"{r['mixture_frac']:.3f} | {e['product_best'][profile]['tau']:.2f} | "
-                f"{100 * e['predicted_gain'][profile]:+.1f}% |"
-            )
-    return "\n".join(lines)
-
-
 CLI = Command("mixture-gain", __name__, Config, __doc__)
 
 
@@ -585,7 +524,7 @@ def main(argv=None) -> Result:
 
 def _run(config: Config, opts) -> Result:
     result = run(config, opts.out, progress=not opts.quiet)
-    print(format_summary(result))
+    print(mixture_gain_summary(result))
     print(f"({result.data['seconds']:.0f} s)")
     return result
 

@@ -58,6 +58,7 @@ from mfd_theory.results import Result, ResultStore, to_jsonable
 from mfd_theory.speedup import default_profile, default_profile_names, load_latency_profile, path_speedup, speedup
 from mfd_theory.synthetic import make
 from mfd_theory.trees import mixture_tree, oracle_tree, path_tree, product_tree
+from mfd_theory.report.theory import path_gain_summary
 
 NAME = "path_gain"
 _FAMILIES = ("two_futures", "branching", "shifted", "noisy_futures", "zipf_futures")
@@ -319,67 +320,6 @@ def run(config: Config = Config(), out_dir: str | Path = "results", progress: bo
     return result
 
 
-def _cost_indices(costs: list[float], wanted=(1.0, 0.05)) -> list[int]:
-    idx = [costs.index(c) for c in wanted if c in costs]
-    return idx or sorted({0, len(costs) - 1})
-
-
-def format_summary(result: Result, budget: int = 64, profile: str | None = None) -> str:
-    """Markdown: coverage at one budget per method and family, then the best predicted speedup of
-    each method (and the winner) at two per-depth step costs of the path drafter."""
-    cfg, s = result.config, result.data["summary"]
-    budgets = list(cfg["budgets"])
-    b = budget if budget in budgets else budgets[len(budgets) // 2]
-    profile = profile or cfg["profiles"][0]
-    mems = list(cfg["memories"])
-    K = max(cfg["Ks"])
-    full = min(max(cfg["depth_caps"]), cfg["L"])  # path trees at full depth: the best each memory allows
-    lines = [
-        f"Coverage (expected accepted tokens) at N = {b}; path trees at full depth, memory r:",
-        "",
-        f"| family | F / m | product | mixture K={K} | " + " | ".join(f"path r={r}" for r in mems) + " | oracle |",
-        "|---" * (5 + len(mems)) + "|",
-    ]
-    for e in s:
-        cov = {r["method"]: r["coverage"] for r in e["by_budget"] if r["budget"] == b}
-        path = " | ".join(f"{cov[f'path r={r} D={full}']:.2f}" for r in mems)
-        lines.append(f"| {e['family']} | {e['group']} | {cov['product']:.2f} | {cov[f'mixture K={K}']:.2f} | "
-                     f"{path} | {cov['oracle']:.2f} |")
-    costs = list(cfg["step_costs"])
-    ci = _cost_indices(costs)
-    head = " | ".join(f"c = {costs[j]:g}: product / mixture / path | winner" for j in ci)
-    lines += [
-        "",
-        f"Best predicted speedup ({profile}, ASSUMED latencies unless measured) over budgets; path trees "
-        f"also over memory and depth cap; c = one extra depth step of the path drafter, in block passes:",
-        "",
-        f"| family | F / m | {head} |",
-        "|---" * (2 + 2 * len(ci)) + "|",
-    ]
-    for e in s:
-        sp = e["speed"][profile]
-        parts = []
-        for j in ci:
-            v = sp[j]["speedup"]
-            win = sp[j]["winner"] if sp[j]["winner"].startswith("tie") else \
-                f"{sp[j]['winner']} (+{100 * sp[j]['margin']:.1f}%)"
-            parts.append(f"{v['product']:.2f}x / {v['mixture']:.2f}x / {v['path']:.2f}x | {win}")
-        lines.append(f"| {e['family']} | {e['group']} | " + " | ".join(parts) + " |")
-    return "\n".join(lines)
-
-
-def break_even(result: Result, profile: str | None = None) -> list[tuple[str, str, float | None]]:
-    """(family, group, largest swept step cost at which the path tree still wins by at least
-    :data:`TIE`) per summary row (None: it wins at no swept cost)."""
-    cfg = result.config
-    profile = profile or cfg["profiles"][0]
-    out = []
-    for e in result.data["summary"]:
-        won = [x["step_cost"] for x in e["speed"][profile] if x["winner"] == "path"]
-        out.append((e["family"], e["group"], max(won) if won else None))
-    return out
-
-
 CLI = Command("path-gain", __name__, Config, __doc__)
 
 
@@ -389,7 +329,7 @@ def main(argv=None) -> Result:
 
 def _run(config: Config, opts) -> Result:
     result = run(config, opts.out, progress=not opts.quiet)
-    print(format_summary(result))
+    print(path_gain_summary(result))
     print(f"({result.data['seconds']:.0f} s)")
     return result
 

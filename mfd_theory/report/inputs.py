@@ -1,7 +1,7 @@
 """What every report block is made from: :class:`Results`, the results files it reads.
 
 A block is ``block(results: Results) -> str``. ``results.main`` is the block's own results file
-(the first its :class:`~mfd_theory.commands.report.registry.Block` names) and ``results[name]``
+(the first its :class:`~mfd_theory.report.registry.Block` names) and ``results[name]``
 any file under the results directory; each file is loaded once per render and shared by the blocks.
 """
 

@@ -7,10 +7,10 @@ ceiling), each row naming the block with the full table.
 
 from __future__ import annotations
 
-from mfd_theory.commands.report._text import method_label, value_with_spread
-from mfd_theory.commands.report.e2e import cell_text, gain_pair, greedy_loops
-from mfd_theory.commands.report.inputs import Results
-from mfd_theory.commands.report.real import headline_rows
+from mfd_theory.report._text import method_label, value_with_spread
+from mfd_theory.report.e2e import cell_text, gain_pair, greedy_loops
+from mfd_theory.report.inputs import Results
+from mfd_theory.report.real import headline_rows
 from mfd_theory.formatting import comparison_text, is_best_budget, speed_gain_text, stored_number
 from mfd_theory.results import Result
 

@@ -7,8 +7,8 @@ Each block is ``block(results) -> str`` (:mod:`.inputs`); the method is in docs/
 
 from __future__ import annotations
 
-from mfd_theory.commands.report._text import method_label, signed_pct, value_with_spread
-from mfd_theory.commands.report.inputs import Results
+from mfd_theory.report._text import method_label, signed_pct, value_with_spread
+from mfd_theory.report.inputs import Results
 from mfd_theory.formatting import stored_number
 
 __all__ = ["check_summary", "prediction_check", "prediction_summary", "speedup_check"]

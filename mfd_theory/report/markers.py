@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from mfd_theory.commands.report.inputs import Results
-from mfd_theory.commands.report.registry import BLOCKS
+from mfd_theory.report.inputs import Results
+from mfd_theory.report.registry import BLOCKS
 from mfd_theory.report_files import BLOCK_FILES
 
 __all__ = ["BLOCK_RE", "check_layout", "render"]

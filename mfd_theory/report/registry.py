@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from mfd_theory.commands.report import bench, checks, e2e, headline, natural, own_target, real, real_drafters, theory
-from mfd_theory.commands.report.inputs import Results
+from mfd_theory.report import bench, checks, e2e, headline, natural, own_target, real, real_drafters, theory
+from mfd_theory.report.inputs import Results
 
 __all__ = ["BLOCKS", "Block", "block_inputs"]
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mfd_theory.commands.report._text import value_with_spread
-from mfd_theory.commands.report.checks import check_summary, prediction_summary
-from mfd_theory.commands.report.inputs import Results
+from mfd_theory.report._text import value_with_spread
+from mfd_theory.report.checks import check_summary, prediction_summary
+from mfd_theory.report.inputs import Results
 from mfd_theory.formatting import is_best_budget, speed_gain_text, stored_number, tau_gain_text
 from mfd_theory.results import Result
 

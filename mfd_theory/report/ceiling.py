@@ -4,7 +4,7 @@ block, and the table of how much of the ceiling trained drafters reach
 
 from __future__ import annotations
 
-from mfd_theory.commands.report._text import mean_se
+from mfd_theory.report._text import mean_se
 from mfd_theory.formatting import comparison_text
 
 __all__ = ["ceiling_lines", "reach_lines", "tree_label"]

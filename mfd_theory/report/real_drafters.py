@@ -7,10 +7,10 @@ the replicated verdicts, and the out-of-sample prediction check of every seed.
 
 from __future__ import annotations
 
-from mfd_theory.commands.report._text import span
-from mfd_theory.commands.report.checks import prediction_summary
-from mfd_theory.commands.report.e2e import cell_text
-from mfd_theory.commands.report.inputs import Results
+from mfd_theory.report._text import span
+from mfd_theory.report.checks import prediction_summary
+from mfd_theory.report.e2e import cell_text
+from mfd_theory.report.inputs import Results
 from mfd_theory.formatting import comparison_text
 
 __all__ = ["real_drafters"]

@@ -7,9 +7,9 @@ rows for the real targets.
 
 from __future__ import annotations
 
-from mfd_theory.commands.report._text import mean_se
-from mfd_theory.commands.report.ceiling import ceiling_lines, tree_label
-from mfd_theory.commands.report.inputs import Results
+from mfd_theory.report._text import mean_se
+from mfd_theory.report.ceiling import ceiling_lines, tree_label
+from mfd_theory.report.inputs import Results
 from mfd_theory.formatting import comparison_text
 
 __all__ = ["headline_rows", "real"]

@@ -7,8 +7,8 @@ Each block is ``block(results) -> str`` (:mod:`.inputs`); what the numbers mean 
 
 from __future__ import annotations
 
-from mfd_theory.commands.report._text import method_label, row_scorer, value_with_spread
-from mfd_theory.commands.report.inputs import Results
+from mfd_theory.report._text import method_label, row_scorer, value_with_spread
+from mfd_theory.report.inputs import Results
 from mfd_theory.cycles import cycle_summary
 from mfd_theory.formatting import comparison_text, is_best_budget, speed_gain_text, stored_number, tau_gain_text
 from mfd_theory.stats import compare_rows
@@ -342,7 +342,7 @@ def e2e_ceiling(results: Results) -> str:
     """How much of the target-only ceiling the trained drafters reach: the ceiling's predicted tau
     gain of a perfect K-mode (or path) drafter over a perfect product drafter beside the measured
     gain of each trained drafter over the trained product drafter, at T = 1."""
-    from mfd_theory.commands.report.ceiling import reach_lines
+    from mfd_theory.report.ceiling import reach_lines
 
     d = results.main.data
     ceiling, rows = d.get("ceiling"), d.get("ceiling_reach") or []

@@ -7,18 +7,19 @@ Each block is ``block(results) -> str`` (:mod:`.inputs`); what each benchmark me
 
 from __future__ import annotations
 
+import os
 import statistics
 
-from mfd_theory.commands.report._text import span
-from mfd_theory.commands.report.inputs import Results
+from mfd_theory.layouts import target_modes
+from mfd_theory.report._text import span
+from mfd_theory.report.inputs import Results
+from mfd_theory.results import Result
 
-__all__ = ["bench_batch", "bench_decode", "bench_draft", "bench_fit", "bench_trees"]
+__all__ = ["bench_batch", "bench_decode", "bench_draft", "bench_fit", "bench_trees", "hybrid_table", "trees_markdown"]
 
 
 def bench_trees(results: Results) -> str:
-    from mfd_theory.commands.bench.bench_trees import markdown
-
-    return markdown(results.main)
+    return trees_markdown(results.main)
 
 
 def bench_fit(results: Results) -> str:
@@ -61,7 +62,6 @@ def bench_decode(results: Results) -> str:
 
 def _gdn_profile(prof: dict, c: dict) -> list[str]:
     """The hybrid target's GDN tree-verification profile and the sentence that reads it."""
-    from mfd_theory.commands.bench.bench_decode import hybrid_table
 
     rows = prof["rows"]
     ref = next((r for r in rows if r["N"] == c["budget"]), rows[len(rows) // 2])
@@ -85,7 +85,6 @@ def bench_draft(results: Results) -> str:
     """``mfd bench draft`` at one preset shape: drafting-round ms before / after per (K, T) as the
     span over repeats, the two ratio targets as min / median / max, then the arithmetic floor and
     the target's verify path."""
-    from mfd_theory.commands.bench.bench_draft import target_modes
 
     d, c = results.main.data, results.main.config
     reps = d["repeats"]
@@ -271,3 +270,88 @@ def _load_text(d: dict) -> str:
     if la.get("start") is None or la.get("end") is None:
         return ""
     return f", machine load {la['start']:.1f} at the start and {la['end']:.1f} at the end on {la.get('cpus')} CPUs"
+
+
+# ------------------------------------------------------------------ the benchmarks' own tables
+
+
+def _median(xs) -> float:
+    return float(statistics.median(xs))
+
+
+def trees_markdown(result: Result) -> str:
+    d = result.data
+    ms = lambda xs: f"{_median(xs) * 1e3:.2f}"  # noqa: E731
+    us = lambda xs: f"{_median(xs) * 1e6:.1f}"  # noqa: E731
+    lines = [
+        f"Load average at the end of the run: {d.get('load_avg')} (cores: {os.cpu_count()}).",
+        "",
+        "Dense input (float32 [K, L, V]); times in ms, median; ratio < 1 means the builder is faster.",
+        "",
+        "| K | N | builder | build | argpartition | max | build/argpartition | build/max |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in d["dense"]:
+        lines.append(
+            f"| {r['K']} | {r['N']} | {r['builder']} | {ms(r['build_s'])} | {ms(r['argpartition_s'])} "
+            f"| {ms(r['max_s'])} | {r['build_over_argpartition']:.2f} | {r['build_over_max']:.2f} |"
+        )
+    lines += [
+        "",
+        "Top-k candidate input (sorted, as torch.topk hands it over) vs the plain heapq lattice;",
+        "times in microseconds. 'kernel' is the builder itself on validated lists; 'call' adds the public",
+        "wrapper (validation, a float64 copy, the tree object).",
+        "",
+        "| N | k | kernel | call | heapq twin | heapq/kernel | heapq/call | same scores |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in d["candidates"]:
+        lines.append(
+            f"| {r['N']} | {r['k']} | {us(r['kernel_s'])} | {us(r['build_s'])} | {us(r['heapq_s'])} "
+            f"| {r['heapq_over_kernel']:.1f}x | {r['heapq_over_build']:.1f}x | {r['scores_agree']} |"
+        )
+    mc = d["monte_carlo"]
+    lines += [
+        "",
+        f"Monte Carlo: simulate_acceptance, N = {mc['N']}, L = {result.config['L']}, "
+        f"K = {mc['K']} target, {mc['walks']:,} walks: {_median(mc['time_s']):.3f} s, "
+        f"{mc['walks_per_s']:,.0f} walks/s including the per-call setup of "
+        f"{_median(mc['setup_s']) * 1e3:.1f} ms, {mc['walks_per_s_after_setup']:,.0f} walks/s after it "
+        f"(mean accepted {mc['mean_accepted']:.3f}).",
+    ]
+    lines += ["", "| target | measured | met |", "|---|---|---|"]
+    for t in d.get("targets", []):
+        lines.append(f"| {t['what']} | {t['value']:,.2f} | {'yes' if t['met'] else 'NO'} |")
+    for n in d.get("notes", []):
+        lines.append(f"NOTE: {n}")
+    return "\n".join(lines)
+
+
+def hybrid_table(prof: dict) -> str:
+    """The hybrid profile as a markdown table (times are medians in ms)."""
+    sb = prof["state_bytes"]
+    lines = [f"hybrid layers {''.join('G' if t == 'linear_attention' else 'A' for t in prof['layer_types'])} "
+             f"(G = Gated DeltaNet, A = attention); GDN state per sequence {sb['per_snapshot'] / 2 ** 10:.0f} KiB",
+             "", "| N | depth | attention verify | hybrid verify | hybrid / attention | GDN in tree pass | GDN share | "
+             "GDN in chain pass | GDN tree / chain | replay: commit, verify + commit | "
+             "select: verify, commit, verify + commit | path: verify, commit, verify + commit |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in prof["rows"]:
+        lines.append(f"| {r['N']} | {r['depth']} | {r['attention_ms']:.2f} | {r['replay_ms']:.2f} | "
+                     f"{r['hybrid_over_attention']:.2f}x | {r['gdn_tree_ms']:.2f} | {100 * r['gdn_share']:.0f}% | "
+                     f"{r['gdn_chain_ms']:.2f} | {r['gdn_tree_over_chain']:.2f}x | {r['commit_replay_ms']:.2f}, "
+                     f"{r['round_replay_ms']:.2f} | {r['select_ms']:.2f}, {r['commit_select_ms']:.2f}, "
+                     f"{r['round_select_ms']:.2f} |" + (f" {r['path_ms']:.2f}, {r['commit_path_ms']:.2f}, "
+                                                        f"{r['round_path_ms']:.2f} |" if "path_ms" in r else " - |"))
+    big = prof.get("state_bytes_27b")
+    if big:
+        mib = 2 ** 20
+        lines += ["", f"Qwen3.5-27B-shaped stack ({big['gdn_layers']} GDN layers): recurrent state "
+                      f"{big['recurrent_per_layer'] / mib:.1f} MiB per layer, {big['per_snapshot'] / mib:.1f} MiB "
+                      f"per node with conv windows; per round at N = 64: select keeps 65 snapshots = "
+                      f"{65 * big['per_snapshot'] / 2 ** 30:.2f} GiB, replay keeps 65 input rows per GDN layer = "
+                      f"{65 * big['gdn_layers'] * big['input_row_per_layer'] / mib:.1f} MiB (bf16)"
+                      + (f", path keeps 65 rows of key, delta and decay per GDN layer = "
+                         f"{65 * big['gdn_layers'] * big['path_row_per_layer'] / mib:.1f} MiB"
+                         if "path_row_per_layer" in big else "")]
+    return "\n".join(lines)

@@ -7,10 +7,10 @@ held-out code and prose, and the answer per domain.
 
 from __future__ import annotations
 
-from mfd_theory.commands.report._text import value_with_spread
-from mfd_theory.commands.report.ceiling import ceiling_lines, tree_label
-from mfd_theory.commands.report.checks import prediction_summary
-from mfd_theory.commands.report.inputs import Results
+from mfd_theory.report._text import value_with_spread
+from mfd_theory.report.ceiling import ceiling_lines, tree_label
+from mfd_theory.report.checks import prediction_summary
+from mfd_theory.report.inputs import Results
 from mfd_theory.formatting import method_label as fmethod_label
 from mfd_theory.formatting import comparison_text, speed_gain_text, stored_number, tau_gain_text
 
@@ -68,7 +68,7 @@ def _setup(d: dict) -> list[str]:
 
 
 def _ceiling(ceil: dict, c: dict) -> list[str]:
-    """The ceiling's three tables (:func:`~mfd_theory.commands.report.ceiling.ceiling_lines`) under
+    """The ceiling's three tables (:func:`~mfd_theory.report.ceiling.ceiling_lines`) under
     what they measure and what they bound."""
     first = next(iter(next(iter(ceil.values())).values()))
     lines = ["", f"**Ceiling, from the target alone** (`mfd ceiling`'s measurement, docs/ceiling.md; L = "
@@ -129,7 +129,7 @@ def _end_to_end(e2e: dict) -> list[str]:
                           f"{100 * r['of_oracle']:.0f}% / {100 * (r['of_product'] or 0):.0f}%" for r in reach) + "."]
     gain_reach = e2e.get("gain_reach") or []
     if gain_reach:
-        from mfd_theory.commands.report.ceiling import reach_lines
+        from mfd_theory.report.ceiling import reach_lines
 
         lines += ["", "The ceiling's predicted tau gain (a perfect K-mode drafter's tree over the target-marginal "
                       "product tree, paired over the ceiling's prompts) beside each trained drafter's measured tau "
