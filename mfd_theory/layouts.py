@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["CHIMERA_SHARE_MEANS", "MIXTURE_PER_BUDGET", "drafter_key", "group_label", "long_cell",
-           "setting_at_budget", "widen_cell", "widen_setting"]
+import numpy as np
+
+__all__ = ["CHIMERA_SHARE_MEANS", "HEADLINE_K", "MIXTURE_PER_BUDGET", "TARGET_MODES", "at_budget",
+           "curve_grid", "drafter_key", "group_label", "headline_k", "long_cell", "setting_at_budget",
+           "target_modes", "widen_cell", "widen_setting"]
 
 # ----------------------------------------------------------------------------- chimera share
 CHIMERA_SHARE_MEANS = ("nodes", "chimera_share", "chimera_share_std", "eps_chimera_share", "splice_share", "chimera_mass",
@@ -134,3 +137,10 @@ TARGET_MODES = 4
 def target_modes(modes: list[int]) -> int:
     """The K whose ratio to K = 1 the target is for: ``TARGET_MODES`` if timed, else the largest K."""
     return TARGET_MODES if TARGET_MODES in modes else max(modes)
+
+
+def curve_grid(max_n: int) -> np.ndarray:
+    """Budgets at which whole coverage curves are stored: every N to 32, then every 8 to 256,
+    then every 32 (enough to draw curves and pick a fixed budget without storing every N)."""
+    grid = np.concatenate([np.arange(1, 33), np.arange(40, 257, 8), np.arange(288, max_n + 1, 32)])
+    return np.unique(np.append(grid[grid <= max_n], max_n)).astype(np.int64)

@@ -208,3 +208,44 @@ def test_no_package_code_reads_a_file_of_the_test_suite():
                     and node.value.endswith(".py") and "\n" not in node.value:
                 bad.append(f"{path.relative_to(PKG)}:{node.lineno}")
     assert bad == [], f"package code that reads the test suite: {bad}"
+
+
+def _command(module: str) -> str | None:
+    """The command a module of ``mfd_theory.commands`` belongs to (``X`` for ``X.py`` and its torch
+    half ``X_run.py``), or None for the shared CLI helpers and the subpackages themselves."""
+    if not module.startswith("mfd_theory.commands."):
+        return None
+    rest = module[len("mfd_theory.commands."):]
+    if rest.startswith("_cli") or rest.split(".")[-1].startswith("_") or "." not in rest and rest in (
+            "report", "bench", "theory", "pipeline", "experiments"):
+        return None
+    return rest.removesuffix("_run")
+
+
+#: the command-to-command imports left (68 before the report blocks became a library floor); the
+#: set may only shrink: a command that needs another's code takes it from a library floor
+COMMAND_IMPORTS_LEFT = {
+    ("bench.bench_batch", "experiments.e2e"), ("bench.bench_batch_run", "experiments.e2e_run"),
+    ("bench.bench_draft_run", "bench.bench_decode"), ("bench.bench_draft_run", "bench.bench_decode_run"),
+    ("bench.gpu_check_run", "bench.bench_decode_run"), ("bench.gpu_check_run", "bench.bench_draft_run"),
+    ("bench.gpu_check_run", "experiments.e2e"), ("experiments.e2e_run", "experiments.e2e_ceiling"),
+    ("experiments.natural", "pipeline.eval"), ("experiments.natural_run", "experiments.e2e_ceiling"),
+    ("experiments.natural_run", "experiments.own_target_run"), ("experiments.own_target", "experiments.e2e"),
+    ("experiments.own_target_run", "experiments.e2e_run"), ("experiments.own_target_run", "pipeline.distill"),
+    ("experiments.own_target_run", "pipeline.eval"), ("experiments.own_target_run", "pipeline.train_drafter"),
+    ("experiments.real_drafters_run", "experiments.e2e_run"),
+    ("experiments.real_drafters_run", "experiments.own_target_run"),
+    ("experiments.real_drafters_run", "pipeline.distill"), ("experiments.real_drafters_run", "pipeline.eval"),
+    ("experiments.real_drafters_run", "pipeline.train_drafter_run"), ("pipeline.eval_run", "pipeline.train_drafter_run"),
+}
+
+
+def test_no_new_command_imports_another_command():
+    graph = import_graph()
+    strip = len("mfd_theory.commands.")
+    found = {(m[strip:], d[strip:]) for m, deps in graph.items() if _command(m)
+             for d in deps if _command(d) and _command(d) != _command(m)}
+    assert found - COMMAND_IMPORTS_LEFT == set(), "a command imports another: move the shared code to a library floor"
+    assert _command("mfd_theory.commands.report.command") == "report.command"
+    assert _command("mfd_theory.commands.pipeline.eval_run") == _command("mfd_theory.commands.pipeline.eval")
+    assert _command("mfd_theory.commands._cli") is None and _command("mfd_theory.report.e2e") is None

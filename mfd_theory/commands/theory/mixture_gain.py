@@ -32,7 +32,7 @@ flattens every cell into one table):
   ``by_budget`` (one row per drafter and reported budget: the drafter's keys, ``budget``,
   ``coverage``, ``oracle_coverage``, ``frac_oracle``, ``chimera_share``), ``speedup_at`` (one row
   per drafter, profile and budget), ``coverage_curves`` (a columnar table: ``n`` on
-  :func:`curve_grid`, ``oracle``, then one column per drafter, named by :func:`mfd_theory.layouts.drafter_key`),
+  :func:`mfd_theory.layouts.curve_grid`, ``oracle``, then one column per drafter, named by :func:`mfd_theory.layouts.drafter_key`),
   ``sampling_repeats`` (F = 1 cells: one row per drafter, repeat and budget) and ``sequoia``;
 * ``summary`` / ``confidence_summary``: per family (and F = 1 or not) / per confidence: scalars
   and, in ``by_budget``, one row per budget (and drafter);
@@ -70,7 +70,7 @@ from mfd_theory.speedup import (
 )
 from mfd_theory.synthetic import make
 from mfd_theory.trees import mixture_tree, oracle_tree, product_tree
-from mfd_theory.layouts import HEADLINE_K, headline_k
+from mfd_theory.layouts import HEADLINE_K, curve_grid, headline_k
 from mfd_theory.report.theory import mixture_gain_summary
 
 NAME = "mixture_gain"
@@ -172,13 +172,6 @@ def _acceptance_vector(product: MixtureOfProducts, target: MixtureOfProducts, ra
     order = np.argsort(-product.log_q[0], axis=1, kind="stable")[:, :ranks]  # [L, r]
     acc = np.take_along_axis(tm, order, axis=1).mean(axis=0)  # [r]
     return np.minimum(acc, 1.0) / max(1.0, acc.sum())
-
-
-def curve_grid(max_n: int) -> np.ndarray:
-    """Budgets at which whole coverage curves are stored: every N to 32, then every 8 to 256,
-    then every 32 (enough to draw curves and pick a fixed budget without storing every N)."""
-    grid = np.concatenate([np.arange(1, 33), np.arange(40, 257, 8), np.arange(288, max_n + 1, 32)])
-    return np.unique(np.append(grid[grid <= max_n], max_n)).astype(np.int64)
 
 
 def _profiles(config: Config):

@@ -31,7 +31,7 @@ Result layout (no list of per-budget values inside a row; :func:`budget_rows` fl
 * ``cells``: one per (family, F or m, seed): its keys, ``methods`` ({method: {build_seconds}}),
   ``by_budget`` (one row per method and reported budget: ``method``, ``budget``, ``coverage``,
   ``depth``), ``coverage_curves`` and ``depth_curves`` (columnar tables: ``n``, the budgets of
-  :func:`~mfd_theory.commands.theory.mixture_gain.curve_grid`, then one column per method), and
+  :func:`~mfd_theory.layouts.curve_grid`, then one column per method), and
   ``speed`` (per profile, one row per step cost: each method's best budget, speedup, coverage
   and depth);
 * ``summary``: one row per (family, F or m): ``by_budget`` (``method``, ``budget``, mean
@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from mfd_theory.commands._cli import Checked, Command, opt, wrote
-from mfd_theory.commands.theory.mixture_gain import curve_grid
+from mfd_theory.layouts import curve_grid
 from mfd_theory.fit import fit_mixture_exact
 from mfd_theory.layouts import group_label
 from mfd_theory.path_trees import MemoryDrafter
