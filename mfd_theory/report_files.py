@@ -43,6 +43,7 @@ BLOCK_FILES: dict[str, str] = {
     "prediction-check-hybrid": RESULTS,
     "natural": RESULTS,
     "real": REAL,
+    "real-lossless": REAL,
     "real-drafters": REAL,
     "bench-trees": BENCHMARKS,
     "bench-fit": BENCHMARKS,
