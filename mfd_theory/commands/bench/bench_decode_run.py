@@ -47,7 +47,9 @@ def _device_tag(torch, dev) -> str:
 
 def build_target(cfg, torch, dev, dtype):
     """(hf_model, description): a local checkpoint, or a random model of the preset's shape."""
-    from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM
+    from transformers import AutoModelForCausalLM
+
+    from mfd_theory.llm.models.testing import random_qwen3
 
     if cfg.target_dir:
         try:
@@ -56,23 +58,8 @@ def build_target(cfg, torch, dev, dtype):
         except (OSError, ValueError) as exc:  # an incomplete or foreign checkpoint directory
             raise ValueError(f"--target-dir: cannot load a model from {cfg.target_dir}: {exc}") from exc
         return model.to(dev).eval(), Path(cfg.target_dir).name
-    v, h, n, nh, kv, hd, inter = SHAPES[cfg.preset]
-    qcfg = Qwen3Config(vocab_size=v, hidden_size=h, num_hidden_layers=n, num_attention_heads=nh,
-                       num_key_value_heads=kv, head_dim=hd, intermediate_size=inter,
-                       max_position_embeddings=32768, tie_word_embeddings=False, use_sliding_window=False)
-    qcfg._attn_implementation = cfg.attn
-    torch.manual_seed(cfg.seed)
-    with torch.device("meta"):
-        model = Qwen3ForCausalLM(qcfg)
-    model = model.to_empty(device=dev).to(dtype)  # random weights suffice for timing
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.fill_(1.0)
-            else:
-                p.normal_(0.0, 0.02 if p.dim() > 1 else 0.0)
-    _reset_rope(model, qcfg, dev)
-    return model.eval(), f"random-{cfg.preset}"
+    model = random_qwen3(SHAPES[cfg.preset], dtype=dtype, device=dev, seed=cfg.seed, attn=cfg.attn)  # timing only
+    return model, f"random-{cfg.preset}"
 
 
 def build_pair(cfg, torch, dev, dtype):
@@ -188,13 +175,6 @@ def hybrid_profile(cfg, torch, dev, dtype, progress: bool = True) -> dict:
                             linear_num_key_heads=16, linear_key_head_dim=128, linear_value_head_dim=128)
     return {"rows": rows, "state_bytes": gdn_state_bytes(hyb.config), "state_bytes_27b": gdn_state_bytes(big),
             "layer_types": list(hyb.config.layer_types)}
-
-
-def _reset_rope(model, qcfg, dev):
-    """Meta-device construction leaves RoPE's inv_freq empty: rebuild the rotary module on ``dev``."""
-    from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
-
-    model.model.rotary_emb = Qwen3RotaryEmbedding(qcfg).to(dev)
 
 
 def _prompts(cfg, torch, vocab: int, dev):

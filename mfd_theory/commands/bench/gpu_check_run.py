@@ -12,88 +12,27 @@ from pathlib import Path
 import torch
 
 from mfd_theory.commands.bench._shapes import SHAPES
-from mfd_theory.llm.models.protocol import DrafterBase
+from mfd_theory.llm.models.testing import ReplayDrafter, random_qwen3
 from mfd_theory.commands.bench.bench_decode_run import _device_tag
 from mfd_theory.results import Result, atomic_write_text, provenance
 
-__all__ = ["ReplayDrafter", "TIE_RTOL", "ceiling_step", "draft_latency", "greedy_check", "random_qwen3", "round_cost",
-           "run"]
+__all__ = ["TIE_RTOL", "ceiling_step", "draft_latency", "greedy_check", "round_cost", "run"]
 
 TIE_RTOL = 0.02  # top-two logit gap, relative to max(1, |top logit|), below which bfloat16 rounding may flip argmax
 
 
-def random_qwen3(shape: str, layers: int, dtype, dev, seed: int, std: float, torch):
-    """A random Qwen3ForCausalLM of a ``mfd bench decode`` preset's shape with ``layers`` layers."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    v, h, _, nh, kv, hd, inter = SHAPES[shape]
-    cfg = Qwen3Config(vocab_size=v, hidden_size=h, num_hidden_layers=layers, num_attention_heads=nh,
-                      num_key_value_heads=kv, head_dim=hd, intermediate_size=inter, max_position_embeddings=32768,
-                      tie_word_embeddings=False, use_sliding_window=False, eos_token_id=None, pad_token_id=None,
-                      bos_token_id=None)
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(seed)
-    with torch.device(dev):
-        model = Qwen3ForCausalLM(cfg)
-    g = torch.Generator(device=dev).manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.fill_(1.0)
-            elif name == "lm_head.weight":  # logits of std ~4: argmax far from ties, as in a trained model
-                p.normal_(0.0, 4.0 / h ** 0.5, generator=g)
-            else:
-                p.normal_(0.0, std, generator=g)
-    model = model.to(dtype).eval()
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    return model
-
-
-class ReplayDrafter(DrafterBase):
-    """Drafts a known continuation (HF's greedy output): mode 1 the true tokens, mode 0 the same
-    with one position changed, so trees are partly accepted. Tokens beyond the known continuation
-    are drafted as 0. Implements the drafter protocol of :mod:`mfd_theory.llm.decoding.generate`."""
-
-    def __init__(self, full, vocab: int, block_size: int, device, seed: int = 0):
-        import torch
-
-        self.full = [int(t) for t in full]  # prompt + HF continuation
-        self.vocab, self.block_size, self.num_modes = vocab, block_size, 2
-        self.mask_token_id, self.target_layer_ids, self.config = 0, [0], None
-        self.device = device
-        self.gen = torch.Generator().manual_seed(seed)
-        self.seq: list[int] = []
-
-    def reset(self):
-        self.seq = []
-
-    def observe_tokens(self, toks):
-        self.seq.extend(int(t) for t in toks)
-
-    def fuse_hidden(self, hidden_states):
-        return hidden_states[-1]
-
-    def draft_modes(self, ctx, root):
-        import torch
-
-        L, start = self.block_size - 1, len(self.seq) + 1  # the root sits at len(seq)
-        true = [self.full[i] if i < len(self.full) else 0 for i in range(start, start + L)]
-        wrong = list(true)
-        j = int(torch.randint(0, L, (1,), generator=self.gen))
-        wrong[j] = (wrong[j] + 1) % self.vocab
-        logits = torch.zeros(2, L, self.vocab)
-        for k, toks in enumerate((wrong, true)):
-            logits[k, torch.arange(L), torch.tensor(toks)] = 8.0
-        log_pi = torch.log(torch.tensor([0.7, 0.3]))
-        return log_pi.to(self.device), torch.log_softmax(logits, dim=-1).to(self.device)
+def _random_target(shape: str, layers: int, dtype, dev, seed: int, std: float):
+    """A random Qwen3 of a ``mfd bench decode`` preset's shape with ``layers`` layers; its LM head's
+    std 4 / sqrt(hidden) gives logits of std ~4, argmax far from ties as in a trained model."""
+    return random_qwen3(SHAPES[shape], layers=layers, dtype=dtype, device=dev, seed=seed, std=std, vector_std=std,
+                        head_std=4.0 / SHAPES[shape][1] ** 0.5)
 
 
 def greedy_check(cfg, shape: str, torch, dev, dtype) -> list[dict]:
     from mfd_theory.llm import TargetModel, build_drafter
     from mfd_theory.llm.decoding.generate import METHODS, speculative_generate
 
-    hf = random_qwen3(shape, cfg.check_layers, dtype, dev, cfg.seed, cfg.init_std, torch)
+    hf = _random_target(shape, cfg.check_layers, dtype, dev, cfg.seed, cfg.init_std)
     target = TargetModel(hf)
     mfd = build_drafter(hf, cfg.block_size, 1, num_modes=cfg.num_modes, seed=cfg.seed)
     domino = build_drafter(hf, cfg.block_size, 1, seed=cfg.seed, kind="dartree")  # for method "dartree"
@@ -107,7 +46,7 @@ def greedy_check(cfg, shape: str, torch, dev, dtype) -> list[dict]:
                               do_sample=False, output_scores=True, return_dict_in_generate=True)
         ref = out.sequences[0, cfg.prompt_len:].tolist()
         scores = [s[0].float() for s in out.scores]  # [V] per step
-        replay = ReplayDrafter(prompt.tolist() + ref, hf.config.vocab_size, cfg.block_size, dev, seed=p)
+        replay = ReplayDrafter([prompt.tolist() + ref], hf.config.vocab_size, cfg.block_size, seed=p, device=dev)
         for name, drafter in (("random-mfd", mfd), ("replay", replay), ("random-domino", domino)):
             for method in METHODS:
                 if (name == "replay" and method == "ar") or ((method == "dartree") != (name == "random-domino")):
@@ -139,7 +78,7 @@ def round_cost(cfg, shape: str, sizes: list[int], torch, dev, dtype, progress: b
     from mfd_theory.llm.measure.evaluate import Cell
     from mfd_theory.llm.measure.profile import measure_round_profile
 
-    hf = random_qwen3(shape, cfg.profile_layers, dtype, dev, cfg.seed, cfg.init_std, torch)
+    hf = _random_target(shape, cfg.profile_layers, dtype, dev, cfg.seed, cfg.init_std)
     target = TargetModel(hf)
     drafters = {k: build_drafter(hf, cfg.block_size, cfg.draft_layers, num_modes=k, seed=cfg.seed)
                 for k in sorted({1, cfg.num_modes})}
