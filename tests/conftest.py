@@ -39,3 +39,40 @@ settings.register_profile(
     "mfd-thorough", deadline=None, max_examples=500, suppress_health_check=_SUPPRESS
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "mfd"))
+
+
+# ---------------------------------------------------------------- work the test session shares
+import pytest  # noqa: E402
+
+
+def _session_dir(tmp_path_factory) -> Path:
+    """A folder every worker of this test session sees (and no other session): pytest-xdist gives
+    each worker its own base temp folder inside the session's one."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
+def micro_e2e_cache(tmp_path_factory) -> Path:
+    """The checkpoint cache of ``mfd e2e --preset micro``, trained once per test session (by
+    ``--prepare-only``, one thread, as ``mfd reproduce`` does on two cores) under a file lock, so
+    that the first worker to ask trains it and the others wait and reuse it. Tests copy it into
+    their own run folder (``shutil.copytree(cache, run_dir / "cache")``) and never write into it; the cache keys decide
+    what is reused, as they do for a user's rerun."""
+    import fcntl
+
+    from mfd_theory.commands.experiments.e2e import main
+
+    root = _session_dir(tmp_path_factory)
+    out = root / "shared-micro-e2e"
+    with open(root / "shared-micro-e2e.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / "prepared").is_file():
+            assert main(["--preset", "micro", "--out", str(out), "--quiet", "--prepare-only", "--threads", "1"]) is None
+            # --prepare-only trains (or finds) every checkpoint and evaluates nothing
+            assert not (out / "end_to_end.json").exists() and not (out / "predictions.json").exists()
+            kinds = {p.name.split("-")[0] for p in (out / "cache").iterdir()}
+            assert kinds >= {"target", "draftlm", "distill", "drafter"}, kinds
+            (out / "prepared").write_text("done\n")
+    return out / "cache"
+

@@ -95,10 +95,13 @@ def test_reach_rows_of_a_pipeline_run_go_by_data_set_and_the_rows_k():
         reach_rows({"pooled": pooled}, [_row("ddtree", "mystery", 16, [3.0, 3.1])], None)
 
 
-def test_the_micro_run_measures_its_ceiling_on_calibration_prompts_only(tmp_path):
+def test_the_micro_run_measures_its_ceiling_on_calibration_prompts_only(tmp_path, micro_e2e_cache):
+    import shutil
+
     from mfd_theory.commands.experiments.e2e import main
     from mfd_theory.report import render
 
+    shutil.copytree(micro_e2e_cache, tmp_path / "cache")  # the session's micro checkpoints: one replicate's reused
     main(["--preset", "micro", "--out", str(tmp_path), "--quiet", "--temperatures", "1", "--replicates", "1",
           "--budgets", "8", "--eval-prompts", "2", "--hf-assisted", "false", "--wta-modes", ""])
     d = json.loads((tmp_path / "end_to_end.json").read_text())["data"]

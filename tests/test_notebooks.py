@@ -2,7 +2,8 @@
 says so, and writes under ``results/notebook_small/``, leaving the tracked ``paper_figs/`` alone.
 
 nbclient raises CellExecutionError on the first failing cell, so a broken notebook fails here.
-Notebook 04 runs the micro end-to-end preset (training included) as its small run.
+Notebook 04 runs the micro end-to-end preset as its small run, from the checkpoints that the test
+session trains once (conftest.micro_e2e_cache).
 """
 
 import os
@@ -23,16 +24,18 @@ def _files(d: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("name", sorted(RESULTS_FILE))
-def test_notebook_without_results_runs_small_and_leaves_paper_figs_alone(name, tmp_path, monkeypatch):
+def test_notebook_without_results_runs_small_and_leaves_paper_figs_alone(name, tmp_path, monkeypatch, request):
     pytest.importorskip("nbclient")
     from mfd_theory.commands.reproduce import run_notebook
 
-    if name.startswith("04"):
-        pytest.importorskip("torch")
     # a fresh clone's layout: the notebook, an empty results/, the tracked paper_figs/
     (tmp_path / "notebooks").mkdir()
     shutil.copy(NOTEBOOKS / name, tmp_path / "notebooks" / name)
     (tmp_path / "results").mkdir()
+    if name.startswith("04"):
+        pytest.importorskip("torch")
+        # its small run is the micro preset: the session's trained checkpoints, found by their cache keys
+        shutil.copytree(request.getfixturevalue("micro_e2e_cache"), tmp_path / "results" / "notebook_small" / "cache")
     figs = tmp_path / "paper_figs"
     figs.mkdir()
     (figs / "chimera_bound.png").write_bytes(b"tracked figure")
