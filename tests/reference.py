@@ -527,3 +527,21 @@ def path_tie_rule_order(cond: Callable[[Path], Sequence[float]], L: int, V: int,
         keys[p] = (-scores[p], keys[p[:-1]], ranked.index(p[-1]), p[-1])
     del keys[()]
     return sorted(keys, key=keys.__getitem__)[:budget]
+
+
+def command_time_estimates_slow(profile: LatencyProfile, *, answers: int, answer_tokens: int, eval_prompts: int,
+                                eval_tokens: int, methods: dict) -> dict:
+    """Twin of :func:`mfd_theory.speedup.estimates.command_time_estimates`: the same estimate as a sum over every token and every round, one at a time."""
+    distill_ms = 0.0
+    for _ in range(answers):
+        for _ in range(answer_tokens):
+            distill_ms += profile.t_target_ms
+    eval_ms = {"ar": 0.0}
+    for _ in range(eval_prompts):
+        for _ in range(eval_tokens):
+            eval_ms["ar"] += profile.t_target_ms
+    for name, (method, K, n, tau) in methods.items():
+        rounds = eval_prompts * eval_tokens / tau
+        parts = profile.round_ms(method, K, n)
+        eval_ms[name] = rounds * (parts["draft"] + parts["tree"] + parts["verify"] + parts["walk"] + parts["commit"])
+    return {"distill_h": distill_ms / 3_600_000.0, "eval_h": {k: v / 3_600_000.0 for k, v in eval_ms.items()}}
