@@ -6,7 +6,6 @@ argument, as the benchmarks' helpers always have."""
 from __future__ import annotations
 
 import os
-import re
 import statistics
 import time
 from pathlib import Path
@@ -35,14 +34,6 @@ def _torch_setup(cfg):
     else:
         dtype = getattr(torch, cfg.dtype)
     return torch, dev, dtype
-
-
-def _device_tag(torch, dev) -> str:
-    if dev.type != "cuda":
-        return "cpu"
-    name = torch.cuda.get_device_name(dev).lower()
-    name = re.sub(r"^nvidia\s+", "", name)
-    return re.sub(r"[^a-z0-9]+", "-", name).strip("-") or "cuda"
 
 
 def build_target(cfg, torch, dev, dtype):
@@ -255,6 +246,7 @@ def measure(config, progress: bool = True) -> dict:
 
     from mfd_theory.llm import TargetModel, build_drafter, load_drafter
     from mfd_theory.llm.decoding.generate import METHODS, speculative_generate
+    from mfd_theory.llm.measure.profile import device_tag
 
     hybrid = config.arch == "qwen3_5"
     torch, dev, dtype = _torch_setup(config)
@@ -286,7 +278,7 @@ def measure(config, progress: bool = True) -> dict:
             stats = speculative_generate(target, drafter, prompt, config.max_new_tokens, method,
                                          budget=config.budget, temperature=config.temperature, seed=config.seed)
             runs[method].append((timing, stats))
-    tag = _device_tag(torch, dev)
+    tag = device_tag(dev)
     data = {"device": tag, "model": model_name, "methods": _method_rows(runs),
             # what :func:`~mfd_theory.commands.bench.bench_decode.disturbed_timing` reads
             "machine": {"ar_s_per_token": [t.t_total / max(1, len(t.tokens)) for t, _ in runs["ar"]],

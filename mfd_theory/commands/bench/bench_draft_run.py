@@ -15,29 +15,10 @@ from mfd_theory.commands.bench.bench_decode import BenchDecodeConfig
 from mfd_theory.commands.bench.bench_decode_run import build_target
 from mfd_theory.llm import TargetModel, build_drafter
 from mfd_theory.llm.decoding.warmup import warm_up
+from mfd_theory.llm.measure.profile import draft_round_ms
 from mfd_theory.trees import product_tree
 
-__all__ = ["measure", "round_ms"]
-
-
-def round_ms(obj, feats, context: int, rounds: int, new_rows: int, torch) -> float:
-    """Feed ``context`` rows of ``feats`` [1, T, H], then time ``rounds`` rounds of (append
-    ``new_rows`` rows, draft a block); the fastest round in ms (CUDA work synchronised)."""
-    cuda = feats.device.type == "cuda"
-    times = []
-    with torch.no_grad():
-        obj.reset()
-        obj.draft_modes(feats[:, :context], 1)
-        for r in range(rounds):
-            a = context + r * new_rows
-            if cuda:
-                torch.cuda.synchronize(feats.device)
-            t0 = time.perf_counter()
-            obj.draft_modes(feats[:, a:a + new_rows], 1 + r)
-            if cuda:
-                torch.cuda.synchronize(feats.device)
-            times.append(time.perf_counter() - t0)
-    return 1e3 * min(times)
+__all__ = ["measure"]
 
 
 def _attention_ms(drafter, context: int, cfg, torch, folded: bool) -> float:
@@ -130,7 +111,7 @@ def measure(config, modes: list[int], contexts: list[int], progress: bool = True
     prompts = {t: torch.randint(0, hf.config.vocab_size - 1, (t,), generator=g) for t in contexts}
     warm_up(target, drafters[max(modes)])
     for drafter in [*drafters.values(), *folded.values()]:  # first calls allocate buffers and pick kernels
-        round_ms(drafter, feats, min(contexts), 1, config.new_rows, torch)
+        draft_round_ms(drafter, feats, min(contexts), 1, config.new_rows)
     load = [os.getloadavg()[0]]  # the machine's load around the run: timings on a shared machine move with it
     reps = []
     for _ in tqdm(range(config.repeats), desc="repeats", disable=not progress):
@@ -139,11 +120,12 @@ def measure(config, modes: list[int], contexts: list[int], progress: bool = True
         for k in modes:
             slow = twin.SlowDraftCache(drafters[k])
             for t in contexts:
-                rep["draft_ms"][f"after,K={k},T={t}"] = round_ms(drafters[k], feats, t, config.rounds, config.new_rows, torch)
+                rep["draft_ms"][f"after,K={k},T={t}"] = draft_round_ms(drafters[k], feats, t, config.rounds,
+                                                                       config.new_rows)
                 if k > 1:
-                    rep["draft_ms"][f"folded,K={k},T={t}"] = round_ms(folded[k], feats, t, config.rounds,
-                                                                      config.new_rows, torch)
-                rep["draft_ms"][f"before,K={k},T={t}"] = round_ms(slow, feats, t, config.rounds, config.new_rows, torch)
+                    rep["draft_ms"][f"folded,K={k},T={t}"] = draft_round_ms(folded[k], feats, t, config.rounds,
+                                                                            config.new_rows)
+                rep["draft_ms"][f"before,K={k},T={t}"] = draft_round_ms(slow, feats, t, config.rounds, config.new_rows)
                 rep["attention_ms"][f"K={k},T={t}"] = _attention_ms(drafters[k], t, config, torch, folded=False)
                 if k > 1:
                     rep["attention_ms"][f"folded,K={k},T={t}"] = _attention_ms(drafters[k], t, config, torch,

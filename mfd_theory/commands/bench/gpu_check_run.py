@@ -13,7 +13,7 @@ import torch
 
 from mfd_theory.commands.bench._shapes import SHAPES
 from mfd_theory.llm.models.testing import ReplayDrafter, random_qwen3
-from mfd_theory.commands.bench.bench_decode_run import _device_tag
+from mfd_theory.llm.measure.profile import device_tag, draft_round_ms
 from mfd_theory.results import Result, atomic_write_text, provenance
 
 __all__ = ["TIE_RTOL", "ceiling_step", "draft_latency", "greedy_check", "round_cost", "run"]
@@ -91,7 +91,7 @@ def round_cost(cfg, shape: str, sizes: list[int], torch, dev, dtype, progress: b
                for _ in range(cfg.profile_prompts)]
     name = f"verify_latency_{dev.type}" if not cfg.small else f"verify_latency_{dev.type}_small"
     profile = measure_round_profile(
-        target, cells, prompts, cfg.profile_tokens, name=name, device=_device_tag(torch, dev),
+        target, cells, prompts, cfg.profile_tokens, name=name, device=device_tag(dev),
         model=f"random {shape}-shaped Qwen3, {cfg.profile_layers} layers, {cfg.dtype}, batch 1, HF SDPA",
         note=(f"Measured by mfd bench gpu-check: random weights and random {cfg.draft_layers}-layer block drafters "
               f"(K = 1 and {K}), {cfg.profile_prompts} prompt(s) of {cfg.profile_context} tokens, "
@@ -102,16 +102,15 @@ def round_cost(cfg, shape: str, sizes: list[int], torch, dev, dtype, progress: b
 
 def draft_latency(cfg, hf, drafters: dict, contexts: list[int], torch, dev, dtype) -> dict:
     """{"K=k,T=t": ms}: the fastest of ``repeats`` drafting rounds after ``t`` context rows."""
-    from mfd_theory.commands.bench.bench_draft_run import round_ms
 
     gen = torch.Generator().manual_seed(cfg.seed)
     feats = torch.randn(1, max(contexts) + 4 * (cfg.repeats + 1), hf.config.hidden_size, generator=gen)
     feats = drafters[1].hidden_norm(feats.to(dev, dtype)).detach()
     out = {}
     for k, d in drafters.items():
-        round_ms(d, feats, min(contexts), 1, 4, torch)  # first call: buffers, kernels
+        draft_round_ms(d, feats, min(contexts), 1, 4)  # first call: buffers, kernels
         for t in contexts:
-            out[f"K={k},T={t}"] = round_ms(d, feats, t, cfg.repeats, 4, torch)
+            out[f"K={k},T={t}"] = draft_round_ms(d, feats, t, cfg.repeats, 4)
     return out
 
 
@@ -175,7 +174,7 @@ def run(cfg, sizes: list[int], contexts: list[int], out_dir, progress: bool = Tr
     del hf, drafters  # the profile stack's memory, before the e2e run
     if dev.type == "cuda":
         torch.cuda.empty_cache()
-    tag = _device_tag(torch, dev)
+    tag = device_tag(dev)
     if dev.type == "cuda":
         profile.device = f"{tag} ({torch.cuda.get_device_name(dev)})"
     prof = {**profile.to_dict(), "provenance": provenance()}

@@ -21,7 +21,7 @@ from mfd_theory.llm.decoding.generate import sampling_probs, speculative_generat
 from mfd_theory.llm.measure.evaluate import cell_key
 from mfd_theory.llm.models.target import TargetModel
 
-__all__ = ["measure_round_profile", "trimmed_mean"]
+__all__ = ["device_tag", "draft_round_ms", "measure_round_profile", "trimmed_mean"]
 
 TRIM = 0.1  # share of rounds dropped at each end before averaging
 
@@ -235,3 +235,36 @@ def _probe(target: TargetModel, ids: list[torch.Tensor], max_new_tokens: int, ma
     if hi <= lo:
         return None
     return _context_probe(target, ids[0], [lo, hi], sorted({1, max_size}), 10, hidden=True)
+
+
+def device_tag(dev) -> str:
+    """A short name of torch device ``dev`` for results and profile files: "cpu", or the CUDA
+    device's name in lower case without its vendor ("h100-80gb-hbm3")."""
+    import re
+
+    if dev.type != "cuda":
+        return "cpu"
+    name = torch.cuda.get_device_name(dev).lower()
+    name = re.sub(r"^nvidia\s+", "", name)
+    return re.sub(r"[^a-z0-9]+", "-", name).strip("-") or "cuda"
+
+
+def draft_round_ms(drafter, feats, context: int, rounds: int, new_rows: int) -> float:
+    """A drafter's round as decoding pays it: feed ``context`` rows of the target features
+    ``feats`` [1, T, H], then time ``rounds`` rounds of (append ``new_rows`` rows, draft a block);
+    the fastest round in ms (CUDA work synchronised)."""
+    cuda = feats.device.type == "cuda"
+    times = []
+    with torch.no_grad():
+        drafter.reset()
+        drafter.draft_modes(feats[:, :context], 1)
+        for r in range(rounds):
+            a = context + r * new_rows
+            if cuda:
+                torch.cuda.synchronize(feats.device)
+            t0 = time.perf_counter()
+            drafter.draft_modes(feats[:, a:a + new_rows], 1 + r)
+            if cuda:
+                torch.cuda.synchronize(feats.device)
+            times.append(time.perf_counter() - t0)
+    return 1e3 * min(times)
