@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import reference as ref
 import strategies as mst
 from mfd_theory import best_mode_tree as exported
+from mfd_theory.trees import enumerated_best_mode
 from mfd_theory.coverage import coverage
 from mfd_theory.distributions import MixtureOfProducts
 from mfd_theory.trees import best_mode_tree, mixture_tree, product_tree
@@ -226,7 +227,7 @@ SMALL = bmc.Config(n_instances=200, families=("two_futures", "branching"), two_f
 @given(mst.mixtures(ties=True, max_V=5), mst.budgets())
 def test_the_commands_enumeration_is_the_tie_rule(mix, budget):
     """Two enumerations written apart (a nested key sort here, an unrolled flat key there) agree."""
-    paths, scores = bmc.enumerated_best_mode(mix.log_q, budget)
+    paths, scores = enumerated_best_mode(mix.log_q, budget)
     assert paths == ref.best_mode_tie_rule_order(mix.log_q, budget)
     tables = ref.best_mode_tables(mix.log_q)
     np.testing.assert_array_equal(scores, [ref.best_mode_score(tables, p) for p in paths])
@@ -240,7 +241,7 @@ def test_the_commands_enumeration_of_candidates_is_the_tie_rule(cand, budget):
     present = np.zeros((K, L, V), dtype=bool)
     np.put_along_axis(log_q, cand.token_ids, cand.values, axis=2)
     np.put_along_axis(present, cand.token_ids, True, axis=2)
-    paths, _ = bmc.enumerated_best_mode(log_q, budget, present)
+    paths, _ = enumerated_best_mode(log_q, budget, present)
     assert paths == ref.best_mode_tie_rule_order(cand.values, budget, cand.token_ids)
 
 

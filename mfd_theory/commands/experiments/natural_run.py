@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import shutil
 import time
@@ -24,9 +23,11 @@ from mfd_theory.results import Result, atomic_write_text, wrote
 from mfd_theory.validation import make_out_dir
 
 from mfd_theory.commands.experiments.own_target_run import Steps, run_command_steps
+from mfd_theory.llm.measure.perplexity import perplexity
+from mfd_theory.llm.training.bpe import train_bpe
 from mfd_theory.llm.training.train import LMConfig, LMTrainConfig, config_hash, lm_run_config, train_lm
 
-__all__ = ["NaturalCorpusConfig", "build_corpus_dir", "ceiling_options", "load_corpus_dir", "train_bpe", "perplexity",
+__all__ = ["NaturalCorpusConfig", "build_corpus_dir", "ceiling_options", "load_corpus_dir",
            "run_ceiling", "run_natural", "natural_summary"]
 
 DOMAINS = ("code", "prose")
@@ -51,24 +52,6 @@ def _corpus_config(config) -> NaturalCorpusConfig:
 
     return NaturalCorpusConfig(config.heldout_fraction, config.max_units, config.vocab_size, config.tokenizer_chars,
                                config.prose_weight, platform.python_version(), str(stdlib_root()))
-
-
-def train_bpe(texts: list[str], vocab_size: int):
-    """Byte-level BPE over the full 256-byte alphabet (no held-out byte can be lost), with the
-    package's special tokens; a ``PreTrainedTokenizerFast``."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    from mfd_theory.llm.training.corpus import EOS_TOKEN, MASK_TOKEN
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS_TOKEN, MASK_TOKEN],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(texts, trainer=trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_TOKEN, pad_token=EOS_TOKEN,
-                                   mask_token=MASK_TOKEN, model_max_length=10**9)
 
 
 def _subset(units, max_units: int):
@@ -166,28 +149,6 @@ def load_corpus_dir(cdir: Path, ccfg: NaturalCorpusConfig):
     stream = np.load(cdir / "stream.npy").astype(np.int64)
     held = dict(np.load(cdir / "heldout.npz"))
     return Corpus(ccfg, tok, [], [], [stream], []), {d: held[d].astype(np.int64) for d in DOMAINS}
-
-
-@torch.no_grad()
-def perplexity(model, stream: np.ndarray, seq_len: int, windows: int, seed: int = 0, batch: int = 8) -> dict:
-    """exp(mean next-token cross-entropy) over ``windows`` windows of ``seq_len`` tokens at seeded
-    starts in ``stream``, with the standard error of the mean loss over windows."""
-    if len(stream) <= seq_len + 1:
-        raise ValueError(f"stream: {len(stream)} tokens, need more than seq_len + 1 = {seq_len + 1}")
-    rng = np.random.default_rng([seed, 7])
-    starts = rng.integers(0, len(stream) - seq_len, size=windows)
-    losses = []
-    dev = next(model.parameters()).device
-    for i in range(0, windows, batch):
-        x = torch.from_numpy(np.stack([stream[s: s + seq_len] for s in starts[i: i + batch]])).to(dev)
-        logits = model(input_ids=x).logits[:, :-1].float()
-        nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1),
-                                                reduction="none").view(x.shape[0], -1).mean(1)
-        losses += nll.tolist()
-    loss = np.asarray(losses)
-    se = float(loss.std(ddof=1) / math.sqrt(len(loss))) if len(loss) > 1 else None
-    return {"perplexity": float(np.exp(loss.mean())), "loss": float(loss.mean()), "loss_se": se,
-            "windows": int(windows), "seq_len": int(seq_len)}
 
 
 def ceiling_options(config):

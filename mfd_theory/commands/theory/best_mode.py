@@ -8,7 +8,7 @@ Two parts:
    zeros), continuous weights, continuous weights with zeroed entries, and candidate lists (a
    random subset of tokens per mode and position, integer weights, handed over as
    ``token_ids``): :func:`mfd_theory.trees.best_mode_tree` must equal, node for node and score
-   for score, every prefix scored and sorted by the tie rule (:func:`enumerated_best_mode`).
+   for score, every prefix scored and sorted by the tie rule (:func:`mfd_theory.trees.enumerated_best_mode`).
 2. **Scorer table.** On every synthetic family (:mod:`mfd_theory.synthetic`), with L = 15, per
    setting and seed: the product tree over the target's marginals, and the mixture and best-mode
    trees of three drafters: ``own`` (the target's own modes and weights, K = F, so the mixture
@@ -39,6 +39,7 @@ from mfd_theory.commands._cli import Checked, Command, opt, wrote
 from mfd_theory.coverage import spliced_chimera_mask
 from mfd_theory.distributions import MixtureOfProducts
 from mfd_theory.fit import fit_mixture_exact
+from mfd_theory.trees import enumerated_best_mode
 from mfd_theory.results import Result, ResultStore, to_jsonable
 from mfd_theory.synthetic import make
 from mfd_theory.trees import best_mode_tree, mixture_tree, oracle_tree, product_tree
@@ -87,54 +88,6 @@ _SWEEP_FIELDS = ("families", "two_futures_ms", "Fs", "seeds", "n_instances", "ma
 
 
 # ----------------------------------------------------------------------------- enumeration check
-
-def enumerated_best_mode(log_q: np.ndarray, budget: int, present: np.ndarray | None = None):
-    """(paths, scores): the first ``budget`` prefixes by the best-mode score under the tie rule,
-    found by scoring every prefix and sorting them all (for tiny K, L, V only).
-
-    log_q [K, L, V]; ``present`` [K, L, V] (bool) marks the tokens in each mode's candidate list
-    (default: every token), an absent token having q_k = 0 and no rank in mode k's list.
-    The tie rule's key, key(s) = (-S(s), key(parent), best rank, token) with key(root) smallest,
-    unrolls into the flat vector (-S(s_1..d), -S(s_1..d-1), ..., -S(s_1), -1, r_1, t_1, ...,
-    r_d, t_d): the scores of the prefix and of its ancestors, a marker below every -S (which is
-    >= 0) where the chain reaches the root, then the ranks and tokens from the root down; two
-    keys that agree up to one marker belong to prefixes of one depth. Sorting these vectors
-    lexicographically is the tie rule's order. Scores are each mode's running sum from 0.0,
-    left to right, as the builders take them.
-    """
-    K, L, V = log_q.shape
-    present = np.ones((K, L, V), dtype=bool) if present is None else present
-    x = np.where(present, log_q, -np.inf)  # [K, L, V]
-    rank = np.full((L, V), V, dtype=np.int64)  # best rank over the modes' lists
-    for k in range(K):
-        for d in range(L):
-            toks = np.flatnonzero(present[k, d])
-            ordered = toks[np.lexsort((toks, -x[k, d, toks]))]  # by value, then id
-            rank[d, ordered] = np.minimum(rank[d, ordered], np.arange(ordered.size))
-    universe = [np.flatnonzero(present[:, d].any(axis=0)) for d in range(L)]
-    width = L + 1 + 2 * L
-    keys, tokens, scores = [], [], []
-    for depth in range(1, L + 1):
-        if any(u.size == 0 for u in universe[:depth]):
-            break
-        grids = np.meshgrid(*universe[:depth], indexing="ij")  # every combination, first token slowest
-        pre = np.stack([g.reshape(-1) for g in grids], axis=1)  # [n, d]
-        vals = x[:, np.arange(depth)[None, :], pre]  # [K, n, d]
-        run = np.cumsum(vals, axis=2)  # [K, n, d]: each mode's score of every prefix of the row
-        S = run.max(axis=0)  # [n, d]: best-mode score of s_1..j
-        key = np.zeros((pre.shape[0], width))
-        key[:, :depth] = -S[:, ::-1]
-        key[:, depth] = -1.0
-        key[:, depth + 1: depth + 1 + 2 * depth: 2] = rank[np.arange(depth)[None, :], pre]
-        key[:, depth + 2: depth + 2 + 2 * depth: 2] = pre
-        keys.append(key)
-        tokens.append(np.pad(pre, ((0, 0), (0, L - depth)), constant_values=-1))
-        scores.append(S[:, -1])
-    key = np.concatenate(keys)  # [prefixes, width]
-    order = np.lexsort(key.T[::-1])[:budget]  # first column first
-    tok = np.concatenate(tokens)[order].tolist()  # [budget, L], padded with -1
-    return [tuple(t for t in row if t >= 0) for row in tok], np.concatenate(scores)[order]
-
 
 def _weights(rng, shape, kind: str) -> np.ndarray:
     """Positive-row-sum weights: small integers (ties, zeros) or continuous (optionally zeroed)."""
