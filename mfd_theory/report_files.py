@@ -43,7 +43,7 @@ BLOCK_FILES: dict[str, str] = {
     "prediction-check-hybrid": RESULTS,
     "natural": RESULTS,
     "real": REAL,
-    "real-lossless": REAL,
+    "real-default": REAL,
     "real-drafters": REAL,
     "bench-trees": BENCHMARKS,
     "bench-fit": BENCHMARKS,

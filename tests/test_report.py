@@ -479,7 +479,7 @@ def test_the_e2e_table_says_when_greedy_texts_end_in_one_loop():
 
 
 def test_the_lossless_only_run_gets_its_own_block_with_each_checks_measured_time(tmp_path):
-    """real-lossless (``mfd real --preset lossless``): no ceiling settings, the stage list, and beside
+    """A run of the lossless check alone (``mfd real --stages prompts lossless``): no ceiling settings, the stage list, and beside
     each target the time its check took when it ran (a rerun that reads the cache takes seconds), and
     a differing output is named, not hidden."""
     rows = [dict(drafter="replay", method=m, prompt=0, batched=b, equal=not (m == "mfd" and b), tokens=8,
@@ -490,11 +490,11 @@ def test_the_lossless_only_run_gets_its_own_block_with_each_checks_measured_time
     data = dict(prompts={"counts": {"code": {"eval": 3}}}, wall_s=6.0,
                 targets={"t": dict(architecture="llama", n_parameters=2e6, wall_s=5.0, lossless=ll,
                                    provenance={"gguf_sha256": "ab" * 32})})
-    (tmp_path / "real-lossless").mkdir()
-    Result("real", config=cfg, data=data, seed=0).save(tmp_path / "real-lossless" / "real.json")
-    text, changed, skipped = render("<!-- report:real-lossless -->\n<!-- /report:real-lossless -->\n", tmp_path)
-    assert changed == ["real-lossless"] and skipped == []
+    (tmp_path / "real-default").mkdir()
+    Result("real", config=cfg, data=data, seed=0).save(tmp_path / "real-default" / "real.json")
+    text, changed, skipped = render("<!-- report:real-default -->\n<!-- /report:real-default -->\n", tmp_path)
+    assert changed == ["real-default"] and skipped == []
     assert "The lossless check alone (stages prompts, lossless)" in text and "Ceiling settings" not in text
     assert "its check 10.0 min" in text and "Wall time 0.1 min" in text
     assert "**1 case differs**: replay mfd (batch)" in text
-    assert BLOCK_FILES["real-lossless"] == BLOCK_FILES["real"]
+    assert BLOCK_FILES["real-default"] == BLOCK_FILES["real"]

@@ -77,7 +77,7 @@ def real(results: Results) -> str:
                  f"{', '.join(map(str, c['modes']))}, scorers {', '.join(c['scorers'])}; dead: P(s) <= "
                  f"{c['dead_eps']:g} at N = {c['dead_at']} (the paper: {PAPER_DEAD} of a 64-node tree). "
                  f"Wall time {d['wall_s'] / 60:.1f} min."]
-    else:  # a run of the lossless check alone (``--preset lossless``)
+    else:  # a run of the lossless check alone (``--stages prompts lossless``)
         lines = [f"The lossless check alone (stages {', '.join(c['stages'])}), on the first evaluation prompts of "
                  f"each domain after a shuffle with seed 0 (prompt sets: {_prompt_text(man)}). Wall time "
                  f"{d['wall_s'] / 60:.1f} min (a rerun reads each target's cached check; the time beside a target is its "

@@ -61,8 +61,8 @@ BLOCKS: dict[str, Block] = {
     "e2e-replicated-k8-hybrid": Block("hybrid_k8/end_to_end.json", e2e.e2e_replicated),
     "natural": Block("natural/natural.json", natural.natural),
     "real": Block("real/real.json", real.real),
-    # the lossless check alone at full size on both targets (experiments/real/lossless.toml)
-    "real-lossless": Block("real-lossless/real.json", real.real),
+    # the default preset (experiments/real/default.toml): the full lossless check, 12 prompts per domain
+    "real-default": Block("real-default/real.json", real.real),
     "real-drafters": Block("real-drafters/real_drafters.json", real_drafters.real_drafters),
     "bench-batch": Block("bench_batch.json", bench.bench_batch),
     "bench-batch-hybrid": Block("bench_batch_qwen3_5.json", bench.bench_batch),
