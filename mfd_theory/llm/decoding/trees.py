@@ -107,6 +107,11 @@ def build_trees(method: str, log_pi: torch.Tensor, log_q: torch.Tensor, budget: 
     if method == "ar" or not live:
         return trees
     k_cand = min(int(budget), log_q.shape[-1])
+    if method != "chain" and k_cand > 1:
+        # a token at -inf (outside a reduced draft vocabulary) is never drafted: without this cap a
+        # budget above the vocabulary's size would take -inf candidates into the tree
+        finite = int(torch.isfinite(log_q).sum(-1).min())
+        k_cand = max(1, min(k_cand, finite))
     if method == "chain":
         best = torch.argmax(log_pi, dim=1)  # [B]
         lq = log_q[torch.arange(bsz), best]  # [B, L, V]: each request's most likely mode

@@ -1,0 +1,150 @@
+"""Greedy tau of a block drafter on held-out sequences, from one target forward per sequence.
+
+At T = 0 a lossless decode emits the target's greedy continuation whatever the drafter does, so
+every round's tree is drafted from a context that is known in advance: the features of the
+sequence up to the round's root. One forward of the whole sequence gives the target's hidden
+states at every position, one batched drafter forward gives the block of every possible root, and
+the rounds of the decode are then a walk over those blocks: a round at root t accepts the
+longest prefix of the continuation x[t+1:] that is a path of its tree, emits it and the bonus
+token, and the next round's root is the last token emitted. The tau this returns is the tau
+``speculative_generate`` measures for the same prompt and ``max_new_tokens`` (the test suite
+compares the two), without running the target once per round; it also gives the mean accepted
+length over *every* root of the response, a lower-variance figure of the same drafter.
+
+Only what a round's tree needs from the drafter enters (its block at the root), so this holds for
+chain, DDTree and MFD trees (both scorers); DARTree grows its tree with the drafter's path
+correction and is not covered.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from mfd_theory.llm.decoding.trees import build_trees
+from mfd_theory.validation import check_int
+
+__all__ = ["greedy_prefix", "heldout_greedy_tau", "tree_accepts"]
+
+#: the methods and scorers this module measures (DARTree needs the drafter's path correction)
+CELLS = (("chain", None), ("ddtree", None), ("mfd", "mixture"), ("mfd", "best_mode"))
+
+
+def greedy_prefix(seq: np.ndarray, prompt_len: int, logits: torch.Tensor) -> int:
+    """Length of the longest prefix of ``seq`` whose response (tokens from ``prompt_len`` on) is the
+    target's greedy continuation under ``logits`` [len(seq), V] (row j predicts token j + 1). The
+    first response token is the prefill's argmax too. At least ``prompt_len``."""
+    nxt = logits[prompt_len - 1: len(seq) - 1].argmax(-1).cpu().numpy()
+    same = nxt == np.asarray(seq[prompt_len:], dtype=np.int64)
+    bad = np.flatnonzero(~same)
+    return int(prompt_len + (bad[0] if bad.size else same.size))
+
+
+def tree_accepts(tree, continuation: np.ndarray) -> int:
+    """Length of the longest prefix of ``continuation`` that is a path of ``tree`` from its root
+    (what the greedy walk accepts when the target's next tokens are ``continuation``)."""
+    if tree is None or len(tree) == 0:
+        return 0
+    children: dict[tuple[int, int], int] = {}
+    for i, (p, tok) in enumerate(zip(tree.parent.tolist(), tree.token.tolist())):
+        children.setdefault((p, tok), i)
+    node, depth = -1, 0
+    for tok in continuation.tolist():
+        node = children.get((node, int(tok)), None)
+        if node is None:
+            break
+        depth += 1
+    return depth
+
+
+def _walk(acc: dict[int, int], start: int, last: int) -> list[int]:
+    """Accepted lengths of the rounds of a decode whose first root is at ``start`` and whose last
+    token is at ``last``: a round at root t accepts ``acc[t]`` and hands the root to t + acc + 1."""
+    out, t = [], start
+    while t < last:
+        a = acc[t]
+        out.append(a)
+        t += a + 1
+    return out
+
+
+@torch.no_grad()
+def heldout_greedy_tau(target_hf, drafter, seqs, plens, budget: int, cells=None, chunk: int = 32) -> dict:
+    """T = 0 tau of ``drafter`` on the held-out sequences ``seqs`` (int arrays, each a prompt of
+    ``plens[i]`` tokens and the target's greedy answer to it), per method and scorer in ``cells``
+    (default: chain and DDTree, and MFD under both scorers for a drafter of K > 1 modes), trees of
+    ``budget`` nodes.
+
+    Each sequence is cut where its answer stops being the target's greedy continuation under this
+    forward (batched generation may flip a near-tie; the cut is reported). A decode of the kept
+    answer's length from the prompt is replayed round by round. Returns, per cell, ``tau`` (tokens
+    per round over every round of every sequence, bonus included, as a decode reports it),
+    ``rounds``, ``tokens``, ``per_sequence_tau``, and ``anchor_accepted`` (the mean accepted length
+    over every root of every answer), plus ``kept_tokens`` / ``answer_tokens``."""
+    budget = check_int("budget", budget, 1)
+    chunk = check_int("chunk", chunk, 1)
+    if len(seqs) != len(plens):
+        raise ValueError(f"plens: need one prompt length per sequence ({len(seqs)}), got {len(plens)}")
+    K = int(getattr(drafter, "num_modes", 1))
+    if cells is None:
+        cells = [c for c in CELLS if (c[0] == "mfd") == (K > 1)]
+    cells = [tuple(c) for c in cells]
+    for m, sc in cells:
+        if (m, sc) not in CELLS:
+            raise ValueError(f"cells: {(m, sc)} is not one of {CELLS}")
+        if m == "mfd" and K == 1:
+            raise ValueError("cells: 'mfd' needs a drafter with more than one mode")
+    dev = next(target_hf.parameters()).device
+    L = int(drafter.block_size) - 1
+    mask_id = int(drafter.mask_token_id)
+    rounds = {c: [] for c in cells}
+    anchors = {c: [] for c in cells}
+    per_seq = {c: [] for c in cells}
+    kept_total = answer_total = 0
+    for seq, p in zip(seqs, plens):
+        seq, p = np.asarray(seq, dtype=np.int64), int(p)
+        if not 1 <= p < len(seq):
+            raise ValueError(f"plens: a prompt of {p} tokens in a sequence of {len(seq)} leaves no answer")
+        ids = torch.from_numpy(seq)[None].to(dev)
+        out = target_hf(input_ids=ids, output_hidden_states=True)
+        end = greedy_prefix(seq, p, out.logits[0])
+        answer_total += len(seq) - p
+        kept_total += end - p
+        if end - p < 1:
+            continue
+        last = end - 1                                                 # index of the last token kept
+        ctx_all = drafter.fuse_hidden(out.hidden_states)               # [1, S, H]
+        roots = np.arange(p, last)                                     # every root a round may have
+        acc = {c: {} for c in cells}
+        draft_ids = drafter.draft_index(torch.from_numpy(seq).to(dev)).cpu().numpy()  # -1 outside
+        for lo in range(0, len(roots), chunk):
+            part = roots[lo: lo + chunk]
+            t = torch.from_numpy(part).to(dev)
+            T = int(part.max())
+            src = torch.arange(T, device=dev)[None, :] - (T - t)[:, None]  # left padding
+            valid = src >= 0
+            ctx = ctx_all[0][src.clamp_min(0)]                         # [b, T, H]
+            block = torch.full((len(part), L + 1), mask_id, dtype=torch.long, device=dev)
+            block[:, 0] = torch.from_numpy(seq[part]).to(dev)
+            with drafter.reduced_output():
+                log_pi, log_q = drafter._train_modes(ctx, block, valid)  # [b, K], [b, K, L, V']
+            depths = [min(L, last - int(r) - 1) for r in part]         # a decode's depth cut
+            for m, sc in cells:
+                trees = build_trees(m, log_pi, log_q, budget, depths, sc)
+                for r, tree in zip(part.tolist(), trees):
+                    acc[(m, sc)][r] = tree_accepts(tree, draft_ids[r + 1: end])
+        for c in cells:
+            walk = _walk(acc[c], p, last)
+            rounds[c] += walk
+            anchors[c] += list(acc[c].values())
+            per_seq[c].append(float(np.mean(walk) + 1) if walk else float("nan"))
+    res = {"budget": budget, "sequences": len(seqs), "answer_tokens": int(answer_total),
+           "kept_tokens": int(kept_total), "cells": []}
+    for m, sc in cells:
+        r = np.asarray(rounds[(m, sc)], dtype=np.float64)
+        res["cells"].append({
+            "method": m, "scorer": sc, "rounds": int(r.size), "tokens": int((r + 1).sum()),
+            "tau": float((r + 1).mean()) if r.size else float("nan"),
+            "per_sequence_tau": per_seq[(m, sc)],
+            "anchor_accepted": float(np.mean(anchors[(m, sc)])) if anchors[(m, sc)] else float("nan")})
+    return res
