@@ -96,7 +96,48 @@ def test_the_study_runs_and_resumes(tiny_target, tmp_path, capsys):
     assert again.data["runs"] == data["runs"] and again.data["verdicts"] == data["verdicts"]
 
 
+def test_the_recipe_stage_trains_each_variant_and_measures_it_on_held_out_prompts(tiny_target, tmp_path, capsys):
+    from mfd_theory.commands.experiments import real_drafters
+    from mfd_theory.llm.measure.heldout import heldout_greedy_tau
+    from mfd_theory.llm.models.drafter import load_drafter
+    from mfd_theory.llm.training.distill import load_distill_data
+
+    out = tmp_path / "recipe"
+    argv = ["--target", str(tiny_target), *ARGS, "--stages", "recipe", "--recipe-seeds", "2", "--heldout-prompts", "2",
+            "--heldout-tokens", "6", "--soft-top-k", "4", "--budgets", "4", "--answer-tokens", "20", "--out", str(out)]
+    res = real_drafters.main(argv)
+    data = res.data
+    assert not (out / "real_drafters.json").exists() and not (out / "eval").exists()  # the main stage did not run
+    held = [json.loads(x) for x in (out / "prompts" / "heldout.jsonl").read_text().splitlines()]
+    train = {json.dumps(json.loads(x)["messages"]) for x in (out / "prompts" / "train.jsonl").read_text().splitlines()}
+    calib = {json.dumps(json.loads(x)["messages"]) for x in (out / "prompts" / "calib.jsonl").read_text().splitlines()}
+    assert len(held) == 4 and not {json.dumps(r["messages"]) for r in held} & (train | calib)
+    assert sorted((t["recipe"], t["seed"]) for t in data["trained"]) == sorted(
+        (r, s) for r in ("tokens", "soft", "random-init", "block16") for s in (0, 1))
+    blocks = {t["recipe"]: json.loads((out / "recipes" / t["recipe"] / "s0" / "drafter" / "config.json").read_text())
+              ["block_size"] for t in data["trained"]}
+    assert blocks == {"tokens": 4, "soft": 4, "random-init": 4, "block16": 16}
+    run_cfg = json.loads((out / "recipes" / "soft" / "s0" / "train_config.json").read_text())
+    assert run_cfg["train"]["soft_share"] == 1.0 and "soft_share" not in json.loads(
+        (out / "recipes" / "tokens" / "s0" / "train_config.json").read_text())["train"]
+    # each measurement is the held-out tau of that checkpoint, recomputed here
+    seqs, plens, _ = load_distill_data(out / "heldout")
+    from mfd_theory.llm.models.target import load_local_target
+
+    hf, _ = load_local_target(str(tiny_target), "cpu", "float32")
+    m = next(x for x in data["measured"] if x["recipe"] == "soft" and x["seed"] == 1)
+    again = heldout_greedy_tau(hf, load_drafter(out / "recipes" / "soft" / "s1" / "drafter", hf).eval(), seqs, plens, 4)
+    assert [c["tau"] for c in again["cells"]] == pytest.approx([c["tau"] for c in m["budgets"]["4"]["cells"]])
+    got = {(c["method"], c["recipe"]) for c in data["comparisons"]}
+    assert got == {(mt, r) for mt in ("chain", "ddtree") for r in ("soft", "random-init", "block16")}
+    assert all(c["cmp"] is None or c["cmp"]["n_runs"] == 2 for c in data["comparisons"])
+    capsys.readouterr()
+    real_drafters.main(argv)
+    assert capsys.readouterr().out.count("finished earlier") == 1 + 1 + 8
+
+
 @pytest.mark.parametrize("argv,match", [
+    (["--stages", "recipe", "--recipes", "soft"], "must include tokens"),
     (["--kinds", "mfd-k2"], "must include product"),
     (["--kinds", "product", "product"], "each value once"),
     (["--draft-vocab", "1"], "at least 2 tokens"),

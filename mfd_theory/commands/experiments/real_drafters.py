@@ -23,6 +23,15 @@
   (chain or DDTree, as the theory predicted), each at the budget seed 0's calibration chose,
   paired over the prompts, one observation per seed (``mfd_theory.stats``).
 
+``--stages recipe`` (``--preset recipe``) runs the recipe comparison instead (or as well): on the
+same distilled data and feature pass, a product drafter for each ``--recipes`` variant and each
+of ``--recipe-seeds`` seeds under ``recipes/<variant>/s<seed>/``; the target's greedy answers to
+``--heldout-prompts`` held-out prompts per domain (``heldout/``); each drafter's greedy tau on them
+for the chain and DDTree at every ``--budgets`` N, from one target forward per answer
+(:mod:`mfd_theory.llm.measure.heldout`, exactly what a T = 0 decode measures); and each variant
+against ``tokens``, paired over the held-out prompts and replicated over the seeds, with its
+training minutes, into ``real_recipe.json``.
+
 A rerun resumes: finished steps are reused (``steps.json``), a drafter's training continues from
 its last checkpoint. The config lives here (no torch import); the work is in
 :mod:`mfd_theory.commands.experiments.real_drafters_run`.
@@ -39,6 +48,12 @@ __all__ = ["KINDS", "RealDraftersConfig", "main"]
 
 #: the drafter kinds: name -> (K, train-drafter kind)
 KINDS = {"product": (1, "dflash"), "mfd-k2": (2, "dflash"), "mfd-k4": (4, "dflash"), "dartree": (1, "dartree")}
+
+#: the recipe stage's variants of the product drafter's recipe: name -> the options it changes
+#: ("tokens": the run's own recipe, the one every other is compared with)
+RECIPES = {"tokens": {}, "soft": {"soft_share": None}, "random-init": {"init_layers": "random"},
+           "block16": {"block_size": 16}}
+STAGES = ("main", "recipe")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,14 +94,31 @@ class RealDraftersConfig(Checked):
     budgets: tuple[int, ...] = opt((16,), "tree sizes N the theory chooses among", ge=1)
     temperatures: tuple[float, ...] = opt((0.0, 1.0), "decoding temperatures (0 = greedy)", ge=0)
     passes: int = opt(1, "timing passes of each evaluated decode", ge=1)
+    # the recipe stage
+    stages: tuple[str, ...] = opt(("main",), "what to run: main (every kind, seed and evaluation above), "
+                                  "recipe (product drafters of each --recipes variant, measured by their greedy "
+                                  "tau on held-out prompts)", choices=STAGES)
+    recipes: tuple[str, ...] = opt(tuple(RECIPES), "recipe variants of the product drafter (tokens: this run's "
+                                   "options; soft: trained on the target's top-k distribution, --soft-share; "
+                                   "random-init: draft layers start random; block16: block size 16)",
+                                   choices=tuple(RECIPES))
+    recipe_seeds: int = opt(2, "seeds 0..R-1 of every recipe variant", ge=1)
+    soft_share: float = opt(1.0, "the soft recipe's share of each position's loss on the target's distribution "
+                                 "(1: self-distillation alone; 0: the tokens alone)", ge=0, le=1)
+    soft_top_k: int = opt(32, "the soft recipe's target distribution: its top-k tokens, renormalised", ge=1)
+    heldout_prompts: int = opt(8, "held-out prompts per domain of the recipe stage (calibration split, after "
+                                  "the calibration prompts: never distilled, never evaluated)", ge=2)
+    heldout_tokens: int = opt(64, "greedy answer tokens per held-out prompt", ge=2)
 
     def validate(self) -> None:
-        for name in ("kinds", "budgets", "temperatures", "target_layer_ids"):
+        for name in ("kinds", "budgets", "temperatures", "target_layer_ids", "stages", "recipes"):
             vals = getattr(self, name)
             if not vals:
                 raise ValueError(f"--{name.replace('_', '-')}: give at least one")
             if len(set(vals)) != len(vals):
                 raise ValueError(f"--{name.replace('_', '-')}: each value once, got {','.join(map(str, vals))}")
+        if "recipe" in self.stages and "tokens" not in self.recipes:
+            raise ValueError("--recipes: must include tokens (the recipe every variant is compared with)")
         if "product" not in self.kinds:
             raise ValueError("--kinds: must include product (the drafter every gain is measured against)")
         if self.draft_vocab == 1:
@@ -107,4 +139,4 @@ def _run(config: RealDraftersConfig, opts):
     check_target(config.target, "--target")
     from mfd_theory.commands.experiments.real_drafters_run import run
 
-    return run(config, KINDS, opts.out, progress=not opts.quiet)
+    return run(config, KINDS, opts.out, progress=not opts.quiet, recipes=RECIPES)

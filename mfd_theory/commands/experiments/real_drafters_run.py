@@ -11,6 +11,7 @@ import math
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from mfd_theory.commands.experiments.e2e_run import replicated_comparisons
@@ -50,19 +51,22 @@ def write_run_prompts(pdir: Path, config) -> dict[str, Path]:
     return paths
 
 
-def _train_key(config, kind: str, seed: int, distill_key: str) -> str:
+def _train_key(config, kind: str, seed: int, distill_key: str, changes: dict | None = None) -> str:
     fields = ("block_size", "layers", "target_layer_ids", "draft_vocab", "init_layers", "steps", "batch_size",
               "blocks_per_seq", "lr")
-    return config_hash(kind, seed, distill_key, {f: getattr(config, f) for f in fields})
+    parts = [kind, seed, distill_key, {f: getattr(config, f) for f in fields}]
+    if changes:  # a recipe variant (the main drafters' keys stay what they were)
+        parts.append(changes)
+    return config_hash(*parts)
 
 
 class _Trainer:
     """The target loaded once for training, the distilled data and one feature pass shared by every
     drafter trained in this process (made on first use)."""
 
-    def __init__(self, config, kinds: dict, target_dir: str, data_dir: Path, progress: bool):
+    def __init__(self, config, kinds: dict, target_dir: str, data_dir: Path, progress: bool, top_k: int = 0):
         self.config, self.kinds, self.target_dir, self.data_dir = config, kinds, target_dir, data_dir
-        self.progress = progress
+        self.progress, self.top_k = progress, top_k
         self.target = self.features = self.data = None
 
     def _load(self):
@@ -78,10 +82,14 @@ class _Trainer:
             for p in self.target.parameters():
                 p.requires_grad_(False)
             self.features = TargetFeatures(self.target.eval(), seqs, self.config.target_layer_ids,
-                                           progress=self.progress)
+                                           progress=self.progress, top_k=self.top_k)
             self.feature_seconds = round(time.perf_counter() - t0, 1)
 
-    def train(self, kind: str, seed: int, run_dir: Path) -> dict:
+    def release(self) -> None:
+        """Drop the target, the data and the features (made again on the next use)."""
+        self.target = self.features = self.data = None
+
+    def train(self, kind: str, seed: int, run_dir: Path, changes: dict | None = None) -> dict:
         from mfd_theory.commands.pipeline.train_drafter_run import (
             frequent_tokens, init_layers_from_target, write_distilled_prompts,
         )
@@ -89,7 +97,9 @@ class _Trainer:
         from mfd_theory.llm.training.train import DrafterTrainConfig, train_drafter
 
         self._load()
-        cfg, (seqs, plens, _) = self.config, self.data
+        changes = dict(changes or {})
+        soft_share = changes.pop("soft_share", 0.0)
+        cfg, (seqs, plens, _) = dataclasses.replace(self.config, **changes), self.data
         K, dkind = self.kinds[kind]
         vocab_note = None
         ids = None
@@ -102,10 +112,14 @@ class _Trainer:
         tcfg = DrafterTrainConfig(block_size=cfg.block_size, num_layers=cfg.layers, num_modes=K,
                                   batch_size=cfg.batch_size, blocks_per_seq=cfg.blocks_per_seq, steps=cfg.steps,
                                   lr=cfg.lr, warmup=max(1, cfg.steps // 25), ckpt_every=max(1, cfg.steps // 3),
-                                  seed=seed)
+                                  seed=seed, soft_share=soft_share, soft_top_k=cfg.soft_top_k)
+        features = self.features
+        keep = [i for i, (x, p) in enumerate(zip(seqs, plens)) if len(x) - p >= cfg.block_size]
+        if len(keep) < len(seqs):  # answers shorter than a block of this recipe hold no training block
+            seqs, plens, features = [seqs[i] for i in keep], plens[keep], features.subset(keep)
         t0 = time.perf_counter()
         curve = train_drafter(self.target, drafter, seqs, plens, run_dir, tcfg, progress=self.progress,
-                              desc=f"{kind} s{seed}", features=self.features,
+                              desc=f"{kind} s{seed}", features=features,
                               extra_config={"kind": dkind, "draft_vocab": vocab_note, "init_layers": cfg.init_layers})
         write_distilled_prompts(run_dir / "drafter", seqs, plens)
         rec = {"kind": kind, "seed": seed, "seconds": round(time.perf_counter() - t0, 1),
@@ -189,13 +203,13 @@ _ROW_KEEP = ("dataset", "method", "scorer", "drafter", "K", "budget", "temperatu
              "mean_tree_size", "predicted_tau", "predicted_speedup")
 
 
-def run(config, kinds: dict, out_dir, progress: bool = True) -> Result:
+def run(config, kinds: dict, out_dir, progress: bool = True, recipes: dict | None = None) -> Result:
     """The study of ``config`` into ``out_dir``; ``kinds``: name -> (K, train-drafter kind) of every
-    kind the config may name."""
-    from mfd_theory.commands.pipeline import distill, eval as eval_cmd
+    kind the config may name; ``recipes``: name -> the options each recipe variant changes (the
+    recipe stage). Returns the main stage's Result, or the recipe stage's when it runs alone."""
+    from mfd_theory.commands.pipeline import distill
 
     out = make_out_dir(Path(out_dir), "--out")
-    modes = {k: int(kinds[k][0]) for k in config.kinds}
     steps = Steps(out / "steps.json")
     quiet = [] if progress else ["--quiet"]
     t_all = time.perf_counter()
@@ -217,34 +231,52 @@ def run(config, kinds: dict, out_dir, progress: bool = True) -> Result:
         distill_key = config_hash(prompt_key, distill_argv[2:-2 - len(quiet)], config.target)
         steps.run("distill", distill_key, "mfd distill " + " ".join(distill_argv), ddir,
                   lambda: (ddir / "manifest.json").is_file(), lambda: distill.main(distill_argv))
-
-        trainer = _Trainer(config, kinds, target_dir, ddir, progress)
-        trained = []
-        for seed in range(config.seeds):
-            for kind in config.kinds:
-                rdir = out / "drafters" / f"s{seed}" / kind
-                steps.run(f"train {kind} s{seed}", _train_key(config, kind, seed, distill_key),
-                          f"{kind}, seed {seed}", rdir, lambda r=rdir: (r / "study.json").is_file(),
-                          lambda k=kind, s=seed, r=rdir: trainer.train(k, s, r))
-                trained.append(json.loads((rdir / "study.json").read_text()))
-        feature_seconds = getattr(trainer, "feature_seconds", None)
-        del trainer
-
-        evals = []
-        for seed in range(config.seeds):
-            edir = out / "eval" / f"s{seed}"
-            dirs = [out / "drafters" / f"s{seed}" / k / "drafter" for k in config.kinds]
-            argv = _eval_argv(config, modes, config.target, dirs, files, edir, quiet)
-            key = config_hash([_train_key(config, k, seed, distill_key) for k in config.kinds], argv[4:],
-                              {n: hashlib.sha256(files[n].read_bytes()).hexdigest() for n in ("calib", *DOMAINS)})
-            steps.run(f"eval s{seed}", key, f"mfd eval, seed {seed}", edir, lambda e=edir: (e / "eval.json").is_file(),
-                      lambda a=argv: eval_cmd.main(a))
-            data = json.loads((edir / "eval.json").read_text())["data"]
-            preds = json.loads((edir / "predictions.json").read_text())["data"]
-            evals.append({"seed": seed, "rows": data["rows"], "choices": preds["budget_choice"],
-                          "predictions": preds["cells"], "prediction": data.get("prediction")})
+        soft = "recipe" in config.stages and any("soft_share" in (recipes or {}).get(r, {}) for r in config.recipes)
+        trainer = _Trainer(config, kinds, target_dir, ddir, progress, top_k=config.soft_top_k if soft else 0)
+        common = {"target_dir": target_dir, "manifest": manifest, "files": files, "ddir": ddir,
+                  "distill_key": distill_key, "quiet": quiet, "t_all": t_all}
+        res = None
+        if "main" in config.stages:
+            res = _main_stage(config, kinds, out, steps, trainer, common)
+        if "recipe" in config.stages:
+            rec = _recipe_stage(config, recipes or {}, out, steps, trainer, common, progress)
+            res = res or rec
     finally:
         torch.set_num_threads(threads)
+    return res
+
+
+def _main_stage(config, kinds: dict, out: Path, steps: Steps, trainer: "_Trainer", common: dict) -> Result:
+    """Every kind for every seed, ``mfd eval`` per seed and the replicated verdicts, into
+    ``real_drafters.json``."""
+    from mfd_theory.commands.pipeline import eval as eval_cmd
+
+    files, ddir, distill_key, quiet = common["files"], common["ddir"], common["distill_key"], common["quiet"]
+    modes = {k: int(kinds[k][0]) for k in config.kinds}
+    trained = []
+    for seed in range(config.seeds):
+        for kind in config.kinds:
+            rdir = out / "drafters" / f"s{seed}" / kind
+            steps.run(f"train {kind} s{seed}", _train_key(config, kind, seed, distill_key),
+                      f"{kind}, seed {seed}", rdir, lambda r=rdir: (r / "study.json").is_file(),
+                      lambda k=kind, s=seed, r=rdir: trainer.train(k, s, r))
+            trained.append(json.loads((rdir / "study.json").read_text()))
+    feature_seconds = getattr(trainer, "feature_seconds", None)
+    trainer.release()  # the evaluation loads the target itself
+
+    evals = []
+    for seed in range(config.seeds):
+        edir = out / "eval" / f"s{seed}"
+        dirs = [out / "drafters" / f"s{seed}" / k / "drafter" for k in config.kinds]
+        argv = _eval_argv(config, modes, config.target, dirs, files, edir, quiet)
+        key = config_hash([_train_key(config, k, seed, distill_key) for k in config.kinds], argv[4:],
+                          {n: hashlib.sha256(files[n].read_bytes()).hexdigest() for n in ("calib", *DOMAINS)})
+        steps.run(f"eval s{seed}", key, f"mfd eval, seed {seed}", edir, lambda e=edir: (e / "eval.json").is_file(),
+                  lambda a=argv: eval_cmd.main(a))
+        data = json.loads((edir / "eval.json").read_text())["data"]
+        preds = json.loads((edir / "predictions.json").read_text())["data"]
+        evals.append({"seed": seed, "rows": data["rows"], "choices": preds["budget_choice"],
+                      "predictions": preds["cells"], "prediction": data.get("prediction")})
 
     pairs = study_pairs(evals[0]["choices"], evals[0]["predictions"], modes, config.block_size,
                         config.temperatures, DOMAINS)
@@ -252,8 +284,8 @@ def run(config, kinds: dict, out_dir, progress: bool = True) -> Result:
     dmanifest = json.loads((ddir / "manifest.json").read_text())
     step_secs = {n: s.get("seconds") for n, s in steps.data["steps"].items()}
     data = {
-        "target": config.target, "provenance": read_provenance(target_dir),
-        "prompts": manifest, "distill": {k: dmanifest.get(k) for k in ("n_sequences", "n_response_tokens")},
+        "target": config.target, "provenance": read_provenance(common["target_dir"]),
+        "prompts": common["manifest"], "distill": {k: dmanifest.get(k) for k in ("n_sequences", "n_response_tokens")},
         "trained": trained, "feature_seconds": feature_seconds,
         "runs": [{"seed": e["seed"], "rows": [{k: r.get(k) for k in _ROW_KEEP} for r in e["rows"]],
                   "choices": e["choices"], "prediction": e["prediction"]} for e in evals],
@@ -261,10 +293,111 @@ def run(config, kinds: dict, out_dir, progress: bool = True) -> Result:
         "rule": "paired over the evaluated prompts of one data set; each seed's mean log ratio is one observation, "
                 f"Student t over the {config.seeds} seeds; Bonferroni over the comparisons of one question at one "
                 "data set and temperature; every cell at the budget seed 0's calibration chose (docs/statistics.md)",
-        "wall_s_this_run": round(time.perf_counter() - t_all, 1),
+        "wall_s_this_run": round(time.perf_counter() - common["t_all"], 1),
     }
     res = Result("real_drafters", config=dataclasses.asdict(config), data=data, seed=0)
     path = out / "real_drafters.json"
+    existed = path.exists()
+    res.save(path)
+    wrote(path, existed)
+    return res
+
+
+def heldout_prompts(pdir: Path, config) -> Path:
+    """The recipe stage's held-out prompts: per domain the calibration split's prompts after the
+    first ``calibration_prompts`` (shuffled with seed 0, as :func:`write_run_prompts` takes them),
+    ``heldout_prompts`` of them: never distilled, never evaluated, and not the prompts the main
+    stage calibrates on."""
+    rows = []
+    for dom in DOMAINS:
+        pool = shuffle_take(read_prompt_files([pdir / f"{dom}-calib.jsonl"]), config.calibration_prompts
+                            + config.heldout_prompts)[config.calibration_prompts:]
+        if len(pool) < 2:
+            raise ValueError(f"--heldout-prompts: the {dom} calibration split has too few prompts after the "
+                             f"{config.calibration_prompts} calibration prompts")
+        rows += [dataclasses.replace(p, dataset=dom) for p in pool]
+    return _jsonl(pdir / "heldout.jsonl", rows)
+
+
+def _recipe_stage(config, recipes: dict, out: Path, steps: Steps, trainer: "_Trainer", common: dict,
+                  progress: bool) -> Result:
+    """Product drafters of each recipe variant and seed, their greedy tau on held-out prompts, each
+    variant against ``tokens`` (paired over the prompts, replicated over the seeds), into
+    ``real_recipe.json``."""
+    from mfd_theory.commands.pipeline import distill
+    from mfd_theory.llm.measure.heldout import heldout_greedy_tau
+    from mfd_theory.llm.models.drafter import load_drafter
+    from mfd_theory.llm.training.distill import load_distill_data
+    from mfd_theory.stats import compare
+
+    pdir, distill_key, quiet = out / "prompts", common["distill_key"], common["quiet"]
+    hfile = heldout_prompts(pdir, config)
+    hdir = out / "heldout"
+    h_argv = ["--target", config.target, "--prompts", str(hfile), "--max-new-tokens", str(config.heldout_tokens),
+              "--temperature", "0", "--batch", str(config.distill_batch), "--seed", "0",
+              "--threads", str(config.threads), "--out", str(hdir), *quiet]
+    h_key = config_hash(hashlib.sha256(hfile.read_bytes()).hexdigest(), h_argv[2:-2 - len(quiet)], config.target)
+    steps.run("heldout answers", h_key, "mfd distill " + " ".join(h_argv), hdir,
+              lambda: (hdir / "manifest.json").is_file(), lambda: distill.main(h_argv))
+    hseqs, hplens, _ = load_distill_data(hdir)
+    hmeta = [json.loads(line) for line in hfile.read_text().splitlines() if line.strip()]
+
+    trained, measured = [], []
+    for name in config.recipes:
+        changes = {k: (config.soft_share if v is None else v) for k, v in recipes[name].items()}
+        for seed in range(config.recipe_seeds):
+            rdir = out / "recipes" / name / f"s{seed}"
+            steps.run(f"recipe {name} s{seed}", _train_key(config, "product", seed, distill_key, changes or None),
+                      f"product drafter, recipe {name}, seed {seed}", rdir,
+                      lambda r=rdir: (r / "study.json").is_file(),
+                      lambda s=seed, r=rdir, c=changes: trainer.train("product", s, r, c))
+            rec = json.loads((rdir / "study.json").read_text())
+            trained.append({"recipe": name, "changes": changes, **rec})
+    trainer._load()
+    hf = trainer.target
+    for name in config.recipes:
+        for seed in range(config.recipe_seeds):
+            rdir = out / "recipes" / name / f"s{seed}"
+            mpath = rdir / "heldout.json"
+            if not mpath.is_file():
+                drafter = load_drafter(rdir / "drafter", hf).eval()
+                got = {"budgets": {}}
+                for n in config.budgets:
+                    got["budgets"][str(n)] = heldout_greedy_tau(hf, drafter, hseqs, hplens, n)
+                atomic_write_text(mpath, json.dumps(got) + "\n")
+                if progress:
+                    taus = {n: [c["tau"] for c in g["cells"]] for n, g in got["budgets"].items()}
+                    print(f"recipe {name} s{seed}: held-out greedy tau (chain, ddtree) {taus}", flush=True)
+            measured.append({"recipe": name, "seed": seed, **json.loads(mpath.read_text())})
+
+    comparisons = []
+    family = max(1, len(config.recipes) - 1)
+    for n in config.budgets:
+        for method in ("chain", "ddtree"):
+            def matrix(name):
+                rows = [m for m in measured if m["recipe"] == name]
+                return np.array([[x for c in m["budgets"][str(n)]["cells"] if c["method"] == method
+                                  for x in c["per_sequence_tau"]] for m in rows], dtype=np.float64)
+            base = matrix("tokens")
+            for name in config.recipes:
+                if name == "tokens":
+                    continue
+                a = matrix(name)
+                ok = np.isfinite(a).all(0) & np.isfinite(base).all(0)
+                cmp = compare(a[:, ok], base[:, ok], family=family).to_dict() if ok.sum() >= 2 else None
+                comparisons.append({"budget": int(n), "method": method, "recipe": name, "against": "tokens",
+                                    "cmp": cmp})
+    data = {"target": config.target, "heldout": {"file": hfile.name, "prompts": [m["id"] for m in hmeta],
+                                                 "answers": len(hseqs)},
+            "trained": trained, "measured": measured, "comparisons": comparisons,
+            "step_seconds": {n: s.get("seconds") for n, s in steps.data["steps"].items()},
+            "rule": "greedy tau on the held-out prompts, exactly as a T = 0 decode of each answer's length measures "
+                    "it (mfd_theory.llm.measure.heldout); each variant against tokens paired over the held-out "
+                    f"prompts, each seed's mean log ratio one observation, Student t over the {config.recipe_seeds} "
+                    f"seeds, Bonferroni over the {family} variants at one method and budget",
+            "wall_s_this_run": round(time.perf_counter() - common["t_all"], 1)}
+    res = Result("real_recipe", config=dataclasses.asdict(config), data=data, seed=0)
+    path = out / "real_recipe.json"
     existed = path.exists()
     res.save(path)
     wrote(path, existed)

@@ -97,11 +97,18 @@ class DrafterTrainConfig:
     # the frozen target's hidden states of every training sequence are computed once when they fit
     # in this many MiB (the layers the drafter reads), else once per step for the step's batch
     feature_cache_mb: int = 2048
+    # self-distillation: the share of each position's log-likelihood taken on the target's own
+    # distribution there (its soft_top_k most likely tokens, renormalised) instead of on the
+    # sequence's token; 0 trains on the tokens alone (cross-entropy), 1 on the distribution alone
+    soft_share: float = 0.0
+    soft_top_k: int = 32
 
     def __post_init__(self):
         check_choice("objective", self.objective, OBJECTIVES)
         check_real("wta_eps", self.wta_eps, 0, 1, high_open=True)
         check_int("feature_cache_mb", self.feature_cache_mb, 0)
+        check_real("soft_share", self.soft_share, 0, 1)
+        check_int("soft_top_k", self.soft_top_k, 1)
 
     def recorded(self) -> dict:
         """The fields as a run records (and :func:`config_hash` hashes) them: the WTA fields only
@@ -110,6 +117,8 @@ class DrafterTrainConfig:
         if self.objective == "mixture":
             del out["objective"], out["wta_eps"]
         del out["feature_cache_mb"]  # a memory cap: the run records which way its features were made
+        if self.soft_share == 0:  # runs on the tokens alone record what they recorded before
+            del out["soft_share"], out["soft_top_k"]
         return out
 
 
@@ -545,7 +554,7 @@ def position_weights(n: int, gamma: float) -> torch.Tensor:
 
 
 def block_loss(out, labels: torch.Tensor, weights: torch.Tensor, balance: float = 0.0, objective: str = "mixture",
-               wta_eps: float = 0.05, keep: torch.Tensor | None = None):
+               wta_eps: float = 0.05, keep: torch.Tensor | None = None, soft=None, soft_share: float = 0.0):
     """Loss of a drafter's training output against the target's block ``labels`` [B, L].
 
     ``out`` is log-probs [B, L, V] (product drafter: weighted per-position cross-entropy) or
@@ -557,7 +566,11 @@ def block_loss(out, labels: torch.Tensor, weights: torch.Tensor, balance: float 
     is the mixture's only. All are normalised by ``sum(weights)`` so the numbers are per weighted
     position and comparable across K and objectives. ``keep`` (bool [B, L]) drops the positions
     it marks False from the likelihood (a label outside a drafter's reduced vocabulary: such a
-    drafter can never draft it, so it learns nothing from it). Returns (loss, logs).
+    drafter can never draft it, so it learns nothing from it). ``soft`` = (ids [B, L, k], probs
+    [B, L, k]): the target's own distribution at each position (ids in the output's vocabulary,
+    probabilities 0 where an id is padding); a position's log-likelihood is then
+    ``(1 - soft_share) * log q(label) + soft_share * sum_v p(v) log q(v)`` (self-distillation: at
+    ``soft_share`` 1 the cross-entropy against the target's distribution). Returns (loss, logs).
     """
     # mixture: the exact log-sum-exp, whose gradient pulls each mode by its posterior responsibility
     # (EM's); plain winner-take-all starves the modes that lose early (the classic route to dead
@@ -566,10 +579,14 @@ def block_loss(out, labels: torch.Tensor, weights: torch.Tensor, balance: float 
     if keep is not None:
         keep = keep.to(torch.bool)
         labels = torch.where(keep, labels, torch.zeros_like(labels))   # any valid index; weighted 0
+    if soft is not None and soft_share > 0:
+        sid, sp = soft
     if isinstance(out, torch.Tensor):
         ll = out.gather(-1, labels.unsqueeze(-1)).squeeze(-1)          # [B, L]
         if keep is not None:
             ll = ll * keep
+        if soft is not None and soft_share > 0:
+            ll = (1 - soft_share) * ll + soft_share * (out.gather(-1, sid) * sp).sum(-1)
         loss = -(ll * weights).sum(-1).mean() / wsum
         hit = out.argmax(-1) == labels                                 # [B, L]
         if keep is None:
@@ -583,6 +600,9 @@ def block_loss(out, labels: torch.Tensor, weights: torch.Tensor, balance: float 
     ll = log_q.gather(-1, idx).squeeze(-1)                             # [B, K, L]
     if keep is not None:
         ll = ll * keep[:, None, :]
+    if soft is not None and soft_share > 0:
+        kid = sid[:, None].expand(-1, K, -1, -1)                       # [B, K, L, k]
+        ll = (1 - soft_share) * ll + soft_share * (log_q.gather(-1, kid) * sp[:, None]).sum(-1)
     if objective == "wta":
         return _wta_loss(log_pi, (ll * weights).sum(-1), wsum, wta_eps)
     check_choice("objective", objective, OBJECTIVES)
@@ -730,9 +750,13 @@ def train_drafter(
     fp = target_fingerprint(target)
     batches = _BlockBatches(seqs, plens, bs, config, dist.rank if dist is not None else 0, world)
     if features is None:
-        features = TargetFeatures.maybe(hf, seqs, drafter.target_layer_ids, config.feature_cache_mb, progress=progress)
+        features = TargetFeatures.maybe(hf, seqs, drafter.target_layer_ids, config.feature_cache_mb, progress=progress,
+                                        top_k=config.soft_top_k if config.soft_share > 0 else 0)
     else:
         features.check(seqs, drafter.target_layer_ids)
+    if config.soft_share > 0 and (features is None or features.soft is None or features.top_k < config.soft_top_k):
+        raise ValueError(f"soft_share: self-distillation needs the target's top-{config.soft_top_k} logits "
+                         "precomputed with the features (TargetFeatures(..., top_k=soft_top_k), within feature_cache_mb)")
     loss_fn = _drafter_loss(hf, drafter, batches, weights, config, dist, features)
     run_cfg = {"kind": "drafter", "train": config.recorded(), "target": fp, **data_desc,
                "target_features": "precomputed" if features is not None else "per_step",
@@ -798,13 +822,17 @@ class TargetFeatures:
     run whole gives the states a step's forward over its first ``max(t)`` tokens would (up to the
     last bits of the float arithmetic, which is why a run records which way it made them)."""
 
-    def __init__(self, hf, seqs: list[np.ndarray], layer_ids, chunk: int = 32, progress: bool = False):
+    def __init__(self, hf, seqs: list[np.ndarray], layer_ids, chunk: int = 32, progress: bool = False,
+                 top_k: int = 0):
         from tqdm.auto import tqdm
 
         self.index = sorted({int(i) + 1 for i in layer_ids})
         self.n = int(hf.config.num_hidden_layers) + 1
+        self.top_k = check_int("top_k", top_k, 0)
         dev = next(hf.parameters()).device
         self.rows: list[dict[int, torch.Tensor]] = [None] * len(seqs)  # per sequence: {index: [len, H]}
+        # with top_k: per sequence the target's top_k logits at every position (row j: token j + 1)
+        self.soft: list[tuple[torch.Tensor, torch.Tensor]] | None = [None] * len(seqs) if top_k else None
         order = np.argsort([len(s) for s in seqs], kind="stable")  # similar lengths share a forward
         bar = tqdm(total=len(seqs), desc="target features", disable=not progress, leave=False)
         with torch.no_grad():
@@ -814,11 +842,23 @@ class TargetFeatures:
                 ids = torch.zeros((len(part), width), dtype=torch.long)
                 for r, j in enumerate(part):
                     ids[r, : len(seqs[j])] = torch.from_numpy(np.asarray(seqs[j], dtype=np.int64))
-                hs = hf(input_ids=ids.to(dev), output_hidden_states=True).hidden_states
+                out = hf(input_ids=ids.to(dev), output_hidden_states=True)
+                hs = out.hidden_states
                 for r, j in enumerate(part):
                     self.rows[j] = {i: hs[i][r, : len(seqs[j])].clone() for i in self.index}
+                    if self.soft is not None:
+                        v, ix = out.logits[r, : len(seqs[j])].float().topk(self.top_k, dim=-1)
+                        self.soft[j] = (v.clone(), ix.clone())
                 bar.update(len(part))
         bar.close()
+
+    def subset(self, keep) -> "TargetFeatures":
+        """The features of the sequences ``keep`` (indices, in that order), sharing the tensors."""
+        out = object.__new__(TargetFeatures)
+        out.index, out.n, out.top_k = self.index, self.n, self.top_k
+        out.rows = [self.rows[int(i)] for i in keep]
+        out.soft = None if self.soft is None else [self.soft[int(i)] for i in keep]
+        return out
 
     def check(self, seqs, layer_ids) -> None:
         """Refuse features made for other sequences or without a layer ``layer_ids`` needs."""
@@ -836,11 +876,25 @@ class TargetFeatures:
         return sum(len(s) for s in seqs) * h * len(set(layer_ids)) * item / 2 ** 20
 
     @classmethod
-    def maybe(cls, hf, seqs, layer_ids, cap_mb: int, progress: bool = False) -> "TargetFeatures | None":
+    def maybe(cls, hf, seqs, layer_ids, cap_mb: int, progress: bool = False, top_k: int = 0) -> "TargetFeatures | None":
         """The features when they fit in ``cap_mb`` MiB, else None (computed per step)."""
         if cap_mb <= 0 or cls.size_mb(hf, seqs, layer_ids) > cap_mb:
             return None
-        return cls(hf, seqs, layer_ids, progress=progress)
+        return cls(hf, seqs, layer_ids, progress=progress, top_k=top_k)
+
+    def soft_targets(self, rows: np.ndarray, starts: np.ndarray, L: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The target's top-k distribution at the L labels of every block: sequence ``rows[b]``,
+        block starts ``starts[b]`` [b, nb]; (ids [b*nb, L, k], logits [b*nb, L, k]), label i of a
+        block at t read from row t + i (the logits that predict token t + i + 1)."""
+        if self.soft is None:
+            raise ValueError("features: made without top_k, so they hold no soft targets")
+        ids, vals = [], []
+        for r, ts in zip(rows, starts):
+            v, ix = self.soft[int(r)]
+            for t in ts:
+                vals.append(v[int(t): int(t) + L])
+                ids.append(ix[int(t): int(t) + L])
+        return torch.stack(ids), torch.stack(vals)
 
     def batch(self, rows: np.ndarray, width: int) -> tuple:
         """The ``hidden_states`` tuple of the batch's sequences ``rows``, positions < ``width``
@@ -892,9 +946,20 @@ def _drafter_loss(hf, drafter, batches: _BlockBatches, weights: torch.Tensor, co
         if drafter.d2t is not None:  # a reduced draft vocabulary: its log-probs and label ids
             index = drafter.draft_index(labels)
             labels, keep = index.clamp_min(0), index >= 0
+        soft = None
+        if config.soft_share > 0:
+            sid, sv = features.soft_targets(rows, t_np, bs - 1)       # [b*nb, L, k']
+            sid, sv = sid[..., : config.soft_top_k].to(dev), sv[..., : config.soft_top_k].to(dev)
+            if drafter.d2t is not None:  # the target's tokens outside the draft vocabulary drop out
+                sid = drafter.draft_index(sid)
+                sv = sv.masked_fill(sid < 0, float("-inf"))
+                sid = sid.clamp_min(0)
+            sp = torch.softmax(sv, -1).nan_to_num(0.0)                # all outside: weight 0
+            soft = (sid, sp)
         with drafter.reduced_output():
             out = step_module(hs, t, block_ids, nb, block_tokens if teacher_forced else None)
-        return block_loss(out, labels, weights, config.balance, config.objective, config.wta_eps, keep)
+        return block_loss(out, labels, weights, config.balance, config.objective, config.wta_eps, keep,
+                          soft, config.soft_share)
 
     return loss_fn
 
