@@ -131,6 +131,15 @@ def test_the_recipe_stage_trains_each_variant_and_measures_it_on_held_out_prompt
     got = {(c["method"], c["recipe"]) for c in data["comparisons"]}
     assert got == {(mt, r) for mt in ("chain", "ddtree") for r in ("soft", "random-init", "block16")}
     assert all(c["cmp"] is None or c["cmp"]["n_runs"] == 2 for c in data["comparisons"])
+    from mfd_theory.report import BLOCKS, Results
+    from mfd_theory.results import Result
+
+    saved = Result.load(out / "real_recipe.json")
+    text = BLOCKS["real-recipe"].make(Results.holding(saved, out / "real_recipe.json"))
+    tau = [c["tau"] for c in m["budgets"]["4"]["cells"]]
+    row = next(ln for ln in text.splitlines() if ln.startswith("| soft |"))
+    assert f"{tau[0]:.2f}" in row.split(" | ")[4].split(" / ")[1] and f"{tau[1]:.2f}" in row.split(" | ")[5]
+    assert sum(ln.startswith(("| soft | chain", "| block16 | ddtree")) for ln in text.splitlines()) == 2
     capsys.readouterr()
     real_drafters.main(argv)
     assert capsys.readouterr().out.count("finished earlier") == 1 + 1 + 8
