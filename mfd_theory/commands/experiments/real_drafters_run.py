@@ -295,8 +295,13 @@ def _main_stage(config, kinds: dict, out: Path, steps: Steps, trainer: "_Trainer
                 "data set and temperature; every cell at the budget seed 0's calibration chose (docs/statistics.md)",
         "wall_s_this_run": round(time.perf_counter() - common["t_all"], 1),
     }
-    res = Result("real_drafters", config=dataclasses.asdict(config), data=data, seed=0)
-    path = out / "real_drafters.json"
+    return _save("real_drafters", config, data, out)
+
+
+def _save(name: str, config, data: dict, out: Path) -> Result:
+    """``data`` as the Result ``name`` in ``out/<name>.json`` (atomically), said on stdout."""
+    res = Result(name, config=dataclasses.asdict(config), data=data, seed=0)
+    path = out / f"{name}.json"
     existed = path.exists()
     res.save(path)
     wrote(path, existed)
@@ -396,9 +401,4 @@ def _recipe_stage(config, recipes: dict, out: Path, steps: Steps, trainer: "_Tra
                     f"prompts, each seed's mean log ratio one observation, Student t over the {config.recipe_seeds} "
                     f"seeds, Bonferroni over the {family} variants at one method and budget",
             "wall_s_this_run": round(time.perf_counter() - common["t_all"], 1)}
-    res = Result("real_recipe", config=dataclasses.asdict(config), data=data, seed=0)
-    path = out / "real_recipe.json"
-    existed = path.exists()
-    res.save(path)
-    wrote(path, existed)
-    return res
+    return _save("real_recipe", config, data, out)
