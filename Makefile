@@ -1,5 +1,5 @@
 # Two commands on a fresh machine with Python 3.11 and make:
-#   make reproduce   - create .venv, install, run the main job (results/, paper_figs/)
+#   make reproduce   - create .venv, install, run the main job: the theory and the real Qwen target (results/, paper_figs/)
 #   make test        - create .venv, install, run every test
 # After either (or plain make), `source .venv/bin/activate` puts mfd on PATH; .venv/bin/mfd works without it.
 # Every run below starts from a preset file of experiments/ (mfd X --preset NAME; experiments/README.md).
@@ -12,7 +12,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export MPLBACKEND := Agg
 
-.PHONY: install test reproduce k8 bench clean
+.PHONY: install test reproduce toy k8 bench clean
 
 install: $(STAMP)
 
@@ -32,7 +32,11 @@ test: $(STAMP)
 reproduce: $(STAMP)
 	$(BIN)/mfd reproduce
 
-# K = 8 (the released drafters' K) on both e2e targets, after make reproduce (it reuses results/cache and
+# the small self-trained targets: the e2e grid (attention and hybrid GDN), the own-target pipeline, natural text
+toy: $(STAMP)
+	$(BIN)/mfd reproduce --part toy
+
+# K = 8 (the released drafters' K) on both e2e targets, after make toy (it reuses results/cache and
 # results/hybrid/cache), then the pages regenerated from results/
 k8: $(STAMP)
 	$(BIN)/mfd e2e --preset k8 --out results/e2e_k8

@@ -24,7 +24,7 @@ def test_reproduce_records_step_times_as_it_goes(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, fake.__name__, fake)
     monkeypatch.setitem(sys.modules, boom.__name__, boom)
     monkeypatch.setattr(reproduce, "ROOT", tmp_path)
-    monkeypatch.setattr(reproduce, "STEPS", [("first", fake.__name__, ["--x"]), ("second", boom.__name__, [])])
+    monkeypatch.setitem(reproduce.PARTS, "main", [("first", fake.__name__, ["--x"]), ("second", boom.__name__, [])])
     (tmp_path / "results").mkdir()
     with pytest.raises(RuntimeError):
         reproduce.main(["--skip-notebooks", "--quiet", "--jobs", "1"])
@@ -37,11 +37,17 @@ def test_reproduce_records_step_times_as_it_goes(tmp_path, monkeypatch):
 def test_plan_runs_every_step_once_and_times_nothing_beside_a_timed_run():
     import mfd_theory.commands.reproduce as reproduce
 
-    one = reproduce.plan(1)
-    assert [(lab, w) for lab, _, _, w in one[0]] == [(s[0], "run") for s in reproduce.STEPS]
-    two = reproduce.plan(2)
+    assert reproduce.STEPS == reproduce.PARTS["main"] + reproduce.PARTS["toy"]
+    for part in reproduce.PARTS:
+        one = reproduce.plan(1, part)
+        assert [(lab, w) for lab, _, _, w in one[0]] == [(s[0], "run") for s in reproduce.PARTS[part]]
+    # the main job is the real target's: one lane, the drafters' timed evaluation last
+    main = reproduce.plan(2, "main")
+    assert len(main) == 1 and [s[:3] for s in main[0]] == reproduce.PARTS["main"]
+    assert main[0][-1][0] == reproduce.REAL_DRAFTERS[0] and reproduce.REAL_DRAFTERS[0] in reproduce.TIMED
+    two = reproduce.plan(2, "toy")
     runs = [lab for lane in two for lab, _, _, w in lane if w == "run"]
-    assert sorted(runs) == sorted(s[0] for s in reproduce.STEPS)  # every step run once, on some lane
+    assert sorted(runs) == sorted(s[0] for s in reproduce.PARTS["toy"])  # every step run once, on some lane
     assert {lab for lab, _, _, w in two[0] + two[1] if w == "prepare"} == reproduce.PREPARED
     # lane 1 holds untimed work only; each prepared step is prepared before lane 0 runs it
     assert not any(w == "run" and lab in reproduce.TIMED for lab, _, _, w in two[1])
@@ -54,6 +60,11 @@ def test_plan_runs_every_step_once_and_times_nothing_beside_a_timed_run():
     assert reproduce.step_argv(reproduce.E2E[0], ["--x"], "prepare", 2, True) == [
         "--x", "--prepare-only", "--threads", "1", "--quiet"]
     assert reproduce.step_argv(reproduce.E2E[0], ["--x"], "run", 1, False) == ["--x"]
+    with pytest.raises(ValueError, match="part"):
+        reproduce.plan(1, "everything")
+    # every notebook belongs to exactly one part
+    nbs = [nb for part in reproduce.PART_NOTEBOOKS.values() for nb in part]
+    assert len(nbs) == len(set(nbs)) == len(reproduce.NOTEBOOKS)
 
 
 def _lanes(tmp_path, lane0, lane1):
@@ -71,7 +82,7 @@ def test_two_lanes_pin_their_cores_and_an_evaluation_waits_for_its_preparation(t
     rec, lanes = _lanes(tmp_path, [("theory", [], "run"), ("e2e", [], "run")],
                         [("e2e", ["--sleep", "1.0"], "prepare"), ("natural", ["--sleep", "0.5"], "run")])
     monkeypatch.setattr(reproduce, "ROOT", tmp_path)
-    monkeypatch.setattr(reproduce, "plan", lambda jobs: lanes)
+    monkeypatch.setattr(reproduce, "plan", lambda jobs, part="main": lanes)
     monkeypatch.setattr(reproduce, "TIMED", {"e2e"})
     monkeypatch.setattr("mfd_theory.commands.report.main", lambda argv: None)
     before = os.sched_getaffinity(0)
@@ -104,7 +115,7 @@ def test_a_failing_lane_one_step_stops_the_run(tmp_path, monkeypatch):
                                               "--sleep", "0.5"], "run"), ("second", [], "run")],
                         [("broken", ["--fail"], "run"), ("later", [], "run")])
     monkeypatch.setattr(reproduce, "ROOT", tmp_path)
-    monkeypatch.setattr(reproduce, "plan", lambda jobs: lanes)
+    monkeypatch.setattr(reproduce, "plan", lambda jobs, part="main": lanes)
     before = os.sched_getaffinity(0)
     with pytest.raises(RuntimeError, match="step broken fails"):
         reproduce.main(["--skip-notebooks", "--quiet", "--jobs", "2"])

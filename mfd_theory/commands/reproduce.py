@@ -1,17 +1,19 @@
-"""``mfd reproduce``: the main job, about 100 minutes on a 2-core CPU (install included: 83 measured on 2026-12-02 before the real targets' step, which took 18 more on 2026-12-03): every experiment from its preset file into ``results/``, the notebooks' figures into ``paper_figs/``, then ``mfd report``, which rewrites the result blocks of ``docs/``.
+"""``mfd reproduce``: the main job, built around the real Qwen target (about 60 minutes on a 2-core CPU, install included; the measured time is in docs/benchmarks.md): the theory on exact multi-future distributions, the shipped real targets' lossless check and ceiling (``mfd real``), and drafters trained for the real Qwen target and compared on HumanEval and prose (``mfd real-drafters --preset reproduce``); then the theory notebooks' figures into ``paper_figs/`` and ``mfd report``, which rewrites the result blocks of ``docs/``. ``--part toy`` runs the small self-trained targets instead (the e2e grid, the hybrid GDN target, the own-target pipeline, natural text; about 85 minutes).
 
 Runs every experiment from its preset file (``experiments/<command>/<preset>.toml``) into
-``results/`` (each skips work already saved), executes the notebooks, which draw the figures
-into ``paper_figs/``, and finally runs ``mfd report``, which rewrites the result blocks of
-``docs/`` from the new ``results/*.json``.
+``results/`` (each skips work already saved, so an interrupted run resumes from its caches),
+executes the notebooks of its part, which draw the figures into ``paper_figs/``, and finally runs
+``mfd report``.
 
-Where two cores are usable, the work that times nothing runs first in two lanes, each pinned to
-its own core with one torch thread: lane 0 trains the attention end-to-end run's checkpoints
-(three drafter sets) and computes the theory, lane 1 trains the hybrid run's and prepares natural
-text (corpus, target, ceiling, drafters). The timed evaluations then run one after another, alone (unpinned, the
-lane-1 worker gone): on the 2-core machine this package is developed on, a process busy on the other
-core slowed decoding by 13-23% and moved speedups by up to 19% (measured 2026-11-30), so nothing
-runs beside a timed evaluation. ``--jobs 1`` runs every step in turn.
+The main part runs its steps one after another on every core: the real targets' steps use both
+torch threads, and the drafters' evaluation times its decoding, so nothing runs beside it. In the
+toy part, where two cores are usable, the work that times nothing runs first in two lanes, each
+pinned to its own core with one torch thread: lane 0 trains the attention end-to-end run's
+checkpoints (three drafter sets), lane 1 trains the hybrid run's and prepares natural text
+(corpus, target, ceiling, drafters). The timed evaluations then run one after another, alone
+(unpinned, the lane-1 worker gone): on the 2-core machine this package is developed on, a process
+busy on the other core slowed decoding by 13-23% and moved speedups by up to 19% (measured
+2026-11-30), so nothing runs beside a timed evaluation. ``--jobs 1`` runs every step in turn.
 """
 
 from __future__ import annotations
@@ -41,30 +43,41 @@ E2E = ("end to end", "mfd_theory.commands.experiments.e2e", ["--preset", "defaul
 HYBRID = ("end to end, hybrid target", "mfd_theory.commands.experiments.e2e", ["--preset", "hybrid", "--out", "results/hybrid"])
 OWN = ("own target", "mfd_theory.commands.experiments.own_target", ["--preset", "default", "--out", "results/own_target"])
 NATURAL = ("natural text", "mfd_theory.commands.experiments.natural", ["--preset", "default", "--out", "results/natural"])
-#: the shipped real targets (untimed: the lossless check and the ceiling), last, alone, on every core
+#: the shipped real targets (untimed: the lossless check and the ceiling), on every core
 REAL = ("real targets", "mfd_theory.commands.experiments.real", ["--preset", "reproduce", "--out", "results/real",
                                                                   "--figure", "paper_figs/real_ceiling.png"])
-#: every step, in the order one core runs them (``--jobs 1``)
-STEPS: list[tuple[str, str, list[str]]] = [*THEORY, E2E, HYBRID, OWN, NATURAL, REAL]
+#: drafters trained for the real Qwen target and compared on HumanEval and prose (timed: speedups)
+REAL_DRAFTERS = ("real drafters", "mfd_theory.commands.experiments.real_drafters",
+                 ["--preset", "reproduce", "--out", "results/real-drafters"])
+#: each part's steps, in the order one core runs them (``--jobs 1``): the main job is the real
+#: target's; the toy part keeps what a self-trained small target shows (exact known futures of a
+#: grammar, the hybrid GDN path, the own-target pipeline, natural text trained from scratch)
+PARTS: dict[str, list[tuple[str, str, list[str]]]] = {"main": [*THEORY, REAL, REAL_DRAFTERS],
+                                                      "toy": [E2E, HYBRID, OWN, NATURAL]}
+#: every step of every part
+STEPS: list[tuple[str, str, list[str]]] = [*PARTS["main"], *PARTS["toy"]]
 #: steps with a --threads option (torch threads for training) and a --prepare-only option
 #: (everything before the timed evaluation: training, and natural's ceiling)
 THREADED = {E2E[0], HYBRID[0], OWN[0], NATURAL[0]}
 PREPARED = {E2E[0], HYBRID[0], NATURAL[0]}
 #: steps whose run times decoding: nothing runs on the other core while they do
-TIMED = {E2E[0], HYBRID[0], OWN[0], NATURAL[0]}
+TIMED = {E2E[0], HYBRID[0], OWN[0], NATURAL[0], REAL_DRAFTERS[0]}
 
 
-def plan(jobs: int) -> list[list[tuple[str, str, list[str], str]]]:
-    """The lanes: one list of ``(label, module, argv, what)`` per core, ``what`` being "run" (the
-    whole step) or "prepare" (``--prepare-only``: everything before its timed evaluation). Lane 1
-    holds untimed work only; a "run" of a timed step (:data:`TIMED`) on lane 0 waits until lane 1
-    has finished everything."""
-    if jobs == 1:
-        return [[(*s, "run") for s in STEPS]]
-    # balanced on the run of 2026-12-01: e2e's three drafter sets and the theory (about 21 min)
-    # against the hybrid's one set and natural's target, ceiling and drafters (about 25 min)
-    return [[(*E2E, "prepare"), *((*s, "run") for s in THEORY),
-             (*E2E, "run"), (*HYBRID, "run"), (*OWN, "run"), (*NATURAL, "run"), (*REAL, "run")],
+def plan(jobs: int, part: str = "main") -> list[list[tuple[str, str, list[str], str]]]:
+    """The lanes of ``part`` (a key of :data:`PARTS`): one list of ``(label, module, argv, what)``
+    per core, ``what`` being "run" (the whole step) or "prepare" (``--prepare-only``: everything
+    before its timed evaluation). Lane 1 holds untimed work only; a "run" of a timed step
+    (:data:`TIMED`) on lane 0 waits until lane 1 has finished everything. The main part is one lane
+    whatever ``jobs`` says: its real-target steps use every core themselves."""
+    if part not in PARTS:
+        raise ValueError(f"part: {part!r} is not one of {sorted(PARTS)}")
+    steps = PARTS[part]
+    if jobs == 1 or part == "main":
+        return [[(*s, "run") for s in steps]]
+    # balanced on the run of 2026-12-01: e2e's three drafter sets (about 15 min) against the
+    # hybrid's one set and natural's target, ceiling and drafters (about 23 min)
+    return [[(*E2E, "prepare"), (*E2E, "run"), (*HYBRID, "run"), (*OWN, "run"), (*NATURAL, "run")],
             [(*HYBRID, "prepare"), (*NATURAL, "prepare")]]
 
 
@@ -135,13 +148,13 @@ def default_jobs() -> int:
     return 2 if usable_cores() >= 2 else 1
 
 
-NOTEBOOKS: list[str] = [
-    "notebooks/01_chimera_bound.ipynb",
-    "notebooks/02_chimera_share.ipynb",
-    "notebooks/03_mixture_gain.ipynb",
-    "notebooks/04_end_to_end.ipynb",
-    "notebooks/05_path_gain.ipynb",
-]
+#: the notebooks of each part (each draws its figures from that part's results)
+PART_NOTEBOOKS: dict[str, list[str]] = {
+    "main": ["notebooks/01_chimera_bound.ipynb", "notebooks/02_chimera_share.ipynb",
+             "notebooks/03_mixture_gain.ipynb", "notebooks/05_path_gain.ipynb"],
+    "toy": ["notebooks/04_end_to_end.ipynb"],
+}
+NOTEBOOKS: list[str] = sorted(nb for nbs in PART_NOTEBOOKS.values() for nb in nbs)
 
 
 def run_notebook(path: Path, small: bool = False, timeout: int = 1800):
@@ -176,8 +189,11 @@ def run_notebook(path: Path, small: bool = False, timeout: int = 1800):
 
 @dataclasses.dataclass(frozen=True)
 class ReproduceConfig(Checked):
+    part: str = opt("main", "main: the theory and the real Qwen target (the shipped targets' lossless check and ceiling, "
+                            "drafters trained for it and compared); toy: the small self-trained targets (the e2e grid, "
+                            "the hybrid GDN target, the own-target pipeline, natural text)", choices=tuple(PARTS))
     skip_notebooks: bool = opt(False, "run the experiments only, draw no figures")
-    jobs: int | None = opt(None, "1: every step in turn on the machine's threads; 2: the untimed work (training, "
+    jobs: int | None = opt(None, "the toy part's lanes: 1: every step in turn on the machine's threads; 2: the untimed work (training, "
                                  "the theory, natural text's ceiling) first in two lanes, each pinned to its own core "
                                  "with one torch thread, then the timed evaluations alone, with nothing else running",
                            unset="2 where two cores are usable, else 1", choices=(1, 2))
@@ -189,7 +205,8 @@ class ReproduceConfig(Checked):
 
 
 CLI = Command("reproduce", __name__, ReproduceConfig, __doc__, out=False, examples=(
-    "mfd reproduce  # everything, then docs/ rewritten from the new results",
+    "mfd reproduce  # the main job, then docs/ rewritten from the new results",
+    "mfd reproduce --part toy  # the small self-trained targets' runs (make toy)",
     "mfd reproduce --skip-notebooks  # the experiments only: no figures",
     "mfd reproduce --jobs 1  # every step in turn, on all of the machine's threads",
 ))
@@ -203,10 +220,10 @@ def _run(config: ReproduceConfig, opts) -> None:
     jobs = config.jobs or default_jobs()
     os.chdir(ROOT)
     (ROOT / "results").mkdir(exist_ok=True)
-    run = _Run(jobs, config.skip_notebooks, opts.quiet)
+    run = _Run(jobs, config.skip_notebooks, opts.quiet, config.part)
     run.steps()
     if not config.skip_notebooks:
-        for nb in NOTEBOOKS:
+        for nb in PART_NOTEBOOKS[config.part]:
             print(f"\n=== notebook {nb}", flush=True)
             t0 = time.perf_counter()
             run_notebook(ROOT / nb)
@@ -224,11 +241,11 @@ class _Run:
     """One ``mfd reproduce``: the lanes of :func:`plan`, each step's seconds recorded in
     ``results/reproduce_times.json`` as soon as it ends (an interrupted run keeps what it measured)."""
 
-    def __init__(self, jobs: int, skip_notebooks: bool, quiet: bool):
-        self.jobs, self.skip_notebooks, self.quiet = jobs, skip_notebooks, quiet
+    def __init__(self, jobs: int, skip_notebooks: bool, quiet: bool, part: str = "main"):
+        self.jobs, self.skip_notebooks, self.quiet, self.part = jobs, skip_notebooks, quiet, part
         self.t_all = time.perf_counter()
         self.seconds: dict[str, float] = {}
-        self.lanes = plan(jobs)
+        self.lanes = plan(jobs, part)
         self.cpus = lane_cpus(jobs)
         self.pending: dict[tuple[str, str], object] = {}
         self.pool = None
@@ -236,17 +253,18 @@ class _Run:
     def record(self) -> None:
         from mfd_theory.results import Result
 
-        Result("reproduce_times", {"skip_notebooks": self.skip_notebooks, "cpu_count": os.cpu_count(),
+        name = "reproduce_times" if self.part == "main" else f"reproduce_{self.part}_times"
+        Result(name, {"part": self.part, "skip_notebooks": self.skip_notebooks, "cpu_count": os.cpu_count(),
                                    "jobs": self.jobs, "lanes": [[f"{w} {lab}" for lab, _, _, w in lane]
                                                                  for lane in self.lanes]},
                {"seconds": self.seconds, "total_s": time.perf_counter() - self.t_all}).save(
-            ROOT / "results" / "reproduce_times.json")
+            ROOT / "results" / f"{name}.json")
 
     def steps(self) -> None:
         """Lane 1 started in its pinned worker, lane 0 run here; a timed step waits until lane 1 is
         done and runs alone on every core."""
         affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-        if self.jobs > 1:
+        if len(self.lanes) > 1:
             self._start_lane1()
         try:
             for label, module, step, what in self.lanes[0]:
