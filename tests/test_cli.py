@@ -304,7 +304,7 @@ def _no_work(monkeypatch, module: str):
 
 
 @needs_proc
-@pytest.mark.parametrize("cmd", [c for c in _all_commands() if c[0] not in ("reproduce", "report", "distill",
+@pytest.mark.parametrize("cmd", [c for c in _all_commands() if c[0] not in ("reproduce", "report", "compare-runs", "distill",
                                                                              "train-drafter", "eval", "check-modes",
                                                                              "ceiling")],
              ids=" ".join)

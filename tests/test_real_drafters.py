@@ -88,6 +88,15 @@ def test_the_study_runs_and_resumes(tiny_target, tmp_path, capsys):
         if v["tau_cmp"]:
             assert f"{100 * v['tau_cmp']['gain']:+.1f}% [" in text
     assert "**no**" not in text  # every T = 0 cell matched plain decoding above
+    # C1: each T = 1 tree cell's accepted per round beside the covered mass of its drafted trees, per seed
+    c1 = text[text.index("C1 on the real target"):].splitlines()
+    for ds in ("code", "prose"):
+        rows_ = [[r for r in run["rows"] if r["dataset"] == ds and r["temperature"] == 1 and r["method"] == "ddtree"
+                  and r["drafter"] == "product" and r["budget"] == 4][0] for run in data["runs"]]
+        want = (" / ".join(f"{r['accepted_mean']:.2f}" for r in rows_) + " | "
+                + " / ".join(f"{r['covered_mass_insample']:.2f}" for r in rows_) + " |")
+        assert any(ln.startswith(f"| {ds} | 1 | ddtree (product) N = 4 |") and want in ln for ln in c1), (want, c1)
+    assert not any(ln.startswith(("| code | 0 |", "| prose | 0 |")) for ln in c1)  # T > 0 only
     capsys.readouterr()
     # a rerun reuses every step and gives the same rows
     again = real_drafters.main(["--target", str(tiny_target), *ARGS, "--out", str(out)])

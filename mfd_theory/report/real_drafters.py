@@ -1,6 +1,7 @@
 """The report block of ``mfd real-drafters`` (``real-drafters/real_drafters.json``,
 docs/real-targets.md): the recipe and its cost, each compared cell's tau and speedup per seed,
-the replicated verdicts, and the out-of-sample prediction check of every seed.
+the replicated verdicts, C1 (accepted per round against the drafted trees' covered mass) with the
+trees' dead share, and the out-of-sample prediction check of every seed.
 
 :func:`real_drafters` is a block (``block(results) -> str``, :mod:`.inputs`).
 """
@@ -108,6 +109,36 @@ def _verdicts(d: dict) -> list[str]:
     return lines
 
 
+def _c1(d: dict) -> list[str]:
+    """C1 on the real target: at T > 0, each tree method's mean accepted tokens per round beside
+    the covered mass of the trees it drafted (the theory's acceptance of each round's tree, summed
+    under the decoding rule), per seed, with the gap in standard errors; and the dead share of the
+    drafted trees (nodes the target gives prefix probability <= 0.001)."""
+    runs = d.get("runs") or []
+    by_run = [{_key(r): r for r in run["rows"]} for run in runs]
+    keys = [k for k in dict.fromkeys(k for b in by_run for k in b) if k[1] > 0 and k[2] != "ar"]
+    if not keys:
+        return []
+    seeds = ", ".join(str(run["seed"]) for run in runs)
+
+    def per_seed(k, field, fmt):
+        vals = [b.get(k, {}).get(field) for b in by_run]
+        return " / ".join("-" if v is None else fmt.format(v) for v in vals)
+
+    lines = ["C1 on the real target (T > 0): mean accepted tokens per round, measured, against the covered mass of "
+             "the trees each round drafted (in-sample: the same rounds' trees), the gap in standard errors of the "
+             "theory's per-round variance, and the drafted trees' dead share (target prefix probability <= 0.001), "
+             f"per seed ({seeds}):", "",
+             "| data set | T | method | accepted per round | covered mass (in-sample) | gap z | dead share |",
+             "|---|---|---|---|---|---|---|"]
+    for k in keys:
+        side = dict(zip(("method", "drafter", "budget", "scorer"), k[2:]))
+        lines.append(f"| {k[0]} | {k[1]:g} | {cell_text(side)} | {per_seed(k, 'accepted_mean', '{:.2f}')} | "
+                     f"{per_seed(k, 'covered_mass_insample', '{:.2f}')} | {per_seed(k, 'pred_gap_z', '{:+.1f}')} | "
+                     f"{per_seed(k, 'dead_share', '{:.0%}')} |")
+    return lines
+
+
 def real_drafters(results: Results) -> str:
     """``mfd real-drafters`` (``real-drafters/real_drafters.json``): the recipe, the training cost per
     drafter and seed, each compared cell per seed, the verdicts and the prediction check."""
@@ -117,6 +148,9 @@ def real_drafters(results: Results) -> str:
                             "tokens per round, the bonus token included; speedup over plain decoding, timed in the "
                             "same run):", "", *_per_seed(d), "",
                             f"Verdicts: {d.get('rule', '')}; margin of equivalence ±3%.", *_verdicts(d)]
+    c1 = _c1(d)
+    if c1:
+        lines += ["", *c1]
     preds = [prediction_summary(run.get("prediction"), f"seed {run['seed']}") for run in d.get("runs") or []]
     preds = [p for p in preds if p]
     if preds:

@@ -18,6 +18,7 @@ from typing import Callable
 import torch
 
 from mfd_theory.results import atomic_write_text, wrote
+from mfd_theory.run_records import file_digests
 
 from mfd_theory.commands.experiments.e2e_run import cached_corpus, cached_target, target_run_name
 from mfd_theory.validation import make_out_dir
@@ -89,8 +90,10 @@ def run_command_steps(steps, commands: list[tuple], keys: dict, distill_inputs: 
 
 
 class Steps:
-    """The step bookkeeping of ``mfd own-target`` and ``mfd natural``, kept in ``steps.json``: per
-    step its key, what it runs (the command line), whether it finished, and its wall time.
+    """The step bookkeeping of ``mfd own-target``, ``mfd natural`` and ``mfd real-drafters``, kept in
+    ``steps.json``: per step its key, what it runs (the command line), whether it finished, its wall
+    time, and the sha256 of every checkpoint and data file it wrote (``files``,
+    :mod:`mfd_theory.run_records`; ``mfd compare-runs`` names the first step two runs part at).
 
     :meth:`run` skips a step recorded as finished under the same key whose output is there, runs
     again from an empty output a step recorded under another key, and runs again into the same
@@ -119,6 +122,9 @@ class Steps:
         entry = self.data["steps"].get(name) or {}
         if entry.get("key") == key and entry.get("done") and finished():
             print(f"{name}: finished earlier, reusing {output}", flush=True)
+            if "files" not in entry:  # finished before step records were kept
+                entry["files"] = file_digests(output)
+                self.save()
             return False
         if entry.get("key") not in (None, key) and output.exists():
             print(f"{name}: its options or inputs changed since the last run; removing {output}", flush=True)
@@ -131,7 +137,8 @@ class Steps:
         self.save()
         t0 = time.perf_counter()
         work()
-        self.data["steps"][name].update(done=True, seconds=round(time.perf_counter() - t0, 1))
+        self.data["steps"][name].update(done=True, seconds=round(time.perf_counter() - t0, 1),
+                                        files=file_digests(output))
         self.save()
         return True
 
