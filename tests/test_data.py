@@ -100,3 +100,23 @@ def test_bad_counts_name_the_argument():
         train_tokenizer(["a b"], 10)
     with pytest.raises(ValueError, match="max_prompts: must be an integer >= 1, got 0"):
         shuffle_take([Prompt("d", "a", "prompt", (("user", "x"),))], 0)
+
+
+def test_write_answer_set_reads_back_as_a_distilled_data_set(tmp_path):
+    """Given answers (not the target's) in distill's layout: load_distill_data gives them back."""
+    pytest.importorskip("torch")
+    from llm_helpers import tiny_qwen3
+    from mfd_theory.llm.training.distill import load_distill_data, write_answer_set
+
+    hf = tiny_qwen3(vocab_size=50, hidden_size=16, num_layers=1, seed=0)
+    seqs = [[1, 2, 3, 4], [5, 6, 7], [8, 9, 10, 11, 12]]
+    plens = [2, 1, 3]
+    meta = [{"id": f"f{i}", "dataset": "code-reference", "turn": 0} for i in range(3)]
+    m = write_answer_set(tmp_path / "refs", seqs, plens, meta, hf, {"source": "test"}, shard_size=2)
+    assert m["n_sequences"] == 3 and m["n_response_tokens"] == 2 + 2 + 2 and len(m["shards"]) == 2
+    got, gp, manifest = load_distill_data(tmp_path / "refs")
+    assert [list(map(int, x)) for x in got] == seqs and list(map(int, gp)) == plens
+    assert manifest["config"]["source"] == "test"
+    with pytest.raises(ValueError, match="plens"):
+        write_answer_set(tmp_path / "bad", [[1, 2]], [2], meta[:1], hf, {})
+    assert not (tmp_path / "bad" / "manifest.json").exists()

@@ -154,6 +154,33 @@ def test_the_recipe_stage_trains_each_variant_and_measures_it_on_held_out_prompt
     assert capsys.readouterr().out.count("finished earlier") == 1 + 1 + 8
 
 
+def test_reference_answers_join_the_training_data(tiny_target, tmp_path, capsys):
+    """--references N: N standard-library functions as teacher-forced answers, written once as a data
+    set of their own, trained on after the distilled answers (a new key: the drafter trains again)."""
+    from mfd_theory.commands.experiments import real_drafters
+    from mfd_theory.llm.training.distill import load_distill_data
+
+    out = tmp_path / "refs"
+    base = ["--target", str(tiny_target), *ARGS, "--stages", "recipe", "--recipes", "tokens", "--recipe-seeds", "1",
+            "--heldout-prompts", "2", "--heldout-tokens", "6", "--budgets", "4", "--out", str(out)]
+    plain = real_drafters.main(base)
+    assert plain.data["references"] is None and not (out / "references").exists()
+    cfg0 = json.loads((out / "recipes" / "tokens" / "s0" / "train_config.json").read_text())
+    res = real_drafters.main([*base, "--references", "3", "--reference-tokens", "16"])
+    note = res.data["references"]
+    assert note["functions"] == note["n_sequences"] == 3 and note["max_tokens"] == 16
+    seqs, plens, manifest = load_distill_data(out / "references")
+    assert len(seqs) == 3 and all(len(x) - p <= 17 for x, p in zip(seqs, plens))
+    assert note["n_response_tokens"] == manifest["n_response_tokens"]
+    cfg = json.loads((out / "recipes" / "tokens" / "s0" / "train_config.json").read_text())
+    assert cfg0["n_sequences"] == 6 and cfg["n_sequences"] == 6 + 3 and cfg["data_hash"] != cfg0["data_hash"]
+    steps = json.loads((out / "steps.json").read_text())["steps"]
+    assert steps["references"]["done"] and steps["references"]["files"]  # its bytes are recorded
+    capsys.readouterr()
+    real_drafters.main([*base, "--references", "3", "--reference-tokens", "16"])
+    assert "references: finished earlier" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("argv,match", [
     (["--stages", "recipe", "--recipes", "soft"], "must include tokens"),
     (["--kinds", "mfd-k2"], "must include product"),

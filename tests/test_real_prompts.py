@@ -85,3 +85,39 @@ def test_a_wrong_humaneval_file_is_refused(tmp_path):
         rp.humaneval_problems(bad)
     with pytest.raises(ValueError, match="n_train: must be an integer >= 1"):
         rp.write_prompt_sets(tmp_path, n_train=0)
+
+
+class _CharTokenizer:
+    """A tokenizer stand-in: one id per character (no chat template, so ``render`` joins the turns)."""
+
+    chat_template = None
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [ord(c) % 1000 for c in text]}
+
+
+def test_reference_answers_are_the_training_functions_own_source_and_never_humaneval():
+    from mfd_theory.llm.training.natural_corpus import code_prompts, list_units
+
+    tok = _CharTokenizer()
+    seqs, plens, meta, note = rp.reference_answers(tok, 12, 400, eos_id=7)
+    assert len(seqs) == len(plens) == len(meta) == note["functions"] == 12
+    units = {u.name: u for u in list_units(None)}
+    by_id = {r["id"]: r for r in code_prompts([u for u in units.values() if rp.split_of(u.name) == "train"], 24,
+                                              salt=rp.SALT)}
+    banned = [p["prompt"] + p["canonical_solution"] for p in rp.humaneval_problems()]
+    for s, p, m in zip(seqs, plens, meta):
+        r = by_id[m["id"]]
+        assert rp.split_of(r["unit"]) == "train" and m["dataset"] == "code-reference"
+        # the prompt is the code instruction over the signature and docstring; the answer its source
+        assert s[:p] == tok(rp.code_instruction(r["prompt"]))["input_ids"]
+        want = tok("```python\n" + r["prompt"] + r["reference"].rstrip() + "\n```")["input_ids"][:400] + [7]
+        assert s[p:] == want
+        assert not rp.shared_spans([r["prompt"] + r["reference"]], banned, 12)
+    assert note["answer_tokens"] == sum(len(s) - p for s, p in zip(seqs, plens))
+    # a cut: at most max_tokens answer tokens, then the EOS
+    short, sp, _, _ = rp.reference_answers(tok, 3, 10, eos_id=7)
+    assert all(len(s) - p == 11 and s[-1] == 7 for s, p in zip(short, sp))
+    assert rp.reference_answers(tok, 12, 400, eos_id=7)[3]["sha256"] == note["sha256"]  # deterministic
+    with pytest.raises(ValueError, match="references"):
+        rp.reference_answers(tok, 0, 10, eos_id=7)

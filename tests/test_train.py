@@ -183,6 +183,9 @@ def test_precomputed_features_equal_the_per_step_forward(corpus, target):
     for i in (1, 2):
         assert torch.allclose(got[i], ref[i], atol=ROUNDOFF_F32, rtol=ROUNDOFF_F32)
     assert TargetFeatures.size_mb(target, seqs, [0, 1]) == pytest.approx(len(seqs) * 16 * 32 * 2 * 4 / 2 ** 20)
+    # without soft targets the base model runs without its head: the very same hidden states
+    with_head = TargetFeatures(target, seqs, [0, 1], chunk=5, top_k=2)
+    assert all(torch.equal(a[i], b[i]) for a, b in zip(feats.rows, with_head.rows) for i in (1, 2))
 
 
 def test_drafter_training_records_how_its_features_were_made(corpus, target, tmp_path):

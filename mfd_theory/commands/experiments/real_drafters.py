@@ -10,6 +10,10 @@
   never distilled), ``code.jsonl`` / ``prose.jsonl`` (``--eval-prompts`` of each evaluation split);
 * ``distill/``: the target's answers to the training prompts (``mfd distill``, batched, sampled at
   ``--distill-temperature`` with top-p / top-k as the released MFD drafters' data);
+* ``references/`` (``--references N``): N standard-library functions of the training split as
+  teacher-forced answers (the code prompt's instruction answered by the function's own source;
+  one target forward each, no generation; a function sharing a 12-token span with HumanEval is
+  dropped), added to the distilled answers for every drafter;
 * ``drafters/s<seed>/<kind>/``: each kind (``product`` K = 1, ``mfd-k2``, ``mfd-k4``, ``dartree``)
   for each seed, trained on the same data, steps and batches, with one target-feature pass
   shared by all of them, over a reduced draft vocabulary of the ``--draft-vocab`` tokens most
@@ -73,6 +77,10 @@ class RealDraftersConfig(Checked):
     distill_top_p: float = opt(0.8, "top-p of the distilled answers", gt=0, le=1)
     distill_top_k: int = opt(20, "top-k of the distilled answers (0: off)", ge=0)
     distill_batch: int = opt(64, "answers generated at once", ge=1)
+    references: int = opt(0, "standard-library functions of the training split added to the training data as "
+                             "teacher-forced answers (each function's own source, read by one target forward, no "
+                             "generation; 0: the distilled answers alone)", ge=0)
+    reference_tokens: int = opt(192, "answer tokens kept per reference function", ge=8)
     # drafters
     kinds: tuple[str, ...] = opt(tuple(KINDS), "drafter kinds (product: K = 1, chain and DDTree; mfd-kK: MFD "
                                  "with K modes, mixture and best-mode trees; dartree: Domino)", choices=tuple(KINDS))

@@ -55,6 +55,8 @@ def _train_key(config, kind: str, seed: int, distill_key: str, changes: dict | N
     fields = ("block_size", "layers", "target_layer_ids", "draft_vocab", "init_layers", "steps", "batch_size",
               "blocks_per_seq", "lr")
     parts = [kind, seed, distill_key, {f: getattr(config, f) for f in fields}]
+    if config.references:  # runs without reference answers keep the keys they had
+        parts.append({"references": config.references, "reference_tokens": config.reference_tokens})
     if changes:  # a recipe variant (the main drafters' keys stay what they were)
         parts.append(changes)
     return config_hash(*parts)
@@ -64,8 +66,10 @@ class _Trainer:
     """The target loaded once for training, the distilled data and one feature pass shared by every
     drafter trained in this process (made on first use)."""
 
-    def __init__(self, config, kinds: dict, target_dir: str, data_dir: Path, progress: bool, top_k: int = 0):
+    def __init__(self, config, kinds: dict, target_dir: str, data_dir: Path, progress: bool, top_k: int = 0,
+                 ref_dir: Path | None = None):
         self.config, self.kinds, self.target_dir, self.data_dir = config, kinds, target_dir, data_dir
+        self.ref_dir = ref_dir
         self.progress, self.top_k = progress, top_k
         self.target = self.features = self.data = None
 
@@ -77,6 +81,9 @@ class _Trainer:
         if self.target is None:
             self.target, _ = load_local_target(self.target_dir, "cpu", "float32")
             self.data = load_distill_data(self.data_dir)
+            if self.ref_dir is not None:  # the teacher-forced reference answers after the distilled ones
+                rs, rp, _ = load_distill_data(self.ref_dir)
+                self.data = (list(self.data[0]) + list(rs), np.concatenate([self.data[1], rp]), self.data[2])
             seqs = self.data[0]
             t0 = time.perf_counter()
             for p in self.target.parameters():
@@ -231,9 +238,17 @@ def run(config, kinds: dict, out_dir, progress: bool = True, recipes: dict | Non
         distill_key = config_hash(prompt_key, distill_argv[2:-2 - len(quiet)], config.target)
         steps.run("distill", distill_key, "mfd distill " + " ".join(distill_argv), ddir,
                   lambda: (ddir / "manifest.json").is_file(), lambda: distill.main(distill_argv))
+        rdir = None
+        if config.references:
+            rdir = out / "references"
+            ref_key = config_hash(config.references, config.reference_tokens, config.target, manifest.get("units"))
+            steps.run("references", ref_key, f"{config.references} standard-library functions as answers", rdir,
+                      lambda: (rdir / "manifest.json").is_file(),
+                      lambda: _write_references(config, target_dir, rdir))
         soft = "recipe" in config.stages and any("soft_share" in (recipes or {}).get(r, {}) for r in config.recipes)
-        trainer = _Trainer(config, kinds, target_dir, ddir, progress, top_k=config.soft_top_k if soft else 0)
-        common = {"target_dir": target_dir, "manifest": manifest, "files": files, "ddir": ddir,
+        trainer = _Trainer(config, kinds, target_dir, ddir, progress, top_k=config.soft_top_k if soft else 0,
+                           ref_dir=rdir)
+        common = {"target_dir": target_dir, "manifest": manifest, "files": files, "ddir": ddir, "rdir": rdir,
                   "distill_key": distill_key, "quiet": quiet, "t_all": t_all}
         res = None
         if "main" in config.stages:
@@ -244,6 +259,21 @@ def run(config, kinds: dict, out_dir, progress: bool = True, recipes: dict | Non
     finally:
         torch.set_num_threads(threads)
     return res
+
+
+def _write_references(config, target_dir: str, rdir: Path) -> None:
+    """The ``--references`` functions as a data set in ``mfd distill``'s layout under ``rdir``."""
+    from mfd_theory.llm.models.target import load_local_target
+    from mfd_theory.llm.training.distill import write_answer_set
+    from mfd_theory.llm.training.real_prompts import reference_answers
+
+    hf, tok = load_local_target(target_dir, "cpu", "float32")
+    eos = hf.generation_config.eos_token_id if hf.generation_config is not None else None
+    eos = eos[0] if isinstance(eos, (list, tuple)) else eos
+    if eos is None:
+        eos = tok.eos_token_id
+    seqs, plens, meta, note = reference_answers(tok, config.references, config.reference_tokens, int(eos))
+    write_answer_set(rdir, seqs, plens, meta, hf, {"source": "standard-library functions, teacher-forced", **note})
 
 
 def _main_stage(config, kinds: dict, out: Path, steps: Steps, trainer: "_Trainer", common: dict) -> Result:
@@ -286,6 +316,7 @@ def _main_stage(config, kinds: dict, out: Path, steps: Steps, trainer: "_Trainer
     data = {
         "target": config.target, "provenance": read_provenance(common["target_dir"]),
         "prompts": common["manifest"], "distill": {k: dmanifest.get(k) for k in ("n_sequences", "n_response_tokens")},
+        "references": _reference_note(common.get("rdir")),
         "trained": trained, "feature_seconds": feature_seconds,
         "runs": [{"seed": e["seed"], "rows": [{k: r.get(k) for k in _ROW_KEEP} for r in e["rows"]],
                   "choices": e["choices"], "prediction": e["prediction"]} for e in evals],
@@ -296,6 +327,16 @@ def _main_stage(config, kinds: dict, out: Path, steps: Steps, trainer: "_Trainer
         "wall_s_this_run": round(time.perf_counter() - common["t_all"], 1),
     }
     return _save("real_drafters", config, data, out)
+
+
+def _reference_note(rdir: Path | None) -> dict | None:
+    """What the reference answers were (their manifest's counts and source), or None."""
+    if rdir is None:
+        return None
+    m = json.loads((rdir / "manifest.json").read_text())
+    cfg = m.get("config", {})
+    return {"n_sequences": m.get("n_sequences"), "n_response_tokens": m.get("n_response_tokens"),
+            **{k: cfg.get(k) for k in ("functions", "dropped_for_leaks", "max_tokens", "sha256")}}
 
 
 def _save(name: str, config, data: dict, out: Path) -> Result:
@@ -394,6 +435,7 @@ def _recipe_stage(config, recipes: dict, out: Path, steps: Steps, trainer: "_Tra
                                     "cmp": cmp})
     data = {"target": config.target, "heldout": {"file": hfile.name, "prompts": [m["id"] for m in hmeta],
                                                  "answers": len(hseqs)},
+            "references": _reference_note(common.get("rdir")),
             "trained": trained, "measured": measured, "comparisons": comparisons,
             "step_seconds": {n: s.get("seconds") for n, s in steps.data["steps"].items()},
             "rule": "greedy tau on the held-out prompts, exactly as a T = 0 decode of each answer's length measures "

