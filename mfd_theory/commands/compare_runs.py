@@ -35,6 +35,8 @@ CLI = Command("compare-runs", __name__, CompareRunsConfig, __doc__, out=False, e
     file_option("out", "also write the comparison here as JSON"),), examples=(
     "mfd compare-runs --runs results/real-drafters /mnt/other/results/real-drafters  # step by step, "
     "the first that differs",
+    "mfd compare-runs --runs run1/steps.json run2/steps.json --out results/compare.json  # the same, "
+    "also as JSON",
 ))
 
 
