@@ -45,6 +45,7 @@ BLOCK_FILES: dict[str, str] = {
     "real": REAL,
     "real-default": REAL,
     "real-drafters": REAL,
+    "real-headline": REAL,
     "real-recipe": REAL,
     "bench-trees": BENCHMARKS,
     "bench-fit": BENCHMARKS,

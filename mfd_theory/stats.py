@@ -16,7 +16,7 @@ from scipy import stats as _st
 
 from mfd_theory.validation import check_int, check_real
 
-__all__ = ["MARGIN", "VERDICTS", "Comparison", "compare", "compare_rows", "error_summary", "paired", "verdict"]
+__all__ = ["MARGIN", "VERDICTS", "Comparison", "compare", "compare_rows", "error_summary", "paired", "runs_to_decide", "verdict"]
 
 #: the equivalence margin of every verdict unless said otherwise: +-3% on the ratio scale
 MARGIN = 0.03
@@ -141,3 +141,32 @@ def error_summary(errors) -> dict:
         raise ValueError("errors: nothing to summarise")
     return {"median_abs_error": float(np.median(np.abs(e))), "worst_abs_error": float(np.abs(e).max()),
             "mean_signed_error": float(e.mean()), "too_high": int((e > 0).sum()), "n": int(e.size)}
+
+
+# ----------------------------------------------------------------------------- how many runs would decide
+def runs_to_decide(run_gains, *, margin: float = MARGIN, level: float = 0.95, family: int = 1,
+                   max_runs: int = 50) -> int | None:
+    """How many runs a replicated comparison would need for a verdict other than "inconclusive",
+    if the runs' mean log ratio and their spread stayed as measured in ``run_gains`` (each run's
+    gain, :attr:`Comparison.run_gains`): the smallest R >= 2 at which the interval of
+    :func:`compare` (same ``level`` and ``family``) excludes 0 or lies within +-``margin``. None
+    when no R up to ``max_runs`` decides it (the mean is too close to 0 for the spread, or, for
+    equivalence, too close to the margin). A projection from the measured runs, not a measurement:
+    the next runs' spread may differ."""
+    g = np.asarray(run_gains, dtype=np.float64)
+    if g.ndim != 1 or g.size < 2:
+        raise ValueError(f"run_gains: need the gains of 2 runs or more, got shape {g.shape}")
+    if not (np.isfinite(g).all() and (g > -1).all()):
+        raise ValueError("run_gains: every gain must be finite and above -1 (a ratio minus one)")
+    check_real("margin", margin, 0, 1, high_open=True)
+    check_real("level", level, 0, 1, low_open=True, high_open=True)
+    family = check_int("family", family, 1)
+    max_runs = check_int("max_runs", max_runs, 2)
+    x = np.log1p(g)
+    mean, sd = float(x.mean()), float(x.std(ddof=1))
+    alpha = (1 - level) / family
+    for r in range(2, max_runs + 1):
+        half = float(_st.t.ppf(1 - alpha / 2, r - 1)) * sd / math.sqrt(r)
+        if verdict(math.expm1(mean - half), math.expm1(mean + half), margin) != "inconclusive":
+            return r
+    return None

@@ -430,7 +430,32 @@ def _all_figures():
 
     out.append(("batch_throughput", batch_throughput(_batch_result())))
     out.append(("real_ceiling_figure", _real_figure()))
+    out.append(("real_drafters_gains_figure", _real_drafters_figure()))
     return out
+
+
+def _real_drafters_result():
+    """An ``mfd real-drafters`` result with replicated verdicts of both questions the gains figure draws."""
+    def cmp(gain, half):
+        return dict(gain=gain, lo=gain - half, hi=gain + half, verdict="inconclusive", margin=0.03, n_runs=3,
+                    n_prompts=4, level=0.975)
+
+    verdicts = []
+    for q, b in (("against_product", dict(method="chain", drafter="product", budget=7, scorer=None)),
+                 ("same_n", dict(method="ddtree", drafter="product", budget=16, scorer=None)),
+                 ("scorer", dict(method="mfd", drafter="mfd-k2", budget=16, scorer="mixture"))):
+        for i, (ds, t) in enumerate((("code", 0.0), ("prose", 1.0))):
+            verdicts.append(dict(question=q, dataset=ds, temperature=t, b=b,
+                                 a=dict(method="mfd", drafter="mfd-k2", budget=16, scorer="best_mode"),
+                                 tau_cmp=cmp(0.1 * (i + 1), 0.08), speed_cmp=cmp(-0.05 * (i + 1), 0.1)))
+    cfg = {"target": "tiny-target", "kinds": ["product", "mfd-k2"], "seeds": 3, "steps": 200, "eval_prompts": 4}
+    return {"name": "real_drafters", "config": cfg, "data": {"target": "tiny-target", "verdicts": verdicts}}
+
+
+def _real_drafters_figure():
+    from mfd_theory.figures.real import real_drafters_gains_figure
+
+    return real_drafters_gains_figure(_real_drafters_result())
 
 
 def _real_result():
@@ -477,7 +502,8 @@ def test_every_figure_names_its_run():
               "share_": "run: chimera_share, L=15, V=32", "mixture_": "run: mixture_gain, L=15, seeds 0",
               "path_": "run: path_gain", "eval_figure": "run: eval of results/own_target/target, drafters drafter-k1",
               "batch_": "run: bench batch on the e2e default preset's qwen3 target",
-              "real_": "run: mfd real, 6 prompts per domain, 10 sampled paths"}
+              "real_ceiling": "run: mfd real, 6 prompts per domain, 10 sampled paths",
+              "real_drafters": "run: mfd real-drafters, tiny-target, kinds product,mfd-k2, 3 seeds, 200 steps"}
     names = []
     for name, fig in _all_figures():
         labels = [t.get_text() for t in fig.texts if t.get_gid() == RUN_LABEL_GID]
@@ -485,7 +511,7 @@ def test_every_figure_names_its_run():
         want = next((v for k, v in expect.items() if name.startswith(k)), "run: e2e default preset, qwen3 4x128")
         assert labels[0].startswith(want), (name, labels[0])
         names.append(name)
-    assert len(names) == 21
+    assert len(names) == 22
 
 
 def test_hybrid_e2e_figure_says_which_target():
@@ -721,3 +747,21 @@ def test_real_ceiling_figure_draws_every_tree_of_every_panel_and_refuses_a_run_w
     assert any(t.get_gid() == RUN_LABEL_GID and "mfd real" in t.get_text() for t in fig.texts)
     with pytest.raises(ValueError, match="target: other has no ceiling"):
         real_ceiling_figure(res, target="other")
+
+
+def test_real_drafters_gains_figure_draws_each_verdict_with_its_interval_and_refuses_a_run_without_one():
+    import numpy as np
+
+    from mfd_theory.figures.real import real_drafters_gains_figure
+
+    res = _real_drafters_result()
+    fig = real_drafters_gains_figure(res)
+    drawn = [v for v in res["data"]["verdicts"] if v["question"] != "scorer"]  # the scorer question is not a gain over product
+    for ax, key in zip(fig.axes[:2], ("tau_cmp", "speed_cmp")):
+        xs = sorted(round(float(x), 6) for line in ax.lines if line.get_marker() == "o"
+                    for x in np.atleast_1d(line.get_xdata()))
+        assert xs == sorted(round(100 * v[key]["gain"], 6) for v in drawn)
+    assert len(fig.axes[0].get_yticklabels()) == len(drawn)
+    res["data"]["verdicts"] = [v for v in res["data"]["verdicts"] if v["question"] == "scorer"]
+    with pytest.raises(ValueError, match="^result: holds no replicated verdict"):
+        real_drafters_gains_figure(res)

@@ -98,11 +98,71 @@ def test_the_study_runs_and_resumes(tiny_target, tmp_path, capsys):
         assert any(ln.startswith(f"| {ds} | 1 | ddtree (product) N = 4 |") and want in ln for ln in c1), (want, c1)
     assert not any(ln.startswith(("| code | 0 |", "| prose | 0 |")) for ln in c1)  # T > 0 only
     capsys.readouterr()
-    # a rerun reuses every step and gives the same rows
-    again = real_drafters.main(["--target", str(tiny_target), *ARGS, "--out", str(out)])
+    # the same-N question pairs each MFD tree with the product drafter's DDTree where both chose one N
+    for v in data["verdicts"]:
+        if v["question"] == "same_n":
+            assert v["a"]["method"] == "mfd" and v["b"] == {"method": "ddtree", "drafter": "product",
+                                                            "budget": v["a"]["budget"], "scorer": None}
+    # the headline block: one row per question asked, each verdict's number in it
+    head = BLOCKS["real-headline"].make(Results.holding(saved, out / "real_drafters.json"))
+    assert head.startswith("| question | the last run's answer | full table |")
+    for v in data["verdicts"]:
+        if v["question"] == "against_product" and v["a"]["scorer"] == "mixture" and v["speed_cmp"]:
+            c = v["speed_cmp"]
+            assert (f"{v['dataset']} T = {v['temperature']:g}: {100 * c['gain']:+.0f}% "
+                    f"[{100 * c['lo']:+.0f}%, {100 * c['hi']:+.0f}%] **{c['verdict']}**") in head
+    assert "How well are tau and speedup predicted before decoding" in head
+    capsys.readouterr()
+    # a rerun reuses every step and gives the same rows; it draws the gains figure on request
+    fig = tmp_path / "gains.png"
+    again = real_drafters.main(["--target", str(tiny_target), *ARGS, "--out", str(out), "--figure", str(fig)])
     printed = capsys.readouterr().out
     assert printed.count("finished earlier") == 1 + 6 + 2
     assert again.data["runs"] == data["runs"] and again.data["verdicts"] == data["verdicts"]
+    assert fig.stat().st_size > 10_000
+
+
+def test_study_pairs_ask_each_question_at_the_chosen_budgets():
+    from mfd_theory.commands.experiments.real_drafters_run import study_pairs
+
+    choices = [dict(method="ddtree", drafter="product", scorer=None, budget=16, temperature=1.0, dataset="code"),
+               dict(method="mfd", drafter="mfd-k2", scorer="mixture", budget=16, temperature=1.0, dataset="code"),
+               dict(method="mfd", drafter="mfd-k2", scorer="best_mode", budget=32, temperature=1.0, dataset="code")]
+    # the theory predicted the chain faster than DDTree: the faster-method question is against the chain
+    preds = [dict(method="chain", drafter="product", budget=7, scorer=None, temperature=1.0, dataset="code",
+                  predicted_speedup=1.2),
+             dict(method="ddtree", drafter="product", budget=16, scorer=None, temperature=1.0, dataset="code",
+                  predicted_speedup=1.1)]
+    pairs = study_pairs(choices, preds, {"product": 1, "mfd-k2": 2}, 8, [1.0], ["code"])
+    got = {(p["question"], p["a"], p["b"]) for p in pairs}
+    chain, ddt = ("chain", "product", 7, None), ("ddtree", "product", 16, None)
+    mix, best = ("mfd", "mfd-k2", 16, "mixture"), ("mfd", "mfd-k2", 32, "best_mode")
+    assert got == {("against_product", mix, chain), ("against_product", best, chain),
+                   ("same_n", mix, ddt),  # the best-mode tree chose N = 32: no same-N pair for it
+                   ("scorer", best, mix)}
+
+
+def test_reach_rows_put_the_measured_gain_beside_the_ceilings():
+    import numpy as np
+
+    from mfd_theory.report.real_drafters import reach_rows
+    from mfd_theory.stats import compare
+
+    tau = dict(gain=0.06, lo=-0.02, hi=0.15, verdict="inconclusive", n_runs=3)
+    d = {"target": "t", "runs": [{"rows": [dict(drafter="mfd-k2", K=2)]}],
+         "verdicts": [dict(question="same_n", dataset="code", temperature=1.0, tau_cmp=tau,
+                           a=dict(method="mfd", drafter="mfd-k2", budget=16, scorer="mixture"),
+                           b=dict(method="ddtree", drafter="product", budget=16, scorer=None)),
+                      dict(question="same_n", dataset="code", temperature=0.0, tau_cmp=tau,  # T = 0: no ceiling
+                           a=dict(method="mfd", drafter="mfd-k2", budget=16, scorer="mixture"),
+                           b=dict(method="ddtree", drafter="product", budget=16, scorer=None))]}
+    per = {"product": [2.0, 3.0, 2.5], "mixture K=2": [2.4, 3.3, 2.6]}
+    ceiling = {"targets": {"t": {"ceiling": {"code": {"1": {"by_budget": {"16": {"per_prompt": per}}}}}}}}
+    (row,) = reach_rows(d, ceiling)
+    want = compare(1 + np.array(per["mixture K=2"]), 1 + np.array(per["product"])).gain
+    assert row["predicted"]["gain"] == pytest.approx(want)
+    assert row["reach"] == pytest.approx(0.06 / want) and row["reach_lo"] == pytest.approx(-0.02 / want)
+    assert reach_rows(d, {"targets": {"other": {}}}) == []  # another target's ceiling says nothing of this one
 
 
 def test_the_recipe_stage_trains_each_variant_and_measures_it_on_held_out_prompts(tiny_target, tmp_path, capsys):

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from mfd_theory.stats import MARGIN, compare, verdict
+from mfd_theory.stats import MARGIN, compare, runs_to_decide, verdict
 
 
 def _runs(gain: float, run_sd: float, prompt_sd: float, runs: int = 3, prompts: int = 24, seed: int = 0):
@@ -84,3 +84,48 @@ def test_bad_input_is_refused_by_name():
         compare(a, b, family=0)
     with pytest.raises(ValueError, match="^level"):
         compare(a, b, level=1.0)
+
+
+def _runs_to_decide_by_compare(run_gains, *, family=1, max_runs=50):
+    """The slow twin of runs_to_decide: for R = 2, 3, ... build R runs whose log ratios have exactly
+    the measured mean and spread (a standardised vector scaled back) and ask compare() itself."""
+    x = np.log1p(np.asarray(run_gains, dtype=float))
+    mean, sd = x.mean(), x.std(ddof=1)
+    for r in range(2, max_runs + 1):
+        z = np.linspace(-1.0, 1.0, r)
+        z = (z - z.mean()) / z.std(ddof=1)
+        obs = mean + sd * z
+        a = np.exp(obs)[:, None] * np.ones((r, 2))
+        if compare(a, np.ones((r, 2)), family=family).verdict != "inconclusive":
+            return r
+    return None
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("family", [1, 4])
+def test_runs_to_decide_matches_compare_on_runs_of_the_same_mean_and_spread(seed, family):
+    g = np.random.default_rng(seed)
+    gains = np.expm1(g.normal(g.choice([0.0, 0.02, 0.1, -0.1]), g.choice([0.005, 0.05, 0.3]), size=g.integers(2, 6)))
+    assert runs_to_decide(gains, family=family) == _runs_to_decide_by_compare(gains, family=family)
+
+
+def test_runs_to_decide_on_known_cases():
+    # the measured runs decide already: no more are needed than were run
+    a, b = _runs(0.2, 0.01, 0.02, runs=3)
+    cmp = compare(a, b)
+    assert cmp.verdict == "gain"
+    assert runs_to_decide(cmp.run_gains) <= 3
+    # a mean of exactly 0 with a wide spread never decides within 50 runs; a tight one becomes equivalent
+    assert runs_to_decide([0.5, 1 / 1.5 - 1]) is None
+    r = runs_to_decide([0.01, 1 / 1.01 - 1])
+    assert r is not None and r > 2
+    assert _runs_to_decide_by_compare([0.01, 1 / 1.01 - 1]) == r
+    # a larger family (Bonferroni) never needs fewer runs
+    gains = [0.08, 0.02, 0.15]
+    assert runs_to_decide(gains, family=6) >= runs_to_decide(gains)
+    with pytest.raises(ValueError, match="^run_gains"):
+        runs_to_decide([0.1])
+    with pytest.raises(ValueError, match="^run_gains"):
+        runs_to_decide([0.1, -1.5])
+    with pytest.raises(ValueError, match="^max_runs"):
+        runs_to_decide([0.1, 0.2], max_runs=1)

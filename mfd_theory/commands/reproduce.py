@@ -48,7 +48,8 @@ REAL = ("real targets", "mfd_theory.commands.experiments.real", ["--preset", "re
                                                                   "--figure", "paper_figs/real_ceiling.png"])
 #: drafters trained for the real Qwen target and compared on HumanEval and prose (timed: speedups)
 REAL_DRAFTERS = ("real drafters", "mfd_theory.commands.experiments.real_drafters",
-                 ["--preset", "reproduce", "--out", "results/real-drafters"])
+                 ["--preset", "reproduce", "--out", "results/real-drafters",
+                  "--figure", "paper_figs/real_drafters_gains.png"])
 #: each part's steps, in the order one core runs them (``--jobs 1``): the main job is the real
 #: target's; the toy part keeps what a self-trained small target shows (exact known futures of a
 #: grammar, the hybrid GDN path, the own-target pipeline, natural text trained from scratch)

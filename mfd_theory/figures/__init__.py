@@ -81,6 +81,10 @@ def run_label(res) -> str:
     if name == "real":
         return (f"run: mfd real, {cfg.get('prompts_per_domain')} prompts per domain, {cfg.get('samples')} sampled "
                 f"paths per prompt and T, K {_join(cfg.get('modes', []))}, seed {cfg.get('seed')}")
+    if name == "real_drafters":
+        return (f"run: mfd real-drafters, {cfg.get('target', '?')}, kinds {_join(cfg.get('kinds', []))}, "
+                f"{cfg.get('seeds', '?')} seeds, {cfg.get('steps', '?')} steps, {cfg.get('eval_prompts', '?')} prompts "
+                "per domain")
     if name in ("mixture_gain", "path_gain"):
         return (f"run: {name}, L={cfg.get('L')}, seeds {_join(cfg.get('seeds', []))}, "
                 f"K {_join(cfg.get('Ks', []))}, N {_join(cfg.get('budgets', []))}")

@@ -8,16 +8,25 @@ trees' dead share, and the out-of-sample prediction check of every seed.
 
 from __future__ import annotations
 
+from mfd_theory.ceiling_stats import ceiling_reach
 from mfd_theory.report._text import span
+from mfd_theory.report.ceiling import reach_lines
 from mfd_theory.report.checks import prediction_summary
 from mfd_theory.report.e2e import cell_text
 from mfd_theory.report.inputs import Results
 from mfd_theory.formatting import comparison_text
+from mfd_theory.stats import runs_to_decide
 
-__all__ = ["real_drafters", "real_recipe"]
+__all__ = ["reach_rows", "real_drafters", "real_headline", "real_recipe"]
 
 _QUESTIONS = {"against_product": "MFD and DARTree against the product drafter's faster method",
+              "same_n": "each MFD tree against the product drafter's DDTree tree of the same size N",
               "scorer": "the best-mode tree against the mixture tree of the same MFD drafter"}
+
+#: the target's ceiling (``mfd real``) the reach table compares with, the larger run first
+CEILINGS = ("real-default/real.json", "real/real.json")
+#: the most seeds the projection of :func:`_to_decide` looks at
+MAX_SEEDS = 50
 
 
 def _setup(d: dict, c: dict) -> list[str]:
@@ -102,11 +111,61 @@ def _verdicts(d: dict) -> list[str]:
         if not mine:
             continue
         lines += ["", f"**{title[0].upper() + title[1:]}**:", "",
-                  "| data set | T | method | against | tau gain | speed gain |", "|---|---|---|---|---|---|"]
+                  "| data set | T | method | against | tau gain | seeds to decide tau | speed gain | seeds to decide speed |",
+                  "|---|---|---|---|---|---|---|---|"]
         for v in mine:
+            tau, sp = v.get("tau_cmp"), v.get("speed_cmp")
             lines.append(f"| {v['dataset']} | {v['temperature']:g} | {cell_text(v['a'])} | {cell_text(v['b'])} | "
-                         f"{comparison_text(v.get('tau_cmp'))} | {comparison_text(v.get('speed_cmp'))} |")
+                         f"{comparison_text(tau)} | {_to_decide(tau)} | {comparison_text(sp)} | {_to_decide(sp)} |")
+    lines += ["", "Seeds to decide: for an inconclusive verdict, how many seeds the same interval would need to "
+                  "decide it if the seeds' mean and spread stayed as measured (a projection from these seeds, "
+                  f"`mfd_theory.stats.runs_to_decide`; \"> {MAX_SEEDS}\" when not within {MAX_SEEDS}); for a decided "
+                  "one, the seeds run."]
     return lines
+
+
+def _to_decide(c: dict | None) -> str:
+    """How many seeds would decide comparison ``c`` (a stored Comparison) at its own level."""
+    if not c or c.get("model") != "runs":
+        return "-"
+    if c["verdict"] != "inconclusive":
+        return f"{c['n_runs']} (run)"
+    r = runs_to_decide(c["run_gains"], margin=c["margin"], level=c["level"], max_runs=MAX_SEEDS)
+    return f"> {MAX_SEEDS}" if r is None else str(r)
+
+
+def reach_rows(d: dict, ceiling: dict) -> list[dict]:
+    """The reach table's rows (:func:`mfd_theory.ceiling_stats.ceiling_reach`): each same-N verdict
+    at a temperature the ceiling measured (T > 0), its measured tau gain over the product
+    drafter's DDTree tree beside the gain the target's own K-mode tree of the same scorer and N
+    has over its product tree. ``ceiling``: ``mfd real``'s data; its entry for this run's target."""
+    pooled = ((ceiling.get("targets") or {}).get(d.get("target")) or {}).get("ceiling") or {}
+    k_of = {(r["drafter"]): r.get("K") for run in d.get("runs") or [] for r in run["rows"]}
+    measured = []
+    for v in d.get("verdicts") or []:
+        tau = v.get("tau_cmp")
+        if v.get("question") != "same_n" or float(v["temperature"]) <= 0 or not tau:
+            continue
+        measured.append({"dataset": v["dataset"], "temperature": float(v["temperature"]),
+                         "budget": int(v["a"]["budget"]), "K": k_of.get(v["a"]["drafter"]),
+                         "scorer": v["a"].get("scorer") or "mixture", "drafter": v["a"]["drafter"],
+                         "runs": tau.get("n_runs", 1), "gain": tau["gain"], "lo": tau["lo"], "hi": tau["hi"]})
+    return ceiling_reach(pooled, measured) if pooled and measured else []
+
+
+def _reach(d: dict, results: Results) -> list[str]:
+    for name in CEILINGS:
+        path = results.path(name)
+        if name in results.loaded or (path is not None and path.is_file()):
+            rows = reach_rows(d, results[name].data)
+            if rows:
+                return [f"How much of the target's own ceiling the trained drafters reach (T > 0): the measured tau gain "
+                        "of each MFD tree over the product drafter's DDTree tree of the same N (the same-N verdicts "
+                        "above, over the seeds) beside the gain the target's K-mode tree of the same scorer has over "
+                        f"the product tree of its own marginals (`mfd real`, `{name}`: "
+                        f"{(results[name].config or {}).get('prompts_per_domain', '?')} evaluation prompts per domain, "
+                        "no drafter; Bonferroni over the rows):", "", *reach_lines(rows)]
+    return []
 
 
 def _c1(d: dict) -> list[str]:
@@ -148,6 +207,9 @@ def real_drafters(results: Results) -> str:
                             "tokens per round, the bonus token included; speedup over plain decoding, timed in the "
                             "same run):", "", *_per_seed(d), "",
                             f"Verdicts: {d.get('rule', '')}; margin of equivalence ±3%.", *_verdicts(d)]
+    reach = _reach(d, results)
+    if reach:
+        lines += ["", *reach]
     c1 = _c1(d)
     if c1:
         lines += ["", *c1]
@@ -155,9 +217,12 @@ def real_drafters(results: Results) -> str:
     preds = [p for p in preds if p]
     if preds:
         lines += ["", *(f"- {p}" for p in preds)]
-    if d.get("wall_s_this_run") is not None:
-        lines += ["", f"Wall time of the run that wrote this file: {d['wall_s_this_run'] / 60:.0f} min (steps finished "
-                      "by an earlier run are reused, not counted)."]
+    secs = [s for s in (d.get("step_seconds") or {}).values() if s is not None]
+    if secs:
+        lines += ["", f"Time of the steps (distillation, training, evaluation), each measured when it ran: "
+                      f"{sum(secs) / 60:.0f} min in all"
+                  + (f"; the run that wrote this file took {d['wall_s_this_run'] / 60:.1f} min, reusing every step "
+                     "an earlier run had finished" if d.get("wall_s_this_run") is not None else "") + "."]
     return "\n".join(lines)
 
 
@@ -217,4 +282,84 @@ def real_recipe(results: Results) -> str:
     if d.get("wall_s_this_run") is not None:
         lines += ["", f"Wall time of the run that wrote this file: {d['wall_s_this_run'] / 60:.0f} min (steps finished "
                       "by an earlier run are reused, not counted)."]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- the real target's headline
+def _verdict_parts(vs: list[dict], question: str, key: str, scorer: str | None = "mixture") -> list[str]:
+    out = []
+    for v in vs:
+        if v.get("question") != question or (scorer is not None and v["a"].get("scorer") not in (scorer, None)):
+            continue
+        c = v.get(key)
+        if c:
+            out.append(f"{v['dataset']} T = {v['temperature']:g}: {100 * c['gain']:+.0f}% "
+                       f"[{100 * c['lo']:+.0f}%, {100 * c['hi']:+.0f}%] **{c['verdict']}**")
+    return out
+
+
+def real_headline(results: Results) -> str:
+    """The real target's headline: one row per question the package asks of the real Qwen target,
+    each answered by the last run's verdict and number, each naming the block that holds the full
+    table. From ``mfd real-drafters`` (the main file) and, when present, ``mfd real`` (lossless
+    check and ceiling)."""
+    d = results.main.data
+    vs = d.get("verdicts") or []
+    runs = d.get("runs") or []
+    link = "[`real-drafters`](#mfd-real-drafters)"
+    first = next((v["tau_cmp"] for v in vs if v.get("tau_cmp")), None)
+    size = (f"{first['n_runs']} seeds x {first['n_prompts']} prompts per data set" if first else "one seed")
+    lines = ["| question | the last run's answer | full table |", "|---|---|---|"]
+    for name in CEILINGS[::-1]:  # the reproduce run's check first when both are there
+        path = results.path(name)
+        if name in results.loaded or (path is not None and path.is_file()):
+            from mfd_theory.report.real import headline_rows
+
+            rows = headline_rows(results[name].data, f"[`{name.split('/')[0]}`](#mfd-real)")
+            lines += [r for r in rows if d.get("target") in r]
+            break
+    kinds = ", ".join(dict.fromkeys(t["kind"] for t in d.get("trained") or []))
+    parts = _verdict_parts(vs, "same_n", "tau_cmp")
+    if parts:
+        lines.append(f"| Do trained MFD drafters accept more tokens per round than the product drafter's DDTree tree "
+                     f"of the same N (drafters {kinds}, trained identically; {size}; mixture tree)? | "
+                     + "; ".join(parts) + f" | {link} |")
+    parts = _verdict_parts(vs, "against_product", "speed_cmp")
+    if parts:
+        lines.append("| Do they decode faster than the product drafter's faster method (the chain or DDTree, as the "
+                     "theory chose before decoding)? | " + "; ".join(parts) + f" | {link} |")
+    parts = _verdict_parts(vs, "scorer", "tau_cmp", scorer=None)
+    if parts:
+        lines.append("| Does the best-mode tree (the released MFD checkpoints' rule) accept more than the mixture "
+                     "tree of the same drafter? | " + "; ".join(parts) + f" | {link} |")
+    for name in CEILINGS:
+        path = results.path(name)
+        if name in results.loaded or (path is not None and path.is_file()):
+            rows = [r for r in reach_rows(d, results[name].data) if r.get("scorer") == "mixture"]
+            if rows:
+                txt = "; ".join(f"{r['dataset']} T = {r['temperature']:g}: predicted {comparison_text(r['predicted'])}, "
+                                f"measured {100 * r['gain']:+.0f}%" for r in rows)
+                lines.append(f"| How much of the gain the target's own K-mode tree predicts (ceiling, `{name}`) do "
+                             f"the drafters reach? | {txt} | {link} |")
+            break
+    cells = [r for run in runs for r in run["rows"] if r["method"] != "ar" and r.get("speedup") is not None]
+    if cells:
+        sp = [r["speedup"] for r in cells]
+        best_tau = {}
+        for r in cells:
+            if float(r["temperature"]) == 0:
+                best_tau.setdefault(r["dataset"], []).append(r["tau"])
+        taus = "; ".join(f"{ds} {max(t):.2f}" for ds, t in best_tau.items())
+        lines.append(f"| Is any speculative method faster than plain decoding on this CPU, and how many tokens per round "
+                     f"do these drafters reach (EAGLE-3 on Qwen3-1.7B: 2.93 on HumanEval at T = 0)? | speedups "
+                     f"{min(sp):.2f}x-{max(sp):.2f}x over {len(cells)} cells x seeds; highest tau at T = 0 (any "
+                     f"method, any seed): {taus} | {link} |")
+    preds = [run.get("prediction") for run in runs if run.get("prediction")]
+    if preds:
+        tau = [p["tau"]["median_abs_error"] for p in preds if p.get("tau")]
+        spd = [p["speedup"]["median_abs_error"] for p in preds if p.get("speedup")]
+        worst = max(p["tau"]["worst_abs_error"] for p in preds if p.get("tau"))
+        lines.append(f"| How well are tau and speedup predicted before decoding, from calibration prompts only? | "
+                     f"tau median \\|error\\| {span([100 * x for x in tau], '{:.1f}')}% per seed (worst "
+                     f"{100 * worst:.1f}%), speedup {span([100 * x for x in spd], '{:.1f}')}% | {link} |")
     return "\n".join(lines)

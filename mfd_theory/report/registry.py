@@ -64,6 +64,8 @@ BLOCKS: dict[str, Block] = {
     # the default preset (experiments/real/default.toml): the full lossless check, 12 prompts per domain
     "real-default": Block("real-default/real.json", real.real),
     "real-drafters": Block("real-drafters/real_drafters.json", real_drafters.real_drafters),
+    # the real target's questions, one verdict each (mfd real-drafters, with mfd real's check when present)
+    "real-headline": Block("real-drafters/real_drafters.json", real_drafters.real_headline),
     # the recipe comparison (experiments/real_drafters/recipe.toml)
     "real-recipe": Block("real-recipe/real_recipe.json", real_drafters.real_recipe),
     "bench-batch": Block("bench_batch.json", bench.bench_batch),

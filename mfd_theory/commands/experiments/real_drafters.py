@@ -25,7 +25,10 @@
 * ``real_drafters.json``: per seed the training times and rows, and the replicated verdicts:
   each MFD tree (both scorers) and the DARTree drafter against the better product method
   (chain or DDTree, as the theory predicted), each at the budget seed 0's calibration chose,
-  paired over the prompts, one observation per seed (``mfd_theory.stats``).
+  paired over the prompts, one observation per seed (``mfd_theory.stats``); each MFD tree against
+  the product drafter's DDTree tree of the same N (what the target's ceiling predicts, the reach
+  table of the report); the best-mode tree against the mixture tree. ``--figure FILE`` draws the
+  gains over the product drafter with their intervals.
 
 ``--stages recipe`` (``--preset recipe``) runs the recipe comparison instead (or as well): on the
 same distilled data and feature pass, a product drafter for each ``--recipes`` variant and each
@@ -44,8 +47,9 @@ its last checkpoint. The config lives here (no torch import); the work is in
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
-from mfd_theory.commands._cli import Checked, Command, opt
+from mfd_theory.commands._cli import Checked, Command, figure_option, opt, wrote
 from mfd_theory.shipped import SHIPPED
 
 __all__ = ["KINDS", "RealDraftersConfig", "main"]
@@ -133,7 +137,9 @@ class RealDraftersConfig(Checked):
             raise ValueError("--draft-vocab: a draft vocabulary needs at least 2 tokens (0: the whole vocabulary)")
 
 
-CLI = Command("real-drafters", __name__, RealDraftersConfig, __doc__, out="results/real-drafters", models=True)
+CLI = Command("real-drafters", __name__, RealDraftersConfig, __doc__, out="results/real-drafters", models=True,
+              extras=(figure_option("also draw the replicated gains over the product drafter, with their intervals, "
+                                    "into this file, a .png, .pdf or .svg (2 seeds or more)"),))
 
 
 def main(argv: list[str] | None = None):
@@ -147,4 +153,11 @@ def _run(config: RealDraftersConfig, opts):
     check_target(config.target, "--target")
     from mfd_theory.commands.experiments.real_drafters_run import run
 
-    return run(config, KINDS, opts.out, progress=not opts.quiet, recipes=RECIPES)
+    res = run(config, KINDS, opts.out, progress=not opts.quiet, recipes=RECIPES)
+    if opts.figure and res.name == "real_drafters" and res.data.get("verdicts"):
+        from mfd_theory.figures import save_figure
+        from mfd_theory.figures.real import real_drafters_gains_figure
+
+        existed = Path(opts.figure).exists()
+        wrote(save_figure(real_drafters_gains_figure(res), opts.figure), existed)
+    return res

@@ -184,6 +184,13 @@ def study_pairs(choices: list[dict], predictions: list[dict], modes: dict, block
                         add("against_product", cell("mfd", k, sc), base)
             if "dartree" in modes:
                 add("against_product", cell("dartree", "dartree"), base)
+            ddt = cell("ddtree", "product")
+            for k in modes:
+                if modes[k] > 1:
+                    for sc in ("mixture", "best_mode"):
+                        a = cell("mfd", k, sc)
+                        if a is not None and ddt is not None and a[2] == ddt[2]:
+                            add("same_n", a, ddt)
             for k in modes:
                 if modes[k] > 1:
                     add("scorer", cell("mfd", k, "best_mode"), cell("mfd", k, "mixture"))
