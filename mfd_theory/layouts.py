@@ -46,7 +46,7 @@ def drafter_key(K: int, assignment: str = "soft", source: str = "samples") -> st
 
 
 def long_cell(cell: dict, budgets) -> dict:
-    """A cell as :func:`mfd_theory.commands.theory.mixture_gain.run_cell` computes it (per-drafter arrays over ``budgets`` and the curve
+    """A cell as :func:`mfd_theory.runs.theory.mixture_gain.run_cell` computes it (per-drafter arrays over ``budgets`` and the curve
     grid) in the stored long format (see the module docstring)."""
     budgets = [int(b) for b in budgets]
     out = {k: v for k, v in cell.items() if k not in ("oracle", "drafters", "curve_n", "sampling_repeats")}

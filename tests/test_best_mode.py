@@ -218,6 +218,7 @@ def test_duplicate_candidates_are_refused():
 # ----------------------------------------------------------------------------- mfd best-mode
 
 import mfd_theory.commands.theory.best_mode as bmc  # noqa: E402
+import mfd_theory.runs.theory.best_mode as bmr  # noqa: E402
 from mfd_theory.cli import main  # noqa: E402
 
 SMALL = bmc.Config(n_instances=200, families=("two_futures", "branching"), two_futures_ms=(3,), Fs=(3,),
@@ -248,10 +249,10 @@ def test_the_commands_enumeration_of_candidates_is_the_tie_rule(cand, budget):
 def test_the_check_catches_a_wrong_builder(monkeypatch):
     """The enumeration check fails a builder that ranks by the first mode only."""
     cfg = bmc.Config(n_instances=40)
-    assert bmc.check_instances(cfg)["mismatches"] == 0
-    monkeypatch.setattr(bmc, "best_mode_tree", lambda lq, n, token_ids=None: best_mode_tree(
+    assert bmr.check_instances(cfg)["mismatches"] == 0
+    monkeypatch.setattr(bmr, "best_mode_tree", lambda lq, n, token_ids=None: best_mode_tree(
         lq[:1], n, token_ids=None if token_ids is None else token_ids[:1]))
-    out = bmc.check_instances(cfg)
+    out = bmr.check_instances(cfg)
     assert out["mismatches"] > 0 and out["first_mismatch"] is not None
 
 
@@ -271,7 +272,7 @@ def test_small_run_meets_the_theorems_and_the_oracle(small_run):
     assert len(d["rows"]) == 2 * 2 * 2 * 2 == d["theorems"]["rows"]
     for r in d["rows"]:
         assert all(not isinstance(v, (list, dict)) for v in r.values())
-        for t in bmc.TREES:
+        for t in bmr.TREES:
             assert r[f"coverage_{t}"] <= r["oracle"] + 1e-9 and 0 <= r[f"chimera_share_{t}"] <= 1
         if r["drafter"] == "own":  # the target's own mixture tree is the oracle's
             assert r["coverage_mixture"] == pytest.approx(r["oracle"], rel=1e-12)

@@ -277,7 +277,7 @@ def test_mfd_ceiling_bad_options_exit_2_writing_nothing(tmp_path, capsys, argv, 
 
 
 def test_mfd_ceiling_out_that_cannot_be_created_exits_2_before_loading(tmp_path, capsys, monkeypatch):
-    import mfd_theory.commands.pipeline.ceiling_run as run_half
+    import mfd_theory.runs.pipeline.ceiling as run_half
 
     target = pipeline_helpers.save_tiny_target(tmp_path / "target")
     files = pipeline_helpers.write_prompts(tmp_path / "prompts")

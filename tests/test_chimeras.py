@@ -341,6 +341,7 @@ def test_chimera_bound_cli_writes_a_result(tmp_path):
 
 def test_chimera_share_cli_writes_a_result_and_resumes(tmp_path):
     import mfd_theory.commands.theory.chimera_share as cs
+    import mfd_theory.synthetic as syn
     from mfd_theory.results import Result
 
     argv = ["--n-seeds", "1", "--budgets", "16", "64", "--two-futures-m", "2", "--F-values", "2",
@@ -349,7 +350,7 @@ def test_chimera_share_cli_writes_a_result_and_resumes(tmp_path):
     cs.main(argv)
     res = Result.load(tmp_path / "chimera_share.json")
     rows = res.data["settings"]
-    assert {r["family"] for r in rows} == set(cs.syn.FAMILIES)
+    assert {r["family"] for r in rows} == set(syn.FAMILIES)
     assert res.seed == [0]  # the seeds the settings ran with
     for row in rows:
         # long format: one row of scalars per budget, no per-budget list inside the setting's row
@@ -401,7 +402,8 @@ def test_count_chimeras_and_chimera_mask_take_the_same_arguments():
 
 
 def test_pattern_sweep_builds_and_counts_every_witness_tree():
-    from mfd_theory.commands.theory.chimera_bound import Config, multi_future_rows
+    from mfd_theory.commands.theory.chimera_bound import Config
+    from mfd_theory.runs.theory.chimera_bound import multi_future_rows
 
     cfg = Config(multi_F3_columns=2, multi_F4_columns=1, multi_all_distinct_F3=3, multi_all_distinct_F4=2,
                  multi_trials=200, multi_retry_trials=400, multi_retries=2)

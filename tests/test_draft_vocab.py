@@ -219,7 +219,7 @@ def test_bad_vocabularies_are_refused(model, ids, match):
 
 
 def test_frequent_tokens_against_counting():
-    from mfd_theory.commands.pipeline.train_drafter_run import frequent_tokens
+    from mfd_theory.runs.pipeline.train_drafter import frequent_tokens
 
     g = np.random.default_rng(4)
     seqs = [g.integers(0, 20, size=n) for n in (9, 14, 30, 6)]
@@ -256,7 +256,7 @@ def test_train_drafter_over_a_draft_vocabulary(model, tmp_path):
 
 
 def test_init_layers_from_target_copies_its_last_layers(model):
-    from mfd_theory.commands.pipeline.train_drafter_run import init_layers_from_target
+    from mfd_theory.runs.pipeline.train_drafter import init_layers_from_target
 
     d = build_drafter(model, 5, **{**KW, "num_layers": 2})
     init_layers_from_target(d, model)

@@ -11,7 +11,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from mfd_theory.commands.experiments.e2e import E2EConfig, main, preset_config  # noqa: E402
-from mfd_theory.commands.experiments.e2e_run import mfd_gains  # noqa: E402
+from mfd_theory.runs.experiments.e2e import mfd_gains  # noqa: E402
 
 REQUIRED = ("method", "budget", "temperature", "tau", "accepted_mean", "accepted_std",
             "covered_mass_insample", "n_steps", "speedup", "dead_share")

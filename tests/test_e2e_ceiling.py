@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("torch")
 
 from mfd_theory.ceiling_stats import pool_ceiling  # noqa: E402
-from mfd_theory.commands.experiments.e2e_ceiling import reach_rows  # noqa: E402
+from mfd_theory.runs.experiments.e2e_ceiling import reach_rows  # noqa: E402
 from mfd_theory.stats import compare, compare_rows  # noqa: E402
 
 

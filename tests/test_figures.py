@@ -315,7 +315,7 @@ def test_eval_figure_plots_tau_and_speedup_and_keeps_every_line_visible():
 
 
 def test_eval_figures_are_written_per_data_set(tmp_path):
-    from mfd_theory.commands.pipeline.eval_run import write_figures
+    from mfd_theory.runs.pipeline.eval import write_figures
     from mfd_theory.results import Result
 
     r = _eval_result()

@@ -207,6 +207,7 @@ def test_log_likelihood_wrong_length():
 # ------------------------------------------------------------------------------ experiment
 def test_mixture_gain_small_run_and_resume(tmp_path):
     import mfd_theory.commands.theory.mixture_gain as mg
+    import mfd_theory.runs.theory.mixture_gain as mgr
     from mfd_theory.results import Result
 
     cfg = mg.Config(families=("two_futures", "branching"), Fs=(1, 2), two_futures_ms=(4,), Ks=(1, 2),
@@ -215,13 +216,13 @@ def test_mixture_gain_small_run_and_resume(tmp_path):
     res = mg.run(cfg, tmp_path, progress=False)
     assert Result.load(tmp_path / "mixture_gain.json").data["summary"].keys() == {"two_futures", "branching"}
     for cell in map(widen_cell, res.data["cells"]):
-        prod = mg._pick(cell, 1)["frac_oracle"]
-        mix = mg._pick(cell, 2)["frac_oracle"]
+        prod = mgr._pick(cell, 1)["frac_oracle"]
+        mix = mgr._pick(cell, 2)["frac_oracle"]
         if cell["F"] == 1:
             assert min(np.subtract(mix, prod)) >= -0.01  # F = 1: no loss beyond sampling noise
         else:
             assert mix == pytest.approx([1.0, 1.0], abs=1e-9)  # exact futures, K = F: the oracle
-            assert mg._pick(cell, 1)["chimera_share"][1] > 0
+            assert mgr._pick(cell, 1)["chimera_share"][1] > 0
     noise = res.data["summary"]["branching"]["single"]["sampling_noise"]
     assert min(r["mixture_minus_product_worst"] for r in noise) >= -0.01
     again = mg.run(cfg, tmp_path, progress=False)  # every cell is loaded from disk
@@ -234,7 +235,7 @@ def test_mixture_gain_small_run_and_resume(tmp_path):
     assert at64["mixture_frac"] > at64["product_frac"]  # c = 0.9, two futures: chimeras cost
     # long format: rows of scalars, one per budget; the seeds the cells ran with
     assert res.seed == [0]
-    rows = mg.budget_rows(res)
+    rows = mgr.budget_rows(res)
     assert rows and all(not isinstance(v, (list, dict)) for r in rows for v in r.values())
     assert {r["budget"] for r in rows} == {16, 64}
     assert len(rows) == sum(len(c["drafters"]) for c in res.data["cells"] + res.data["confidence_cells"]) * 2

@@ -11,7 +11,7 @@ import llm_helpers  # noqa: E402,F401  (single-threaded torch)
 
 from mfd_theory.cli import main as cli_main  # noqa: E402
 from mfd_theory.commands.bench.gpu_check import GpuCheckConfig, report, run  # noqa: E402
-from mfd_theory.commands.bench.gpu_check_run import _compare  # noqa: E402
+from mfd_theory.runs.bench.gpu_check import _compare  # noqa: E402
 from mfd_theory.speedup import load_latency_profile  # noqa: E402
 
 

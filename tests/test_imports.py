@@ -1,11 +1,11 @@
 """The package's layering, read from the source with :mod:`ast` (nothing is imported).
 
 Floors, lowest first: the theory core, ``figures``, ``llm.models``, ``llm.decoding``,
-``llm.training``, ``llm.measure``, ``commands``, ``cli``. A module imports only from its own floor
+``llm.training``, ``llm.measure``, ``report``, ``runs``, ``commands``, ``cli``. A module imports only from its own floor
 or below; a private name (one leading underscore) or a private module or folder is imported only
 inside the folder that holds it (the core's public wrappers and their ``_kernels`` are one folder's
-two halves); and there is no import cycle. Imports inside functions count like any other: they tie
-the two modules together just the same.
+two halves); and there is no import cycle. Imports inside functions, and modules named whole in a string (imported by
+``importlib``), count like any other: they tie the two modules together just the same.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ FLOORS = [
     ("llm.training", ("mfd_theory.llm.training",)),
     ("llm.measure", ("mfd_theory.llm.measure", "mfd_theory.llm")),
     ("report", ("mfd_theory.report",)),  # the result blocks: text from results files, no torch
+    ("runs", ("mfd_theory.runs",)),  # the work behind the commands: drivers, caches, torch halves
     ("commands", ("mfd_theory.commands",)),
     ("cli", ("mfd_theory.cli",)),
 ]
@@ -62,6 +63,13 @@ def _edges(name: str, path: Path, known: set[str]):
         return target
 
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        # a module named whole in a string (``importlib.import_module("mfd_theory.x")``, the
+        # command table of cli.py, reproduce's steps) is an import made by string: it ties the two
+        # modules together like any other (a module naming itself or its own package, as a
+        # command's name for ``python -m``, imports nothing)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in known \
+                and not (name == node.value or name.startswith(node.value + ".")):
+            yield node.value, None
         if isinstance(node, ast.Import):
             for a in node.names:
                 if a.name == "mfd_theory" or a.name.startswith("mfd_theory."):
@@ -157,9 +165,10 @@ def upward_imports() -> list[str]:
 
 def test_graph_reader_sees_absolute_relative_and_function_level_imports():
     graph = import_graph()
+    assert "mfd_theory.commands.theory.core_table" in graph["mfd_theory.cli"]  # by string, in the command table
     # sanity: the reader finds edges of each kind, so an empty graph cannot pass the tests below
     assert "mfd_theory.llm.models" in graph["mfd_theory.llm"]  # absolute, in a package __init__
-    assert "mfd_theory.commands.experiments.e2e_run" in graph["mfd_theory.commands.experiments.e2e"]  # inside a function
+    assert "mfd_theory.runs.experiments.e2e" in graph["mfd_theory.commands.experiments.e2e"]  # inside a function
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
@@ -168,8 +177,9 @@ def test_floors_are_read_as_intended():
     assert [floor(m) for m in ("mfd_theory.trees", "mfd_theory.figures.e2e", "mfd_theory.llm.models.target",
                                "mfd_theory.llm.decoding.batch", "mfd_theory.llm.training.train",
                                "mfd_theory.llm.measure.predict", "mfd_theory.report.e2e",
-                               "mfd_theory.commands.experiments.e2e", "mfd_theory.cli")] \
-        == list(range(9))
+                               "mfd_theory.runs.experiments.e2e", "mfd_theory.commands.experiments.e2e",
+                               "mfd_theory.cli")] \
+        == list(range(10))
     assert floor("mfd_theory.report_files") == floor("mfd_theory")  # a core module, not the report floor
     pk = {"mfd_theory", "mfd_theory.llm", "mfd_theory.llm.models"}
     assert private_owner("mfd_theory._kernels.trees", "_product_tree", pk) == "mfd_theory"
@@ -211,41 +221,59 @@ def test_no_package_code_reads_a_file_of_the_test_suite():
 
 
 def _command(module: str) -> str | None:
-    """The command a module of ``mfd_theory.commands`` belongs to (``X`` for ``X.py`` and its torch
-    half ``X_run.py``), or None for the shared CLI helpers and the subpackages themselves."""
+    """The command a module of ``mfd_theory.commands`` belongs to (``X`` for ``X.py``; its torch half
+    is ``mfd_theory.runs``'s, a library floor), or None for the shared CLI helpers and the
+    subpackages themselves."""
     if not module.startswith("mfd_theory.commands."):
         return None
     rest = module[len("mfd_theory.commands."):]
     if rest.startswith("_cli") or rest.split(".")[-1].startswith("_") or "." not in rest and rest in (
             "report", "bench", "theory", "pipeline", "experiments"):
         return None
-    return rest.removesuffix("_run")
+    return rest
 
 
-#: the command-to-command imports left (68 before the report blocks became a library floor); the
-#: set may only shrink: a command that needs another's code takes it from a library floor
+#: the command-to-command imports left (68 before the report blocks became a library floor, 20
+#: before the commands' work moved to ``mfd_theory.runs``); the set may only shrink: a command that
+#: needs another's code takes it from a library floor. What is left: the e2e preset's config, which
+#: the bench and own-target presets build on, eval's method names, and the entry points of the
+#: commands a driver runs as its steps (given to the driver by the command that calls it), and
+#: reproduce's last step, mfd report
 COMMAND_IMPORTS_LEFT = {
-    ("bench.bench_batch", "experiments.e2e"), ("bench.bench_batch_run", "experiments.e2e_run"),
-    ("bench.bench_draft_run", "bench.bench_decode"), ("bench.bench_draft_run", "bench.bench_decode_run"),
-    ("bench.gpu_check_run", "experiments.e2e"), ("experiments.e2e_run", "experiments.e2e_ceiling"),
-    ("experiments.natural", "pipeline.eval"), ("experiments.natural_run", "experiments.e2e_ceiling"),
-    ("experiments.natural_run", "experiments.own_target_run"), ("experiments.own_target", "experiments.e2e"),
-    ("experiments.own_target_run", "experiments.e2e_run"), ("experiments.own_target_run", "pipeline.distill"),
-    ("experiments.own_target_run", "pipeline.eval"), ("experiments.own_target_run", "pipeline.train_drafter"),
-    ("experiments.real_drafters_run", "experiments.e2e_run"),
-    ("experiments.real_drafters_run", "experiments.own_target_run"),
-    ("experiments.real_drafters_run", "pipeline.distill"), ("experiments.real_drafters_run", "pipeline.eval"),
-    ("experiments.real_drafters_run", "pipeline.train_drafter_run"), ("pipeline.eval_run", "pipeline.train_drafter_run"),
+    ("bench.bench_batch", "experiments.e2e"), ("bench.gpu_check", "experiments.e2e"),
+    ("experiments.own_target", "experiments.e2e"), ("experiments.natural", "pipeline.eval"),
+    ("experiments.own_target", "pipeline.distill"), ("experiments.own_target", "pipeline.eval"),
+    ("experiments.own_target", "pipeline.train_drafter"), ("experiments.natural", "pipeline.distill"),
+    ("experiments.natural", "pipeline.train_drafter"), ("experiments.real_drafters", "pipeline.distill"),
+    ("experiments.real_drafters", "pipeline.eval"), ("experiments.real_drafters", "pipeline.train_drafter"),
+    ("reproduce", "report.command"),
+    # reproduce's steps, imported by string (importlib): seen by the graph reader since 2026-12-05
+    *{("reproduce", c) for c in ("theory.core_table", "theory.chimera_bound", "theory.chimera_share",
+                                 "theory.mixture_gain", "theory.path_gain", "theory.best_mode", "experiments.e2e",
+                                 "experiments.own_target", "experiments.natural", "experiments.real",
+                                 "experiments.real_drafters")},
 }
+
+
+def _command_deps(graph: dict, m: str) -> set[str]:
+    """The modules ``m`` imports, with a command subpackage (its ``__init__``) standing for the
+    commands it imports itself: importing ``commands.pipeline.mains`` ties a command to distill,
+    train-drafter and eval as much as importing them by name."""
+    out = set()
+    for d in graph.get(m, ()):
+        if d.startswith("mfd_theory.commands.") and _command(d) is None and not d.rpartition(".")[2].startswith("_"):
+            out |= {x for x in graph.get(d, ()) if _command(x)}
+        out.add(d)
+    return out
 
 
 def test_no_new_command_imports_another_command():
     graph = import_graph()
     strip = len("mfd_theory.commands.")
-    found = {(m[strip:], d[strip:]) for m, deps in graph.items() if _command(m)
-             for d in deps if _command(d) and _command(d) != _command(m)}
+    found = {(m[strip:], d[strip:]) for m in graph if _command(m)
+             for d in _command_deps(graph, m) if _command(d) and _command(d) != _command(m)}
     assert found - COMMAND_IMPORTS_LEFT == set(), "a command imports another: move the shared code to a library floor"
     assert COMMAND_IMPORTS_LEFT - found == set(), "an import on the list is gone: take it off the list"
     assert _command("mfd_theory.commands.report.command") == "report.command"
-    assert _command("mfd_theory.commands.pipeline.eval_run") == _command("mfd_theory.commands.pipeline.eval")
+    assert _command("mfd_theory.runs.pipeline.eval") is None  # a library floor, not a command
     assert _command("mfd_theory.commands._cli") is None and _command("mfd_theory.report.e2e") is None

@@ -265,7 +265,7 @@ def test_docs_show_the_commands_the_experiment_runs():
 
 
 def test_held_out_prompts_skip_text_a_training_prompt_or_an_earlier_one_has():
-    from mfd_theory.commands.experiments.natural_run import unseen_prompts
+    from mfd_theory.runs.experiments.natural import unseen_prompts
 
     seen = {"def f(x):", "class A:"}
     held = [{"prompt": t, "id": i} for i, t in enumerate(["class A:", "import os", "import os", "x = 1", "y = 2"])]

@@ -76,7 +76,7 @@ def test_rerun_reuses_every_step(run, capsys):
 
 def test_changed_option_redoes_the_step_and_what_follows(tmp_path, capsys):
     """The bookkeeping alone, with stand-in work: reuse, redo on a new key, resume when unfinished."""
-    from mfd_theory.commands.experiments.own_target_run import Steps
+    from mfd_theory.runs.steps import Steps
 
     ran = []
 
@@ -163,7 +163,7 @@ def test_calibration_is_held_out_and_never_the_distilled_prompts(run):
     cal = {p["sha256"] for p in pred["calibration_prompts"]}
     evaluated = {p["sha256"] for p in pred["evaluation_prompts"]}
     assert len(cal) == 1 and not cal & evaluated
-    from mfd_theory.commands.pipeline.train_drafter_run import distilled_prompts
+    from mfd_theory.runs.pipeline.train_drafter import distilled_prompts
 
     for k in (1, 2):
         assert not cal & distilled_prompts(out / f"drafter-k{k}" / "drafter")

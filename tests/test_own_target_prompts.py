@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from mfd_theory.commands.experiments.own_target_run import write_prompt_files  # noqa: E402
+from mfd_theory.runs.experiments.own_target import write_prompt_files  # noqa: E402
 
 
 def test_heldout_prompts_skip_the_ones_a_training_document_opens_with(tmp_path):

@@ -7,6 +7,7 @@ import pytest
 
 from mfd_theory.cli import main
 import mfd_theory.commands.theory.path_gain as pg
+import mfd_theory.runs.theory.path_gain as pgr
 from mfd_theory.results import Result
 from mfd_theory.speedup import default_profile, path_speedup, speedup
 
@@ -29,7 +30,7 @@ def test_coverage_against_the_limits_the_theory_fixes(small_run):
     res, _ = small_run
     assert len(res.data["cells"]) == 3  # two_futures m=3, branching F=2 and F=8
     for cell in res.data["cells"]:
-        m = {k: np.asarray(pg.per_budget(cell["by_budget"], k)) for k in cell["methods"]}
+        m = {k: np.asarray(pgr.per_budget(cell["by_budget"], k)) for k in cell["methods"]}
         for name, cov in m.items():
             assert np.all(cov <= m["oracle"] + 1e-12), name
         np.testing.assert_allclose(m[f"path r=0 D={L}"], m["product"], atol=1e-12)
@@ -38,8 +39,8 @@ def test_coverage_against_the_limits_the_theory_fixes(small_run):
         assert max(cell["depth_curves"]["path r=1 D=2"]) <= 2
     # eight futures and two modes: the mixture cannot hold them all, a memory-1 drafter can
     br8 = next(c for c in res.data["cells"] if c["family"] == "branching" and c["F"] == 8)
-    assert (pg.per_budget(br8["by_budget"], f"path r=1 D={L}")[-1]
-            > pg.per_budget(br8["by_budget"], "mixture K=2")[-1] + 0.5)
+    assert (pgr.per_budget(br8["by_budget"], f"path r=1 D={L}")[-1]
+            > pgr.per_budget(br8["by_budget"], "mixture K=2")[-1] + 0.5)
 
 
 def test_result_rows_hold_no_per_budget_lists_and_record_the_seeds(small_run):
@@ -48,7 +49,7 @@ def test_result_rows_hold_no_per_budget_lists_and_record_the_seeds(small_run):
     res, out = small_run
     assert res.seed == list(SMALL.seeds)
     assert Result.load(out / "path_gain.json").seed == list(SMALL.seeds)
-    rows = pg.budget_rows(res)
+    rows = pgr.budget_rows(res)
     assert len(rows) == sum(len(c["methods"]) for c in res.data["cells"]) * len(SMALL.budgets)
     assert all(not isinstance(v, (list, dict)) for r in rows for v in r.values())
     assert {r["budget"] for r in rows} == set(SMALL.budgets)
@@ -137,7 +138,7 @@ def test_a_family_with_no_cell_is_refused_before_work(tmp_path, capsys, argv, na
     assert not out.exists()
     with pytest.raises(ValueError, match="--families"):
         pg.Config(families=("shifted",), Fs=(8,))
-    assert list(pg.cells(pg.Config(families=("shifted",), Fs=(4, 8), seeds=(0,)))) == [("shifted", 4, None, 0)]
+    assert list(pgr.cells(pg.Config(families=("shifted",), Fs=(4, 8), seeds=(0,)))) == [("shifted", 4, None, 0)]
 
 
 @pytest.mark.parametrize("argv, flag", [(["--families", "shifted", "--Fs", "2", "8"], "--Fs"),

@@ -658,7 +658,7 @@ def test_eval_batch_size_decodes_losslessly_in_batches(run, tmp_path, capsys):
 def test_eval_refuses_to_calibrate_on_the_drafters_distilled_prompts(run, tmp_path, capsys):
     """A drafter records the prompts its data answered; calibrating on them would score the
     prediction on what the drafter was fitted to, so eval refuses them by name and writes nothing."""
-    from mfd_theory.commands.pipeline.train_drafter_run import DISTILLED_PROMPTS
+    from mfd_theory.runs.pipeline.train_drafter import DISTILLED_PROMPTS
 
     root, target, files = run
     recorded = json.loads((root / "k1" / "drafter" / DISTILLED_PROMPTS).read_text())["sha256"]

@@ -123,7 +123,7 @@ def test_the_study_runs_and_resumes(tiny_target, tmp_path, capsys):
 
 
 def test_study_pairs_ask_each_question_at_the_chosen_budgets():
-    from mfd_theory.commands.experiments.real_drafters_run import study_pairs
+    from mfd_theory.runs.experiments.real_drafters import study_pairs
 
     choices = [dict(method="ddtree", drafter="product", scorer=None, budget=16, temperature=1.0, dataset="code"),
                dict(method="mfd", drafter="mfd-k2", scorer="mixture", budget=16, temperature=1.0, dataset="code"),

@@ -49,7 +49,7 @@ def test_compare_records_names_the_first_step_that_differs():
 
 
 def test_steps_record_each_steps_files_and_fill_them_in_for_older_runs(tmp_path):
-    from mfd_theory.commands.experiments.own_target_run import Steps
+    from mfd_theory.runs.steps import Steps
 
     out = tmp_path / "one"
     steps = Steps(tmp_path / "steps.json")

@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 
 from mfd_theory.llm import build_drafter  # noqa: E402
 from mfd_theory.llm.training.corpus import CorpusConfig, build_corpus  # noqa: E402
-from mfd_theory.commands.experiments.e2e_run import load_trained_drafter  # noqa: E402
+from mfd_theory.runs.experiments.e2e import load_trained_drafter  # noqa: E402
 from mfd_theory.llm.training.train import (  # noqa: E402
     DrafterTrainConfig, LMConfig, LMTrainConfig, TargetFeatures, block_loss, left_align_context, load_lm,
     make_distill_data, mode_diagnostics, position_weights, train_drafter, train_lm,

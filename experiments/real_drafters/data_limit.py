@@ -50,7 +50,7 @@ def main(argv=None) -> None:
     import numpy as np
     import torch
 
-    from mfd_theory.commands.pipeline.train_drafter_run import frequent_tokens, init_layers_from_target
+    from mfd_theory.runs.pipeline.train_drafter import frequent_tokens, init_layers_from_target
     from mfd_theory.llm.measure.heldout import heldout_greedy_tau
     from mfd_theory.llm.models.drafter import build_drafter
     from mfd_theory.llm.models.gguf import resolve_target

@@ -29,7 +29,7 @@ device-independent finding) and on each request's tokens/s (this CPU). A third c
 predicts the same curves for a GPU from the packaged H100 verify table
 (:func:`mfd_theory.speedup.batch_rows_profile`, an assumption). Writes ``<out>/bench_batch.json``
 (``bench_batch_qwen3_5.json`` for the hybrid target). The config lives here (no torch import); the
-work is in :mod:`mfd_theory.commands.bench.bench_batch_run`.
+work is in :mod:`mfd_theory.runs.bench.bench_batch`.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def run(cfg: BenchBatchConfig, progress: bool = True) -> Result:
     ecfg = preset_config(cfg.preset, target_arch=cfg.target_arch, seed=cfg.seed)
     if cfg.mfd_modes not in ecfg.modes:
         raise ValueError(f"--mfd-modes: the {cfg.preset} preset trains K in {list(ecfg.modes)}, got {cfg.mfd_modes}")
-    from mfd_theory.commands.bench.bench_batch_run import measure
+    from mfd_theory.runs.bench.bench_batch import measure
 
     m = measure(cfg, ecfg, progress)
     data = {"rows": m["rows"], "checks": checks(m["rows"], cfg), **{k: v for k, v in m.items() if k != "rows"}}

@@ -23,7 +23,7 @@ random target with Qwen3-8B's shape (for GPU profiles; one preset file per shape
 ``experiments/bench_decode/``). Results go to ``<out>/bench_decode.json``
 (``--arch qwen3``) or ``<out>/bench_decode_qwen3_5.json`` (the hybrid, which has no latency file but
 its own GDN profile): the two runs never overwrite each other. The config lives here (no torch
-import); the work is in :mod:`mfd_theory.commands.bench.bench_decode_run`.
+import); the work is in :mod:`mfd_theory.runs.bench.bench_decode`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from pathlib import Path
 
 from mfd_theory.validation import check_device
 from mfd_theory.commands._cli import Checked, Command, opt, wrote
-from mfd_theory.commands.bench._shapes import SHAPES
+from mfd_theory.runs.bench.shapes import SHAPES
 from mfd_theory.results import Result, atomic_write_text, provenance
 from mfd_theory.report.bench import hybrid_table
 
@@ -91,7 +91,7 @@ def run(config: BenchDecodeConfig = BenchDecodeConfig(), out_dir: str | None = N
     for flag, d in (("--target-dir", config.target_dir), ("--drafter-dir", config.drafter_dir)):
         if d and not (Path(d) / "config.json").is_file():
             raise ValueError(f"{flag}: {d} is not a local checkpoint directory (no config.json there)")
-    from mfd_theory.commands.bench.bench_decode_run import measure
+    from mfd_theory.runs.bench.bench_decode import measure
 
     data = measure(config, progress)
     data["timing_warnings"] = disturbed_timing(data)
@@ -111,8 +111,8 @@ def run(config: BenchDecodeConfig = BenchDecodeConfig(), out_dir: str | None = N
 
 def hybrid_profile(cfg: BenchDecodeConfig, torch, dev, dtype, progress: bool = True) -> dict:
     """The hybrid target's verify and Gated DeltaNet profile
-    (:func:`mfd_theory.commands.bench.bench_decode_run.hybrid_profile`)."""
-    from mfd_theory.commands.bench.bench_decode_run import hybrid_profile as measure_hybrid
+    (:func:`mfd_theory.runs.bench.bench_decode.hybrid_profile`)."""
+    from mfd_theory.runs.bench.bench_decode import hybrid_profile as measure_hybrid
 
     return measure_hybrid(cfg, torch, dev, dtype, progress)
 

@@ -25,7 +25,7 @@ The whole measurement is repeated ``repeats`` times (interleaved, so drift in ma
 both paths alike) and the spread of every ratio is printed. The "before" path ships with the
 package (the slow twin the tests compare the drafter with), so this runs from an installed wheel. Writes ``<out>/bench_draft_<preset>.json`` (one file per shape;
 ``mfd report`` turns each into a block of docs/benchmarks.md). The config lives here (no torch
-import); the work is in :mod:`mfd_theory.commands.bench.bench_draft_run`.
+import); the work is in :mod:`mfd_theory.runs.bench.bench_draft`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mfd_theory.commands._cli import Checked, Command, opt
-from mfd_theory.commands.bench._shapes import SHAPES
+from mfd_theory.runs.bench.shapes import SHAPES
 from mfd_theory.results import Result
 from mfd_theory.layouts import target_modes
 
@@ -83,7 +83,7 @@ def _ints(name: str, text: str, low: int) -> list[int]:
 
 def run(config: BenchDraftConfig = BenchDraftConfig(), out_dir: str | None = None, progress: bool = True) -> Result:
     """Measure (the torch half), then the ratios of every repeat, written to ``bench_draft_<preset>.json``."""
-    from mfd_theory.commands.bench.bench_draft_run import measure
+    from mfd_theory.runs.bench.bench_draft import measure
 
     modes, contexts = config.plan()
     m = measure(config, modes, contexts, progress)

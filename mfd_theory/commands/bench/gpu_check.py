@@ -42,7 +42,7 @@ says so at the end.
 
 ``--small true`` runs all of it at the ``tiny`` bench shape (for ``--device cpu``: it proves the
 script runs; the numbers are not a GPU profile). The config lives here (no torch import); the work
-is in :mod:`mfd_theory.commands.bench.gpu_check_run`.
+is in :mod:`mfd_theory.runs.bench.gpu_check`.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from dataclasses import dataclass
 
 from mfd_theory.validation import check_device
 from mfd_theory.commands._cli import Checked, Command, opt
-from mfd_theory.commands.bench._shapes import SHAPES
+from mfd_theory.runs.bench.shapes import SHAPES
 from mfd_theory.results import Result
 
 __all__ = ["GpuCheckConfig", "SMALL", "effective", "main", "report", "run"]
@@ -123,13 +123,14 @@ def _ints(name: str, text: str) -> list[int]:
 
 
 def run(config: GpuCheckConfig = GpuCheckConfig(), out_dir: str | None = None, progress: bool = True) -> Result:
-    """The five steps (:func:`mfd_theory.commands.bench.gpu_check_run.run`) on the config ``--small``
+    """The five steps (:func:`mfd_theory.runs.bench.gpu_check.run`) on the config ``--small``
     makes of ``config``."""
-    from mfd_theory.commands.bench.gpu_check_run import run as run_steps
+    from mfd_theory.commands.experiments.e2e import main as e2e_main
+    from mfd_theory.runs.bench.gpu_check import run as run_steps
 
     cfg = effective(config)
     return run_steps(cfg, _ints("--tree-sizes", cfg.tree_sizes), _ints("--draft-contexts", cfg.draft_contexts),
-                     out_dir or cfg.out, progress)
+                     out_dir or cfg.out, progress, e2e_main=e2e_main)
 
 
 def report(result: Result) -> str:

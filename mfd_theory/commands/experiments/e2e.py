@@ -9,7 +9,7 @@ chain, ddtree, mfd and dartree at every budget and temperature and writes ``DIR/
 (method, drafter, budget, temperature) with tau, accepted mean/std, predicted acceptance, speedup
 vs ar and the dead-node share, plus the loss curves, the MFD gain table and the HF baseline.
 
-The config lives here (no torch import); the work is in :mod:`mfd_theory.commands.experiments.e2e_run`.
+The config lives here (no torch import); the work is in :mod:`mfd_theory.runs.experiments.e2e`.
 Every field can be overridden on the command line (``--target-steps 800``); ``--preset`` picks the
 starting values, a file of ``experiments/e2e/``. Bigger runs (a GPU, larger targets) are options
 alone (``--device cuda``).
@@ -136,7 +136,7 @@ def preset_config(name: str, **overrides) -> E2EConfig:
 def run(config: E2EConfig, out_dir: str | Path, progress: bool = True, prepare_only: bool = False) -> Result | None:
     """Train (or load from the cache) and evaluate; writes ``out_dir/end_to_end.json``.
     ``prepare_only``: train every checkpoint into the cache and stop (returns None)."""
-    from mfd_theory.commands.experiments.e2e_run import run_e2e
+    from mfd_theory.runs.experiments.e2e import run_e2e
 
     return run_e2e(config, out_dir, progress=progress, prepare_only=prepare_only)
 
@@ -158,7 +158,7 @@ def _run(config: E2EConfig, opts) -> Result | None:
     if result is None:
         print(f"prepared: checkpoints cached under {cache}/ (nothing evaluated)")
         return None
-    from mfd_theory.commands.experiments.e2e_run import format_table
+    from mfd_theory.runs.experiments.e2e import format_table
 
     print(format_table(result.data))
     print(f"checkpoints cached under {cache}/")

@@ -22,7 +22,7 @@ whether a mixture drafter helps over a product one. What it writes under ``DIR``
 * ``steps.json``: per step its command, whether it finished, and its wall time. A rerun skips
   finished steps; a step whose options or inputs changed is redone with everything after it.
 
-The config lives here (no torch import); the work is in :mod:`mfd_theory.commands.experiments.natural_run`.
+The config lives here (no torch import); the work is in :mod:`mfd_theory.runs.experiments.natural`.
 """
 
 from __future__ import annotations
@@ -193,13 +193,14 @@ def run(config: NaturalConfig, out_dir: str | Path = "results/natural", progress
         prepare_only: bool = False) -> dict | None:
     """Run (or resume) every step under ``out_dir``; returns ``natural.json``'s data.
     ``prepare_only``: every step before the evaluation, then stop (returns None)."""
-    from mfd_theory.commands.experiments.natural_run import run_natural
+    from mfd_theory.commands.pipeline import mains
+    from mfd_theory.runs.experiments.natural import run_natural
     from mfd_theory.report import natural_block
 
     out = Path(out_dir)
     steps = [(name, cmd, argv, rel, line) for (name, cmd, argv), (_, _, rel), line
              in zip(commands(config, out), commands(config), command_lines(config))]
-    res = run_natural(config, out, steps, progress=progress, prepare_only=prepare_only)
+    res = run_natural(config, out, steps, mains(), progress=progress, prepare_only=prepare_only)
     if res is None:
         print(f"prepared: every step before the evaluation is done under {out}/ (nothing evaluated)")
         return None

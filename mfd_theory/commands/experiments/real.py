@@ -20,7 +20,7 @@
   one file per prompt and temperature (a rerun resumes), pooled into ``ceiling.json``;
 * ``real.json``: everything the report block shows, as a Result.
 
-The config lives here (no torch import); the work is in :mod:`mfd_theory.commands.experiments.real_run`.
+The config lives here (no torch import); the work is in :mod:`mfd_theory.runs.experiments.real`.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def _run(config: RealConfig, opts):
 
     for name in config.targets:
         check_target(name, "--targets")
-    from mfd_theory.commands.experiments.real_run import run
+    from mfd_theory.runs.experiments.real import run
 
     res = run(config, opts.out, progress=not opts.quiet)
     if opts.figure and "ceiling" in config.stages:

@@ -41,7 +41,7 @@ training minutes, into ``real_recipe.json``.
 
 A rerun resumes: finished steps are reused (``steps.json``), a drafter's training continues from
 its last checkpoint. The config lives here (no torch import); the work is in
-:mod:`mfd_theory.commands.experiments.real_drafters_run`.
+:mod:`mfd_theory.runs.experiments.real_drafters`.
 """
 
 from __future__ import annotations
@@ -151,9 +151,10 @@ def _run(config: RealDraftersConfig, opts):
     from mfd_theory.shipped import check_target
 
     check_target(config.target, "--target")
-    from mfd_theory.commands.experiments.real_drafters_run import run
+    from mfd_theory.commands.pipeline import mains
+    from mfd_theory.runs.experiments.real_drafters import run
 
-    res = run(config, KINDS, opts.out, progress=not opts.quiet, recipes=RECIPES)
+    res = run(config, KINDS, opts.out, mains(), progress=not opts.quiet, recipes=RECIPES)
     if opts.figure and res.name == "real_drafters" and res.data.get("verdicts"):
         from mfd_theory.figures import save_figure
         from mfd_theory.figures.real import real_drafters_gains_figure

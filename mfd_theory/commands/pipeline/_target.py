@@ -1,6 +1,6 @@
 """What ``mfd distill``, ``mfd train-drafter`` and ``mfd eval`` share: the options that name your
 local target (directory, device, dtype, seed, CPU threads) and the check of that directory, with no torch
-import, so that both halves of each command (``X.py`` and ``X_run.py``) can use them. The
+import, so that each command (``X.py``) and its work (``mfd_theory.runs.pipeline.X``) can use them. The
 commands are described in docs/own-target.md.
 """
 
@@ -13,7 +13,7 @@ from mfd_theory.shipped import check_target
 from mfd_theory.validation import TOKENIZER_FILES, check_device
 from mfd_theory.commands._cli import Checked, opt
 
-__all__ = ["DTYPES", "TOKENIZER_FILES", "TargetOptions", "check_target_dir", "say"]
+__all__ = ["DTYPES", "TOKENIZER_FILES", "TargetOptions", "check_target_dir"]
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -42,9 +42,3 @@ def check_target_dir(path: str, flag: str = "--target") -> Path | str:
     """A local Hugging Face model directory, or a shipped target's name
     (:func:`mfd_theory.shipped.check_target`)."""
     return check_target(path, flag)
-
-
-def say(dist, msg: str) -> None:
-    """Print on the main process only (every torchrun rank runs the same code)."""
-    if dist is None or dist.main:
-        print(msg, flush=True)

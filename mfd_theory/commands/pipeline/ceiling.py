@@ -9,7 +9,7 @@ coverage with a Monte-Carlo check, the block's total correlation and the share o
 captures, and the product tree's dead nodes. It writes ``ceiling.json`` (every prompt's record and
 the pooled tables) and one file per prompt and temperature under ``DIR/prompts/`` (a rerun with
 the same options reuses them), and prints the table; docs/ceiling.md says how to read it. The
-config lives here (no torch import); the work is in :mod:`mfd_theory.commands.pipeline.ceiling_run`.
+config lives here (no torch import); the work is in :mod:`mfd_theory.runs.pipeline.ceiling`.
 """
 
 from __future__ import annotations
@@ -77,6 +77,6 @@ def _run(config: CeilingConfig, opts):
 
     prompts = shuffle_take(read_prompt_files(config.prompts), config.max_prompts)
     check_target_dir(config.target)
-    from mfd_theory.commands.pipeline.ceiling_run import run
+    from mfd_theory.runs.pipeline.ceiling import run
 
     return run(config, prompts, opts.out, progress=not opts.quiet)

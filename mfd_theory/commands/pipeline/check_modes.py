@@ -6,7 +6,7 @@ greedy chain and the chain of the DFlash drafter the checkpoint was initialised 
 embeddings entered the drafter wrongly, the modes would accept far less than that drafter, or
 draft the same chains. Prints the numbers and the verdict, writes ``OUT/check_modes.json``, and
 exits 1 when the check fails (0 when it holds or is inconclusive). The config and the input checks
-live here (no torch import); the work is in :mod:`mfd_theory.commands.pipeline.check_modes_run`.
+live here (no torch import); the work is in :mod:`mfd_theory.runs.pipeline.check_modes`.
 What is assumed, and why this checks it: docs/own-target.md ("MFD checkpoints as released").
 """
 
@@ -63,6 +63,6 @@ def _run(config: CheckModesConfig, opts) -> int:
     drafter = checkpoint_dir(config.drafter, "--drafter")
     reference = checkpoint_dir(config.reference, "--reference") if config.reference is not None else None
     check_target_dir(config.target)
-    from mfd_theory.commands.pipeline.check_modes_run import check
+    from mfd_theory.runs.pipeline.check_modes import check
 
     return check(config, prompts, drafter, reference, opts)

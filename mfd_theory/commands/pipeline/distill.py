@@ -5,7 +5,7 @@ target (``--temperature 1`` keeps all of its futures) and writes the answers in 
 ``manifest.json``; a rerun resumes, shard by shard. It runs on one process or under
 ``torchrun --nproc_per_node P -m mfd_theory.cli distill ...`` with the same bytes. The config and
 the input checks live here (no torch import); the work is in
-:mod:`mfd_theory.commands.pipeline.distill_run`. The three commands for your own target are described in
+:mod:`mfd_theory.runs.pipeline.distill`. The three commands for your own target are described in
 docs/own-target.md.
 """
 
@@ -51,6 +51,6 @@ def _run(config: DistillConfig, opts) -> dict:
 
     prompts = read_prompt_files(config.prompts)  # every input read before a model is loaded
     check_target_dir(config.target)
-    from mfd_theory.commands.pipeline.distill_run import distill
+    from mfd_theory.runs.pipeline.distill import distill
 
     return distill(config, prompts, opts.out, progress=not opts.quiet)

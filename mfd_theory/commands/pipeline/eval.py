@@ -6,7 +6,7 @@ writes ``eval.json``, ``per_prompt.jsonl`` and a figure per data set; before the
 prompt it measures the round cost model and the acceptance on calibration prompts and writes
 ``predictions.json``. It runs on one process or under
 ``torchrun --nproc_per_node P -m mfd_theory.cli eval ...`` with the same rows. The config and the
-input checks live here (no torch import); the work is in :mod:`mfd_theory.commands.pipeline.eval_run`. The
+input checks live here (no torch import); the work is in :mod:`mfd_theory.runs.pipeline.eval`. The
 three commands for your own target are described in docs/own-target.md.
 """
 
@@ -119,7 +119,7 @@ def _run(config: EvalConfig, opts):
     prompts = shuffle_take([p for p in prompts if (p.dataset, p.id) not in held], config.max_prompts)
     check_target_dir(config.target)
     drafters = [drafter_dir(p) for p in config.drafter]
-    from mfd_theory.commands.pipeline.eval_run import evaluate
+    from mfd_theory.runs.pipeline.eval import evaluate
 
     return evaluate(config, stored_options(config, opts), prompts, calib_sets, drafters, opts.out,
                     progress=not opts.quiet)

@@ -5,7 +5,7 @@
 from the last checkpoint), from scratch or from a DFlash checkpoint (``--init-from``). It runs on
 one process or under ``torchrun --nproc_per_node P -m mfd_theory.cli train-drafter ...`` (each rank
 takes part of every batch). The config and the input checks live here (no torch import); the work
-is in :mod:`mfd_theory.commands.pipeline.train_drafter_run`. The three commands for your own target are
+is in :mod:`mfd_theory.runs.pipeline.train_drafter`. The three commands for your own target are
 described in docs/own-target.md.
 """
 
@@ -89,6 +89,6 @@ def _run(config: TrainDrafterConfig, opts) -> list[dict]:
 
     data = load_distill_data(config.data)  # (sequences, prompt lengths, manifest), read before a model
     check_target_dir(config.target)
-    from mfd_theory.commands.pipeline.train_drafter_run import train
+    from mfd_theory.runs.pipeline.train_drafter import train
 
     return train(config, data, opts.out, progress=not opts.quiet)

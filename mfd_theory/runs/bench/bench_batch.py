@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-import mfd_theory.commands.experiments.e2e_run as E
+import mfd_theory.runs.experiments.e2e as E
 from mfd_theory.llm.decoding.batch import speculative_generate_batch
 from mfd_theory.llm.measure.batch_predict import (
     make_batch_plan, measure_batch_profile, predict_batch_acceptance, replayed_acceptance, steady_rounds,

@@ -1,6 +1,6 @@
 """The work behind ``mfd natural`` (config and command lines: :mod:`mfd_theory.commands.experiments.natural`).
 
-Steps, kept in ``OUT/steps.json`` by :class:`~mfd_theory.commands.experiments.own_target_run.Steps`: ``corpus``
+Steps, kept in ``OUT/steps.json`` by :class:`~mfd_theory.runs.steps.Steps`: ``corpus``
 (the standard library, BPE, prompt files), ``target`` (trained, with its held-out perplexity),
 ``ceiling`` (the target-only ceiling per held-out prompt and temperature, what ``mfd ceiling`` measures),
 then the pipeline commands; every step's
@@ -22,7 +22,7 @@ import torch
 from mfd_theory.results import Result, atomic_write_text, wrote
 from mfd_theory.validation import make_out_dir
 
-from mfd_theory.commands.experiments.own_target_run import Steps, run_command_steps
+from mfd_theory.runs.steps import Steps, run_command_steps
 from mfd_theory.llm.measure.perplexity import perplexity
 from mfd_theory.llm.training.bpe import train_bpe
 from mfd_theory.llm.training.train import LMConfig, LMTrainConfig, config_hash, lm_run_config, train_lm
@@ -242,7 +242,7 @@ def _e2e(eval_path: Path, ceiling: dict) -> dict:
                           "of_product": r["accepted_mean"] / cov["product"][0] if cov["product"][0] else None})
     pred = ev.get("prediction") or {}
     prediction = {k: v for k, v in pred.items() if k != "cells"} if pred.get("n_cells") else None
-    from mfd_theory.commands.experiments.e2e_ceiling import reach_rows
+    from mfd_theory.runs.experiments.e2e_ceiling import reach_rows
 
     gain_reach = reach_rows({"pooled": ceiling}, rows, None) if ceiling else []
     return {"rows": out_rows, "best_budget": comps, "cost": cost, "ceiling_reach": reach, "gain_reach": gain_reach,
@@ -321,7 +321,8 @@ def _make_target(config, out: Path, ccfg: NaturalCorpusConfig, arch: LMConfig, t
     wrote(tdir)
 
 
-def _run_steps(config, out: Path, steps: Steps, commands: list[tuple], progress: bool, prepare_only: bool) -> None:
+def _run_steps(config, out: Path, steps: Steps, commands: list[tuple], mains: dict, progress: bool,
+               prepare_only: bool) -> None:
     """corpus, target and ceiling, then the pipeline's commands (all but eval with ``prepare_only``),
     each keyed by its options and the keys of the steps it reads."""
     ccfg = _corpus_config(config)
@@ -349,10 +350,10 @@ def _run_steps(config, out: Path, steps: Steps, commands: list[tuple], progress:
     keys = {"target": key_target, "corpus": key_corpus}
     quiet = [] if progress else ["--quiet"]
     run_command_steps(steps, [c for c in commands if not (prepare_only and c[1] == "eval")], keys,
-                      ["target", "corpus"], config, quiet)
+                      ["target", "corpus"], config, quiet, mains)
 
 
-def run_natural(config, out_dir, commands: list[tuple], progress: bool = True,
+def run_natural(config, out_dir, commands: list[tuple], mains: dict, progress: bool = True,
                 prepare_only: bool = False) -> Result | None:
     """Run or resume every step under ``out_dir``; returns the ``natural.json`` result.
     ``prepare_only``: every step before ``mfd eval`` (corpus, target, ceiling, distill, drafters),
@@ -360,7 +361,7 @@ def run_natural(config, out_dir, commands: list[tuple], progress: bool = True,
 
     ``commands`` are the pipeline steps, each ``(name, command, argv, argv relative to the output
     directory, command line)``; they come from :mod:`mfd_theory.commands.experiments.natural`, which owns
-    the config (this module stays below it)."""
+    the config (this module stays below it), with ``mains``, the pipeline commands' entry points."""
     out = make_out_dir(Path(out_dir), "out_dir")
     if config.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device: {config.device!r} requested but CUDA is not available")
@@ -368,7 +369,7 @@ def run_natural(config, out_dir, commands: list[tuple], progress: bool = True,
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(config.threads)
-        _run_steps(config, out, steps, commands, progress, prepare_only)
+        _run_steps(config, out, steps, commands, mains, progress, prepare_only)
     finally:
         torch.set_num_threads(threads)
     if prepare_only:

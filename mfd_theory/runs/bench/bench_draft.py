@@ -11,8 +11,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from mfd_theory.commands.bench.bench_decode import BenchDecodeConfig
-from mfd_theory.commands.bench.bench_decode_run import build_target
+from mfd_theory.runs.bench.bench_decode import build_target
 from mfd_theory.llm import TargetModel, build_drafter
 from mfd_theory.llm.decoding.warmup import warm_up
 from mfd_theory.llm.measure.profile import draft_round_ms
@@ -89,7 +88,7 @@ def measure(config, modes: list[int], contexts: list[int], progress: bool = True
 
     torch.set_num_threads(config.threads)
     dev = torch.device("cpu")
-    hf, model_name = build_target(BenchDecodeConfig(preset=config.preset, seed=config.seed), torch, dev, torch.float32)
+    hf, model_name = build_target(config.preset, config.seed, dev, torch.float32)
     need = max(contexts) + config.rounds * max(config.new_rows, config.verify_nodes + 1) + config.block_size * max(modes)
     if need > hf.config.max_position_embeddings:
         raise ValueError(f"contexts: {max(contexts)} rows plus the timed rounds exceed the target's "

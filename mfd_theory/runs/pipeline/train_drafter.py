@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mfd_theory.commands.pipeline._target import say
+from mfd_theory.runs.pipeline import say
 from mfd_theory.llm.models.target import load_local_target
 from mfd_theory.llm.models.drafter import build_drafter, drafter_from_checkpoint
 from mfd_theory.llm.models.fingerprint import target_fingerprint

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from mfd_theory.commands.bench._shapes import SHAPES
+from mfd_theory.runs.bench.shapes import SHAPES
 from mfd_theory.llm.models.testing import ReplayDrafter, random_qwen3
 from mfd_theory.llm.measure.profile import device_tag, draft_round_ms
 from mfd_theory.results import Result, atomic_write_text, provenance
@@ -129,10 +129,13 @@ def ceiling_step(cfg, hf, torch, dev) -> dict:
     return prompt_ceiling(hf, ctx, 1.0, opt, seed=cfg.seed)
 
 
-def run(cfg, sizes: list[int], contexts: list[int], out_dir, progress: bool = True) -> Result:
+def run(cfg, sizes: list[int], contexts: list[int], out_dir, progress: bool = True, e2e_main=None) -> Result:
     """The five steps on ``cfg`` (a :class:`~mfd_theory.commands.bench.gpu_check.GpuCheckConfig`, ``--small``
     applied) with the round profile's tree ``sizes`` and the drafting ``contexts``; writes the
-    latency profile and ``gpu_check_<device>.json``."""
+    latency profile and ``gpu_check_<device>.json``. ``e2e_main``: ``mfd e2e``'s entry point, given
+    by the command when ``cfg.e2e`` asks for the micro run (this floor imports no command)."""
+    if cfg.e2e and e2e_main is None:
+        raise ValueError("e2e_main: the micro e2e step needs mfd e2e's entry point")
     from mfd_theory.speedup import load_latency_profile
 
     if cfg.device.startswith("cuda") and not torch.cuda.is_available():
@@ -183,8 +186,6 @@ def run(cfg, sizes: list[int], contexts: list[int], out_dir, progress: bool = Tr
     load_latency_profile(path, make_monotone=True)  # the speedup model reads it
     e2e = None
     if cfg.e2e:
-        from mfd_theory.commands.experiments.e2e import main as e2e_main
-
         t0 = step(5, "mfd e2e --preset micro")
         res = e2e_main(["--preset", "micro", "--device", cfg.device, "--out", str(out_dir / "gpu_check_e2e"),
                         *([] if progress else ["--quiet"])])

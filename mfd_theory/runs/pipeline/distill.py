@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mfd_theory.commands.pipeline._target import say
+from mfd_theory.runs.pipeline import say
 from mfd_theory.llm.models.target import TargetModel, load_local_target
 from mfd_theory.llm.training.dist import setup, teardown
 from mfd_theory.llm.training.distill import check_context, distill_prompts, prompt_files_digest

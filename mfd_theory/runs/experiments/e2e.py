@@ -29,7 +29,7 @@ from mfd_theory.validation import make_out_dir
 # Everything imported up front (not inside the functions): a long run must not pick up a module
 # that was edited while it was training.
 from mfd_theory.llm.measure.assisted import hf_assisted_baseline
-from mfd_theory.commands.experiments.e2e_ceiling import cached_ceiling, reach_rows
+from mfd_theory.runs.experiments.e2e_ceiling import cached_ceiling, reach_rows
 from mfd_theory.llm.training.corpus import Corpus, CorpusConfig, build_corpus
 from mfd_theory.llm.models.drafter import build_drafter, load_drafter
 from mfd_theory.llm.models.target import TargetModel

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from mfd_theory.llm.models.target import load_local_target
-from mfd_theory.commands.pipeline.train_drafter_run import distilled_prompts
+from mfd_theory.runs.pipeline.train_drafter import distilled_prompts
 from mfd_theory.formatting import method_label
 from mfd_theory.llm.measure.evaluate import (
     add_speedup_predictions, best_budgets, cell_key, decode_cells, first_ids, format_gains, format_rows, make_cells,
@@ -113,7 +113,7 @@ def _load(config, options, dist, prompts, calib_sets, drafter_dirs, out_dir, pro
 def _check_not_distilled(config, calib_sets: dict, tok, info: dict) -> None:
     """Refuse calibration prompts that a drafter's training data answered: its acceptance there is
     in-sample, and a prediction calibrated on it is biased (a drafter records them beside its
-    checkpoint, :data:`~mfd_theory.commands.pipeline.train_drafter_run.DISTILLED_PROMPTS`)."""
+    checkpoint, :data:`~mfd_theory.runs.pipeline.train_drafter.DISTILLED_PROMPTS`)."""
     calib = [p for ps in calib_sets.values() for p in ps]
     if not calib:
         return

@@ -10,7 +10,7 @@ import statistics
 import time
 from pathlib import Path
 
-from mfd_theory.commands.bench._shapes import SHAPES
+from mfd_theory.runs.bench.shapes import SHAPES
 
 __all__ = ["build_pair", "build_target", "hybrid_profile", "measure", "round_profile", "verify_profile"]
 
@@ -36,21 +36,22 @@ def _torch_setup(cfg):
     return torch, dev, dtype
 
 
-def build_target(cfg, torch, dev, dtype):
-    """(hf_model, description): a local checkpoint, or a random model of the preset's shape."""
+def build_target(preset: str, seed: int, dev, dtype, target_dir: str = "", attn: str = "sdpa"):
+    """(hf_model, description): the local checkpoint ``target_dir``, or (none given) a random model
+    of the shape ``preset`` (:data:`~mfd_theory.runs.bench.shapes.SHAPES`) drawn with ``seed``."""
     from transformers import AutoModelForCausalLM
 
     from mfd_theory.llm.models.testing import random_qwen3
 
-    if cfg.target_dir:
+    if target_dir:
         try:
-            model = AutoModelForCausalLM.from_pretrained(cfg.target_dir, dtype=dtype, attn_implementation=cfg.attn,
+            model = AutoModelForCausalLM.from_pretrained(target_dir, dtype=dtype, attn_implementation=attn,
                                                          local_files_only=True)
         except (OSError, ValueError) as exc:  # an incomplete or foreign checkpoint directory
-            raise ValueError(f"--target-dir: cannot load a model from {cfg.target_dir}: {exc}") from exc
-        return model.to(dev).eval(), Path(cfg.target_dir).name
-    model = random_qwen3(SHAPES[cfg.preset], dtype=dtype, device=dev, seed=cfg.seed, attn=cfg.attn)  # timing only
-    return model, f"random-{cfg.preset}"
+            raise ValueError(f"--target-dir: cannot load a model from {target_dir}: {exc}") from exc
+        return model.to(dev).eval(), Path(target_dir).name
+    model = random_qwen3(SHAPES[preset], dtype=dtype, device=dev, seed=seed, attn=attn)  # timing only
+    return model, f"random-{preset}"
 
 
 def build_pair(cfg, torch, dev, dtype):
@@ -253,7 +254,7 @@ def measure(config, progress: bool = True) -> dict:
     if hybrid and not config.target_dir:
         hf, model_name = build_pair(config, torch, dev, dtype)[0], f"random-{config.preset}-qwen3_5"
     else:
-        hf, model_name = build_target(config, torch, dev, dtype)
+        hf, model_name = build_target(config.preset, config.seed, dev, dtype, config.target_dir, config.attn)
     target = TargetModel(hf)
     if config.drafter_dir:
         try:
