@@ -13,8 +13,9 @@ import numpy as np
 from mfd_theory.coverage import spliced_chimera_mask
 from mfd_theory.distributions import MixtureOfProducts
 from mfd_theory.fit import fit_mixture_exact
-from mfd_theory.results import wrote, Result, ResultStore, to_jsonable
+from mfd_theory.results import wrote, Result, ResultStore
 from mfd_theory.synthetic import make
+from mfd_theory.runs.theory import cell_config
 from mfd_theory.trees import enumerated_best_mode, best_mode_tree, mixture_tree, oracle_tree, product_tree
 
 
@@ -195,17 +196,12 @@ def summarize(cells: list[dict], config) -> tuple[list[dict], dict[str, Any]]:
     return table, theorems
 
 
-def _cell_config(config) -> dict[str, Any]:
-    d = to_jsonable(dataclasses.asdict(config))
-    return {k: v for k, v in d.items() if k not in _SWEEP_FIELDS}
-
-
 def run(config, out_dir: str | Path = "results", progress: bool = True) -> Result:
     from tqdm import tqdm
 
     t0 = time.perf_counter()
     store = ResultStore(Path(out_dir) / NAME)
-    cell_cfg = _cell_config(config)
+    cell_cfg = cell_config(config, _SWEEP_FIELDS)
     n_new = 0
     check_key = (f"check,n={config.n_instances},K={config.max_K},L={config.max_L},V={config.max_V},"
                  f"N={config.max_budget},seed={config.seed}")

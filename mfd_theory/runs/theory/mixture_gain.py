@@ -13,7 +13,7 @@ import numpy as np
 from mfd_theory.distributions import MixtureOfProducts
 from mfd_theory.fit import fit_mixture, fit_mixture_exact, log_likelihood
 from mfd_theory.layouts import long_cell, widen_cell, curve_grid, headline_k
-from mfd_theory.results import wrote, Result, ResultStore, to_jsonable
+from mfd_theory.results import wrote, Result, ResultStore
 from mfd_theory.speedup import (
     best_fixed_budget,
     default_profile,
@@ -23,6 +23,7 @@ from mfd_theory.speedup import (
     speedup,
 )
 from mfd_theory.synthetic import make
+from mfd_theory.runs.theory import cell_config, cell_key
 from mfd_theory.trees import mixture_tree, oracle_tree, product_tree
 
 
@@ -203,17 +204,8 @@ def cells(config):
                 yield f"zipf_conf={c:g}", F, None, seed, float(c)
 
 
-def _cell_key(family, F, m, seed) -> str:
-    return f"{family},F={F},m={m if m is not None else 0},seed={seed}"
-
-
 #: the cells' layout; a cell stored in another (older) layout is recomputed
 CELL_FORMAT = 2
-
-
-def _cell_config(config) -> dict[str, Any]:
-    d = to_jsonable(dataclasses.asdict(config))
-    return {**{k: v for k, v in d.items() if k not in _SWEEP_FIELDS}, "cell_format": CELL_FORMAT}
 
 
 def summarize_confidence(cell_rows: list[dict], config) -> list[dict[str, Any]]:
@@ -342,10 +334,10 @@ def run(config, out_dir: str | Path = "results", progress: bool = True) -> Resul
     cfg_dict = dataclasses.asdict(config)
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
-    cell_cfg = _cell_config(config)
+    cell_cfg = cell_config(config, _SWEEP_FIELDS, CELL_FORMAT)
     n_new = 0
     for family, F, m, seed, conf in tqdm(todo, desc=NAME, disable=not progress):
-        key = _cell_key(family, F, m, seed)
+        key = cell_key(family, F, m, seed)
         n_new += not store.has(key)
 
         def compute():

@@ -13,9 +13,10 @@ import numpy as np
 from mfd_theory.fit import fit_mixture_exact
 from mfd_theory.layouts import curve_grid, group_label
 from mfd_theory.path_trees import MemoryDrafter
-from mfd_theory.results import wrote, Result, ResultStore, to_jsonable
+from mfd_theory.results import wrote, Result, ResultStore
 from mfd_theory.speedup import default_profile, load_latency_profile, path_speedup, speedup
 from mfd_theory.synthetic import make
+from mfd_theory.runs.theory import cell_config, cell_key
 from mfd_theory.trees import mixture_tree, oracle_tree, path_tree, product_tree
 
 
@@ -133,17 +134,8 @@ def cells(config):
                         yield family, F, None, seed
 
 
-def _cell_key(family, F, m, seed) -> str:
-    return f"{family},F={F},m={m if m is not None else 0},seed={seed}"
-
-
 #: the cells' layout; a cell stored in another (older) layout is recomputed
 CELL_FORMAT = 2
-
-
-def _cell_config(config) -> dict[str, Any]:
-    d = to_jsonable(dataclasses.asdict(config))
-    return {**{k: v for k, v in d.items() if k not in _SWEEP_FIELDS}, "cell_format": CELL_FORMAT}
 
 
 def per_budget(rows: list[dict], method: str, key: str = "coverage") -> list:
@@ -216,12 +208,12 @@ def run(config, out_dir: str | Path = "results", progress: bool = True) -> Resul
 
     store = ResultStore(Path(out_dir) / NAME)
     todo = list(cells(config))
-    cell_cfg = _cell_config(config)
+    cell_cfg = cell_config(config, _SWEEP_FIELDS, CELL_FORMAT)
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     n_new = 0
     for family, F, m, seed in tqdm(todo, desc=NAME, disable=not progress):
-        key = _cell_key(family, F, m, seed)
+        key = cell_key(family, F, m, seed)
         n_new += not store.has(key)
 
         def compute():
