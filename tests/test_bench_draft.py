@@ -15,7 +15,7 @@ from mfd_theory.report import render  # noqa: E402
 
 
 def test_bench_draft_micro(tmp_path):
-    cfg = BenchDraftConfig(preset="micro", block_size=4, contexts="8,40", modes="1,2", new_rows=2, rounds=2,
+    cfg = BenchDraftConfig(shape="micro", block_size=4, contexts="8,40", modes="1,2", new_rows=2, rounds=2,
                            verify_nodes=4, repeats=1)
     res = run(cfg, out_dir=tmp_path, progress=False)
     saved = json.loads((tmp_path / "bench_draft_micro.json").read_text())  # one file per preset shape
@@ -55,7 +55,7 @@ def test_bench_draft_bad_input(tmp_path, capsys, argv, msg):
 
 
 def test_bench_draft_puts_every_k_beside_k1_and_the_target_on_k4(tmp_path):
-    cfg = BenchDraftConfig(preset="micro", block_size=4, contexts="8,40", modes="1,2,4,8", new_rows=2, rounds=1,
+    cfg = BenchDraftConfig(shape="micro", block_size=4, contexts="8,40", modes="1,2,4,8", new_rows=2, rounds=1,
                            verify_nodes=4, repeats=1)
     res = run(cfg, out_dir=tmp_path, progress=False)
     ratios = res.data["ratios"]

@@ -574,3 +574,19 @@ def test_every_parser_error_is_one_line_naming_the_flag(capsys, tmp_path):
         named = next((a for a in argv if a.startswith("--")), argv[-1])
         assert named.split("=")[0] in cap.err, (argv, cap.err)
     assert not (tmp_path / "o").exists()
+
+
+def test_show_config_names_the_preset_file_it_started_from(capsys):
+    """``--show-config``'s ``preset`` key and the ``--preset`` flag mean one thing: the file the values
+    started from (a shape or the e2e run a benchmark decodes has a key of its own)."""
+    from mfd_theory.commands.bench.bench_decode import CLI as DECODE
+    from mfd_theory.commands.experiments.e2e import CLI as E2E
+
+    assert main(["e2e", "--preset", "k8", "--show-config"]) == 0
+    assert 'preset = "k8"' in capsys.readouterr().out.splitlines()[2]
+    cfg, _ = E2E.parse(["--preset", "hybrid-k8"])
+    assert cfg.preset == "hybrid-k8" and cfg.target_arch == "qwen3_5"
+    cfg, _ = DECODE.parse(["--preset", "hybrid"])
+    assert (cfg.preset, cfg.shape, cfg.arch) == ("hybrid", "small", "qwen3_5")
+    assert main(["bench", "batch", "--preset", "micro", "--show-config"]) == 0
+    assert 'e2e_preset = "micro"' in capsys.readouterr().out

@@ -488,7 +488,7 @@ def _batch_result(arch="qwen3"):
                              predicted_tokens_per_s=v * (1.1 if i % 2 else 0.9)))
     gpu = [dict(method=m, batch_size=b, tokens_per_s=(3.5 if m == "mfd" else 3.0) - 0.05 * b, ar_tokens_per_s=1.0)
            for m in ("ddtree", "mfd") for b in sizes]
-    return {"name": "bench_batch", "config": {"preset": "default", "target_arch": arch, "batch_sizes": list(sizes),
+    return {"name": "bench_batch", "config": {"e2e_preset": "default", "target_arch": arch, "batch_sizes": list(sizes),
                                               "budgets": [8], "seed": 0},
             "data": {"rows": rows, "gpu_predicted": gpu, "gpu_profile": "h100_qwen3-8b",
                      "model": f"e2e target target-59eacffc01 ({arch})"},

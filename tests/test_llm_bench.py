@@ -13,7 +13,7 @@ from mfd_theory.commands.bench.bench_decode import BenchDecodeConfig, report, ru
 
 
 def test_bench_decode_micro(tmp_path):
-    cfg = BenchDecodeConfig(preset="micro", block_size=4, num_modes=2, budget=8, prompt_len=8, max_new_tokens=6,
+    cfg = BenchDecodeConfig(shape="micro", block_size=4, num_modes=2, budget=8, prompt_len=8, max_new_tokens=6,
                             prompts=1, profile_sizes="1,4,16", profile_repeats=1, profile_tokens=4)
     res = run(cfg, out_dir=tmp_path, progress=False)
     assert set(res.data["methods"]) == {"ar", "chain", "ddtree", "mfd"}

@@ -327,7 +327,7 @@ def test_e2e_trains_and_decodes_a_hybrid_target(tmp_path):
 def test_bench_hybrid_profile_micro():
     from mfd_theory.commands.bench.bench_decode import BenchDecodeConfig, hybrid_profile, hybrid_table
 
-    cfg = BenchDecodeConfig(preset="micro", arch="qwen3_5", block_size=4, prompt_len=8, hybrid_sizes="1,4",
+    cfg = BenchDecodeConfig(shape="micro", arch="qwen3_5", block_size=4, prompt_len=8, hybrid_sizes="1,4",
                             profile_repeats=1)
     prof = hybrid_profile(cfg, torch, torch.device("cpu"), torch.float32, progress=False)
     assert [r["N"] for r in prof["rows"]] == [1, 4]
@@ -343,7 +343,7 @@ def test_bench_decode_hybrid_writes_its_own_file_and_block(tmp_path):
     from mfd_theory.commands.bench.bench_decode import BenchDecodeConfig, run
     from mfd_theory.report import BLOCKS, render
 
-    cfg = BenchDecodeConfig(preset="micro", arch="qwen3_5", block_size=4, num_modes=2, budget=4, prompt_len=8,
+    cfg = BenchDecodeConfig(shape="micro", arch="qwen3_5", block_size=4, num_modes=2, budget=4, prompt_len=8,
                             max_new_tokens=4, prompts=1, hybrid_sizes="1,4", profile_repeats=1)
     res = run(cfg, out_dir=tmp_path, progress=False)
     assert (tmp_path / "bench_decode_qwen3_5.json").is_file() and not (tmp_path / "bench_decode.json").exists()

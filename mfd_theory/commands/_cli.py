@@ -235,7 +235,10 @@ def preset_values(cls, folder: str, name: str) -> dict:
         raise ValueError(f"--preset: no preset {name!r}; choose one of {', '.join(preset_names(folder))} "
                          f"(the files in {d})")
     path = d / f"{name}.toml"
-    return read_config(cls, path, f"--preset {name} ({path})")
+    values = read_config(cls, path, f"--preset {name} ({path})")
+    if any(f.name == "preset" for f in _fields(cls)):  # the field that records the preset file is its name
+        values["preset"] = name
+    return values
 
 
 def load_preset(cls, folder: str, name: str, **overrides):
@@ -315,8 +318,8 @@ class Command:
     ``__name__`` (its last part names the preset folder ``experiments/<part>/``); ``doc``: the
     module docstring (its first paragraph is what ``--help`` shows). ``out``: the default of
     ``--out`` (None: required; False: the command has no ``--out``) and ``out_help`` its help; a
-    config field named ``out`` takes the option's value, one named ``preset`` takes its value from
-    the preset file. ``extras``: run
+    config field named ``out`` takes the option's value, one named ``preset`` records the name of
+    the preset file the values started from (so ``--show-config``'s key and ``--preset`` agree). ``extras``: run
     options beside the config (:func:`switch`, :func:`figure_option`). ``models``: the command
     loads Hugging Face models, so ``--quiet`` silences transformers too. ``examples``: command lines
     (``mfd X ...  # what it does``) that ``--help`` ends with; by default they are made from the

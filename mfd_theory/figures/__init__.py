@@ -58,9 +58,9 @@ def run_label(res) -> str:
     name = (name or "").split("/")[0] or "result"
     if name == "bench_batch":
         arch = cfg.get("target_arch", "qwen3")
-        return (f"run: bench batch on the e2e {cfg.get('preset', '?')} preset's {arch} target, B "
+        return (f"run: bench batch on the e2e {cfg.get('e2e_preset', cfg.get('preset', '?'))} preset's {arch} target, B "
                 f"{_join(cfg.get('batch_sizes', []))}, N {_join(cfg.get('budgets', []))}, seed {cfg.get('seed', '?')}")
-    if name == "end_to_end" or "preset" in cfg:
+    if name == "end_to_end" or "target_layers" in cfg:  # an e2e run's config, whatever its file is called
         arch = cfg.get("target_arch", "qwen3")
         kind = " (Gated DeltaNet hybrid)" if arch == "qwen3_5" else ""
         size = f" {cfg['target_layers']}x{cfg['target_hidden']}" if "target_layers" in cfg else ""

@@ -99,7 +99,7 @@ def bench_draft(results: Results) -> str:
     load = d.get("load_avg_1min")
     load_s = (f"1-minute load average {load[0]:.1f} at the start and {load[-1]:.1f} at the end on "
               f"{d.get('cpu_count', '?')} cores" if load else "machine load not recorded")
-    lines = [f"`{c['preset']}` shape, target {d['model']} (width {d['width']}); {c['draft_layers']} draft layer(s), "
+    lines = [f"`{c.get('shape', c.get('preset'))}` shape, target {d['model']} (width {d['width']}); {c['draft_layers']} draft layer(s), "
              f"block {c['block_size']}, {c['new_rows']} new context rows per round, fastest of {c['rounds']} rounds "
              f"per cell, {len(reps)} repeats in one run, {c['threads']} thread(s); {load_s}. Times in ms, a cell is "
              "the span over repeats; ratios are min / median / max over repeats:",

@@ -53,7 +53,8 @@ OVERHEAD_TARGET = {"qwen3": 0.10, "qwen3_5": 0.20}
 
 @dataclass(frozen=True)
 class BenchBatchConfig(Checked):
-    preset: str = opt("default", "the mfd e2e preset whose target and drafters are decoded", choices=("default", "micro"))
+    e2e_preset: str = opt("default", "the mfd e2e preset whose target and drafters are decoded",
+                          choices=("default", "micro"))
     target_arch: str = opt("qwen3", "the e2e target: qwen3 (attention) or qwen3_5 (hybrid GDN + attention)",
                            choices=("qwen3", "qwen3_5"))
     cache_dir: str = opt("", "the e2e checkpoint cache (default: <out>/cache, where mfd e2e --out <out> keeps it)")
@@ -91,9 +92,9 @@ def run(cfg: BenchBatchConfig, progress: bool = True) -> Result:
     """Predict, then measure (the torch half), then judge the targets; writes the Result."""
     from mfd_theory.commands.experiments.e2e import preset_config
 
-    ecfg = preset_config(cfg.preset, target_arch=cfg.target_arch, seed=cfg.seed)
+    ecfg = preset_config(cfg.e2e_preset, target_arch=cfg.target_arch, seed=cfg.seed)
     if cfg.mfd_modes not in ecfg.modes:
-        raise ValueError(f"--mfd-modes: the {cfg.preset} preset trains K in {list(ecfg.modes)}, got {cfg.mfd_modes}")
+        raise ValueError(f"--mfd-modes: the {cfg.e2e_preset} preset trains K in {list(ecfg.modes)}, got {cfg.mfd_modes}")
     from mfd_theory.runs.bench.bench_batch import measure
 
     m = measure(cfg, ecfg, progress)

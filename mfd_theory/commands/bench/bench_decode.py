@@ -50,7 +50,9 @@ AR_SPREAD, OVER_TAU, PROFILE_RATIO = 1.25, 1.1, 1.5
 
 @dataclass(frozen=True)
 class BenchDecodeConfig(Checked):
-    preset: str = opt("small", "random target shape, ignored with --target-dir", choices=tuple(SHAPES))
+    preset: str = opt("small", "the preset file (experiments/bench_decode/NAME.toml) these values started from, set by "
+                      "--preset NAME")
+    shape: str = opt("small", "random target shape, ignored with --target-dir", choices=tuple(SHAPES))
     target_dir: str = opt("", "a local HF Qwen3 directory (optional)")
     drafter_dir: str = opt("", "a local DFlash/MFD drafter directory (optional)")
     device: str = opt("auto", "auto, cpu or cuda")

@@ -23,7 +23,7 @@ shape and a random drafter sized to it, CPU threads fixed (1 by default):
 
 The whole measurement is repeated ``repeats`` times (interleaved, so drift in machine load hits
 both paths alike) and the spread of every ratio is printed. The "before" path ships with the
-package (the slow twin the tests compare the drafter with), so this runs from an installed wheel. Writes ``<out>/bench_draft_<preset>.json`` (one file per shape;
+package (the slow twin the tests compare the drafter with), so this runs from an installed wheel. Writes ``<out>/bench_draft_<shape>.json`` (one file per shape;
 ``mfd report`` turns each into a block of docs/benchmarks.md). The config lives here (no torch
 import); the work is in :mod:`mfd_theory.runs.bench.bench_draft`.
 """
@@ -45,8 +45,10 @@ __all__ = ["BenchDraftConfig", "main", "report", "results_name", "run"]
 
 @dataclass(frozen=True)
 class BenchDraftConfig(Checked):
-    preset: str = opt("micro", "random target (and drafter) shape, one of mfd bench decode's presets",
-                      choices=tuple(SHAPES))
+    preset: str = opt("micro", "the preset file (experiments/bench_draft/NAME.toml) these values started from, set by "
+                      "--preset NAME")
+    shape: str = opt("micro", "random target (and drafter) shape, one of mfd bench decode's shapes",
+                     choices=tuple(SHAPES))
     block_size: int = opt(16, "drafter block size", ge=2)
     draft_layers: int = opt(1, "drafter layers", ge=1)
     modes: str = opt("1,2,4,8", "modes K to time, each compared with K = 1; the ratio target is K = 4's (the "
@@ -82,7 +84,7 @@ def _ints(name: str, text: str, low: int) -> list[int]:
 
 
 def run(config: BenchDraftConfig = BenchDraftConfig(), out_dir: str | None = None, progress: bool = True) -> Result:
-    """Measure (the torch half), then the ratios of every repeat, written to ``bench_draft_<preset>.json``."""
+    """Measure (the torch half), then the ratios of every repeat, written to ``bench_draft_<shape>.json``."""
     from mfd_theory.runs.bench.bench_draft import measure
 
     modes, contexts = config.plan()
@@ -91,13 +93,13 @@ def run(config: BenchDraftConfig = BenchDraftConfig(), out_dir: str | None = Non
             "ratios": _ratios(m["repeats"], modes, contexts), "load_avg_1min": m["load_avg_1min"],
             "cpu_count": m["cpu_count"]}
     result = Result("bench_draft", dataclasses.asdict(config), data, seed=config.seed)
-    result.save(Path(out_dir or config.out) / results_name(config.preset))
+    result.save(Path(out_dir or config.out) / results_name(config.shape))
     return result
 
 
-def results_name(preset: str) -> str:
-    """One file per preset shape, so a run at one shape never overwrites another's."""
-    return f"bench_draft_{preset}.json"
+def results_name(shape: str) -> str:
+    """One file per shape, so a run at one shape never overwrites another's."""
+    return f"bench_draft_{shape}.json"
 
 
 def _ratios(reps, modes, contexts) -> dict[str, list[float]]:

@@ -31,8 +31,8 @@ __all__ = ["E2EConfig", "preset_config", "run", "main"]
 class E2EConfig(Checked):
     """Defaults = the ``default`` preset (<= 15 minutes on 2 CPU cores, training included)."""
 
-    preset: str = opt("default", "the sizes this run starts from: default (the run in docs/results.md) or micro "
-                      "(a small smoke run), set by the preset file", choices=("default", "micro"))
+    preset: str = opt("default", "the preset file (experiments/e2e/NAME.toml) these values started from, set by "
+                      "--preset NAME: default (the run in docs/results.md), micro (a small smoke run), ...")
     seed: int = opt(0, "random seed of data, training and sampling", ge=0)
     threads: int = opt(2, "torch threads for training", ge=1)
     eval_threads: int = opt(1, "torch threads for decoding (timing)", ge=1)

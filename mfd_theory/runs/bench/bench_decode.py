@@ -59,7 +59,7 @@ def build_pair(cfg, torch, dev, dtype):
     same preset size (hidden size, layers, heads, MLP), built with their own initialisers."""
     from mfd_theory.llm.training.train import LMConfig, lm_class, qwen3_config
 
-    v, h, n, nh, kv, hd, inter = SHAPES[cfg.preset]
+    v, h, n, nh, kv, hd, inter = SHAPES[cfg.shape]
     models = []
     for arch in ("qwen3_5", "qwen3"):
         lm = LMConfig(hidden_size=h, num_layers=n, num_heads=nh, num_kv_heads=kv, head_dim=hd,
@@ -252,9 +252,9 @@ def measure(config, progress: bool = True) -> dict:
     hybrid = config.arch == "qwen3_5"
     torch, dev, dtype = _torch_setup(config)
     if hybrid and not config.target_dir:
-        hf, model_name = build_pair(config, torch, dev, dtype)[0], f"random-{config.preset}-qwen3_5"
+        hf, model_name = build_pair(config, torch, dev, dtype)[0], f"random-{config.shape}-qwen3_5"
     else:
-        hf, model_name = build_target(config.preset, config.seed, dev, dtype, config.target_dir, config.attn)
+        hf, model_name = build_target(config.shape, config.seed, dev, dtype, config.target_dir, config.attn)
     target = TargetModel(hf)
     if config.drafter_dir:
         try:

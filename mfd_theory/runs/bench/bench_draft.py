@@ -88,7 +88,7 @@ def measure(config, modes: list[int], contexts: list[int], progress: bool = True
 
     torch.set_num_threads(config.threads)
     dev = torch.device("cpu")
-    hf, model_name = build_target(config.preset, config.seed, dev, torch.float32)
+    hf, model_name = build_target(config.shape, config.seed, dev, torch.float32)
     need = max(contexts) + config.rounds * max(config.new_rows, config.verify_nodes + 1) + config.block_size * max(modes)
     if need > hf.config.max_position_embeddings:
         raise ValueError(f"contexts: {max(contexts)} rows plus the timed rounds exceed the target's "
