@@ -56,6 +56,7 @@ BLOCK_FILES: dict[str, str] = {
     "bench-batch": BENCHMARKS,
     "bench-batch-hybrid": BENCHMARKS,
     "own-target": OWN_TARGET,
+    "front": README,
 }
 
 

@@ -4,6 +4,7 @@ block made the same way, from a :class:`Results` that loads each file once."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -220,8 +221,12 @@ def test_every_block_has_one_file_and_the_repository_follows_it():
     assert set(BLOCK_FILES) == set(BLOCKS)
     assert report_files()[0] == "docs/results.md" and len(set(report_files())) == len(report_files())
     check_layout({f: (ROOT / f).read_text() for f in report_files()})  # raises on a misplaced block
-    # the front page holds no generated block: its verdicts are written from the blocks and the studies
-    assert "README.md" not in report_files() and "<!-- report:" not in (ROOT / "README.md").read_text()
+    # the front page holds one generated block, its headline: at most 8 rows and 2,500 characters
+    readme = (ROOT / "README.md").read_text()
+    assert re.findall(r"<!-- report:([a-z0-9-]+) -->", readme) == ["front"]
+    block = readme.split("<!-- report:front -->", 1)[1].split("<!-- /report:front -->", 1)[0]
+    rows = [ln for ln in block.splitlines() if ln.startswith("| ")][1:]
+    assert len(rows) <= 8 and len(block) <= 2500, (len(rows), len(block))
 
 
 def test_layout_check_names_misplaced_missing_and_repeated_blocks():
@@ -498,3 +503,73 @@ def test_the_lossless_only_run_gets_its_own_block_with_each_checks_measured_time
     assert "its check 10.0 min" in text and "Wall time 0.1 min" in text
     assert "**1 case differs**: replay mfd (batch)" in text
     assert BLOCK_FILES["real-default"] == BLOCK_FILES["real"]
+
+
+def _front_results() -> "Results":
+    """The three files the front block reads, as small dicts: two seeds, one data set at T = 0 and 1."""
+    from mfd_theory.report import Results
+    from mfd_theory.results import Result
+
+    def cmp(gain, verdict, runs=(0.01, 0.03)):
+        return {"gain": gain, "lo": gain - 0.2, "hi": gain + 0.2, "verdict": verdict, "model": "runs",
+                "run_gains": list(runs), "margin": 0.03, "level": 0.95, "n_runs": len(runs), "n_prompts": 2}
+
+    def row(t, method, drafter, tau, speedup, z=None):
+        return {"dataset": "code", "temperature": t, "method": method, "drafter": drafter, "budget": 16, "K": 2
+                if drafter == "mfd-k2" else 1, "tau": tau, "speedup": speedup, "pred_gap_z": z}
+
+    runs = [{"seed": s, "rows": [row(0, "ar", "-", 1.0, None), row(0, "chain", "product", 1.1, 0.9),
+                                 row(0, "mfd", "mfd-k2", 1.4 + s / 10, 0.8), row(1, "ddtree", "product", 1.3, 0.8, 0.4),
+                                 row(1, "mfd", "mfd-k2", 1.3, 0.85, -1.3 - s)]} for s in (0, 1)]
+    mfd, ddt, chain = ({"method": "mfd", "drafter": "mfd-k2", "budget": 16, "scorer": "mixture"},
+                       {"method": "ddtree", "drafter": "product", "budget": 16, "scorer": None},
+                       {"method": "chain", "drafter": "product", "budget": None, "scorer": None})
+    verdicts = [{"dataset": "code", "temperature": t, "question": "same_n", "a": mfd, "b": ddt,
+                 "tau_cmp": cmp(0.02 + t / 100, "inconclusive"), "speed_cmp": cmp(0.0, "inconclusive")}
+                for t in (0.0, 1.0)]
+    verdicts += [{"dataset": "code", "temperature": t, "question": "against_product", "a": mfd, "b": chain,
+                  "tau_cmp": cmp(0.25, "gain"), "speed_cmp": cmp(-0.07 - t / 20, "loss" if t else "inconclusive")}
+                 for t in (0.0, 1.0)]
+    drafters = Result("real_drafters", {}, {"target": "qwen-x", "runs": runs, "verdicts": verdicts})
+    tab = {"n_prompts": 4, "trees": ["product", "mixture K=2", "mixture K=8", "oracle"], "dead": {"dead_share": [0.7, 0.05]},
+           "by_budget": {"64": {"coverage": {"product": [5.0, 0.1], "mixture K=2": [5.5, 0.1], "mixture K=8": [6.4, 0.1],
+                                             "oracle": [6.6, 0.1]},
+                                "gain": {"mixture K=8": cmp(0.27, "inconclusive"), "oracle": cmp(0.31, "inconclusive")}}}}
+    ll = {"rows": [{"equal": True}] * 20, "walk": {"pvalue": 0.62}}
+    real = Result("real", {}, {"targets": {"qwen-x": {"ceiling": {"code": {"1": tab}}, "lossless": ll},
+                                           "smol-y": {"lossless": {"rows": [{"equal": True}] * 20}}}})
+    bound = Result("chimera_bound", {"m_max": 10}, {"verify": {"instances": 1_000_000, "violations": 0, "ties": 0}})
+    return Results(None, ("real-drafters/real_drafters.json", "real/real.json", "chimera_bound.json"),
+                   {"real-drafters/real_drafters.json": drafters, "real/real.json": real, "chimera_bound.json": bound})
+
+
+def test_the_front_block_answers_each_claim_in_a_short_row():
+    from mfd_theory.report import BLOCKS
+    from mfd_theory.report.front import MAX_ANSWER
+
+    results = _front_results()
+    text = BLOCKS["front"].make(results)
+    rows = [ln for ln in text.splitlines() if ln.startswith("| ")][1:]
+    assert len(rows) == 8 and len(text) <= 2500
+    answers = [r.split(" | ")[1] for r in rows]
+    assert all(len(a) <= MAX_ANSWER and "[" not in a for a in answers)  # no intervals on the front page
+    # C1: |z| 0.4, 1.3 (seed 0) and 0.4, 2.3 (seed 1): one cell beyond 2 standard errors
+    assert answers[0] == ("1 of 4 cells off (in-sample): accepted per round within 2.3 standard errors of the covered "
+                          "mass in 3 of 4 cells x seeds")
+    assert answers[1] == "holds: 0 violations in 1,000,000 random instances, m = 1..10"
+    assert answers[2].startswith("70% of its nodes dead, against the paper's 27-33% (4 prompts")
+    assert answers[3] == "code T = 1 +27% (oracle +31%) over the product tree: inconclusive"
+    assert answers[4] == ("holds: 40 of 40 greedy decodes equal HF `generate`; sampled walks fit the exact acceptance "
+                          "(chi-square p = 0.62)")
+    assert rows[6].startswith("| ... and decodes faster than the product drafter's chain (its faster method")
+    assert answers[5].startswith("tau +2% to +3%: inconclusive in all 2 cells (") and "seeds would decide)" in answers[5]
+    assert answers[6] == "speed -12% to -7%: a loss on code at T = 1; inconclusive elsewhere"
+    assert answers[7] == "no: speedups 0.80-0.90x; best tau 1.50 (EAGLE-3 on Qwen3-1.7B: 2.93)"
+    # what the rows say moves with the numbers: a violation, a differing decode, a faster method
+    results.loaded["chimera_bound.json"].data["verify"]["violations"] = 3
+    results.loaded["real/real.json"].data["targets"]["smol-y"]["lossless"]["rows"][0] = {"equal": False}
+    results.loaded["real-drafters/real_drafters.json"].data["runs"][0]["rows"][1]["speedup"] = 1.2
+    rows = [ln for ln in BLOCKS["front"].make(results).splitlines() if ln.startswith("| ")][1:]
+    assert rows[1].split(" | ")[1].startswith("fails: 3 violations")
+    assert rows[4].split(" | ")[1].startswith("fails: 39 of 40 greedy decodes")
+    assert rows[7].split(" | ")[1].startswith("1 of 8 cells: speedups 0.80-1.20x")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from mfd_theory.report import bench, checks, e2e, headline, natural, own_target, real, real_drafters, theory
+from mfd_theory.report import bench, checks, e2e, front, headline, natural, own_target, real, real_drafters, theory
 from mfd_theory.report.inputs import Results
 
 __all__ = ["BLOCKS", "Block", "block_inputs"]
@@ -71,6 +71,8 @@ BLOCKS: dict[str, Block] = {
     "bench-batch": Block("bench_batch.json", bench.bench_batch),
     "bench-batch-hybrid": Block("bench_batch_qwen3_5.json", bench.bench_batch),
     "headline": Block("end_to_end.json", headline.headline, also=headline.HEADLINE_FILES),
+    # the front page's few rows, one per claim (README.md): what make reproduce's three runs found
+    "front": Block("real-drafters/real_drafters.json", front.front, also=front.FRONT_FILES),
 }
 
 
