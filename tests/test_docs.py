@@ -292,6 +292,19 @@ def test_the_front_page_links_long_pages_by_anchor():
     assert heading_anchors("## `mfd real-drafters`\n## Words (and more)\n") == {"mfd-real-drafters", "words-and-more"}
 
 
+@pytest.mark.parametrize("path", DOCS, ids=_ids(DOCS))
+def test_every_page_links_long_pages_by_anchor(path):
+    """Every page, not only the front one, sends a reader to a page of over 300 lines by the
+    anchor of the section meant (the README's map of the documentation and code blocks aside; the
+    blocks `mfd report` writes are checked too, so a block function that links a bare page fails)."""
+    text = _BLOCK.sub("", path.read_text(encoding="utf-8"))
+    if path == ROOT / "README.md":
+        text = re.sub(r"^## Map of the documentation\n.*?(?=^## )", "", text, flags=re.S | re.M)
+    bare = [t for t in re.findall(r"\]\(([^)\s#]+\.md)\)", text)
+            if (path.parent / t).exists() and len((path.parent / t).read_text(encoding="utf-8").splitlines()) > 300]
+    assert bare == []
+
+
 def test_readme_lists_every_command():
     text = (ROOT / "README.md").read_text()
     table = text.split("## Commands", 1)[1].split("\n## ", 1)[0]
