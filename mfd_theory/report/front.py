@@ -22,7 +22,7 @@ __all__ = ["FRONT_FILES", "front", "MAX_ANSWER"]
 #: the files the front block reads besides real-drafters/real_drafters.json
 FRONT_FILES = ("real/real.json", "chimera_bound.json")
 #: the longest answer a row may give (characters); the block refuses to write a longer one
-MAX_ANSWER = 160
+MAX_ANSWER = 150
 #: |z| beyond which a C1 cell counts as a gap between accepted tokens and covered mass
 Z_GAP = 2.0
 
