@@ -558,13 +558,25 @@ def test_the_front_block_answers_each_claim_in_a_short_row():
                           "mass in 3 of 4 cells x seeds")
     assert answers[1] == "holds: 0 violations in 1,000,000 random instances, m = 1..10"
     assert answers[2].startswith("70% of its nodes dead, against the paper's 27-33% (4 prompts")
-    assert answers[3] == "code T = 1 +27% (oracle +31%) over the product tree: inconclusive"
+    assert answers[3] == ("code T = 1 +27% (oracle +31%) over the product tree: inconclusive over prompts, one sampling "
+                          "seed")
     assert answers[4] == ("holds: 40 of 40 greedy decodes equal HF `generate`; sampled walks fit the exact acceptance "
                           "(chi-square p = 0.62)")
     assert rows[6].startswith("| ... and decodes faster than the product drafter's chain (its faster method")
     assert answers[5].startswith("tau +2% to +3%: inconclusive in all 2 cells (") and "seeds would decide)" in answers[5]
-    assert answers[6] == "speed -12% to -7%: a loss on code at T = 1; inconclusive elsewhere"
+    assert answers[6] == "speed -12% to -7%: a loss on code at T = 1; inconclusive elsewhere (this run's timing)"
     assert answers[7] == "no: speedups 0.80-0.90x; best tau 1.50 (EAGLE-3 on Qwen3-1.7B: 2.93)"
+    # cells whose best mixture differs name their K each
+    import copy
+
+    tab = results.loaded["real/real.json"].data["targets"]["qwen-x"]["ceiling"]["code"]["1"]
+    prose = copy.deepcopy(tab)
+    prose["by_budget"]["64"]["coverage"]["mixture K=2"] = [7.0, 0.1]
+    prose["by_budget"]["64"]["gain"]["mixture K=2"] = prose["by_budget"]["64"]["gain"].pop("mixture K=8")
+    results.loaded["real/real.json"].data["targets"]["qwen-x"]["ceiling"]["prose"] = {"1": prose}
+    row = [ln for ln in BLOCKS["front"].make(results).splitlines() if ln.startswith("| A mixture")][0]
+    assert "fitted K = best" in row and "code T = 1 K = 8 +27%" in row and "prose T = 1 K = 2 +27%" in row
+    del results.loaded["real/real.json"].data["targets"]["qwen-x"]["ceiling"]["prose"]
     # what the rows say moves with the numbers: a violation, a differing decode, a faster method
     results.loaded["chimera_bound.json"].data["verify"]["violations"] = 3
     results.loaded["real/real.json"].data["targets"]["smol-y"]["lossless"]["rows"][0] = {"equal": False}
@@ -573,3 +585,13 @@ def test_the_front_block_answers_each_claim_in_a_short_row():
     assert rows[1].split(" | ")[1].startswith("fails: 3 violations")
     assert rows[4].split(" | ")[1].startswith("fails: 39 of 40 greedy decodes")
     assert rows[7].split(" | ")[1].startswith("1 of 8 cells: speedups 0.80-1.20x")
+
+
+def test_the_reach_table_calls_the_ceiling_a_prediction_only_when_told():
+    """The e2e run's ceiling sees calibration prompts only (a prediction); the real study's sees the
+    evaluated prompts too, so its column is named for what it is."""
+    from mfd_theory.report.ceiling import reach_lines
+
+    assert "| predicted tau gain |" in reach_lines([])[0]
+    head = reach_lines([], "the ceiling's tau gain (same prompts)")[0]
+    assert "| the ceiling's tau gain (same prompts) |" in head and "predicted" not in head

@@ -70,10 +70,11 @@ def ceiling_lines(pooled: dict, eps: float | None = None) -> list[str]:
     return lines
 
 
-def reach_lines(rows: list[dict]) -> list[str]:
+def reach_lines(rows: list[dict], ceiling_column: str = "predicted tau gain") -> list[str]:
     """:func:`mfd_theory.ceiling_stats.ceiling_reach`'s rows as a table: per drafter, the ceiling's
-    predicted tau gain, the measured one, and the fraction reached."""
-    lines = ["| data set | T | N | drafter | runs | ceiling | predicted tau gain | measured tau gain | reached |",
+    tau gain, the measured one, and the fraction reached. ``ceiling_column``: the heading of the
+    ceiling's gain, a "prediction" only where the ceiling saw none of the evaluated prompts."""
+    lines = [f"| data set | T | N | drafter | runs | ceiling | {ceiling_column} | measured tau gain | reached |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         n = str(r["budget"]) + (f" (product {r['base_budget']})" if r.get("base_budget", r["budget"]) != r["budget"]

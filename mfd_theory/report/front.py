@@ -14,7 +14,7 @@ from __future__ import annotations
 from mfd_theory.report._text import span
 from mfd_theory.report.ceiling import tree_label
 from mfd_theory.report.inputs import Results
-from mfd_theory.report.real import PAPER_DEAD
+from mfd_theory.report.real import PAPER_DEAD, best_mixture
 from mfd_theory.report.real_drafters import _to_decide
 
 __all__ = ["FRONT_FILES", "front", "MAX_ANSWER"]
@@ -75,12 +75,14 @@ def front(results: Results) -> str:
     lines = ["| claim (target) | what the last run found | full table |", "|---|---|---|"]
 
     # C1: each T > 0 tree cell's accepted tokens per round against its drafted trees' covered mass
-    zs = [r["pred_gap_z"] for run in runs for r in run["rows"]
+    c1 = [r for run in runs for r in run["rows"]
           if float(r["temperature"]) > 0 and r["method"] != "ar" and r.get("pred_gap_z") is not None]
+    zs = [r["pred_gap_z"] for r in c1]
     if zs:
+        temps = "/".join(f"{t:g}" for t in sorted({float(r["temperature"]) for r in c1}))
         far = sum(abs(z) > Z_GAP for z in zs)
         head = "holds" if far == 0 else f"{far} of {len(zs)} cells off"
-        lines.append(_row("Accepted tokens = covered mass (real Qwen target, trained drafters, T = 1)",
+        lines.append(_row(f"Accepted tokens = covered mass (real Qwen target, trained drafters, T = {temps})",
                           f"{head} (in-sample): accepted per round within {max(map(abs, zs)):.1f} standard errors "
                           f"of the covered mass in {len(zs) - far} of {len(zs)} cells x seeds", DRAFTERS,
                           "C1 table"))
@@ -98,21 +100,22 @@ def front(results: Results) -> str:
         lines.append(_row("Product trees splice futures (real Qwen target, the product tree of its own marginals, "
                           "N = 64)", f"{span(dead, '{:.0f}', '%')} of its nodes dead, against the paper's {PAPER_DEAD} "
                           f"({'/'.join(map(str, n_p))} prompts per domain)", REAL, "mfd real"))
-        parts, words = [], set()
+        parts, words, ks = [], set(), []
         for ds, tk, tab in cells:
             b = tab["by_budget"]["64"]
-            mix = [k for k in tab["trees"] if k.startswith("mixture K=")]
-            best = max(mix, key=lambda k: b["coverage"][k][0]) if mix else None
+            best = best_mixture(tab, b)
             if best is None or not b["gain"].get(best) or not b["gain"].get("oracle"):
                 continue
             g, o = b["gain"][best], b["gain"]["oracle"]
             words.add(g["verdict"])
-            parts.append(f"{ds} T = {tk} {100 * g['gain']:+.0f}% (oracle {100 * o['gain']:+.0f}%)")
-        if parts:
-            k = tree_label(best).split()[-1] if best else "?"
+            ks.append(tree_label(best).split()[-1])
+            parts.append((ds, tk, f"{100 * g['gain']:+.0f}% (oracle {100 * o['gain']:+.0f}%)"))
+        if parts:  # the best K of each cell, named once when every cell has the same
+            one = len(set(ks)) == 1
+            text = "; ".join(f"{ds} T = {tk}{'' if one else f' K = {k}'} {g}" for (ds, tk, g), k in zip(parts, ks))
             lines.append(_row(f"A mixture covers what the product misses (real Qwen target, its own samples, "
-                              f"fitted K = {k}, N = 64)", "; ".join(parts) + f" over the product tree: "
-                              f"{'/'.join(sorted(words))}", REAL, "mfd real"))
+                              f"fitted K = {ks[0] if one else 'best'}, N = 64)", text + " over the product tree: "
+                              f"{'/'.join(sorted(words))} over prompts, one sampling seed", REAL, "mfd real"))
     checks = [(name, t["lossless"]) for name, t in (real.get("targets") or {}).items() if t.get("lossless")]
     if checks:
         total = sum(len(ll["rows"]) for _, ll in checks)
@@ -138,7 +141,8 @@ def front(results: Results) -> str:
         against = "/".join(dict.fromkeys(v["b"]["method"] for v, _ in fast))
         lines.append(_row(f"... and decodes faster than the product drafter's {against} (its faster method, chosen "
                           "before decoding)",
-                          f"speed {_pct_span([c for _, c in fast])}: {_verdict_words(fast)}", DRAFTERS,
+                          f"speed {_pct_span([c for _, c in fast])}: {_verdict_words(fast)} (this run's timing)",
+                          DRAFTERS,
                           "verdicts"))
     tc = [r for run in runs for r in run["rows"] if r["method"] != "ar" and r.get("speedup") is not None]
     if tc:

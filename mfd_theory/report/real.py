@@ -12,7 +12,7 @@ from mfd_theory.report.ceiling import ceiling_lines, tree_label
 from mfd_theory.report.inputs import Results
 from mfd_theory.formatting import comparison_text
 
-__all__ = ["headline_rows", "real"]
+__all__ = ["best_mixture", "headline_rows", "real"]
 
 #: the paper's share of dead (chimera) nodes in a 64-node product tree
 PAPER_DEAD = "27-33%"
@@ -123,8 +123,7 @@ def headline_rows(data: dict, link: str) -> list[str]:
                 b = tab["by_budget"].get("64")
                 if not b:
                     continue
-                mix = [k for k in tab["trees"] if k.startswith("mixture K=")]
-                best = max(mix, key=lambda k: b["coverage"][k][0]) if mix else None
+                best = best_mixture(tab, b)
                 txt = f"{ds} T = {tk}: oracle {_short(b['gain'].get('oracle'))}"
                 if best:
                     txt += f", {tree_label(best)} mixture {_short(b['gain'].get(best))}"
@@ -142,6 +141,13 @@ def headline_rows(data: dict, link: str) -> list[str]:
                         + (f"; T = 1 walk chi-square p = {ll['walk']['pvalue']:.2f}" if ll.get("walk") else "")
                         + f" | {link} |")
     return rows
+
+
+def best_mixture(tab: dict, by_budget: dict) -> str | None:
+    """The fitted mixture tree (``mixture K=...``) of one ceiling table that covers the most at the
+    budget whose entry is ``by_budget``; None when the table has none."""
+    mix = [k for k in tab["trees"] if k.startswith("mixture K=")]
+    return max(mix, key=lambda k: by_budget["coverage"][k][0]) if mix else None
 
 
 def _short(c: dict | None) -> str:

@@ -164,7 +164,10 @@ def _reach(d: dict, results: Results) -> list[str]:
                         "above, over the seeds) beside the gain the target's K-mode tree of the same scorer has over "
                         f"the product tree of its own marginals (`mfd real`, `{name}`: "
                         f"{(results[name].config or {}).get('prompts_per_domain', '?')} evaluation prompts per domain, "
-                        "no drafter; Bonferroni over the rows):", "", *reach_lines(rows)]
+                        "no drafter; Bonferroni over the rows). Not a prediction: the ceiling's prompts are the first "
+                        "of the same shuffled evaluation sets, so they include the prompts the drafters were evaluated "
+                        "on; it is the room the target leaves on those prompts:", "",
+                        *reach_lines(rows, "the ceiling's tau gain (same prompts)")]
     return []
 
 
@@ -337,10 +340,10 @@ def real_headline(results: Results) -> str:
         if name in results.loaded or (path is not None and path.is_file()):
             rows = [r for r in reach_rows(d, results[name].data) if r.get("scorer") == "mixture"]
             if rows:
-                txt = "; ".join(f"{r['dataset']} T = {r['temperature']:g}: predicted {comparison_text(r['predicted'])}, "
+                txt = "; ".join(f"{r['dataset']} T = {r['temperature']:g}: ceiling {comparison_text(r['predicted'])}, "
                                 f"measured {100 * r['gain']:+.0f}%" for r in rows)
-                lines.append(f"| How much of the gain the target's own K-mode tree predicts (ceiling, `{name}`) do "
-                             f"the drafters reach? | {txt} | {link} |")
+                lines.append(f"| How much of the gain the target's own K-mode tree has on the same prompts (ceiling, "
+                             f"`{name}`) do the drafters reach? | {txt} | {link} |")
             break
     cells = [r for run in runs for r in run["rows"] if r["method"] != "ar" and r.get("speedup") is not None]
     if cells:
