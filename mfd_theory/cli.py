@@ -1,7 +1,7 @@
 """mfd checks the claims of Multi-Future Drafting (mixture block drafters for tree-verified speculative decoding): the theory on synthetic targets, end-to-end runs on small trained targets, drafters for your own target (distill, train-drafter, eval), the result pages and the benchmarks.
 
 ``mfd`` is also ``python -m mfd_theory.cli``. Each subcommand forwards its remaining arguments to its module's ``main(argv)``, whose options are
-generated from that command's frozen config dataclass (:mod:`mfd_theory.commands._cli`).
+generated from that command's frozen config dataclass (:mod:`mfd_theory.configs.options`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from mfd_theory import __version__
 
 # subcommand -> (module, function, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "reproduce": ("mfd_theory.commands.reproduce", "main", "run the main job from the preset files of experiments/ (results/, paper_figs/)"),
+    "reproduce": ("mfd_theory.reproduce", "main", "run the main job from the preset files of experiments/ (results/, paper_figs/)"),
     "core-table": ("mfd_theory.commands.theory.core_table", "main", "coverage and dead share of chain/product/mixture/oracle trees"),
     "chimera-bound": ("mfd_theory.commands.theory.chimera_bound", "main", "verify the 2^(m-1)-1 chimera bound on random instances"),
     "chimera-share": ("mfd_theory.commands.theory.chimera_share", "main", "chimera share of product trees across synthetic families"),

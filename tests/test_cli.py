@@ -253,7 +253,7 @@ def test_interrupt_leaves_no_empty_out_and_says_what_it_kept(write, tmp_path, ca
     pytest.importorskip("torch")
     from tqdm.auto import tqdm
 
-    import mfd_theory.commands.pipeline.eval as eval_cmd
+    import mfd_theory.runs.pipeline.entry as eval_cmd
     from mfd_theory.validation import make_out_dir
 
     out = tmp_path / "runs" / "ev"
@@ -267,7 +267,7 @@ def test_interrupt_leaves_no_empty_out_and_says_what_it_kept(write, tmp_path, ca
         bar.update(3)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(eval_cmd, "_run", run)
+    monkeypatch.setattr(eval_cmd, "_eval", run)
     assert main(["eval", "--target", str(tmp_path), "--drafter", str(tmp_path), "--prompts", "p.jsonl",
                  "--out", str(out)]) == 130
     last = capsys.readouterr().err.splitlines()[-1]
@@ -367,7 +367,7 @@ import dataclasses  # noqa: E402
 import importlib  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from mfd_theory.commands import _cli  # noqa: E402
+from mfd_theory.configs import options as _cli  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -422,7 +422,7 @@ def test_show_config_of_changed_options_round_trips(tmp_path, capsys):
     """Non-default values of every kind (tuples of floats, booleans, strings, an optional integer)
     survive --show-config and --config."""
     from mfd_theory.commands.experiments.e2e import CLI as E2E
-    from mfd_theory.commands.pipeline.train_drafter import CLI as TRAIN
+    from mfd_theory.configs.pipeline.train_drafter import CLI as TRAIN
 
     argv = ["--preset", "micro", "--temperatures", "0,0.5", "--hf-assisted", "false", "--device", "cuda:1",
             "--target-lr", "1e-05", "--budgets", "4", "16"]
@@ -511,7 +511,7 @@ def test_a_missing_config_file_is_a_usage_error(tmp_path, capsys):
 
 
 def test_bool_options_read_as_a_switch_or_with_a_value():
-    from mfd_theory.commands.pipeline.distill import CLI as DISTILL
+    from mfd_theory.configs.pipeline.distill import CLI as DISTILL
 
     base = ["--target", "t", "--prompts", "a.jsonl", "b,c.jsonl", "--prompts", "d.jsonl", "--out", "o"]
     on, _ = DISTILL.parse([*base, "--enable-thinking", "--quiet"])
@@ -544,7 +544,7 @@ def test_help_and_refusals_import_no_torch():
 def test_library_errors_name_the_flag():
     """A ValueError the work raises in the library's style (``max_new_tokens: ...``) reaches the
     user naming the flag; any other message is left alone."""
-    from mfd_theory.commands.pipeline.eval import CLI as EVAL
+    from mfd_theory.configs.pipeline.eval import CLI as EVAL
 
     for raised, shown in (("max_new_tokens: too many", "--max-new-tokens: too many"),
                           ("out_dir: cannot write", "--out: cannot write"), ("something else: x", "something else: x")):
@@ -590,3 +590,26 @@ def test_show_config_names_the_preset_file_it_started_from(capsys):
     assert (cfg.preset, cfg.shape, cfg.arch) == ("hybrid", "small", "qwen3_5")
     assert main(["bench", "batch", "--preset", "micro", "--show-config"]) == 0
     assert 'e2e_preset = "micro"' in capsys.readouterr().out
+
+
+def test_seed_and_budgets_are_declared_once_for_every_command():
+    """Every command's ``seed`` and ``budgets`` take the shared declarations of
+    :mod:`mfd_theory.configs.options` (an integer >= 0; tree sizes >= 1, at least one), so they
+    mean the same thing and refuse the same values everywhere; a declaration of its own fails."""
+    seeds = budgets = 0
+    for _, module in FRAMEWORK:
+        config = importlib.import_module(module).CLI.config
+        for f in dataclasses.fields(config):
+            meta = dict(f.metadata)
+            if f.name == "seed":
+                seeds += 1
+                assert (meta["ge"], meta["gt"], meta["le"], meta["lt"], meta["choices"]) == (0, None, None, None, None), module
+                with pytest.raises(ValueError, match="seed"):
+                    config(**{**({"target": "x"} if "target" in config.__dataclass_fields__ else {}), "seed": -1})
+            if f.name == "budgets":
+                budgets += 1
+                assert (meta["ge"], meta["empty"], meta["choices"]) == (1, False, None), module
+    assert seeds >= 15 and budgets >= 13
+    own = dataclasses.make_dataclass("Own", [("seed", int, _cli.opt(0, "random seed"))], bases=(_cli.Checked,),
+                                     frozen=True)
+    assert dict(dataclasses.fields(own)[0].metadata)["ge"] is None  # what the check above would catch

@@ -93,7 +93,7 @@ def _help_of(kind: str, name: str) -> str:
 def _preset_problems(name: str, tokens: list[str], line: str) -> list[str]:
     """A ``--preset`` that names no file of the command's ``experiments/`` folder, or a ``--config``
     under ``experiments/`` that does not exist."""
-    from mfd_theory.commands._cli import preset_names
+    from mfd_theory.configs.options import preset_names
 
     if not any(t in ("--preset", "--config") for t in tokens):
         return []
@@ -214,9 +214,9 @@ def _figures_reproduce_draws() -> set[str]:
     names the figures it writes)."""
     import json
 
-    from mfd_theory.commands.reproduce import NOTEBOOKS
+    from mfd_theory.reproduce import NOTEBOOKS
 
-    from mfd_theory.commands.reproduce import REAL, STEPS
+    from mfd_theory.reproduce import REAL, STEPS
 
     names = set()
     for _, _, argv in [*STEPS, REAL]:  # a step that draws its own figure (--figure PATH)

@@ -21,14 +21,15 @@ MICRO = dict(device="cpu", small=True, shape="micro", e2e=False, prompt_len=8, n
 
 
 def test_gpu_check_micro_on_cpu(tmp_path, monkeypatch):
-    import mfd_theory.commands.experiments.e2e as e2e
+    import mfd_theory.runs.experiments.e2e as e2e
+    from mfd_theory.configs.e2e import preset_config
 
     calls = []
 
     class Done:
         name = "end_to_end"
 
-    monkeypatch.setattr(e2e, "main", lambda argv: calls.append(argv) or Done())  # the e2e step, not its work
+    monkeypatch.setattr(e2e, "run_e2e", lambda cfg, out, progress: calls.append((cfg, out, progress)) or Done())
     res = run(GpuCheckConfig(**{**MICRO, "e2e": True}), out_dir=tmp_path, progress=False)
     greedy = res.data["greedy"]
     assert {r["method"] for r in greedy} == {"ar", "chain", "ddtree", "mfd", "dartree"}
@@ -42,7 +43,7 @@ def test_gpu_check_micro_on_cpu(tmp_path, monkeypatch):
     assert {(o.method, o.K) for o in prof.overhead} == {("chain", 1), ("ddtree", 1), ("mfd", 2)}
     assert res.data["round_profile"]["overhead"]
     assert set(res.data["draft_ms"]) == {"K=1,T=16", "K=1,T=40", "K=2,T=16", "K=2,T=40"}
-    assert calls == [["--preset", "micro", "--device", "cpu", "--out", str(tmp_path / "gpu_check_e2e"), "--quiet"]]
+    assert calls == [(preset_config("micro", device="cpu"), tmp_path / "gpu_check_e2e", False)]  # the step, not its work
     assert set(res.data["elapsed_s"]) == {"greedy", "round_profile", "draft_latency", "ceiling", "e2e"}
     ce = res.data["ceiling"]  # the ceiling's GPU path, run here on CPU at the small sizes
     cov = ce["coverage"]

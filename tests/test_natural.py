@@ -233,7 +233,7 @@ def test_config_knows_evals_methods_and_reproduce_runs_it():
     import mfd_theory.commands.experiments.natural as exp
     from mfd_theory.llm.decoding.generate import METHODS
     from mfd_theory.report import BLOCKS
-    from mfd_theory.commands.reproduce import STEPS as REPRO
+    from mfd_theory.reproduce import STEPS as REPRO
 
     assert tuple(exp._METHODS) == tuple(METHODS)
     argv = next(a for _, module, a in REPRO if module == "mfd_theory.commands.experiments.natural")

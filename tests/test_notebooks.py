@@ -26,7 +26,7 @@ def _files(d: Path) -> dict[str, bytes]:
 @pytest.mark.parametrize("name", sorted(RESULTS_FILE))
 def test_notebook_without_results_runs_small_and_leaves_paper_figs_alone(name, tmp_path, monkeypatch, request):
     pytest.importorskip("nbclient")
-    from mfd_theory.commands.reproduce import run_notebook
+    from mfd_theory.reproduce import run_notebook
 
     # a fresh clone's layout: the notebook, an empty results/, the tracked paper_figs/
     (tmp_path / "notebooks").mkdir()
@@ -132,7 +132,7 @@ def test_notebook_04_draws_the_hybrid_run_from_its_full_results(with_hybrid, tmp
     into paper_figs/: tau (tracked) and speedup (timing-dependent) of the hybrid target."""
     pytest.importorskip("nbclient")
     pytest.importorskip("torch")
-    from mfd_theory.commands.reproduce import run_notebook
+    from mfd_theory.reproduce import run_notebook
 
     name = "04_end_to_end.ipynb"
     (tmp_path / "notebooks").mkdir()

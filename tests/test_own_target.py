@@ -150,7 +150,7 @@ def test_docs_show_the_commands_the_experiment_runs():
 
 
 def test_reproduce_runs_it_where_the_report_block_reads_it():
-    from mfd_theory.commands.reproduce import STEPS
+    from mfd_theory.reproduce import STEPS
 
     argv = next(a for _, module, a in STEPS if module == "mfd_theory.commands.experiments.own_target")
     out = Path(argv[argv.index("--out") + 1])

@@ -105,10 +105,10 @@ def test_target_that_is_missing_or_a_file_says_so(run, tmp_path, capsys):
 def test_commands_run_on_their_threads_and_restore_torch(run, tmp_path, monkeypatch):
     """--threads (default 1, the repeatable choice) holds while the command runs; torch's own
     setting is back afterwards."""
-    import mfd_theory.commands.pipeline.distill as distill
+    import mfd_theory.runs.pipeline.entry as distill
 
     seen = []
-    monkeypatch.setattr(distill, "_run", lambda config, opts: seen.append(torch.get_num_threads()))
+    monkeypatch.setattr(distill, "_distill", lambda config, opts: seen.append(torch.get_num_threads()))
     before = torch.get_num_threads()
     base = ["distill", "--target", str(run[1]), "--prompts", run[2][0], "--out", str(tmp_path / "o")]
     assert mfd(base) == 0 and mfd([*base, "--threads", "2"]) == 0
@@ -497,7 +497,7 @@ def test_help_shows_every_options_default(command, capsys, monkeypatch):
 
 def test_eval_knows_the_decoding_methods():
     """``mfd eval``'s torch-free list of methods is the decoder's."""
-    from mfd_theory.commands.pipeline.eval import METHODS as listed
+    from mfd_theory.configs.pipeline.eval import METHODS as listed
     from mfd_theory.llm.decoding.generate import METHODS
 
     assert tuple(listed) == tuple(METHODS)
@@ -676,7 +676,7 @@ def test_eval_refuses_to_calibrate_on_the_drafters_distilled_prompts(run, tmp_pa
 
 def test_eval_knows_the_scorers():
     """``mfd eval``'s torch-free list of scorers is the decoder's."""
-    from mfd_theory.commands.pipeline.eval import SCORERS as listed
+    from mfd_theory.configs.pipeline.eval import SCORERS as listed
     from mfd_theory.llm.decoding.trees import SCORERS
 
     assert tuple(listed) == tuple(SCORERS)

@@ -69,7 +69,7 @@ def test_training_bar_into_a_pipe_redraws_rarely(tmp_path):
 
 def test_notebook_kernel_start_up_warning_is_not_printed(tmp_path, capfd):
     pytest.importorskip("nbclient")
-    from mfd_theory.commands.reproduce import run_notebook
+    from mfd_theory.reproduce import run_notebook
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("print(6 * 7)")]

@@ -195,7 +195,7 @@ def test_the_walk_is_the_targets_own_distribution_on_a_real_target(smol_dir):
 def test_reproduce_runs_real_where_the_report_block_and_headline_read_it():
     from mfd_theory.report import BLOCKS
     from mfd_theory.report.headline import REAL
-    from mfd_theory.commands.reproduce import STEPS, plan
+    from mfd_theory.reproduce import STEPS, plan
 
     argv = next(a for _, module, a in STEPS if module == "mfd_theory.commands.experiments.real")
     out = Path(argv[argv.index("--out") + 1])

@@ -10,7 +10,7 @@ import pytest
 
 
 def test_reproduce_records_step_times_as_it_goes(tmp_path, monkeypatch):
-    import mfd_theory.commands.reproduce as reproduce
+    import mfd_theory.reproduce as reproduce
 
     calls = []
     fake = types.ModuleType("fake_step_for_reproduce")
@@ -35,7 +35,7 @@ def test_reproduce_records_step_times_as_it_goes(tmp_path, monkeypatch):
 
 
 def test_plan_runs_every_step_once_and_times_nothing_beside_a_timed_run():
-    import mfd_theory.commands.reproduce as reproduce
+    import mfd_theory.reproduce as reproduce
 
     assert reproduce.STEPS == reproduce.PARTS["main"] + reproduce.PARTS["toy"]
     for part in reproduce.PARTS:
@@ -77,7 +77,7 @@ def _lanes(tmp_path, lane0, lane1):
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
                     reason="two lanes need two usable cores")
 def test_two_lanes_pin_their_cores_and_an_evaluation_waits_for_its_preparation(tmp_path, monkeypatch):
-    import mfd_theory.commands.reproduce as reproduce
+    import mfd_theory.reproduce as reproduce
 
     rec, lanes = _lanes(tmp_path, [("theory", [], "run"), ("e2e", [], "run")],
                         [("e2e", ["--sleep", "1.0"], "prepare"), ("natural", ["--sleep", "0.5"], "run")])
@@ -109,7 +109,7 @@ def test_two_lanes_pin_their_cores_and_an_evaluation_waits_for_its_preparation(t
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
                     reason="two lanes need two usable cores")
 def test_a_failing_lane_one_step_stops_the_run(tmp_path, monkeypatch):
-    import mfd_theory.commands.reproduce as reproduce
+    import mfd_theory.reproduce as reproduce
 
     rec, lanes = _lanes(tmp_path, [("first", ["--wait-for", str(tmp_path / "record.jsonl.failed"),
                                               "--sleep", "0.5"], "run"), ("second", [], "run")],
@@ -125,7 +125,7 @@ def test_a_failing_lane_one_step_stops_the_run(tmp_path, monkeypatch):
 
 
 def test_two_lanes_on_one_usable_core_are_refused(tmp_path, monkeypatch, capsys):
-    import mfd_theory.commands.reproduce as reproduce
+    import mfd_theory.reproduce as reproduce
 
     if not hasattr(os, "sched_getaffinity"):
         pytest.skip("no affinity on this platform")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from mfd_theory.commands._cli import Checked, Command, file_option, opt
+from mfd_theory.configs.options import Checked, Command, file_option, opt
 from mfd_theory.results import atomic_write_text
 from mfd_theory.run_records import compare_records, read_records
 

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mfd_theory.commands._cli import Checked, Command, figure_option, opt, save_result
+from mfd_theory.configs.options import budgets_opt, Checked, Command, figure_option, opt, save_result, seed_opt
 from mfd_theory.results import Result
 
 __all__ = ["BenchBatchConfig", "checks", "main", "measured_crossover", "report", "results_name", "run"]
@@ -59,7 +59,7 @@ class BenchBatchConfig(Checked):
                            choices=("qwen3", "qwen3_5"))
     cache_dir: str = opt("", "the e2e checkpoint cache (default: <out>/cache, where mfd e2e --out <out> keeps it)")
     batch_sizes: tuple[int, ...] = opt((1, 2, 4, 8, 16), "batch sizes B", ge=1)
-    budgets: tuple[int, ...] = opt((8, 16, 32), "tree nodes per request N (global: B N per round)", ge=1)
+    budgets: tuple[int, ...] = budgets_opt((8, 16, 32), "tree nodes per request N (global: B N per round)")
     mfd_modes: int = opt(2, "modes K of the MFD drafter (one of the e2e preset's modes)", ge=2)
     max_new_tokens: int = opt(64, "new tokens per request", ge=2)
     calibration_prompts: int = opt(16, "held-out prompts, never evaluated, for the profile and the acceptance "
@@ -74,7 +74,7 @@ class BenchBatchConfig(Checked):
     profile_repeats: int = opt(2, "batched decodes of every (B, policy, N) cell in the calibration profile "
                                   "(the median decode is kept)", ge=1)
     threads: int = opt(1, "torch CPU threads while decoding", ge=1)
-    seed: int = opt(0, "random seed", ge=0)
+    seed: int = seed_opt("random seed")
     out: str = opt("results", "output directory (the --out option)")
 
     def validate(self) -> None:
@@ -90,7 +90,7 @@ def results_name(target_arch: str) -> str:
 
 def run(cfg: BenchBatchConfig, progress: bool = True) -> Result:
     """Predict, then measure (the torch half), then judge the targets; writes the Result."""
-    from mfd_theory.commands.experiments.e2e import preset_config
+    from mfd_theory.configs.e2e import preset_config
 
     ecfg = preset_config(cfg.e2e_preset, target_arch=cfg.target_arch, seed=cfg.seed)
     if cfg.mfd_modes not in ecfg.modes:

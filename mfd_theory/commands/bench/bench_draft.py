@@ -35,7 +35,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from mfd_theory.commands._cli import Checked, Command, opt
+from mfd_theory.configs.options import Checked, Command, opt, seed_opt
 from mfd_theory.runs.bench.shapes import SHAPES
 from mfd_theory.results import Result
 from mfd_theory.layouts import target_modes
@@ -59,7 +59,7 @@ class BenchDraftConfig(Checked):
     verify_nodes: int = opt(64, "tree size N of the timed verify forwards", ge=1)
     repeats: int = opt(3, "repeats of the whole measurement in one run", ge=1)
     threads: int = opt(1, "torch CPU threads", ge=1)
-    seed: int = opt(0, "random seed", ge=0)
+    seed: int = seed_opt("random seed")
     out: str = opt("results", "output directory (the --out option)")
 
     def validate(self) -> None:

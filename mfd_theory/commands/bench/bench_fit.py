@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mfd_theory.commands._cli import Checked, Command, opt, save_result
+from mfd_theory.configs.options import Checked, Command, opt, save_result, seed_opt
 from mfd_theory.results import Result
 
 
@@ -25,7 +25,7 @@ class BenchFitConfig(Checked):
     K: int = opt(4, "drafter modes fitted", ge=1)
     F: int = opt(4, "futures of the target that generates the blocks", ge=1)
     n_restarts: int = opt(4, "EM restarts", ge=1)
-    seed: int = opt(0, "random seed", ge=0)
+    seed: int = seed_opt("random seed")
 
 
 def _numpy_em_step(x, log_pi, log_q, smoothing):

@@ -28,7 +28,7 @@ from typing import Callable
 import numpy as np
 
 from mfd_theory.results import Result
-from mfd_theory.commands._cli import Checked, Command, opt, show_default, switch, wrote
+from mfd_theory.configs.options import budgets_opt, Checked, Command, opt, seed_opt, show_default, switch, wrote
 from mfd_theory.report.bench import trees_markdown
 
 NAME = "bench_trees"
@@ -38,7 +38,7 @@ NAME = "bench_trees"
 class BenchTreesConfig(Checked):
     L: int = opt(15, "drafted positions (DFlash block 16 minus the committed token)", ge=1)
     V: int = opt(151_936, "vocabulary size (Qwen3's by default)", ge=2)
-    budgets: tuple[int, ...] = opt((16, 64, 256, 1024), "tree budgets N", ge=1)
+    budgets: tuple[int, ...] = budgets_opt((16, 64, 256, 1024), "tree budgets N")
     modes: tuple[int, ...] = opt((1, 2, 4, 8), "drafter modes K", ge=1)
     repeats: int = opt(7, "timed calls per cell (the median is reported)", ge=1)
     top_prob_min: float = opt(0.3, "each row's top token gets a probability drawn from [min, max]", gt=0, lt=1)
@@ -48,7 +48,7 @@ class BenchTreesConfig(Checked):
     mc_budget: int = opt(64, "Monte Carlo: tree budget", ge=1)
     mc_walks: int = opt(1_000_000, "Monte Carlo: verification walks", ge=1)
     mc_modes: int = opt(4, "Monte Carlo: modes of the target mixture", ge=1)
-    seed: int = opt(0, "random seed", ge=0)
+    seed: int = seed_opt("random seed")
 
     def validate(self) -> None:
         if self.top_prob_min > self.top_prob_max:

@@ -53,7 +53,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from mfd_theory.validation import check_device
-from mfd_theory.commands._cli import Checked, Command, opt
+from mfd_theory.configs.options import Checked, Command, opt, seed_opt
 from mfd_theory.runs.bench.shapes import SHAPES
 from mfd_theory.results import Result
 
@@ -88,7 +88,7 @@ class GpuCheckConfig(Checked):
     e2e: bool = opt(True, "also run mfd e2e --preset micro on the device")
     time_budget_s: float = opt(480.0, "seconds the whole check should take (it says so when it takes longer)",
                                gt=0)
-    seed: int = opt(0, "random seed", ge=0)
+    seed: int = seed_opt("random seed")
     out: str = opt("results", "output directory (the --out option)")
 
     def validate(self) -> None:
@@ -125,12 +125,11 @@ def _ints(name: str, text: str) -> list[int]:
 def run(config: GpuCheckConfig = GpuCheckConfig(), out_dir: str | None = None, progress: bool = True) -> Result:
     """The five steps (:func:`mfd_theory.runs.bench.gpu_check.run`) on the config ``--small``
     makes of ``config``."""
-    from mfd_theory.commands.experiments.e2e import main as e2e_main
     from mfd_theory.runs.bench.gpu_check import run as run_steps
 
     cfg = effective(config)
     return run_steps(cfg, _ints("--tree-sizes", cfg.tree_sizes), _ints("--draft-contexts", cfg.draft_contexts),
-                     out_dir or cfg.out, progress, e2e_main=e2e_main)
+                     out_dir or cfg.out, progress)
 
 
 def report(result: Result) -> str:

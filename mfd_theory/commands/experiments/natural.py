@@ -32,8 +32,8 @@ import shlex
 from pathlib import Path
 
 from mfd_theory.validation import check_device
-from mfd_theory.commands._cli import Checked, Command, load_preset, opt, switch
-from mfd_theory.commands.pipeline.eval import METHODS
+from mfd_theory.configs.options import budgets_opt, Checked, Command, load_preset, opt, seed_opt, switch
+from mfd_theory.configs.pipeline.eval import METHODS
 
 __all__ = ["NaturalConfig", "command_lines", "commands", "preset_config", "run", "main"]
 
@@ -42,7 +42,7 @@ __all__ = ["NaturalConfig", "command_lines", "commands", "preset_config", "run",
 class NaturalConfig(Checked):
     """Defaults (``--preset default``): sized to train and evaluate in about eight minutes on 2 CPU cores."""
 
-    seed: int = opt(0, "random seed of the target, the data, training and sampling", ge=0)
+    seed: int = seed_opt("random seed of the target, the data, training and sampling")
     device: str = opt("cpu", "torch device of every step (cpu, cuda, cuda:N)")
     threads: int = opt(2, "torch threads for training, distilling and the ceiling", ge=1)
     eval_threads: int = opt(1, "torch threads for mfd eval (timing)", ge=1)
@@ -90,7 +90,7 @@ class NaturalConfig(Checked):
     ddtree_on_mfd: bool = opt(False, "mfd eval --ddtree-on-mfd: also ddtree on each K > 1 drafter's marginals (the "
                                      "ablation that splits an MFD gain into training and tree; off by default, "
                                      "see docs/results.md, real text)")
-    budgets: tuple[int, ...] = opt((16, 64), "mfd eval --budgets", ge=1)
+    budgets: tuple[int, ...] = budgets_opt((16, 64), "mfd eval --budgets")
     temperatures: tuple[float, ...] = opt((0.0, 1.0), "mfd eval --temperatures (0 = greedy)", ge=0)
     eval_new_tokens: int = opt(32, "mfd eval --max-new-tokens", ge=1)
     eval_prompts: int = opt(6, "mfd eval --max-prompts (per domain)", ge=1)
@@ -193,7 +193,7 @@ def run(config: NaturalConfig, out_dir: str | Path = "results/natural", progress
         prepare_only: bool = False) -> dict | None:
     """Run (or resume) every step under ``out_dir``; returns ``natural.json``'s data.
     ``prepare_only``: every step before the evaluation, then stop (returns None)."""
-    from mfd_theory.commands.pipeline import mains
+    from mfd_theory.runs.pipeline.entry import mains
     from mfd_theory.runs.experiments.natural import run_natural
     from mfd_theory.report import natural_block
 

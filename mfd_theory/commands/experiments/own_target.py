@@ -29,8 +29,8 @@ import shlex
 from pathlib import Path
 
 from mfd_theory.validation import check_device
-from mfd_theory.commands._cli import Checked, Command, opt
-from mfd_theory.commands.experiments.e2e import preset_config
+from mfd_theory.configs.options import budgets_opt, Checked, Command, opt, seed_opt
+from mfd_theory.configs.e2e import preset_config
 
 __all__ = ["OwnTargetConfig", "command_lines", "commands", "e2e_config", "run", "main"]
 
@@ -39,7 +39,7 @@ __all__ = ["OwnTargetConfig", "command_lines", "commands", "e2e_config", "run", 
 class OwnTargetConfig(Checked):
     """Defaults: about 2-3 minutes on 2 CPU cores, the target's training included."""
 
-    seed: int = opt(0, "random seed of the target, the data, training and sampling", ge=0)
+    seed: int = seed_opt("random seed of the target, the data, training and sampling")
     device: str = opt("cpu", "torch device of every step (cpu, cuda, cuda:N)")
     threads: int = opt(2, "torch threads for training the target, distilling and training drafters", ge=1)
     eval_threads: int = opt(1, "torch threads for mfd eval (timing)", ge=1)
@@ -64,7 +64,7 @@ class OwnTargetConfig(Checked):
     drafter_lr: float = opt(3e-3, "mfd train-drafter --lr", gt=0)
     ckpt_every: int = opt(100, "mfd train-drafter --ckpt-every", ge=1)
     # mfd eval
-    budgets: tuple[int, ...] = opt((8, 32), "mfd eval --budgets", ge=1)
+    budgets: tuple[int, ...] = budgets_opt((8, 32), "mfd eval --budgets")
     temperatures: tuple[float, ...] = opt((0.0, 1.0), "mfd eval --temperatures (0 = greedy)", ge=0)
     eval_new_tokens: int = opt(32, "mfd eval --max-new-tokens", ge=1)
     eval_prompts: int = opt(11, "mfd eval --max-prompts", ge=1)
@@ -136,7 +136,7 @@ def command_lines(config: OwnTargetConfig, root: str | Path = ".") -> list[str]:
 def run(config: OwnTargetConfig, out_dir: str | Path = "results/own_target", progress: bool = True) -> dict:
     """Run (or resume) every step under ``out_dir``, then print the evaluation's summary; returns
     ``steps.json``'s content."""
-    from mfd_theory.commands.pipeline import mains
+    from mfd_theory.runs.pipeline.entry import mains
     from mfd_theory.runs.experiments.own_target import run_own_target
     from mfd_theory.report import own_target_summary
 

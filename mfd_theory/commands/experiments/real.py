@@ -29,7 +29,7 @@ import dataclasses
 from pathlib import Path
 
 from mfd_theory.ceiling_stats import SCORERS
-from mfd_theory.commands._cli import Checked, Command, figure_option, opt, wrote
+from mfd_theory.configs.options import budgets_opt, Checked, Command, figure_option, opt, seed_opt, wrote
 from mfd_theory.shipped import SHIPPED
 
 __all__ = ["RealConfig", "main"]
@@ -46,14 +46,14 @@ class RealConfig(Checked):
                                    choices=tuple(SHIPPED))
     stages: tuple[str, ...] = opt(STAGES, "what to run (prompts always runs first when another stage needs it)",
                                   choices=STAGES)
-    seed: int = opt(0, "random seed of the samples and the fits", ge=0)
+    seed: int = seed_opt("random seed of the samples and the fits")
     threads: int = opt(2, "torch CPU threads", ge=1)
     # the ceiling
     prompts_per_domain: int = opt(12, "evaluation prompts per domain (code: HumanEval; prose) the ceiling "
                                       "measures, the first n after a shuffle with seed 0", ge=2)
     temperatures: tuple[float, ...] = opt((1.0, 0.7), "sampling temperatures of the ceiling, each > 0", gt=0)
     block_length: int = opt(8, "L, tokens of a block (a drafter of block size 9 drafts 8)", ge=1)
-    budgets: tuple[int, ...] = opt((16, 32, 64, 128), "tree sizes N", ge=1)
+    budgets: tuple[int, ...] = budgets_opt((16, 32, 64, 128), "tree sizes N")
     modes: tuple[int, ...] = opt((1, 2, 4, 8), "K of the fitted mixtures (1, the product tree, included)", ge=1)
     scorers: tuple[str, ...] = opt(("mixture", "best_mode"), "how a fitted mixture becomes a tree",
                                    choices=tuple(SCORERS))

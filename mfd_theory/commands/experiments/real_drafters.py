@@ -49,7 +49,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from mfd_theory.commands._cli import Checked, Command, figure_option, opt, wrote
+from mfd_theory.configs.options import budgets_opt, Checked, Command, figure_option, opt, wrote
 from mfd_theory.shipped import SHIPPED
 
 __all__ = ["KINDS", "RealDraftersConfig", "main"]
@@ -103,7 +103,7 @@ class RealDraftersConfig(Checked):
     calibration_prompts: int = opt(1, "calibration prompts per domain (the theory's budget choice and the "
                                       "predictions; never evaluated)", ge=1)
     eval_tokens: int = opt(32, "new tokens per evaluated answer", ge=1)
-    budgets: tuple[int, ...] = opt((16,), "tree sizes N the theory chooses among", ge=1)
+    budgets: tuple[int, ...] = budgets_opt((16,), "tree sizes N the theory chooses among")
     temperatures: tuple[float, ...] = opt((0.0, 1.0), "decoding temperatures (0 = greedy)", ge=0)
     passes: int = opt(1, "timing passes of each evaluated decode", ge=1)
     # the recipe stage
@@ -151,7 +151,7 @@ def _run(config: RealDraftersConfig, opts):
     from mfd_theory.shipped import check_target
 
     check_target(config.target, "--target")
-    from mfd_theory.commands.pipeline import mains
+    from mfd_theory.runs.pipeline.entry import mains
     from mfd_theory.runs.experiments.real_drafters import run
 
     res = run(config, KINDS, opts.out, mains(), progress=not opts.quiet, recipes=RECIPES)

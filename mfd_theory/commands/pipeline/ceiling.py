@@ -17,8 +17,8 @@ from __future__ import annotations
 import dataclasses
 
 from mfd_theory.ceiling_stats import SCORERS
-from mfd_theory.commands._cli import Command, opt
-from mfd_theory.commands.pipeline._target import TargetOptions, check_target_dir
+from mfd_theory.configs.options import budgets_opt, Command, opt
+from mfd_theory.configs.pipeline.local_target import TargetOptions, check_target_dir
 
 __all__ = ["CeilingConfig", "main"]
 
@@ -31,7 +31,7 @@ class CeilingConfig(TargetOptions):
                                                        "the greedy chain; 0.7 is the temperature MFD's training "
                                                        "data is sampled at)", gt=0)
     block_length: int = opt(15, "L, the tokens of a block (a drafter of block size 16 drafts 15)", ge=1)
-    budgets: tuple[int, ...] = opt((1, 4, 16, 64), "tree sizes N", ge=1)
+    budgets: tuple[int, ...] = budgets_opt((1, 4, 16, 64), "tree sizes N")
     modes: tuple[int, ...] = opt((1, 2, 4), "K of the fitted mixtures; 1 (the product tree every gain is against) "
                                             "must be among them", ge=1)
     scorers: tuple[str, ...] = opt(("mixture",), "how a fitted mixture becomes a tree (mixture: its own top-N "

@@ -15,8 +15,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from mfd_theory.commands._cli import Command, opt
-from mfd_theory.commands.pipeline._target import TargetOptions, check_target_dir
+from mfd_theory.configs.options import Command, opt
+from mfd_theory.configs.pipeline.local_target import TargetOptions, check_target_dir
 
 __all__ = ["CheckModesConfig", "checkpoint_dir", "main"]
 

@@ -18,7 +18,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from mfd_theory.commands._cli import Checked, Command, opt
+from mfd_theory.configs.options import Checked, Command, opt
 from mfd_theory.shipped import SHIPPED, assemble_gguf, shipped_model, shipped_status, targets_dir
 
 __all__ = ["TargetConfig", "main"]

@@ -11,7 +11,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from mfd_theory.commands._cli import Checked, Command, file_option, opt
+from mfd_theory.configs.options import Checked, Command, file_option, opt
 from mfd_theory.report.markers import BLOCK_RE, check_layout, render
 from mfd_theory.report.registry import block_inputs
 from mfd_theory.report_files import report_files

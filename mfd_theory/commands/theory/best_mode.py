@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from mfd_theory.commands._cli import Checked, Command, opt
+from mfd_theory.configs.options import budgets_opt, Checked, Command, opt, seed_opt
 from mfd_theory.results import Result
 from mfd_theory.runs.theory.best_mode import run as _sweep
 
@@ -54,10 +54,10 @@ class Config(Checked):
     zipf_profile: str = opt("dflash", "zipf_futures: confidence profile", choices=("medusa", "dflash"))
     L: int = opt(15, "block length of the scorer table", ge=2)
     V: int = opt(32, "vocabulary size (zipf_futures: twice this)", ge=2)
-    budgets: tuple[int, ...] = opt((16, 64, 256), "budgets N of the table", ge=1)
+    budgets: tuple[int, ...] = budgets_opt((16, 64, 256), "budgets N of the table")
     Ks: tuple[int, ...] = opt((2, 4), "modes of the fitted drafters", ge=2)
     seeds: tuple[int, ...] = opt((0, 1, 2, 3), "seeds (one target per seed and setting)", ge=0)
-    seed: int = opt(0, "seed of the enumeration check's instances", ge=0)
+    seed: int = seed_opt("seed of the enumeration check's instances")
 
     def validate(self) -> None:
         if self.branch_at >= self.L:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from mfd_theory.commands._cli import Checked, Command, opt
+from mfd_theory.configs.options import Checked, Command, opt, seed_opt
 from mfd_theory.results import Result
 from mfd_theory.runs.theory.chimera_bound import run as _sweep
 
@@ -30,7 +30,7 @@ from mfd_theory.runs.theory.chimera_bound import run as _sweep
 class Config(Checked):
     n_instances: int = opt(1_000_000, "random instances checked against the bound", ge=1)
     n_tie_instances: int = opt(100_000, "instances on the tie-prone integer grid", ge=1)
-    seed: int = opt(0, "random seed", ge=0)
+    seed: int = seed_opt("random seed")
     m_max: int = opt(10, "largest number m of disagreement positions", ge=1, le=20)
     L_max: int = opt(12, "largest block length of the random instances (>= m-max)", ge=1)
     V_max: int = opt(8, "largest vocabulary of the random instances", ge=2)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mfd_theory import chimeras as ch
-from mfd_theory.commands._cli import Checked, Command, opt
+from mfd_theory.configs.options import Checked, Command, opt, seed_opt
 from mfd_theory.results import Result
 
 NAME = "chimera_all_distinct"
@@ -36,7 +36,7 @@ class Config(Checked):
     n_trials: int = opt(2000, "drafters searched per try", ge=1)
     retries: int = opt(3, "more tries (seed + try) while the search misses the lower bound", ge=0)
     max_sets: int = opt(400_000, "largest integer program (rearrangement sets) attempted", ge=1)
-    seed: int = opt(0, "random seed", ge=0)
+    seed: int = seed_opt("random seed")
 
 
 def _case(F: int, m: int, config: Config, bound: bool) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from mfd_theory.commands._cli import Checked, Command, opt
+from mfd_theory.configs.options import budgets_opt, Checked, Command, opt, seed_opt
 from mfd_theory.results import Result
 from mfd_theory.runs.theory.chimera_share import run as _sweep
 
@@ -41,9 +41,9 @@ from mfd_theory.runs.theory.chimera_share import run as _sweep
 class Config(Checked):
     L: int = opt(15, "block length", ge=1)
     V: int = opt(32, "vocabulary size", ge=2)
-    budgets: tuple[int, ...] = opt((16, 32, 64, 128, 256, 512, 1024), "tree budgets N", ge=1)
+    budgets: tuple[int, ...] = budgets_opt((16, 32, 64, 128, 256, 512, 1024), "tree budgets N")
     n_seeds: int = opt(8, "seeds per setting", ge=1)
-    seed: int = opt(0, "first seed", ge=0)
+    seed: int = seed_opt("first seed")
     eps: float = opt(1e-6, "P(s) <= eps marks a chimera of a noisy target (exact targets: P(s) == 0)", ge=0, lt=1)
     two_futures_m: tuple[int, ...] = opt((1, 2, 4, 8, 15), "two_futures: disagreement counts m", ge=1)
     F_values: tuple[int, ...] = opt((2, 3, 4), "branching / shifted: numbers of futures F", ge=2)

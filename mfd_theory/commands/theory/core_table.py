@@ -24,7 +24,7 @@ from mfd_theory.coverage import chimera_mask, coverage, splice_mask
 from mfd_theory.distributions import MixtureOfProducts, norm_tol
 from mfd_theory.results import Result
 from mfd_theory.trees import chain_tree, mixture_tree, oracle_tree, product_tree
-from mfd_theory.commands._cli import Checked, Command, figure_option, opt, save_result, wrote
+from mfd_theory.configs.options import budgets_opt, Checked, Command, figure_option, opt, save_result, seed_opt, wrote
 from mfd_theory.report.theory import core_table_text
 
 
@@ -41,8 +41,8 @@ class CoreTableConfig(Checked):
     noise: float = opt(0.02, "probability spread uniformly over the vocabulary at every position", ge=0, lt=1)
     eps: float = opt(1e-3, "a node is dead when its target prefix probability is <= eps", ge=0, lt=1)
     budget: int = opt(64, "tree budget N of the table", ge=1)
-    budgets: tuple[int, ...] = opt((4, 8, 16, 32, 64, 128, 256, 512, 1024), "budgets of the coverage curve", ge=1)
-    seed: int = opt(0, "random seed of the target", ge=0)
+    budgets: tuple[int, ...] = budgets_opt((4, 8, 16, 32, 64, 128, 256, 512, 1024), "budgets of the coverage curve")
+    seed: int = seed_opt("random seed of the target")
 
     def validate(self) -> None:
         if len(self.weights) != self.n_futures:

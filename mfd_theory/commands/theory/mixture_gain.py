@@ -50,7 +50,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from mfd_theory.commands._cli import Checked, Command, opt
+from mfd_theory.configs.options import budgets_opt, Checked, Command, opt
 from mfd_theory.layouts import HEADLINE_K
 from mfd_theory.report.theory import mixture_gain_summary
 from mfd_theory.results import Result
@@ -68,7 +68,7 @@ class Config(Checked):
     two_futures_ms: tuple[int, ...] = opt((2, 4, 8), "disagreeing positions of the two futures", ge=1)
     Ks: tuple[int, ...] = opt((1, 2, 4, 8), f"drafter modes; must include 1 (the product drafter) and one K > 1 "
                               f"(the summary's mixture: {HEADLINE_K} when present, else the largest)", ge=1)
-    budgets: tuple[int, ...] = opt((16, 32, 64, 128, 256, 512, 1024), "reported budgets N", ge=1)
+    budgets: tuple[int, ...] = budgets_opt((16, 32, 64, 128, 256, 512, 1024), "reported budgets N")
     seeds: tuple[int, ...] = opt((0, 1, 2), "seeds (one target per seed and cell)", ge=0)
     L: int = opt(15, "block length", ge=1)
     n_samples: int = opt(10_000, "target blocks sampled to fit the drafters", ge=1)

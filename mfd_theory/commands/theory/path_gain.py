@@ -45,7 +45,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from mfd_theory.commands._cli import Checked, Command, opt
+from mfd_theory.configs.options import budgets_opt, Checked, Command, opt
 from mfd_theory.report.theory import path_gain_summary
 from mfd_theory.results import Result
 from mfd_theory.runs.theory.path_gain import cells, MAX_F, run as _sweep
@@ -62,7 +62,7 @@ class Config(Checked):
     two_futures_ms: tuple[int, ...] = opt((2, 4, 8), "disagreeing positions of the two futures", ge=1)
     seeds: tuple[int, ...] = opt((0, 1, 2), "seeds (one target per seed and cell)", ge=0)
     L: int = opt(15, "block length", ge=2)
-    budgets: tuple[int, ...] = opt((16, 32, 64, 128, 256), "reported budgets N (the largest bounds every tree)", ge=1)
+    budgets: tuple[int, ...] = budgets_opt((16, 32, 64, 128, 256), "reported budgets N (the largest bounds every tree)")
     Ks: tuple[int, ...] = opt((2, 4), "modes of the fitted mixture drafters (the summary's mixture: the largest)", ge=2)
     memories: tuple[int, ...] = opt((1, 2, 4, 8), "path drafter: tokens of its path it sees (r)", ge=0)
     depth_caps: tuple[int, ...] = opt((4, 8, 15), "path trees: largest depth (values >= L: no cap)", ge=1)

@@ -129,13 +129,12 @@ def ceiling_step(cfg, hf, torch, dev) -> dict:
     return prompt_ceiling(hf, ctx, 1.0, opt, seed=cfg.seed)
 
 
-def run(cfg, sizes: list[int], contexts: list[int], out_dir, progress: bool = True, e2e_main=None) -> Result:
+def run(cfg, sizes: list[int], contexts: list[int], out_dir, progress: bool = True) -> Result:
     """The five steps on ``cfg`` (a :class:`~mfd_theory.commands.bench.gpu_check.GpuCheckConfig`, ``--small``
     applied) with the round profile's tree ``sizes`` and the drafting ``contexts``; writes the
-    latency profile and ``gpu_check_<device>.json``. ``e2e_main``: ``mfd e2e``'s entry point, given
-    by the command when ``cfg.e2e`` asks for the micro run (this floor imports no command)."""
-    if cfg.e2e and e2e_main is None:
-        raise ValueError("e2e_main: the micro e2e step needs mfd e2e's entry point")
+    latency profile and ``gpu_check_<device>.json``; with ``cfg.e2e``, the run of ``mfd e2e --preset
+    micro`` on the device (its config from :mod:`mfd_theory.configs.e2e`, its work
+    :func:`~mfd_theory.runs.experiments.e2e.run_e2e`)."""
     from mfd_theory.speedup import load_latency_profile
 
     if cfg.device.startswith("cuda") and not torch.cuda.is_available():
@@ -187,8 +186,10 @@ def run(cfg, sizes: list[int], contexts: list[int], out_dir, progress: bool = Tr
     e2e = None
     if cfg.e2e:
         t0 = step(5, "mfd e2e --preset micro")
-        res = e2e_main(["--preset", "micro", "--device", cfg.device, "--out", str(out_dir / "gpu_check_e2e"),
-                        *([] if progress else ["--quiet"])])
+        from mfd_theory.configs.e2e import preset_config
+        from mfd_theory.runs.experiments.e2e import run_e2e
+
+        res = run_e2e(preset_config("micro", device=cfg.device), out_dir / "gpu_check_e2e", progress=progress)
         done("e2e", t0)
         e2e = {"out": str(out_dir / "gpu_check_e2e"), "result": res.name}
     total = time.perf_counter() - start

@@ -24,9 +24,9 @@ import os
 import time
 from pathlib import Path
 
-from mfd_theory.commands._cli import Checked, Command, opt
+from mfd_theory.configs.options import Checked, Command, opt
 
-ROOT = Path(__file__).resolve().parents[3]  # mfd_theory/commands/reproduce/__init__.py
+ROOT = Path(__file__).resolve().parents[2]  # mfd_theory/reproduce/__init__.py
 
 # (label, module, argv); each module exposes main(argv). Every step starts from a preset file of
 # experiments/ (experiments/README.md says why each one is sized as it is).

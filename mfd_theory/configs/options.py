@@ -51,6 +51,18 @@ def opt(default, help: str, *, ge=None, gt=None, le=None, lt=None, choices=None,
     return dataclasses.field(default=default, metadata=meta)
 
 
+def seed_opt(help: str = "random seed", default: int = 0):
+    """The ``seed`` field every command declares: an integer >= 0 (what numpy's generators take),
+    default 0; ``help`` says what it seeds."""
+    return opt(default, help, ge=0)
+
+
+def budgets_opt(default: tuple[int, ...], help: str = "tree budgets N"):
+    """The ``budgets`` field every command with draft trees declares: tree sizes N (nodes), each an
+    integer >= 1, at least one; ``help`` says which trees they size."""
+    return opt(tuple(default), help, ge=1)
+
+
 def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from mfd_theory.shipped import check_target
 from mfd_theory.validation import TOKENIZER_FILES, check_device
-from mfd_theory.commands._cli import Checked, opt
+from mfd_theory.configs.options import Checked, opt, seed_opt
 
 __all__ = ["DTYPES", "TOKENIZER_FILES", "TargetOptions", "check_target_dir"]
 
@@ -27,7 +27,7 @@ class TargetOptions(Checked):
                       required=True)
     device: str = opt("auto", "auto (CUDA when available), cpu, cuda (each torchrun rank takes its GPU) or cuda:N")
     dtype: str = opt("auto", "target weights' dtype (auto: bfloat16 on CUDA, float32 on CPU)", choices=DTYPES)
-    seed: int = opt(0, "random seed")
+    seed: int = seed_opt("random seed")
     # one thread by default: the same bits on any machine, and on a shared CPU the fast choice
     # (distill measured 10 s with one thread, 57-82 s with torch's default beside a busy neighbour)
     threads: int = opt(1, "torch CPU threads; 1 gives the same results on every machine, 0 leaves torch's default "

@@ -1,0 +1,1 @@
+"""The configs of the own-target steps (distill, train-drafter, eval) and the target options they share."""

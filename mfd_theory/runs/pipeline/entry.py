@@ -1,0 +1,79 @@
+"""The entry points of ``mfd distill``, ``mfd train-drafter`` and ``mfd eval``: each reads and checks
+its inputs (prompt files, distilled data, the target directory) before a model is loaded, then
+hands the work to its torch half (:mod:`~mfd_theory.runs.pipeline.distill`,
+:mod:`~mfd_theory.runs.pipeline.train_drafter`, :mod:`~mfd_theory.runs.pipeline.eval`), imported
+only then. No torch import here: the commands (``mfd_theory.commands.pipeline.X``) are these
+functions, and the drivers that run the three as steps (``mfd own-target``, ``mfd natural``,
+``mfd real-drafters``) take them from :func:`mains`, so no command imports another.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mfd_theory.configs.pipeline.distill import CLI as DISTILL, DistillConfig
+from mfd_theory.configs.pipeline.eval import CLI as EVAL, EvalConfig, calibration_sets, drafter_dir, stored_options
+from mfd_theory.configs.pipeline.local_target import check_target_dir
+from mfd_theory.configs.pipeline.train_drafter import CLI as TRAIN_DRAFTER, TrainDrafterConfig
+
+__all__ = ["distill_main", "eval_main", "mains", "train_drafter_main"]
+
+
+def distill_main(argv: list[str] | None = None) -> dict:
+    """``mfd distill``; returns the manifest."""
+    return DISTILL.main(argv, _distill)
+
+
+def train_drafter_main(argv: list[str] | None = None) -> list[dict]:
+    """``mfd train-drafter``; returns the loss curve."""
+    return TRAIN_DRAFTER.main(argv, _train_drafter)
+
+
+def eval_main(argv: list[str] | None = None):
+    """``mfd eval``; returns the Result (None on the other torchrun ranks)."""
+    return EVAL.main(argv, _eval)
+
+
+def mains() -> dict:
+    """The entry points (``main(argv)``) of distill, train-drafter and eval by command name: what a
+    driver that runs them as steps uses."""
+    return {"distill": distill_main, "train-drafter": train_drafter_main, "eval": eval_main}
+
+
+def _distill(config: DistillConfig, opts) -> dict:
+    from mfd_theory.llm.training.prompts import read_prompt_files
+
+    prompts = read_prompt_files(config.prompts)  # every input read before a model is loaded
+    check_target_dir(config.target)
+    from mfd_theory.runs.pipeline.distill import distill
+
+    return distill(config, prompts, opts.out, progress=not opts.quiet)
+
+
+def _train_drafter(config: TrainDrafterConfig, opts) -> list[dict]:
+    if config.init_from is not None and not (Path(config.init_from) / "config.json").is_file():
+        raise ValueError(f"--init-from: no DFlash checkpoint (config.json) in {config.init_from}")
+    from mfd_theory.llm.training.distill import load_distill_data
+
+    data = load_distill_data(config.data)  # (sequences, prompt lengths, manifest), read before a model
+    check_target_dir(config.target)
+    from mfd_theory.runs.pipeline.train_drafter import train
+
+    return train(config, data, opts.out, progress=not opts.quiet)
+
+
+def _eval(config: EvalConfig, opts):
+    from mfd_theory.llm.training.prompts import read_prompt_files, shuffle_take
+
+    prompts = read_prompt_files(config.prompts)
+    prompts = shuffle_take(prompts, max(sum(p.dataset == q.dataset for q in prompts) for p in prompts))
+    calib_sets = calibration_sets(prompts, config)  # {data set: calibration prompts}
+    held = ({(p.dataset, p.id) for ps in calib_sets.values() for p in ps}
+            if config.calibration_prompts is None else set())
+    prompts = shuffle_take([p for p in prompts if (p.dataset, p.id) not in held], config.max_prompts)
+    check_target_dir(config.target)
+    drafters = [drafter_dir(p) for p in config.drafter]
+    from mfd_theory.runs.pipeline.eval import evaluate
+
+    return evaluate(config, stored_options(config, opts), prompts, calib_sets, drafters, opts.out,
+                    progress=not opts.quiet)
