@@ -88,6 +88,18 @@ def sampled_continuations_pvalue(model, vocab_size: int, n: int, temperature: fl
     return float(chisquare(obs, exp).pvalue)
 
 
+def detectable_distance(n: int, df: int, alpha: float = 1e-3, power: float = 0.99) -> float:
+    """The smallest chi-square distance ``sum (q - p)^2 / p`` between a sampler's output ``q`` and the
+    target's ``p`` that a chi-square test of ``n`` draws over ``df + 1`` cells at level ``alpha``
+    finds with probability ``power`` (the statistic is then noncentral chi-square with noncentrality
+    ``n * distance``): what a sampling check of that size can see."""
+    from scipy.optimize import brentq
+    from scipy.stats import chi2, ncx2
+
+    crit = chi2.isf(alpha, df)
+    return brentq(lambda lam: ncx2.sf(crit, df, lam) - power, 1e-9, 1e6) / n
+
+
 class NanGateDrafter:
     """A drafter whose mode weights cannot be read: every member is the wrapped drafter's, but its
     drafts carry log_pi = NaN (as from a gate of the wrong shape). A best-mode tree never reads

@@ -68,19 +68,25 @@ def test_pin_sets_the_dispatch_once_and_names_what_is_in_force(monkeypatch):
     assert prov["torch_cpu_capability"] and prov["env"]["MKL_CBWR"] == "COMPATIBLE"
 
 
+def _sums(out: Path) -> dict[str, str]:
+    """{checkpoint kind: sha256} of the checkpoints under ``out/cache``."""
+    return {p.relative_to(out).parts[1].rsplit("-", 1)[0]: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(out.rglob("*.safetensors"))}
+
+
 def _prepare_sums(out: Path, env: dict) -> dict[str, str]:
     """Checkpoint hashes of ``mfd e2e --preset micro --prepare-only`` in a fresh process."""
     clean = {k: v for k, v in os.environ.items() if k not in (*PIN_ENV["avx2"], "MFD_NATIVE_NUMERICS")}
     subprocess.run([sys.executable, "-m", "mfd_theory.cli", "e2e", "--preset", "micro", "--prepare-only", "--quiet",
                     "--out", str(out), "--threads", env.pop("THREADS", "1")],
                    check=True, cwd=ROOT, env={**clean, **env}, capture_output=True, timeout=600)
-    return {p.relative_to(out).parts[1].rsplit("-", 1)[0]: hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(out.rglob("*.safetensors"))}
+    return _sums(out)
 
 
 @pytest.mark.skipif(cpu_isa_level() is None, reason="the pin applies to x86-64 hosts with AVX2")
-def test_pinned_numerics_survive_thread_count_and_mkl_path_but_other_dispatch_does_not(tmp_path):
-    base = _prepare_sums(tmp_path / "a", {})
+def test_pinned_numerics_survive_thread_count_and_mkl_path_but_other_dispatch_does_not(micro_e2e_cache, tmp_path):
+    # the base: the session's micro checkpoints (the same command, one thread, the pinned numerics)
+    base = _sums(micro_e2e_cache.parent)
     assert set(base) >= {"target", "drafter-k1", "drafter-k2", "drafter-dartree"}
     # what another host changes: two torch threads, and oneMKL held to AVX2 instructions (on an
     # AVX-512 host this is the code path an AVX2-only host takes; on an AVX2 host it is its own)

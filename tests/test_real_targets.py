@@ -130,16 +130,29 @@ def test_the_directory_gives_the_gguf_s_own_greedy_text(smol_dir):
 
 
 def test_a_failed_conversion_leaves_no_directory(tmp_path, monkeypatch):
+    """A conversion that fails while it writes (here after its first file) leaves neither the
+    output directory nor its temporary one. The GGUF's weights are not read (the greedy-text test
+    above reads them): the failure is in the writing, which is what this checks."""
     from mfd_theory.llm.models import gguf
 
-    def boom(model):
-        raise RuntimeError("interrupted")
+    written = []
 
-    monkeypatch.setattr(gguf, "_rebuilt", boom)
+    class HalfWritten:
+        def save_pretrained(self, path, **kw):
+            Path(path).mkdir(parents=True)
+            (Path(path) / "model.safetensors").write_bytes(b"part")
+            written.append(path)
+            raise RuntimeError("interrupted")
+
+        def parameters(self):
+            return iter(())
+
+    monkeypatch.setattr(gguf, "_load_gguf", lambda folder, name: (object(), object()))
+    monkeypatch.setattr(gguf, "_rebuilt", lambda model: HalfWritten())
     src = shipped.locate_pieces(shipped.SHIPPED[SMOL])[0]
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="interrupted"):
         gguf.gguf_to_hf(src, tmp_path / "out")
-    assert list(tmp_path.iterdir()) == []
+    assert written and list(tmp_path.iterdir()) == []  # it began to write, and nothing is left
 
 
 def test_target_get_by_name_reuses_and_refuses(smol_dir, tmp_path, capsys):
@@ -169,12 +182,17 @@ def test_every_method_is_lossless_on_the_real_llama_target(smol_dir):
     model, tok = load_local_target(str(smol_dir), "cpu", "float32")
     prompts = [render([("user", "Write a Python function that reverses a string.")], tok),
                render([("user", "What is a context manager?")], tok)]
-    rec = greedy_equality(model, prompts, new_tokens=16, budget=32, block=5, progress=False)
+    # the random drafters' trees are rejected at the root (tau about 1): every round is the same
+    # event, so 6 tokens (6 rounds a prompt and method) test it; the replay drafter takes all 16
+    rec = greedy_equality(model, prompts, new_tokens=16, budget=32, block=5, progress=False, random_tokens=6)
     bad = [r for r in rec["rows"] if not r["equal"]]
     assert not bad and rec["all_equal"]
     assert {r["method"] for r in rec["rows"]} == {"ar", "chain", "ddtree", "mfd", "mfd best-mode", "dartree"}
     chain = [r["tau"] for r in rec["rows"] if r["drafter"] == "replay" and r["method"] == "chain" and not r["batched"]]
     assert min(chain) > 2.0
+    rand = [r for r in rec["rows"] if r["drafter"] == "dflash-random"]
+    assert {r["tokens"] for r in rand} == {6} and max(r["tau"] for r in rand) < 1.2  # rejected rounds, as said
+    assert {r["tokens"] for r in rec["rows"] if r["drafter"] == "replay"} == {16}
 
 
 def test_the_walk_is_the_targets_own_distribution_on_a_real_target(smol_dir):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import hashlib
 import json
 import platform
@@ -73,12 +74,9 @@ def list_units(root: str | Path | None = None) -> list[Unit]:
         rel = path.relative_to(root)
         if any(part in EXCLUDED_DIRS for part in rel.parts[:-1]):
             continue
-        try:
-            text = path.read_text(encoding="utf-8")
-            ast.parse(text)
-        except (UnicodeDecodeError, SyntaxError, ValueError):
-            continue
-        if text.strip():
+        st = path.stat()
+        text = _python_text(str(path), st.st_mtime_ns, st.st_size)
+        if text is not None and text.strip():
             units.append(Unit(_module_name(rel), "code", str(rel), text))
     topics_path = root / TOPICS_FILE
     if topics_path.is_file():
@@ -91,6 +89,20 @@ def list_units(root: str | Path | None = None) -> list[Unit]:
                         units.append(Unit(f"pydoc_data.topics:{key}", "prose", str(TOPICS_FILE), topics[key]))
     units.sort(key=lambda u: u.name)
     return units
+
+
+@functools.lru_cache(maxsize=None)
+def _python_text(path: str, mtime_ns: int, size: int) -> str | None:
+    """The text of the Python file ``path`` if it is UTF-8 and parses, else None. Remembered per
+    process under the file's modification time and size (the standard library is listed, and its
+    files parsed, once, not at every call: the reference answers, the prompt sets and the natural
+    corpus all list it); a file changed since reads afresh."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        ast.parse(text)
+    except (UnicodeDecodeError, SyntaxError, ValueError):
+        return None
+    return text
 
 
 def unit_hash(name: str, salt: str) -> int:
@@ -132,6 +144,13 @@ def _by_hash(units: list[Unit], salt: str) -> list[Unit]:
 
 
 def _function_prompts(unit: Unit, max_chars: int, min_body: int) -> list[dict]:
+    return [dict(p) for p in _function_prompts_of(unit, max_chars, min_body)]  # the caller's own dicts
+
+
+@functools.lru_cache(maxsize=4096)
+def _function_prompts_of(unit: Unit, max_chars: int, min_body: int) -> tuple[dict, ...]:
+    """:func:`_function_prompts`, remembered per unit (a frozen dataclass: its name and text are the
+    key): parsing every module again was most of a prompt set's time."""
     lines = unit.text.splitlines(keepends=True)
     out = []
     for node in ast.walk(ast.parse(unit.text)):
@@ -148,7 +167,7 @@ def _function_prompts(unit: Unit, max_chars: int, min_body: int) -> list[dict]:
         out.append({"id": f"{unit.name}:{node.name}:{node.lineno}", "prompt": prompt,
                     "reference": body, "unit": unit.name})
     out.sort(key=lambda p: (unit_hash(p["id"], "fn"), p["id"]))
-    return out
+    return tuple(out)
 
 
 _SENTENCE_END = re.compile(r"[.!?](?=\s)")
