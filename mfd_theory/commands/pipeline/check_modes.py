@@ -13,12 +13,11 @@ What is assumed, and why this checks it: docs/own-target.md ("MFD checkpoints as
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 from mfd_theory.configs.options import Command, opt
-from mfd_theory.configs.pipeline.local_target import TargetOptions, check_target_dir
+from mfd_theory.configs.pipeline.local_target import TargetOptions, check_target_dir, checkpoint_dir
 
-__all__ = ["CheckModesConfig", "checkpoint_dir", "main"]
+__all__ = ["CheckModesConfig", "main"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,16 +38,6 @@ class CheckModesConfig(TargetOptions):
 
 CLI = Command("check-modes", __name__, CheckModesConfig, __doc__, out=None,
               out_help="output directory (check_modes.json)", models=True)
-
-
-def checkpoint_dir(path: str, flag: str) -> Path:
-    """The drafter checkpoint in ``path`` (a train-drafter run directory holds it in ``drafter/``)."""
-    d = Path(path)
-    if (d / "drafter" / "config.json").is_file():
-        d = d / "drafter"
-    if not (d / "config.json").is_file():
-        raise ValueError(f"{flag}: no drafter checkpoint (config.json) in {path}")
-    return d
 
 
 def main(argv: list[str] | None = None) -> int:

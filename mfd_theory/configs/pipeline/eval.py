@@ -14,7 +14,6 @@ three commands for your own target are described in docs/own-target.md.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 from mfd_theory.configs.options import budgets_opt, Command, opt
 from mfd_theory.configs.pipeline.local_target import TargetOptions
@@ -110,16 +109,6 @@ def stored_options(config: EvalConfig, opts) -> dict:
     methods, budgets, temps = config.plan()
     return {**{k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(config).items()},
             "out": str(opts.out), "quiet": opts.quiet, "methods": methods, "budgets": budgets, "temperatures": temps}
-
-
-def drafter_dir(path: str) -> Path:
-    """The checkpoint directory of a ``--drafter`` (a train-drafter run directory holds it in ``drafter/``)."""
-    d = Path(path)
-    if (d / "drafter" / "config.json").is_file():
-        d = d / "drafter"
-    if not (d / "config.json").is_file():
-        raise ValueError(f"--drafter: no drafter checkpoint (config.json) in {path}")
-    return d
 
 
 def calibration_sets(prompts: list, config: EvalConfig) -> dict:

@@ -1,7 +1,8 @@
-"""What ``mfd distill``, ``mfd train-drafter`` and ``mfd eval`` share: the options that name your
-local target (directory, device, dtype, seed, CPU threads) and the check of that directory, with no torch
-import, so that each command (``X.py``) and its work (``mfd_theory.runs.pipeline.X``) can use them. The
-commands are described in docs/own-target.md.
+"""What the pipeline commands (``mfd distill``, ``train-drafter``, ``eval``, ``ceiling``, ``check-modes``)
+share: the options that name your local target (directory, device, dtype, seed, CPU threads), the
+check of that directory and of a drafter checkpoint directory, with no torch import, so that each
+command and its work (``mfd_theory.runs.pipeline.X``) can use them. The commands are described in
+docs/own-target.md.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from mfd_theory.shipped import check_target
 from mfd_theory.validation import TOKENIZER_FILES, check_device
 from mfd_theory.configs.options import Checked, opt, seed_opt
 
-__all__ = ["DTYPES", "TOKENIZER_FILES", "TargetOptions", "check_target_dir"]
+__all__ = ["DTYPES", "TOKENIZER_FILES", "TargetOptions", "check_target_dir", "checkpoint_dir"]
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -42,3 +43,14 @@ def check_target_dir(path: str, flag: str = "--target") -> Path | str:
     """A local Hugging Face model directory, or a shipped target's name
     (:func:`mfd_theory.shipped.check_target`)."""
     return check_target(path, flag)
+
+
+def checkpoint_dir(path: str, flag: str = "--drafter") -> Path:
+    """The drafter checkpoint in ``path`` (a train-drafter run directory holds it in ``drafter/``);
+    ValueError naming ``flag`` when there is none."""
+    d = Path(path)
+    if (d / "drafter" / "config.json").is_file():
+        d = d / "drafter"
+    if not (d / "config.json").is_file():
+        raise ValueError(f"{flag}: no drafter checkpoint (config.json) in {path}")
+    return d

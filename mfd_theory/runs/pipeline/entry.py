@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from mfd_theory.configs.pipeline.distill import CLI as DISTILL, DistillConfig
-from mfd_theory.configs.pipeline.eval import CLI as EVAL, EvalConfig, calibration_sets, drafter_dir, stored_options
-from mfd_theory.configs.pipeline.local_target import check_target_dir
+from mfd_theory.configs.pipeline.eval import CLI as EVAL, EvalConfig, calibration_sets, stored_options
+from mfd_theory.configs.pipeline.local_target import check_target_dir, checkpoint_dir
 from mfd_theory.configs.pipeline.train_drafter import CLI as TRAIN_DRAFTER, TrainDrafterConfig
 
 __all__ = ["distill_main", "eval_main", "mains", "train_drafter_main"]
@@ -72,7 +72,7 @@ def _eval(config: EvalConfig, opts):
             if config.calibration_prompts is None else set())
     prompts = shuffle_take([p for p in prompts if (p.dataset, p.id) not in held], config.max_prompts)
     check_target_dir(config.target)
-    drafters = [drafter_dir(p) for p in config.drafter]
+    drafters = [checkpoint_dir(p, "--drafter") for p in config.drafter]
     from mfd_theory.runs.pipeline.eval import evaluate
 
     return evaluate(config, stored_options(config, opts), prompts, calib_sets, drafters, opts.out,
