@@ -325,7 +325,8 @@ def test_e2e_trains_and_decodes_a_hybrid_target(tmp_path):
 
 
 def test_bench_hybrid_profile_micro():
-    from mfd_theory.commands.bench.bench_decode import BenchDecodeConfig, hybrid_profile, hybrid_table
+    from mfd_theory.commands.bench.bench_decode import BenchDecodeConfig, hybrid_profile
+    from mfd_theory.report.bench import hybrid_table
 
     cfg = BenchDecodeConfig(shape="micro", arch="qwen3_5", block_size=4, prompt_len=8, hybrid_sizes="1,4",
                             profile_repeats=1)

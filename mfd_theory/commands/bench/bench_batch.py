@@ -42,6 +42,7 @@ import numpy as np
 
 from mfd_theory.configs.options import budgets_opt, Checked, Command, figure_option, opt, save_result, seed_opt
 from mfd_theory.results import Result
+from mfd_theory.report.console import bench_batch_text as report
 
 __all__ = ["BenchBatchConfig", "checks", "main", "measured_crossover", "report", "results_name", "run"]
 
@@ -198,72 +199,6 @@ def checks(rows, cfg: BenchBatchConfig) -> dict:
         "overhead_target": OVERHEAD_TARGET.get(cfg.target_arch, 0.10),
     }
     return out
-
-
-def report(result: Result) -> str:
-    d, c = result.data, result.config
-    lines = [f"{d['model']}; drafter seeds {d['drafter_seeds']}; {d['eval_prompts']} held-out prompts (at least "
-             f"{c['min_requests']} per B), {c['max_new_tokens']} new tokens each, {c['passes']} passes, {c['threads']} "
-             f"thread(s); predictions from {d['calibration_prompts']} held-out prompts (never evaluated), written "
-             f"before the evaluation ({d['predictions_file']}); times {d['times_s']['total']:.0f} s"
-             + (f"; load {d['load_average']['start']:.1f} -> {d['load_average']['end']:.1f} on "
-                f"{d['load_average']['cpus']} CPUs" if (d.get("load_average") or {}).get("end") is not None else ""),
-             "B    method  policy        nodes  tok/s full  steady (pred, err)   tok/round  acc/req  rows/req  outside"]
-    for r in d["rows"]:
-        nodes = "auto" if r["policy"] == "auto" else str(r["nodes"])
-        lines.append(f"{r['batch_size']:<4d} {r['method']:7s} {r['policy']:12s} {nodes:>6s} {r['full_tokens_per_s']:10.0f} "
-                     f"{r['steady_tokens_per_s']:7.0f} ({r['predicted_tokens_per_s']:7.0f}, {100 * r['prediction_error']:+5.1f}%) "
-                     f"{r['full_tokens_per_round']:9.2f} {r['accepted']:8.2f} {r['query_rows']:8.1f} "
-                     f"{100 * r['overhead_share']:6.1f}%"
-                     + (f"  chose {','.join(r['auto_choices'])}" if r["policy"] == "auto" else ""))
-    s = d["checks"]["summary"]
-    errs = [abs(r["prediction_error"]) for r in d["rows"]]
-    lines += [
-        f"prediction error of steady tokens/s: median {100 * float(np.median(errs)):.1f}%, worst {100 * max(errs):.1f}%",
-        f"crossover (AR fastest from this B on): measured {d['measured_crossover']}, predicted {d['predicted_crossover']}",
-        "shared policies against per-request at the same total, tokens per round over the whole decode (paired over "
-        "drafter sets), and their best cell's whole-decode tok/s against the best per-request N's:",
-    ]
-    same = {(g["batch_size"], g["method"], g["policy"]): [] for g in d["checks"]["shared_accepts_at_least_per_request"]}
-    for g in d["checks"]["shared_accepts_at_least_per_request"]:
-        same[(g["batch_size"], g["method"], g["policy"])].append(f"N={g['nodes']} {_cmp_text(g['tokens_per_round'])}")
-    for g in d["checks"]["shared_vs_best_per_request"]:
-        lines.append(f"  B={g['batch_size']:<3d} {g['method']:7s} {g['policy']:12s} best {g['shared_nodes']} vs "
-                     f"{g['per_request_nodes']}: tok/s {100 * g['gain']:+5.1f}% (request tok/s "
-                     f"{_cmp_text(g['request_tokens_per_s'])}); same total: "
-                     + "; ".join(same.get((g["batch_size"], g["method"], g["policy"]), [])))
-    w = d.get("whole_decode")
-    if w:
-        lines.append(f"whole decode replayed from {w['prompts']} evaluated prompts' traces (replay = measured rounds for "
-                     f"{100 * w['replay_matches_measured']['share']:.0f}% of request decodes): same rounds / start "
-                     "shift / tokens per round over the whole decode, against per_request:")
-        for r in w["rows"]:
-            lines.append(f"  {r['method']:7s} B={r['batch_size']:<3d} N={r['nodes']:<3d} " + "  ".join(
-                f"{pol} {100 * r[pol]['same_rounds']:+.1f}%/{100 * r[pol]['shift']:+.1f}%/{_cmp_text(r[pol]['full'])}"
-                for pol in ("global", "proportional", "oracle")))
-    lines += [
-        f"a shared policy >= 5% over the best per-request N at some B >= 4: {s['shared_5pct_somewhere_b4']} "
-        f"(best {100 * s['best_shared_gain_b4']:+.1f}%)",
-        f"auto within 3% (or the pass-to-pass spread) of the best measured at every B: {s['auto_within_3pct_everywhere']} "
-        f"(worst gap {100 * s['worst_auto_gap']:+.1f}%, pass-to-pass spread there {100 * s['worst_auto_gap_spread']:.1f}%); "
-        f"never a loss against the best per-request N: "
-        f"{s['auto_never_loses_to_best_per_request']}",
-        f"largest share outside the forwards at B = 16: {100 * s['overhead_at_16_max']:.1f}% "
-        f"(target <= {100 * s['overhead_target']:.0f}%)",
-        f"GPU, PREDICTED from the packaged {d['gpu_profile']} table (an assumption; cost = f(total rows)):",
-    ]
-    for r in d["gpu_predicted"]:
-        lines.append(f"  {r['method']:7s} B={r['batch_size']:<3d} best {r['policy']:12s} {r['nodes']:5d}: "
-                     f"{r['tokens_per_s']:8.0f} tok/s vs AR {r['ar_tokens_per_s']:8.0f} (best per-request "
-                     f"{r['best_per_request_tokens_per_s']:.0f}, best global {r['best_global_tokens_per_s']:.0f})")
-    return "\n".join(lines)
-
-
-def _cmp_text(c: dict | None) -> str:
-    if not c:
-        return "-"
-    return (f"{100 * c['gain']:+.1f}% [{100 * c['lo']:+.1f}%, {100 * c['hi']:+.1f}%] {c['verdict']} "
-            f"({c['n_runs']} runs x {c['n_prompts']} requests)")
 
 
 CLI = Command("bench batch", __name__, BenchBatchConfig, __doc__, extras=(figure_option(

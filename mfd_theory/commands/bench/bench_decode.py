@@ -37,7 +37,7 @@ from mfd_theory.validation import check_device
 from mfd_theory.configs.options import Checked, Command, opt, seed_opt, wrote
 from mfd_theory.runs.bench.shapes import SHAPES
 from mfd_theory.results import Result, atomic_write_text, provenance
-from mfd_theory.report.bench import hybrid_table
+from mfd_theory.report.console import bench_decode_text as report
 
 __all__ = ["BenchDecodeConfig", "disturbed_timing", "hybrid_profile", "main", "report", "results_name",
            "run"]
@@ -158,37 +158,6 @@ def results_name(arch: str) -> str:
     """``bench_decode.json`` for the attention target, ``bench_decode_<arch>.json`` otherwise, so a
     hybrid run never overwrites the attention run's results."""
     return "bench_decode.json" if arch == "qwen3" else f"bench_decode_{arch}.json"
-
-
-def report(result: Result) -> str:
-    d = result.data
-    lines = [f"device {d['device']}, target {d['model']}, budget {result.config['budget']}, "
-             f"block {result.config['block_size']}, K {result.config['num_modes']}",
-             f"{'method':8s} {'tok/s':>8s} {'speedup':>8s} {'tau':>6s} {'acc':>6s} {'pred':>6s} {'N':>6s} "
-             f"{'draft':>7s} {'tree':>7s} {'verify':>7s} {'walk':>7s} {'commit':>7s} {'outside':>8s}"]
-    for m, r in d["methods"].items():
-        s = r["time_split_s"]
-        tot = sum(s[k] for k in ("draft", "tree", "verify", "walk", "commit")) or 1.0
-        pct = {k: 100 * s[k] / tot for k in s}
-        lines.append(f"{m:8s} {r['tokens_per_s']:8.1f} {r['speedup_vs_ar']:8.2f} {r['tau']:6.2f} "
-                     f"{r['mean_accepted']:6.2f} {r['mean_predicted']:6.2f} {r['mean_tree_size']:6.1f} "
-                     f"{pct['draft']:6.1f}% {pct['tree']:6.1f}% {pct['verify']:6.1f}% {pct['walk']:6.1f}% "
-                     f"{pct['commit']:6.1f}% {100 * r['overhead_share']:7.1f}%")
-    if "verify_profile" in d:
-        p = d["verify_profile"]
-        lines.append(f"AR target step {p['t_target_ms']:.2f} ms, draft {p['t_draft_ms']:.2f} ms; verify ms by N: "
-                     + ", ".join(f"{n}:{t:.2f}" for n, t in zip(p["tree_sizes"], p["verify_ms"])))
-    if "hybrid_profile" in d:
-        lines.append(hybrid_table(d["hybrid_profile"]))
-    warnings = [f"warning: disturbed timing: {w}" for w in d.get("timing_warnings") or []]
-    if warnings:  # first, so the table below is read with them in mind
-        warnings.append("warning: the times below do not measure the methods alone; rerun on a quiet machine "
-                        "(or with --threads 1 beside other work)")
-        lines = warnings + lines
-    for m in ("ddtree", "mfd"):
-        lines.append(f"outside the two forwards at N = {result.config['budget']} ({m}): "
-                     f"{100 * d['methods'][m]['overhead_share']:.1f}% of a round (target < 10%)")
-    return "\n".join(lines)
 
 
 CLI = Command("bench decode", __name__, BenchDecodeConfig, __doc__)

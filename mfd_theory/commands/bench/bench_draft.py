@@ -31,14 +31,13 @@ import); the work is in :mod:`mfd_theory.runs.bench.bench_draft`.
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 from mfd_theory.configs.options import Checked, Command, opt, seed_opt
 from mfd_theory.runs.bench.shapes import SHAPES
 from mfd_theory.results import Result
-from mfd_theory.layouts import target_modes
+from mfd_theory.report.console import bench_draft_text as report
 
 __all__ = ["BenchDraftConfig", "main", "report", "results_name", "run"]
 
@@ -137,40 +136,6 @@ def _ratios(reps, modes, contexts) -> dict[str, list[float]]:
         out.setdefault(f"verify: kv head repeat share at T={hi}", []).append(
             rep["kv_repeat_ms"][hi] / rep["verify_concat_ms"][hi])
     return out
-
-
-def report(result: Result) -> str:
-    d, c = result.data, result.config
-    lines = [f"target {d['model']} (width {d['width']}), {c['draft_layers']} draft layer(s), block {c['block_size']}, "
-             f"{c['new_rows']} new context rows per round, {c['threads']} thread(s), {len(d['repeats'])} repeats"]
-    keys = list(d["repeats"][0]["draft_ms"])
-    lines.append("drafting round ms (fastest of the rounds; one column per repeat):")
-    for key in keys:
-        lines.append(f"  {key:24s} " + " ".join(f"{r['draft_ms'][key]:8.2f}" for r in d["repeats"]))
-    for key in d["repeats"][0]["attention_ms"]:
-        lines.append(f"  {'SDPA alone ' + key:24s} " + " ".join(f"{r['attention_ms'][key]:8.2f}" for r in d["repeats"]))
-    for t in d["repeats"][0]["verify_ms"]:
-        lines.append(f"  verify N={c['verify_nodes']} T={t} in place: "
-                     + " ".join(f"{r['verify_ms'][t]:8.2f}" for r in d["repeats"])
-                     + "   concatenating: " + " ".join(f"{r['verify_concat_ms'][t]:8.2f}" for r in d["repeats"])
-                     + "   of which cache concatenation: " + " ".join(f"{r['cache_cat_ms'][t]:6.2f}" for r in d["repeats"])
-                     + "   kv head repeat: " + " ".join(f"{r['kv_repeat_ms'][t]:6.2f}" for r in d["repeats"]))
-    lines.append("ratios (min / median / max over repeats):")
-    modes, contexts = sorted(set(_ints("--modes", c["modes"], 1))), sorted(set(_ints("--contexts", c["contexts"], 1)))
-    tk = target_modes(modes)
-    for key, vals in d["ratios"].items():
-        note = ""
-        if key.startswith(("before:", "after:", "folded:")):
-            body = key.split(": ", 1)[1]
-            note = "target <= 3" if body.startswith("K=1 ") else "target <= 2.5" if body.startswith(f"K={tk} ") else ""
-        lines.append(f"  {key:42s} {min(vals):6.2f} {statistics.median(vals):6.2f} {max(vals):6.2f}  {note}")
-    hi = contexts[-1]
-    if len(modes) > 1:  # the cost of every K at the longest context, side by side (medians)
-        for path in ("after", "folded", "before"):
-            cells = [f"K = {k}: {statistics.median(d['ratios'][f'{path}: K={k} T={hi} / K=1 T={hi}']):.2f}"
-                     for k in modes if k > 1]
-            lines.append(f"  {path} / K = 1 at T = {hi} (median): " + ", ".join(cells))
-    return "\n".join(lines)
 
 
 CLI = Command("bench draft", __name__, BenchDraftConfig, __doc__)

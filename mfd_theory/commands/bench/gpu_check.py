@@ -47,8 +47,6 @@ is in :mod:`mfd_theory.runs.bench.gpu_check`.
 
 from __future__ import annotations
 
-from __future__ import annotations
-
 import dataclasses
 from dataclasses import dataclass
 
@@ -56,6 +54,7 @@ from mfd_theory.validation import check_device
 from mfd_theory.configs.options import Checked, Command, opt, seed_opt
 from mfd_theory.runs.bench.shapes import SHAPES
 from mfd_theory.results import Result
+from mfd_theory.report.console import gpu_check_text as report
 
 __all__ = ["GpuCheckConfig", "SMALL", "effective", "main", "report", "run"]
 
@@ -121,7 +120,6 @@ def _ints(name: str, text: str) -> list[int]:
     return vals
 
 
-
 def run(config: GpuCheckConfig = GpuCheckConfig(), out_dir: str | None = None, progress: bool = True) -> Result:
     """The five steps (:func:`mfd_theory.runs.bench.gpu_check.run`) on the config ``--small``
     makes of ``config``."""
@@ -130,45 +128,6 @@ def run(config: GpuCheckConfig = GpuCheckConfig(), out_dir: str | None = None, p
     cfg = effective(config)
     return run_steps(cfg, _ints("--tree-sizes", cfg.tree_sizes), _ints("--draft-contexts", cfg.draft_contexts),
                      out_dir or cfg.out, progress)
-
-
-def report(result: Result) -> str:
-    d, c = result.data, result.config
-    lines = [f"gpu-check on {d['device']} ({d['shape']} shape, {c['dtype']})"]
-    counts: dict[str, int] = {}
-    for r in d["greedy"]:
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
-        if r["status"] != "equal":
-            lines.append(f"  {r['status']}: prompt {r['prompt']} {r['drafter']} {r['method']} first diff at "
-                         f"{r['first_diff']} (HF top-two gap {r['gap']})")
-    lines.append("greedy equality vs HF generate: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
-    p = d["round_profile"]
-    lines.append(f"round profile: AR round {p['t_target_ms']:.2f} ms; verify ms by N: "
-                 + ", ".join(f"{n}:{t:.2f}" for n, t in zip(p["tree_sizes"], p["verify_ms"])))
-    lines.append("  drafting pass ms by K: " + ", ".join(f"{k}:{t:.2f}" for k, t in zip(p["draft_modes"], p["draft_ms"]))
-                 + f"; sampling draw {p['draw_ms']:.3f} ms")
-    for o in p.get("overhead") or []:
-        lines.append(f"  {o['method']} (K = {o['K']}) tree + walk + commit ms by N: "
-                     + ", ".join(f"{n}:{a + b + e:.2f}" for n, a, b, e in
-                                 zip(o["tree_sizes"], o["tree_ms"], o["walk_ms"], o["commit_ms"])))
-    lines.append("drafting round ms by context: " + ", ".join(f"{k} {v:.2f}" for k, v in d["draft_ms"].items()))
-    lines.append(f"round profile written to {d['latency_profile']}")
-    ce = d.get("ceiling")
-    if ce:
-        cov = ce["coverage"]
-        n = str(max(map(int, cov["oracle"])))
-        lines.append(f"ceiling (one prompt, L = {ce['L']}, N = {n}, T = 1): oracle {cov['oracle'][n]:.3f}, product "
-                     f"{cov['product'][n]:.3f}, K = 2 {cov['mixture K=2'][n]:.3f}; {ce['forwards']} tree forwards "
-                     f"({ce['forward_rows']} rows) in {ce['seconds']['oracle'] + ce['seconds']['trees']:.1f} s, "
-                     f"sampling {ce['seconds']['sample']:.1f} s")
-    if d["e2e"]:
-        lines.append(f"e2e micro: results in {d['e2e']['out']}")
-    el = d.get("elapsed_s") or {}
-    lines.append("elapsed: " + ", ".join(f"{k} {v:.1f} s" for k, v in el.items())
-                 + f"; total {d['total_s']:.1f} s of the {d['time_budget_s']:.0f} s budget"
-                 + ("" if d["within_budget"] else " (OVER BUDGET: lower --tree-sizes, --profile-prompts or "
-                                                  "--profile-layers)"))
-    return "\n".join(lines)
 
 
 CLI = Command("bench gpu-check", __name__, GpuCheckConfig, __doc__)
