@@ -144,9 +144,6 @@ def test_a_failed_conversion_leaves_no_directory(tmp_path, monkeypatch):
             written.append(path)
             raise RuntimeError("interrupted")
 
-        def parameters(self):
-            return iter(())
-
     monkeypatch.setattr(gguf, "_load_gguf", lambda folder, name: (object(), object()))
     monkeypatch.setattr(gguf, "_rebuilt", lambda model: HalfWritten())
     src = shipped.locate_pieces(shipped.SHIPPED[SMOL])[0]

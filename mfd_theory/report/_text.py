@@ -10,7 +10,7 @@ import math
 
 from mfd_theory.formatting import stored_number
 
-__all__ = ["mean_se", "method_label", "signed_pct", "span", "value_with_spread"]
+__all__ = ["mean_se", "method_label", "signed_pct", "sorted_ints", "span", "value_with_spread"]
 
 
 def _passes(row: dict, key: str) -> list[float] | None:
@@ -37,6 +37,12 @@ def value_with_spread(row: dict, key: str, fmt: str = "{:.2f}", suffix: str = ""
     if s is None:
         return f"{fmt.format(v)}{suffix} (1 pass)"
     return f"{fmt.format(v)}{suffix} ± {fmt.format(s)}{suffix}"
+
+
+def sorted_ints(text: str) -> list[int]:
+    """The distinct integers of a comma-separated option as a run stored it (checked when the run
+    was configured), in increasing order."""
+    return sorted({int(x) for x in text.split(",") if x.strip()})
 
 
 def signed_pct(v) -> str:

@@ -11,7 +11,7 @@ import os
 import statistics
 
 from mfd_theory.layouts import target_modes
-from mfd_theory.report._text import span
+from mfd_theory.report._text import sorted_ints, span
 from mfd_theory.report.inputs import Results
 from mfd_theory.results import Result
 
@@ -88,8 +88,7 @@ def bench_draft(results: Results) -> str:
 
     d, c = results.main.data, results.main.config
     reps = d["repeats"]
-    modes = sorted({int(x) for x in c["modes"].split(",") if x.strip()})
-    contexts = sorted({int(x) for x in c["contexts"].split(",") if x.strip()})
+    modes, contexts = sorted_ints(c["modes"]), sorted_ints(c["contexts"])
     lo, hi, kmax = contexts[0], contexts[-1], modes[-1]
     ratios = d["ratios"]
 

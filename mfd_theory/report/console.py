@@ -7,15 +7,11 @@ from __future__ import annotations
 import statistics
 
 from mfd_theory.layouts import target_modes
+from mfd_theory.report._text import sorted_ints
 from mfd_theory.report.bench import hybrid_table
 from mfd_theory.results import Result
 
 __all__ = ["bench_batch_text", "bench_decode_text", "bench_draft_text", "gpu_check_text"]
-
-
-def _ints(text: str) -> list[int]:
-    """The integers of a stored comma-separated option (checked when the run was configured)."""
-    return [int(x) for x in text.split(",") if x.strip()]
 
 
 def bench_batch_text(result: Result) -> str:
@@ -135,7 +131,7 @@ def bench_draft_text(result: Result) -> str:
                      + "   of which cache concatenation: " + " ".join(f"{r['cache_cat_ms'][t]:6.2f}" for r in d["repeats"])
                      + "   kv head repeat: " + " ".join(f"{r['kv_repeat_ms'][t]:6.2f}" for r in d["repeats"]))
     lines.append("ratios (min / median / max over repeats):")
-    modes, contexts = sorted(set(_ints(c["modes"]))), sorted(set(_ints(c["contexts"])))
+    modes, contexts = sorted_ints(c["modes"]), sorted_ints(c["contexts"])
     tk = target_modes(modes)
     for key, vals in d["ratios"].items():
         note = ""

@@ -15,23 +15,21 @@ from mfd_theory.llm.models.fingerprint import FINGERPRINT_VERSION
 from mfd_theory.llm.training.train import config_hash
 from mfd_theory.results import atomic_write_text
 from mfd_theory.run_records import file_digests
+from mfd_theory.runs.pipeline.entry import mains
 
 __all__ = ["Steps", "run_command_steps"]
 
 
 def run_command_steps(steps, commands: list[tuple], keys: dict, distill_inputs: list[str], config,
-                      quiet: list[str], mains: dict) -> None:
+                      quiet: list[str]) -> None:
     """Run the distill / train-drafter / eval ``commands`` (``(name, command, argv, argv relative to
     the output directory, command line)``) as steps of ``steps``, each keyed by its relative command
     line and the keys of what it reads (distill: ``distill_inputs``; a drafter: distill; eval: every
     drafter), so that moving the output directory keeps them valid. ``keys`` gains each step's key.
     Data and drafters record the target's fingerprint: a new fingerprint version redoes distill
-    and, through the keys, every step after it. ``mains``: each command's entry point (``main(argv)``)
-    by name, given by the command that runs this driver (this floor imports no command)."""
-    missing = sorted({c for _, c, *_ in commands} - set(mains))
-    if missing:
-        raise ValueError(f"mains: no entry point for {', '.join(missing)}")
-    entry = mains
+    and, through the keys, every step after it. Each step runs its command's entry point
+    (:func:`mfd_theory.runs.pipeline.entry.mains`)."""
+    entry = mains()
     marker = {"distill": "manifest.json", "train-drafter": "loss_curve.json", "eval": "eval.json"}
     for name, cmd, argv, rel, line in commands:
         upstream = distill_inputs if cmd == "distill" else (

@@ -193,14 +193,13 @@ def run(config: NaturalConfig, out_dir: str | Path = "results/natural", progress
         prepare_only: bool = False) -> dict | None:
     """Run (or resume) every step under ``out_dir``; returns ``natural.json``'s data.
     ``prepare_only``: every step before the evaluation, then stop (returns None)."""
-    from mfd_theory.runs.pipeline.entry import mains
     from mfd_theory.runs.experiments.natural import run_natural
     from mfd_theory.report import natural_block
 
     out = Path(out_dir)
     steps = [(name, cmd, argv, rel, line) for (name, cmd, argv), (_, _, rel), line
              in zip(commands(config, out), commands(config), command_lines(config))]
-    res = run_natural(config, out, steps, mains(), progress=progress, prepare_only=prepare_only)
+    res = run_natural(config, out, steps, progress=progress, prepare_only=prepare_only)
     if res is None:
         print(f"prepared: every step before the evaluation is done under {out}/ (nothing evaluated)")
         return None

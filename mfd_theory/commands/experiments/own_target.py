@@ -136,14 +136,13 @@ def command_lines(config: OwnTargetConfig, root: str | Path = ".") -> list[str]:
 def run(config: OwnTargetConfig, out_dir: str | Path = "results/own_target", progress: bool = True) -> dict:
     """Run (or resume) every step under ``out_dir``, then print the evaluation's summary; returns
     ``steps.json``'s content."""
-    from mfd_theory.runs.pipeline.entry import mains
     from mfd_theory.runs.experiments.own_target import run_own_target
     from mfd_theory.report import own_target_summary
 
     out = Path(out_dir)
     steps = [(name, cmd, argv, rel, line) for (name, cmd, argv), (_, _, rel), line
              in zip(commands(config, out), commands(config), command_lines(config))]
-    data = run_own_target(config, e2e_config(config), out, steps, mains(), progress=progress)
+    data = run_own_target(config, e2e_config(config), out, steps, progress=progress)
     summary = own_target_summary(out / "eval" / "eval.json")
     if summary:
         print("\n" + summary)

@@ -151,10 +151,9 @@ def _run(config: RealDraftersConfig, opts):
     from mfd_theory.shipped import check_target
 
     check_target(config.target, "--target")
-    from mfd_theory.runs.pipeline.entry import mains
     from mfd_theory.runs.experiments.real_drafters import run
 
-    res = run(config, KINDS, opts.out, mains(), progress=not opts.quiet, recipes=RECIPES)
+    res = run(config, KINDS, opts.out, progress=not opts.quiet, recipes=RECIPES)
     if opts.figure and res.name == "real_drafters" and res.data.get("verdicts"):
         from mfd_theory.figures import save_figure
         from mfd_theory.figures.real import real_drafters_gains_figure

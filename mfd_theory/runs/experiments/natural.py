@@ -321,7 +321,7 @@ def _make_target(config, out: Path, ccfg: NaturalCorpusConfig, arch: LMConfig, t
     wrote(tdir)
 
 
-def _run_steps(config, out: Path, steps: Steps, commands: list[tuple], mains: dict, progress: bool,
+def _run_steps(config, out: Path, steps: Steps, commands: list[tuple], progress: bool,
                prepare_only: bool) -> None:
     """corpus, target and ceiling, then the pipeline's commands (all but eval with ``prepare_only``),
     each keyed by its options and the keys of the steps it reads."""
@@ -350,10 +350,10 @@ def _run_steps(config, out: Path, steps: Steps, commands: list[tuple], mains: di
     keys = {"target": key_target, "corpus": key_corpus}
     quiet = [] if progress else ["--quiet"]
     run_command_steps(steps, [c for c in commands if not (prepare_only and c[1] == "eval")], keys,
-                      ["target", "corpus"], config, quiet, mains)
+                      ["target", "corpus"], config, quiet)
 
 
-def run_natural(config, out_dir, commands: list[tuple], mains: dict, progress: bool = True,
+def run_natural(config, out_dir, commands: list[tuple], progress: bool = True,
                 prepare_only: bool = False) -> Result | None:
     """Run or resume every step under ``out_dir``; returns the ``natural.json`` result.
     ``prepare_only``: every step before ``mfd eval`` (corpus, target, ceiling, distill, drafters),
@@ -361,7 +361,7 @@ def run_natural(config, out_dir, commands: list[tuple], mains: dict, progress: b
 
     ``commands`` are the pipeline steps, each ``(name, command, argv, argv relative to the output
     directory, command line)``; they come from :mod:`mfd_theory.commands.experiments.natural`, which owns
-    the config (this module stays below it), with ``mains``, the pipeline commands' entry points."""
+    the config (this module stays below it)."""
     out = make_out_dir(Path(out_dir), "out_dir")
     if config.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device: {config.device!r} requested but CUDA is not available")
@@ -369,7 +369,7 @@ def run_natural(config, out_dir, commands: list[tuple], mains: dict, progress: b
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(config.threads)
-        _run_steps(config, out, steps, commands, mains, progress, prepare_only)
+        _run_steps(config, out, steps, commands, progress, prepare_only)
     finally:
         torch.set_num_threads(threads)
     if prepare_only:

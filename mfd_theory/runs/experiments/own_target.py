@@ -60,14 +60,12 @@ def write_prompt_files(corpus, directory: Path, n_train: int, n_heldout: int, wo
     return paths
 
 
-def run_own_target(config, ecfg, out_dir: str | Path, commands: list[tuple], mains: dict,
-                   progress: bool = True) -> dict:
+def run_own_target(config, ecfg, out_dir: str | Path, commands: list[tuple], progress: bool = True) -> dict:
     """Run or resume every step under ``out_dir``; returns ``steps.json``'s content.
 
     ``ecfg`` is the ``mfd e2e`` config of the target preset and ``commands`` the command steps, each
     ``(name, command, argv, argv relative to the output directory, command line)``; both come from
-    :mod:`mfd_theory.commands.experiments.own_target`, which owns the config (this module stays below it),
-    with ``mains``, the pipeline commands' entry points (:func:`run_command_steps`)."""
+    :mod:`mfd_theory.commands.experiments.own_target`, which owns the config (this module stays below it)."""
 
     out = make_out_dir(Path(out_dir), "out_dir")
     cache = make_out_dir(Path(config.cache_dir) if config.cache_dir else out / "cache", "cache_dir")
@@ -115,7 +113,7 @@ def run_own_target(config, ecfg, out_dir: str | Path, commands: list[tuple], mai
 
         # Keys from the command lines relative to the output directory: moving it keeps them valid.
         keys = {"target": key_target, "prompts": key_prompts}
-        run_command_steps(steps, commands, keys, ["target", "prompts"], config, quiet, mains)
+        run_command_steps(steps, commands, keys, ["target", "prompts"], config, quiet)
     finally:
         torch.set_num_threads(threads)
     steps.data["seconds_last_run"] = round(time.perf_counter() - t_all, 1)

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from mfd_theory.runs.experiments.e2e import replicated_comparisons
+from mfd_theory.runs.pipeline.entry import distill_main, eval_main
 from mfd_theory.runs.steps import Steps
 from mfd_theory.llm.models.gguf import read_provenance, resolve_target
 from mfd_theory.llm.training.prompts import read_prompt_files, shuffle_take
@@ -217,15 +218,12 @@ _ROW_KEEP = ("dataset", "method", "scorer", "drafter", "K", "budget", "temperatu
              "mean_tree_size", "predicted_tau", "predicted_speedup")
 
 
-def run(config, kinds: dict, out_dir, mains: dict, progress: bool = True, recipes: dict | None = None) -> Result:
+def run(config, kinds: dict, out_dir, progress: bool = True, recipes: dict | None = None) -> Result:
     """The study of ``config`` into ``out_dir``; ``kinds``: name -> (K, train-drafter kind) of every
-    kind the config may name; ``mains``: the entry points (``main(argv)``) of ``distill`` and ``eval``
-    by name, given by the command (this floor imports no command); ``recipes``: name -> the options
+    kind the config may name (distill and eval run through their entry points in
+    :mod:`mfd_theory.runs.pipeline.entry`); ``recipes``: name -> the options
     each recipe variant changes (the recipe stage). Returns the main stage's Result, or the recipe
     stage's when it runs alone."""
-    missing = sorted({"distill", "eval"} - set(mains))
-    if missing:
-        raise ValueError(f"mains: no entry point for {', '.join(missing)}")
     out = make_out_dir(Path(out_dir), "--out")
     steps = Steps(out / "steps.json")
     quiet = [] if progress else ["--quiet"]
@@ -247,7 +245,7 @@ def run(config, kinds: dict, out_dir, mains: dict, progress: bool = True, recipe
                         "--out", str(ddir), *quiet]
         distill_key = config_hash(prompt_key, distill_argv[2:-2 - len(quiet)], config.target)
         steps.run("distill", distill_key, "mfd distill " + " ".join(distill_argv), ddir,
-                  lambda: (ddir / "manifest.json").is_file(), lambda: mains["distill"](distill_argv))
+                  lambda: (ddir / "manifest.json").is_file(), lambda: distill_main(distill_argv))
         rdir = None
         if config.references:
             rdir = out / "references"
@@ -259,7 +257,7 @@ def run(config, kinds: dict, out_dir, mains: dict, progress: bool = True, recipe
         trainer = _Trainer(config, kinds, target_dir, ddir, progress, top_k=config.soft_top_k if soft else 0,
                            ref_dir=rdir)
         common = {"target_dir": target_dir, "manifest": manifest, "files": files, "ddir": ddir, "rdir": rdir,
-                  "distill_key": distill_key, "quiet": quiet, "t_all": t_all, "mains": mains}
+                  "distill_key": distill_key, "quiet": quiet, "t_all": t_all}
         res = None
         if "main" in config.stages:
             res = _main_stage(config, kinds, out, steps, trainer, common)
@@ -311,7 +309,7 @@ def _main_stage(config, kinds: dict, out: Path, steps: Steps, trainer: "_Trainer
         key = config_hash([_train_key(config, k, seed, distill_key) for k in config.kinds], argv[4:],
                           {n: hashlib.sha256(files[n].read_bytes()).hexdigest() for n in ("calib", *DOMAINS)})
         steps.run(f"eval s{seed}", key, f"mfd eval, seed {seed}", edir, lambda e=edir: (e / "eval.json").is_file(),
-                  lambda a=argv: common["mains"]["eval"](a))
+                  lambda a=argv: eval_main(a))
         data = json.loads((edir / "eval.json").read_text())["data"]
         preds = json.loads((edir / "predictions.json").read_text())["data"]
         evals.append({"seed": seed, "rows": data["rows"], "choices": preds["budget_choice"],
@@ -392,7 +390,7 @@ def _recipe_stage(config, recipes: dict, out: Path, steps: Steps, trainer: "_Tra
               "--threads", str(config.threads), "--out", str(hdir), *quiet]
     h_key = config_hash(hashlib.sha256(hfile.read_bytes()).hexdigest(), h_argv[2:-2 - len(quiet)], config.target)
     steps.run("heldout answers", h_key, "mfd distill " + " ".join(h_argv), hdir,
-              lambda: (hdir / "manifest.json").is_file(), lambda: common["mains"]["distill"](h_argv))
+              lambda: (hdir / "manifest.json").is_file(), lambda: distill_main(h_argv))
     hseqs, hplens, _ = load_distill_data(hdir)
     hmeta = [json.loads(line) for line in hfile.read_text().splitlines() if line.strip()]
 
