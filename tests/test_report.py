@@ -563,7 +563,7 @@ def test_the_front_block_answers_each_claim_in_a_short_row():
     assert answers[4] == ("holds: 40 of 40 greedy decodes equal HF `generate`; sampled walks fit the exact acceptance "
                           "(chi-square p = 0.62)")
     assert rows[6].startswith("| ... and decodes faster than the product drafter's chain (its faster method")
-    assert answers[5].startswith("tau +2% to +3%: inconclusive in all 2 cells (") and "seeds would decide)" in answers[5]
+    assert answers[5].startswith("tau +2% to +3%: inconclusive in all 2 cells (") and "seeds would decide with 80% power)" in answers[5]
     assert answers[6] == "speed -12% to -7%: a loss on code at T = 1; inconclusive elsewhere (this run's timing)"
     assert answers[7] == "no: speedups 0.80-0.90x; best tau 1.50 (EAGLE-3 on Qwen3-1.7B: 2.93)"
     # cells whose best mixture differs name their K each

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from mfd_theory.report._text import method_label, row_scorer, value_with_spread
 from mfd_theory.report.inputs import Results
+from mfd_theory.report.intervals import floored_entries
 from mfd_theory.cycles import cycle_summary
 from mfd_theory.formatting import comparison_text, is_best_budget, speed_gain_text, stored_number, tau_gain_text
 from mfd_theory.stats import compare_rows
@@ -300,11 +301,12 @@ def cell_text(c: dict) -> str:
     return (f"{method} ({name}{', wta' if wta else ''})" + ("" if c["method"] == "chain" else f" N = {c['budget']}"))
 
 
-def replicated_lines(d: dict) -> list[str]:
-    """One line per comparison of a run's ``replicated`` section, in words with the interval."""
+def replicated_lines(d: dict, config: dict | None = None) -> list[str]:
+    """One line per comparison of a run's ``replicated`` section, in words with the interval (tau's
+    floored by its resolution over ``config``'s new tokens per prompt)."""
     rep = d.get("replicated") or {}
     out = []
-    for c in rep.get("comparisons") or []:
+    for c in floored_entries(rep.get("comparisons"), config):
         out.append(f"T = {c['temperature']:g}, {cell_text(c['a'])} against {cell_text(c['b'])}: tau "
                    f"{comparison_text(c.get('tau_cmp'))}, speed {comparison_text(c.get('speed_cmp'))}")
     return out
@@ -324,7 +326,8 @@ def e2e_replicated(results: Results) -> str:
              f"tree, whichever the theory predicted faster. Gains: {rep['rule']}; margin of equivalence ±3%."]
     questions = rep.get("questions") or {"against_product": "MFD and DARTree against the product drafter"}
     for q, title in questions.items():
-        comps = [c for c in rep["comparisons"] if c.get("question", "against_product") == q]
+        comps = [c for c in floored_entries(rep["comparisons"], results.main.config)
+                 if c.get("question", "against_product") == q]
         if not comps:
             continue
         lines += ["", f"**{title[0].upper() + title[1:]}**:", "",

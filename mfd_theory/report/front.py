@@ -15,7 +15,7 @@ from mfd_theory.report._text import span
 from mfd_theory.report.ceiling import tree_label
 from mfd_theory.report.inputs import Results
 from mfd_theory.report.real import PAPER_DEAD, best_mixture
-from mfd_theory.report.real_drafters import _to_decide
+from mfd_theory.report.real_drafters import _to_decide, verdicts_of
 
 __all__ = ["FRONT_FILES", "front", "MAX_ANSWER"]
 
@@ -67,7 +67,7 @@ def front(results: Results) -> str:
     against DDTree at the same N, speed against the product drafter's faster method, and speed
     against plain decoding."""
     d = results.main.data
-    vs = d.get("verdicts") or []
+    vs = verdicts_of(d, results.main.config)
     runs = d.get("runs") or []
     n_seeds = len(runs)
     real = results["real/real.json"].data
@@ -130,7 +130,8 @@ def front(results: Results) -> str:
     if same:
         need = sorted({_to_decide(c) for _, c in same if c["verdict"] == "inconclusive"},
                       key=lambda s: (s.startswith(">"), len(s), s))
-        decide = "" if not need else f" ({need[0]}{'' if len(need) == 1 else ' to ' + need[-1]} seeds would decide)"
+        decide = "" if not need else (f" ({need[0]}{'' if len(need) == 1 else ' to ' + need[-1]} seeds would decide "
+                                      "with 80% power)")
         k_of = {r["drafter"]: r.get("K") for run in runs for r in run["rows"]}
         ks = "/".join(str(k) for k in sorted({k_of.get(v["a"]["drafter"]) for v, _ in same} - {None})) or "?"
         lines.append(_row(f"Trained MFD beats DDTree at the same N (real Qwen target, K = {ks}, {n_seeds} seeds)",

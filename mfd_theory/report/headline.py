@@ -10,6 +10,7 @@ from __future__ import annotations
 from mfd_theory.report._text import method_label, value_with_spread
 from mfd_theory.report.e2e import cell_text, gain_pair, greedy_loops
 from mfd_theory.report.inputs import Results
+from mfd_theory.report.intervals import floored_entries
 from mfd_theory.report.real import headline_rows
 from mfd_theory.formatting import comparison_text, is_best_budget, speed_gain_text, stored_number
 from mfd_theory.results import Result
@@ -155,7 +156,7 @@ def _e2e_rows(res: Result) -> list[str]:
     run."""
     what = own_target_name(res.config or {})
     rep = res.data.get("replicated") or {}
-    comps = rep.get("comparisons") or []
+    comps = floored_entries(rep.get("comparisons"), res.config)
     if not comps:
         return _single_run_rows(res)
     out = []

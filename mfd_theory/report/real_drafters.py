@@ -15,9 +15,9 @@ from mfd_theory.report.checks import prediction_summary
 from mfd_theory.report.e2e import cell_text
 from mfd_theory.report.inputs import Results
 from mfd_theory.formatting import comparison_text
-from mfd_theory.stats import runs_to_decide
+from mfd_theory.report.intervals import floored_entries, seeds_to_decide, to_decide_note
 
-__all__ = ["reach_rows", "real_drafters", "real_headline", "real_recipe"]
+__all__ = ["reach_rows", "real_drafters", "real_headline", "real_recipe", "verdicts_of"]
 
 _QUESTIONS = {"against_product": "MFD and DARTree against the product drafter's faster method",
               "same_n": "each MFD tree against the product drafter's DDTree tree of the same size N",
@@ -25,8 +25,6 @@ _QUESTIONS = {"against_product": "MFD and DARTree against the product drafter's 
 
 #: the target's ceiling (``mfd real``) the reach table compares with, the larger run first
 CEILINGS = ("real-default/real.json", "real/real.json")
-#: the most seeds the projection of :func:`_to_decide` looks at
-MAX_SEEDS = 50
 
 
 def _setup(d: dict, c: dict) -> list[str]:
@@ -101,8 +99,14 @@ def _per_seed(d: dict) -> list[str]:
     return lines
 
 
-def _verdicts(d: dict) -> list[str]:
-    vs = d.get("verdicts") or []
+def verdicts_of(d: dict, config: dict | None) -> list[dict]:
+    """The run's replicated verdicts, each tau interval floored by tau's resolution over the run's new
+    tokens per prompt (:func:`mfd_theory.report.intervals.floored`)."""
+    return floored_entries(d.get("verdicts"), config)
+
+
+def _verdicts(d: dict, config: dict | None = None) -> list[str]:
+    vs = verdicts_of(d, config)
     if not vs:
         return ["One seed: no replicated verdict."]
     lines = []
@@ -111,27 +115,21 @@ def _verdicts(d: dict) -> list[str]:
         if not mine:
             continue
         lines += ["", f"**{title[0].upper() + title[1:]}**:", "",
-                  "| data set | T | method | against | tau gain | seeds to decide tau | speed gain | seeds to decide speed |",
+                  "| data set | T | method | against | tau gain | seeds to decide tau (80% power) | speed gain | "
+                  "seeds to decide speed (80% power) |",
                   "|---|---|---|---|---|---|---|---|"]
         for v in mine:
             tau, sp = v.get("tau_cmp"), v.get("speed_cmp")
             lines.append(f"| {v['dataset']} | {v['temperature']:g} | {cell_text(v['a'])} | {cell_text(v['b'])} | "
                          f"{comparison_text(tau)} | {_to_decide(tau)} | {comparison_text(sp)} | {_to_decide(sp)} |")
-    lines += ["", "Seeds to decide: for an inconclusive verdict, how many seeds the same interval would need to "
-                  "decide it if the seeds' mean and spread stayed as measured (a projection from these seeds, "
-                  f"`mfd_theory.stats.runs_to_decide`; \"> {MAX_SEEDS}\" when not within {MAX_SEEDS}); for a decided "
-                  "one, the seeds run."]
+    lines += ["", to_decide_note()]
     return lines
 
 
 def _to_decide(c: dict | None) -> str:
-    """How many seeds would decide comparison ``c`` (a stored Comparison) at its own level."""
-    if not c or c.get("model") != "runs":
-        return "-"
-    if c["verdict"] != "inconclusive":
-        return f"{c['n_runs']} (run)"
-    r = runs_to_decide(c["run_gains"], margin=c["margin"], level=c["level"], max_runs=MAX_SEEDS)
-    return f"> {MAX_SEEDS}" if r is None else str(r)
+    """How many seeds would decide comparison ``c`` (a stored Comparison) at its own level, with
+    80% power (:func:`mfd_theory.report.intervals.seeds_to_decide`)."""
+    return seeds_to_decide(c)
 
 
 def reach_rows(d: dict, ceiling: dict) -> list[dict]:
@@ -209,7 +207,7 @@ def real_drafters(results: Results) -> str:
                             "Each compared cell per seed, at the budget seed 0's calibration chose (tau: mean accepted "
                             "tokens per round, the bonus token included; speedup over plain decoding, timed in the "
                             "same run):", "", *_per_seed(d), "",
-                            f"Verdicts: {d.get('rule', '')}; margin of equivalence ±3%.", *_verdicts(d)]
+                            f"Verdicts: {d.get('rule', '')}; margin of equivalence ±3%.", *_verdicts(d, c)]
     reach = _reach(d, results)
     if reach:
         lines += ["", *reach]
@@ -307,7 +305,7 @@ def real_headline(results: Results) -> str:
     table. From ``mfd real-drafters`` (the main file) and, when present, ``mfd real`` (lossless
     check and ceiling)."""
     d = results.main.data
-    vs = d.get("verdicts") or []
+    vs = verdicts_of(d, results.main.config)
     runs = d.get("runs") or []
     link = "[`real-drafters`](#mfd-real-drafters)"
     first = next((v["tau_cmp"] for v in vs if v.get("tau_cmp")), None)
