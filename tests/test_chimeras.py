@@ -483,3 +483,41 @@ def test_zero_probability_counts_match_exact_arithmetic():
 def test_verify_bound_with_a_tiny_alpha_keeps_every_future_possible():
     res = ch.verify_bound(2000, alpha=0.003, m_max=6, L_max=8)
     assert res.instances + res.ties == 2000 and res.violations == 0
+
+
+# ----------------------------------------------------------------------------- one set of input types
+def test_every_chimeras_function_takes_the_same_input_types():
+    """A drafter as rows [L, V] or a one-mode MixtureOfProducts (target.marginals(), as product_tree
+    takes it); futures as token ids (array or lists) or a MixtureOfProducts (its modes' most
+    likely sequences), in every function of mfd_theory.chimeras; anything else refused in one
+    line naming the argument."""
+    from mfd_theory.chimeras import (column_pattern, count_chimeras, min_chimeras_multi, min_product_tree_containing,
+                                     pairwise_bound, splice_chimeras_from_scores)
+    from mfd_theory.distributions import MixtureOfProducts
+    from reference import tree_paths
+
+    a, b, c = [3, 1, 4, 1, 5], [3, 2, 4, 0, 5], [0, 2, 4, 1, 1]
+    target = MixtureOfProducts.futures([a, b, c], weights=[0.5, 0.3, 0.2], vocab_size=6, noise=0.02)
+    marg = target.marginals()
+    rows, seqs = marg.log_q[0], np.array([a, b, c])
+    want = min_product_tree_containing(rows, seqs)
+    for drafter in (marg, rows, rows.astype(np.float32), rows.tolist()):
+        for futures in (target, seqs, seqs.tolist()):
+            got = min_product_tree_containing(drafter, futures)
+            assert len(got) == len(want) and set(tree_paths(got)) == set(tree_paths(want))
+    assert splice_chimeras_from_scores(marg, a, b) == splice_chimeras_from_scores(rows, np.array(a), np.array(b))
+    assert column_pattern(target) == column_pattern(seqs) == column_pattern(seqs.tolist())
+    assert pairwise_bound(target) == pairwise_bound(seqs)
+    assert (min_chimeras_multi(target, n_trials=5, lower_bound=False).observed_min
+            == min_chimeras_multi(seqs, n_trials=5, lower_bound=False).observed_min)
+    assert count_chimeras(want, seqs.tolist()) == count_chimeras(want, seqs)
+    with pytest.raises(ValueError, match=r"^log_q: a MixtureOfProducts with K = 3 modes is not a product drafter"):
+        min_product_tree_containing(target, seqs)
+    with pytest.raises(ValueError, match=r"^log_q: a MixtureOfProducts with K = 3"):
+        splice_chimeras_from_scores(target, a, b)
+    with pytest.raises(ValueError, match=r"^log_q: expected a \[L, V\] array"):
+        min_product_tree_containing("not a drafter", seqs)
+    with pytest.raises(ValueError, match=r"^futures: "):
+        pairwise_bound([[1, 2], [3]])
+    with pytest.raises(ValueError, match=r"^target: "):
+        count_chimeras(want, [[1.5, 2.0]])

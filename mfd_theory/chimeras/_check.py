@@ -1,5 +1,16 @@
 """Argument checks shared by the chimera modules: token sequences, a pair of futures, a
-drafter's log-probabilities. Each names the argument it refuses."""
+drafter's log-probabilities. Each names the argument it refuses.
+
+Every function of :mod:`mfd_theory.chimeras` takes the same input types:
+
+* a drafter (``log_q``): per-position log-probabilities [L, V] (float64, float32 or float16), or a
+  :class:`~mfd_theory.distributions.MixtureOfProducts` with K = 1 such as ``target.marginals()``,
+  as :func:`mfd_theory.trees.product_tree` takes it;
+* futures (``sequences``, ``futures``, ``target``): integer token ids [F, L] (an array or nested
+  lists; one sequence [L] is one future), or a MixtureOfProducts, which stands for each mode's
+  most likely sequence (its future, for targets built by ``MixtureOfProducts.futures`` or
+  :mod:`mfd_theory.synthetic`), as :func:`~mfd_theory.chimeras.count_chimeras` takes it.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from mfd_theory.distributions import MixtureOfProducts
 from mfd_theory.validation import token_ids
 
 
@@ -32,25 +44,41 @@ def _check_pair(a: Any, b: Any, V: int | None = None) -> tuple[np.ndarray, np.nd
     return a, b, pos
 
 
-def _check_sequences(sequences: Any, L: int | None = None, V: int | None = None) -> np.ndarray:
+def _mode_sequences(target: MixtureOfProducts) -> np.ndarray:
+    """int64 [K, L]: each mode's most likely sequence."""
+    return np.argmax(target.log_q, axis=2).astype(np.int64)
+
+
+def _check_sequences(sequences: Any, L: int | None = None, V: int | None = None, name: str = "sequences") -> np.ndarray:
+    if isinstance(sequences, MixtureOfProducts):
+        sequences = _mode_sequences(sequences)
     try:
         seqs = np.asarray(sequences)
     except ValueError as exc:  # ragged input
-        raise ValueError(f"sequences: sequences of unequal length ({exc})") from exc
+        raise ValueError(f"{name}: sequences of unequal length ({exc})") from exc
     if seqs.dtype == object:
-        raise ValueError("sequences: sequences of unequal length (or not integer tokens)")
-    seqs = _as_tokens("sequences", seqs, V)
+        raise ValueError(f"{name}: sequences of unequal length (or not integer tokens)")
+    seqs = _as_tokens(name, seqs, V)
     if seqs.ndim == 1:
         seqs = seqs[None, :]
     if seqs.ndim != 2 or seqs.shape[0] == 0 or seqs.shape[1] == 0:
-        raise ValueError(f"sequences: expected a non-empty [F, L] array, got shape {seqs.shape}")
+        raise ValueError(f"{name}: expected a non-empty [F, L] array, got shape {seqs.shape}")
     if L is not None and seqs.shape[1] != L:
-        raise ValueError(f"sequences: have length {seqs.shape[1]} but the drafter has L = {L} positions")
+        raise ValueError(f"{name}: have length {seqs.shape[1]} but the drafter has L = {L} positions")
     return seqs
 
 
 def _check_log_q(log_q: Any) -> np.ndarray:
-    lq = np.asarray(log_q, dtype=np.float64)
+    if isinstance(log_q, MixtureOfProducts):
+        if log_q.K != 1:
+            raise ValueError(f"log_q: a MixtureOfProducts with K = {log_q.K} modes is not a product drafter; pass "
+                             "its per-position marginals (target.marginals()) or one mode's rows")
+        log_q = log_q.log_q[0]  # [L, V]
+    try:
+        lq = np.asarray(log_q, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"log_q: expected a [L, V] array of log-probabilities or a one-mode MixtureOfProducts, "
+                         f"got {type(log_q).__name__}") from None
     if lq.ndim != 2 or lq.shape[0] < 1 or lq.shape[1] < 1:
         raise ValueError(f"log_q: expected a [L, V] array of log-probabilities, got shape {lq.shape}")
     if np.isnan(lq).any():

@@ -32,13 +32,14 @@ def _partition_label(col: np.ndarray) -> str:
 
 
 def column_pattern(futures: Any) -> dict[str, int]:
-    """The disagreement pattern of F futures [F, L]: column type -> number of positions.
+    """The disagreement pattern of F futures [F, L] (or a MixtureOfProducts: its modes' most likely
+    sequences): column type -> number of positions.
 
     A column type is the partition of the futures by their token at that position, written like
     '01|2' (futures 0 and 1 agree, 2 differs); positions where all agree are not counted.
     For two futures the pattern is {'0|1': m}.
     """
-    seqs = _check_sequences(futures)
+    seqs = _check_sequences(futures, name="futures")
     out: dict[str, int] = {}
     for i in range(seqs.shape[1]):
         if np.unique(seqs[:, i]).size > 1:
@@ -142,7 +143,7 @@ def pairwise_bound(futures: Any) -> int:
     Proven: the complementary pairs of j and k's splices are disjoint, each holds a kept splice,
     and another future can fill at most one of them.
     """
-    seqs = _check_sequences(futures)
+    seqs = _check_sequences(futures, name="futures")
     F = seqs.shape[0]
     best = 0
     for j, k in itertools.combinations(range(F), 2):
@@ -256,7 +257,7 @@ def min_chimeras_multi(
     disagreement positions, as log_q [P, V]). ``lower_bound=False`` skips the MILP (search only,
     an upper bound; ``lower_bound`` is then None).
     """
-    seqs = _check_sequences(futures)
+    seqs = _check_sequences(futures, name="futures")
     if len({tuple(r) for r in seqs.tolist()}) != seqs.shape[0]:
         raise ValueError("futures: contains identical rows")
     if seqs.shape[0] < 2:

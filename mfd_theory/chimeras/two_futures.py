@@ -31,8 +31,9 @@ TIGHT_M_MAX = 24  # tight_instance's near-tie gap 2^-(m-1) stays >= 20x the tie 
 
 
 def chimera_lower_bound(m: int) -> int:
-    """2^(m-1) - 1: full-length chimeras any product tree holding two m-disagreeing futures holds
-    (when both futures have positive drafter probability and Q(a) != Q(b); docs/chimeras.md)."""
+    """2^(m-1) - 1: the full-length chimeras any product-ranked tree holding two futures a, b holds,
+    where m is the number of positions where a and b disagree, when both futures have positive
+    drafter probability and Q(a) != Q(b) (docs/chimeras.md, section 1)."""
     m = check_int("m", m, 1)
     return (1 << (m - 1)) - 1
 
@@ -64,10 +65,12 @@ def min_product_tree_containing(
 
     Parameters
     ----------
-    log_q : array [L, V]
-        The drafter's per-position log-probabilities.
-    sequences : int array [F, L]
-        Full-length sequences (the target's futures) that the tree must hold.
+    log_q : array [L, V] or a one-mode MixtureOfProducts
+        The drafter's per-position log-probabilities; a MixtureOfProducts with K = 1, such as
+        ``target.marginals()``, stands for its rows (as :func:`~mfd_theory.trees.product_tree` takes it).
+    sequences : int array [F, L], or a MixtureOfProducts
+        Full-length sequences (the target's futures) that the tree must hold; a MixtureOfProducts
+        stands for each mode's most likely sequence.
     max_nodes : int
         Refuse (ValueError) instead of building a larger tree.
     tie_tol : float
@@ -190,7 +193,7 @@ def count_chimeras(tree: DraftTree, target: Any, eps: float = 0.0) -> ChimeraCou
     else:
         if eps != 0:
             chimera_mask(DraftTree([], []), target, eps)  # refuses eps with futures, naming it
-        seqs = _check_sequences(target)
+        seqs = _check_sequences(target, name="target")
         L = seqs.shape[1]
         if tree.max_depth > L:
             raise ValueError(f"sequences: length {L} is shorter than the tree's depth {tree.max_depth}")
@@ -288,6 +291,7 @@ def worst_instance(m: int, L: int = 15, V: int = 8, seed: int = 0) -> tuple[np.n
 
 def splice_chimeras_from_scores(log_q: Any, a: Any, b: Any) -> tuple[int, int]:
     """Full-length splice chimeras of the smallest product tree holding a and b, from scores alone.
+    ``log_q``: rows [L, V] or a one-mode MixtureOfProducts, as :func:`min_product_tree_containing`.
 
     Returns ``(above, tied)``: splices other than a and b scoring strictly above
     t = min(Q(a), Q(b)) (always in the tree) and those tied with t (in it or not depending on the
