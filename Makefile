@@ -29,8 +29,11 @@ $(STAMP): pyproject.toml constraints.txt requirements-models.txt
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q
 
+# NUMERICS=fast: the libraries' own kernels and bfloat16 where this host runs it faster (docs/benchmarks.md#numerics)
+NUMERICS ?= reproducible
+
 reproduce: $(STAMP)
-	$(BIN)/mfd reproduce
+	$(BIN)/mfd reproduce --numerics $(NUMERICS)
 
 # the small self-trained targets: the e2e grid (attention and hybrid GDN), the own-target pipeline, natural text
 toy: $(STAMP)

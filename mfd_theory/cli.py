@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "compare-runs": ("mfd_theory.commands.compare_runs", "main", "two runs' step records: does every checkpoint and data file have the same sha256, and which step parts them first"),
     "report": ("mfd_theory.commands.report", "main", "rewrite the result blocks of docs/ from results/ (--check: compare only)"),
     "distill": ("mfd_theory.commands.pipeline.distill", "main", "your target's own answers to JSONL prompts (drafter training data)"),
+    "corpus": ("mfd_theory.commands.pipeline.corpus", "main", "a self-distilled training corpus from the installed Python code: token ids, the target's top-k labels, instructions"),
     "train-drafter": ("mfd_theory.commands.pipeline.train_drafter", "main", "train a product (K=1) or MFD (K>1) drafter on distilled data"),
     "eval": ("mfd_theory.commands.pipeline.eval", "main", "tau and speedup of drafters on JSONL prompts (DDTree's protocol)"),
     "check-modes": ("mfd_theory.commands.pipeline.check_modes", "main", "is a K-mode checkpoint read as trained: each mode's chain acceptance against its DFlash initialisation"),
@@ -82,10 +83,15 @@ def _call(name: str, target: tuple[str, str, str], argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    # before torch starts: the same seed gives the same bits on every host of one ISA level
-    from mfd_theory.numerics import pin_cpu_numerics
+    # before torch starts: the process's numerics ($MFD_NUMERICS, else reproducible: the same seed gives
+    # the same bits on every host of one ISA level); a command's --numerics changes it before its work
+    from mfd_theory.numerics import apply_numerics
 
-    pin_cpu_numerics()
+    try:
+        apply_numerics()
+    except ValueError as exc:  # a bad $MFD_NUMERICS: one line, before any work
+        print(f"mfd: error: {exc}", file=sys.stderr)
+        return 2
     # The CLI only writes figures to files: Agg needs no display. The library leaves the backend
     # alone so that notebooks draw inline; MPLBACKEND set by the user still wins.
     os.environ.setdefault("MPLBACKEND", "Agg")

@@ -22,11 +22,13 @@ _ROOT = Path(__file__).resolve().parent.parent
 if importlib.util.find_spec("mfd_theory") is None:
     sys.path.insert(0, str(_ROOT))  # run from a checkout that was not pip-installed
 
-# the same CPU kernel dispatch as the mfd command (pinned before any test imports torch), so tests see
-# the numerics the package's runs use
-from mfd_theory.numerics import pin_cpu_numerics  # noqa: E402
+# the reproducible numerics of the mfd command (pinned before any test imports torch, float32 models),
+# so tests that check bits see the same kernels on every host; a test of the fast path asks for it
+from mfd_theory.numerics import apply_numerics  # noqa: E402
 
-pin_cpu_numerics()
+os.environ["MFD_NUMERICS"] = "reproducible"
+os.environ.pop("MFD_CPU_DTYPE", None)
+apply_numerics("reproducible")
 
 _SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 # derandomize: the default run draws the same examples every time, so the statistical checks

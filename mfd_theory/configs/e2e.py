@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from mfd_theory.validation import check_device
-from mfd_theory.configs.options import budgets_opt, Checked, load_preset, opt, seed_opt
+from mfd_theory.configs.options import budgets_opt, Checked, load_preset, opt, seed_opt, numerics_opt
 
 __all__ = ["E2EConfig", "preset_config"]
 
@@ -22,6 +22,7 @@ class E2EConfig(Checked):
                       "--preset NAME: default (the run in docs/results.md), micro (a small smoke run), ...")
     seed: int = seed_opt("random seed of data, training and sampling")
     threads: int = opt(2, "torch threads for training", ge=1)
+    numerics: str | None = numerics_opt()
     eval_threads: int = opt(1, "torch threads for decoding (timing)", ge=1)
     device: str = opt("cpu", "torch device (cpu, cuda, cuda:N)")
     cache_dir: str = opt("", "checkpoint cache ('' means <out>/cache)")

@@ -28,7 +28,8 @@ from mfd_theory.progress import quiet_transformers
 from mfd_theory.results import wrote
 from mfd_theory.validation import check_choice, check_figure_file, check_int, check_out_dir, check_out_file, check_real
 
-__all__ = ["EXPERIMENTS", "Checked", "Command", "Interrupted", "check_config", "figure_option", "file_option", "flag", "load_preset", "opt",
+__all__ = ["EXPERIMENTS", "Checked", "Command", "Interrupted", "check_config", "figure_option", "file_option", "flag", "load_preset",
+           "numerics_opt", "opt",
            "preset_names", "preset_values", "read_config", "remove_empty_tree", "save_result", "show_default", "switch", "to_toml", "wrote"]
 
 #: the repository's preset files, one folder per command module (the package is installed from
@@ -55,6 +56,14 @@ def seed_opt(help: str = "random seed", default: int = 0):
     """The ``seed`` field every command declares: an integer >= 0 (what numpy's generators take),
     default 0; ``help`` says what it seeds."""
     return opt(default, help, ge=0)
+
+
+def numerics_opt():
+    """The ``numerics`` field of every command that runs a model (:mod:`mfd_theory.numerics`)."""
+    return opt(None, "CPU numerics: fast (the libraries' own kernels, and bfloat16 where this host computes it "
+                     "faster, decided by its flags and a probe) or reproducible (float32 pinned to AVX2: the same bits "
+                     "on every host); the choice and the host are recorded in every result",
+               choices=("fast", "reproducible"), unset="$MFD_NUMERICS, else reproducible")
 
 
 def budgets_opt(default: tuple[int, ...], help: str = "tree budgets N"):
@@ -490,7 +499,8 @@ class Command:
         ``--show-config`` prints the config instead and returns None.
 
         A config field named ``threads`` (> 0) sets torch's CPU threads for the action (restored
-        after). An action that fails or is interrupted leaves no directory it made and left empty
+        after); one named ``numerics`` puts the action on those numerics (before torch starts, when
+        it has not: :func:`mfd_theory.numerics.apply_numerics`; the process's mode is restored after). An action that fails or is interrupted leaves no directory it made and left empty
         (``--out``, ``--cache-dir``): bad input writes nothing, even when a check that needs torch
         or the models comes late. An interruption is raised again as :class:`Interrupted`, whose
         message says what was kept."""
@@ -504,7 +514,8 @@ class Command:
         dirs = [d for d in (out, getattr(config, "cache_dir", "")) if d]
         new = [top for top in map(_first_missing, dirs) if top is not None]
         try:
-            with self.flag_errors(), _torch_threads(getattr(config, "threads", 0)):
+            with self.flag_errors(), _numerics(getattr(config, "numerics", None)), \
+                    _torch_threads(getattr(config, "threads", 0)):
                 return action(config, opts)
         except KeyboardInterrupt as exc:
             for top in new:
@@ -562,6 +573,22 @@ def remove_empty_tree(path: Path) -> bool:
         d.rmdir()
     path.rmdir()
     return True
+
+
+@contextlib.contextmanager
+def _numerics(mode: str | None):
+    """The process on ``mode`` inside the block (None: as it is), its mode variable restored after."""
+    from mfd_theory.numerics import MODE_ENV, apply_numerics
+
+    before = os.environ.get(MODE_ENV)
+    apply_numerics(mode)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(MODE_ENV, None)
+        else:
+            os.environ[MODE_ENV] = before
 
 
 @contextlib.contextmanager

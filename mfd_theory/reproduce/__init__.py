@@ -24,7 +24,7 @@ import os
 import time
 from pathlib import Path
 
-from mfd_theory.configs.options import Checked, Command, opt
+from mfd_theory.configs.options import Checked, Command, opt, numerics_opt
 
 ROOT = Path(__file__).resolve().parents[2]  # mfd_theory/reproduce/__init__.py
 
@@ -198,6 +198,7 @@ class ReproduceConfig(Checked):
                                  "the theory, natural text's ceiling) first in two lanes, each pinned to its own core "
                                  "with one torch thread, then the timed evaluations alone, with nothing else running",
                            unset="2 where two cores are usable, else 1", choices=(1, 2))
+    numerics: str | None = numerics_opt()
 
     def validate(self) -> None:
         usable = usable_cores()

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mfd_theory.configs.options import budgets_opt, Checked, Command, figure_option, opt, save_result, seed_opt
+from mfd_theory.configs.options import budgets_opt, Checked, Command, figure_option, opt, save_result, seed_opt, numerics_opt
 from mfd_theory.results import Result
 from mfd_theory.report.console import bench_batch_text as report
 
@@ -75,6 +75,7 @@ class BenchBatchConfig(Checked):
     profile_repeats: int = opt(2, "batched decodes of every (B, policy, N) cell in the calibration profile "
                                   "(the median decode is kept)", ge=1)
     threads: int = opt(1, "torch CPU threads while decoding", ge=1)
+    numerics: str | None = numerics_opt()
     seed: int = seed_opt("random seed")
     out: str = opt("results", "output directory (the --out option)")
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mfd_theory.validation import check_device
-from mfd_theory.configs.options import Checked, Command, opt, seed_opt, wrote
+from mfd_theory.configs.options import Checked, Command, opt, seed_opt, wrote, numerics_opt
 from mfd_theory.runs.bench.shapes import SHAPES
 from mfd_theory.results import Result, atomic_write_text, provenance
 from mfd_theory.report.console import bench_decode_text as report
@@ -71,6 +71,7 @@ class BenchDecodeConfig(Checked):
     profile_repeats: int = opt(5, "repeats per tree size (hybrid profile) / decodes per cell (round profile)", ge=1)
     profile_tokens: int = opt(8, "tokens each cell decodes per repeat for the round profile", ge=2)
     threads: int = opt(0, "torch CPU threads (0: leave torch's default)", ge=0)
+    numerics: str | None = numerics_opt()
     seed: int = seed_opt("random seed")
     out: str = opt("results", "output directory (the --out option)")
     arch: str = opt("qwen3", "target architecture: qwen3, or qwen3_5 (the hybrid; adds the GDN tree-verification profile)",

@@ -34,7 +34,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from mfd_theory.configs.options import Checked, Command, opt, seed_opt
+from mfd_theory.configs.options import Checked, Command, opt, seed_opt, numerics_opt
 from mfd_theory.runs.bench.shapes import SHAPES
 from mfd_theory.results import Result
 from mfd_theory.report.console import bench_draft_text as report
@@ -58,6 +58,7 @@ class BenchDraftConfig(Checked):
     verify_nodes: int = opt(64, "tree size N of the timed verify forwards", ge=1)
     repeats: int = opt(3, "repeats of the whole measurement in one run", ge=1)
     threads: int = opt(1, "torch CPU threads", ge=1)
+    numerics: str | None = numerics_opt()
     seed: int = seed_opt("random seed")
     out: str = opt("results", "output directory (the --out option)")
 

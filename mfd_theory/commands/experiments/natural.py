@@ -32,7 +32,7 @@ import shlex
 from pathlib import Path
 
 from mfd_theory.validation import check_device
-from mfd_theory.configs.options import budgets_opt, Checked, Command, load_preset, opt, seed_opt, switch
+from mfd_theory.configs.options import budgets_opt, Checked, Command, load_preset, opt, seed_opt, switch, numerics_opt
 from mfd_theory.configs.pipeline.eval import METHODS
 
 __all__ = ["NaturalConfig", "command_lines", "commands", "preset_config", "run", "main"]
@@ -45,6 +45,7 @@ class NaturalConfig(Checked):
     seed: int = seed_opt("random seed of the target, the data, training and sampling")
     device: str = opt("cpu", "torch device of every step (cpu, cuda, cuda:N)")
     threads: int = opt(2, "torch threads for training, distilling and the ceiling", ge=1)
+    numerics: str | None = numerics_opt()
     eval_threads: int = opt(1, "torch threads for mfd eval (timing)", ge=1)
     # the corpus
     heldout_fraction: float = opt(0.15, "share of modules (and documentation topics) held out", gt=0, lt=1)

@@ -29,7 +29,7 @@ import shlex
 from pathlib import Path
 
 from mfd_theory.validation import check_device
-from mfd_theory.configs.options import budgets_opt, Checked, Command, opt, seed_opt
+from mfd_theory.configs.options import budgets_opt, Checked, Command, opt, seed_opt, numerics_opt
 from mfd_theory.configs.e2e import preset_config
 
 __all__ = ["OwnTargetConfig", "command_lines", "commands", "e2e_config", "run", "main"]
@@ -42,6 +42,7 @@ class OwnTargetConfig(Checked):
     seed: int = seed_opt("random seed of the target, the data, training and sampling")
     device: str = opt("cpu", "torch device of every step (cpu, cuda, cuda:N)")
     threads: int = opt(2, "torch threads for training the target, distilling and training drafters", ge=1)
+    numerics: str | None = numerics_opt()
     eval_threads: int = opt(1, "torch threads for mfd eval (timing)", ge=1)
     cache_dir: str = opt("", "the target's checkpoint cache ('' means <out>/cache)")
     # the target

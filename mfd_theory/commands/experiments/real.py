@@ -29,7 +29,7 @@ import dataclasses
 from pathlib import Path
 
 from mfd_theory.ceiling_stats import SCORERS
-from mfd_theory.configs.options import budgets_opt, Checked, Command, figure_option, opt, seed_opt, wrote
+from mfd_theory.configs.options import budgets_opt, Checked, Command, figure_option, opt, seed_opt, wrote, numerics_opt
 from mfd_theory.shipped import SHIPPED
 
 __all__ = ["RealConfig", "main"]
@@ -48,6 +48,7 @@ class RealConfig(Checked):
                                   choices=STAGES)
     seed: int = seed_opt("random seed of the samples and the fits")
     threads: int = opt(2, "torch CPU threads", ge=1)
+    numerics: str | None = numerics_opt()
     # the ceiling
     prompts_per_domain: int = opt(12, "evaluation prompts per domain (code: HumanEval; prose) the ceiling "
                                       "measures, the first n after a shuffle with seed 0", ge=2)

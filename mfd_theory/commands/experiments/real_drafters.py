@@ -49,7 +49,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from mfd_theory.configs.options import budgets_opt, Checked, Command, figure_option, opt, wrote
+from mfd_theory.configs.options import budgets_opt, Checked, Command, figure_option, opt, wrote, numerics_opt
 from mfd_theory.shipped import SHIPPED
 
 __all__ = ["KINDS", "RealDraftersConfig", "main"]
@@ -74,6 +74,7 @@ class RealDraftersConfig(Checked):
     seeds: int = opt(3, "drafter seeds 0..R-1 (every kind trained and evaluated once per seed); the verdicts "
                         "are replicated over them", ge=1)
     threads: int = opt(2, "torch CPU threads", ge=1)
+    numerics: str | None = numerics_opt()
     # data
     train_prompts: int = opt(96, "training prompts per domain (code, prose) the target answers", ge=1)
     answer_tokens: int = opt(96, "new tokens per distilled answer, at most", ge=8)

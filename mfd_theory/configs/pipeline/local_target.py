@@ -12,11 +12,15 @@ from pathlib import Path
 
 from mfd_theory.shipped import check_target
 from mfd_theory.validation import TOKENIZER_FILES, check_device
-from mfd_theory.configs.options import Checked, opt, seed_opt
+from mfd_theory.configs.options import Checked, numerics_opt, opt, seed_opt
 
-__all__ = ["DTYPES", "TOKENIZER_FILES", "TargetOptions", "check_target_dir", "checkpoint_dir"]
+__all__ = ["DTYPES", "PROMPT_FORMAT", "TOKENIZER_FILES", "TargetOptions", "check_target_dir", "checkpoint_dir"]
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+#: the prompt-file format, as every --prompts help states it (mfd_theory.llm.training.prompts reads it)
+PROMPT_FORMAT = ('one JSON object per line with exactly one of "prompt" (a string), "messages" (a list of '
+                 '{"role", "content"} objects, ending on a user turn) or "turns" (a list of user turns, answered '
+                 'one by one), optionally "id" and "dataset" (the file name when absent)')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,12 +31,14 @@ class TargetOptions(Checked):
                           "(mfd target list), materialised once under $MFD_TARGETS_DIR or results/targets",
                       required=True)
     device: str = opt("auto", "auto (CUDA when available), cpu, cuda (each torchrun rank takes its GPU) or cuda:N")
-    dtype: str = opt("auto", "target weights' dtype (auto: bfloat16 on CUDA, float32 on CPU)", choices=DTYPES)
+    dtype: str = opt("auto", "target weights' dtype (auto: bfloat16 on CUDA; on a CPU float32, or bfloat16 under "
+                             "--numerics fast where this host computes it faster)", choices=DTYPES)
     seed: int = seed_opt("random seed")
     # one thread by default: the same bits on any machine, and on a shared CPU the fast choice
     # (distill measured 10 s with one thread, 57-82 s with torch's default beside a busy neighbour)
     threads: int = opt(1, "torch CPU threads; 1 gives the same results on every machine, 0 leaves torch's default "
                           "(one per core)", ge=0)
+    numerics: str | None = numerics_opt()
 
     def validate(self) -> None:
         # the spelling only: whether CUDA is there is asked when the process group starts
@@ -47,8 +53,13 @@ def check_target_dir(path: str, flag: str = "--target") -> Path | str:
 
 def checkpoint_dir(path: str, flag: str = "--drafter") -> Path:
     """The drafter checkpoint in ``path`` (a train-drafter run directory holds it in ``drafter/``);
-    ValueError naming ``flag`` when there is none."""
+    ValueError naming ``flag`` when ``path`` does not exist, is a file, or holds no checkpoint."""
     d = Path(path)
+    if str(path) == "" or not d.exists():
+        raise ValueError(f"{flag}: {path} does not exist (give a drafter checkpoint directory, or the train-drafter "
+                         "run directory that holds it in drafter/)")
+    if not d.is_dir():
+        raise ValueError(f"{flag}: {path} is a file, not a drafter checkpoint directory")
     if (d / "drafter" / "config.json").is_file():
         d = d / "drafter"
     if not (d / "config.json").is_file():

@@ -8,6 +8,14 @@ random DFlash drafter built for the target (the real drafter's code path: the ta
 states, embedding and head). :func:`walk_chi_square` walks one verified tree many times at T > 0
 with the decoder's own sampler and tests the outcomes (accepted path, bonus token) against their
 exact probabilities from the same verify rows.
+
+Under float32 a decode must equal HF's token for token. In a lower-precision dtype (bfloat16 under
+fast numerics) plain decoding and a tree verification run the target through different kernel
+shapes, so the logits of one position differ in their last bits and a near-tie can flip a greedy
+token. Every decode that differs is therefore located (its first different token) and the target's
+top-2 logit gap there is measured on the common prefix (:func:`first_difference`): a gap within
+:data:`NEAR_TIE_ULPS` units in the last place of the logits' dtype at that magnitude is numerics,
+any other difference is a bug, and ``ok`` is false.
 """
 
 from __future__ import annotations
@@ -24,7 +32,11 @@ from mfd_theory.llm.models.drafter import build_drafter
 from mfd_theory.llm.models.target import TargetModel
 from mfd_theory.llm.models.testing import ReplayDrafter
 
-__all__ = ["CASES", "greedy_equality", "hf_greedy", "walk_chi_square"]
+__all__ = ["CASES", "NEAR_TIE_ULPS", "first_difference", "greedy_equality", "hf_greedy", "logit_ulp", "walk_chi_square"]
+
+#: a first difference whose top-2 logit gap is at most this many units in the last place of the
+#: logits' dtype (at the top logit's magnitude) is a near-tie: numerics, not a bug
+NEAR_TIE_ULPS = 2
 
 #: (label, method, scorer, modes): every decoding method and MFD scorer the check runs
 CASES = [("ar", "ar", None, 1), ("chain", "chain", None, 1), ("ddtree", "ddtree", None, 1),
@@ -46,6 +58,46 @@ def hf_greedy(model, prompt: list[int], n: int) -> list[int]:
     out = model.generate(torch.tensor([prompt]), max_new_tokens=int(n), do_sample=False, top_p=None, top_k=None,
                          temperature=None, **kw)
     return out[0, len(prompt):].tolist()
+
+
+def logit_ulp(value: float, dtype: torch.dtype) -> float:
+    """One unit in the last place of ``dtype`` at ``|value|`` (float32: 2^-23 of its power of two;
+    bfloat16: 2^-7, so 0.125 for logits in [16, 32))."""
+    mant = torch.finfo(dtype).eps  # 2^-(mantissa bits)
+    mag = max(abs(float(value)), float(torch.finfo(dtype).tiny))
+    return float(mant * 2.0 ** np.floor(np.log2(mag)))
+
+
+@torch.no_grad()
+def first_difference(model, prompt: list[int], want: list[int], got: list[int]) -> dict | None:
+    """Where ``got`` first leaves ``want`` (both continuations of ``prompt``): the target's top-2
+    logit gap there (one forward of the prompt and the common prefix, in the model's dtype), how far
+    the emitted token's logit lies below the top one, the dtype's unit in the last place at the top
+    logit, and whether the emitted token was within :data:`NEAR_TIE_ULPS` units of the top (a
+    near-tie). None when one is a prefix of the other."""
+    i = next((j for j, (a, b) in enumerate(zip(want, got)) if a != b), None)
+    if i is None:
+        return None
+    ids = torch.tensor([list(prompt) + list(want[:i])], device=next(model.parameters()).device)
+    logits = model(input_ids=ids).logits[0, -1]  # [V], the model's dtype
+    z = logits.float()
+    top = torch.topk(z, 2)
+    gap = float(top.values[0] - top.values[1])
+    below = float(top.values[0] - z[int(got[i])])  # >= gap unless got is the top token itself
+    ulp = logit_ulp(float(top.values[0]), logits.dtype)
+    return {"index": int(i), "want": int(want[i]), "got": int(got[i]), "top2": [int(t) for t in top.indices],
+            "top_logit": round(float(top.values[0]), 4), "gap": round(gap, 6), "got_below_top": round(below, 6),
+            "ulp": ulp, "gap_ulps": round(gap / ulp, 2), "dtype": str(logits.dtype).replace("torch.", ""),
+            "near_tie": bool(below <= NEAR_TIE_ULPS * ulp)}
+
+
+def _compare(model, prompt, want: list[int], got: list[int]) -> dict:
+    """A row's fields for one decode against its reference: equal, and where it first differs."""
+    equal = list(got) == list(want)
+    diff = None if equal else first_difference(model, prompt, want, list(got))
+    # a decode that stops early or runs on (not a token flip) is a bug too: no near-tie explains it
+    return {"equal": equal, "first_difference": diff,
+            "near_tie": bool(diff is not None and diff["near_tie"]), "bug": not equal and not (diff and diff["near_tie"])}
 
 
 def _drafters(model, refs: list[list[int]], block: int, seed: int) -> dict:
@@ -93,7 +145,7 @@ def greedy_equality(model, prompts: list[list[int]], new_tokens: int = 64, budge
             res = speculative_generate(target, d if method != "ar" else None, p, n, method, budget=budget,
                                        scorer=scorer, metrics=False)
             rows.append({"drafter": dname, "method": label, "prompt": i, "batched": False,
-                         "equal": list(res.tokens) == want[i], "tokens": len(res.tokens),
+                         **_compare(model, p, want[i], list(res.tokens)), "tokens": len(res.tokens),
                          "tau": float(res.tau), "seconds": round(time.perf_counter() - t1, 2)})
         if label in BATCHED:
             t1 = time.perf_counter()
@@ -101,13 +153,38 @@ def greedy_equality(model, prompts: list[list[int]], new_tokens: int = 64, budge
                                              budget=budget, scorer=scorer, metrics=False)
             for i, r in enumerate(res.results):
                 rows.append({"drafter": dname, "method": label, "prompt": i, "batched": True,
-                             "equal": list(r.tokens) == want[i], "tokens": len(r.tokens), "tau": float(r.tau),
+                             **_compare(model, prompts[i], want[i], list(r.tokens)), "tokens": len(r.tokens),
+                             "tau": float(r.tau),
                              "seconds": round(time.perf_counter() - t1, 2)})
-    return {"n_prompts": len(prompts), "new_tokens": int(new_tokens),
+    dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+    exact = dtype == "float32"
+    return {"n_prompts": len(prompts), "new_tokens": int(new_tokens), "dtype": dtype,
+            "by_method": _by_method(rows), "near_ties": sum(r["near_tie"] for r in rows),
+            "bugs": sum(r["bug"] for r in rows),
+            # float32 is the exact check; a lower precision may flip near-ties, never anything else
+            "ok": all(r["equal"] for r in rows) if exact else not any(r["bug"] for r in rows),
             "random_tokens": int(new_tokens if random_tokens is None else min(int(random_tokens), new_tokens)),
             "budget": int(budget), "block": int(block),
             "reference_tokens": [len(r) for r in refs], "rows": rows, "all_equal": all(r["equal"] for r in rows),
             "reference_seconds": round(t_ref, 2)}
+
+
+def _by_method(rows: list[dict]) -> dict:
+    """Per method (and batched): decodes, how many differ from the reference, how many of those at a
+    near-tie, and the share of decodes affected."""
+    out: dict = {}
+    for r in rows:
+        key = r["method"] + (" (batched)" if r["batched"] else "")
+        m = out.setdefault(key, {"decodes": 0, "differ": 0, "near_ties": 0, "bugs": 0, "gaps": []})
+        m["decodes"] += 1
+        m["differ"] += not r["equal"]
+        m["near_ties"] += r["near_tie"]
+        m["bugs"] += r["bug"]
+        if r["first_difference"] is not None:
+            m["gaps"].append(r["first_difference"]["gap"])
+    for m in out.values():
+        m["share_affected"] = round(m["differ"] / m["decodes"], 4)
+    return out
 
 
 def _outcome_probs(tree, logits: torch.Tensor, temperature: float) -> dict:

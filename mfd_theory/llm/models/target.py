@@ -22,7 +22,8 @@ from mfd_theory.llm.models.kv import KVBuffer
 
 __all__ = ["TargetModel", "VerifyOutput", "ancestor_mask", "load_local_target", "tree_attention_mask"]
 
-#: the names ``load_local_target`` takes for ``dtype`` ("auto": bfloat16 on CUDA, float32 on CPU)
+#: the names ``load_local_target`` takes for ``dtype`` ("auto": bfloat16 on CUDA; on a CPU, float32, or
+#: bfloat16 under fast numerics where the host runs it faster: :mod:`mfd_theory.llm.models.dtype`)
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
 
 
@@ -35,13 +36,13 @@ def load_local_target(directory, device: str = "cpu", dtype: str = "auto", attn_
     :class:`TargetModel` to decode."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from mfd_theory.llm.models.dtype import resolve_dtype
     from mfd_theory.llm.models.gguf import resolve_target
     from mfd_theory.validation import check_choice, check_model_dir
 
     d = check_model_dir(resolve_target(str(directory)), "target")
     check_choice("dtype", dtype, DTYPE_NAMES)
-    torch_dtype = (torch.bfloat16 if str(device).startswith("cuda") else torch.float32) if dtype == "auto" \
-        else getattr(torch, dtype)
+    torch_dtype = resolve_dtype(dtype, device)
     try:
         tok = AutoTokenizer.from_pretrained(str(d), local_files_only=True)
     except Exception as exc:  # noqa: BLE001 - any loader failure is the directory's fault

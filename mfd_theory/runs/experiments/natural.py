@@ -170,7 +170,7 @@ def run_ceiling(config, out: Path, progress: bool = True) -> None:
     from mfd_theory.llm.models.target import load_local_target
     from mfd_theory.llm.measure.ceiling import measure_ceiling
 
-    model, tok = load_local_target(str(out / "target"), config.device, "float32")
+    model, tok = load_local_target(str(out / "target"), config.device, "auto")
     contexts = []
     for dom in DOMAINS:
         lines = (out / "prompts" / f"{dom}.jsonl").read_text().splitlines()

@@ -40,10 +40,17 @@ def eval_prompts(prompt_dir: Path, n: int) -> dict[str, list]:
     return out
 
 
+def _dtype_key(model) -> tuple:
+    """What a cached record depends on beyond the config: the target's dtype (float32 keeps the
+    key it always had, so records made before the numerics option stay valid)."""
+    dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+    return () if dtype == "float32" else (dtype,)
+
+
 def _lossless(model, tok, prompts: dict, config, out: Path, name: str, progress: bool) -> dict:
     path = out / "lossless" / f"{name}.json"
     key = config_hash(config.lossless_prompts, config.lossless_tokens, config.lossless_budget, config.block_length,
-                      config.walk_draws, config.seed)
+                      config.walk_draws, config.seed, *_dtype_key(model))
     if path.is_file():
         rec = json.loads(path.read_text())
         if rec.get("key") == key:
@@ -55,6 +62,10 @@ def _lossless(model, tok, prompts: dict, config, out: Path, name: str, progress:
     rec = greedy_equality(model, ids, config.lossless_tokens, config.lossless_budget, config.block_length + 1,
                           seed=config.seed, progress=progress)
     rec["prompt_ids"] = [f"{p.dataset}/{p.id}" for p in chosen]
+    if not rec["ok"]:  # float32: any difference; a lower precision: a difference that is not a near-tie
+        bad = [f"{r['drafter']} {r['method']} prompt {r['prompt']}" for r in rec["rows"] if r["bug"]]
+        raise RuntimeError(f"{name}: decoding is not lossless in {rec['dtype']}: {', '.join(bad[:5])}"
+                           + (f" and {len(bad) - 5} more" if len(bad) > 5 else ""))
     scorer = TargetScorer(model, ids[0], 4, 1.0, 1024)
     tree = oracle_tree_of(scorer, 24, 32)  # the target's own top 24 prefixes: branches it takes often
     rec["walk"] = walk_chi_square(model, ids[0], tree, config.walk_draws, 1.0, seed=config.seed)
@@ -67,7 +78,7 @@ def _lossless(model, tok, prompts: dict, config, out: Path, name: str, progress:
 def _ceiling(model, tok, prompts: dict, config, out: Path, name: str, progress: bool) -> dict:
     opts = ceiling_options(config)
     contexts = [(p.dataset, p.id, render(p.messages, tok)) for dom in DOMAINS for p in prompts[dom]]
-    key = config_hash(opts, list(config.temperatures), config.seed, name)
+    key = config_hash(opts, list(config.temperatures), config.seed, name, *_dtype_key(model))
     cdir = out / "ceiling" / name
     t0 = time.perf_counter()
     records = measure_ceiling(model, contexts, config.temperatures, opts, seed=config.seed, out_dir=cdir / "prompts",
@@ -86,7 +97,7 @@ def run(config, out_dir, progress: bool = True) -> Result:
     targets = {}
     for name in config.targets:
         t1 = time.perf_counter()
-        model, tok = load_local_target(resolve_target(name), "cpu", "float32")
+        model, tok = load_local_target(resolve_target(name), "cpu", "auto")
         entry = {"provenance": read_provenance(resolve_target(name)),
                  "architecture": model.config.model_type,
                  "n_parameters": int(sum(p.numel() for p in model.parameters()))}

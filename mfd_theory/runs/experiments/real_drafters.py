@@ -80,7 +80,7 @@ class _Trainer:
         from mfd_theory.llm.training.train import TargetFeatures
 
         if self.target is None:
-            self.target, _ = load_local_target(self.target_dir, "cpu", "float32")
+            self.target, _ = load_local_target(self.target_dir, "cpu", "auto")
             self.data = load_distill_data(self.data_dir)
             if self.ref_dir is not None:  # the teacher-forced reference answers after the distilled ones
                 rs, rp, _ = load_distill_data(self.ref_dir)
@@ -275,7 +275,7 @@ def _write_references(config, target_dir: str, rdir: Path) -> None:
     from mfd_theory.llm.training.distill import write_answer_set
     from mfd_theory.llm.training.real_prompts import reference_answers
 
-    hf, tok = load_local_target(target_dir, "cpu", "float32")
+    hf, tok = load_local_target(target_dir, "cpu", "auto")
     eos = hf.generation_config.eos_token_id if hf.generation_config is not None else None
     eos = eos[0] if isinstance(eos, (list, tuple)) else eos
     if eos is None:
