@@ -1,0 +1,44 @@
+"""Greedy tau of drafters on every prompt of a set, at full size, from one target forward per answer.
+
+``mfd tau --target NAME --drafter DIR ... --out DIR`` answers every prompt greedily with the target
+once (cached per target, numerics and prompt file), then replays each answer's T = 0 decode round by
+round for every drafter, tree method and budget: by default all 164 HumanEval problems and the prose
+evaluation prompts. With ``--timing-prompts`` it also decodes a few prompts for real and predicts
+each cell's speedup over plain decoding from its round cost and its full-set tau (``tau.json``).
+This module holds its config (no torch import); the work is in :mod:`mfd_theory.runs.pipeline.tau`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from mfd_theory.configs.options import Command, budgets_opt, opt
+from mfd_theory.configs.pipeline.local_target import PROMPT_FORMAT, TargetOptions
+
+__all__ = ["CLI", "TauConfig"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TauConfig(TargetOptions):
+    drafter: tuple[str, ...] = opt((), "drafter checkpoint (or train-drafter run) directory; repeat for several",
+                                   required=True, split=False, empty=True)
+    prompts: tuple[str, ...] = opt((), f"JSONL prompt files, one data set each: {PROMPT_FORMAT}", split=False,
+                                   empty=True, )
+    sets: tuple[str, ...] = opt(("code", "prose"), "without --prompts: the package's evaluation sets (code: all 164 "
+                                "HumanEval problems; prose: the standard library documentation's evaluation prompts)",
+                                choices=("code", "prose"))
+    budgets: tuple[int, ...] = budgets_opt((16, 32, 64), "tree budgets (nodes)")
+    max_new_tokens: int = opt(256, "greedy answer length cap", ge=1)
+    batch: int = opt(16, "answers generated at once (the answers do not depend on it, up to float round-off)", ge=1)
+    enable_thinking: bool = opt(False, "chat template with thinking enabled")
+    timing_prompts: int = opt(0, "prompts per set also decoded for real and timed (plain decoding and every cell), "
+                                 "for the round costs that turn tau into a predicted speedup (0: no timing)", ge=0)
+    cache_dir: str = opt("results/answers", "where the target's greedy answers are kept (one folder per target, "
+                                            "numerics and prompt file)")
+
+
+CLI = Command("tau", __name__, TauConfig, __doc__, out="results/tau", models=True, examples=(
+    "mfd tau --target qwen2.5-coder-0.5b-instruct --drafter runs/k1 runs/k4  # all of HumanEval and the prose set",
+    "mfd tau --target qwen2.5-coder-0.5b-instruct --drafter runs/k4 --numerics fast --timing-prompts 2  # with speed",
+    "mfd tau --target /models/my-model --drafter runs/k1 --prompts eval.jsonl --budgets 32  # your prompts",
+))

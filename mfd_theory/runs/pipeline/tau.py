@@ -1,0 +1,170 @@
+"""``mfd tau``: greedy tau of drafters on every prompt of a set, and each cell's speed from its round cost.
+
+1. Prompts: the given JSONL files, or the package's evaluation sets (all 164 HumanEval problems and
+   the prose evaluation prompts, :func:`~mfd_theory.llm.training.real_prompts.write_prompt_sets`).
+2. The target's own greedy answers, made once per target, numerics (the dtype decides near-ties),
+   prompt file and length cap by ``mfd distill --temperature 0`` (batched, resumable) into
+   ``--cache-dir``; every later run and every drafter reads them.
+3. Per drafter, budget and cell (chain, DDTree, MFD under both scorers):
+   :func:`~mfd_theory.llm.measure.heldout.heldout_greedy_tau`, the tau a T = 0 decode of each
+   answer measures, from one target forward per answer.
+4. Speed (``--timing-prompts`` n > 0): the first n prompts of each set are decoded for real, plain
+   decoding and every cell, timed in this run and these numerics; a cell's round cost is its time
+   per round there, and its predicted speedup on the whole set is its full-set tau times plain
+   decoding's time per token over that round cost. The same rule applied to the subset's own tau
+   is checked against the subset's measured speedup (``speed_check``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mfd_theory.results import Result, wrote
+from mfd_theory.validation import make_out_dir
+
+__all__ = ["tau"]
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _prompt_files(config, out: Path) -> list[Path]:
+    if config.prompts:
+        return [Path(p) for p in config.prompts]
+    from mfd_theory.llm.training.real_prompts import write_prompt_sets
+
+    write_prompt_sets(out / "prompts")
+    return [out / "prompts" / f"{s}-eval.jsonl" for s in config.sets]
+
+
+def _answers(config, pfile: Path, dtype: str, quiet: list[str]) -> tuple[Path, float]:
+    """The greedy answers to ``pfile`` (distilled once; the cache key holds what they depend on)."""
+    from mfd_theory.numerics import current_numerics
+    from mfd_theory.runs.pipeline.entry import distill_main
+
+    key = hashlib.sha256(json.dumps([_sha(pfile), str(config.target), config.max_new_tokens, dtype,
+                                     current_numerics(), config.enable_thinking]).encode()).hexdigest()[:16]
+    adir = Path(config.cache_dir) / f"{pfile.stem}-{key}"
+    t0 = time.perf_counter()
+    if not (adir / "manifest.json").is_file():
+        distill_main(["--target", str(config.target), "--prompts", str(pfile), "--temperature", "0",
+                      "--max-new-tokens", str(config.max_new_tokens), "--batch", str(config.batch),
+                      "--threads", str(config.threads), "--seed", "0", "--out", str(adir),
+                      *(["--enable-thinking"] if config.enable_thinking else []), *quiet])
+    return adir, time.perf_counter() - t0
+
+
+def _cells(drafter) -> list[tuple[str, str | None]]:
+    from mfd_theory.llm.measure.heldout import CELLS
+
+    K = int(getattr(drafter, "num_modes", 1))
+    return [c for c in CELLS if (c[0] == "mfd") == (K > 1)] + ([("ddtree", None)] if K > 1 else [])
+
+
+def _timing(target, drafter, prompts: list[list[int]], cells, budgets, max_new_tokens: int) -> dict:
+    """Real decodes of ``prompts``: plain decoding's time per token, and per cell and budget its
+    time per round, its tau and its measured speedup over plain decoding on these prompts."""
+    from mfd_theory.llm.decoding.generate import speculative_generate
+
+    def run(method, budget, scorer, d):
+        secs = toks = rounds = 0.0
+        for p in prompts:
+            r = speculative_generate(target, d, p, max_new_tokens, method, budget=budget, scorer=scorer, metrics=False)
+            secs += r.t_total - r.t_prefill  # decode only: time to the first token excluded
+            toks += len(r.tokens)
+            rounds += max(len(r.steps), 1)
+        return secs, toks, rounds
+
+    speculative_generate(target, None, prompts[0], 4, "ar", metrics=False)  # warm-up
+    s_ar, t_ar, _ = run("ar", 1, None, None)
+    ar_tok = s_ar / max(t_ar, 1)
+    out = {"ar_s_per_token": ar_tok, "cells": []}
+    for n in budgets:
+        for m, sc in cells:
+            s, t, r = run(m, n, sc, drafter)
+            out["cells"].append({"method": m, "scorer": sc, "budget": int(n), "round_s": s / r, "tau": t / r,
+                                 "speedup": ar_tok / (s / max(t, 1)),
+                                 "predicted_speedup": (t / r) * ar_tok / (s / r)})
+    return out
+
+
+def tau(config, out_dir, drafter_dirs: list[Path], progress: bool = True) -> Result:
+    """Run ``mfd tau`` (module docstring) into ``out_dir``; returns the Result (``tau.json``)."""
+    from mfd_theory.llm.measure.heldout import heldout_greedy_tau
+    from mfd_theory.llm.models.drafter import load_drafter
+    from mfd_theory.llm.models.target import TargetModel, load_local_target
+    from mfd_theory.llm.training.distill import load_distill_data
+
+    out = make_out_dir(Path(out_dir), "--out")
+    quiet = [] if progress else ["--quiet"]
+    t_all = time.perf_counter()
+    files = _prompt_files(config, out)
+    hf, _ = load_local_target(config.target, "cpu", config.dtype)
+    hf.eval()
+    dtype = str(next(hf.parameters()).dtype).replace("torch.", "")
+    sets = {}
+    for pfile in files:
+        adir, secs = _answers(config, pfile, dtype, quiet)
+        seqs, plens, manifest = load_distill_data(adir)
+        sets[pfile.stem] = {"file": str(pfile), "sha256": _sha(pfile), "answers": str(adir), "seqs": seqs,
+                            "plens": plens, "answer_seconds": round(secs, 1),
+                            "answer_tokens": int(sum(len(s) - p for s, p in zip(seqs, plens)))}
+    target = TargetModel(hf) if config.timing_prompts else None
+    results = []
+    for ddir in drafter_dirs:
+        drafter = load_drafter(ddir, hf).eval()
+        cells = _cells(drafter)
+        row = {"drafter": str(ddir), "modes": int(getattr(drafter, "num_modes", 1)), "sets": {}}
+        for name, s in sets.items():
+            t0 = time.perf_counter()
+            per_budget = {}
+            for n in config.budgets:
+                got = heldout_greedy_tau(hf, drafter, s["seqs"], s["plens"], n, cells=cells)
+                per_budget[str(n)] = got
+            secs = time.perf_counter() - t0
+            entry = {"budgets": per_budget, "seconds": round(secs, 1),
+                     "tokens_per_s": round(len(config.budgets) * s["answer_tokens"] / max(secs, 1e-9), 1)}
+            if config.timing_prompts:
+                k = min(config.timing_prompts, len(s["seqs"]))
+                prompts = [list(map(int, s["seqs"][i][: int(s["plens"][i])])) for i in range(k)]
+                timing = _timing(target, drafter, prompts, cells, config.budgets, config.max_new_tokens)
+                for c in timing["cells"]:
+                    full = next(x for x in per_budget[str(c["budget"])]["cells"]
+                                if x["method"] == c["method"] and x["scorer"] == c["scorer"])
+                    c["full_set_tau"] = full["tau"]
+                    c["full_set_predicted_speedup"] = full["tau"] * timing["ar_s_per_token"] / c["round_s"]
+                pred = np.array([c["predicted_speedup"] for c in timing["cells"]])
+                meas = np.array([c["speedup"] for c in timing["cells"]])
+                timing["speed_check"] = {"timed_prompts": k, "median_predicted_over_measured":
+                                         float(np.median(pred / meas)) if len(meas) else None}
+                entry["timing"] = timing
+            row["sets"][name] = entry
+            if progress:
+                best = max((c for g in per_budget.values() for c in g["cells"]), key=lambda c: c["tau"])
+                print(f"{ddir}: {name}: {len(s['seqs'])} answers, best tau {best['tau']:.3f} ({best['method']}"
+                      f"{'/' + best['scorer'] if best['scorer'] else ''}), {secs:.0f} s "
+                      f"({entry['tokens_per_s']:.0f} answer tokens/s over {len(config.budgets)} budgets)", flush=True)
+        results.append(row)
+        del drafter
+    data = {"target": str(config.target), "dtype": dtype, "threads": torch.get_num_threads(),
+            "sets": {k: {x: v for x, v in s.items() if x not in ("seqs", "plens")} | {"prompts": len(s["seqs"])}
+                     for k, s in sets.items()},
+            "drafters": results, "wall_s": round(time.perf_counter() - t_all, 1),
+            "rule": "greedy tau over every round of a T = 0 decode of each whole answer (the target's own greedy "
+                    "answer, cut where this forward's greedy continuation first differs), bonus included; speed: "
+                    "tau x plain decoding's time per token / the cell's time per round, both timed in this run"}
+    import dataclasses
+
+    res = Result("tau", config=dataclasses.asdict(config), data=data, seed=config.seed)
+    path = out / "tau.json"
+    existed = path.exists()
+    res.save(path)
+    wrote(path, existed)
+    return res

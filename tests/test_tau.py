@@ -1,0 +1,138 @@
+"""``mfd tau``: greedy tau at full size from one target forward per answer, equal to what real
+decoding measures, under float32 and bfloat16; its answers cached; its speed rule checked."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from mfd_theory.cli import main as mfd  # noqa: E402
+
+from pipeline_helpers import save_tiny_target, write_prompts  # noqa: E402
+
+TRAIN_ARGS = ["--block-size", "4", "--steps", "4", "--batch-size", "4", "--ckpt-every", "2", "--lr", "3e-3",
+              "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tau")
+    target = save_tiny_target(root / "target")
+    files = [str(p) for p in write_prompts(root / "prompts")]
+    assert mfd(["distill", "--target", str(target), "--prompts", *files, "--out", str(root / "data"),
+                "--max-new-tokens", "12", "--shard-size", "4", "--quiet"]) == 0
+    assert mfd(["train-drafter", "--target", str(target), "--data", str(root / "data"), "--out",
+                str(root / "k1"), *TRAIN_ARGS]) == 0
+    assert mfd(["train-drafter", "--target", str(target), "--data", str(root / "data"), "--out",
+                str(root / "k2"), "--modes", "2", *TRAIN_ARGS]) == 0
+    argv = ["tau", "--target", str(target), "--drafter", str(root / "k1"), "--drafter", str(root / "k2"),
+            "--prompts", files[0], "--budgets", "3,6", "--max-new-tokens", "12", "--batch", "2",
+            "--cache-dir", str(root / "answers"), "--timing-prompts", "2", "--out", str(root / "tau"), "--quiet"]
+    assert mfd(argv) == 0
+    return root, target, files, argv
+
+
+def test_tau_equals_real_greedy_decoding_of_each_answer(run):
+    """Every per-answer tau of the record is the tau speculative_generate measures when it decodes
+    that prompt greedily for the answer's length (the slow twin: real decoding)."""
+    from mfd_theory.llm.decoding.generate import speculative_generate
+    from mfd_theory.llm.models.drafter import load_drafter
+    from mfd_theory.llm.models.target import TargetModel, load_local_target
+    from mfd_theory.llm.training.distill import load_distill_data
+
+    root, target_dir, _, _ = run
+    rec = json.loads((root / "tau" / "tau.json").read_text())["data"]
+    (name, s), = rec["sets"].items()
+    assert name == "alpha" and s["prompts"] == 3
+    seqs, plens, _ = load_distill_data(s["answers"])
+    hf, _ = load_local_target(target_dir, "cpu", "float32")
+    tm = TargetModel(hf)
+    checked = 0
+    for row in rec["drafters"]:
+        drafter = load_drafter(row["drafter"], hf).eval()
+        cells = {(c["method"], c["scorer"]) for g in row["sets"][name]["budgets"].values() for c in g["cells"]}
+        assert cells == ({("chain", None), ("ddtree", None)} if row["modes"] == 1
+                         else {("mfd", "mixture"), ("mfd", "best_mode"), ("ddtree", None)})
+        for n, got in row["sets"][name]["budgets"].items():
+            assert got["kept_tokens"] == got["answer_tokens"]  # float32: the answers are this forward's greedy
+            for c in got["cells"]:
+                for seq, p, t in zip(seqs, plens, c["per_sequence_tau"]):
+                    res = speculative_generate(tm, drafter, list(seq[:p]), len(seq) - p, c["method"],
+                                               budget=int(n), scorer=c["scorer"], metrics=False)
+                    assert res.tokens == list(seq[p:]) and res.tau == pytest.approx(t), (c, n)
+                    checked += 1
+    assert checked == (2 + 3) * 2 * 3  # k1: 2 cells, k2: 3 cells; 2 budgets; 3 answers
+
+
+def test_answers_are_cached_per_target_and_numerics(run, capsys):
+    root, _, _, argv = run
+    folders = sorted(p.name for p in (root / "answers").iterdir())
+    assert len(folders) == 1 and folders[0].startswith("alpha-")
+    stamp = (root / "answers" / folders[0] / "manifest.json").stat().st_mtime_ns
+    assert mfd([*argv[:-3], "--timing-prompts", "0", "--out", str(root / "tau2"), "--quiet"]) == 0
+    assert (root / "answers" / folders[0] / "manifest.json").stat().st_mtime_ns == stamp  # read, not remade
+    a = json.loads((root / "tau" / "tau.json").read_text())["data"]["drafters"]
+    b = json.loads((root / "tau2" / "tau.json").read_text())["data"]["drafters"]
+    assert [r["sets"]["alpha"]["budgets"] for r in a] == [r["sets"]["alpha"]["budgets"] for r in b]
+    assert "timing" not in b[0]["sets"]["alpha"]
+
+
+def test_speed_rule_is_tau_times_plain_time_per_token_over_round_cost(run):
+    root, _, _, _ = run
+    rec = json.loads((root / "tau" / "tau.json").read_text())
+    assert rec["provenance"]["numerics"]["mode"] == "reproducible" and rec["data"]["dtype"] == "float32"
+    for row in rec["data"]["drafters"]:
+        t = row["sets"]["alpha"]["timing"]
+        assert t["ar_s_per_token"] > 0 and len(t["cells"]) == len(row["sets"]["alpha"]["budgets"]) * (
+            2 if row["modes"] == 1 else 3)
+        for c in t["cells"]:
+            assert c["predicted_speedup"] == pytest.approx(c["tau"] * t["ar_s_per_token"] / c["round_s"])
+            assert c["full_set_predicted_speedup"] == pytest.approx(
+                c["full_set_tau"] * t["ar_s_per_token"] / c["round_s"])
+            assert c["speedup"] > 0 and 1 <= c["tau"] <= 4
+        assert t["speed_check"]["timed_prompts"] == 2 and t["speed_check"]["median_predicted_over_measured"] > 0
+
+
+def test_bad_input_names_the_flag(run, tmp_path, capsys):
+    root, target, files, _ = run
+    assert mfd(["tau", "--target", str(target), "--drafter", str(tmp_path / "none"), "--prompts", files[0],
+                "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "--drafter" in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
+    assert mfd(["tau", "--target", str(target), "--drafter", str(root / "k1"), "--sets", "poetry",
+                "--out", str(tmp_path / "o")]) == 2
+    assert "--sets" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_heldout_tau_equals_real_decoding_in_both_dtypes(dtype):
+    """The round-by-round twin against real decoding on the answers that model gives itself, in
+    float32 and in bfloat16 (where the answer is cut at the first position its forward would not
+    pick; up to that cut the rounds are the real decode's)."""
+    from mfd_theory.llm.decoding.generate import speculative_generate
+    from mfd_theory.llm.measure.heldout import heldout_greedy_tau
+    from mfd_theory.llm.models.drafter import build_drafter
+    from mfd_theory.llm.models.target import TargetModel
+
+    from llm_helpers import tiny_qwen3
+
+    model = tiny_qwen3(seed=4).to(dtype)
+    tm = TargetModel(model)
+    prompts = [[1, 2, 3], [5, 9], [7, 7, 8, 2], [11, 3]]
+    drafter = build_drafter(model, 5, 1, 1, 0)
+    seqs = [np.array(p + speculative_generate(tm, None, p, 10, "ar", metrics=False).tokens) for p in prompts]
+    same = 0
+    for seq, p in zip(seqs, prompts):
+        got = heldout_greedy_tau(model, drafter, [seq], [len(p)], 6, cells=[("ddtree", None)])
+        res = speculative_generate(tm, drafter, p, len(seq) - len(p), "ddtree", budget=6, metrics=False)
+        if got["kept_tokens"] == got["answer_tokens"] and res.tokens == list(seq[len(p):]):
+            assert res.tau == pytest.approx(got["cells"][0]["tau"])
+            same += 1
+        else:  # only a lower precision may cut an answer or flip a token, and only at a near-tie
+            assert dtype != torch.float32
+    assert same >= (len(prompts) if dtype == torch.float32 else 2)
