@@ -136,3 +136,24 @@ def test_heldout_tau_equals_real_decoding_in_both_dtypes(dtype):
         else:  # only a lower precision may cut an answer or flip a token, and only at a near-tie
             assert dtype != torch.float32
     assert same >= (len(prompts) if dtype == torch.float32 else 2)
+
+
+def test_many_drafters_and_budgets_at_once_equal_one_call_each():
+    """One target forward per answer shared by drafters and budgets changes nothing: the batched
+    measurement equals heldout_greedy_tau called per drafter and budget (itself checked against
+    real decoding in tests/test_heldout_tau.py)."""
+    from mfd_theory.llm.measure.heldout import heldout_greedy_tau, heldout_greedy_tau_many
+    from mfd_theory.llm.models.drafter import build_drafter
+
+    from llm_helpers import hf_greedy, tiny_qwen2
+
+    target = tiny_qwen2(vocab_size=12, seed=1)
+    drafters = {"k1": build_drafter(target, 5, 1, 1, 3, mask_token_id=11, target_layer_ids=[0, 2]).eval(),
+                "k2": build_drafter(target, 4, 1, 2, 4, mask_token_id=11, target_layer_ids=[1]).eval()}
+    prompts = [[3, 7, 1], [5, 2], [6, 6, 10, 4]]
+    seqs = [np.array(p + hf_greedy(target, p, 9)) for p in prompts]
+    plens = [len(p) for p in prompts]
+    many = heldout_greedy_tau_many(target, drafters, seqs, plens, [1, 4, 8], chunk=2)
+    for name, d in drafters.items():
+        for n in (1, 4, 8):
+            assert many[name][n] == heldout_greedy_tau(target, d, seqs, plens, n, chunk=5)

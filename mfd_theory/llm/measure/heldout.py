@@ -24,7 +24,7 @@ import torch
 from mfd_theory.llm.decoding.trees import build_trees
 from mfd_theory.validation import check_int
 
-__all__ = ["greedy_prefix", "heldout_greedy_tau", "tree_accepts"]
+__all__ = ["greedy_prefix", "heldout_greedy_tau", "heldout_greedy_tau_many", "tree_accepts"]
 
 #: the methods and scorers this module measures (DARTree needs the drafter's path correction)
 CELLS = (("chain", None), ("ddtree", None), ("mfd", "mixture"), ("mfd", "best_mode"))
@@ -68,7 +68,109 @@ def _walk(acc: dict[int, int], start: int, last: int) -> list[int]:
     return out
 
 
+def _check_cells(drafter, cells) -> list[tuple]:
+    K = int(getattr(drafter, "num_modes", 1))
+    if cells is None:
+        cells = [c for c in CELLS if (c[0] == "mfd") == (K > 1)]
+    cells = [tuple(c) for c in cells]
+    for m, sc in cells:
+        if (m, sc) not in CELLS:
+            raise ValueError(f"cells: {(m, sc)} is not one of {CELLS}")
+        if m == "mfd" and K == 1:
+            raise ValueError("cells: 'mfd' needs a drafter with more than one mode")
+    return cells
+
+
+def _roots_accepted(drafter, hidden_states, seq: np.ndarray, p: int, end: int, budgets, cells, chunk: int) -> dict:
+    """{(budget, cell): {root: accepted}} for every root of one answer (kept up to ``end``): one
+    batched drafter forward per chunk of roots serves every budget and cell."""
+    dev = hidden_states[0].device
+    L = int(drafter.block_size) - 1
+    mask_id = int(drafter.mask_token_id)
+    last = end - 1                                                 # index of the last token kept
+    ctx_all = drafter.fuse_hidden(hidden_states)                   # [1, S, H]
+    roots = np.arange(p, last)                                     # every root a round may have
+    acc = {(n, c): {} for n in budgets for c in cells}
+    draft_ids = drafter.draft_index(torch.from_numpy(seq).to(dev)).cpu().numpy()  # -1 outside
+    for lo in range(0, len(roots), chunk):
+        part = roots[lo: lo + chunk]
+        t = torch.from_numpy(part).to(dev)
+        T = int(part.max())
+        src = torch.arange(T, device=dev)[None, :] - (T - t)[:, None]  # left padding
+        valid = src >= 0
+        ctx = ctx_all[0][src.clamp_min(0)]                         # [b, T, H]
+        block = torch.full((len(part), L + 1), mask_id, dtype=torch.long, device=dev)
+        block[:, 0] = torch.from_numpy(seq[part]).to(dev)
+        with drafter.reduced_output():
+            log_pi, log_q = drafter._train_modes(ctx, block, valid)  # [b, K], [b, K, L, V']
+        log_pi, log_q = log_pi.float(), log_q.float()              # trees rank in float32 whatever the dtype
+        depths = [min(L, last - int(r) - 1) for r in part]         # a decode's depth cut
+        for n in budgets:
+            for m, sc in cells:
+                trees = build_trees(m, log_pi, log_q, n, depths, sc)
+                for r, tree in zip(part.tolist(), trees):
+                    acc[(n, (m, sc))][r] = tree_accepts(tree, draft_ids[r + 1: end])
+    return acc
+
+
 @torch.no_grad()
+def heldout_greedy_tau_many(target_hf, drafters: dict, seqs, plens, budgets, cells: dict | None = None,
+                            chunk: int = 32, progress: bool = False) -> dict:
+    """:func:`heldout_greedy_tau` for several drafters and budgets at once: one target forward per
+    sequence serves every drafter (each fuses its own layers from the same hidden states) and one
+    drafter forward per chunk of roots serves every budget. ``drafters``: {name: drafter};
+    ``cells``: {name: cells} (default per drafter as in :func:`heldout_greedy_tau`). Returns
+    {name: {budget: the dict heldout_greedy_tau returns}}, equal to calling it per drafter and budget."""
+    budgets = [check_int("budgets", n, 1) for n in budgets]
+    chunk = check_int("chunk", chunk, 1)
+    if len(seqs) != len(plens):
+        raise ValueError(f"plens: need one prompt length per sequence ({len(seqs)}), got {len(plens)}")
+    cells = {name: _check_cells(d, (cells or {}).get(name)) for name, d in drafters.items()}
+    dev = next(target_hf.parameters()).device
+    rounds = {(name, n, c): [] for name in drafters for n in budgets for c in cells[name]}
+    anchors = {k: [] for k in rounds}
+    per_seq = {k: [] for k in rounds}
+    kept_total = answer_total = 0
+    from tqdm.auto import tqdm
+
+    for seq, p in tqdm(list(zip(seqs, plens)), desc="held-out tau", unit="answer", disable=not progress, leave=False):
+        seq, p = np.asarray(seq, dtype=np.int64), int(p)
+        if not 1 <= p < len(seq):
+            raise ValueError(f"plens: a prompt of {p} tokens in a sequence of {len(seq)} leaves no answer")
+        ids = torch.from_numpy(seq)[None].to(dev)
+        out = target_hf(input_ids=ids, output_hidden_states=True)
+        end = greedy_prefix(seq, p, out.logits[0])
+        answer_total += len(seq) - p
+        kept_total += end - p
+        if end - p < 1:
+            continue
+        for name, drafter in drafters.items():
+            acc = _roots_accepted(drafter, out.hidden_states, seq, p, end, budgets, cells[name], chunk)
+            for n in budgets:
+                for c in cells[name]:
+                    walk = _walk(acc[(n, c)], p, end - 1)
+                    key = (name, n, c)
+                    rounds[key] += walk
+                    anchors[key] += list(acc[(n, c)].values())
+                    per_seq[key].append(float(np.mean(walk) + 1) if walk else float("nan"))
+    res: dict = {}
+    for name in drafters:
+        res[name] = {}
+        for n in budgets:
+            got = {"budget": n, "sequences": len(seqs), "answer_tokens": int(answer_total),
+                   "kept_tokens": int(kept_total), "cells": []}
+            for m, sc in cells[name]:
+                key = (name, n, (m, sc))
+                r = np.asarray(rounds[key], dtype=np.float64)
+                got["cells"].append({
+                    "method": m, "scorer": sc, "rounds": int(r.size), "tokens": int((r + 1).sum()),
+                    "tau": float((r + 1).mean()) if r.size else float("nan"),
+                    "per_sequence_tau": per_seq[key],
+                    "anchor_accepted": float(np.mean(anchors[key])) if anchors[key] else float("nan")})
+            res[name][n] = got
+    return res
+
+
 def heldout_greedy_tau(target_hf, drafter, seqs, plens, budget: int, cells=None, chunk: int = 32) -> dict:
     """T = 0 tau of ``drafter`` on the held-out sequences ``seqs`` (int arrays, each a prompt of
     ``plens[i]`` tokens and the target's greedy answer to it), per method and scorer in ``cells``
@@ -82,69 +184,6 @@ def heldout_greedy_tau(target_hf, drafter, seqs, plens, budget: int, cells=None,
     ``rounds``, ``tokens``, ``per_sequence_tau``, and ``anchor_accepted`` (the mean accepted length
     over every root of every answer), plus ``kept_tokens`` / ``answer_tokens``."""
     budget = check_int("budget", budget, 1)
-    chunk = check_int("chunk", chunk, 1)
-    if len(seqs) != len(plens):
-        raise ValueError(f"plens: need one prompt length per sequence ({len(seqs)}), got {len(plens)}")
-    K = int(getattr(drafter, "num_modes", 1))
-    if cells is None:
-        cells = [c for c in CELLS if (c[0] == "mfd") == (K > 1)]
-    cells = [tuple(c) for c in cells]
-    for m, sc in cells:
-        if (m, sc) not in CELLS:
-            raise ValueError(f"cells: {(m, sc)} is not one of {CELLS}")
-        if m == "mfd" and K == 1:
-            raise ValueError("cells: 'mfd' needs a drafter with more than one mode")
-    dev = next(target_hf.parameters()).device
-    L = int(drafter.block_size) - 1
-    mask_id = int(drafter.mask_token_id)
-    rounds = {c: [] for c in cells}
-    anchors = {c: [] for c in cells}
-    per_seq = {c: [] for c in cells}
-    kept_total = answer_total = 0
-    for seq, p in zip(seqs, plens):
-        seq, p = np.asarray(seq, dtype=np.int64), int(p)
-        if not 1 <= p < len(seq):
-            raise ValueError(f"plens: a prompt of {p} tokens in a sequence of {len(seq)} leaves no answer")
-        ids = torch.from_numpy(seq)[None].to(dev)
-        out = target_hf(input_ids=ids, output_hidden_states=True)
-        end = greedy_prefix(seq, p, out.logits[0])
-        answer_total += len(seq) - p
-        kept_total += end - p
-        if end - p < 1:
-            continue
-        last = end - 1                                                 # index of the last token kept
-        ctx_all = drafter.fuse_hidden(out.hidden_states)               # [1, S, H]
-        roots = np.arange(p, last)                                     # every root a round may have
-        acc = {c: {} for c in cells}
-        draft_ids = drafter.draft_index(torch.from_numpy(seq).to(dev)).cpu().numpy()  # -1 outside
-        for lo in range(0, len(roots), chunk):
-            part = roots[lo: lo + chunk]
-            t = torch.from_numpy(part).to(dev)
-            T = int(part.max())
-            src = torch.arange(T, device=dev)[None, :] - (T - t)[:, None]  # left padding
-            valid = src >= 0
-            ctx = ctx_all[0][src.clamp_min(0)]                         # [b, T, H]
-            block = torch.full((len(part), L + 1), mask_id, dtype=torch.long, device=dev)
-            block[:, 0] = torch.from_numpy(seq[part]).to(dev)
-            with drafter.reduced_output():
-                log_pi, log_q = drafter._train_modes(ctx, block, valid)  # [b, K], [b, K, L, V']
-            depths = [min(L, last - int(r) - 1) for r in part]         # a decode's depth cut
-            for m, sc in cells:
-                trees = build_trees(m, log_pi, log_q, budget, depths, sc)
-                for r, tree in zip(part.tolist(), trees):
-                    acc[(m, sc)][r] = tree_accepts(tree, draft_ids[r + 1: end])
-        for c in cells:
-            walk = _walk(acc[c], p, last)
-            rounds[c] += walk
-            anchors[c] += list(acc[c].values())
-            per_seq[c].append(float(np.mean(walk) + 1) if walk else float("nan"))
-    res = {"budget": budget, "sequences": len(seqs), "answer_tokens": int(answer_total),
-           "kept_tokens": int(kept_total), "cells": []}
-    for m, sc in cells:
-        r = np.asarray(rounds[(m, sc)], dtype=np.float64)
-        res["cells"].append({
-            "method": m, "scorer": sc, "rounds": int(r.size), "tokens": int((r + 1).sum()),
-            "tau": float((r + 1).mean()) if r.size else float("nan"),
-            "per_sequence_tau": per_seq[(m, sc)],
-            "anchor_accepted": float(np.mean(anchors[(m, sc)])) if anchors[(m, sc)] else float("nan")})
-    return res
+    got = heldout_greedy_tau_many(target_hf, {0: drafter}, seqs, plens, [budget],
+                                  None if cells is None else {0: cells}, chunk)
+    return got[0][budget]

@@ -97,7 +97,7 @@ def _timing(target, drafter, prompts: list[list[int]], cells, budgets, max_new_t
 
 def tau(config, out_dir, drafter_dirs: list[Path], progress: bool = True) -> Result:
     """Run ``mfd tau`` (module docstring) into ``out_dir``; returns the Result (``tau.json``)."""
-    from mfd_theory.llm.measure.heldout import heldout_greedy_tau
+    from mfd_theory.llm.measure.heldout import heldout_greedy_tau_many
     from mfd_theory.llm.models.drafter import load_drafter
     from mfd_theory.llm.models.target import TargetModel, load_local_target
     from mfd_theory.llm.training.distill import load_distill_data
@@ -117,24 +117,24 @@ def tau(config, out_dir, drafter_dirs: list[Path], progress: bool = True) -> Res
                             "plens": plens, "answer_seconds": round(secs, 1),
                             "answer_tokens": int(sum(len(s) - p for s, p in zip(seqs, plens)))}
     target = TargetModel(hf) if config.timing_prompts else None
-    results = []
-    for ddir in drafter_dirs:
-        drafter = load_drafter(ddir, hf).eval()
-        cells = _cells(drafter)
-        row = {"drafter": str(ddir), "modes": int(getattr(drafter, "num_modes", 1)), "sets": {}}
-        for name, s in sets.items():
-            t0 = time.perf_counter()
-            per_budget = {}
-            for n in config.budgets:
-                got = heldout_greedy_tau(hf, drafter, s["seqs"], s["plens"], n, cells=cells)
-                per_budget[str(n)] = got
-            secs = time.perf_counter() - t0
-            entry = {"budgets": per_budget, "seconds": round(secs, 1),
-                     "tokens_per_s": round(len(config.budgets) * s["answer_tokens"] / max(secs, 1e-9), 1)}
+    drafters = {str(d): load_drafter(d, hf).eval() for d in drafter_dirs}
+    cells = {name: _cells(d) for name, d in drafters.items()}
+    results = [{"drafter": name, "modes": int(getattr(d, "num_modes", 1)), "sets": {}} for name, d in drafters.items()]
+    for set_name, s in sets.items():
+        t0 = time.perf_counter()
+        # one target forward per answer for every drafter, one drafter forward per chunk for every budget
+        got = heldout_greedy_tau_many(hf, drafters, s["seqs"], s["plens"], config.budgets, cells, progress=progress)
+        secs = time.perf_counter() - t0
+        s["tau_seconds"] = round(secs, 1)
+        s["tau_answer_tokens_per_s"] = round(s["answer_tokens"] / max(secs, 1e-9), 1)
+        for row in results:
+            name = row["drafter"]
+            per_budget = {str(n): g for n, g in got[name].items()}
+            entry = {"budgets": per_budget}
             if config.timing_prompts:
                 k = min(config.timing_prompts, len(s["seqs"]))
                 prompts = [list(map(int, s["seqs"][i][: int(s["plens"][i])])) for i in range(k)]
-                timing = _timing(target, drafter, prompts, cells, config.budgets, config.max_new_tokens)
+                timing = _timing(target, drafters[name], prompts, cells[name], config.budgets, config.max_new_tokens)
                 for c in timing["cells"]:
                     full = next(x for x in per_budget[str(c["budget"])]["cells"]
                                 if x["method"] == c["method"] and x["scorer"] == c["scorer"])
@@ -145,14 +145,14 @@ def tau(config, out_dir, drafter_dirs: list[Path], progress: bool = True) -> Res
                 timing["speed_check"] = {"timed_prompts": k, "median_predicted_over_measured":
                                          float(np.median(pred / meas)) if len(meas) else None}
                 entry["timing"] = timing
-            row["sets"][name] = entry
+            row["sets"][set_name] = entry
             if progress:
-                best = max((c for g in per_budget.values() for c in g["cells"]), key=lambda c: c["tau"])
-                print(f"{ddir}: {name}: {len(s['seqs'])} answers, best tau {best['tau']:.3f} ({best['method']}"
-                      f"{'/' + best['scorer'] if best['scorer'] else ''}), {secs:.0f} s "
-                      f"({entry['tokens_per_s']:.0f} answer tokens/s over {len(config.budgets)} budgets)", flush=True)
-        results.append(row)
-        del drafter
+                n, best = max(((n, c) for n, g in per_budget.items() for c in g["cells"]), key=lambda x: x[1]["tau"])
+                print(f"{name}: {set_name}: {len(s['seqs'])} answers, best tau {best['tau']:.3f} ({best['method']}"
+                      f"{'/' + best['scorer'] if best['scorer'] else ''} at N = {n})", flush=True)
+        if progress:
+            print(f"{set_name}: {len(drafters)} drafters x {len(config.budgets)} budgets in {secs:.0f} s "
+                  f"({s['tau_answer_tokens_per_s']:.0f} answer tokens/s)", flush=True)
     data = {"target": str(config.target), "dtype": dtype, "threads": torch.get_num_threads(),
             "sets": {k: {x: v for x, v in s.items() if x not in ("seqs", "plens")} | {"prompts": len(s["seqs"])}
                      for k, s in sets.items()},
