@@ -69,9 +69,30 @@ def is_shipped_name(name) -> bool:
     return isinstance(name, str) and name in SHIPPED
 
 
+def _close_names(name) -> list[str]:
+    """The shipped names a mistyped ``name`` is close to (case and separators aside)."""
+    import difflib
+
+    if not isinstance(name, str) or not name:
+        return []
+    key = name.strip().lower().replace("_", "-")
+    if key in SHIPPED:
+        return [key]
+    near = difflib.get_close_matches(key, list(SHIPPED), n=2, cutoff=0.6)
+    return near or [n for n in SHIPPED if key and (key in n or n.startswith(key.split("-")[0] + "-"))][:2]
+
+
+def name_hint(name) -> str:
+    """``did you mean 'smollm2-135m-instruct'? mfd target list shows the shipped targets`` for a
+    ``name`` close to a shipped one, else the pointer to ``mfd target list`` alone."""
+    near = _close_names(name)
+    return ((f"did you mean {' or '.join(repr(n) for n in near)}? " if near else "")
+            + "mfd target list shows the shipped targets")
+
+
 def shipped_model(name: str, option: str = "name") -> ShippedModel:
     if not is_shipped_name(name):
-        raise ValueError(f"{option}: not a shipped target: {name!r} (shipped: {', '.join(SHIPPED)})")
+        raise ValueError(f"{option}: not a shipped target: {name!r} (shipped: {', '.join(SHIPPED)}); {name_hint(name)}")
     return SHIPPED[name]
 
 
@@ -196,4 +217,7 @@ def check_target(spec: str, flag: str = "--target"):
         except ValueError as exc:
             raise ValueError(f"{flag}: {exc}") from None
         return spec
+    if isinstance(spec, str) and spec and not Path(spec).exists():
+        raise ValueError(f"{flag}: {spec} does not exist: give a local model directory (config, weights, tokenizer) "
+                         f"or a shipped target's name; {name_hint(spec)}")
     return check_model_dir(spec, flag)

@@ -146,3 +146,63 @@ def test_bad_input_raises_value_error_naming_the_argument(case):
     call, name = CASES[case]
     with pytest.raises(ValueError, match=name):
         call()
+
+
+# ----------------------------------------------------------------------------- what a user types at the command line
+def test_a_mistyped_shipped_target_name_points_at_mfd_target_list():
+    from mfd_theory.shipped import check_target, shipped_model
+
+    for typo, meant in (("smollm2-135m", "smollm2-135m-instruct"), ("Qwen2.5-Coder-0.5B-Instruct",
+                                                                    "qwen2.5-coder-0.5b-instruct")):
+        with pytest.raises(ValueError, match=f"^--target: {typo} does not exist") as err:
+            check_target(typo)
+        assert f"did you mean '{meant}'?" in str(err.value) and "mfd target list" in str(err.value)
+        assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match="^--target: .*; mfd target list shows the shipped targets$"):
+        check_target("/no/such/model")
+    with pytest.raises(ValueError, match="^--name: not a shipped target: 'smolm2-135m'.*did you mean 'smollm2-135m-instruct'"):
+        shipped_model("smolm2-135m", "--name")
+
+
+def test_a_drafter_path_that_does_not_exist_says_so(tmp_path):
+    from mfd_theory.configs.pipeline.local_target import checkpoint_dir
+
+    with pytest.raises(ValueError, match=f"^--drafter: {tmp_path / 'nonexistent'} does not exist"):
+        checkpoint_dir(str(tmp_path / "nonexistent"))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="^--drafter: .* is a file, not a drafter checkpoint directory"):
+        checkpoint_dir(str(tmp_path / "file"))
+    with pytest.raises(ValueError, match="^--drafter: no drafter checkpoint \\(config.json\\) in"):
+        checkpoint_dir(str(tmp_path))
+    (tmp_path / "run" / "drafter").mkdir(parents=True)
+    (tmp_path / "run" / "drafter" / "config.json").write_text("{}")
+    assert checkpoint_dir(str(tmp_path / "run")) == tmp_path / "run" / "drafter"
+
+
+def test_mfd_eval_with_a_missing_drafter_says_it_does_not_exist(tmp_path, capsys):
+    from mfd_theory.cli import main
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(''.join(f'{{"prompt": "hi {i}"}}\n' for i in range(12)))
+    tgt = tmp_path / "target"
+    tgt.mkdir()
+    (tgt / "config.json").write_text("{}")
+    (tgt / "tokenizer.json").write_text("{}")
+    assert main(["eval", "--target", str(tgt), "--drafter", "/nonexistent", "--prompts", str(prompts),
+                 "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--drafter: /nonexistent does not exist" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["distill", "eval", "ceiling", "check-modes"])
+def test_every_prompts_help_states_the_prompt_file_format(command, capsys, monkeypatch):
+    from mfd_theory.cli import main
+    from test_help import parse_help
+
+    monkeypatch.setenv("COLUMNS", "2000")
+    assert main([command, "--help"]) == 0
+    _, options = parse_help(capsys.readouterr().out)
+    line = next(text for inv, text in options.items() if inv.startswith("--prompts "))
+    for word in ('"prompt" (a string)', '"messages"', '"turns"', '"id"', '"dataset"', "one JSON object per line"):
+        assert word in line, (command, word)

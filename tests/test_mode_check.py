@@ -133,7 +133,7 @@ def test_the_command_writes_the_check_and_exits_1_when_it_fails(cli_files, capsy
     assert saved["holds"] is not False and saved["reference_accepted"] is not None
 
 
-@pytest.mark.parametrize("flag,value,msg", [("--drafter", "nowhere", "--drafter: no drafter checkpoint"),
+@pytest.mark.parametrize("flag,value,msg", [("--drafter", "nowhere", "nowhere does not exist"),
                                             ("--reference", "apart", "--reference: ")])
 def test_the_command_refuses_bad_input_and_writes_nothing(cli_files, capsys, flag, value, msg):
     root, target_dir, files = cli_files

@@ -18,15 +18,15 @@ import dataclasses
 
 from mfd_theory.ceiling_stats import SCORERS
 from mfd_theory.configs.options import budgets_opt, Command, opt
-from mfd_theory.configs.pipeline.local_target import TargetOptions, check_target_dir
+from mfd_theory.configs.pipeline.local_target import PROMPT_FORMAT, TargetOptions, check_target_dir
 
 __all__ = ["CeilingConfig", "main"]
 
 
 @dataclasses.dataclass(frozen=True)
 class CeilingConfig(TargetOptions):
-    prompts: tuple[str, ...] = opt((), "JSONL prompt files (one data set each; the formats mfd eval reads, a "
-                                       "multi-turn prompt's first turn)", required=True, split=False, empty=True)
+    prompts: tuple[str, ...] = opt((), f"JSONL prompt files (one data set each; a multi-turn prompt's first turn): "
+                                       f"{PROMPT_FORMAT}", required=True, split=False, empty=True)
     temperatures: tuple[float, ...] = opt((1.0, 0.7), "sampling temperatures T, each > 0 (at T = 0 every tree is "
                                                        "the greedy chain; 0.7 is the temperature MFD's training "
                                                        "data is sampled at)", gt=0)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from mfd_theory.configs.options import Command, opt
-from mfd_theory.configs.pipeline.local_target import TargetOptions, check_target_dir, checkpoint_dir
+from mfd_theory.configs.pipeline.local_target import PROMPT_FORMAT, TargetOptions, check_target_dir, checkpoint_dir
 
 __all__ = ["CheckModesConfig", "main"]
 
@@ -26,8 +26,8 @@ class CheckModesConfig(TargetOptions):
                        required=True)
     reference: str | None = opt(None, "the DFlash checkpoint directory of the drafter's initialisation",
                                 unset="none: only whether the modes differ is checked")
-    prompts: tuple[str, ...] = opt((), "JSONL prompt files (first turns are used)", required=True, split=False,
-                                   empty=True)
+    prompts: tuple[str, ...] = opt((), f"JSONL prompt files (first turns are used): {PROMPT_FORMAT}", required=True,
+                                   split=False, empty=True)
     max_prompts: int = opt(8, "prompts per data set, after a shuffle with seed 0", ge=1)
     new_tokens: int = opt(64, "greedy answer length per prompt (every position with a whole block after it "
                               "is a block start)", ge=1)

@@ -14,14 +14,14 @@ from __future__ import annotations
 import dataclasses
 
 from mfd_theory.configs.options import Command, opt
-from mfd_theory.configs.pipeline.local_target import TargetOptions
+from mfd_theory.configs.pipeline.local_target import PROMPT_FORMAT, TargetOptions
 
 __all__ = ["DistillConfig", "CLI"]
 
 
 @dataclasses.dataclass(frozen=True)
 class DistillConfig(TargetOptions):
-    prompts: tuple[str, ...] = opt((), "JSONL prompt files", required=True, split=False, empty=True)
+    prompts: tuple[str, ...] = opt((), f"JSONL prompt files: {PROMPT_FORMAT}", required=True, split=False, empty=True)
     max_new_tokens: int = opt(256, "answer length cap per turn", ge=1)
     temperature: float = opt(1.0, "sampling temperature (1 keeps all the target's futures; 0 is greedy)", ge=0)
     enable_thinking: bool = opt(False, "chat template with thinking enabled")

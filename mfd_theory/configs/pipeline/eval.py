@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 
 from mfd_theory.configs.options import budgets_opt, Command, opt
-from mfd_theory.configs.pipeline.local_target import TargetOptions
+from mfd_theory.configs.pipeline.local_target import PROMPT_FORMAT, TargetOptions
 
 __all__ = ["EvalConfig", "METHODS", "SCORERS", "CLI"]
 
@@ -31,8 +31,8 @@ SCORERS = ("mixture", "best_mode")
 class EvalConfig(TargetOptions):
     drafter: tuple[str, ...] = opt((), "drafter checkpoint (or train-drafter run) directory; repeat for several",
                                    required=True, split=False, empty=True)
-    prompts: tuple[str, ...] = opt((), "JSONL prompt files (one data set each)", required=True, split=False,
-                                   empty=True)
+    prompts: tuple[str, ...] = opt((), f"JSONL prompt files (one data set each): {PROMPT_FORMAT}", required=True,
+                                   split=False, empty=True)
     methods: tuple[str, ...] = opt(("ar", "chain", "ddtree", "mfd"), "methods to run, ar always among them",
                                    choices=METHODS)
     ddtree_on_mfd: str = opt("true", "also run ddtree on each K > 1 drafter (the product tree over its "
