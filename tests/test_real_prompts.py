@@ -111,13 +111,14 @@ def test_reference_answers_are_the_training_functions_own_source_and_never_human
         assert rp.split_of(r["unit"]) == "train" and m["dataset"] == "code-reference"
         # the prompt is the code instruction over the signature and docstring; the answer its source
         assert s[:p] == tok(rp.code_instruction(r["prompt"]))["input_ids"]
-        want = tok("```python\n" + r["prompt"] + r["reference"].rstrip() + "\n```")["input_ids"][:400] + [7]
-        assert s[p:] == want
+        whole = tok("```python\n" + r["prompt"] + r["reference"].rstrip() + "\n```")["input_ids"]
+        assert s[p:] == (whole + [7] if len(whole) <= 400 else whole[:400])
         assert not rp.shared_spans([r["prompt"] + r["reference"]], banned, 12)
     assert note["answer_tokens"] == sum(len(s) - p for s, p in zip(seqs, plens))
-    # a cut: at most max_tokens answer tokens, then the EOS
-    short, sp, _, _ = rp.reference_answers(tok, 3, 10, eos_id=7)
-    assert all(len(s) - p == 11 and s[-1] == 7 for s, p in zip(short, sp))
+    # a cut: at most max_tokens answer tokens and no EOS (the function goes on); whole ones end in it
+    short, sp, _, snote = rp.reference_answers(tok, 3, 10, eos_id=7)
+    assert all(len(s) - p == 10 and s[-1] != 7 for s, p in zip(short, sp)) and snote["cut_without_eos"] == 3
+    assert note["cut_without_eos"] == sum(s[-1] != 7 for s in seqs) < len(seqs)
     assert rp.reference_answers(tok, 12, 400, eos_id=7)[3]["sha256"] == note["sha256"]  # deterministic
     with pytest.raises(ValueError, match="references"):
         rp.reference_answers(tok, 0, 10, eos_id=7)

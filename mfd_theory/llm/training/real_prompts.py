@@ -156,7 +156,7 @@ def reference_answers(tokenizer, n: int, max_tokens: int, eos_id: int, root: str
     of the standard library's *training* units, each as the code prompt of :func:`write_prompt_sets`
     (the instruction over the signature and docstring, rendered with the chat template) answered by
     the function's own source in a Python code block (at most ``max_tokens`` tokens, then
-    ``eos_id``). A function whose prompt or source shares a ``span``-token span with a HumanEval
+    ``eos_id`` after a function that fits whole; a cut one ends without it). A function whose prompt or source shares a ``span``-token span with a HumanEval
     prompt or canonical solution is dropped and counted. Returns (sequences, prompt lengths, meta
     per sequence, a note: counts and the sha256 of the token ids). Deterministic on one machine."""
     from mfd_theory.llm.training.prompts import render
@@ -169,16 +169,21 @@ def reference_answers(tokenizer, n: int, max_tokens: int, eos_id: int, root: str
     bad = set(shared_spans([r["prompt"] + r["reference"] for r in raw], banned, span))
     kept = [r for i, r in enumerate(raw) if i not in bad][:n]
     seqs, plens, meta = [], [], []
+    cut = 0
     h = hashlib.sha256()
     for r in kept:
         prompt = render([("user", code_instruction(r["prompt"]))], tokenizer)
         text = "```python\n" + r["prompt"] + r["reference"].rstrip() + "\n```"
-        answer = list(tokenizer(text, add_special_tokens=False)["input_ids"])[:max_tokens] + [int(eos_id)]
+        whole = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+        # the EOS only after a whole function: a cut answer ends mid-function, and a drafter taught an
+        # EOS there learns to close functions in the middle
+        answer = whole[:max_tokens] + ([int(eos_id)] if len(whole) <= max_tokens else [])
+        cut += len(whole) > max_tokens
         seqs.append(prompt + answer)
         plens.append(len(prompt))
         meta.append({"id": r["id"], "dataset": "code-reference", "turn": 0})
         h.update(json.dumps(seqs[-1]).encode())
-    note = {"functions": len(kept), "dropped_for_leaks": len(bad), "answer_tokens": int(sum(len(x) - p for x, p in
+    note = {"functions": len(kept), "dropped_for_leaks": len(bad), "cut_without_eos": int(cut), "answer_tokens": int(sum(len(x) - p for x, p in
                                                                                              zip(seqs, plens))),
             "max_tokens": max_tokens, "sha256": h.hexdigest()}
     return seqs, plens, meta, note
