@@ -24,8 +24,9 @@ from mfd_theory.llm.models.fingerprint import target_fingerprint
 from mfd_theory.llm.models.kv import KVBuffer
 from mfd_theory.llm.models.protocol import DrafterBase
 
-__all__ = ["BatchDraftContext", "BlockDrafter", "MFDDrafter", "DRAFTER_KINDS", "build_drafter", "load_drafter",
-           "default_target_layer_ids", "drafter_from_checkpoint", "check_drafter_target"]
+__all__ = ["BatchDraftContext", "BlockDrafter", "MFDDrafter", "DRAFTER_KINDS", "LAYER_LAYOUTS", "build_drafter",
+           "load_drafter", "default_target_layer_ids", "drafter_from_checkpoint", "check_drafter_target",
+           "attention_layout", "target_attention_layout", "decoder_layers", "final_norm"]
 
 _CONFIG_COPY_KEYS = (
     "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
@@ -138,14 +139,17 @@ class _DraftAttention(nn.Module):
             raise ValueError(f"config: num_attention_heads ({self.num_heads}) must be a multiple of "
                              f"num_key_value_heads ({self.num_kv_heads})")
         self.rep = self.num_heads // self.num_kv_heads
-        bias = bool(getattr(config, "attention_bias", False))
+        qkv_bias, o_bias, qk_norm = attention_layout(config)
         h, d = config.hidden_size, self.head_dim
-        self.q_proj = nn.Linear(h, self.num_heads * d, bias=bias)
-        self.k_proj = nn.Linear(h, self.num_kv_heads * d, bias=bias)
-        self.v_proj = nn.Linear(h, self.num_kv_heads * d, bias=bias)
-        self.o_proj = nn.Linear(self.num_heads * d, h, bias=bias)
-        self.q_norm = Qwen3RMSNorm(d, eps=config.rms_norm_eps)
-        self.k_norm = Qwen3RMSNorm(d, eps=config.rms_norm_eps)
+        self.q_proj = nn.Linear(h, self.num_heads * d, bias=qkv_bias)  # [heads*d, H]
+        self.k_proj = nn.Linear(h, self.num_kv_heads * d, bias=qkv_bias)  # [kvh*d, H]
+        self.v_proj = nn.Linear(h, self.num_kv_heads * d, bias=qkv_bias)  # [kvh*d, H]
+        self.o_proj = nn.Linear(self.num_heads * d, h, bias=o_bias)  # [H, heads*d]
+        # Qwen3's per-head q / k norms; a Qwen2 or Llama layer has none, and then neither has this one
+        # (parameterless identities: no tensors in the state dict or the checkpoint).
+        norm = (lambda: Qwen3RMSNorm(d, eps=config.rms_norm_eps)) if qk_norm else nn.Identity
+        self.q_norm = norm()
+        self.k_norm = norm()
 
     def context_kv(self, ctx: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         """Keys/values of context features: they depend on the features only, so they are cacheable."""
@@ -215,6 +219,56 @@ class _DraftLayer(nn.Module):
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
+def attention_layout(config: Any) -> tuple[bool, bool, bool]:
+    """(q/k/v bias, o bias, q/k norms) of a draft layer with ``config``. ``attention_bias`` puts a
+    bias on q/k/v, and on o unless ``o_proj_bias`` says otherwise (Qwen3's and Llama's meaning: one
+    flag for all four; a Qwen2 target's drafter records ``o_proj_bias: false``); ``qk_norm``
+    (default true, as in DFlash's Qwen3 layers and every checkpoint written before the key existed)."""
+    qkv = bool(getattr(config, "attention_bias", False) or False)
+    o_bias = getattr(config, "o_proj_bias", None)
+    qk_norm = getattr(config, "qk_norm", None)
+    return qkv, qkv if o_bias is None else bool(o_bias), True if qk_norm is None else bool(qk_norm)
+
+
+def decoder_layers(hf: nn.Module) -> nn.ModuleList | None:
+    """The decoder layers of a Hugging Face causal LM (``model.layers``, or ``layers`` of a bare
+    backbone, or a multimodal model's ``language_model.layers``), None if it has none there."""
+    for path in ("model.layers", "layers", "model.language_model.layers", "language_model.layers"):
+        mod = hf
+        for part in path.split("."):
+            mod = getattr(mod, part, None)
+        if isinstance(mod, nn.ModuleList):
+            return mod
+    return None
+
+
+def final_norm(hf: nn.Module) -> nn.Module | None:
+    """The norm a Hugging Face causal LM applies after its last layer, before the LM head."""
+    for path in ("model.norm", "norm", "model.language_model.norm", "language_model.norm"):
+        mod = hf
+        for part in path.split("."):
+            mod = getattr(mod, part, None)
+        if isinstance(mod, nn.Module):
+            return mod
+    return None
+
+
+def target_attention_layout(hf: nn.Module, tcfg: Any) -> dict[str, bool]:
+    """The target's attention layout as drafter config keys, read off its last layer with q/k/v/o
+    projections: ``attention_bias`` (q/k/v biases: true for Qwen2), ``o_proj_bias``, ``qk_norm``
+    (true for Qwen3, false for Qwen2 and Llama). A target without such a layer: its config's
+    ``attention_bias`` and DFlash's q/k norms."""
+    for layer in reversed(list(decoder_layers(hf) or [])):
+        attn = getattr(layer, "self_attn", None)
+        if attn is not None and all(isinstance(getattr(attn, n, None), nn.Linear)
+                                    for n in ("q_proj", "k_proj", "v_proj", "o_proj")):
+            return {"attention_bias": attn.q_proj.bias is not None, "o_proj_bias": attn.o_proj.bias is not None,
+                    "qk_norm": isinstance(getattr(attn, "q_norm", None), nn.Module)
+                    and any(True for _ in attn.q_norm.parameters())}
+    bias = bool(getattr(tcfg, "attention_bias", False) or False)
+    return {"attention_bias": bias, "o_proj_bias": bias, "qk_norm": True}
+
+
 def _hf_model(target: Any) -> nn.Module:
     """Accept a TargetModel or a bare HF causal LM."""
     return getattr(target, "model", target) if not isinstance(target, nn.Module) else target
@@ -236,8 +290,9 @@ class BlockDrafter(nn.Module, DrafterBase):
     (not parameters, not in ``state_dict``, never trained). Context features are the target's
     ``hidden_states[i + 1]`` for ``i`` in ``target_layer_ids``, concatenated, projected by ``fc``
     and normalised by ``hidden_norm``. In every layer the keys and values come from [context
-    features ; block states] and the queries from the block alone, without a causal mask (q/k norms
-    and RoPE as in Qwen3); the context sits at positions 0..T-1 and the block ``[last committed
+    features ; block states] and the queries from the block alone, without a causal mask (RoPE as
+    in Qwen3; q/k norms and q/k/v/o biases as the config's ``qk_norm``, ``attention_bias`` and
+    ``o_proj_bias`` say, :func:`attention_layout`); the context sits at positions 0..T-1 and the block ``[last committed
     token, MASK x L]`` at T..T+L, L = block_size - 1. A final ``norm`` and the ``lm_head`` give
     the L per-position distributions.
 
@@ -811,9 +866,14 @@ def _check_compatible(drafter: BlockDrafter, config, tcfg) -> None:
         raise ValueError(f"target_layer_ids: {drafter.target_layer_ids} must be non-empty layer ids in [0, {n})")
 
 
-def _drafter_config(tcfg, block_size: int, num_layers: int, target_layer_ids, mask_token_id, num_modes: int):
+def _drafter_config(tcfg, block_size: int, num_layers: int, target_layer_ids, mask_token_id, num_modes: int,
+                    layout: dict[str, bool] | None = None):
+    """The drafter's Qwen3Config; ``layout`` (``attention_bias`` / ``o_proj_bias`` / ``qk_norm``)
+    overrides the attention layout, default Qwen3's with the target config's ``attention_bias``."""
     src = tcfg.to_dict()
     kw = {key: src[key] for key in _CONFIG_COPY_KEYS if key in src and src[key] is not None}
+    bias = bool(kw.get("attention_bias", False))
+    kw.update({"attention_bias": bias, "o_proj_bias": bias, "qk_norm": True}, **(layout or {}))
     if isinstance(kw.get("rope_parameters"), dict):
         # Hybrid targets rotate part of each head (and Qwen3.5 sections it for images); the draft
         # layers are Qwen3 layers with full rotary, as in the published Qwen3.5 drafters.
@@ -834,11 +894,14 @@ def _drafter_config(tcfg, block_size: int, num_layers: int, target_layer_ids, ma
 
 
 DRAFTER_KINDS = ("dflash", "dartree")
+#: a new drafter's attention layout: the target's (a true copy of its layers fits), or DFlash's Qwen3 layer
+LAYER_LAYOUTS = ("target", "qwen3")
 
 
 def build_drafter(target: Any, block_size: int, num_layers: int, num_modes: int = 1, seed: int = 0, *,
                   mask_token_id: int | None = None, target_layer_ids: list[int] | None = None,
-                  kind: str = "dflash", rank: int | None = None, draft_vocab=None) -> BlockDrafter:
+                  kind: str = "dflash", rank: int | None = None, draft_vocab=None,
+                  layout: str = "target") -> BlockDrafter:
     """A randomly initialised drafter sized to ``target`` (BlockDrafter if num_modes == 1, else MFD).
 
     ``kind="dartree"`` builds a Domino drafter (:mod:`mfd_theory.llm.models.domino`): the same backbone
@@ -850,6 +913,12 @@ def build_drafter(target: Any, block_size: int, num_layers: int, num_modes: int 
     (:meth:`BlockDrafter.set_draft_vocab`). Hybrid targets (Qwen3.5, Qwen3-Next) get the same Qwen3 draft
     layers; ``target_layer_ids`` index the hybrid stack's ``hidden_states`` as for Qwen3.
     Placed on the target's device and dtype.
+
+    ``layout="target"`` (default) shapes the draft layers' attention as the target's
+    (:func:`target_attention_layout`): a Qwen2 target's drafter has q/k/v biases, no o bias and no
+    q/k norms, a Qwen3 target's has q/k norms and no biases, so the drafter can start as a true copy
+    of the target's last layers (``init_layers_from_target``). ``layout="qwen3"``: DFlash's Qwen3
+    layer whatever the target (q/k norms; biases only if the target config's ``attention_bias``).
     """
     hf = _hf_model(target)
     tcfg = hf.config.get_text_config() if hasattr(hf.config, "get_text_config") else hf.config
@@ -865,10 +934,13 @@ def build_drafter(target: Any, block_size: int, num_layers: int, num_modes: int 
         raise ValueError(f"num_modes: a dartree (Domino) drafter has one mode, got {num_modes}")
     if kind != "dartree" and rank is not None:
         raise ValueError(f"rank: only a dartree drafter has a correction rank (kind is {kind!r})")
+    if not isinstance(layout, str) or layout not in LAYER_LAYOUTS:
+        raise ValueError(f"layout: must be one of {LAYER_LAYOUTS}, got {layout!r}")
     ids = target_layer_ids or default_target_layer_ids(tcfg.num_hidden_layers, int(num_layers))
     default_mask = _PUBLISHED_MASK_IDS.get(int(tcfg.vocab_size), tcfg.vocab_size - 1)
     mask_id = default_mask if mask_token_id is None else int(mask_token_id)
-    cfg = _drafter_config(tcfg, int(block_size), int(num_layers), ids, mask_id, int(num_modes))
+    cfg = _drafter_config(tcfg, int(block_size), int(num_layers), ids, mask_id, int(num_modes),
+                          target_attention_layout(hf, tcfg) if layout == "target" else None)
     param = next(hf.parameters())
     gen = torch.Generator().manual_seed(int(seed))
     with torch.random.fork_rng(devices=[]):

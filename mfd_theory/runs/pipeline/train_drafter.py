@@ -12,7 +12,7 @@ import torch
 
 from mfd_theory.runs.pipeline import say
 from mfd_theory.llm.models.target import load_local_target
-from mfd_theory.llm.models.drafter import build_drafter, drafter_from_checkpoint
+from mfd_theory.llm.models.drafter import attention_layout, build_drafter, drafter_from_checkpoint
 from mfd_theory.llm.models.fingerprint import target_fingerprint
 from mfd_theory.llm.training.dist import setup, teardown
 from mfd_theory.llm.training.train import DrafterTrainConfig, train_drafter
@@ -36,13 +36,15 @@ def train(config, data, out_dir, progress: bool = True) -> list[dict]:
             raise ValueError(f"--data: {config.data} was distilled from another target (fingerprint "
                              f"{manifest.get('target_fingerprint')}, this target's is {fp}; data distilled "
                              "before the fingerprint's version 2 records an older one: distill again)")
-        vocab_note = None
+        vocab_note = copy_note = None
         if config.init_from is not None:
             drafter = _from_checkpoint(config, target)
         else:
             drafter = _new(config, target, tok)
             if config.init_layers == "target":
-                init_layers_from_target(drafter, target)
+                copied = init_layers_from_target(drafter, target)
+                copy_note = f"{len(copied)} tensors: {_copy_summary(copied)}"
+                say(dist, f"--init-layers target: copied {copy_note}")
             if config.draft_vocab:
                 ids, vocab_note = frequent_tokens(seqs, plens, config.draft_vocab,
                                                   int(target.get_input_embeddings().num_embeddings))
@@ -63,6 +65,14 @@ def train(config, data, out_dir, progress: bool = True) -> list[dict]:
                  "mode_noise": config.mode_noise if config.init_from is not None and K > 1 else None,
                  "init_layers": config.init_layers if config.init_from is None else None,
                  "draft_vocab": vocab_note}
+        if copy_note is not None:
+            extra["init_copied"] = copy_note  # what the copy took (a run started before it took less is refused)
+        qkv_bias, o_bias, qk_norm = attention_layout(drafter.config)
+        if not qk_norm or o_bias != qkv_bias:
+            # recorded only where the layers are not DFlash's Qwen3 ones (a Qwen2 or Llama target), so
+            # a run directory made before the layout followed the target is refused, not resumed
+            # into a drafter of other shapes; a Qwen3 target's runs resume as before
+            extra["attention_layout"] = {"attention_bias": qkv_bias, "o_proj_bias": o_bias, "qk_norm": qk_norm}
         curve = train_drafter(target, drafter, seqs, plens, out, cfg, progress=progress, dist=dist, extra_config=extra)
         if dist.main and (out / "drafter").is_dir():
             write_distilled_prompts(out / "drafter", seqs, plens)
@@ -118,26 +128,63 @@ def frequent_tokens(seqs, plens, n: int, vocab: int) -> tuple[list[int], dict]:
     return [int(i) for i in ids], note
 
 
-def init_layers_from_target(drafter, target) -> None:
-    """Start the D draft layers as copies of the target's last D layers (draft layer j from target
-    layer n - D + j), the layers that turn its hidden states into next-token predictions:
-    attention projections (biases where both have them), MLP and the two layer norms. A draft
-    layer's q / k norms (Qwen3's) have no counterpart in a Qwen2 or Llama layer and stay at one;
-    a Qwen2 layer's q / k / v biases have none in the draft layer and are left out."""
-    hf = getattr(target, "model", target)
-    layers = hf.model.layers if hasattr(hf, "model") else hf.layers
+def init_layers_from_target(drafter, target) -> dict[str, str]:
+    """Start the drafter as a true copy of the target's top: draft layer j takes every tensor of
+    target layer n - D + j (q/k/v/o projections with their biases, q/k norms where the target has
+    them, the MLP, both layer norms), and the drafter's final ``norm`` takes the target's final
+    norm, so the draft layers over a block with no context compute what the target's last D layers
+    and its norm compute over it (without the causal mask). ``fc`` and ``hidden_norm``, which the
+    target has no counterpart of, keep their initialisation.
+
+    Refuses, naming ``--init-layers``, a drafter that cannot hold such a copy: more layers than
+    the target, or a layer whose tensors differ from the target layer's in names or shapes (a
+    drafter built with ``layout="qwen3"`` for a Qwen2 or Llama target), or another norm epsilon or
+    activation. Returns {drafter tensor: target tensor} for every tensor copied."""
+    from mfd_theory.llm.models.drafter import decoder_layers, final_norm
+
+    hf = getattr(target, "model", target) if not isinstance(target, torch.nn.Module) else target
+    layers, norm = decoder_layers(hf), final_norm(hf)
+    if layers is None or norm is None:
+        raise ValueError(f"--init-layers: cannot find the decoder layers and final norm of {type(hf).__name__}")
     first = len(layers) - len(drafter.layers)
     if first < 0:
         raise ValueError(f"--init-layers: the drafter has {len(drafter.layers)} layers, the target only {len(layers)}")
+    tcfg = hf.config.get_text_config() if hasattr(hf.config, "get_text_config") else hf.config
+    for key in ("rms_norm_eps", "hidden_act"):
+        if getattr(drafter.config, key, None) != getattr(tcfg, key, None):
+            raise ValueError(f"--init-layers: the drafter's {key} {getattr(drafter.config, key, None)!r} differs "
+                             f"from the target's {getattr(tcfg, key, None)!r}")
+    prefix = next((n[:-len("layers")] for n, m in hf.named_modules() if m is layers), "")
+    norm_prefix = next((n for n, m in hf.named_modules() if m is norm), "norm")
+    pairs = []  # (drafter tensor, its name, target tensor, its name)
+    for j, layer in enumerate(drafter.layers):
+        i = first + j
+        src, mine = layers[i].state_dict(), layer.state_dict()
+        diff = sorted(set(src) ^ set(mine)) + sorted(k for k in set(src) & set(mine) if src[k].shape != mine[k].shape)
+        if diff:
+            raise ValueError(f"--init-layers: draft layer {j} cannot hold a true copy of target layer {i} "
+                             f"(tensors that differ in name or shape: {', '.join(diff)}); build it with the "
+                             "target's attention layout (build_drafter's layout='target')")
+        pairs += [(mine[k], f"layers.{j}.{k}", src[k], f"{prefix}layers.{i}.{k}") for k in sorted(mine)]
+    dst_norm, src_norm = drafter.norm.state_dict(), norm.state_dict()
+    if set(dst_norm) != set(src_norm) or any(dst_norm[k].shape != src_norm[k].shape for k in dst_norm):
+        raise ValueError(f"--init-layers: the drafter's final norm ({sorted(dst_norm)}) cannot hold the "
+                         f"target's ({sorted(src_norm)})")
+    pairs += [(dst_norm[k], f"norm.{k}", src_norm[k], f"{norm_prefix}.{k}") for k in sorted(dst_norm)]
     with torch.no_grad():
-        for j, layer in enumerate(drafter.layers):
-            src = layers[first + j].state_dict()
-            mine = layer.state_dict()
-            copied = {k: v for k, v in src.items() if k in mine and mine[k].shape == v.shape}
-            if not any(k.startswith("self_attn.q_proj") for k in copied) or not any(k.startswith("mlp.") for k in copied):
-                raise ValueError(f"--init-layers: target layer {first + j} has no attention or MLP "
-                                 f"weights of the draft layer's shapes (it holds {sorted(src)[:4]}...)")
-            layer.load_state_dict(copied, strict=False)
+        for dst, _, src_t, _ in pairs:
+            dst.copy_(src_t)  # state_dict tensors share storage with the parameters
+    return {dname: sname for _, dname, _, sname in pairs}
+
+
+def _copy_summary(copied: dict[str, str]) -> str:
+    """One line of what :func:`init_layers_from_target` copied: the target layers and the kinds of tensor."""
+    import re
+
+    src = sorted({int(m.group(1)) for v in copied.values() if (m := re.search(r"layers\.(\d+)\.", v))})
+    kinds = sorted({re.sub(r"^layers\.\d+\.", "", k) for k in copied if k.startswith("layers.")})
+    return (f"target layers {src[0]}..{src[-1]} -> draft layers 0..{len(src) - 1}: {', '.join(kinds)}; "
+            f"final norm {copied.get('norm.weight', 'not copied')}")
 
 
 def _from_checkpoint(config, target):
