@@ -19,7 +19,8 @@ from scipy import stats as _st
 
 from mfd_theory.validation import check_int, check_real
 
-__all__ = ["MARGIN", "POWER", "VERDICTS", "Comparison", "compare", "compare_rows", "decide_power", "error_summary",
+__all__ = ["MARGIN", "POWER", "VERDICTS", "Comparison", "compare", "compare_rows", "coupled_chi_square", "decide_power",
+           "error_summary",
            "floor_interval", "paired", "runs_to_decide", "tau_resolution", "verdict"]
 
 #: the equivalence margin of every verdict unless said otherwise: +-3% on the ratio scale
@@ -246,6 +247,29 @@ def error_summary(errors) -> dict:
         raise ValueError("errors: nothing to summarise")
     return {"median_abs_error": float(np.median(np.abs(e))), "worst_abs_error": float(np.abs(e).max()),
             "mean_signed_error": float(e.mean()), "too_high": int((e > 0).sum()), "n": int(e.size)}
+
+
+# ----------------------------------------------------------------------------- z-scores of several cells
+def coupled_chi_square(zs, independent: bool = False) -> dict:
+    """The sum of the cells' z^2 (``zs``: C1's walk check per cell,
+    :func:`mfd_theory.llm.measure.calibration.walk_check`), its degrees of freedom (one per cell) and, only
+    when the cells are ``independent`` (each decoded its own sampled text), the chi-square p-value
+    of both tails. Coupled cells (one sampling seed: the same text) keep the mean, one per cell,
+    but not the chi-square's spread: ``pvalue`` is then None, and ``note`` says why."""
+    z = np.asarray(zs, dtype=np.float64).reshape(-1)
+    z = z[np.isfinite(z)]
+    s, df = float((z ** 2).sum()), int(z.size)
+    out = {"sum_z2": s, "df": df, "pvalue": None, "note": None}
+    if df == 0:
+        return out
+    if independent:
+        lo, hi = _st.chi2.cdf(s, df), _st.chi2.sf(s, df)
+        out["pvalue"] = float(min(1.0, 2 * min(lo, hi)))
+    else:
+        out["note"] = ("cells coupled: they decode the same sampled text (one sampling seed), so the sum has mean "
+                       f"{df} but not a chi-square's spread; no p-value")
+    return out
+
 
 
 # ----------------------------------------------------------------------------- how many runs would decide

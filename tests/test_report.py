@@ -553,9 +553,9 @@ def test_the_front_block_answers_each_claim_in_a_short_row():
     assert len(rows) == 8 and len(text) <= 2500
     answers = [r.split(" | ")[1] for r in rows]
     assert all(len(a) <= MAX_ANSWER and "[" not in a for a in answers)  # no intervals on the front page
-    # C1: |z| 0.4, 1.3 (seed 0) and 0.4, 2.3 (seed 1): one cell beyond 2 standard errors
-    assert answers[0] == ("1 of 4 cells off (in-sample): accepted per round within 2.3 standard errors of the covered "
-                          "mass in 3 of 4 cells x seeds")
+    # C1, the walk check: |z| 0.4, 1.3 (seed 0) and 0.4, 2.3 (seed 1): none beyond 4, the sum of z^2 reported
+    assert rows[0].startswith("| The decoder's walk is exact: accepted tokens = its own trees' expected acceptance")
+    assert answers[0] == "passes: |z| <= 2.3 in 4 of 4 cells x seeds; sum of z^2 7.3 (cells coupled: one sampled text)"
     assert answers[1] == "holds: 0 violations in 1,000,000 random instances, m = 1..10"
     assert answers[2].startswith("70% of its nodes dead, against the paper's 27-33% (4 prompts")
     assert answers[3] == ("code T = 1 +27% (oracle +31%) over the product tree: inconclusive over prompts, one sampling "

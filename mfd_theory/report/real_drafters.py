@@ -1,7 +1,8 @@
 """The report block of ``mfd real-drafters`` (``real-drafters/real_drafters.json``,
 docs/real-targets.md): the recipe and its cost, each compared cell's tau and speedup per seed,
-the replicated verdicts, C1 (accepted per round against the drafted trees' covered mass) with the
-trees' dead share, and the out-of-sample prediction check of every seed.
+the replicated verdicts, C1 as a check of the decoder's walk (accepted per round against the
+drafted trees' exact expected acceptance) with the trees' dead share and, where kept, the
+drafter-side C1, and the out-of-sample prediction check of every seed.
 
 :func:`real_drafters` is a block (``block(results) -> str``, :mod:`.inputs`).
 """
@@ -15,6 +16,7 @@ from mfd_theory.report.checks import prediction_summary
 from mfd_theory.report.e2e import cell_text
 from mfd_theory.report.inputs import Results
 from mfd_theory.formatting import comparison_text
+from mfd_theory.stats import coupled_chi_square
 from mfd_theory.report.intervals import floored_entries, seeds_to_decide, to_decide_note
 
 __all__ = ["reach_rows", "real_drafters", "real_headline", "real_recipe", "verdicts_of"]
@@ -23,6 +25,9 @@ _QUESTIONS = {"against_product": "MFD and DARTree against the product drafter's 
               "same_n": "each MFD tree against the product drafter's DDTree tree of the same size N",
               "scorer": "the best-mode tree against the mixture tree of the same MFD drafter"}
 
+#: |z| beyond which a cell's walk check fails (:data:`mfd_theory.llm.measure.calibration.WALK_Z`, kept here
+#: for the report floor, which imports no torch)
+WALK_Z = 4.0
 #: the target's ceiling (``mfd real``) the reach table compares with, the larger run first
 CEILINGS = ("real-default/real.json", "real/real.json")
 
@@ -170,10 +175,14 @@ def _reach(d: dict, results: Results) -> list[str]:
 
 
 def _c1(d: dict) -> list[str]:
-    """C1 on the real target: at T > 0, each tree method's mean accepted tokens per round beside
-    the covered mass of the trees it drafted (the theory's acceptance of each round's tree, summed
-    under the decoding rule), per seed, with the gap in standard errors; and the dead share of the
-    drafted trees (nodes the target gives prefix probability <= 0.001)."""
+    """C1 on the real target, reported as what it is: at T > 0, each tree method's mean accepted
+    tokens per round beside the exact expected acceptance of the trees it drafted, each under that
+    round's own verify logits. That is an identity for any drafter (a random one included): it
+    checks the decoder's walk, not the drafter, and a wrong walk fails it
+    (:func:`mfd_theory.llm.measure.calibration.walk_check`, tests/test_calibration.py). Per seed,
+    with the walk's z and the sum of the z^2 over the cells (:func:`mfd_theory.stats.coupled_chi_square`:
+    the cells decode one sampled text, so no chi-square p-value); the dead share of the drafted
+    trees; and, where the run kept them, the drafter-side C1 that can fail (:func:`_drafter_c1`)."""
     runs = d.get("runs") or []
     by_run = [{_key(r): r for r in run["rows"]} for run in runs]
     keys = [k for k in dict.fromkeys(k for b in by_run for k in b) if k[1] > 0 and k[2] != "ar"]
@@ -185,18 +194,58 @@ def _c1(d: dict) -> list[str]:
         vals = [b.get(k, {}).get(field) for b in by_run]
         return " / ".join("-" if v is None else fmt.format(v) for v in vals)
 
-    lines = ["C1 on the real target (T > 0): mean accepted tokens per round, measured, against the covered mass of "
-             "the trees each round drafted (in-sample: the same rounds' trees), the gap in standard errors of the "
-             "theory's per-round variance, and the drafted trees' dead share (target prefix probability <= 0.001), "
+    lines = ["C1 as a check of the decoder's walk (T > 0): mean accepted tokens per round, measured, against the exact "
+             "expected acceptance of the tree each round drafted, under that round's own verify logits (in-sample by "
+             "design). This holds for any drafter, a random one included, so it tests the walk (that it accepts what "
+             "the lossless walk would), not the drafter; a walk that stops a node early or draws from the wrong row "
+             "fails it (tests/test_calibration.py). Walk z: the summed gap over the square root of the rounds' exact "
+             "variances, standard normal for a correct walk (|z| > "
+             f"{WALK_Z:g} fails). Beside it, the drafted trees' dead share (target prefix probability <= 0.001); "
              f"per seed ({seeds}):", "",
-             "| data set | T | method | accepted per round | covered mass (in-sample) | gap z | dead share |",
+             "| data set | T | method | accepted per round | expected acceptance (walk check) | walk z | dead share |",
              "|---|---|---|---|---|---|---|"]
     for k in keys:
         side = dict(zip(("method", "drafter", "budget", "scorer"), k[2:]))
         lines.append(f"| {k[0]} | {k[1]:g} | {cell_text(side)} | {per_seed(k, 'accepted_mean', '{:.2f}')} | "
                      f"{per_seed(k, 'covered_mass_insample', '{:.2f}')} | {per_seed(k, 'pred_gap_z', '{:+.1f}')} | "
                      f"{per_seed(k, 'dead_share', '{:.0%}')} |")
+    zs = [b[k]["pred_gap_z"] for b in by_run for k in keys if b.get(k, {}).get("pred_gap_z") is not None]
+    if zs:
+        chi = coupled_chi_square(zs)
+        far = sum(abs(z) > WALK_Z for z in zs)
+        lines += ["", f"Walk check: {'passes' if far == 0 else 'fails'} in {len(zs) - far} of {len(zs)} cells x seeds "
+                      f"(largest |z| {max(map(abs, zs)):.1f}). Sum of z^2 over the cells: {chi['sum_z2']:.1f} with "
+                      f"{chi['df']} cells, {chi['df']} expected. It is no chi-square with {chi['df']} degrees: at T > 0 "
+                      "every token is drawn by inverse CDF from a uniform keyed by the sampling seed and the token's "
+                      "position, and every cell and seed here decodes with sampling seed 0, so all cells of a prompt "
+                      "decode the same text and share its luck. Each cell's z is standard normal (its standard error "
+                      "is the rounds' exact variance, not a bound), but the cells move together, so the sum keeps its "
+                      "mean and not a chi-square's spread, and a sum a third of its mean is unremarkable; no p-value "
+                      "is given (tests/test_calibration.py simulates it)."]
+    drafter = _drafter_c1(runs)
+    if drafter:
+        lines += ["", *drafter]
     return lines
+
+
+def _drafter_c1(runs: list[dict]) -> list[str]:
+    """The drafter-side C1, which can fail: per seed and calibration cell, the mass the drafter's own
+    distribution puts on its trees against their covered mass under the target (the expected
+    acceptance), as :func:`mfd_theory.llm.measure.calibration.calibration_gaps` stores it in a run's
+    ``drafter_calibration``; nothing when no run kept it."""
+    rows = [(run.get("seed"), r) for run in runs for r in run.get("drafter_calibration") or []]
+    if not rows:
+        return []
+    out = ["Drafter-side C1 (can fail): on the calibration prompts, the mass each drafter's own distribution puts on "
+           "the trees it drafted (its predicted acceptance) against their covered mass under the target; gap = own "
+           "mass / covered mass - 1 (> 0: over-confident):", "",
+           "| seed | drafter | method | T | N | own mass | covered mass | gap |", "|---|---|---|---|---|---|---|---|"]
+    for seed, r in rows:
+        meth = "mfd best-mode" if r.get("method") == "mfd" and r.get("scorer") == "best_mode" else r.get("method")
+        out.append(f"| {seed} | {r.get('drafter')} | {meth} | {float(r.get('temperature') or 0):g} | "
+                   f"{r.get('budget', '-')} | {r['self_mass_mean']:.2f} | {r['target_mass_mean']:.2f} | "
+                   f"{100 * r['gap']:+.0f}% |")
+    return out
 
 
 def real_drafters(results: Results) -> str:
