@@ -20,8 +20,8 @@ from scipy import stats as _st
 from mfd_theory.validation import check_int, check_real
 
 __all__ = ["MARGIN", "POWER", "VERDICTS", "Comparison", "compare", "compare_rows", "coupled_chi_square", "decide_power",
-           "error_summary",
-           "floor_interval", "paired", "runs_to_decide", "tau_resolution", "verdict"]
+           "error_summary", "floor_interval", "paired", "row_tau_resolution", "runs_to_decide", "tau_resolution",
+           "verdict"]
 
 #: the equivalence margin of every verdict unless said otherwise: +-3% on the ratio scale
 MARGIN = 0.03
@@ -229,13 +229,28 @@ def paired(a: dict, b: dict, key: str) -> tuple[np.ndarray, np.ndarray]:
 
 def compare_rows(a: dict, b: dict, family: int = 1) -> dict:
     """Row ``a`` against row ``b`` of one run, paired over their prompts (:func:`compare`,
-    a prompts-only interval): ``{"tau_cmp": ..., "speed_cmp": ...}``, each a Comparison's dict or None
+    a prompts-only interval; tau's floored by its resolution, :func:`row_tau_resolution`): ``{"tau_cmp": ..., "speed_cmp": ...}``, each a Comparison's dict or None
     when fewer than 2 prompts pair up."""
     out = {}
     for name, key in (("tau_cmp", "prompt_tau"), ("speed_cmp", "prompt_tokens_per_s")):
         x, y = paired(a, b, key)
-        out[name] = compare(x, y, family=family).to_dict() if x.size >= 2 else None
+        res = row_tau_resolution(a, b) if key == "prompt_tau" else None
+        out[name] = compare(x, y, family=family, resolution=res).to_dict() if x.size >= 2 else None
     return out
+
+
+def row_tau_resolution(*rows: dict) -> float | None:
+    """The step of a prompt's tau in rows of an evaluation (log scale): a prompt decoded in r rounds
+    has tau = tokens / r, so one round more moves its log by log(1 + 1 / r); r is taken as the rows'
+    rounds per prompt (``n_rounds`` / ``n_prompts``), the coarsest row's (fewest rounds). None when a
+    row does not say."""
+    steps = []
+    for r in rows:
+        n, p = r.get("n_rounds"), r.get("n_prompts")
+        if not (isinstance(n, (int, float)) and isinstance(p, (int, float)) and n > 0 and p > 0):
+            return None
+        steps.append(math.log1p(p / n))
+    return max(steps) if steps else None
 
 
 # ----------------------------------------------------------------------------- prediction errors

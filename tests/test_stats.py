@@ -243,3 +243,20 @@ def test_floor_interval_of_a_stored_comparison():
     wide = compare(*_runs(0.05, 0.05, 0.02, seed=5)).to_dict()
     assert floor_interval(wide, 0.01) == wide
     assert floor_interval(None, 0.01) is None
+
+
+def test_compare_rows_floors_tau_by_its_rounds():
+    """Two rows of one run with the same tau on every prompt: without the rows' round counts the
+    interval has width 0; with them (12 rounds per prompt), tau's step log(1 + 1/12) floors it."""
+    from mfd_theory.stats import compare_rows, row_tau_resolution
+
+    ids = [str(i) for i in range(6)]
+    row = dict(prompt_ids=ids, prompt_tau=[3.0, 3.2, 2.9, 3.1, 3.0, 3.3], prompt_tokens_per_s=[100.0 + i for i in range(6)])
+    bare = compare_rows(row, dict(row))["tau_cmp"]
+    assert bare["lo"] == bare["hi"] == 0.0
+    counted = dict(row, n_rounds=72, n_prompts=6)
+    assert row_tau_resolution(counted, counted) == pytest.approx(math.log1p(1 / 12))
+    assert row_tau_resolution(counted, row) is None
+    got = compare_rows(counted, dict(counted))["tau_cmp"]
+    half = 1.959963984540054 * math.sqrt(math.log1p(1 / 12) ** 2 / 3 / 6)
+    assert got["hi"] == pytest.approx(math.expm1(half)) and got["se_from"] == "resolution"
