@@ -44,6 +44,7 @@ BENCHES: dict[str, tuple[str, str, str]] = {
     "decode": ("mfd_theory.commands.bench.bench_decode", "main", "per-component decoding time split, verify latency profile"),
     "draft": ("mfd_theory.commands.bench.bench_draft", "main", "drafting round vs context and modes, before/after; verify cache copy"),
     "batch": ("mfd_theory.commands.bench.bench_batch", "main", "batched decoding: throughput vs batch size by budget policy, predicted first"),
+    "generate": ("mfd_theory.commands.bench.bench_generate", "main", "batched plain generation (distillation answers): tokens/s before and after issue 53, side by side"),
     "gpu-check": ("mfd_theory.commands.bench.gpu_check", "main", "greedy equality in bf16, the measured round profile, e2e micro (CUDA), within 8 minutes"),
 }
 

@@ -1,7 +1,8 @@
 """``generate_batch`` against its slow twin (tests/reference_generate.py) and the one-request
-decoder: greedy rows equal, sampled rows independent of the batch, the sampled tokens distributed
-as the target says, bad arguments refused; and ``distill_prompts`` writing the same data at any
-batch size."""
+decoder: greedy rows equal, sampled rows independent of the batch (the keyed draws equal the
+twin's pure-Python SplitMix64 and its token-by-token inverse CDF), the sampled tokens distributed
+as the target says, a shared prompt prefix run once, bad arguments refused; ``mfd bench generate``
+on a tiny target; and ``distill_prompts`` writing the same data at any batch size."""
 
 from __future__ import annotations
 
@@ -15,10 +16,13 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from llm_helpers import tiny_hybrid, tiny_qwen3  # noqa: E402
-from reference_generate import reference_generate, reference_probs  # noqa: E402
+from reference_generate import reference_draw, reference_generate, reference_probs, reference_uniform  # noqa: E402
 
 from mfd_theory.llm.decoding.generate import speculative_generate  # noqa: E402
-from mfd_theory.llm.decoding.generate_batch import can_batch, generate_batch, generation_probs  # noqa: E402
+from mfd_theory.llm.decoding.generate_batch import (MIN_SHARED_PREFIX, can_batch, generate_batch,  # noqa: E402
+                                                    generation_probs)
+from mfd_theory.llm.decoding.sampling import (NUCLEUS_GUESS, Sampler, cut_distribution, draw_tokens,  # noqa: E402
+                                              inverse_cdf, keyed_uniform)
 from mfd_theory.llm.models.target import TargetModel  # noqa: E402
 
 LENGTHS = (1, 6, 11, 3, 8, 2, 5)  # prompt lengths: every row padded differently
@@ -120,6 +124,88 @@ def test_generation_probs_is_the_reference_distribution():
         got = generation_probs(logits, temperature, top_k, top_p)
         want = torch.stack([reference_probs(row, temperature, top_k, top_p) for row in logits])
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
+
+
+def test_generation_probs_is_the_reference_distribution_on_a_wide_vocabulary():
+    """Past ``NUCLEUS_GUESS`` tokens: a nucleus found among the likeliest ones (peaked rows) and one
+    wider than them (flat rows: the whole vocabulary sorted), with ties at the k-th beyond k."""
+    vocab = 4 * NUCLEUS_GUESS
+    g = torch.Generator().manual_seed(5)
+    logits = torch.cat([torch.randn(3, vocab, generator=g) * 8, torch.randn(3, vocab, generator=g) * 0.05])
+    logits[0, 10:40] = logits[0, 10]  # 30 tokens tied: a k-th among them keeps them all
+    above = int((logits[0] > logits[0, 10]).sum())
+    k_tied = above + 5  # the k-th is one of the 30 tied tokens
+    for temperature, top_k, top_p in ((1.0, 0, 0.9), (0.7, 0, 0.5), (1.0, k_tied, 1.0), (1.0, 300, 0.95),
+                                      (1.3, 0, 1.0)):
+        got = generation_probs(logits, temperature, top_k, top_p)
+        want = torch.stack([reference_probs(row, temperature, top_k, top_p) for row in logits])
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
+    flat = cut_distribution(logits[3:], 1.0, 0, 0.9)[1]
+    assert flat.shape[1] == vocab and int((flat[0] > 0).sum()) > NUCLEUS_GUESS  # the wide nucleus, whole
+    ids, probs = cut_distribution(logits[:1], 1.0, k_tied, 1.0)
+    assert int((probs > 0).sum()) == above + 30 and probs.shape[1] >= above + 30
+
+
+def test_keyed_draws_are_the_twins_splitmix64_and_inverse_cdf():
+    seeds = [0, 1, 5, 2 ** 63, 2 ** 64 - 1, 123456789012345]
+    index = [0, 7, 1, 2 ** 40, 3, 99]
+    got = keyed_uniform(seeds, index)
+    assert got.tolist() == [reference_uniform(s, n) for s, n in zip(seeds, index)]  # bit for bit
+    many = keyed_uniform(np.repeat(np.arange(100), 100), np.tile(np.arange(100), 100))  # 10,000 (seed, index) pairs
+    from scipy.stats import kstest
+
+    assert ((many >= 0) & (many < 1)).all() and kstest(many, "uniform").pvalue > 1e-3
+    assert len(set(many.tolist())) == many.size
+    logits = torch.randn(5, 40, generator=torch.Generator().manual_seed(2)) * 2
+    for top_k, top_p in ((0, 1.0), (6, 1.0), (0, 0.7), (10, 0.6)):
+        ids, probs = cut_distribution(logits, 0.9, top_k, top_p)
+        u = keyed_uniform([3] * 5, range(5))
+        want = [reference_draw(reference_probs(row, 0.9, top_k, top_p), float(x)) for row, x in zip(logits, u)]
+        assert inverse_cdf(ids, probs, u).tolist() == want
+        assert draw_tokens(logits, 0.9, [3] * 5, range(5), top_k, top_p) == want
+        # one request's sampler: its n-th draw is draw n of its seed
+        sampler = Sampler(0.9, top_p, 3, top_k=top_k)
+        assert [sampler.draw(row) for row in logits] == want
+
+
+def test_a_prefix_every_prompt_shares_is_run_once():
+    """Prompts that share their first tokens: the prefix is one forward of its own (one row), every
+    prefill after it feeds only the rest, and the rows are the one-at-a-time rows, greedy and
+    sampled, at every batch size."""
+    model = tiny_qwen3(init_std=0.05)
+    head = _prompts(lengths=(MIN_SHARED_PREFIX + 3,), seed=7)[0]
+    prompts = [head + tail for tail in _prompts(lengths=(1, 4, 2, 6, 3), seed=8)] + [head[:-1] + [head[-1] ^ 1]]
+    shared = len(head) - 1  # the last prompt differs at the prefix's last token
+    want = [reference_generate(model, p, NEW) for p in prompts]
+    seeds = [7 * i + 1 for i in range(len(prompts))]
+    kw = dict(temperature=1.0, top_k=8, top_p=0.9)
+    want_sampled = [reference_generate(model, p, NEW, seed=s, **kw) for p, s in zip(prompts, seeds)]
+    shapes = []
+    hook = model.register_forward_pre_hook(
+        lambda mod, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+    try:
+        for batch in (1, 3, len(prompts)):
+            shapes.clear()
+            assert generate_batch(model, prompts, NEW, batch=batch, eos_token_id=[]) == want, batch
+            assert shapes[0] == (1, shared) and (1, shared) not in shapes[1:], shapes
+            prefills = [q for b, q in shapes[1:] if q > 1]
+            assert max(prefills) <= max(len(p) for p in prompts) - shared
+            assert generate_batch(model, prompts, NEW, batch=batch, seeds=seeds, eos_token_id=[], **kw) == want_sampled
+    finally:
+        hook.remove()
+
+
+def test_bench_generate_runs_both_paths_on_a_tiny_target(tmp_path, capsys):
+    from mfd_theory.cli import main
+
+    assert main(["bench", "generate", "--target", "tiny", "--prompts", "5", "--max-new-tokens", "4", "--batch", "2",
+                 "--temperature", "0", "--threads", "1", "--out", str(tmp_path), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    data = json.loads((tmp_path / "bench_generate_tiny.json").read_text())["data"]
+    assert data["rows_that_differ"] == [] and "greedy rows identical: yes" in out  # the old path's tokens too
+    assert [r["tokens"] for r in data["runs"]["before"]] == [r["tokens"] for r in data["runs"]["after"]] == [20]
+    assert data["ratio"] > 0 and "ratio (fastest after / fastest before)" in out
+    assert data["host"]["cpu_flags"] is not None and "host: " in out
 
 
 def _continuation_probs(model, prompt, vocab: int, temperature: float, top_k: int, top_p: float) -> np.ndarray:
