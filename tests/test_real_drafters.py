@@ -88,8 +88,8 @@ def test_the_study_runs_and_resumes(tiny_target, tmp_path, capsys):
         if v["tau_cmp"]:
             assert f"{100 * v['tau_cmp']['gain']:+.1f}% [" in text
     assert "**no**" not in text  # every T = 0 cell matched plain decoding above
-    # C1: each T = 1 tree cell's accepted per round beside the covered mass of its drafted trees, per seed
-    c1 = text[text.index("C1 on the real target"):].splitlines()
+    # C1, the walk check: each T = 1 tree cell's accepted per round beside its drafted trees' expected acceptance
+    c1 = text[text.index("C1 as a check of the decoder's walk"):].splitlines()
     for ds in ("code", "prose"):
         rows_ = [[r for r in run["rows"] if r["dataset"] == ds and r["temperature"] == 1 and r["method"] == "ddtree"
                   and r["drafter"] == "product" and r["budget"] == 4][0] for run in data["runs"]]
