@@ -19,7 +19,7 @@ import sys
 import warnings
 
 __all__ = ["COMMON_LEVEL", "MODES", "MODE_ENV", "PIN_ENV", "apply_numerics", "check_numerics", "cpu_isa_level",
-           "current_numerics", "isa_flags", "numerics_provenance", "pin_cpu_numerics"]
+           "current_numerics", "isa_flags", "numerics_provenance", "pin_cpu_numerics", "record_dtype_choice"]
 
 #: the two numerics a run can have: the libraries' own dispatch and bfloat16 where it is faster,
 #: or the AVX2 pin and float32 (the same bits on every host of this kind)
@@ -44,6 +44,8 @@ COMMON_LEVEL = "avx2"
 OPT_OUT = "MFD_NATIVE_NUMERICS"
 #: the pin variables this process set itself (fast numerics removes these, never the user's own)
 _SET_HERE: set[str] = set()
+#: the last CPU dtype choice of this process (:func:`record_dtype_choice`)
+_DTYPE_CHOICE: dict = {}
 
 
 def _cpu_flags() -> set[str]:
@@ -151,10 +153,16 @@ def numerics_provenance() -> dict:
     if torch is not None:
         out["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
         out["torch_threads"] = torch.get_num_threads()
-    dtype = sys.modules.get("mfd_theory.llm.models.dtype")
-    if dtype is not None and dtype.last_choice() is not None:
-        out["cpu_dtype"] = dtype.last_choice()  # what a CPU model loaded with dtype "auto" runs in, and why
+    if _DTYPE_CHOICE:
+        out["cpu_dtype"] = dict(_DTYPE_CHOICE)  # what a CPU model loaded with dtype "auto" runs in, and why
     return out
+
+
+def record_dtype_choice(choice: dict) -> None:
+    """Keep the CPU dtype choice of this process (made where models are loaded) for
+    :func:`numerics_provenance`, so every result records it."""
+    _DTYPE_CHOICE.clear()
+    _DTYPE_CHOICE.update(choice)
 
 
 def _cpu_model() -> str | None:

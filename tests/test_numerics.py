@@ -86,7 +86,7 @@ def test_the_dtype_choice_follows_mode_flags_and_probe(monkeypatch):
     # bfloat16 instructions: the probe decides, at MIN_GAIN
     monkeypatch.setattr(dt, "isa_flags", lambda: ["avx2", "avx512f", "amx_bf16"])
     for speedup, want in ((2.4, "bfloat16"), (dt.MIN_GAIN, "bfloat16"), (1.1, "float32")):
-        monkeypatch.setattr(dt, "_probe", lambda s=speedup: {"float32_ms": s, "bfloat16_ms": 1.0, "bf16_speedup": s})
+        monkeypatch.setattr(dt, "probe_bf16", lambda s=speedup: {"float32_ms": s, "bfloat16_ms": 1.0, "bf16_speedup": s})
         dt._choice.cache_clear()
         c = dt.cpu_dtype_choice("fast")
         assert c["dtype"] == want and c["probe"]["bf16_speedup"] == speedup, (speedup, c)
@@ -103,7 +103,7 @@ def test_the_dtype_choice_follows_mode_flags_and_probe(monkeypatch):
 
 
 def test_the_probe_times_both_dtypes():
-    p = dt._probe(reps=1)
+    p = dt.probe_bf16(reps=1)
     assert p["float32_ms"] > 0 and p["bfloat16_ms"] > 0
     assert p["bf16_speedup"] == pytest.approx(p["float32_ms"] / p["bfloat16_ms"], rel=1e-2)
 
@@ -207,3 +207,25 @@ def test_greedy_equality_in_bfloat16_passes_near_ties_and_fails_a_flip(monkeypat
     assert row2["near_tie"] and not row2["bug"]
     # a decode that stops early is a bug whatever the dtype
     assert ll._compare(model, [1, 2, 3], want, want[:4])["bug"]
+
+
+# matrix products large enough for oneMKL's own kernels, backward passes and an optimizer: what
+# training a drafter runs, without importing transformers (a fresh interpreter each time)
+_TRAIN = ("import hashlib, json, torch; torch.set_num_threads(1); torch.manual_seed(0)\n"
+          "m = torch.nn.Sequential(torch.nn.Linear(384, 768), torch.nn.GELU(), torch.nn.Linear(768, 384))\n"
+          "opt = torch.optim.AdamW(m.parameters(), lr=1e-3)\n"
+          "for _ in range(6):\n"
+          "    x = torch.randn(96, 384); loss = (m(x) - x).pow(2).mean(); opt.zero_grad(); loss.backward(); opt.step()\n"
+          "h = hashlib.sha256(b''.join(p.detach().numpy().tobytes() for p in m.parameters())).hexdigest()\n"
+          "print(json.dumps({'sha': h, 'cap': torch.backends.cpu.get_cpu_capability()}))")
+
+
+def test_fast_numerics_repeat_on_the_same_host():
+    """Fast numerics promise the same bits for the same seed, threads and host: two fresh processes
+    (the libraries' own dispatch, nothing pinned) train a small model to the same bytes."""
+    a = _fresh(_TRAIN, {"MFD_NUMERICS": "fast"})
+    b = _fresh(_TRAIN, {"MFD_NUMERICS": "fast"})
+    assert a == b
+    # the check can fail: other numerics (torch's kernels without vectorisation) give other bits
+    c = _fresh(_TRAIN, {"MFD_NUMERICS": "fast", "ATEN_CPU_CAPABILITY": "default"})
+    assert c["cap"] == "DEFAULT" and c["sha"] != a["sha"]

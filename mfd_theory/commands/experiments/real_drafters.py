@@ -99,6 +99,10 @@ class RealDraftersConfig(Checked):
     batch_size: int = opt(8, "sequences per step", ge=1)
     blocks_per_seq: int = opt(8, "training blocks per sequence", ge=1)
     lr: float = opt(2e-3, "peak learning rate", gt=0)
+    feature_store: str = opt("ram", "where the target's hidden states for training are kept: ram (the target's dtype) "
+                                    "or bf16-memmap (a bfloat16 file under the run's folder, half the bytes, on disk; "
+                                    "features rounded to bfloat16)", choices=("ram", "bf16-memmap"))
+    feature_cap_mb: int = opt(16384, "refuse to build features larger than this (MiB, in the chosen store)", ge=1)
     # evaluation
     eval_prompts: int = opt(4, "evaluation prompts per domain (code: HumanEval; prose)", ge=2)
     calibration_prompts: int = opt(1, "calibration prompts per domain (the theory's budget choice and the "

@@ -20,9 +20,9 @@ import time
 
 import torch
 
-from mfd_theory.numerics import current_numerics, isa_flags
+from mfd_theory.numerics import current_numerics, isa_flags, record_dtype_choice
 
-__all__ = ["BF16_FLAGS", "DTYPE_ENV", "MIN_GAIN", "cpu_dtype_choice", "resolve_dtype"]
+__all__ = ["BF16_FLAGS", "DTYPE_ENV", "MIN_GAIN", "cpu_dtype_choice", "probe_bf16", "resolve_dtype"]
 
 #: CPU flags under which bfloat16 runs natively (else torch emulates it)
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -43,7 +43,7 @@ def _best_ms(fn, reps: int) -> float:
     return best * 1e3
 
 
-def _probe(reps: int = 5) -> dict:
+def probe_bf16(reps: int = 5) -> dict:
     """Milliseconds of the probe linear, float32 and bfloat16, best of ``reps`` each."""
     m, k, n = _PROBE_SHAPE
     gen = torch.Generator().manual_seed(0)
@@ -70,7 +70,7 @@ def _choice(mode: str, override: str, capability: str, threads: int) -> dict:
     if not set(BF16_FLAGS) & set(flags):
         return {**base, "dtype": "float32", "probe": None,
                 "reason": "no bfloat16 instructions (avx512_bf16, amx_bf16): bfloat16 would be emulated"}
-    probe = _probe()
+    probe = probe_bf16()
     fast = probe["bf16_speedup"] >= MIN_GAIN
     why = (f"bfloat16 {probe['bf16_speedup']:.2f}x float32 in the probe"
            + (f" (>= {MIN_GAIN})" if fast else f" (< {MIN_GAIN}: not worth its rounding)"))
@@ -82,16 +82,10 @@ def cpu_dtype_choice(mode: str | None = None) -> dict:
     under ``mode`` (None: the process's numerics), with ``reason``, the CPU flags that decided it
     and the probe's timings (None where no probe ran). Probed once per process and setting."""
     mode = current_numerics() if mode is None else mode
-    return dict(_choice(mode, os.environ.get(DTYPE_ENV, ""), torch.backends.cpu.get_cpu_capability(),
-                        torch.get_num_threads()))
-
-
-def last_choice() -> dict | None:
-    """The most recent :func:`cpu_dtype_choice` of this process (None before any)."""
-    info = _choice.cache_info()
-    if not info.currsize:
-        return None
-    return cpu_dtype_choice()
+    choice = dict(_choice(mode, os.environ.get(DTYPE_ENV, ""), torch.backends.cpu.get_cpu_capability(),
+                          torch.get_num_threads()))
+    record_dtype_choice(choice)  # every result of this process records it (provenance.numerics.cpu_dtype)
+    return choice
 
 
 def resolve_dtype(name: str, device: str = "cpu") -> torch.dtype:

@@ -812,6 +812,12 @@ class _BlockBatches:
         return ids_np, t_np, rows
 
 
+#: where :class:`TargetFeatures` keeps the hidden states: RAM at the target's dtype (float32 on a CPU
+#: under reproducible numerics: 4 bytes a value, about 10.7 GB a million tokens at three Qwen-0.5B
+#: layers), or one bfloat16 memory-mapped file on disk (half of that, paged in as batches read it)
+FEATURE_STORES = ("ram", "bf16-memmap")
+
+
 class TargetFeatures:
     """The frozen target's hidden states of every training sequence, at the layers a drafter reads,
     computed once (the target is frozen, so they are the same at every step): each step then
@@ -823,14 +829,32 @@ class TargetFeatures:
     last bits of the float arithmetic, which is why a run records which way it made them)."""
 
     def __init__(self, hf, seqs: list[np.ndarray], layer_ids, chunk: int = 32, progress: bool = False,
-                 top_k: int = 0):
+                 top_k: int = 0, store: str = "ram", directory=None, cap_mb: float | None = None):
         from tqdm.auto import tqdm
 
         self.index = sorted({int(i) + 1 for i in layer_ids})
         self.n = int(hf.config.num_hidden_layers) + 1
         self.top_k = check_int("top_k", top_k, 0)
+        if store not in FEATURE_STORES:
+            raise ValueError(f"store: must be one of {', '.join(FEATURE_STORES)}, got {store!r}")
         dev = next(hf.parameters()).device
+        self.dtype = next(hf.parameters()).dtype  # what batch() hands the drafter, whatever is stored
+        self.store, self.path = store, None
+        need = self.size_mb(hf, seqs, layer_ids, store)
+        if cap_mb is not None and need > cap_mb:
+            raise ValueError(f"cap_mb: the features take {need:.0f} MiB ({store}), over the cap of {cap_mb:.0f} MiB")
         self.rows: list[dict[int, torch.Tensor]] = [None] * len(seqs)  # per sequence: {index: [len, H]}
+        mm = None
+        if store == "bf16-memmap":
+            # one file, [all tokens, layers, H] of bfloat16 bits (numpy has no bfloat16: int16 holds them);
+            # each sequence's rows are views into it, so the resident memory is what the OS keeps cached
+            if directory is None:
+                raise ValueError("directory: the bf16-memmap store needs a directory for its file")
+            Path(directory).mkdir(parents=True, exist_ok=True)
+            self.path = Path(directory) / "features.bf16"
+            total, h = sum(len(x) for x in seqs), int(hf.config.hidden_size)
+            mm = np.lib.format.open_memmap(self.path, mode="w+", dtype=np.int16, shape=(max(total, 1), len(self.index), h))
+            starts = np.concatenate([[0], np.cumsum([len(x) for x in seqs])])
         # with top_k: per sequence the target's top_k logits at every position (row j: token j + 1)
         self.soft: list[tuple[torch.Tensor, torch.Tensor]] | None = [None] * len(seqs) if top_k else None
         base = getattr(hf, "base_model", None) or hf  # the decoder stack without the LM head
@@ -848,17 +872,28 @@ class TargetFeatures:
                 out = (hf if self.soft is not None else base)(input_ids=ids.to(dev), output_hidden_states=True)
                 hs = out.hidden_states
                 for r, j in enumerate(part):
-                    self.rows[j] = {i: hs[i][r, : len(seqs[j])].clone() for i in self.index}
+                    n = len(seqs[j])
+                    if mm is None:
+                        self.rows[j] = {i: hs[i][r, :n].clone() for i in self.index}
+                    else:
+                        a, b = int(starts[j]), int(starts[j] + n)
+                        for k, i in enumerate(self.index):  # [n, H] as bfloat16 bits
+                            mm[a:b, k] = hs[i][r, :n].to(torch.bfloat16).cpu().view(torch.int16).numpy()
+                        self.rows[j] = {i: torch.from_numpy(mm[a:b, k]).view(torch.bfloat16)
+                                        for k, i in enumerate(self.index)}
                     if self.soft is not None:
-                        v, ix = out.logits[r, : len(seqs[j])].float().topk(self.top_k, dim=-1)
+                        v, ix = out.logits[r, :n].float().topk(self.top_k, dim=-1)
                         self.soft[j] = (v.clone(), ix.clone())
                 bar.update(len(part))
         bar.close()
+        if mm is not None:
+            mm.flush()
 
     def subset(self, keep) -> "TargetFeatures":
         """The features of the sequences ``keep`` (indices, in that order), sharing the tensors."""
         out = object.__new__(TargetFeatures)
         out.index, out.n, out.top_k = self.index, self.n, self.top_k
+        out.dtype, out.store, out.path = self.dtype, self.store, self.path
         out.rows = [self.rows[int(i)] for i in keep]
         out.soft = None if self.soft is None else [self.soft[int(i)] for i in keep]
         return out
@@ -872,10 +907,11 @@ class TargetFeatures:
             raise ValueError(f"features: made for {len(self.rows)} other sequences than the {len(seqs)} given")
 
     @staticmethod
-    def size_mb(hf, seqs, layer_ids) -> float:
-        """MiB the features of ``seqs`` take (float32 or the target's dtype)."""
+    def size_mb(hf, seqs, layer_ids, store: str = "ram") -> float:
+        """MiB the features of ``seqs`` take: in RAM at the target's dtype, or 2 bytes a value in the
+        bf16-memmap store."""
         h = int(hf.config.hidden_size)
-        item = torch.finfo(next(hf.parameters()).dtype).bits // 8
+        item = 2 if store == "bf16-memmap" else torch.finfo(next(hf.parameters()).dtype).bits // 8
         return sum(len(s) for s in seqs) * h * len(set(layer_ids)) * item / 2 ** 20
 
     @classmethod
@@ -905,7 +941,8 @@ class TargetFeatures:
         out = [None] * self.n
         for i in self.index:
             first = self.rows[int(rows[0])][i]
-            t = torch.zeros((len(rows), width, first.shape[-1]), dtype=first.dtype, device=first.device)
+            # the target's dtype whatever the store holds (a bf16-memmap store is widened here)
+            t = torch.zeros((len(rows), width, first.shape[-1]), dtype=self.dtype, device=first.device)
             for r, j in enumerate(rows):
                 x = self.rows[int(j)][i][:width]
                 t[r, : x.shape[0]] = x

@@ -90,7 +90,7 @@ def _child_env(pinned: bool) -> dict:
 def run_settings(target: str, settings, reps: int, context: int, tf_tokens: int, batch: int, threads: int,
                  run_emulated: bool, progress: bool = True) -> dict:
     """Every setting in its own interpreter, one after another; {setting: figures or why skipped}."""
-    from mfd_theory.llm.models.dtype import BF16_FLAGS, _probe
+    from mfd_theory.llm.models.dtype import BF16_FLAGS, probe_bf16
 
     native_bf16 = bool(set(BF16_FLAGS) & set(isa_flags()))
     out = {}
@@ -98,7 +98,7 @@ def run_settings(target: str, settings, reps: int, context: int, tf_tokens: int,
         pinned, dtype = SETTINGS[name]
         if dtype == "bfloat16" and not native_bf16 and not run_emulated:
             out[name] = {"skipped": "no bfloat16 instructions (avx512_bf16, amx_bf16): torch emulates bfloat16",
-                         "probe": _probe()}
+                         "probe": probe_bf16()}
             if progress:
                 print(f"{name}: skipped ({out[name]['skipped']}; probe linear bf16 "
                       f"{out[name]['probe']['bf16_speedup']:.2f}x float32)", flush=True)

@@ -60,6 +60,12 @@ def _train_key(config, kind: str, seed: int, distill_key: str, changes: dict | N
         parts.append({"references": config.references, "reference_tokens": config.reference_tokens})
     if changes:  # a recipe variant (the main drafters' keys stay what they were)
         parts.append(changes)
+    if config.feature_store != "ram":  # features rounded to bfloat16 train other weights
+        parts.append({"feature_store": config.feature_store})
+    from mfd_theory.numerics import current_numerics
+
+    if current_numerics() != "reproducible":  # other kernels (and perhaps bfloat16) train other weights
+        parts.append({"numerics": current_numerics()})
     return config_hash(*parts)
 
 
@@ -90,7 +96,9 @@ class _Trainer:
             for p in self.target.parameters():
                 p.requires_grad_(False)
             self.features = TargetFeatures(self.target.eval(), seqs, self.config.target_layer_ids,
-                                           progress=self.progress, top_k=self.top_k)
+                                           progress=self.progress, top_k=self.top_k, store=self.config.feature_store,
+                                           directory=self.data_dir.parent / "features",
+                                           cap_mb=self.config.feature_cap_mb)
             self.feature_seconds = round(time.perf_counter() - t0, 1)
 
     def release(self) -> None:

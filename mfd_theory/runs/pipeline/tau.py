@@ -44,20 +44,22 @@ def _prompt_files(config, out: Path) -> list[Path]:
     return [out / "prompts" / f"{s}-eval.jsonl" for s in config.sets]
 
 
-def _answers(config, pfile: Path, dtype: str, quiet: list[str]) -> tuple[Path, float]:
+def _answers(config, pfile: Path, dtype: str, progress: bool) -> tuple[Path, float]:
     """The greedy answers to ``pfile`` (distilled once; the cache key holds what they depend on)."""
+    from mfd_theory.configs.pipeline.distill import DistillConfig
+    from mfd_theory.llm.training.prompts import read_prompt_files
     from mfd_theory.numerics import current_numerics
-    from mfd_theory.runs.pipeline.entry import distill_main
+    from mfd_theory.runs.pipeline.distill import distill
 
     key = hashlib.sha256(json.dumps([_sha(pfile), str(config.target), config.max_new_tokens, dtype,
                                      current_numerics(), config.enable_thinking]).encode()).hexdigest()[:16]
     adir = Path(config.cache_dir) / f"{pfile.stem}-{key}"
     t0 = time.perf_counter()
     if not (adir / "manifest.json").is_file():
-        distill_main(["--target", str(config.target), "--prompts", str(pfile), "--temperature", "0",
-                      "--max-new-tokens", str(config.max_new_tokens), "--batch", str(config.batch),
-                      "--threads", str(config.threads), "--seed", "0", "--out", str(adir),
-                      *(["--enable-thinking"] if config.enable_thinking else []), *quiet])
+        dc = DistillConfig(target=str(config.target), prompts=(str(pfile),), max_new_tokens=config.max_new_tokens,
+                           temperature=0.0, batch=config.batch, threads=config.threads, seed=0,
+                           enable_thinking=config.enable_thinking, dtype=config.dtype, device=config.device)
+        distill(dc, read_prompt_files([pfile]), str(adir), progress=progress)
     return adir, time.perf_counter() - t0
 
 
@@ -103,7 +105,6 @@ def tau(config, out_dir, drafter_dirs: list[Path], progress: bool = True) -> Res
     from mfd_theory.llm.training.distill import load_distill_data
 
     out = make_out_dir(Path(out_dir), "--out")
-    quiet = [] if progress else ["--quiet"]
     t_all = time.perf_counter()
     files = _prompt_files(config, out)
     hf, _ = load_local_target(config.target, "cpu", config.dtype)
@@ -111,7 +112,7 @@ def tau(config, out_dir, drafter_dirs: list[Path], progress: bool = True) -> Res
     dtype = str(next(hf.parameters()).dtype).replace("torch.", "")
     sets = {}
     for pfile in files:
-        adir, secs = _answers(config, pfile, dtype, quiet)
+        adir, secs = _answers(config, pfile, dtype, progress)
         seqs, plens, manifest = load_distill_data(adir)
         sets[pfile.stem] = {"file": str(pfile), "sha256": _sha(pfile), "answers": str(adir), "seqs": seqs,
                             "plens": plens, "answer_seconds": round(secs, 1),
