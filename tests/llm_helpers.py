@@ -51,12 +51,12 @@ class DecoyDrafter(OracleDrafter):
 
 def sampled_continuations_pvalue(model, vocab_size: int, n: int, temperature: float = 0.7,
                                  methods=("chain", "ddtree", "mfd", "ar"), drafter=None,
-                                 scorer: str | None = None) -> float:
+                                 scorer: str | None = None, first_seed: int = 0) -> float:
     """End-to-end losslessness of sampling: ``n`` three-token continuations of [1, 2, 3] through
     ``speculative_generate``, ``methods`` pooled (in turn), against the target's own distribution
     computed from its logits; the chi-square p-value (cells with < 5 expected merged so the
     approximation holds). ``drafter`` defaults to a random 2-mode MFD drafter of block size 3;
-    ``scorer`` is method "mfd"'s."""
+    ``scorer`` is method "mfd"'s; draw s uses seed ``first_seed + s``."""
     import numpy as np
     from scipy.stats import chisquare
 
@@ -70,7 +70,7 @@ def sampled_continuations_pvalue(model, vocab_size: int, n: int, temperature: fl
     counts = np.zeros(V ** 3)
     for s in range(n):
         m = methods[s % len(methods)]
-        res = speculative_generate(t, d, prompt, 3, m, budget=6, temperature=T, seed=s, metrics=False,
+        res = speculative_generate(t, d, prompt, 3, m, budget=6, temperature=T, seed=first_seed + s, metrics=False,
                                    scorer=scorer if m == "mfd" else None)
         a, b, c = res.tokens
         counts[(a * V + b) * V + c] += 1

@@ -46,8 +46,9 @@ from mfd_theory.llm.models.target import TargetModel
 
 __all__ = ["MIN_SHARED_PREFIX", "can_batch", "generate_batch", "generation_probs"]
 
-#: a common prefix of every prompt at least this long is run once and its keys and values copied
-#: into each slot (a chat template's system turn, say); a shorter one is not worth its own forward
+#: a common prefix of every prompt (two or more) at least this long is run once and its keys and
+#: values copied into each slot (a chat template's system turn, say); a shorter one is not worth
+#: its own forward
 MIN_SHARED_PREFIX = 4
 
 
@@ -179,6 +180,7 @@ class _Slots:
         self._plan = None  # where the running forward's new rows go (set by share / prefill / step)
         self.shared = 0  # the prompts' common prefix held in ``prefix`` (its length P; 0: none)
         self.prefix: list | None = None  # per layer the prefix's (keys, values) [1, kvh, P, d]
+        self._incoming: list[int] | None = None  # a prefilled group's prompt lengths, until it joins
 
     def _update(self, j: int, keys: torch.Tensor, values: torch.Tensor):
         """Write one layer's new rows [B, kvh, Q, d] where ``_plan`` says; return what attention reads."""
@@ -370,7 +372,7 @@ def generate_batch(model, prompts, max_new_tokens: int, *, temperature: float = 
         return out
     waiting = deque(range(len(s.prompts)))
     state = _Slots(target, s.batch, max(len(p) for p in s.prompts) + s.max_new_tokens)
-    shared = _common_prefix(s.prompts)
+    shared = _common_prefix(s.prompts) if len(s.prompts) > 1 else 0
     if shared >= MIN_SHARED_PREFIX:
         state.share(s.prompts[0][:shared])
     while waiting or state.rows:
