@@ -1,8 +1,9 @@
-"""The entry points of ``mfd distill``, ``mfd train-drafter`` and ``mfd eval``: each reads and checks
-its inputs (prompt files, distilled data, the target directory) before a model is loaded, then
-hands the work to its torch half (:mod:`~mfd_theory.runs.pipeline.distill`,
-:mod:`~mfd_theory.runs.pipeline.train_drafter`, :mod:`~mfd_theory.runs.pipeline.eval`), imported
-only then. No torch import here: the commands (``mfd_theory.commands.pipeline.X``) are these
+"""The entry points of ``mfd distill``, ``mfd train-drafter``, ``mfd eval`` and ``mfd corpus``: each
+reads and checks its inputs (prompt files, distilled data, source directories, the target directory)
+before a model is loaded, then hands the work to its torch half
+(:mod:`~mfd_theory.runs.pipeline.distill`, :mod:`~mfd_theory.runs.pipeline.train_drafter`,
+:mod:`~mfd_theory.runs.pipeline.eval`, :mod:`~mfd_theory.runs.pipeline.corpus`), imported only
+then. No torch import here: the commands (``mfd_theory.commands.pipeline.X``) are these
 functions, and the drivers that run the three as steps (``mfd own-target``, ``mfd natural``,
 ``mfd real-drafters``) take them from :func:`mains`, so no command imports another.
 """
@@ -11,12 +12,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mfd_theory.configs.pipeline.corpus import CLI as CORPUS, CorpusConfig
 from mfd_theory.configs.pipeline.distill import CLI as DISTILL, DistillConfig
 from mfd_theory.configs.pipeline.eval import CLI as EVAL, EvalConfig, calibration_sets, stored_options
 from mfd_theory.configs.pipeline.local_target import check_target_dir, checkpoint_dir
 from mfd_theory.configs.pipeline.train_drafter import CLI as TRAIN_DRAFTER, TrainDrafterConfig
 
-__all__ = ["distill_main", "eval_main", "mains", "train_drafter_main"]
+__all__ = ["corpus_main", "distill_main", "eval_main", "mains", "train_drafter_main"]
 
 
 def distill_main(argv: list[str] | None = None) -> dict:
@@ -34,6 +36,11 @@ def eval_main(argv: list[str] | None = None):
     return EVAL.main(argv, _eval)
 
 
+def corpus_main(argv: list[str] | None = None) -> dict:
+    """``mfd corpus``; returns the manifest (with this rank's timing)."""
+    return CORPUS.main(argv, _corpus)
+
+
 def mains() -> dict:
     """The entry points (``main(argv)``) of distill, train-drafter and eval by command name: what a
     driver that runs them as steps uses."""
@@ -48,6 +55,16 @@ def _distill(config: DistillConfig, opts) -> dict:
     from mfd_theory.runs.pipeline.distill import distill
 
     return distill(config, prompts, opts.out, progress=not opts.quiet)
+
+
+def _corpus(config: CorpusConfig, opts) -> dict:
+    from mfd_theory.llm.training.code_corpus import source_roots
+
+    source_roots(config.sources)  # every source directory checked before a model is loaded
+    check_target_dir(config.target)
+    from mfd_theory.runs.pipeline.corpus import corpus
+
+    return corpus(config, opts.out, progress=not opts.quiet)
 
 
 def _train_drafter(config: TrainDrafterConfig, opts) -> list[dict]:
