@@ -233,7 +233,9 @@ def test_reference_answers_join_the_training_data(tiny_target, tmp_path, capsys)
     assert len(seqs) == 3 and all(len(x) - p <= 17 for x, p in zip(seqs, plens))
     assert note["n_response_tokens"] == manifest["n_response_tokens"]
     cfg = json.loads((out / "recipes" / "tokens" / "s0" / "train_config.json").read_text())
-    assert cfg0["n_sequences"] == 6 and cfg["n_sequences"] == 6 + 3 and cfg["data_hash"] != cfg0["data_hash"]
+    # the distilled answers (one per training prompt that got an answer) and then the 3 references
+    assert cfg0["n_sequences"] >= 4 and cfg["n_sequences"] == cfg0["n_sequences"] + 3
+    assert cfg["data_hash"] != cfg0["data_hash"]
     steps = json.loads((out / "steps.json").read_text())["steps"]
     assert steps["references"]["done"] and steps["references"]["files"]  # its bytes are recorded
     capsys.readouterr()

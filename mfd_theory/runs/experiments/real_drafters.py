@@ -17,6 +17,7 @@ import torch
 from mfd_theory.runs.experiments.e2e import replicated_comparisons
 from mfd_theory.runs.pipeline.entry import distill_main, eval_main
 from mfd_theory.runs.steps import Steps
+from mfd_theory.llm.measure.calibration import calibration_gaps
 from mfd_theory.llm.models.gguf import read_provenance, resolve_target
 from mfd_theory.llm.training.prompts import read_prompt_files, shuffle_take
 from mfd_theory.llm.training.real_prompts import write_prompt_sets
@@ -321,7 +322,9 @@ def _main_stage(config, kinds: dict, out: Path, steps: Steps, trainer: "_Trainer
         data = json.loads((edir / "eval.json").read_text())["data"]
         preds = json.loads((edir / "predictions.json").read_text())["data"]
         evals.append({"seed": seed, "rows": data["rows"], "choices": preds["budget_choice"],
-                      "predictions": preds["cells"], "prediction": data.get("prediction")})
+                      "predictions": preds["cells"], "prediction": data.get("prediction"),
+                      # the drafter-side C1 (can fail): each drafter's own mass on its calibration trees
+                      "drafter_calibration": calibration_gaps((preds.get("calibration") or {}).get("entries"))})
 
     pairs = study_pairs(evals[0]["choices"], evals[0]["predictions"], modes, config.block_size,
                         config.temperatures, DOMAINS)
@@ -334,7 +337,8 @@ def _main_stage(config, kinds: dict, out: Path, steps: Steps, trainer: "_Trainer
         "references": _reference_note(common.get("rdir")),
         "trained": trained, "feature_seconds": feature_seconds,
         "runs": [{"seed": e["seed"], "rows": [{k: r.get(k) for k in _ROW_KEEP} for r in e["rows"]],
-                  "choices": e["choices"], "prediction": e["prediction"]} for e in evals],
+                  "choices": e["choices"], "prediction": e["prediction"],
+                  "drafter_calibration": e["drafter_calibration"]} for e in evals],
         "pairs": pairs, "verdicts": verdicts, "step_seconds": step_secs,
         "rule": "paired over the evaluated prompts of one data set; each seed's mean log ratio is one observation, "
                 f"Student t over the {config.seeds} seeds; Bonferroni over the comparisons of one question at one "
@@ -388,7 +392,7 @@ def _recipe_stage(config, recipes: dict, out: Path, steps: Steps, trainer: "_Tra
     from mfd_theory.llm.measure.heldout import heldout_greedy_tau
     from mfd_theory.llm.models.drafter import load_drafter
     from mfd_theory.llm.training.distill import load_distill_data
-    from mfd_theory.stats import compare
+    from mfd_theory.stats import compare, tau_resolution
 
     pdir, distill_key, quiet = out / "prompts", common["distill_key"], common["quiet"]
     hfile = heldout_prompts(pdir, config)
@@ -432,6 +436,7 @@ def _recipe_stage(config, recipes: dict, out: Path, steps: Steps, trainer: "_Tra
 
     comparisons = []
     family = max(1, len(config.recipes) - 1)
+    answer_tokens = np.array([max(len(x) - int(q), 1) for x, q in zip(hseqs, hplens)], dtype=np.float64)  # [P]
     for n in config.budgets:
         for method in ("chain", "ddtree"):
             def matrix(name):
@@ -444,7 +449,10 @@ def _recipe_stage(config, recipes: dict, out: Path, steps: Steps, trainer: "_Tra
                     continue
                 a = matrix(name)
                 ok = np.isfinite(a).all(0) & np.isfinite(base).all(0)
-                cmp = compare(a[:, ok], base[:, ok], family=family).to_dict() if ok.sum() >= 2 else None
+                # tau over one answer moves by a whole round: that step floors the interval
+                step = tau_resolution(np.maximum(a, base)[:, ok], answer_tokens[ok]) if ok.sum() else None
+                cmp = (compare(a[:, ok], base[:, ok], family=family, resolution=step).to_dict()
+                       if ok.sum() >= 2 else None)
                 comparisons.append({"budget": int(n), "method": method, "recipe": name, "against": "tokens",
                                     "cmp": cmp})
     data = {"target": config.target, "heldout": {"file": hfile.name, "prompts": [m["id"] for m in hmeta],
