@@ -7,8 +7,9 @@ whole vocabulary, one ``torch.multinomial`` per row with its own ``torch.Generat
 :func:`~mfd_theory.llm.decoding.generate_batch.generate_batch`: key/value slots allocated once and
 written in place, a prompts' common prefix run once, top-k before top-p, every row's keyed draw in
 one vectorised call. Each path answers every prompt ``repeats`` times, the paths interleaved (so
-a change in the machine's load hits both); printed: each one's tokens, seconds and tokens/s, the
-ratio of the fastest runs, whether greedy rows agree (temperature 0), and the host (CPU model,
+a change in the machine's load hits both); printed: each one's tokens, seconds and tokens/s, its
+model forwards and the seconds spent inside them (the cache's writes included), the ratio
+of the fastest runs, whether greedy rows agree (temperature 0), and the host (CPU model,
 vector ISA flags, the capability torch's kernels run with, threads, load average).
 
 By default the target is the shipped Qwen2.5-Coder-0.5B-Instruct in float32 on CPU (materialised
@@ -83,8 +84,10 @@ def report(result: Result) -> str:
     labels = {"before": "before (DynamicCache, sort, multinomial)", "after": "after (slots, top-k first, keyed draws)"}
     for name in ("before", "after"):
         for i, r in enumerate(d["runs"][name]):
+            inside = (f"; {r['forwards']} forwards, {r['forward_seconds']:.2f} s inside them "
+                      f"({100 * r['forward_seconds'] / r['seconds']:.0f}%)" if "forwards" in r else "")
             lines.append(f"  {labels[name]:<42} run {i + 1}: {r['tokens']:6d} tokens in {r['seconds']:8.2f} s "
-                         f"= {r['tokens_per_s']:8.2f} tokens/s")
+                         f"= {r['tokens_per_s']:8.2f} tokens/s{inside}")
     lines.append(f"  ratio (fastest after / fastest before): {d['ratio']:.2f}x")
     if d.get("greedy"):
         differ = d.get("rows_that_differ") or []

@@ -89,9 +89,10 @@ def cut_distribution(logits: torch.Tensor, temperature: float, top_k: int = 0,
     ``temperature``, then cut to the ``top_p`` nucleus (the likeliest tokens while the mass before
     each is below ``top_p``; the top token always in) and renormalised. The same distribution as
     ``sampling_probs`` after a top-k cut, found without sorting the vocabulary: top-k first
-    (``torch.topk`` of k), and a nucleus without top-k is looked for among the ``NUCLEUS_GUESS``
-    likeliest tokens first (exact: it lies there when the mass before the last of them already
-    reaches ``top_p``; otherwise the whole vocabulary is sorted)."""
+    (``torch.topk`` of k + 1: the one more shows a tie at the k-th), and a nucleus without top-k is
+    looked for among the ``NUCLEUS_GUESS`` likeliest tokens first (exact: it lies there when the
+    mass before the last of them already reaches ``top_p``; otherwise the whole vocabulary is
+    sorted)."""
     z = logits.float()
     vocab = z.shape[-1]
     if 0 < top_k < vocab:

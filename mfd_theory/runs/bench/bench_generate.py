@@ -221,6 +221,29 @@ def _load(cfg):
     return model, tok, cfg.target
 
 
+class _ForwardClock:
+    """Calls of the HF model's forward and the seconds spent inside them (hooks on its top module;
+    the cache's writes, which run inside, included)."""
+
+    def __init__(self, model):
+        self.calls, self.seconds, self._t0 = 0, 0.0, None
+        self._hooks = [model.register_forward_pre_hook(self._start), model.register_forward_hook(self._stop)]
+
+    def _start(self, *_):
+        self._t0 = time.perf_counter()
+
+    def _stop(self, *_):
+        self.calls += 1
+        self.seconds += time.perf_counter() - self._t0
+
+    def reset(self) -> None:
+        self.calls, self.seconds = 0, 0.0
+
+    def remove(self) -> None:
+        for h in self._hooks:
+            h.remove()
+
+
 def _load_avg() -> float | None:
     try:
         return os.getloadavg()[0]
@@ -230,8 +253,8 @@ def _load_avg() -> float | None:
 
 def measure(cfg, progress: bool = True) -> dict:
     """Both paths on the same prompts, ``repeats`` times interleaved (old, new, old, new, ...): each
-    one's tokens, seconds and tokens/s per repeat, the ratio of the fastest of each, whether greedy
-    rows agree, and the host."""
+    one's tokens, seconds, tokens/s, and model forwards (count and seconds inside them) per repeat,
+    the ratio of the fastest of each, whether greedy rows agree, and the host."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     t0 = time.perf_counter()
@@ -246,17 +269,23 @@ def measure(cfg, progress: bool = True) -> dict:
         fn(target, prompts[:2], 2, seeds=seeds[:2], **{**kw, "batch": 2})
     runs = {name: [] for name in paths}
     outs = {}
+    clock = _ForwardClock(model)
     load_before = _load_avg()
-    for rep in range(cfg.repeats):
-        for name, fn in paths.items():
-            if progress:
-                print(f"repeat {rep + 1}/{cfg.repeats}: {name} ...", flush=True)
-            t0 = time.perf_counter()
-            rows = fn(target, prompts, cfg.max_new_tokens, seeds=seeds, **kw)
-            dt = time.perf_counter() - t0
-            n = sum(map(len, rows))
-            runs[name].append({"tokens": n, "seconds": dt, "tokens_per_s": n / dt})
-            outs[name] = rows
+    try:
+        for rep in range(cfg.repeats):
+            for name, fn in paths.items():
+                if progress:
+                    print(f"repeat {rep + 1}/{cfg.repeats}: {name} ...", flush=True)
+                clock.reset()
+                t0 = time.perf_counter()
+                rows = fn(target, prompts, cfg.max_new_tokens, seeds=seeds, **kw)
+                dt = time.perf_counter() - t0
+                n = sum(map(len, rows))
+                runs[name].append({"tokens": n, "seconds": dt, "tokens_per_s": n / dt, "forwards": clock.calls,
+                                   "forward_seconds": clock.seconds})
+                outs[name] = rows
+    finally:
+        clock.remove()
     load_after = _load_avg()
     differ = [i for i, (a, b) in enumerate(zip(outs["before"], outs["after"])) if a != b]
     best = {name: max(r["tokens_per_s"] for r in rs) for name, rs in runs.items()}
