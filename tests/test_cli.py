@@ -306,7 +306,7 @@ def _no_work(monkeypatch, module: str):
 @needs_proc
 @pytest.mark.parametrize("cmd", [c for c in _all_commands() if c[0] not in ("reproduce", "report", "compare-runs", "distill",
                                                                              "train-drafter", "eval", "check-modes",
-                                                                             "ceiling", "corpus")],
+                                                                             "ceiling", "corpus", "tau")],
              ids=" ".join)
 def test_out_that_cannot_be_created_exits_2_naming_out(cmd, tmp_path, capsys, monkeypatch):
     # /proc refuses new entries even to root, for whom the permission bits say nothing

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import textwrap
 
 import pytest
 
@@ -111,7 +112,13 @@ def test_reference_answers_are_the_training_functions_own_source_and_never_human
         assert rp.split_of(r["unit"]) == "train" and m["dataset"] == "code-reference"
         # the prompt is the code instruction over the signature and docstring; the answer its source
         assert s[:p] == tok(rp.code_instruction(r["prompt"]))["input_ids"]
-        whole = tok("```python\n" + r["prompt"] + r["reference"].rstrip() + "\n```")["input_ids"]
+        body = rp._indented_body(r["prompt"], r["reference"])
+        source = r["prompt"] + body.rstrip()
+        # the answer is the function as Python (the body under its signature, not at column 0), and
+        # its body is the reference once dedented again
+        compile(source, "answer", "exec", dont_inherit=True, flags=0x2000)  # 0x2000: top-level await
+        assert body.startswith((" ", "\t")) and textwrap.dedent(body) == textwrap.dedent(r["reference"])
+        whole = tok("```python\n" + source + "\n```")["input_ids"]
         assert s[p:] == (whole + [7] if len(whole) <= 400 else whole[:400])
         assert not rp.shared_spans([r["prompt"] + r["reference"]], banned, 12)
     assert note["answer_tokens"] == sum(len(s) - p for s, p in zip(seqs, plens))

@@ -12,12 +12,14 @@ canonical solutions, the prose evaluation prompts) is dropped, and the count is 
 
 from __future__ import annotations
 
+import ast
 import gzip
 import hashlib
 import importlib.metadata as md
 import json
 import re
 import sys
+import textwrap
 from pathlib import Path
 
 from mfd_theory.llm.training.natural_corpus import code_prompts, list_units, prose_prompts, unit_hash
@@ -150,6 +152,18 @@ def write_prompt_sets(out_dir, n_train: int = 512, n_calib: int = 16, n_eval_pro
     return manifest
 
 
+def _indented_body(prompt: str, body: str) -> str:
+    """The function's body at its docstring's indentation: the prompt holds the signature and the
+    docstring dedented as one piece, the body comes dedented on its own (at column 0), so joined as
+    they are the answer would not be Python. The prompt parses as a function holding only its
+    docstring, whose column is the body's."""
+    try:
+        col = ast.parse(prompt).body[0].body[0].col_offset
+    except (SyntaxError, IndexError, AttributeError):
+        col = 4
+    return textwrap.indent(body, " " * col)
+
+
 def reference_answers(tokenizer, n: int, max_tokens: int, eos_id: int, root: str | Path | None = None,
                       span: int = 12) -> tuple[list[list[int]], list[int], list[dict], dict]:
     """Teacher-forced training answers for a code target, without generation: up to ``n`` functions
@@ -173,7 +187,7 @@ def reference_answers(tokenizer, n: int, max_tokens: int, eos_id: int, root: str
     h = hashlib.sha256()
     for r in kept:
         prompt = render([("user", code_instruction(r["prompt"]))], tokenizer)
-        text = "```python\n" + r["prompt"] + r["reference"].rstrip() + "\n```"
+        text = "```python\n" + r["prompt"] + _indented_body(r["prompt"], r["reference"]).rstrip() + "\n```"
         whole = list(tokenizer(text, add_special_tokens=False)["input_ids"])
         # the EOS only after a whole function: a cut answer ends mid-function, and a drafter taught an
         # EOS there learns to close functions in the middle
