@@ -22,25 +22,7 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-#: short instructions for a chat target, cycled when --prompts asks for more
-INSTRUCTIONS = (
-    "Write a Python function that reverses a string.",
-    "Explain what a hash map is in two sentences.",
-    "Write a SQL query that counts the rows of a table named users.",
-    "What does the `yield` keyword do in Python?",
-    "Write a bash one-liner that lists the ten largest files in a directory.",
-    "Give an example of a list comprehension that squares even numbers.",
-    "How do I read a JSON file in Python?",
-    "Write a function that checks whether a number is prime.",
-    "What is the difference between a process and a thread?",
-    "Write a JavaScript function that debounces another function.",
-    "Explain big-O notation briefly.",
-    "Write a Python class for a stack with push, pop and peek.",
-    "How do I merge two dictionaries in Python?",
-    "Write a regular expression that matches an email address.",
-    "What is a race condition?",
-    "Write a recursive function for the Fibonacci numbers, then an iterative one.",
-)
+from mfd_theory.runs.bench.bench_generate import INSTRUCTIONS  # noqa: E402  (the benchmark's own prompts)
 
 
 def _args(argv=None):
