@@ -91,11 +91,14 @@ def test_speed_rule_is_tau_times_plain_time_per_token_over_round_cost(run):
         assert t["ar_s_per_token"] > 0 and len(t["cells"]) == len(row["sets"]["alpha"]["budgets"]) * (
             2 if row["modes"] == 1 else 3)
         for c in t["cells"]:
-            assert c["predicted_speedup"] == pytest.approx(c["tau"] * t["ar_s_per_token"] / c["round_s"])
             assert c["full_set_predicted_speedup"] == pytest.approx(
                 c["full_set_tau"] * t["ar_s_per_token"] / c["round_s"])
             assert c["speedup"] > 0 and 1 <= c["tau"] <= 4
-        assert t["speed_check"]["timed_prompts"] == 2 and t["speed_check"]["median_predicted_over_measured"] > 0
+            # the check that can fail: prompt j predicted from the other prompt's costs, never its own
+            h = c["held_out"]
+            assert len(h["predicted"]) == len(h["measured"]) == 2 and min(h["predicted"]) > 0
+        sc = t["speed_check"]
+        assert sc["timed_prompts"] == 2 and sc["median_predicted_over_measured"] > 0 and sc["worst_relative_error"] >= 0
 
 
 def test_bad_input_names_the_flag(run, tmp_path, capsys):
