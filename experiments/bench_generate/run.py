@@ -22,7 +22,7 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from mfd_theory.runs.bench.bench_generate import INSTRUCTIONS  # noqa: E402  (the benchmark's own prompts)
+from mfd_theory.runs.bench.bench_generate import INSTRUCTIONS, tiny_target  # noqa: E402  (the benchmark's own)
 
 
 def _args(argv=None):
@@ -51,27 +51,12 @@ def _args(argv=None):
     return args
 
 
-def _tiny_model(seed: int = 0):
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    cfg = Qwen3Config(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=1024,
-                      initializer_range=0.2, tie_word_embeddings=False, eos_token_id=None, pad_token_id=None,
-                      bos_token_id=None, use_sliding_window=False)
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(cfg).eval()
-    model.generation_config.eos_token_id = None
-    return model
-
-
 def _load(args):
     """(model, prompts as token id lists, what they are)."""
     import torch
 
     if args.tiny:
-        model = _tiny_model()
+        model = tiny_target()
         g = torch.Generator().manual_seed(0)
         lengths = [8 + (7 * i) % 41 for i in range(args.prompts)]  # 8 to 48 tokens, all different
         prompts = [torch.randint(0, 512, (n,), generator=g).tolist() for n in lengths]

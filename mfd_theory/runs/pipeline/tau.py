@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mfd_theory.results import Result, wrote
+from mfd_theory.results import Result
 from mfd_theory.validation import make_out_dir
 
 __all__ = ["tau"]
@@ -175,12 +175,10 @@ def tau(config, out_dir, drafter_dirs: list[Path], progress: bool = True) -> Res
             "drafters": results, "wall_s": round(time.perf_counter() - t_all, 1),
             "rule": "greedy tau over every round of a T = 0 decode of each whole answer (the target's own greedy "
                     "answer, cut where this forward's greedy continuation first differs), bonus included; speed: "
-                    "tau x plain decoding's time per token / the cell's time per round, both timed in this run"}
+                    "tau x plain decoding's time per token / the cell's time per round, both timed in this run on prompts "
+                    "of the set itself (an in-sample estimate, not a prediction)"}
     import dataclasses
 
-    res = Result("tau", config=dataclasses.asdict(config), data=data, seed=config.seed)
-    path = out / "tau.json"
-    existed = path.exists()
-    res.save(path)
-    wrote(path, existed)
-    return res
+    from mfd_theory.configs.options import save_result
+
+    return save_result(Result("tau", config=dataclasses.asdict(config), data=data, seed=config.seed), out / "tau.json")
