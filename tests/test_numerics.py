@@ -124,12 +124,9 @@ def test_commands_that_run_a_model_take_numerics():
     from mfd_theory.cli import BENCHES, COMMANDS
 
     models = ["real", "real-drafters", "e2e", "own-target", "natural", "distill", "train-drafter", "eval", "ceiling",
-              "check-modes", "reproduce"]
+              "check-modes", "reproduce", "tau", "corpus"]
     for name in models:
-        mod = __import__(COMMANDS[name][0], fromlist=["x"])
-        cli = getattr(mod, "CLI", None) or getattr(mod, "COMMAND", None)
-        fields = cli.fields if cli is not None else None
-        assert fields is None or "numerics" in fields, name
+        assert "numerics" in __import__(COMMANDS[name][0], fromlist=["x"]).CLI.fields, name
     out = subprocess.run([sys.executable, "-m", "mfd_theory.cli", "e2e", "--numerics", "fast", "--show-config"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
     assert 'numerics = "fast"' in out.stdout

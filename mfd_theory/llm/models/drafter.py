@@ -230,27 +230,27 @@ def attention_layout(config: Any) -> tuple[bool, bool, bool]:
     return qkv, qkv if o_bias is None else bool(o_bias), True if qk_norm is None else bool(qk_norm)
 
 
-def decoder_layers(hf: nn.Module) -> nn.ModuleList | None:
-    """The decoder layers of a Hugging Face causal LM (``model.layers``, or ``layers`` of a bare
-    backbone, or a multimodal model's ``language_model.layers``), None if it has none there."""
-    for path in ("model.layers", "layers", "model.language_model.layers", "language_model.layers"):
+def _first_module(hf: nn.Module, paths: tuple[str, ...], kind: type) -> nn.Module | None:
+    """The first of the dotted attribute ``paths`` of ``hf`` that holds a ``kind``, else None."""
+    for path in paths:
         mod = hf
         for part in path.split("."):
             mod = getattr(mod, part, None)
-        if isinstance(mod, nn.ModuleList):
+        if isinstance(mod, kind):
             return mod
     return None
+
+
+def decoder_layers(hf: nn.Module) -> nn.ModuleList | None:
+    """The decoder layers of a Hugging Face causal LM (``model.layers``, or ``layers`` of a bare
+    backbone, or a multimodal model's ``language_model.layers``), None if it has none there."""
+    return _first_module(hf, ("model.layers", "layers", "model.language_model.layers", "language_model.layers"),
+                         nn.ModuleList)
 
 
 def final_norm(hf: nn.Module) -> nn.Module | None:
     """The norm a Hugging Face causal LM applies after its last layer, before the LM head."""
-    for path in ("model.norm", "norm", "model.language_model.norm", "language_model.norm"):
-        mod = hf
-        for part in path.split("."):
-            mod = getattr(mod, part, None)
-        if isinstance(mod, nn.Module):
-            return mod
-    return None
+    return _first_module(hf, ("model.norm", "norm", "model.language_model.norm", "language_model.norm"), nn.Module)
 
 
 def target_attention_layout(hf: nn.Module, tcfg: Any) -> dict[str, bool]:
