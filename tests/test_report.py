@@ -146,10 +146,12 @@ def test_report_command_rewrites_then_check_passes(tmp_path, capsys):
     assert "stale numbers" in readme.read_text()  # --check writes nothing
     assert main(["report", "--file", str(readme), "--results", str(results)]) == 0
     out = capsys.readouterr().out
-    assert f"wrote {readme}" in out and "skipped block chimera-share" in out
+    assert f"wrote {readme}" in out and "unrecorded block chimera-share" in out
     text = readme.read_text()
     assert "| oracle |" in text and "V = 40" in text
-    assert text.count("stale numbers") == 1  # the block without results is left as it was
+    # the block without results keeps its text, under a note that it has no record
+    assert text.count("stale numbers") == 1
+    assert "<!-- report:chimera-share -->\n> **No committed record:**" in text and "`chimera_share.json`" in text
     assert main(["report", "--file", str(readme), "--results", str(results), "--check"]) == 0
     # a result changes -> the README is out of date again
     assert main(["core-table", "--V", "41", "--budgets", "4,8", "--out", str(results), "--quiet"]) == 0
@@ -252,9 +254,14 @@ def test_check_counts_blocks_and_lists_the_skipped(tmp_path, capsys):
     capsys.readouterr()
     assert main(["report", "--file", str(readme), "--results", str(results), "--check"]) == 0
     out = capsys.readouterr().out
-    assert f"skipped block core-table ({readme}): no {results / 'core_table.json'}" in out
-    assert f"skipped block chimera-share ({readme}): no {results / 'chimera_share.json'}" in out
-    assert "checked 1 of 3 report block(s)" in out and "1 match, 0 out of date; 2 skipped for missing results" in out
+    assert f"unrecorded block core-table ({readme}): no {results / 'core_table.json'}, as the page says" in out
+    assert f"unrecorded block chimera-share ({readme}): no {results / 'chimera_share.json'}, as the page says" in out
+    assert "checked 1 of 3 report block(s)" in out and "1 match, 0 out of date; 2 unrecorded (2 saying so" in out
+    # a block without its results whose page does not say so fails the check
+    readme.write_text(readme.read_text().replace("> **No committed record:**", "> **Recorded:**", 1))
+    assert main(["report", "--file", str(readme), "--results", str(results), "--check"]) == 1
+    out = capsys.readouterr().out
+    assert "out of date: block core-table" in out and "has no record and the page does not say so" in out
 
 
 def test_no_results_at_all_is_an_error_naming_the_missing_files(tmp_path, capsys):
@@ -272,7 +279,7 @@ def test_no_results_at_all_is_an_error_naming_the_missing_files(tmp_path, capsys
     assert main(["report", "--results", str(empty), "--check"]) == 2
     captured = capsys.readouterr()
     assert f"none of the {len(BLOCKS)} report block(s) could be checked" in captured.err
-    assert "skipped block headline (docs/results.md)" in captured.out
+    assert "unrecorded block headline (docs/results.md)" in captured.out
 
 
 def test_out_needs_file(tmp_path, capsys):

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from mfd_theory.report.inputs import Results
+from mfd_theory.report.records import strip_unrecorded_note, unrecorded_note
 from mfd_theory.report.registry import BLOCKS
 from mfd_theory.report_files import BLOCK_FILES
 
@@ -19,11 +20,14 @@ __all__ = ["BLOCK_RE", "check_layout", "render"]
 BLOCK_RE = re.compile(r"<!-- report:(?P<name>[a-z0-9-]+) -->\n(?P<body>.*?)<!-- /report:(?P=name) -->", re.S)
 
 
-def render(text: str, results_dir: str | Path, source: str = "readme") -> tuple[str, list[str], list[str]]:
+def render(text: str, results_dir: str | Path, source: str = "readme",
+           mark_unrecorded: bool = False) -> tuple[str, list[str], list[str]]:
     """(new text, names of blocks that changed, names skipped for want of a results file).
 
-    ``source`` names the text in error messages (an unknown block, a block without its closing
-    marker)."""
+    A skipped block keeps its text; with ``mark_unrecorded`` that text is put under
+    :func:`~.records.unrecorded_note` (the page says its numbers have no record), and the block
+    counts as changed when the note was not there already. ``source`` names the text in error
+    messages (an unknown block, a block without its closing marker)."""
     names = [m.group("name") for m in BLOCK_RE.finditer(text)]
     unknown = sorted(set(names) - set(BLOCKS))
     if unknown:
@@ -39,10 +43,14 @@ def render(text: str, results_dir: str | Path, source: str = "readme") -> tuple[
         name = m.group("name")
         block = BLOCKS[name]
         inputs = results.reading(block.files)
-        if inputs.missing():
+        missing = inputs.missing()
+        if missing:
             skipped.append(name)
-            return m.group(0)
-        body = block.make(inputs).rstrip("\n") + "\n"
+            if not mark_unrecorded:
+                return m.group(0)
+            body = unrecorded_note(missing) + "\n" + strip_unrecorded_note(m.group("body"))
+        else:
+            body = block.make(inputs).rstrip("\n") + "\n"
         if body != m.group("body"):
             changed.append(name)
         return f"<!-- report:{name} -->\n{body}<!-- /report:{name} -->"

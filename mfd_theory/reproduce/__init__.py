@@ -1,9 +1,9 @@
-"""``mfd reproduce``: the main job, built around the real Qwen target (about 60 minutes on a 2-core CPU, install included; the measured time is in docs/benchmarks.md): the theory on exact multi-future distributions, the shipped real targets' lossless check and ceiling (``mfd real``), and drafters trained for the real Qwen target and compared on HumanEval and prose (``mfd real-drafters --preset reproduce``); then the theory notebooks' figures into ``paper_figs/`` and ``mfd report``, which rewrites the result blocks of ``docs/``. ``--part toy`` runs the small self-trained targets instead (the e2e grid, the hybrid GDN target, the own-target pipeline, natural text; about 85 minutes).
+"""``mfd reproduce``: the main job, built around the real Qwen target (about 60 minutes on a 2-core CPU, install included; the measured time is in docs/benchmarks.md): the theory on exact multi-future distributions, the shipped real targets' lossless check and ceiling (``mfd real``), and drafters trained for the real Qwen target and compared on HumanEval and prose (``mfd real-drafters --preset reproduce``); then the theory notebooks' figures into ``paper_figs/`` and ``mfd report --record results``, which copies the results into the committed records (``records/results/``; refused for a run from a dirty tree) and rewrites the result blocks of ``docs/`` and the tracked figures from them. ``--part toy`` runs the small self-trained targets instead (the e2e grid, the hybrid GDN target, the own-target pipeline, natural text; about 85 minutes).
 
 Runs every experiment from its preset file (``experiments/<command>/<preset>.toml``) into
 ``results/`` (each skips work already saved, so an interrupted run resumes from its caches),
 executes the notebooks of its part, which draw the figures into ``paper_figs/``, and finally runs
-``mfd report``.
+``mfd report --record results``.
 
 The main part runs its steps one after another on every core: the real targets' steps use both
 torch threads, and the drafters' evaluation times its decoding, so nothing runs beside it. In the
@@ -232,10 +232,16 @@ def _run(config: ReproduceConfig, opts) -> None:
             run.seconds[nb] = time.perf_counter() - t0
             print(f"--- {nb}: {run.seconds[nb]:.1f} s", flush=True)
             run.record()
-    print("\n=== report (the result blocks of docs/ from results/)", flush=True)
+    print("\n=== report (results/ into the records, then the result blocks of docs/ and the figures from them)",
+          flush=True)
     from mfd_theory.commands.report import main as report
 
-    report(["--results", "results"])
+    try:
+        report(["--record", "results"])
+    except ValueError as exc:  # a file over the cap, or a run from a dirty tree: nothing recorded
+        print(f"{exc}\nthe pages and figures are redrawn from the committed records instead "
+              "(mfd report --results results --file PAGE --out OTHER shows this run's numbers)", flush=True)
+        report([])
     print(f"\nreproduce finished in {time.perf_counter() - run.t_all:.0f} s; results/ and paper_figs/ are up to date")
 
 
