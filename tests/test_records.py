@@ -13,8 +13,8 @@ import pytest
 
 from mfd_theory.cli import main
 from mfd_theory.report import BLOCKS
-from mfd_theory.report.records import (FIGURES, MAX_BYTES, RECORDS, record_files, record_problems, save_records,
-                                       strip_unrecorded_note, unrecorded_note)
+from mfd_theory.report.records import (FIGURES, MAX_BYTES, RECORDS, figure_notes, record_files, record_problems,
+                                       save_records, strip_unrecorded_note, unrecorded_note)
 from mfd_theory.report_files import BLOCK_FILES
 from mfd_theory.results import Result
 
@@ -30,7 +30,7 @@ def test_the_pages_and_figures_match_the_committed_records(capsys):
     out = capsys.readouterr().out
     recorded = [n for n, b in BLOCKS.items() if all((RECORDED / f).is_file() for f in b.files)]
     assert "core-table" in recorded and f"checked {len(recorded)} of {len(BLOCKS)} report block(s)" in out
-    assert "0 out of date" in out and "differ" not in out.replace("0 differ", "")
+    assert "0 out of date" in out and "0 differ" in out and "refused" not in out
     for name in set(BLOCKS) - set(recorded):  # each listed, and its page says so
         assert f"unrecorded block {name} ({BLOCK_FILES[name]})" in out and "as the page says" in out
     drawn = [f for f, fig in FIGURES.items() if (RECORDED / fig.file).is_file()]
@@ -126,3 +126,28 @@ def test_the_unrecorded_note_comes_and_goes():
     noted = unrecorded_note(["real/real.json"]) + "\n" + body
     assert noted.startswith("> **No committed record:**") and "`real/real.json`" in noted
     assert strip_unrecorded_note(noted) == body and strip_unrecorded_note(body) == body
+
+
+def test_a_figure_from_a_dirty_tree_is_refused(tmp_path, capsys):
+    records = tmp_path / "records"
+    records.mkdir()
+    res = json.loads((RECORDED / "chimera_bound.json").read_text())
+    res["provenance"]["git_sha"] += "+dirty"
+    (records / "chimera_bound.json").write_text(json.dumps(res))
+    assert main(["report", "--check", "--results", str(records)]) == 1
+    out = capsys.readouterr().out
+    assert "refused figure paper_figs/chimera_bound.png: " in out and "made from a dirty tree" in out
+    assert "checked 0 of" in out and "1 refused" in out
+
+
+def test_a_page_says_under_a_figure_that_it_has_no_record(tmp_path):
+    page = "Intro\n\n![ceiling](paper_figs/real_ceiling.png)\n\nMore.\n![bound](../paper_figs/chimera_bound.png)\n"
+    noted = figure_notes(page, tmp_path)
+    assert noted.count("> **No committed record for the figure above** (paper_figs/") == 2
+    assert "no `real/real.json` under `records/results/`" in noted and figure_notes(noted, tmp_path) == noted
+    shutil.copy(RECORDED / "chimera_bound.json", tmp_path / "chimera_bound.json")
+    partly = figure_notes(noted, tmp_path)  # the recorded figure's note goes, the other stays
+    assert partly.count("No committed record") == 1 and "chimera_bound.png: no" not in partly
+    (tmp_path / "real").mkdir()
+    shutil.copy(RECORDED / "chimera_bound.json", tmp_path / "real" / "real.json")
+    assert figure_notes(noted, tmp_path) == page

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from mfd_theory.report.registry import BLOCKS
 
-__all__ = ["FIGURES", "MAX_BYTES", "RECORDS", "Figure", "draw_figure", "record_files", "record_problems",
-           "same_pixels", "save_records", "strip_unrecorded_note", "unrecorded_note"]
+__all__ = ["FIGURES", "MAX_BYTES", "RECORDS", "Figure", "draw_figure", "figure_notes", "record_files",
+           "record_problems", "same_pixels", "save_records", "strip_unrecorded_note", "unrecorded_note"]
 
 #: where the committed records lie, relative to the repository root
 RECORDS = "records/results"
@@ -134,6 +135,33 @@ def strip_unrecorded_note(body: str) -> str:
         body = body.split("\n", 1)[1] if "\n" in body else ""
         body = body[1:] if body.startswith("\n") else body
     return body
+
+
+_IMAGE = re.compile(r"!\[[^\]]*\]\((?:\.\./)?(paper_figs/[\w.-]+\.png)\)")
+_FIGURE_NOTE_START = "> **No committed record for the figure above**"
+
+
+def figure_notes(text: str, results: str | Path) -> str:
+    """``text`` (a Markdown page) with a note under each line that shows a tracked figure whose
+    results file is not under ``results`` (its numbers cannot be redrawn by ``mfd report --check``),
+    and no such note under any other line. ``mfd report`` writes what this returns; ``--check``
+    fails on a page that differs from it."""
+    lines, out, i = text.split("\n"), [], 0
+    while i < len(lines):
+        line = lines[i]
+        out.append(line)
+        i += 1
+        shown = [f for f in _IMAGE.findall(line) if f in FIGURES]
+        if not shown:
+            continue
+        if i + 1 < len(lines) and lines[i] == "" and lines[i + 1].startswith(_FIGURE_NOTE_START):
+            i += 2  # the old note, rewritten below when still true
+        missing = [f for f in shown if not (Path(results) / FIGURES[f].file).is_file()]
+        if missing:
+            inputs = ", ".join(f"`{FIGURES[f].file}`" for f in missing)
+            out += ["", f"{_FIGURE_NOTE_START} ({', '.join(missing)}: no {inputs} under `{RECORDS}/`): "
+                        "`mfd report --check` cannot redraw it; its footer names the run and commit it was drawn from."]
+    return "\n".join(out)
 
 
 def draw_figure(name: str, results: str | Path):

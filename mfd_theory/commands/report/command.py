@@ -19,7 +19,8 @@ from pathlib import Path
 
 from mfd_theory.configs.options import Checked, Command, file_option, opt
 from mfd_theory.report.markers import BLOCK_RE, check_layout, render
-from mfd_theory.report.records import FIGURES, MAX_BYTES, RECORDS, record_files, record_problems, save_records
+from mfd_theory.report.records import (FIGURES, MAX_BYTES, RECORDS, figure_notes, record_files, record_problems,
+                                       save_records)
 from mfd_theory.report.registry import block_inputs
 from mfd_theory.report_files import report_files
 from mfd_theory.results import atomic_write_text
@@ -90,6 +91,10 @@ def _report(config: ReportConfig, opts) -> int:
     if not config.file:
         check_layout(texts)  # a ValueError (a block in the wrong file) exits 2 through the CLI
     rendered = {name: render(text, results, name, mark_unrecorded=True) for name, text in texts.items()}
+    # a page that shows a figure without a record says so under it
+    noted = {name: figure_notes(new, results) for name, (new, _, _) in rendered.items()}
+    notes_changed = [name for name, (new, _, _) in rendered.items() if noted[name] != new]
+    rendered = {name: (noted[name], ch, sk) for name, (_, ch, sk) in rendered.items()}
 
     total = changed = unmarked = 0
     skipped: list[tuple[str, str]] = []
@@ -128,12 +133,16 @@ def _report(config: ReportConfig, opts) -> int:
             print(f"refused record {p}")
         print(f"checked {done} of {total} report block(s) against {results}/: {done - changed} match, "
               f"{changed} out of date{skip_text}" + (f"; {len(refused)} record(s) refused" if refused else ""))
-        return 1 if changed + unmarked + figs + len(refused) else 0
+        for name in notes_changed:
+            print(f"out of date: {name} shows a figure without a record and does not say so under it, or says so "
+                  "under one that has a record (mfd report rewrites the note)")
+        return 1 if changed + unmarked + figs + len(refused) + len(notes_changed) else 0
     for name, (new, ch, _) in rendered.items():
         out = Path(opts.out) if opts.out else paths[name]
         if new != texts[name] or out != paths[name]:
             atomic_write_text(out, new)
-            print(f"wrote {out} ({len(ch)} block(s) changed: {', '.join(ch) or 'none'})")
+            notes = "; its figure notes rewritten" if name in notes_changed else ""
+            print(f"wrote {out} ({len(ch)} block(s) changed: {', '.join(ch) or 'none'}{notes})")
     print(f"regenerated {done} of {total} report block(s) from {results}/: {changed + unmarked} changed{skip_text}")
     return 1 if figs else 0
 
@@ -150,7 +159,7 @@ def _figures(config: ReportConfig, results: Path) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    bad = drawn = 0
+    differ = refused = drawn = 0
     unrecorded = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, fig in FIGURES.items():
@@ -160,7 +169,7 @@ def _figures(config: ReportConfig, results: Path) -> int:
                 continue
             problems = record_problems(source)
             if problems:
-                bad += 1
+                refused += 1
                 print(f"refused figure {name}: " + "; ".join(problems))
                 continue
             out = Path(tmp) / Path(name).name if config.check else ROOT / name
@@ -169,11 +178,12 @@ def _figures(config: ReportConfig, results: Path) -> int:
             plt.close(figure)
             drawn += 1
             if config.check and not ((ROOT / name).is_file() and same_pixels(out, ROOT / name)):
-                bad += 1
+                differ += 1
                 print(f"out of date: figure {name} differs from what {source} draws")
     if unrecorded:
         print(f"unrecorded figure(s) (no results file under {results}/): {', '.join(unrecorded)}")
     verb = "checked" if config.check else "redrew"
     print(f"{verb} {drawn} of {len(FIGURES)} tracked figure(s) from {results}/"
-          + (f": {drawn - bad} match, {bad} differ or refused" if config.check else ""))
-    return bad
+          + (f": {drawn - differ} match, {differ} differ" if config.check else "")
+          + (f"; {refused} refused (made from a dirty tree)" if refused else ""))
+    return differ + refused
