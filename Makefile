@@ -40,11 +40,11 @@ toy: $(STAMP)
 	$(BIN)/mfd reproduce --part toy
 
 # K = 8 (the released drafters' K) on both e2e targets, after make toy (it reuses results/cache and
-# results/hybrid/cache), then the pages regenerated from results/
+# results/hybrid/cache), then recorded (records/results/) and the pages regenerated from the records
 k8: $(STAMP)
 	$(BIN)/mfd e2e --preset k8 --out results/e2e_k8
 	$(BIN)/mfd e2e --preset hybrid-k8 --out results/hybrid_k8
-	$(BIN)/mfd report
+	$(BIN)/mfd report --record results
 
 bench: $(STAMP)
 	$(BIN)/mfd bench trees
@@ -55,7 +55,7 @@ bench: $(STAMP)
 	$(BIN)/mfd bench draft --preset tiny
 	$(BIN)/mfd bench batch --figure paper_figs/batch_throughput.png
 	$(BIN)/mfd bench batch --preset hybrid --figure paper_figs/batch_throughput_hybrid.png
-	$(BIN)/mfd report
+	$(BIN)/mfd report --record results
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

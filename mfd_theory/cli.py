@@ -29,7 +29,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "own-target": ("mfd_theory.commands.experiments.own_target", "main", "distill, train-drafter K=1,2 and eval on a small local target"),
     "natural": ("mfd_theory.commands.experiments.natural", "main", "real text (the stdlib): target-only ceiling, the pipeline on code and prose"),
     "compare-runs": ("mfd_theory.commands.compare_runs", "main", "two runs' step records: does every checkpoint and data file have the same sha256, and which step parts them first"),
-    "report": ("mfd_theory.commands.report", "main", "rewrite the result blocks of docs/ from results/ (--check: compare only)"),
+    "report": ("mfd_theory.commands.report", "main", "rewrite the result blocks of docs/ and the figures from the committed records (--check: compare only)"),
     "distill": ("mfd_theory.commands.pipeline.distill", "main", "your target's own answers to JSONL prompts (drafter training data)"),
     "corpus": ("mfd_theory.commands.pipeline.corpus", "main", "a self-distilled training corpus from the installed Python code: token ids, the target's top-k labels, instructions"),
     "train-drafter": ("mfd_theory.commands.pipeline.train_drafter", "main", "train a product (K=1) or MFD (K>1) drafter on distilled data"),
