@@ -101,6 +101,7 @@ LONGEST_FIRST = (
     "test_llm_families.py",  # 19
     "test_generate_batch.py",  # 18
     "test_figures.py",  # 17
+    "test_records.py",  # 16 (the full mfd report --check: 11 figures redrawn)
     "test_llm_guards.py",  # 12
     "test_real_prompts.py",  # 9
 )

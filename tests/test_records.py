@@ -151,3 +151,26 @@ def test_a_page_says_under_a_figure_that_it_has_no_record(tmp_path):
     (tmp_path / "real").mkdir()
     shutil.copy(RECORDED / "chimera_bound.json", tmp_path / "real" / "real.json")
     assert figure_notes(noted, tmp_path) == page
+
+
+def test_reproduce_records_its_results_and_falls_back_to_the_records(tmp_path, monkeypatch, capsys):
+    """``mfd reproduce`` ends with ``mfd report --record results``; refused (a dirty tree), it
+    says why and redraws the pages from the committed records instead."""
+    import mfd_theory.reproduce as reproduce
+
+    calls = []
+
+    def report(argv):
+        calls.append(list(argv))
+        if "--record" in argv and refuse:
+            raise ValueError("--record: refused, nothing copied:\n  results/x.json: made from a dirty tree")
+
+    monkeypatch.chdir(tmp_path)  # reproduce changes to its ROOT; the test's cwd comes back after it
+    monkeypatch.setattr(reproduce, "ROOT", tmp_path)
+    monkeypatch.setattr(reproduce, "plan", lambda jobs, part="main": [[]])
+    monkeypatch.setattr("mfd_theory.commands.report.main", report)
+    for refuse, want in ((False, [["--record", "results"]]), (True, [["--record", "results"], []])):
+        calls.clear()
+        reproduce.main(["--skip-notebooks", "--quiet", "--jobs", "1"])
+        assert calls == want
+    assert "made from a dirty tree\nthe pages and figures are redrawn from the committed records" in capsys.readouterr().out
