@@ -179,7 +179,8 @@ def _figures(config: ReportConfig, results: Path) -> int:
             drawn += 1
             if config.check and not ((ROOT / name).is_file() and same_pixels(out, ROOT / name)):
                 differ += 1
-                print(f"out of date: figure {name} differs from what {source} draws")
+                print(f"out of date: figure {name} differs from what {source} draws (here with matplotlib "
+                      f"{matplotlib.__version__}; the tracked figures are drawn with constraints.txt's)")
     if unrecorded:
         print(f"unrecorded figure(s) (no results file under {results}/): {', '.join(unrecorded)}")
     verb = "checked" if config.check else "redrew"
