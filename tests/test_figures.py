@@ -718,13 +718,13 @@ def test_chimera_bound_panel_c_spans_its_data_and_explains_its_markers():
     multi = [dict(F=3, pattern=["0|1|2"], columns=c, observed_min=c, splices=3 * c, proven=c < 4) for c in (2, 3, 4, 5)]
     fig = bound_figure({"verify": {"table": table, "instances": 100, "violations": 0},
                         "ties": {"table": table, "config": {"grid": 3}}, "multi_future": multi})
-    a, b, c = fig.axes
+    a, b, c, _key = fig.axes  # the fourth: (b)'s key, beside (c)
     assert c.get_xlim()[1] <= 6 and a.get_xlabel() == b.get_xlabel() == "m (positions where the two futures disagree)"
     labels = [t.get_text() for t in c.get_legend().get_texts()]
     assert any(lab.startswith("filled:") for lab in labels) and any(lab.startswith("hollow:") for lab in labels)
-    # nested: the instances below the bound are drawn inside the tied ones' bars, at the same x
+    # side by side: the instances below the bound beside the tied ones' bars, never hidden behind them
     grey, red = [cont for cont in b.containers][1:]
-    assert [p.get_x() for p in grey.patches] == [p.get_x() for p in red.patches]
+    assert all(r.get_x() >= g.get_x() + g.get_width() - 1e-9 for g, r in zip(grey.patches, red.patches))
 
 
 def test_real_ceiling_figure_draws_every_tree_of_every_panel_and_refuses_a_run_without_one():
@@ -765,3 +765,84 @@ def test_real_drafters_gains_figure_draws_each_verdict_with_its_interval_and_ref
     res["data"]["verdicts"] = [v for v in res["data"]["verdicts"] if v["question"] == "scorer"]
     with pytest.raises(ValueError, match="^result: holds no replicated verdict"):
         real_drafters_gains_figure(res)
+
+
+def test_every_figure_reads_at_page_width():
+    # issue 55 item 6: every figure's smallest text (ticks, legends, notes and the run label included)
+    # is >= 9 px once its saved PNG is shown 800 px wide, with at most three panels side by side
+    from mfd_theory.figures import MAX_PANELS_PER_ROW, MIN_TEXT_PX, panels_per_row, text_px_at_page
+
+    small = []
+    for name, fig in _all_figures():
+        px, text = text_px_at_page(fig)
+        if px < MIN_TEXT_PX or panels_per_row(fig) > MAX_PANELS_PER_ROW:
+            small.append((name, round(px, 1), text[:40], panels_per_row(fig)))
+    assert small == []
+
+
+def test_tracked_figures_with_a_record_read_at_page_width():
+    # every tracked figure the committed records redraw, measured as mfd report draws it
+    import matplotlib.pyplot as plt
+
+    from mfd_theory.figures import MAX_PANELS_PER_ROW, MIN_TEXT_PX, panels_per_row, text_px_at_page
+    from mfd_theory.report.records import FIGURES, RECORDS, draw_figure
+
+    from pathlib import Path
+
+    records = Path(__file__).resolve().parent.parent / RECORDS
+    drawn, small = 0, []
+    for name, spec in FIGURES.items():
+        if not (records / spec.file).is_file():
+            continue
+        fig = draw_figure(name, records)
+        px, text = text_px_at_page(fig)
+        if px < MIN_TEXT_PX or panels_per_row(fig) > MAX_PANELS_PER_ROW:
+            small.append((name, round(px, 1), text[:40], panels_per_row(fig)))
+        plt.close(fig)
+        drawn += 1
+    assert drawn >= 11 and small == []
+
+
+def test_page_width_measure_fails_on_small_text():
+    # the measure can fail: a 16-inch figure's 8-pt text shows at 5.6 px on an 800-px page
+    import matplotlib.pyplot as plt
+
+    from mfd_theory.figures import MIN_TEXT_PX, panel_grid, panels_per_row, text_px_at_page
+
+    fig, axes = plt.subplots(1, 5, figsize=(16, 3))
+    axes[0].set_title("small", fontsize=8)
+    assert text_px_at_page(fig)[0] < MIN_TEXT_PX and panels_per_row(fig) == 5
+    fig, axes = panel_grid(5, 3.2, 3.0)
+    assert len(axes) == 5 and panels_per_row(fig) == 3
+
+
+def test_mixture_footer_names_what_is_drawn():
+    # the coverage panels draw the product (K = 1) and the headline K only, at the curves' budgets:
+    # the footer says so, rather than every K and budget of the sweep
+    from mfd_theory.figures import RUN_LABEL_GID
+    from mfd_theory.figures.mixture import mixture_coverage_vs_budget, mixture_frac_vs_K
+
+    mix = _mixture_run()
+    K = max(mix.config["Ks"]) if hasattr(mix, "config") else max(mix["config"]["Ks"])
+    (label,) = [t.get_text().replace("\n", " ") for t in mixture_coverage_vs_budget(mix).texts
+                if t.get_gid() == RUN_LABEL_GID]
+    assert "drawn: K 1 (product) and K " in label and "K 1,2" not in label, label
+    (label,) = [t.get_text().replace("\n", " ") for t in mixture_frac_vs_K(mix).texts
+                if t.get_gid() == RUN_LABEL_GID]
+    assert "N 64" in label and str(K) in label, label
+
+
+def test_chimera_bound_bars_do_not_hide_each_other():
+    # panel (b): the three shares side by side (for m >= 4 the red bar is as tall as the grey one),
+    # on a share axis that ends at 1
+    from mfd_theory.figures.chimeras import bound_figure
+
+    table = [dict(m=m, bound=2 ** (m - 1) - 1, min=2 ** (m - 1) - 1, max=2 ** m - 2, ties=5, tie_violations=5,
+                  other_ties=3, instances=10) for m in range(1, 6)]
+    res = {"verify": {"table": table, "instances": 50, "violations": 0},
+           "ties": {"table": table, "config": {"grid": 3}}, "multi_future": []}
+    ax = bound_figure(res).axes[1]
+    boxes = [(round(p.get_x(), 6), round(p.get_x() + p.get_width(), 6)) for p in ax.patches]
+    spans = sorted(boxes)
+    assert all(a[1] <= b[0] + 1e-9 for a, b in zip(spans, spans[1:]))  # no two bars overlap
+    assert ax.get_ylim()[1] == 1

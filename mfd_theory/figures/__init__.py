@@ -26,6 +26,81 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+#: the page width a figure must read at (px; a README or docs page scales a wider PNG down to it)
+PAGE_PX = 800
+#: the smallest text a figure may show at :data:`PAGE_PX` (px)
+MIN_TEXT_PX = 9
+#: the dpi :func:`save_figure` writes at
+DPI = 150
+#: the most panels (axes) side by side in one row of a figure
+MAX_PANELS_PER_ROW = 3
+#: the smallest font a figure uses (points): ticks, legends, notes and the run label
+MIN_FONT_PT = 8
+#: the widest a figure may be drawn (inches): its smallest font, MIN_FONT_PT, at a saved width of
+#: PAGE_WIDTH_IN scaled to PAGE_PX shows at MIN_FONT_PT * PAGE_PX / (72 * PAGE_WIDTH_IN) = 9.3 px,
+#: with room for what bbox_inches="tight" adds (a legend above, the run label below)
+PAGE_WIDTH_IN = 9.5
+
+
+def text_px_at_page(fig, page_px: int = PAGE_PX) -> tuple[float, str]:
+    """(size in px, text) of the smallest visible text of ``fig`` once saved as :func:`save_figure`
+    saves it and shown ``page_px`` wide (a narrower PNG is shown at its own size).
+
+    Saves the figure (in memory) to read the PNG's pixel width, then walks every visible, non-empty
+    Text artist (titles, labels, tick labels, legends, notes, the run label): a text of F points in
+    a PNG of W px at :data:`DPI` shows at F * DPI / 72 * min(1, page_px / W) px.
+    """
+    import io
+    import struct
+
+    from matplotlib.text import Text
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+    width = struct.unpack(">I", buf.getvalue()[16:20])[0]  # the PNG's IHDR width
+    scale = DPI / 72 * min(1.0, page_px / width)
+    texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip() and _drawn(t)]
+    smallest = min(texts, key=lambda t: t.get_fontsize())
+    return smallest.get_fontsize() * scale, smallest.get_text()
+
+
+def _drawn(text) -> bool:
+    """Whether a Text is drawn: it and every artist above it visible (a hidden axes' labels are not)."""
+    a = text
+    while a is not None:
+        if not a.get_visible():
+            return False
+        a = getattr(a, "axes", None) if a is not getattr(a, "axes", None) else None
+    return True
+
+
+def panels_per_row(fig) -> int:
+    """The most visible axes side by side in one row of ``fig`` (axes whose heights overlap by
+    more than half of the shorter one count as one row)."""
+    boxes = [ax.get_position() for ax in fig.axes if ax.get_visible()]
+    most = 0
+    for b in boxes:
+        row = [c for c in boxes if min(b.y1, c.y1) - max(b.y0, c.y0) > 0.5 * min(b.height, c.height)]
+        most = max(most, len(row))
+    return most
+
+
+def panel_grid(n: int, panel_w: float, panel_h: float, sharey: bool = False, squeeze_width: bool = True):
+    """A figure with ``n`` panels in rows of at most :data:`MAX_PANELS_PER_ROW` (the last row's
+    unused axes hidden), each about ``panel_w`` x ``panel_h`` inches, no wider than
+    :data:`PAGE_WIDTH_IN`; returns (fig, list of the n axes, in reading order)."""
+    import matplotlib.pyplot as plt
+
+    cols = min(n, MAX_PANELS_PER_ROW)
+    rows = -(-n // cols)
+    width = min(PAGE_WIDTH_IN, panel_w * cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width, panel_h * rows), squeeze=False, sharey=sharey)
+    flat = list(axes.flat)
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
+
+
 #: gid of the run label's Text (see :func:`stamp_run`), so tests and callers can find it
 RUN_LABEL_GID = "run-label"
 
@@ -46,11 +121,14 @@ def _join(values) -> str:
     return ",".join(str(v) for v in values)
 
 
-def run_label(res) -> str:
+def run_label(res, drawn: str | None = None) -> str:
     """One line naming the run a figure was drawn from, built from the result's config.
 
     e.g. ``run: e2e default preset, qwen3 4x128`` or ``run: mixture_gain, seeds 0,1,2, ...``.
     A bare data dict (no config) gives ``run: not named (drawn from data without its config)``.
+    ``drawn`` (e.g. ``"K 1 (product) and 4 (mixture), N 16..1024"``) says which of the run's sweep the
+    figure draws, in place of the sweep's own values (K, N) where a figure draws part of them, so the
+    label describes what is drawn.
     """
     cfg, name = _config_and_name(res)
     if cfg is None:
@@ -72,9 +150,6 @@ def run_label(res) -> str:
     if name == "core_table":
         return (f"run: core_table, {cfg.get('n_futures')}-future target, L={cfg.get('L')}, V={cfg.get('V')}, "
                 f"noise={cfg.get('noise')}, seed {cfg.get('seed')}")
-    if name == "chimera_bound":
-        return (f"run: chimera_bound, {cfg.get('n_instances', 0):,} instances (m <= {cfg.get('m_max')}), "
-                f"seed {cfg.get('seed')}")
     if name == "chimera_share":
         return (f"run: chimera_share, L={cfg.get('L')}, V={cfg.get('V')}, {cfg.get('n_seeds')} seeds per setting, "
                 f"seed {cfg.get('seed')}")
@@ -86,9 +161,17 @@ def run_label(res) -> str:
                 f"{cfg.get('seeds', '?')} seeds, {cfg.get('steps', '?')} steps, {cfg.get('eval_prompts', '?')} prompts "
                 "per domain")
     if name in ("mixture_gain", "path_gain"):
-        return (f"run: {name}, L={cfg.get('L')}, seeds {_join(cfg.get('seeds', []))}, "
-                f"K {_join(cfg.get('Ks', []))}, N {_join(cfg.get('budgets', []))}")
-    return f"run: {name}" + (f", seed {cfg['seed']}" if "seed" in cfg else "")
+        head = f"run: {name}, L={cfg.get('L')}, seeds {_join(cfg.get('seeds', []))}"
+        if drawn:
+            return f"{head}; drawn: {drawn}"
+        return f"{head}, K {_join(cfg.get('Ks', []))}, N {_join(cfg.get('budgets', []))}"
+    if name == "chimera_bound":
+        ties = (f", {cfg['n_tie_instances']:,} on the grid 1..{cfg.get('grid', '?')} in (b)"
+                if "n_tie_instances" in cfg else "")
+        return (f"run: chimera_bound, {cfg.get('n_instances', 0):,} random instances (m <= {cfg.get('m_max')}) in (a)"
+                f"{ties}, seed {cfg.get('seed')}" + (f"; drawn: {drawn}" if drawn else ""))
+    label = f"run: {name}" + (f", seed {cfg['seed']}" if "seed" in cfg else "")
+    return label + (f"; drawn: {drawn}" if drawn else "")
 
 
 def run_stamp(res) -> str:
@@ -110,13 +193,25 @@ def run_stamp(res) -> str:
     return ", ".join(parts)
 
 
-def stamp_run(fig, res):
-    """Write :func:`run_label` of ``res`` and its :func:`run_stamp` (date, commit) in small grey
-    text below the figure's bottom-right corner (below everything tight_layout placed, so it
-    covers nothing); returns the Text."""
+def stamp_run(fig, res, drawn: str | None = None):
+    """Write :func:`run_label` of ``res`` (with ``drawn``: what of the run the figure draws) and its
+    :func:`run_stamp` (date, commit) in small grey text below the figure's bottom-right corner
+    (below everything tight_layout placed, so it covers nothing), broken into lines at its commas
+    where it is wider than the figure (so it never widens the saved PNG); returns the Text."""
     stamp = run_stamp(res)
-    return fig.text(0.995, 0.0, run_label(res) + (f" ({stamp})" if stamp else ""), ha="right", va="top", fontsize=8,
-                    color="0.45", gid=RUN_LABEL_GID)
+    parts = [p + "," for p in run_label(res, drawn).split(", ")]
+    parts[-1] = parts[-1][:-1]
+    if stamp:
+        parts.append(f"({stamp})")
+    chars = max(30, int(fig.get_figwidth() * 72 / (MIN_FONT_PT * 0.6)))  # about 0.6 em a character
+    lines = [""]
+    for p in parts:
+        if lines[-1] and len(lines[-1]) + 1 + len(p) > chars:
+            lines.append(p)
+        else:
+            lines[-1] = f"{lines[-1]} {p}" if lines[-1] else p
+    return fig.text(0.995, 0.0, "\n".join(lines), ha="right", va="top", fontsize=MIN_FONT_PT, color="0.45",
+                    gid=RUN_LABEL_GID)
 
 
 def reveal_overlaps(ax, lines, tol: float = 1e-6, note_loc=(0.02, 0.02), names=None):

@@ -52,7 +52,9 @@ def batch_throughput(res, run_label: str | None = None):
     rows = d["rows"]
     sizes = sorted({r["batch_size"] for r in rows})
     arch = config.get("target_arch") or ("qwen3_5" if "qwen3_5" in str(d.get("model", "")) else "qwen3")
-    fig, (ax, gx) = plt.subplots(1, 2, figsize=(11.5, 5.6))
+    from mfd_theory.figures import PAGE_WIDTH_IN
+
+    fig, (ax, gx) = plt.subplots(1, 2, figsize=(PAGE_WIDTH_IN, 5.6))
     handles = []
     for (method, policy), style in SERIES.items():
         meas = [_best(rows, b, method, policy, "full_tokens_per_s" if "full_tokens_per_s" in rows[0]
@@ -70,7 +72,7 @@ def batch_throughput(res, run_label: str | None = None):
     ax.set_xticks(sizes, [str(b) for b in sizes])
     ax.set_xlabel("batch size B (requests decoded together)")
     ax.set_ylabel("tokens / s, all requests (whole decode)")
-    ax.set_title(f"measured on this CPU: small {_ARCH.get(arch, arch)} target", fontsize=10)
+    ax.set_title(f"measured on this CPU:\nsmall {_ARCH.get(arch, arch)} target", fontsize=10)
     ax.grid(alpha=0.3)
     gpu = d.get("gpu_predicted", [])
     for method, color, marker in (("ddtree", "C0", "s"), ("mfd", "C3", "^")):
@@ -84,7 +86,7 @@ def batch_throughput(res, run_label: str | None = None):
     gx.set_xlabel("batch size B")
     gx.set_ylabel("throughput / batched AR's (PREDICTED)")
     profile = d.get("gpu_profile", "a GPU")
-    gx.set_title(f"PREDICTED for a GPU: the packaged {profile} table (assumed)", fontsize=10)
+    gx.set_title(f"PREDICTED for a GPU:\nthe packaged {profile} table (assumed)", fontsize=10)
     if arch != "qwen3":
         # the only packaged GPU table is an attention model's: say so where the curve is drawn
         gx.annotate(f"{profile} is an attention model's verify table: no GPU table of a hybrid\ntarget is "

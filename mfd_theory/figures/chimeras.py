@@ -49,7 +49,8 @@ def _plt():
 
 
 def bound_figure(res: Any):
-    """Three panels: (a) the tightness table, (b) what ties do, (c) F = 3, 4 futures.
+    """Three panels, two a row: (a) the tightness table, (b) what ties do, (c) F = 3, 4 futures
+    (with (b)'s key beside it).
 
     (a) full-length chimeras vs m: the bound 2^(m-1) - 1, observed minimum and maximum over the
     random instances, and 2^m - 2; (b) share of tied instances that fall below the bound when
@@ -58,7 +59,10 @@ def bound_figure(res: Any):
     """
     d = _data(res)
     plt = _plt()
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+    from mfd_theory.figures import PAGE_WIDTH_IN
+
+    fig, grid = plt.subplots(2, 2, figsize=(PAGE_WIDTH_IN, 8.2))
+    axes, key = [grid[0, 0], grid[0, 1], grid[1, 0]], grid[1, 1]
     table = d["verify"]["table"]
     m = np.array([r["m"] for r in table])
     bound = np.array([r["bound"] for r in table])
@@ -74,7 +78,7 @@ def bound_figure(res: Any):
     ax.set_ylim(bottom=0)
     ax.set_xticks(m)
     ax.set_xlabel("m (positions where the two futures disagree)")
-    ax.set_ylabel("full-length chimeras in the smallest product tree")
+    ax.set_ylabel("full-length chimeras\nin the smallest product tree")
     v = d["verify"]
     ax.set_title(f"(a) {v['instances']:,} instances, {v['violations']} violations", fontsize=10)
     ax.legend(fontsize=8)
@@ -86,19 +90,19 @@ def bound_figure(res: Any):
     other = np.array([r.get("other_ties", 0) for r in tt], dtype=float)  # harmless ties
     below = np.array([r.get("tie_violations", 0) for r in tt], dtype=float)
     inst = np.array([r["instances"] for r in tt], dtype=float) + tied  # every instance drawn
-    ax.bar(tm - 0.2, other / np.maximum(inst, 1), width=0.4, color="#bcbd22",
-           label="other ties, Q(a) != Q(b) (never below the bound)")
-    # nested: the instances below the bound are some of the Q(a) = Q(b) ones, drawn inside their bar
-    ax.bar(tm + 0.2, tied / np.maximum(inst, 1), width=0.4, color="#7f7f7f", label="Q(a) = Q(b): the futures tie")
-    ax.bar(tm + 0.2, below / np.maximum(inst, 1), width=0.4, color="#d62728",
-           label="of these, below the bound (ties broken for the futures)")
+    # side by side, so no bar hides another (for m >= 4 every Q(a) = Q(b) instance falls below the bound:
+    # the red bar as tall as the grey one beside it)
+    ax.bar(tm - 0.27, other / np.maximum(inst, 1), width=0.27, color="#bcbd22",
+           label="(b) other ties, Q(a) != Q(b): never below the bound")
+    ax.bar(tm, tied / np.maximum(inst, 1), width=0.27, color="#7f7f7f", label="(b) Q(a) = Q(b): the futures tie")
+    ax.bar(tm + 0.27, below / np.maximum(inst, 1), width=0.27, color="#d62728",
+           label="(b) of the Q(a) = Q(b) ones, below the bound\n(ties broken for the futures)")
     ax.set_xticks(tm)
     ax.set_xlabel("m (positions where the two futures disagree)")
     ax.set_ylabel("share of instances")
-    grid = d["ties"]["config"].get("grid")
-    ax.set_title(f"(b) ties: marginals on the grid 1..{grid}", fontsize=10)
-    ax.set_ylim(0, 1.45)  # room for the legend above the bars
-    ax.legend(fontsize=8, loc="upper left")
+    tie_grid = d["ties"]["config"].get("grid")
+    ax.set_title(f"(b) ties: marginals on the grid 1..{tie_grid}", fontsize=10)
+    ax.set_ylim(0, 1)  # a share; the key is beside (c), off the bars
 
     ax = axes[2]
     mm = np.arange(2, int(m.max()) + 1)
@@ -129,6 +133,8 @@ def bound_figure(res: Any):
     ax.plot([], [], "o", color="0.3", label="filled: exact minimum (computer-assisted)")
     ax.plot([], [], "o", color="0.3", mfc="none", label="hollow: least found by search")
     ax.legend(fontsize=8, loc="lower left")
+    key.axis("off")
+    key.legend(*axes[1].get_legend_handles_labels(), fontsize=9, loc="center", frameon=False)
     fig.tight_layout()
     from mfd_theory.figures import stamp_run
 
@@ -170,11 +176,15 @@ def share_figure(res: Any, budget: int = 64):
     paper = tuple(d.get("paper_range", (0.27, 0.33)))
     budgets = rows[0]["budgets"]
     fams = _families(rows)
-    fig = plt.figure(figsize=(12, 7.6))
-    outer = fig.add_gridspec(2, 1, height_ratios=[1, 1.25], hspace=0.55)
+    from mfd_theory.figures import MAX_PANELS_PER_ROW, PAGE_WIDTH_IN
+
+    n_rows = -(-len(fams) // MAX_PANELS_PER_ROW)  # the families' panels, three a row
+    height = 2.4 * n_rows + 4.2
+    fig = plt.figure(figsize=(PAGE_WIDTH_IN, height))
+    outer = fig.add_gridspec(2, 1, height_ratios=[2.4 * n_rows, 3.0], hspace=0.3)
     _family_panels(fig, outer[0], rows, fams, budgets, paper)
     _coverage_panel(fig.add_subplot(outer[1], gid="share-coverage"), rows, fams, budgets)
-    fig.subplots_adjust(left=0.07, right=0.98, top=0.86, bottom=0.08)
+    fig.subplots_adjust(left=0.08, right=0.98, top=1 - 0.75 / height, bottom=0.55 / height)
     stamp_run(fig, res)
     return fig
 
@@ -206,10 +216,11 @@ def _family_panels(fig, spec, rows: list[dict[str, Any]], fams: list[str], budge
     """Panel (a): one small axes per family in ``spec``, side by side on one y scale, with what
     their marks mean written above them (no floating key)."""
     lo, hi = paper
-    small = spec.subgridspec(1, len(fams), wspace=0.12)
+    cols = min(len(fams), 3)
+    small = spec.subgridspec(-(-len(fams) // cols), cols, wspace=0.12, hspace=0.75)
     first = None
     for i, fam in enumerate(fams):
-        ax = fig.add_subplot(small[0, i], sharex=first, sharey=first, gid="share-family")
+        ax = fig.add_subplot(small[i // cols, i % cols], sharex=first, sharey=first, gid="share-family")
         first = first or ax
         color = FAMILY_COLORS.get(fam, "k")
         fr = np.array([r["chimera_share"] for r in rows if r["family"] == fam])  # [settings, budgets]
@@ -225,11 +236,11 @@ def _family_panels(fig, spec, rows: list[dict[str, Any]], fams: list[str], budge
         ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
         ax.set_xlabel("N (tree budget)", fontsize=9)
-        if i:
+        if i % cols:
             ax.tick_params(labelleft=False)
         else:
             ax.set_ylabel("chimera share", fontsize=9)
-    first.annotate("(a) chimera share vs budget, one panel per family\nline: median over its settings; band: "
+    first.annotate("(a) chimera share vs budget, one panel per family; line: median over its settings;\nband: "
                    f"their middle half; black diamond: the paper's {100 * lo:.0f}-{100 * hi:.0f}% at N = 64 "
                    "(each setting at N = 64: chimera_share_settings.png)",
                    (0, 1.3), xycoords="axes fraction", fontsize=9, ha="left", va="bottom")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mfd_theory.figures import reveal_overlaps, stamp_run
+from mfd_theory.figures import PAGE_WIDTH_IN, reveal_overlaps, stamp_run
 
 # the oracle is drawn wide and grey underneath, so a tree that reaches it shows as a line on a halo
 _STYLES = {
@@ -28,7 +28,7 @@ def coverage_vs_budget(result):
 
     data = result.data if hasattr(result, "data") else result["data"]
     cfg = result.config if hasattr(result, "config") else result["config"]
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(PAGE_WIDTH_IN, 4))
     for a, key in ((ax, "coverage"), (ax2, "dead_share")):
         lines = [a.plot(*budget_curve(data, name, key), **style)[0] for name, style in _STYLES.items()]
         reveal_overlaps(a, lines, note_loc=(0.98, 0.02) if a is ax else (0.02, 0.98))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from mfd_theory.figures import reveal_overlaps, stamp_run
+from mfd_theory.figures import PAGE_WIDTH_IN, reveal_overlaps, stamp_run
 from mfd_theory.formatting import method_label
 
 __all__ = ["tau_vs_budget", "speedup_vs_budget", "predicted_vs_measured", "dead_share", "loss_curves",
@@ -170,8 +170,9 @@ def _budget_grid(res, panels, title=None):
     rows = _data(res)["rows"]
     temps = sorted({r["temperature"] for r in rows})
     styles = _styles(rows)
-    fig, axes = plt.subplots(len(panels), len(temps), figsize=(4.6 * len(temps) + 2.6, 3.6 * len(panels) + 0.4),
-                             squeeze=False)
+    # the legend takes 2.5 in on the right; the whole no wider than the page
+    fig, axes = plt.subplots(len(panels), len(temps), squeeze=False,
+                             figsize=(min(PAGE_WIDTH_IN, 3.5 * len(temps) + 2.6), 3.6 * len(panels) + 0.4))
     for i, (key, ylabel, with_ar) in enumerate(panels):
         for j, temp in enumerate(temps):
             _budget_panel(axes[i, j], rows, temp, key, styles, with_ar)
@@ -265,7 +266,7 @@ def predicted_vs_measured(res):
     ax.annotate("T = 0: a greedy walk accepts exactly the covered path, so the prediction is exact by "
                 "construction; the hollow\ntriangles set the greedy accepted length against the mass the "
                 "same trees cover under T = 1 sampling.", (0, 0), xycoords="axes fraction", xytext=(0, -42),
-                textcoords="offset points", fontsize=7, color="0.3", va="top")
+                textcoords="offset points", fontsize=8, color="0.3", va="top")
     fig.tight_layout()
     stamp_run(fig, res)
     return fig
@@ -286,7 +287,7 @@ def speedup_check_figure(res):
     rows = [r for r in _data(res)["rows"] if r["method"] != "ar" and not _nan(r.get("speedup"))
             and not _nan(r.get("speedup_from_insample_coverage"))]
     temps = sorted({r["temperature"] for r in rows}) or [None]
-    fig, axes = plt.subplots(len(temps), 2, figsize=(12.5, 4.2 * len(temps)), sharex=True, sharey=True,
+    fig, axes = plt.subplots(len(temps), 2, figsize=(PAGE_WIDTH_IN, 3.6 * len(temps)), sharex=True, sharey=True,
                              squeeze=False)
     if not rows:
         for ax in axes.flat:
@@ -321,15 +322,16 @@ def speedup_check_figure(res):
                             color="0.3", label="chain")
             ax.set_xlim(lo, hi)
             ax.set_ylim(lo, hi)
-            ax.set_title(f"T = {temp:g}: {title}", fontsize=10)
+            ax.set_title(f"T = {temp:g}: {title}", fontsize=9)
             ax.grid(alpha=0.3)
         axes[i, 0].set_ylabel("predicted speedup over AR")
     for ax in axes[-1]:
-        ax.set_xlabel("measured speedup over AR (± std over passes)")
+        ax.set_xlabel("measured speedup over AR\n(± std over passes)")
     handles, labels = _legend_entries(axes, styles, lines=False)
-    fig.tight_layout(rect=(0, 0, 1 - 2.5 / 12.5, 1))
+    width = fig.get_size_inches()[0]
+    fig.tight_layout(rect=(0, 0, 1 - 2.5 / width, 1))
     fig.legend([handles[lab] for lab in labels], labels, loc="center left", fontsize=8,
-               bbox_to_anchor=(1 - 2.45 / 12.5, 0.5), frameon=False)
+               bbox_to_anchor=(1 - 2.45 / width, 0.5), frameon=False)
     stamp_run(fig, res)
     return fig
 
@@ -345,7 +347,7 @@ def prediction_check_figure(res):
 
     d = _data(res)
     cells = (d.get("prediction") or {}).get("cells") or []
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
+    fig, axes = plt.subplots(1, 2, figsize=(PAGE_WIDTH_IN, 4.6))
     if not cells:
         for ax in axes:
             ax.text(0.5, 0.5, "no out-of-sample predictions in these results", ha="center", va="center",
@@ -404,7 +406,7 @@ def dead_share(res, eps_label: str = "1e-3"):
     rows = [r for r in rows if r["method"] in ("ar", "chain") or not _nan(r.get("dead_share"))]
     temps = sorted({r["temperature"] for r in rows})
     styles = _styles(rows)
-    fig, axes = plt.subplots(1, len(temps), figsize=(5.2 * len(temps) + 2.6, 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(temps), figsize=(min(PAGE_WIDTH_IN, 3.6 * len(temps) + 2.6), 4.2), squeeze=False)
     for j, temp in enumerate(temps):
         ax = axes[0, j]
         lines = []
@@ -416,7 +418,7 @@ def dead_share(res, eps_label: str = "1e-3"):
         ax.set_ylabel(f"dead nodes (P(s) < {eps_label}, strictly), %")
         ax.set_title(f"T = {temp:g}")
         ax.grid(alpha=0.3)
-    fig.text(0.5, 1.0, "dead = target prefix probability below eps; not the paper's chimera share "
+    fig.text(0.5, 1.0, "dead = target prefix probability below eps; not the paper's chimera share\n"
              "(a real target has no futures to splice)", ha="center", va="bottom", fontsize=9, color="0.25")
     # one legend beside the panels, where it covers no series
     handles, labels = _legend_entries(axes, styles)
@@ -452,7 +454,7 @@ def loss_curves(res):
     import matplotlib.pyplot as plt
 
     curves = _data(res)["loss_curves"]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, axes = plt.subplots(1, 2, figsize=(PAGE_WIDTH_IN, 3.8))
     for name, c in curves.items():
         if not c:
             continue

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from mfd_theory.figures import reveal_overlaps, stamp_run
+from mfd_theory.figures import PAGE_WIDTH_IN, panel_grid, reveal_overlaps, stamp_run
 
 __all__ = [
     "PAPER_GAIN",
@@ -66,10 +66,21 @@ def _headline_K(data) -> int:
 
 
 def _axes(n, height=3.0, sharey=False):
-    import matplotlib.pyplot as plt
+    """``n`` panels in rows of at most three, the figure at most the page's width."""
+    return panel_grid(n, PAGE_WIDTH_IN / 3, height, sharey=sharey)
 
-    fig, axes = plt.subplots(1, n, figsize=(3.2 * n, height), squeeze=False, sharey=sharey)
-    return fig, axes[0]
+
+def _values(values, name: str) -> str:
+    """``N 16..1024`` for a range of budgets, ``K 1,2,4`` for a few values: what a footer names."""
+    values = [int(v) for v in values]
+    if len(values) > 4:
+        return f"{name} {values[0]}..{values[-1]}"
+    return f"{name} {','.join(map(str, values))}"
+
+
+def _best_n(config) -> str:
+    """The budgets a best-budget figure chose among (every N up to the sweep's largest)."""
+    return f"N <= {max(config['budgets'])}" if config.get("budgets") else "N"
 
 
 def _mean_curves(cells, K):
@@ -84,7 +95,8 @@ def _curves_by_family(config, data, families, transform, ylabel, with_counts):
     """One panel per family: product, mixture and oracle curves of ``transform(coverage, N)``."""
     families = list(families or config["families"])
     K = _headline_K(data)
-    fig, axes = _axes(len(families))
+    fig, axes = _axes(len(families), height=2.9)
+    grid = []
     for ax, fam in zip(axes, families):
         cells = _multi(data, fam)
         if not cells:
@@ -99,21 +111,24 @@ def _curves_by_family(config, data, families, transform, ylabel, with_counts):
         if notes:  # the note names the lines; the panel's corner is small
             ax.texts[-1].set_text(f"mixture = oracle\n(within {100 * _COINCIDE:g}%)")
         ax.set_xscale("log", base=2)
-        ax.set_title(f"{fam} (F>=2, mean of {len(cells)} targets)" if with_counts else fam, fontsize=9)
-        ax.set_xlabel("budget N (nodes)")
+        ax.set_title(f"{fam}\n(F>=2, mean of {len(cells)} targets)" if with_counts else fam, fontsize=9)
+        ax.set_xlabel("budget N (nodes)", fontsize=9)
+        ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel(ylabel)
+    for ax in axes[::3]:  # the first panel of each row
+        ax.set_ylabel(ylabel, fontsize=9)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", ncol=3, fontsize=8, bbox_to_anchor=(0.5, 1.0), frameon=False)
-    return fig
+    drawn = f"K 1 (product) and K {K} (fitted mixture, soft EM) vs the oracle, F >= 2 cells, {_values(grid, 'N')}"
+    return fig, drawn
 
 
 def mixture_coverage_vs_budget(result, families=None):
     """Coverage C(T_N) (expected accepted tokens) vs budget N, one panel per family."""
     config, data = _parts(result)
-    fig = _curves_by_family(config, data, families, lambda c, n: c, "coverage = E[accepted tokens]", True)
-    fig.tight_layout(rect=(0, 0, 1, 0.9))
-    stamp_run(fig, result)
+    fig, drawn = _curves_by_family(config, data, families, lambda c, n: c, "coverage = E[accepted tokens]", True)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / fig.get_figheight()))
+    stamp_run(fig, result, drawn)
     return fig
 
 
@@ -124,10 +139,11 @@ def mixture_speedup_vs_budget(result, profile: str | None = None, families=None)
     config, data = _parts(result)
     profile = profile or config["profiles"][0]
     prof = LatencyProfile.from_dict(data["profiles"][profile])
-    fig = _curves_by_family(config, data, families, lambda c, n: speedup(c, n, prof), "predicted speedup", False)
-    fig.text(0.005, 1.0, f"latency profile: {prof.label}", fontsize=9, ha="left", va="top")
-    fig.tight_layout(rect=(0, 0, 1, 0.9))
-    stamp_run(fig, result)
+    fig, drawn = _curves_by_family(config, data, families, lambda c, n: speedup(c, n, prof), "predicted speedup",
+                                   False)
+    fig.text(0.005, 1.0, f"latency profile: {prof.label}", fontsize=9, ha="left", va="bottom")
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / fig.get_figheight()))
+    stamp_run(fig, result, f"{drawn}, profile {profile}")
     return fig
 
 
@@ -138,7 +154,7 @@ def mixture_frac_vs_K(result, budget: int = 64, families=None):
     families = list(families or config["families"])
     i = list(config["budgets"]).index(budget)
     Ks = list(config["Ks"])
-    fig, axes = _axes(len(families), height=3.4, sharey=True)  # one y range: the panels are compared
+    fig, axes = _axes(len(families), height=3.1, sharey=True)  # one y range: the panels are compared
     for ax, fam in zip(axes, families):
         cells = [c for c in data["cells"] if c["family"] == fam]
         keys = sorted({(c["F"], c["m"] or 0) for c in cells})
@@ -151,12 +167,14 @@ def mixture_frac_vs_K(result, budget: int = 64, families=None):
         ax.set_xscale("log", base=2)
         ax.set_xticks(Ks, [str(k) for k in Ks])
         ax.set_title(fam, fontsize=10)
-        ax.set_xlabel("drafter modes K")
+        ax.set_xlabel("drafter modes K", fontsize=9)
+        ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="center right")
-    axes[0].set_ylabel(f"C(T) / C(oracle) at N={budget}")
+    for ax in axes[::3]:
+        ax.set_ylabel(f"C(T) / C(oracle) at N={budget}", fontsize=9)
     fig.tight_layout()
-    stamp_run(fig, result)
+    stamp_run(fig, result, f"{_values(Ks, 'K')} (fitted by soft EM; K 1: the product), every F, N {budget}")
     return fig
 
 
@@ -209,7 +227,10 @@ def mixture_gain_bars(result, profile: str | None = None):
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.set_size_inches(8.5, 3.6)
     fig.tight_layout()
-    stamp_run(fig, result)
+    K = next((data["summary"][f]["multi"]["K"] for f in fams if "K" in data["summary"][f]["multi"]), None)
+    fits = f"K {K} (each fit)" if K is not None else "the fitted mixtures"
+    stamp_run(fig, result, f"K 1 (product) vs {fits}, F >= 2 cells, each tree at its best "
+                           f"{_best_n(config)}, profile {profile}")
     return fig
 
 
@@ -230,7 +251,7 @@ def mixture_gain_vs_confidence(result, profile: str | None = None):
     gain = [100 * r["predicted_gain"][profile] for r in rows]
     ax.plot(c, gain, marker="o", color=_STYLE["mixture"]["color"], label="fitted mixture vs product")
     for x, y, r in zip(c, gain, rows):
-        ax.annotate(f"{r['product_best'][profile]['tau']:.1f}", (x, y), fontsize=7, ha="right",
+        ax.annotate(f"{r['product_best'][profile]['tau']:.1f}", (x, y), fontsize=8, ha="right",
                     textcoords="offset points", xytext=(-4, 4))
     ax.plot([], [], " ", label="numbers: tau of the product tree\nat its best budget")
     ax.margins(x=0.12, y=0.15)  # room for the first and last numbers
@@ -245,5 +266,7 @@ def mixture_gain_vs_confidence(result, profile: str | None = None):
                  fontsize=8)
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
-    stamp_run(fig, result)
+    stamp_run(fig, result, f"zipf_futures confidence sweep, c {','.join(f'{v:g}' for v in c)}, "
+                           f"F {','.join(map(str, config['confidence_Fs']))}, K 1 (product) vs K {_headline_K(data)}, "
+                           f"each tree at its best {_best_n(config)}, profile {profile}")
     return fig

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from mfd_theory.figures import stamp_run
+from mfd_theory.figures import PAGE_WIDTH_IN, panel_grid, stamp_run
 
 __all__ = ["path_coverage_vs_budget", "path_speedup_vs_step_cost"]
 
@@ -36,10 +36,13 @@ def _rows(config, data, groups):
 
 
 def _axes(n, height=3.0):
-    import matplotlib.pyplot as plt
+    """``n`` panels in rows of at most three, the figure at most the page's width."""
+    return panel_grid(n, PAGE_WIDTH_IN / 3, height)
 
-    fig, axes = plt.subplots(1, n, figsize=(3.2 * n, height), squeeze=False)
-    return fig, axes[0]
+
+def _groups(rows) -> str:
+    """The summary rows drawn, for the footer: ``two_futures m=8, branching F=8, ...``."""
+    return ", ".join(f"{e['family']} {e['group']}" for e in rows)
 
 
 def path_coverage_vs_budget(result, groups=None):
@@ -54,7 +57,7 @@ def path_coverage_vs_budget(result, groups=None):
     mems = list(config["memories"])
     import matplotlib.pyplot as plt
 
-    fig, axes = _axes(len(rows))
+    fig, axes = _axes(len(rows), height=3.1)
     shades = plt.cm.Greens(np.linspace(0.45, 0.95, len(mems)))
     for ax, e in zip(axes, rows):
         cells = [c for c in data["cells"] if c["family"] == e["family"] and group_label(c) == e["group"]]
@@ -77,16 +80,22 @@ def path_coverage_vs_budget(result, groups=None):
                 on_oracle.append("mixture" if short == "K" else short)
         ax.set_xscale("log", base=2)
         # which curves reach the oracle: under the title, above the axes, where it covers no curve
-        reached = "on the oracle (within 0.5%): " + (", ".join(on_oracle) if on_oracle else "none")
-        ax.set_title(f"{e['family']} ({e['group']})\n{reached}", fontsize=9)
-        ax.set_xlabel("budget N")
+        rs = [x[2:] for x in on_oracle if x.startswith("r=")]  # "r=1,2,4": short enough for a third of the page
+        named = [x for x in on_oracle if not x.startswith("r=")] + ([f"r={','.join(rs)}"] if rs else [])
+        reached = "on the oracle (within 0.5%): " + (", ".join(named) if named else "none")
+        ax.set_title(f"{e['family']} ({e['group']})\n{reached}", fontsize=8)
+        ax.set_xlabel("budget N", fontsize=9)
+        ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("coverage (expected accepted)")
+    for ax in axes[::3]:  # the first panel of each row
+        ax.set_ylabel("coverage (expected accepted)", fontsize=9)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 4), fontsize=8,
-               bbox_to_anchor=(0.5, 1.12))
-    fig.tight_layout()
-    stamp_run(fig, result)
+    ncol = min(len(labels), 4)
+    fig.tight_layout(rect=(0, 0, 1, 1 - (0.2 + 0.2 * -(-len(labels) // ncol)) / fig.get_figheight()))
+    fig.legend(handles, labels, loc="upper center", ncol=ncol, fontsize=8, bbox_to_anchor=(0.5, 1.0), frameon=False)
+    n = grid if len(rows) else []
+    stamp_run(fig, result, f"K {K} (mixture) and K 1 (product), path memory r {','.join(map(str, mems))} at depth "
+                           f"{full}, N {int(n[0])}..{int(n[-1])}; {_groups(rows)}" if len(n) else None)
     return fig
 
 
@@ -98,7 +107,7 @@ def path_speedup_vs_step_cost(result, profile: str | None = None, groups=None):
     rows = _rows(config, data, groups)
     K = max(config["Ks"])
     assumed = data.get("profiles", {}).get(profile, {}).get("assumption", True)
-    fig, axes = _axes(len(rows))
+    fig, axes = _axes(len(rows), height=3.1)
     for ax, e in zip(axes, rows):
         sp = e["speed"][profile]
         c = np.array([x["step_cost"] for x in sp])
@@ -106,11 +115,16 @@ def path_speedup_vs_step_cost(result, profile: str | None = None, groups=None):
             ax.plot(c, [x["speedup"][key] for x in sp], marker="o", ms=3, color=_COLORS[key], label=label)
         ax.set_xscale("log")
         ax.set_title(f"{e['family']} ({e['group']})", fontsize=9)
-        ax.set_xlabel("step cost per extra depth\n(block passes)")
+        ax.set_xlabel("step cost per extra depth\n(block passes)", fontsize=9)
+        ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel(f"best predicted speedup\n({profile}{', ASSUMED' if assumed else ''})")
+    for ax in axes[::3]:
+        ax.set_ylabel(f"best predicted speedup\n({profile}{', ASSUMED' if assumed else ''})", fontsize=9)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=3, fontsize=8, bbox_to_anchor=(0.5, 1.1))
-    fig.tight_layout()
-    stamp_run(fig, result)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / fig.get_figheight()))
+    fig.legend(handles, labels, loc="upper center", ncol=3, fontsize=8, bbox_to_anchor=(0.5, 1.0), frameon=False)
+    costs = sorted({x["step_cost"] for e in rows for x in e["speed"][profile]})
+    stamp_run(fig, result, f"step cost {','.join(f'{c:g}' for c in costs)}; each tree at its best N <= "
+                           f"{max(config['budgets'])} (path: best r and depth, mixture: K {K}), "
+                           f"profile {profile}; {_groups(rows)}")
     return fig

@@ -4,7 +4,7 @@ against the tree budget (``mfd real``), and the trained drafters' gains with the
 
 from __future__ import annotations
 
-from mfd_theory.figures import reveal_overlaps, stamp_run
+from mfd_theory.figures import PAGE_WIDTH_IN, panel_grid, reveal_overlaps, stamp_run
 
 __all__ = ["real_ceiling_figure", "real_drafters_gains_figure"]
 
@@ -38,8 +38,8 @@ def real_ceiling_figure(result, target: str | None = None):
         raise ValueError(f"target: {name} has no ceiling in this result (targets: {', '.join(targets)})")
     pooled = targets[name]["ceiling"]
     panels = [(ds, tk, tab) for ds, by_t in pooled.items() for tk, tab in by_t.items()]
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels), 3.6), squeeze=False, sharey=False)
-    for ax, (ds, tk, tab) in zip(axes[0], panels):
+    fig, axes = panel_grid(len(panels), 3.2, 3.6)  # three a row at most
+    for ax, (ds, tk, tab) in zip(axes, panels):
         budgets = sorted(int(n) for n in tab["by_budget"])
         lines = []
         for tree, style in _trees(tab):
@@ -57,11 +57,13 @@ def real_ceiling_figure(result, target: str | None = None):
         dead = tab["dead"]["dead_share"][0]
         ax.set_title(f"{ds}, T = {tk} ({tab['n_prompts']} prompts)\nproduct tree dead at N = {cfg['dead_at']}: "
                      f"{100 * (dead or 0):.0f}%", fontsize=9)
-    axes[0][0].set_ylabel("expected accepted draft tokens per round")
-    handles, labels = axes[0][0].get_legend_handles_labels()
+    for ax in axes[::3]:  # the first panel of each row
+        ax.set_ylabel("expected accepted draft tokens\nper round")
+    handles, labels = axes[0].get_legend_handles_labels()
     fig.suptitle(f"{name}: what a tree over its own distribution covers (block L = {cfg['block_length']})",
                  fontsize=10, y=0.99)
-    fig.tight_layout(rect=(0, 0.1, 1, 0.95))
+    rows = -(-len(panels) // 3)
+    fig.tight_layout(rect=(0, 0.35 / fig.get_figheight(), 1, 1 - 0.2 / rows))
     fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=len(labels), fontsize=8,
                frameon=False)
     stamp_run(fig, result)
@@ -95,7 +97,7 @@ def real_drafters_gains_figure(result):
         tree = {"best_mode": "best-mode", "mixture": "mixture"}.get(a.get("scorer"), a["method"])
         labels.append(f"{v['dataset']}, T = {v['temperature']:g}: {a['drafter']} {tree} N = {a['budget']}")
     ys = list(range(len(verdicts)))[::-1]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 0.42 * len(verdicts) + 1.9), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, 2, figsize=(PAGE_WIDTH_IN, 0.42 * len(verdicts) + 2.1), sharey=True, squeeze=False)
     for ax, key, title in zip(axes[0], ("tau_cmp", "speed_cmp"), ("tau gain (accepted tokens per round)",
                                                                   "speed gain (tokens per second)")):
         margin = verdicts[0][key]["margin"]
@@ -113,7 +115,7 @@ def real_drafters_gains_figure(result):
         ax.set_title(title, fontsize=9)
     axes[0][0].set_yticks(ys, labels, fontsize=8)
     first = verdicts[0]["tau_cmp"]
-    fig.suptitle(f"{data.get('target')}: trained MFD drafters against the product drafter, "
+    fig.suptitle(f"{data.get('target')}: trained MFD drafters against the product drafter,\n"
                  f"{first['n_runs']} seeds x {first['n_prompts']} prompts (intervals at level {first['level']:.3f}; "
                  f"band: ±{100 * first['margin']:.0f}%)", fontsize=9, y=0.995)
     handles, names = axes[0][0].get_legend_handles_labels()
