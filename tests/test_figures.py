@@ -846,3 +846,14 @@ def test_chimera_bound_bars_do_not_hide_each_other():
     spans = sorted(boxes)
     assert all(a[1] <= b[0] + 1e-9 for a, b in zip(spans, spans[1:]))  # no two bars overlap
     assert ax.get_ylim()[1] == 1
+
+
+def test_every_tracked_figure_is_on_a_page():
+    # a tracked PNG that no page shows is read by no one: put it on its page or stop tracking it
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    tracked = subprocess.run(["git", "ls-files", "paper_figs/*.png"], cwd=root, capture_output=True, text=True,
+                             check=True).stdout.split()
+    pages = "\n".join(p.read_text(encoding="utf-8") for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))])
+    assert tracked and [f for f in tracked if f"paper_figs/{Path(f).name}" not in pages] == []
