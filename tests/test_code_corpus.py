@@ -293,3 +293,56 @@ def test_library_checks_name_the_argument():
         cc.source_roots(["/no/such/folder"])
     with pytest.raises(ValueError, match=r"^corpus: "):
         cc.load_corpus("/no/such/folder")
+
+
+# ------------------------------------------------------------------------------------ as a data set
+def test_corpus_sequences_read_the_shards_as_written(built):
+    """Slow twin: the instructions cut at the shard's offsets, the code windows cut from the split's
+    shards concatenated, each in order, then the caps."""
+    *_, out = built
+    m = json.loads((out / "manifest.json").read_text())
+    inst, stream = [], []
+    for shard in m["instruction_shards"]:
+        if shard["split"] == "train":
+            arr, offs = np.load(out / shard["file"]), shard["offsets"]
+            inst += [(arr[a:b].tolist(), p) for a, b, p in zip(offs[:-1], offs[1:], shard["prompt_lens"])]
+    for shard in m["token_shards"]:
+        if shard["split"] == "train":
+            stream += np.load(out / shard["file"]).tolist()
+    seqs, plens, got = cc.corpus_sequences(out, "instruct")
+    assert [(s.tolist(), int(p)) for s, p in zip(seqs, plens)] == inst
+    assert got["selection"]["tokens"] == sum(len(s) for s, _ in inst)
+    assert got["target_fingerprint"] == m["options"]["target_fingerprint"]
+    seqs, plens, got = cc.corpus_sequences(out, "code", window=16)
+    assert [s.tolist() for s in seqs] == [stream[a:a + 16] for a in range(0, len(stream) - 15, 16)]
+    assert set(plens.tolist()) == {1}
+    cap = len(inst[0][0]) + len(inst[1][0])
+    seqs, _, got = cc.corpus_sequences(out, "instruct", max_tokens=cap + 1)
+    assert len(seqs) == 2 and got["selection"]["max_tokens"] == cap + 1
+    seqs, _, got = cc.corpus_sequences(out, "both", max_tokens=2 * cap, window=16)
+    assert got["selection"]["instruction_tokens"] <= cap
+    assert got["selection"]["tokens"] <= 2 * cap and got["selection"]["code_tokens"] > 0
+    for bad, match in (({"part": "prose"}, "part"), ({"split": "dev"}, "split"), ({"max_tokens": 0}, "max_tokens")):
+        with pytest.raises(ValueError, match=match):
+            cc.corpus_sequences(out, **bad)
+
+
+def test_train_drafter_on_a_corpus_reuses_its_feature_file(built, tmp_path):
+    _, target, *_, out = built
+    feats = tmp_path / "features"
+    args = ["train-drafter", "--target", str(target), "--data", str(out), "--corpus-part", "both", "--max-tokens",
+            "600", "--steps", "2", "--block-size", "4", "--batch-size", "2", "--blocks-per-seq", "3",
+            "--context", "shared", "--weight-decay", "0.01", "--target-layers", "0,1", "--features-dir", str(feats),
+            "--mask-token-id", "3", "--quiet"]
+    assert mfd([*args, "--out", str(tmp_path / "a")]) == 0
+    made = (feats / "features.bf16").stat().st_mtime_ns
+    assert mfd([*args, "--out", str(tmp_path / "b")]) == 0
+    assert (feats / "features.bf16").stat().st_mtime_ns == made  # the second run read the file
+    rec = json.loads((tmp_path / "b" / "train_config.json").read_text())
+    assert rec["corpus"]["part"] == "both" and rec["corpus"]["tokens"] <= 600 and rec["context"] == "shared"
+    assert rec["train"]["weight_decay"] == 0.01
+    a = json.loads((tmp_path / "a" / "loss_curve.json").read_text())
+    b = json.loads((tmp_path / "b" / "loss_curve.json").read_text())
+    assert [r["loss"] for r in a] == [r["loss"] for r in b]
+    drafter = json.loads((tmp_path / "b" / "drafter" / "config.json").read_text())
+    assert drafter["dflash_config"]["target_layer_ids"] == [0, 1]

@@ -160,3 +160,23 @@ def test_many_drafters_and_budgets_at_once_equal_one_call_each():
     for name, d in drafters.items():
         for n in (1, 4, 8):
             assert many[name][n] == heldout_greedy_tau(target, d, seqs, plens, n, chunk=5)
+
+
+def test_draft_vocab_coverage_counts_the_answer_tokens_it_can_draft():
+    """Slow twin: count, token by token, the answer tokens inside the draft vocabulary."""
+    from mfd_theory.llm.models.drafter import build_drafter
+    from mfd_theory.runs.pipeline.tau import vocab_coverage
+
+    from llm_helpers import tiny_qwen2
+
+    hf = tiny_qwen2(vocab_size=64, hidden_size=32, num_layers=2, seed=0)
+    assert vocab_coverage(build_drafter(hf, 4, 1, seed=0, mask_token_id=63), [np.arange(9)], [3]) is None
+    vocab = [1, 4, 5, 9, 30]
+    d = build_drafter(hf, 4, 1, seed=0, mask_token_id=63, draft_vocab=vocab)
+    seqs = [np.array([1, 2, 4, 5, 9, 9, 7]), np.array([30, 30, 3, 1])]
+    plens = [2, 1]
+    answer = [t for x, p in zip(seqs, plens) for t in x[p:]]
+    got = vocab_coverage(d, seqs, plens)
+    assert got == {"size": 5, "answer_tokens": len(answer),
+                   "coverage": pytest.approx(sum(t in vocab for t in answer) / len(answer))}
+    assert got["coverage"] == pytest.approx(6 / 8)

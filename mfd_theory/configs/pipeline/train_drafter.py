@@ -21,7 +21,13 @@ __all__ = ["TrainDrafterConfig", "CLI"]
 
 @dataclasses.dataclass(frozen=True)
 class TrainDrafterConfig(TargetOptions):
-    data: str = opt("", "data set directory written by mfd distill", required=True)
+    data: str = opt("", "data set directory written by mfd distill, or a corpus written by mfd corpus "
+                        "(read as --corpus-part says)", required=True)
+    corpus_part: str = opt("instruct", "with a corpus as --data: instruct (its instructions answered by whole "
+                                       "functions), code (windows of its code, teacher-forced) or both (half each)",
+                           choices=("instruct", "code", "both"))
+    max_tokens: int | None = opt(None, "with a corpus as --data: train on its first N tokens (whole sequences)",
+                                 unset="all of its train split", ge=1)
     modes: int = opt(1, "K: 1 = product (DFlash) drafter, > 1 = MFD", ge=1)
     kind: str = opt("dflash", "dflash: a block drafter (product, or MFD with --modes > 1); dartree: a Domino "
                               "drafter (block drafter plus a path-correction head, decoded with method dartree)",
@@ -41,6 +47,17 @@ class TrainDrafterConfig(TargetOptions):
                                     "learns which mode wins)", choices=("mixture", "wta"))
     wta_eps: float = opt(0.05, "with --objective wta: share of each block spread over the modes that lost it "
                                "(0 lets a mode that never wins die)", ge=0, lt=1)
+    weight_decay: float = opt(0.0, "AdamW's decoupled weight decay", ge=0)
+    context: str = opt("per_block", "how a step's blocks read their context: shared (one pass over each "
+                                    "sequence's context for all its blocks, a block-sparse mask; the same loss, "
+                                    "faster) or per_block (a copy of the context for each block)",
+                       choices=("per_block", "shared"))
+    target_layers: tuple[int, ...] = opt((), "a new drafter's context: these target layers' hidden states "
+                                             "(0-based; DFlash uses 5 spread over the target)",
+                                         unset="DFlash's default for the draft layers", empty=True, ge=0)
+    features_dir: str | None = opt(None, "keep the target's hidden states of the data in this directory as one "
+                                         "bfloat16 file and reuse them in every later run on the same data, layers, "
+                                         "target and numerics", unset="computed in memory for this run")
     ckpt_every: int = opt(100, "steps between checkpoints", ge=1)
     init_from: str | None = opt(None, "start from this DFlash checkpoint directory", unset="a new drafter")
     mask_token_id: int | None = opt(None, "the drafter's mask token id",
@@ -65,6 +82,8 @@ class TrainDrafterConfig(TargetOptions):
         if self.init_from is not None and (self.draft_vocab or self.init_layers != "random"):
             raise ValueError("--draft-vocab / --init-layers: only for a new drafter (an --init-from checkpoint keeps "
                              "its own vocabulary and weights)")
+        if self.init_from is not None and self.target_layers:
+            raise ValueError("--target-layers: only for a new drafter (an --init-from checkpoint reads its own layers)")
         if self.draft_vocab == 1:
             raise ValueError("--draft-vocab: a draft vocabulary needs at least 2 tokens (0: the whole vocabulary)")
         if self.mask_token_id is not None and (self.mask_token_id < 0 or self.init_from is not None):

@@ -421,14 +421,16 @@ class BlockDrafter(nn.Module, DrafterBase):
         emb = F.embedding(block_ids, self._embed_tokens.weight.detach()).to(self.fc.weight.dtype)
         return emb * self.input_embedding_scale if self.input_embedding_scale != 1.0 else emb
 
-    def _run(self, block_h, context: list, blk_pos, mask, offsets: list[int] | None = None, per_mode=False):
+    def _run(self, block_h, context: list, blk_pos, mask, offsets: list[int] | None = None, per_mode=False,
+             modes: int | None = None):
         """Run the draft layers over block states [B*K, S, H]; ``context`` per layer: (keys, values)
         [B, kvh, T, d] shared by a sample's K modes (training), or a KVBuffer with the context of
-        sample b in rows [0, offsets[b]) (see :meth:`_DraftAttention.forward`)."""
+        sample b in rows [0, offsets[b]) (see :meth:`_DraftAttention.forward`). ``modes``: the blocks
+        per sample sharing its context (K unless given: the shared training pass gives blocks x K)."""
         cos, sin = self.rotary_emb(block_h, blk_pos)
         h = block_h
         for layer, ctx in zip(self.layers, context):
-            h = layer(h, cos, sin, ctx, mask, self.num_modes, offsets, per_mode)
+            h = layer(h, cos, sin, ctx, mask, self.num_modes if modes is None else modes, offsets, per_mode)
         return self.norm(h)  # [B*K, S, H]
 
     def _context_kv(self, ctx, ctx_pos):
@@ -521,6 +523,42 @@ class BlockDrafter(nn.Module, DrafterBase):
                       mask)
         log_q = self._log_probs(h[:, 1:]).view(b, k, s - 1, -1)  # [B, K, S-1, V]
         return self._readout(h, b), log_q
+
+    def train_forward_shared(self, ctx_feats: torch.Tensor, block_ids: torch.Tensor, starts: torch.Tensor):
+        """:meth:`train_forward` of many blocks per sequence over one pass of each sequence's context.
+
+        ``ctx_feats`` [B, W, H] (:meth:`fuse_hidden` of the sequences, positions 0..W-1), ``starts``
+        [B, nb] the block starts t (1 <= t <= W), ``block_ids`` [B*nb, block_size] the blocks,
+        sequence-major. Block (b, j) sees the context rows ``< starts[b, j]`` and its own positions,
+        exactly what :meth:`train_forward` gives it from its own left-aligned copy of those rows (the
+        positions are the same: t + i for block position i), but the context keys/values are made
+        once per sequence and every block's queries go through one attention call per sequence, a
+        block-sparse additive mask keeping the blocks apart. Returns [B*nb, block_size - 1, V]."""
+        log_pi, log_q = self._train_modes_shared(ctx_feats, block_ids, starts)
+        return log_q[:, 0]
+
+    def _train_modes_shared(self, ctx_feats, block_ids, starts):
+        if ctx_feats.dim() != 3 or starts.dim() != 2 or starts.shape[0] != ctx_feats.shape[0]:
+            raise ValueError("ctx_feats must be [B, W, H] and starts [B, blocks] with the same B")
+        b, w, _ = ctx_feats.shape
+        nb, s, k = starts.shape[1], block_ids.shape[1], self.num_modes
+        if block_ids.shape[0] != b * nb or s < 2:
+            raise ValueError(f"block_ids: expected [{b * nb}, >= 2] (B x blocks), got {tuple(block_ids.shape)}")
+        dev = ctx_feats.device
+        pos = torch.arange(w, device=dev)[None].expand(b, w)
+        ctx_k, ctx_v = self._context_kv(ctx_feats, pos)  # per layer [B, kvh, W, d], once per sequence
+        dtype, rep = self.fc.weight.dtype, self.layers[0].self_attn.rep
+        # query rows follow _DraftAttention's fold: (GQA head, block, mode, block position)
+        seen = torch.arange(w, device=dev)[None, None, :] < starts[:, :, None]  # [B, nb, W]
+        seen = seen[:, :, None, :].expand(b, nb, k * s, w).reshape(b, nb * k * s, w).repeat(1, rep, 1)
+        ctx_cols = torch.zeros(seen.shape, dtype=dtype, device=dev).masked_fill_(~seen, torch.finfo(dtype).min)
+        blk_cols = block_mode_mask(nb * k, s, rep, dtype, dev).expand(b, -1, -1)  # [B, rep*nb*K*S, nb*K*S]
+        mask = torch.cat([ctx_cols, blk_cols], dim=2)[:, None]  # [B, 1, rep*nb*K*S, W + nb*K*S]
+        blk_pos = starts.reshape(-1)[:, None] + torch.arange(s, device=dev)[None]  # [B*nb, S]
+        h = self._run(self._block_embeddings(block_ids), list(zip(ctx_k, ctx_v)), blk_pos.repeat_interleave(k, dim=0),
+                      mask, modes=nb * k)
+        log_q = self._log_probs(h[:, 1:]).view(b * nb, k, s - 1, -1)  # [B*nb, K, S-1, V]
+        return self._readout(h, b * nb), log_q
 
     def _write_context(self, cache: list[KVBuffer], feats: torch.Tensor, start: int | torch.Tensor,
                        valid: torch.Tensor | None = None) -> None:
@@ -828,6 +866,10 @@ class MFDDrafter(BlockDrafter):
     def train_forward(self, ctx_feats, block_ids, ctx_valid=None):
         """(log_pi [B, K], log_q [B, K, block_size - 1, V])."""
         return self._train_modes(ctx_feats, block_ids, ctx_valid)
+
+    def train_forward_shared(self, ctx_feats, block_ids, starts):
+        """(log_pi [B*nb, K], log_q [B*nb, K, block_size - 1, V]): see :meth:`BlockDrafter.train_forward_shared`."""
+        return self._train_modes_shared(ctx_feats, block_ids, starts)
 
     def draft(self, new_ctx_feats, root_token):
         return self.draft_modes(new_ctx_feats, root_token)

@@ -59,8 +59,8 @@ from mfd_theory.llm.training.real_prompts import code_instruction, humaneval_pro
 from mfd_theory.results import atomic_write_bytes, atomic_write_text
 from mfd_theory.validation import check_int, check_real
 
-__all__ = ["FORMAT", "SPLITS", "SourceFile", "SpanBank", "build_corpus", "label_windows", "list_sources",
-           "load_corpus", "scan_sources", "split_of_content"]
+__all__ = ["CORPUS_PARTS", "FORMAT", "SPLITS", "SourceFile", "SpanBank", "build_corpus", "corpus_sequences",
+           "label_windows", "list_sources", "load_corpus", "scan_sources", "split_of_content"]
 
 FORMAT = "mfd-code-corpus-v1"
 SPLITS = ("train", "calib", "eval")
@@ -667,3 +667,81 @@ def load_corpus(directory) -> dict:
     if m is None or m.get("format") != FORMAT:
         raise ValueError(f"corpus: no {FORMAT} manifest.json in {directory}")
     return m
+
+
+#: what of a corpus a drafter trains on: its instructions (a prompt, then the whole function as the
+#: answer), its code (windows of the token stream, teacher-forced), or both (half the tokens each)
+CORPUS_PARTS = ("instruct", "code", "both")
+
+
+def corpus_sequences(directory, part: str = "instruct", split: str = "train", max_tokens: int | None = None,
+                     window: int | None = None) -> tuple[list[np.ndarray], np.ndarray, dict]:
+    """(sequences, prompt lengths, manifest) of a finished corpus, in the form ``mfd distill``'s data
+    sets have (:func:`~mfd_theory.llm.training.distill.load_distill_data`), for training a drafter.
+
+    ``part`` "instruct": every instruction of ``split`` in shard order, the prompt its chat-formatted
+    signature and docstring; "code": consecutive ``window``-token windows of the split's token stream
+    (the corpus's own window unless given), each with a prompt of one token (every later position is
+    trained on); "both": half of ``max_tokens`` from each (all of each without a cap). ``max_tokens``
+    caps the tokens taken (whole sequences, in order: the files are in content-hash order, so the first
+    ones are a sample of the split). The manifest returned is the corpus's with ``"selection"`` added
+    (part, split, cap, sequences, tokens, and the sha256 of the ids taken)."""
+    if part not in CORPUS_PARTS:
+        raise ValueError(f"part: must be one of {', '.join(CORPUS_PARTS)}, got {part!r}")
+    if split not in SPLITS:
+        raise ValueError(f"split: must be one of {', '.join(SPLITS)}, got {split!r}")
+    if max_tokens is not None:
+        check_int("max_tokens", max_tokens, 1)
+    out = Path(directory)
+    m = load_corpus(out)
+    win = int(window if window is not None else m["options"]["window"])
+    check_int("window", win, 2)
+    seqs: list[np.ndarray] = []
+    plens: list[int] = []
+
+    def take_instructions(cap):
+        n = 0
+        for sh in m["instruction_shards"]:
+            if sh["split"] != split:
+                continue
+            arr = np.load(out / sh["file"], mmap_mode="r")
+            off = sh["offsets"]
+            for a, b, p in zip(off[:-1], off[1:], sh["prompt_lens"]):
+                if cap is not None and n + (b - a) > cap:
+                    return n
+                seqs.append(np.asarray(arr[a:b], dtype=np.int64))
+                plens.append(int(p))
+                n += b - a
+        return n
+
+    def take_code(cap):
+        shards = [{"shard": int(Path(sh["file"]).stem.split("-")[-1]), "n_tokens": sh["n_tokens"]}
+                  for sh in m["token_shards"] if sh["split"] == split]
+        stream = _Stream(out, split, shards)
+        n = 0
+        for a in range(0, len(stream) - win + 1, win):
+            if cap is not None and n + win > cap:
+                break
+            seqs.append(stream.take(a, a + win).astype(np.int64))
+            plens.append(1)
+            n += win
+        return n
+
+    cap = max_tokens
+    if part == "both" and cap is not None:
+        cap = max_tokens // 2
+    n_inst = take_instructions(cap) if part in ("instruct", "both") else 0
+    n_code = take_code(cap if part == "code" or cap is None else max_tokens - n_inst) if part in ("code", "both") else 0
+    if not seqs:
+        raise ValueError(f"corpus: {out} holds no {part} sequences of split {split!r} within {max_tokens} tokens")
+    h = hashlib.sha256()
+    for x in seqs:
+        h.update(np.asarray(x, dtype="<i8").tobytes())
+        h.update(b"|")
+    manifest = dict(m)
+    manifest["target_fingerprint"] = m["options"].get("target_fingerprint")
+    manifest["selection"] = {"part": part, "split": split, "max_tokens": max_tokens, "window": win,
+                             "sequences": len(seqs), "tokens": int(n_inst + n_code),
+                             "instruction_tokens": int(n_inst), "code_tokens": int(n_code),
+                             "ids_sha256": h.hexdigest()}
+    return seqs, np.asarray(plens, dtype=np.int64), manifest

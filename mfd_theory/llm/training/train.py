@@ -102,9 +102,16 @@ class DrafterTrainConfig:
     # sequence's token; 0 trains on the tokens alone (cross-entropy), 1 on the distribution alone
     soft_share: float = 0.0
     soft_top_k: int = 32
+    weight_decay: float = 0.0       # AdamW's decoupled weight decay
+    # the block starts of a sequence share one pass over its context: its keys/values are made once
+    # and every block attends to the rows before its start through a block-sparse mask ("shared"),
+    # or each block gets its own left-aligned copy of the context ("per_block", the slow, obvious twin)
+    context: str = "per_block"
 
     def __post_init__(self):
         check_choice("objective", self.objective, OBJECTIVES)
+        check_real("weight_decay", self.weight_decay, 0)
+        check_choice("context", self.context, CONTEXT_MODES)
         check_real("wta_eps", self.wta_eps, 0, 1, high_open=True)
         check_int("feature_cache_mb", self.feature_cache_mb, 0)
         check_real("soft_share", self.soft_share, 0, 1)
@@ -119,11 +126,16 @@ class DrafterTrainConfig:
         del out["feature_cache_mb"]  # a memory cap: the run records which way its features were made
         if self.soft_share == 0:  # runs on the tokens alone record what they recorded before
             del out["soft_share"], out["soft_top_k"]
+        if self.weight_decay == 0:  # likewise runs without weight decay
+            del out["weight_decay"]
+        del out["context"]  # the same loss either way (tests/test_train.py compares them)
         return out
 
 
 #: the drafter training objectives for K > 1 (:func:`block_loss`)
 OBJECTIVES = ("mixture", "wta")
+#: how a training step's blocks read their context (:class:`DrafterTrainConfig`)
+CONTEXT_MODES = ("per_block", "shared")
 
 
 def _recorded(part: Any) -> Any:
@@ -697,8 +709,10 @@ class _DraftStep(torch.nn.Module):
         super().__init__()
         self.drafter = drafter
 
-    def forward(self, hidden_states, starts, block_ids, repeat: int, paths=None):
+    def forward(self, hidden_states, starts, block_ids, repeat: int, paths=None, shared: bool = False):
         ctx = self.drafter.fuse_hidden(hidden_states)                  # [B, S, H]
+        if shared:  # one pass over each sequence's context for all its blocks (starts [B, nb])
+            return self.drafter.train_forward_shared(ctx, block_ids, starts.view(ctx.shape[0], repeat))
         ctx, valid = left_align_context(ctx.repeat_interleave(repeat, 0), starts)  # [B*nb, T, H]
         if paths is None:
             return self.drafter.train_forward(ctx, block_ids, valid)
@@ -760,12 +774,14 @@ def train_drafter(
     loss_fn = _drafter_loss(hf, drafter, batches, weights, config, dist, features)
     run_cfg = {"kind": "drafter", "train": config.recorded(), "target": fp, **data_desc,
                "target_features": "precomputed" if features is not None else "per_step",
+               **({"context": "shared"} if config.context == "shared" and not getattr(drafter, "teacher_forced", False)
+                  else {}),
                **(extra_config or {})}
     curve = run_training(
         run_dir, drafter, loss_fn, steps=config.steps, lr=config.lr, warmup=config.warmup,
         ckpt_every=config.ckpt_every, config=run_cfg, progress=progress,
         desc=desc or f"drafter K={config.num_modes}", stop_after=stop_after, grad_accum=config.grad_accum,
-        dist=dist,
+        dist=dist, weight_decay=config.weight_decay,
     )
     if len(curve) >= config.steps:
         _save_drafter(run_dir, drafter, fp, curve, dist)
@@ -816,6 +832,16 @@ class _BlockBatches:
 #: under reproducible numerics: 4 bytes a value, about 10.7 GB a million tokens at three Qwen-0.5B
 #: layers), or one bfloat16 memory-mapped file on disk (half of that, paged in as batches read it)
 FEATURE_STORES = ("ram", "bf16-memmap")
+
+
+def _bf16_view(mm: np.ndarray, a: int, b: int, k: int) -> torch.Tensor:
+    """Rows ``a:b`` of layer slot ``k`` of a read-only bf16-memmap feature file as a bfloat16 tensor
+    (a view of the mapped pages: torch warns about read-only arrays, and nothing writes to them)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(mm[a:b, k]).view(torch.bfloat16)
 
 
 class TargetFeatures:
@@ -889,6 +915,45 @@ class TargetFeatures:
         if mm is not None:
             mm.flush()
 
+    @classmethod
+    def cached(cls, hf, seqs: list[np.ndarray], layer_ids, directory, *, key: dict | None = None,
+               progress: bool = False, cap_mb: float | None = None) -> "TargetFeatures":
+        """The bf16-memmap features of ``seqs`` kept in ``directory`` and reused by every later run
+        that asks for the same ones: ``features.json`` beside ``features.bf16`` records the sequences'
+        hash, the layers, the hidden size, the target's dtype and ``key`` (the caller's: the target's
+        fingerprint and the numerics, say); when it matches, the file is opened read-only and nothing
+        is computed, else the features are computed into it and the record is written last (so an
+        interrupted pass is never taken for a finished one)."""
+        directory = Path(directory)
+        side = directory / "features.json"
+        h = hashlib.sha256()
+        for x in seqs:
+            h.update(np.asarray(x, dtype="<i8").tobytes())
+            h.update(b"|")
+        want = {"format": "mfd-features-v1", "layers": sorted({int(i) + 1 for i in layer_ids}),
+                "hidden": int(hf.config.hidden_size), "dtype": str(next(hf.parameters()).dtype),
+                "sequences": len(seqs), "tokens": int(sum(len(x) for x in seqs)), "ids_sha256": h.hexdigest(),
+                **(key or {})}
+        try:
+            have = json.loads(side.read_text()) if side.is_file() else None
+        except (OSError, ValueError):
+            have = None
+        if have == want and (directory / "features.bf16").is_file():
+            out = object.__new__(cls)
+            out.index, out.n, out.top_k = want["layers"], int(hf.config.num_hidden_layers) + 1, 0
+            out.dtype, out.store, out.path, out.soft = next(hf.parameters()).dtype, "bf16-memmap", directory / "features.bf16", None
+            mm = np.load(out.path, mmap_mode="r")
+            if mm.shape != (max(want["tokens"], 1), len(out.index), want["hidden"]):
+                raise ValueError(f"features: {out.path} has shape {mm.shape}, its record says otherwise")
+            starts = np.concatenate([[0], np.cumsum([len(x) for x in seqs])])
+            out.rows = [{i: _bf16_view(mm, int(a), int(b), k) for k, i in enumerate(out.index)}
+                        for a, b in zip(starts[:-1], starts[1:])]
+            return out
+        side.unlink(missing_ok=True)
+        out = cls(hf, seqs, layer_ids, progress=progress, store="bf16-memmap", directory=directory, cap_mb=cap_mb)
+        atomic_write_text(side, json.dumps(want, indent=1) + "\n")
+        return out
+
     def subset(self, keep) -> "TargetFeatures":
         """The features of the sequences ``keep`` (indices, in that order), sharing the tensors."""
         out = object.__new__(TargetFeatures)
@@ -960,6 +1025,7 @@ def _drafter_loss(hf, drafter, batches: _BlockBatches, weights: torch.Tensor, co
     bs, nb, mask_id = batches.bs, batches.nb, int(drafter.mask_token_id)
     # a path-corrected (Domino) drafter is teacher-forced: its correction reads the true block
     teacher_forced = bool(getattr(drafter, "teacher_forced", False))
+    shared = config.context == "shared" and not teacher_forced  # Domino's correction reads its own block
     step_module = _DraftStep(drafter)
     if dist is not None and dist.active:
         from torch.nn.parallel import DistributedDataParallel
@@ -997,7 +1063,10 @@ def _drafter_loss(hf, drafter, batches: _BlockBatches, weights: torch.Tensor, co
             sp = torch.softmax(sv, -1).nan_to_num(0.0)                # all outside: weight 0
             soft = (sid, sp)
         with drafter.reduced_output():
-            out = step_module(hs, t, block_ids, nb, block_tokens if teacher_forced else None)
+            if shared:
+                out = step_module(hs, t, block_ids, nb, None, True)
+            else:
+                out = step_module(hs, t, block_ids, nb, block_tokens if teacher_forced else None)
         return block_loss(out, labels, weights, config.balance, config.objective, config.wta_eps, keep,
                           soft, config.soft_share)
 

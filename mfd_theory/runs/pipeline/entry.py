@@ -10,6 +10,7 @@ functions, and the drivers that run the three as steps (``mfd own-target``, ``mf
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from mfd_theory.configs.pipeline.corpus import CLI as CORPUS, CorpusConfig
@@ -76,13 +77,28 @@ def _corpus(config: CorpusConfig, opts) -> dict:
 def _train_drafter(config: TrainDrafterConfig, opts) -> list[dict]:
     if config.init_from is not None and not (Path(config.init_from) / "config.json").is_file():
         raise ValueError(f"--init-from: no DFlash checkpoint (config.json) in {config.init_from}")
+    from mfd_theory.llm.training.code_corpus import FORMAT as CORPUS_FORMAT, corpus_sequences
     from mfd_theory.llm.training.distill import load_distill_data
 
-    data = load_distill_data(config.data)  # (sequences, prompt lengths, manifest), read before a model
+    # (sequences, prompt lengths, manifest), read before a model
+    if _manifest_format(Path(config.data)) == CORPUS_FORMAT:
+        data = corpus_sequences(config.data, config.corpus_part, "train", config.max_tokens)
+    else:
+        if config.max_tokens is not None:
+            raise ValueError(f"--max-tokens: only with a corpus as --data ({config.data} is an mfd distill data set)")
+        data = load_distill_data(config.data)
     check_target_dir(config.target)
     from mfd_theory.runs.pipeline.train_drafter import train
 
     return train(config, data, opts.out, progress=not opts.quiet)
+
+
+def _manifest_format(directory: Path) -> str | None:
+    """The ``format`` of ``directory/manifest.json`` (None when there is none or it is unreadable)."""
+    try:
+        return json.loads((directory / "manifest.json").read_text()).get("format")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _eval(config: EvalConfig, opts):

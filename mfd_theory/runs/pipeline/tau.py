@@ -28,7 +28,7 @@ import torch
 from mfd_theory.results import Result
 from mfd_theory.validation import make_out_dir
 
-__all__ = ["tau"]
+__all__ = ["tau", "vocab_coverage"]
 
 
 def _sha(path: Path) -> str:
@@ -108,6 +108,19 @@ def _timing(target, drafter, prompts: list[list[int]], cells, budgets, max_new_t
     return out
 
 
+def vocab_coverage(drafter, seqs, plens) -> dict | None:
+    """The share of the greedy answers' tokens (after each prompt) that the drafter's draft vocabulary
+    holds: the tokens it can ever draft (None for a drafter that drafts the whole vocabulary)."""
+    vocab = getattr(drafter, "draft_vocab", None)
+    if vocab is None:
+        return None
+    have = np.zeros(int(drafter.config.vocab_size), dtype=bool)
+    have[np.asarray(vocab.cpu(), dtype=np.int64)] = True
+    answer = np.concatenate([np.asarray(x[int(p):], dtype=np.int64) for x, p in zip(seqs, plens)])
+    return {"size": int(have.sum()), "answer_tokens": int(answer.size),
+            "coverage": float(have[answer].mean()) if answer.size else None}
+
+
 def tau(config, out_dir, drafter_dirs: list[Path], progress: bool = True) -> Result:
     """Run ``mfd tau`` (module docstring) into ``out_dir``; returns the Result (``tau.json``)."""
     from mfd_theory.llm.measure.heldout import heldout_greedy_tau_many
@@ -142,7 +155,7 @@ def tau(config, out_dir, drafter_dirs: list[Path], progress: bool = True) -> Res
         for row in results:
             name = row["drafter"]
             per_budget = {str(n): g for n, g in got[name].items()}
-            entry = {"budgets": per_budget}
+            entry = {"budgets": per_budget, "draft_vocab_coverage": vocab_coverage(drafters[name], s["seqs"], s["plens"])}
             if config.timing_prompts:
                 k = min(config.timing_prompts, len(s["seqs"]))
                 prompts = [list(map(int, s["seqs"][i][: int(s["plens"][i])])) for i in range(k)]

@@ -13,7 +13,7 @@ import torch
 from mfd_theory.runs.pipeline import say
 from mfd_theory.llm.models.target import load_local_target
 from mfd_theory.llm.models.drafter import attention_layout, build_drafter, drafter_from_checkpoint
-from mfd_theory.llm.models.fingerprint import target_fingerprint
+from mfd_theory.llm.models.fingerprint import hf_model, target_fingerprint
 from mfd_theory.llm.training.dist import setup, teardown
 from mfd_theory.llm.training.train import DrafterTrainConfig, train_drafter
 from mfd_theory.llm.measure.predict import prompt_digest
@@ -59,7 +59,19 @@ def train(config, data, out_dir, progress: bool = True) -> list[dict]:
             batch_size=config.batch_size, blocks_per_seq=config.blocks_per_seq, steps=config.steps, lr=config.lr,
             warmup=config.warmup if config.warmup is not None else max(1, config.steps // 20),
             balance=config.balance, ckpt_every=config.ckpt_every, seed=config.seed, grad_accum=config.grad_accum,
-            objective=config.objective, wta_eps=config.wta_eps)
+            objective=config.objective, wta_eps=config.wta_eps, weight_decay=config.weight_decay,
+            context=config.context)
+        features = None
+        if config.features_dir is not None:
+            # the sequences train_drafter keeps (a response of at least one block), so the file is theirs
+            keep = [i for i, (x, p) in enumerate(zip(seqs, plens)) if len(x) - p >= int(drafter.block_size)]
+            seqs, plens = [seqs[i] for i in keep], np.asarray(plens)[keep]
+            from mfd_theory.llm.training.train import TargetFeatures
+            from mfd_theory.numerics import current_numerics
+
+            features = TargetFeatures.cached(hf_model(target), seqs, drafter.target_layer_ids, config.features_dir,
+                                             key={"target_fingerprint": fp, "numerics": current_numerics()},
+                                             progress=progress)
         extra = {"kind": config.kind, "rank": getattr(drafter, "correction_rank", None),
                  "init_from": None if config.init_from is None else str(Path(config.init_from).resolve()),
                  "mode_noise": config.mode_noise if config.init_from is not None and K > 1 else None,
@@ -73,7 +85,10 @@ def train(config, data, out_dir, progress: bool = True) -> list[dict]:
             # a run directory made before the layout followed the target is refused, not resumed
             # into a drafter of other shapes; a Qwen3 target's runs resume as before
             extra["attention_layout"] = {"attention_bias": qkv_bias, "o_proj_bias": o_bias, "qk_norm": qk_norm}
-        curve = train_drafter(target, drafter, seqs, plens, out, cfg, progress=progress, dist=dist, extra_config=extra)
+        if "selection" in manifest:  # a corpus: what of it was read
+            extra["corpus"] = {"corpus_sha256": manifest.get("corpus_sha256"), **manifest["selection"]}
+        curve = train_drafter(target, drafter, seqs, plens, out, cfg, progress=progress, dist=dist, extra_config=extra,
+                              features=features)
         if dist.main and (out / "drafter").is_dir():
             write_distilled_prompts(out / "drafter", seqs, plens)
         if len(curve):
@@ -221,7 +236,8 @@ def _new(config, target, tok):
     if mask is not None and not 0 <= int(mask) < n_vocab:
         raise ValueError(f"--mask-token-id: {mask} is not a token of the target's {n_vocab}-token vocabulary")
     drafter = build_drafter(target, config.block_size or 16, config.layers or 1, num_modes=config.modes,
-                            seed=config.seed, mask_token_id=mask, kind=config.kind, rank=config.rank)
+                            seed=config.seed, mask_token_id=mask, kind=config.kind, rank=config.rank,
+                            target_layer_ids=list(config.target_layers) or None)
     if mask is None:
         warnings.warn(f"mask_token_id: the tokenizer has no mask token, so the drafter uses id "
                       f"{drafter.mask_token_id} as its mask; pass --mask-token-id to choose it", stacklevel=2)
