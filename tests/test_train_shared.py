@@ -114,9 +114,28 @@ def test_feature_file_is_reused_only_for_the_same_sequences(target, tmp_path):
     with torch.no_grad():
         ref = target(input_ids=torch.tensor(seqs[2])[None], output_hidden_states=True).hidden_states
     torch.testing.assert_close(again.rows[2][3].float(), ref[3][0], atol=1e-6, rtol=2 ** -8)
+    # a part of the sequences, in any order, and a part of the layers: read from the same file
+    part = TargetFeatures.cached(target, [seqs[2], seqs[0]], [2], tmp_path, key={"fingerprint": "x"})
+    assert (tmp_path / "features.bf16").stat().st_mtime_ns == stamp and part.index == [3]
+    assert torch.equal(part.rows[0][3], again.rows[2][3]) and torch.equal(part.rows[1][3], again.rows[0][3])
     # other sequences, or another key: computed again
     other = [seqs[0], seqs[1], seqs[2][:-1]]
     TargetFeatures.cached(target, other, [0, 2], tmp_path, key={"fingerprint": "x"})
     assert json.loads((tmp_path / "features.json").read_text())["tokens"] == 25
     TargetFeatures.cached(target, other, [0, 2], tmp_path, key={"fingerprint": "y"})
     assert json.loads((tmp_path / "features.json").read_text())["fingerprint"] == "y"
+
+
+def test_a_feature_record_without_the_sequence_list_is_upgraded_not_recomputed(target, tmp_path):
+    g = np.random.default_rng(2)
+    seqs = [g.integers(0, MASK, size=int(n)).astype(np.int64) for n in (7, 11)]
+    TargetFeatures.cached(target, seqs, [1], tmp_path, key={"k": 1})
+    rec = json.loads((tmp_path / "features.json").read_text())
+    old = {k: v for k, v in rec.items() if k not in ("seq_sha256", "lengths")}  # as the first version wrote it
+    (tmp_path / "features.json").write_text(json.dumps(old))
+    stamp = (tmp_path / "features.bf16").stat().st_mtime_ns
+    TargetFeatures.cached(target, seqs, [1], tmp_path, key={"k": 1})
+    assert (tmp_path / "features.bf16").stat().st_mtime_ns == stamp
+    assert json.loads((tmp_path / "features.json").read_text())["seq_sha256"] == rec["seq_sha256"]
+    part = TargetFeatures.cached(target, seqs[1:], [1], tmp_path, key={"k": 1})
+    assert (tmp_path / "features.bf16").stat().st_mtime_ns == stamp and part.rows[0][2].shape[0] == 11

@@ -834,6 +834,11 @@ class _BlockBatches:
 FEATURE_STORES = ("ram", "bf16-memmap")
 
 
+def _seq_digest(x) -> str:
+    """A sequence's short hash (its int64 ids), the key of its rows in a feature file."""
+    return hashlib.sha256(np.asarray(x, dtype="<i8").tobytes()).hexdigest()[:24]
+
+
 def _bf16_view(mm: np.ndarray, a: int, b: int, k: int) -> torch.Tensor:
     """Rows ``a:b`` of layer slot ``k`` of a read-only bf16-memmap feature file as a bfloat16 tensor
     (a view of the mapped pages: torch warns about read-only arrays, and nothing writes to them)."""
@@ -919,39 +924,56 @@ class TargetFeatures:
     def cached(cls, hf, seqs: list[np.ndarray], layer_ids, directory, *, key: dict | None = None,
                progress: bool = False, cap_mb: float | None = None) -> "TargetFeatures":
         """The bf16-memmap features of ``seqs`` kept in ``directory`` and reused by every later run
-        that asks for the same ones: ``features.json`` beside ``features.bf16`` records the sequences'
-        hash, the layers, the hidden size, the target's dtype and ``key`` (the caller's: the target's
-        fingerprint and the numerics, say); when it matches, the file is opened read-only and nothing
-        is computed, else the features are computed into it and the record is written last (so an
+        that asks for them or for a part of them: ``features.json`` beside ``features.bf16`` records
+        each sequence's hash and length, the layers, the hidden size, the target's dtype and ``key``
+        (the caller's: the target's fingerprint and the numerics, say). When the target side matches
+        (same dtype, hidden size and key, the layers asked for among those kept) and every sequence
+        asked for is among those kept, the file is opened read-only and nothing is computed (a run on
+        the first quarter of a data set reads the features of the whole); else the features of
+        ``seqs`` are computed into it, replacing what was there, and the record is written last (so an
         interrupted pass is never taken for a finished one)."""
         directory = Path(directory)
         side = directory / "features.json"
+        digests = [_seq_digest(x) for x in seqs]
         h = hashlib.sha256()
         for x in seqs:
             h.update(np.asarray(x, dtype="<i8").tobytes())
             h.update(b"|")
-        want = {"format": "mfd-features-v1", "layers": sorted({int(i) + 1 for i in layer_ids}),
-                "hidden": int(hf.config.hidden_size), "dtype": str(next(hf.parameters()).dtype),
-                "sequences": len(seqs), "tokens": int(sum(len(x) for x in seqs)), "ids_sha256": h.hexdigest(),
-                **(key or {})}
+        layers = sorted({int(i) + 1 for i in layer_ids})
+        target_side = {"format": "mfd-features-v1", "hidden": int(hf.config.hidden_size),
+                       "dtype": str(next(hf.parameters()).dtype), **(key or {})}
+        want = {**target_side, "layers": layers, "sequences": len(seqs), "tokens": int(sum(len(x) for x in seqs)),
+                "ids_sha256": h.hexdigest(), "seq_sha256": digests, "lengths": [len(x) for x in seqs]}
         try:
             have = json.loads(side.read_text()) if side.is_file() else None
         except (OSError, ValueError):
             have = None
-        if have == want and (directory / "features.bf16").is_file():
-            out = object.__new__(cls)
-            out.index, out.n, out.top_k = want["layers"], int(hf.config.num_hidden_layers) + 1, 0
-            out.dtype, out.store, out.path, out.soft = next(hf.parameters()).dtype, "bf16-memmap", directory / "features.bf16", None
-            mm = np.load(out.path, mmap_mode="r")
-            if mm.shape != (max(want["tokens"], 1), len(out.index), want["hidden"]):
-                raise ValueError(f"features: {out.path} has shape {mm.shape}, its record says otherwise")
-            starts = np.concatenate([[0], np.cumsum([len(x) for x in seqs])])
-            out.rows = [{i: _bf16_view(mm, int(a), int(b), k) for k, i in enumerate(out.index)}
-                        for a, b in zip(starts[:-1], starts[1:])]
-            return out
+        if (isinstance(have, dict) and all(have.get(k) == v for k, v in target_side.items())
+                and set(layers) <= set(have.get("layers", ())) and (directory / "features.bf16").is_file()):
+            if "seq_sha256" not in have and have.get("ids_sha256") == want["ids_sha256"]:
+                have = {**have, "seq_sha256": digests, "lengths": want["lengths"]}  # a record made before
+                atomic_write_text(side, json.dumps(have) + "\n")                    # the per-sequence list
+            where = {d: i for i, d in reversed(list(enumerate(have.get("seq_sha256", []))))}
+            if all(d in where for d in digests):
+                return cls._open(hf, directory / "features.bf16", have, layers, [where[d] for d in digests])
         side.unlink(missing_ok=True)
         out = cls(hf, seqs, layer_ids, progress=progress, store="bf16-memmap", directory=directory, cap_mb=cap_mb)
-        atomic_write_text(side, json.dumps(want, indent=1) + "\n")
+        atomic_write_text(side, json.dumps(want) + "\n")
+        return out
+
+    @classmethod
+    def _open(cls, hf, path: Path, record: dict, layers: list[int], take: list[int]) -> "TargetFeatures":
+        """The kept sequences ``take`` (indices into ``record``'s list), layers ``layers``, read-only."""
+        out = object.__new__(cls)
+        out.index, out.n, out.top_k = layers, int(hf.config.num_hidden_layers) + 1, 0
+        out.dtype, out.store, out.path, out.soft = next(hf.parameters()).dtype, "bf16-memmap", path, None
+        mm = np.load(path, mmap_mode="r")
+        lengths = record["lengths"]
+        if mm.shape != (max(sum(lengths), 1), len(record["layers"]), record["hidden"]):
+            raise ValueError(f"features: {path} has shape {mm.shape}, its record says otherwise")
+        starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        slot = {i: record["layers"].index(i) for i in layers}
+        out.rows = [{i: _bf16_view(mm, int(starts[j]), int(starts[j + 1]), slot[i]) for i in layers} for j in take]
         return out
 
     def subset(self, keep) -> "TargetFeatures":
