@@ -47,6 +47,7 @@ BENCHES: dict[str, tuple[str, str, str]] = {
     "batch": ("mfd_theory.commands.bench.bench_batch", "main", "batched decoding: throughput vs batch size by budget policy, predicted first"),
     "numerics": ("mfd_theory.commands.bench.bench_numerics", "main", "the real target's forward costs: float32 pinned vs native, bfloat16, side by side"),
     "generate": ("mfd_theory.commands.bench.bench_generate", "main", "batched plain generation (distillation answers): tokens/s before and after issue 53, side by side"),
+    "train": ("mfd_theory.commands.bench.bench_train", "main", "a drafter training step: a context copy per block vs one context pass per sequence, side by side"),
     "gpu-check": ("mfd_theory.commands.bench.gpu_check", "main", "greedy equality in bf16, the measured round profile, e2e micro (CUDA), within 8 minutes"),
 }
 

@@ -139,3 +139,15 @@ def test_a_feature_record_without_the_sequence_list_is_upgraded_not_recomputed(t
     assert json.loads((tmp_path / "features.json").read_text())["seq_sha256"] == rec["seq_sha256"]
     part = TargetFeatures.cached(target, seqs[1:], [1], tmp_path, key={"k": 1})
     assert (tmp_path / "features.bf16").stat().st_mtime_ns == stamp and part.rows[0][2].shape[0] == 11
+
+
+def test_bench_train_runs_both_steps_on_the_same_blocks(tmp_path):
+    from mfd_theory.cli import main as mfd
+
+    assert mfd(["bench", "train", "--preset", "tiny", "--blocks-per-seq", "2,5", "--repeats", "1", "--seq-len", "40",
+                "--batch", "2", "--quiet", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "bench_train_tiny.json").read_text())["data"]
+    assert [r["blocks_per_seq"] for r in data["rows"]] == [2, 5]
+    for r in data["rows"]:
+        assert r["loss_difference"] < 1e-5 and r["loss"]["shared"] > 0
+        assert r["ratio"] == pytest.approx(r["best_s"]["per_block"] / r["best_s"]["shared"])
