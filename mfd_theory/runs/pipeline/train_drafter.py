@@ -63,6 +63,9 @@ def train(config, data, out_dir, progress: bool = True) -> list[dict]:
             context=config.context)
         features = None
         if config.features_dir is not None:
+            if dist.active:  # every rank would write the one file at once
+                raise ValueError("--features-dir: one process only (under torchrun the features are computed in "
+                                 "memory on every rank; leave --features-dir out)")
             # the sequences train_drafter keeps (a response of at least one block), so the file is theirs
             keep = [i for i, (x, p) in enumerate(zip(seqs, plens)) if len(x) - p >= int(drafter.block_size)]
             seqs, plens = [seqs[i] for i in keep], np.asarray(plens)[keep]
