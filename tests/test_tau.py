@@ -180,3 +180,69 @@ def test_draft_vocab_coverage_counts_the_answer_tokens_it_can_draft():
     assert got == {"size": 5, "answer_tokens": len(answer),
                    "coverage": pytest.approx(sum(t in vocab for t in answer) / len(answer))}
     assert got["coverage"] == pytest.approx(6 / 8)
+
+
+def test_sampled_tau_equals_real_sampled_decoding_of_each_answer(run):
+    """--temperature 1: the answers are the target's samples (prompt g with mfd distill's seed for
+    (--seed, g)), and each per-answer tau of the record is what speculative_generate measures when it
+    decodes that prompt at T = 1 with that seed: the decode emits exactly the answer (lossless, keyed
+    draws), whatever the tree, and the replay's rounds are its rounds (the slow twin: real decoding)."""
+    from mfd_theory.llm.decoding.generate import speculative_generate
+    from mfd_theory.llm.models.drafter import load_drafter
+    from mfd_theory.llm.models.target import TargetModel, load_local_target
+    from mfd_theory.llm.training.distill import answer_seeds, load_distill_data
+
+    root, target_dir, files, argv = run
+    out = root / "tau-t1"
+    args = list(argv[:-5])
+    args[args.index("--cache-dir") + 1] = str(root / "answers-t1")  # the greedy cache's test counts its folders
+    assert mfd([*args, "--timing-prompts", "0", "--temperature", "1", "--seed", "3", "--out", str(out),
+                "--quiet"]) == 0
+    rec = json.loads((out / "tau.json").read_text())
+    assert rec["data"]["temperature"] == 1.0 and "T = 1 decode" in rec["data"]["rule"]
+    s = rec["data"]["sets"]["alpha"]
+    greedy = json.loads((root / "tau" / "tau.json").read_text())["data"]["sets"]["alpha"]["answers"]
+    from pathlib import Path
+
+    assert Path(s["answers"]).name != Path(greedy).name  # sampled answers are keyed apart from the greedy ones
+    seqs, plens, _ = load_distill_data(s["answers"])
+    seeds = answer_seeds(s["answers"], 3)
+    assert len(set(seeds)) == len(seqs) == 3
+    hf, _ = load_local_target(target_dir, "cpu", "float32")
+    tm = TargetModel(hf)
+    plain = [speculative_generate(tm, None, list(q[:p]), len(q) - p, "ar", temperature=1.0, seed=sd, metrics=False)
+             for q, p, sd in zip(seqs, plens, seeds)]
+    assert [r.tokens for r in plain] == [list(q[p:]) for q, p in zip(seqs, plens)]  # the answers are those samples
+    checked = 0
+    for row in rec["data"]["drafters"]:
+        drafter = load_drafter(row["drafter"], hf).eval()
+        for n, got in row["sets"]["alpha"]["budgets"].items():
+            assert got["kept_tokens"] == got["answer_tokens"]
+            for c in got["cells"]:
+                for q, p, sd, t in zip(seqs, plens, seeds, c["per_sequence_tau"]):
+                    res = speculative_generate(tm, drafter, list(q[:p]), len(q) - p, c["method"], budget=int(n),
+                                               scorer=c["scorer"], temperature=1.0, seed=sd, metrics=False)
+                    assert res.tokens == list(q[p:]) and res.tau == pytest.approx(t), (c, n)
+                    checked += 1
+    assert checked == (2 + 3) * 2 * 3
+    # a wrong seed is a different decode: the replay is not a check that holds for any seed
+    wrong = [speculative_generate(tm, None, list(q[:p]), len(q) - p, "ar", temperature=1.0, seed=sd + 1,
+                                  metrics=False).tokens for q, p, sd in zip(seqs, plens, seeds)]
+    assert wrong != [list(q[p:]) for q, p in zip(seqs, plens)]
+
+
+def test_sampled_prefix_cuts_where_the_forward_draws_another_token():
+    """Slow twin: draw each response token from its row with the seed's keyed draws, one at a time."""
+    from mfd_theory.llm.decoding.sampling import Sampler
+    from mfd_theory.llm.measure.heldout import sampled_prefix
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(9, 7, generator=g) * 2
+    sampler = Sampler(1.0, 1.0, 17)
+    p = 3
+    resp = [sampler.draw(logits[j]) for j in range(p - 1, 8)]
+    seq = np.array([0, 1, 2, *resp])
+    assert sampled_prefix(seq, p, logits, {"temperature": 1.0}, 17) == len(seq)
+    flipped = seq.copy()
+    flipped[p + 2] = (flipped[p + 2] + 1) % 7
+    assert sampled_prefix(flipped, p, logits, {"temperature": 1.0}, 17) == p + 2

@@ -29,7 +29,7 @@ SCORERS = ("mixture", "best_mode")
 
 @dataclasses.dataclass(frozen=True)
 class EvalConfig(TargetOptions):
-    drafter: tuple[str, ...] = opt((), "drafter checkpoint (or train-drafter run) directory; repeat for several",
+    drafter: tuple[str, ...] = opt((), "drafter checkpoint (or train-drafter run) directory, or a shipped drafter's name (mfd drafter list); repeat for several",
                                    required=True, split=False, empty=True)
     prompts: tuple[str, ...] = opt((), f"JSONL prompt files (one data set each): {PROMPT_FORMAT}", required=True,
                                    split=False, empty=True)

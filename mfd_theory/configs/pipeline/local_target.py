@@ -11,6 +11,7 @@ import dataclasses
 from pathlib import Path
 
 from mfd_theory.shipped import check_target
+from mfd_theory.shipped_drafters import is_shipped_drafter, near_drafter_names, shipped_drafter
 from mfd_theory.validation import TOKENIZER_FILES, check_device
 from mfd_theory.configs.options import Checked, numerics_opt, opt, seed_opt
 
@@ -52,12 +53,14 @@ def check_target_dir(path: str, flag: str = "--target") -> Path | str:
 
 
 def checkpoint_dir(path: str, flag: str = "--drafter") -> Path:
-    """The drafter checkpoint in ``path`` (a train-drafter run directory holds it in ``drafter/``);
-    ValueError naming ``flag`` when ``path`` does not exist, is a file, or holds no checkpoint."""
+    """The drafter checkpoint in ``path`` (a train-drafter run directory holds it in ``drafter/``), or
+    the shipped drafter of that name (:func:`mfd_theory.shipped_drafters.shipped_drafter`); ValueError naming ``flag`` when ``path`` does not exist, is a file, or holds no checkpoint."""
     d = Path(path)
+    if str(path) != "" and not d.exists() and (is_shipped_drafter(str(path)) or near_drafter_names(str(path))):
+        return shipped_drafter(str(path), flag)  # a mistyped shipped name is told the near ones
     if str(path) == "" or not d.exists():
-        raise ValueError(f"{flag}: {path} does not exist (give a drafter checkpoint directory, or the train-drafter "
-                         "run directory that holds it in drafter/)")
+        raise ValueError(f"{flag}: {path} does not exist (give a drafter checkpoint directory, the train-drafter "
+                         "run directory that holds it in drafter/, or a shipped drafter's name: mfd drafter list)")
     if not d.is_dir():
         raise ValueError(f"{flag}: {path} is a file, not a drafter checkpoint directory")
     if (d / "drafter" / "config.json").is_file():

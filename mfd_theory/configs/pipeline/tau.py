@@ -3,7 +3,9 @@
 ``mfd tau --target NAME --drafter DIR ... --out DIR`` answers every prompt greedily with the target
 once (cached per target, numerics and prompt file), then replays each answer's T = 0 decode round by
 round for every drafter, tree method and budget: by default all 164 HumanEval problems and the prose
-evaluation prompts. With ``--timing-prompts`` it also decodes a few prompts for real and predicts
+evaluation prompts. ``--temperature 1`` does the same at T = 1 on answers the target samples with
+keyed draws (a sampled decode of the answer's seed emits exactly that answer, so the replay is its
+decode). With ``--timing-prompts`` it also decodes a few prompts for real and predicts
 each cell's speedup over plain decoding from its round cost and its full-set tau (``tau.json``).
 This module holds its config (no torch import); the work is in :mod:`mfd_theory.runs.pipeline.tau`.
 """
@@ -20,7 +22,7 @@ __all__ = ["CLI", "TauConfig"]
 
 @dataclasses.dataclass(frozen=True)
 class TauConfig(TargetOptions):
-    drafter: tuple[str, ...] = opt((), "drafter checkpoint (or train-drafter run) directory; repeat for several",
+    drafter: tuple[str, ...] = opt((), "drafter checkpoint (or train-drafter run) directory, or a shipped drafter's name (mfd drafter list); repeat for several",
                                    required=True, split=False, empty=True)
     prompts: tuple[str, ...] = opt((), f"JSONL prompt files, one data set each: {PROMPT_FORMAT}", split=False,
                                    empty=True, )
@@ -28,13 +30,21 @@ class TauConfig(TargetOptions):
                                 "HumanEval problems; prose: the standard library documentation's evaluation prompts)",
                                 choices=("code", "prose"))
     budgets: tuple[int, ...] = budgets_opt((16, 32, 64), "tree budgets (nodes)")
-    max_new_tokens: int = opt(256, "greedy answer length cap", ge=1)
+    temperature: float = opt(0.0, "0: greedy answers and T = 0 decodes; > 0: answers the target samples at this "
+                                  "temperature (prompt g seeded by --seed and g, as mfd distill seeds them) and the "
+                                  "tau of decodes at it", ge=0)
+    max_new_tokens: int = opt(256, "answer length cap", ge=1)
     batch: int = opt(16, "answers generated at once (the answers do not depend on it, up to float round-off)", ge=1)
     enable_thinking: bool = opt(False, "chat template with thinking enabled")
     timing_prompts: int = opt(0, "prompts per set also decoded for real and timed (plain decoding and every cell), "
                                  "for the round costs that turn tau into a predicted speedup (0: no timing)", ge=0)
-    cache_dir: str = opt("results/answers", "where the target's greedy answers are kept (one folder per target, "
-                                            "numerics and prompt file)")
+    cache_dir: str = opt("results/answers", "where the target's answers are kept (one folder per target, numerics, "
+                                            "prompt file, and temperature and seed when sampled)")
+
+    def validate(self) -> None:
+        super().validate()
+        if 0 < self.temperature < 0.01:
+            raise ValueError(f"--temperature: 0 (greedy) or at least 0.01, got {self.temperature}")
 
 
 CLI = Command("tau", __name__, TauConfig, __doc__, out="results/tau", models=True, examples=(

@@ -1,4 +1,4 @@
-"""Greedy tau of a block drafter on held-out sequences, from one target forward per sequence.
+"""Greedy (and sampled) tau of a block drafter on held-out sequences, from one target forward per sequence.
 
 At T = 0 a lossless decode emits the target's greedy continuation whatever the drafter does, so
 every round's tree is drafted from a context that is known in advance: the features of the
@@ -9,7 +9,10 @@ longest prefix of the continuation x[t+1:] that is a path of its tree, emits it 
 token, and the next round's root is the last token emitted. The tau this returns is the tau
 ``speculative_generate`` measures for the same prompt and ``max_new_tokens`` (the test suite
 compares the two), without running the target once per round; it also gives the mean accepted
-length over *every* root of the response, a lower-variance figure of the same drafter.
+length over *every* root of the response, a lower-variance figure of the same drafter. At T > 0
+the same replay runs on answers the target sampled with keyed draws (``sampling`` of
+:func:`heldout_greedy_tau_many`): a sampled decode of the answer's seed emits that answer whatever
+the tree, so the same walk gives its tau.
 
 Only what a round's tree needs from the drafter enters (its block at the root), so this holds for
 chain, DDTree and MFD trees (both scorers); DARTree grows its tree with the drafter's path
@@ -24,7 +27,7 @@ import torch
 from mfd_theory.llm.decoding.trees import build_trees
 from mfd_theory.validation import check_int
 
-__all__ = ["greedy_prefix", "heldout_greedy_tau", "heldout_greedy_tau_many", "tree_accepts"]
+__all__ = ["greedy_prefix", "heldout_greedy_tau", "heldout_greedy_tau_many", "sampled_prefix", "tree_accepts"]
 
 #: the methods and scorers this module measures (DARTree needs the drafter's path correction)
 CELLS = (("chain", None), ("ddtree", None), ("mfd", "mixture"), ("mfd", "best_mode"))
@@ -38,6 +41,25 @@ def greedy_prefix(seq: np.ndarray, prompt_len: int, logits: torch.Tensor) -> int
     same = nxt == np.asarray(seq[prompt_len:], dtype=np.int64)
     bad = np.flatnonzero(~same)
     return int(prompt_len + (bad[0] if bad.size else same.size))
+
+
+def sampled_prefix(seq: np.ndarray, prompt_len: int, logits: torch.Tensor, sampling: dict, seed: int) -> int:
+    """:func:`greedy_prefix` for a sampled answer: the length of the longest prefix of ``seq`` whose
+    response is what the target draws under ``logits`` with the keyed draws of the generator seed
+    ``seed`` (draw k from response token k's row, :func:`~mfd_theory.llm.decoding.sampling.draw_tokens`,
+    cut by ``sampling``'s ``temperature``, ``top_k``, ``top_p``): the answer a lossless sampled
+    decode of that seed emits, up to where this forward's rounding changes a draw. At least
+    ``prompt_len``."""
+    from mfd_theory.llm.decoding.sampling import draw_tokens
+
+    n = len(seq) - prompt_len
+    if n <= 0:
+        return int(prompt_len)
+    rows = logits[prompt_len - 1: len(seq) - 1]
+    got = np.asarray(draw_tokens(rows, float(sampling["temperature"]), [int(seed)] * n, list(range(n)),
+                                 int(sampling.get("top_k", 0)), float(sampling.get("top_p", 1.0))), dtype=np.int64)
+    bad = np.flatnonzero(got != np.asarray(seq[prompt_len:], dtype=np.int64))
+    return int(prompt_len + (bad[0] if bad.size else n))
 
 
 def tree_accepts(tree, continuation: np.ndarray) -> int:
@@ -115,16 +137,32 @@ def _roots_accepted(drafter, hidden_states, seq: np.ndarray, p: int, end: int, b
 
 @torch.no_grad()
 def heldout_greedy_tau_many(target_hf, drafters: dict, seqs, plens, budgets, cells: dict | None = None,
-                            chunk: int = 32, progress: bool = False) -> dict:
+                            chunk: int = 32, progress: bool = False, sampling: dict | None = None) -> dict:
     """:func:`heldout_greedy_tau` for several drafters and budgets at once: one target forward per
     sequence serves every drafter (each fuses its own layers from the same hidden states) and one
     drafter forward per chunk of roots serves every budget. ``drafters``: {name: drafter};
     ``cells``: {name: cells} (default per drafter as in :func:`heldout_greedy_tau`). Returns
-    {name: {budget: the dict heldout_greedy_tau returns}}, equal to calling it per drafter and budget."""
+    {name: {budget: the dict heldout_greedy_tau returns}}, equal to calling it per drafter and budget.
+
+    ``sampling`` (None: T = 0): ``{"temperature", "top_k", "top_p", "seeds"}`` for answers the target
+    sampled, sequence i with generator seed ``seeds[i]`` (:func:`~mfd_theory.llm.training.distill.answer_seeds`).
+    The lossless walk samples the target at each node and moves to the child holding that token;
+    with the keyed draws of a seed, the tokens a decode emits are the answer that seed samples
+    whatever the tree, so a round at root t accepts the longest prefix of the answer after t that
+    is a path of its tree, as at T = 0: the same replay, on a sampled answer (each cut at
+    :func:`sampled_prefix`). The tau is that of ``speculative_generate`` at this temperature with
+    the answer's seed (the tests compare the two); over answers it is an unbiased measure of the
+    tau a sampled decode has, since each answer is a draw of the target's own distribution."""
     budgets = [check_int("budgets", n, 1) for n in budgets]
     chunk = check_int("chunk", chunk, 1)
     if len(seqs) != len(plens):
         raise ValueError(f"plens: need one prompt length per sequence ({len(seqs)}), got {len(plens)}")
+    if sampling is not None:
+        if not float(sampling.get("temperature", 0)) > 0:
+            raise ValueError(f"sampling: temperature must be > 0 (T = 0 is sampling=None), got {sampling}")
+        if len(sampling.get("seeds", ())) != len(seqs):
+            raise ValueError(f"sampling: need one seed per sequence ({len(seqs)}), got "
+                             f"{len(sampling.get('seeds', ()))}")
     cells = {name: _check_cells(d, (cells or {}).get(name)) for name, d in drafters.items()}
     dev = next(target_hf.parameters()).device
     rounds = {(name, n, c): [] for name in drafters for n in budgets for c in cells[name]}
@@ -133,13 +171,17 @@ def heldout_greedy_tau_many(target_hf, drafters: dict, seqs, plens, budgets, cel
     kept_total = answer_total = 0
     from tqdm.auto import tqdm
 
-    for seq, p in tqdm(list(zip(seqs, plens)), desc="held-out tau", unit="answer", disable=not progress, leave=False):
+    for i, (seq, p) in enumerate(tqdm(list(zip(seqs, plens)), desc="held-out tau", unit="answer",
+                                      disable=not progress, leave=False)):
         seq, p = np.asarray(seq, dtype=np.int64), int(p)
         if not 1 <= p < len(seq):
             raise ValueError(f"plens: a prompt of {p} tokens in a sequence of {len(seq)} leaves no answer")
         ids = torch.from_numpy(seq)[None].to(dev)
         out = target_hf(input_ids=ids, output_hidden_states=True)
-        end = greedy_prefix(seq, p, out.logits[0])
+        if sampling is None:
+            end = greedy_prefix(seq, p, out.logits[0])
+        else:
+            end = sampled_prefix(seq, p, out.logits[0], sampling, int(sampling["seeds"][i]))
         answer_total += len(seq) - p
         kept_total += end - p
         if end - p < 1:

@@ -23,6 +23,7 @@ from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwe
 from mfd_theory.llm.models.fingerprint import target_fingerprint
 from mfd_theory.llm.models.kv import KVBuffer
 from mfd_theory.llm.models.protocol import DrafterBase
+from mfd_theory.shipped_drafters import is_shipped_drafter, shipped_drafter
 
 __all__ = ["BatchDraftContext", "BlockDrafter", "MFDDrafter", "DRAFTER_KINDS", "LAYER_LAYOUTS", "build_drafter",
            "load_drafter", "default_target_layer_ids", "drafter_from_checkpoint", "check_drafter_target",
@@ -1004,7 +1005,8 @@ def build_drafter(target: Any, block_size: int, num_layers: int, num_modes: int 
 
 
 def load_drafter(directory, target: Any, dtype: torch.dtype | None = None) -> BlockDrafter:
-    """Read config.json + safetensors (DFlash names) from ``directory``; MFD if it has mode tensors,
+    """Read config.json + safetensors (DFlash names) from ``directory`` (or the shipped drafter of
+    that name, ``mfd drafter list``); MFD if it has mode tensors,
     a Domino drafter (:mod:`mfd_theory.llm.models.domino`) if its architecture is ``DominoDraftModel``.
 
     Weights: ``model.safetensors``, or the shards a ``model.safetensors.index.json`` names (as a
@@ -1015,6 +1017,8 @@ def load_drafter(directory, target: Any, dtype: torch.dtype | None = None) -> Bl
     per-mode gate and sets the mixture weights; any other is kept unused, with a warning, and the
     weights are uniform (``gate_used`` False). The names written before, ``mode_embeddings`` and
     ``weight_readout``, are read as those. docs/own-target.md ("MFD checkpoints as released")."""
+    if not Path(directory).exists() and is_shipped_drafter(str(directory)):
+        directory = shipped_drafter(str(directory), "directory")
     directory = Path(directory)
     cfg_path = directory / "config.json"
     if not cfg_path.is_file():

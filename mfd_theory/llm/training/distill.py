@@ -27,7 +27,7 @@ from mfd_theory.llm.training.prompts import Prompt, render, run_conversation
 from mfd_theory.llm.models.fingerprint import target_fingerprint
 from mfd_theory.llm.training.train import _check_run_config
 
-__all__ = ["FORMAT", "check_context", "distill_prompts", "load_distill_data", "prompt_files_digest",
+__all__ = ["FORMAT", "answer_seeds", "check_context", "distill_prompts", "load_distill_data", "prompt_files_digest",
            "write_answer_set"]
 
 FORMAT = "mfd-distill-v1"
@@ -283,6 +283,20 @@ def _write_manifest(out: Path, n_shards: int, fp, run_cfg: dict) -> dict:
                 "n_response_tokens": sum(x["n_response_tokens"] for x in shards)}
     atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=1))
     return manifest
+
+
+def answer_seeds(directory: str | Path, seed: int) -> list[int]:
+    """The generator seed each sequence of the data set in ``directory`` was sampled with by a
+    ``mfd distill`` run of ``seed`` (in :func:`load_distill_data`'s order): prompt g's turn t is
+    seeded by (seed, g, t), prompts numbered in the order of their files as distill read them."""
+    manifest = json.loads((Path(directory) / "manifest.json").read_text())
+    out, g = [], -1
+    for shard in manifest["shards"]:
+        _, _, meta = _read_shard(Path(directory) / shard["file"])
+        for m in meta:
+            g += int(m["turn"]) == 0
+            out.append(_seed(int(seed), g, int(m["turn"])))
+    return out
 
 
 def load_distill_data(directory: str | Path) -> tuple[list[np.ndarray], np.ndarray, dict]:

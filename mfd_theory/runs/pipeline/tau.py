@@ -1,4 +1,4 @@
-"""``mfd tau``: greedy tau of drafters on every prompt of a set, and each cell's speed from its round cost.
+"""``mfd tau``: greedy (or sampled) tau of drafters on every prompt of a set, and each cell's speed from its round cost.
 
 1. Prompts: the given JSONL files, or the package's evaluation sets (all 164 HumanEval problems and
    the prose evaluation prompts, :func:`~mfd_theory.llm.training.real_prompts.write_prompt_sets`).
@@ -51,13 +51,16 @@ def _answers(config, pfile: Path, dtype: str, progress: bool) -> tuple[Path, flo
     from mfd_theory.numerics import current_numerics
     from mfd_theory.runs.pipeline.distill import distill
 
-    key = hashlib.sha256(json.dumps([_sha(pfile), str(config.target), config.max_new_tokens, dtype,
-                                     current_numerics(), config.enable_thinking]).encode()).hexdigest()[:16]
+    parts = [_sha(pfile), str(config.target), config.max_new_tokens, dtype, current_numerics(), config.enable_thinking]
+    if config.temperature > 0:  # sampled answers depend on the temperature and the seed too (greedy keys as before)
+        parts += [float(config.temperature), int(config.seed)]
+    key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
     adir = Path(config.cache_dir) / f"{pfile.stem}-{key}"
     t0 = time.perf_counter()
     if not (adir / "manifest.json").is_file():
         dc = DistillConfig(target=str(config.target), prompts=(str(pfile),), max_new_tokens=config.max_new_tokens,
-                           temperature=0.0, batch=config.batch, threads=config.threads, seed=0,
+                           temperature=float(config.temperature), batch=config.batch, threads=config.threads,
+                           seed=int(config.seed) if config.temperature > 0 else 0,
                            enable_thinking=config.enable_thinking, dtype=config.dtype, device=config.device)
         distill(dc, read_prompt_files([pfile]), str(adir), progress=progress)
     return adir, time.perf_counter() - t0
@@ -70,7 +73,8 @@ def _cells(drafter) -> list[tuple[str, str | None]]:
     return [c for c in CELLS if (c[0] == "mfd") == (K > 1)] + ([("ddtree", None)] if K > 1 else [])
 
 
-def _timing(target, drafter, prompts: list[list[int]], cells, budgets, max_new_tokens: int) -> dict:
+def _timing(target, drafter, prompts: list[list[int]], cells, budgets, max_new_tokens: int,
+            temperature: float = 0.0, seeds: list[int] | None = None) -> dict:
     """Real decodes of ``prompts``: plain decoding's time per token, and per cell and budget its
     time per round, its tau and its measured speedup over plain decoding on these prompts, and the
     check that can fail: each prompt's speedup predicted from the *other* prompts' round cost and
@@ -79,8 +83,9 @@ def _timing(target, drafter, prompts: list[list[int]], cells, budgets, max_new_t
 
     def run(method, budget, scorer, d):
         per = []  # [(decode seconds, tokens, rounds)] per prompt
-        for p in prompts:
-            r = speculative_generate(target, d, p, max_new_tokens, method, budget=budget, scorer=scorer, metrics=False)
+        for j, p in enumerate(prompts):
+            r = speculative_generate(target, d, p, max_new_tokens, method, budget=budget, scorer=scorer, metrics=False,
+                                     temperature=temperature, seed=0 if seeds is None else seeds[j])
             per.append((r.t_total - r.t_prefill, len(r.tokens), max(len(r.steps), 1)))  # decode only
         return np.array(per, dtype=np.float64)  # [P, 3]
 
@@ -126,7 +131,7 @@ def tau(config, out_dir, drafter_dirs: list[Path], progress: bool = True) -> Res
     from mfd_theory.llm.measure.heldout import heldout_greedy_tau_many
     from mfd_theory.llm.models.drafter import load_drafter
     from mfd_theory.llm.models.target import TargetModel, load_local_target
-    from mfd_theory.llm.training.distill import load_distill_data
+    from mfd_theory.llm.training.distill import answer_seeds, load_distill_data
 
     out = make_out_dir(Path(out_dir), "--out")
     t_all = time.perf_counter()
@@ -140,6 +145,7 @@ def tau(config, out_dir, drafter_dirs: list[Path], progress: bool = True) -> Res
         seqs, plens, manifest = load_distill_data(adir)
         sets[pfile.stem] = {"file": str(pfile), "sha256": _sha(pfile), "answers": str(adir), "seqs": seqs,
                             "plens": plens, "answer_seconds": round(secs, 1),
+                            "seeds": answer_seeds(adir, config.seed) if config.temperature > 0 else None,
                             "answer_tokens": int(sum(len(s) - p for s, p in zip(seqs, plens)))}
     target = TargetModel(hf) if config.timing_prompts else None
     drafters = {str(d): load_drafter(d, hf).eval() for d in drafter_dirs}
@@ -148,7 +154,9 @@ def tau(config, out_dir, drafter_dirs: list[Path], progress: bool = True) -> Res
     for set_name, s in sets.items():
         t0 = time.perf_counter()
         # one target forward per answer for every drafter, one drafter forward per chunk for every budget
-        got = heldout_greedy_tau_many(hf, drafters, s["seqs"], s["plens"], config.budgets, cells, progress=progress)
+        sampling = None if config.temperature == 0 else {"temperature": float(config.temperature), "seeds": s["seeds"]}
+        got = heldout_greedy_tau_many(hf, drafters, s["seqs"], s["plens"], config.budgets, cells, progress=progress,
+                                      sampling=sampling)
         secs = time.perf_counter() - t0
         s["tau_seconds"] = round(secs, 1)
         s["tau_answer_tokens_per_s"] = round(s["answer_tokens"] / max(secs, 1e-9), 1)
@@ -159,7 +167,8 @@ def tau(config, out_dir, drafter_dirs: list[Path], progress: bool = True) -> Res
             if config.timing_prompts:
                 k = min(config.timing_prompts, len(s["seqs"]))
                 prompts = [list(map(int, s["seqs"][i][: int(s["plens"][i])])) for i in range(k)]
-                timing = _timing(target, drafters[name], prompts, cells[name], config.budgets, config.max_new_tokens)
+                timing = _timing(target, drafters[name], prompts, cells[name], config.budgets, config.max_new_tokens,
+                                 float(config.temperature), None if s["seeds"] is None else s["seeds"][:k])
                 for c in timing["cells"]:
                     full = next(x for x in per_budget[str(c["budget"])]["cells"]
                                 if x["method"] == c["method"] and x["scorer"] == c["scorer"])
@@ -183,11 +192,16 @@ def tau(config, out_dir, drafter_dirs: list[Path], progress: bool = True) -> Res
             print(f"{set_name}: {len(drafters)} drafters x {len(config.budgets)} budgets in {secs:.0f} s "
                   f"({s['tau_answer_tokens_per_s']:.0f} answer tokens/s)", flush=True)
     data = {"target": str(config.target), "dtype": dtype, "threads": torch.get_num_threads(),
-            "sets": {k: {x: v for x, v in s.items() if x not in ("seqs", "plens")} | {"prompts": len(s["seqs"])}
+            "sets": {k: {x: v for x, v in s.items() if x not in ("seqs", "plens", "seeds")} | {"prompts": len(s["seqs"])}
                      for k, s in sets.items()},
             "drafters": results, "wall_s": round(time.perf_counter() - t_all, 1),
-            "rule": "greedy tau over every round of a T = 0 decode of each whole answer (the target's own greedy "
-                    "answer, cut where this forward's greedy continuation first differs), bonus included; speed: "
+            "temperature": float(config.temperature),
+            "rule": ("greedy tau over every round of a T = 0 decode of each whole answer (the target's own greedy "
+                     "answer, cut where this forward's greedy continuation first differs)" if config.temperature == 0
+                     else f"tau over every round of a T = {config.temperature:g} decode of each whole answer (the "
+                          "target's own sampled answer, prompt g drawn with the keyed generator of seed (--seed, g), "
+                          "which a lossless decode of that seed emits whatever the tree; cut where this forward's "
+                          "draw first differs)") + ", bonus included; speed: "
                     "tau x plain decoding's time per token / the cell's time per round, both timed in this run on prompts "
                     "of the set itself (an in-sample estimate, not a prediction)"}
     import dataclasses

@@ -4,6 +4,7 @@ target, check the data was distilled from it, build (or load) the drafter, train
 from __future__ import annotations
 
 import json
+import time
 import warnings
 from pathlib import Path
 
@@ -17,10 +18,10 @@ from mfd_theory.llm.models.fingerprint import hf_model, target_fingerprint
 from mfd_theory.llm.training.dist import setup, teardown
 from mfd_theory.llm.training.train import DrafterTrainConfig, train_drafter
 from mfd_theory.llm.measure.predict import prompt_digest
-from mfd_theory.results import atomic_write_text
+from mfd_theory.results import atomic_write_text, provenance
 from mfd_theory.validation import make_out_dir
 
-__all__ = ["DISTILLED_PROMPTS", "distilled_prompts", "frequent_tokens", "init_layers_from_target", "train",
+__all__ = ["DISTILLED_PROMPTS", "RUN_RECORD", "append_run_record", "distilled_prompts", "frequent_tokens", "init_layers_from_target", "train",
            "write_distilled_prompts"]
 
 
@@ -62,6 +63,7 @@ def train(config, data, out_dir, progress: bool = True) -> list[dict]:
             objective=config.objective, wta_eps=config.wta_eps, weight_decay=config.weight_decay,
             context=config.context)
         features = None
+        t_feat = time.perf_counter()
         if config.features_dir is not None:
             if dist.active:  # every rank would write the one file at once
                 raise ValueError("--features-dir: one process only (under torchrun the features are computed in "
@@ -75,6 +77,7 @@ def train(config, data, out_dir, progress: bool = True) -> list[dict]:
             features = TargetFeatures.cached(hf_model(target), seqs, drafter.target_layer_ids, config.features_dir,
                                              key={"target_fingerprint": fp, "numerics": current_numerics()},
                                              progress=progress)
+            say(dist, f"target features: {time.perf_counter() - t_feat:.0f} s (read or computed)")
         extra = {"kind": config.kind, "rank": getattr(drafter, "correction_rank", None),
                  "init_from": None if config.init_from is None else str(Path(config.init_from).resolve()),
                  "mode_noise": config.mode_noise if config.init_from is not None and K > 1 else None,
@@ -90,16 +93,42 @@ def train(config, data, out_dir, progress: bool = True) -> list[dict]:
             extra["attention_layout"] = {"attention_bias": qkv_bias, "o_proj_bias": o_bias, "qk_norm": qk_norm}
         if "selection" in manifest:  # a corpus: what of it was read
             extra["corpus"] = {"corpus_sha256": manifest.get("corpus_sha256"), **manifest["selection"]}
+        t0 = time.perf_counter()
         curve = train_drafter(target, drafter, seqs, plens, out, cfg, progress=progress, dist=dist, extra_config=extra,
                               features=features)
         if dist.main and (out / "drafter").is_dir():
             write_distilled_prompts(out / "drafter", seqs, plens)
+        if dist.main:
+            append_run_record(out, seconds=time.perf_counter() - t0, curve=curve, processes=dist.world)
         if len(curve):
             say(dist, f"step {curve[-1]['step']}: loss {curve[-1]['loss']:.4f} (first step {curve[0]['loss']:.4f})")
         say(dist, f"wrote {out / 'drafter'}")
         return curve
     finally:
         teardown(dist)
+
+
+#: in a train-drafter run directory: one entry per process that trained in it (a resumed run adds one)
+RUN_RECORD = "run_record.json"
+
+
+def append_run_record(out: Path, *, seconds: float, curve: list[dict], processes: int) -> dict:
+    """Add this process's entry to ``out/run_record.json``: its provenance (git sha, versions, host,
+    numerics), its wall seconds of training (target features excluded) and the step it reached;
+    ``train_seconds`` sums the entries. Written atomically; an unreadable file is an error, not
+    overwritten."""
+    path = Path(out) / RUN_RECORD
+    record = {"sessions": []}
+    if path.is_file():
+        try:
+            record = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--out: corrupt {path}: {exc}") from exc
+    record["sessions"].append({"provenance": provenance(), "seconds": round(float(seconds), 1), "processes": int(processes),
+                               "last_step": max((int(r["step"]) for r in curve), default=None)})
+    record["train_seconds"] = round(sum(float(e["seconds"]) for e in record["sessions"]), 1)
+    atomic_write_text(path, json.dumps(record, indent=1) + "\n")
+    return record
 
 
 #: beside a trained drafter: the token hashes of every prompt its training data answered (``mfd eval``
