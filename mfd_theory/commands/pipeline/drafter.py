@@ -4,10 +4,10 @@
 ``$MFD_DRAFTERS_DIR``): its kind, modes, target, size, the tau measured for it and where and how it
 was trained (``--verify`` hashes its files against the release). Every command that takes a
 drafter directory (``mfd tau --drafter``, ``mfd eval --drafter``, ``mfd check-modes``) also takes a
-shipped name. ``mfd drafter pack NAME --run RUN --tau TAU_RUN`` writes the train-drafter run RUN's
+shipped name. ``mfd drafter pack NAME --run RUN --tau TAU_RUN ...`` writes the train-drafter run RUN's
 drafter into the release as NAME: bfloat16 safetensors, checked to load for the target, at most
 40 MB (the release at most 100 MB), with its provenance (data hash, training config and time, git
-sha, numerics, host) and its tau from the ``mfd tau`` run TAU_RUN in ``RELEASE.json``. A retrain
+sha, numerics, host) and its tau from the ``mfd tau`` runs TAU_RUN (T = 0, T = 1) in ``RELEASE.json``. A retrain
 replaces the files; ``make drafters`` retrains and packs the whole release.
 """
 
@@ -32,7 +32,8 @@ class DrafterConfig(Checked):
                               "the first word: mfd drafter pack NAME", choices=ACTIONS)
     name: str = opt("", "pack: the shipped name to write (letters, digits, '.', '-', '_'); also the word after pack")
     run: str = opt("", "pack: the train-drafter run directory (or its drafter/ checkpoint) to pack")
-    tau: str = opt("", "pack: the mfd tau run directory that measured this drafter (its tau.json)")
+    tau: tuple[str, ...] = opt((), "pack: the mfd tau run directories that measured this drafter (their tau.json; "
+                                    "say T = 0 and T = 1); repeat for several", split=False, empty=True)
     target: str = opt("qwen2.5-coder-0.5b-instruct", "pack: the target the drafter must load for (a shipped name or "
                                                      "a local Hugging Face directory)")
     out: str = opt("", "the release folder ('' means $MFD_DRAFTERS_DIR or the repository's drafters/)")
@@ -54,8 +55,9 @@ class DrafterConfig(Checked):
             raise ValueError(f"--run: {self.run} is not a directory")
         if not self.tau:
             raise ValueError("--tau: pack needs the mfd tau run that measured the drafter (its tau.json)")
-        if not (Path(self.tau) / "tau.json").is_file():
-            raise ValueError(f"--tau: no tau.json in {self.tau}")
+        for t in self.tau:
+            if not (Path(t) / "tau.json").is_file():
+                raise ValueError(f"--tau: no tau.json in {t}")
 
 
 CLI = Command("drafter", __name__, DrafterConfig, __doc__, out=False, models=True, examples=(
@@ -89,15 +91,18 @@ def _run(config: DrafterConfig, opts):
         return _list(root, config.verify)
     from mfd_theory.runs.pipeline.drafter_release import pack
 
-    return pack(config.name, Path(config.run), Path(config.tau), config.target, root)
+    return pack(config.name, Path(config.run), [Path(t) for t in config.tau], config.target, root)
 
 
-def _best(tau: dict) -> str:
-    cells = [(c["tau"], c["label"]) for c in tau.get("cells", [])]
-    if not cells:
-        return "no tau recorded"
-    t, label = max(cells)
-    return f"best greedy tau {t:.3f} ({label}, {tau.get('set', '?')}, {tau.get('prompts', '?')} prompts)"
+def _best(runs: list[dict]) -> str:
+    out = []
+    for tau in runs:
+        cells = [(c["tau"], c["label"]) for c in tau.get("cells", [])]
+        if cells:
+            t, label = max(cells)
+            out.append(f"T = {tau.get('temperature', 0):g}: best tau {t:.3f} ({label}, {tau.get('set', '?')}, "
+                       f"{tau.get('prompts', '?')} prompts)")
+    return "; ".join(out) or "no tau recorded"
 
 
 def _list(root: Path, verify: bool) -> list[dict]:
@@ -117,7 +122,7 @@ def _list(root: Path, verify: bool) -> list[dict]:
         kind = "Domino (method dartree)" if e["kind"] == "dartree" else (
             f"MFD K = {e['modes']} (scorers mixture, best_mode)" if e["modes"] > 1 else "product (K = 1)")
         print(f"  {name}: {kind} for {e['target']}, {size / 1e6:.1f} MB{state}")
-        print(f"    {_best(e.get('tau') or {})}")
+        print(f"    {_best(e.get('tau') or [])}")
         train = e.get("training") or {}
         secs = train.get("train_seconds")
         where = train.get("host") or "host not recorded"

@@ -50,7 +50,7 @@ def tau_summary(tau_dir: Path, checkpoint: Path) -> dict:
                 cells.append({"set": set_name, "method": c["method"], "scorer": c.get("scorer"),
                               "budget": int(b["budget"]), "tau": float(c["tau"]), "label": label})
     first = next(iter(sets), "?")
-    return {"rule": rec["data"].get("rule"), "set": first, "prompts": sets.get(first, {}).get("prompts"),
+    return {"temperature": float(rec["data"].get("temperature", 0.0)), "rule": rec["data"].get("rule"), "set": first, "prompts": sets.get(first, {}).get("prompts"),
             "sets": sets, "cells": cells, "max_new_tokens": rec["config"].get("max_new_tokens"),
             "numerics": rec["config"].get("numerics"), "provenance": rec.get("provenance"),
             "record": str(path)}
@@ -85,9 +85,10 @@ def _host(prov: dict) -> str:
     return f"{num.get('cpu', prov.get('host', '?'))} ({num.get('isa_level', '?')}: {flags})"
 
 
-def pack(name: str, run: Path, tau_dir: Path, target_spec: str, root: Path, *, announce=print) -> dict:
+def pack(name: str, run: Path, tau_dirs: list[Path], target_spec: str, root: Path, *, announce=print) -> dict:
     """Write the drafter of train-drafter run ``run`` into release ``root`` as ``name`` (bfloat16
-    weights, its small JSON files) and enter it in ``RELEASE.json``; the entry."""
+    weights, its small JSON files) and enter it in ``RELEASE.json`` with the tau of each ``mfd tau``
+    run in ``tau_dirs``; the entry."""
     from safetensors.torch import load_file, save_file
 
     from mfd_theory.configs.pipeline.local_target import checkpoint_dir
@@ -99,7 +100,7 @@ def pack(name: str, run: Path, tau_dir: Path, target_spec: str, root: Path, *, a
     run_dir = src.parent if src.name == "drafter" else src
     if not (src / WEIGHTS).is_file():
         raise ValueError(f"--run: {src} holds no {WEIGHTS} (pack takes a single-file checkpoint)")
-    tau = tau_summary(tau_dir, src)
+    tau = [tau_summary(t, src) for t in tau_dirs]
     release = read_release(root)
     others = {n: e for n, e in release["drafters"].items() if n != name}
 
