@@ -56,6 +56,28 @@ def test_heldout_tau_equals_the_decode_round_by_round(family, modes, vocab, budg
     assert methods == ([("chain", None), ("ddtree", None)] if modes == 1 else [("mfd", "mixture"), ("mfd", "best_mode")])
 
 
+@pytest.mark.parametrize("vocab,budget", [(None, 8), ([0, 1, 2, 3, 5, 8, 9], 6)])
+def test_heldout_dartree_tau_equals_the_decode_round_by_round(vocab, budget):
+    """DARTree: each root's tree grown from that row's backbone states with the path correction (on
+    the draft vocabulary when there is one) gives the rounds the real dartree decode has."""
+    target = tiny_qwen3(vocab_size=V, seed=1, init_std=0.6)
+    drafter = build_drafter(target, 5, 1, seed=3, mask_token_id=V - 1, target_layer_ids=[0, 2], kind="dartree",
+                            rank=4, draft_vocab=vocab).eval()
+    with torch.no_grad():  # a correction large enough to reorder the trees (random init is near zero)
+        drafter.correction.up.weight.mul_(40.0)
+    seqs = [np.array(p + hf_greedy(target, p, n), dtype=np.int64) for p, n in zip(PROMPTS, NEW)]
+    plens = [len(p) for p in PROMPTS]
+    got = heldout_greedy_tau(target, drafter, seqs, plens, budget, chunk=3)
+    assert [(c["method"], c["scorer"]) for c in got["cells"]] == [("chain", None), ("ddtree", None), ("dartree", None)]
+    for cell in got["cells"]:
+        rounds, per_seq = _slow_tau(target, drafter, PROMPTS, NEW, cell["method"], budget, cell["scorer"])
+        assert cell["rounds"] == len(rounds) and cell["tau"] == pytest.approx(np.mean(rounds) + 1, abs=1e-12)
+        assert cell["per_sequence_tau"][:3] == pytest.approx(per_seq[:3], abs=1e-12)
+    # the correction matters here: DARTree's rounds differ from the backbone's DDTree somewhere
+    ddtree, dartree = got["cells"][1], got["cells"][2]
+    assert ddtree["per_sequence_tau"] != dartree["per_sequence_tau"] or ddtree["anchor_accepted"] != dartree["anchor_accepted"]
+
+
 def test_a_drafter_that_accepts_something_is_measured_so():
     """A check that can fail: with a random drafter over 12 tokens some roots accept, and the chain
     tau is then above 1 on the twin and here alike (the suite above would pass vacuously at tau 1)."""

@@ -15,8 +15,9 @@ the same replay runs on answers the target sampled with keyed draws (``sampling`
 the tree, so the same walk gives its tau.
 
 Only what a round's tree needs from the drafter enters (its block at the root), so this holds for
-chain, DDTree and MFD trees (both scorers); DARTree grows its tree with the drafter's path
-correction and is not covered.
+chain, DDTree and MFD trees (both scorers), and for DARTree, whose tree a Domino drafter grows from
+its block's backbone states at the root with its path correction (one tree per root, depth by
+depth).
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ import torch
 from mfd_theory.llm.decoding.trees import build_trees
 from mfd_theory.validation import check_int
 
-__all__ = ["greedy_prefix", "heldout_greedy_tau", "heldout_greedy_tau_many", "sampled_prefix", "tree_accepts"]
+__all__ = ["default_cells", "greedy_prefix", "heldout_greedy_tau", "heldout_greedy_tau_many", "sampled_prefix", "tree_accepts"]
 
-#: the methods and scorers this module measures (DARTree needs the drafter's path correction)
-CELLS = (("chain", None), ("ddtree", None), ("mfd", "mixture"), ("mfd", "best_mode"))
+#: the methods and scorers this module measures (DARTree: a Domino drafter's path-grown tree)
+CELLS = (("chain", None), ("ddtree", None), ("mfd", "mixture"), ("mfd", "best_mode"), ("dartree", None))
 
 
 def greedy_prefix(seq: np.ndarray, prompt_len: int, logits: torch.Tensor) -> int:
@@ -90,16 +91,26 @@ def _walk(acc: dict[int, int], start: int, last: int) -> list[int]:
     return out
 
 
+def default_cells(drafter) -> list[tuple]:
+    """A drafter's cells: chain and DDTree for a product drafter (and DARTree for a Domino one), MFD
+    under both scorers for a K-mode one."""
+    K = int(getattr(drafter, "num_modes", 1))
+    grows = bool(getattr(drafter, "grows_trees", False))
+    return [c for c in CELLS if (c[0] == "mfd") == (K > 1) and (c[0] != "dartree" or grows)]
+
+
 def _check_cells(drafter, cells) -> list[tuple]:
     K = int(getattr(drafter, "num_modes", 1))
     if cells is None:
-        cells = [c for c in CELLS if (c[0] == "mfd") == (K > 1)]
+        cells = default_cells(drafter)
     cells = [tuple(c) for c in cells]
     for m, sc in cells:
         if (m, sc) not in CELLS:
             raise ValueError(f"cells: {(m, sc)} is not one of {CELLS}")
         if m == "mfd" and K == 1:
             raise ValueError("cells: 'mfd' needs a drafter with more than one mode")
+        if m == "dartree" and not getattr(drafter, "grows_trees", False):
+            raise ValueError("cells: 'dartree' needs a Domino drafter (one that grows its trees)")
     return cells
 
 
@@ -129,7 +140,13 @@ def _roots_accepted(drafter, hidden_states, seq: np.ndarray, p: int, end: int, b
         depths = [min(L, last - int(r) - 1) for r in part]         # a decode's depth cut
         for n in budgets:
             for m, sc in cells:
-                trees = build_trees(m, log_pi, log_q, n, depths, sc)
+                if m == "dartree":  # grown root by root from each row's backbone states
+                    h = drafter.drafted_block_states()
+                    trees = [drafter.grow_tree_from(h[i], int(seq[r]), log_q[i, 0, :depths[i]], n,
+                                                    draft_ids=drafter.d2t is not None)[0] if depths[i] else None
+                             for i, r in enumerate(part.tolist())]
+                else:
+                    trees = build_trees(m, log_pi, log_q, n, depths, sc)
                 for r, tree in zip(part.tolist(), trees):
                     acc[(n, (m, sc))][r] = tree_accepts(tree, draft_ids[r + 1: end])
     return acc

@@ -130,14 +130,37 @@ class DominoDrafter(BlockDrafter):
         ``log_q`` [D, V]: the block log-probs of the last :meth:`draft_modes` call, possibly cut to
         fewer depths D <= L. Returns the tree (nodes depth by depth, ``log_score`` = corrected path
         log-probability) and the seconds each depth took (measured with ``clock``)."""
-        h = self.last_block_states()  # [L, H]
+        return self.grow_tree_from(self.last_block_states(), root_token, log_q, budget, clock=clock)
+
+    def drafted_block_states(self) -> torch.Tensor:
+        """Final backbone states [B, L, H] of the last block forward, every row (a batch of roots:
+        :mod:`mfd_theory.llm.measure.heldout` grows one tree per row with :meth:`grow_tree_from`)."""
+        if self._block_states is None:
+            raise ValueError("drafter: no drafted block (run a block forward first)")
+        return self._block_states
+
+    @torch.no_grad()
+    def grow_tree_from(self, h: torch.Tensor, root_token: int, log_q: torch.Tensor, budget: int, *,
+                       draft_ids: bool = False, clock: Callable[[], float] | None = None
+                       ) -> tuple[DraftTree, list[float]]:
+        """:meth:`grow_tree` for the block whose final backbone states are ``h`` [L, H].
+
+        ``draft_ids``: ``log_q`` [D, V'] is over the draft vocabulary (as :meth:`reduced_output`
+        gives it) and the tree's tokens are draft indices (:meth:`draft_index`); the correction
+        then reads each drafted token's target id and adds its logits on the draft vocabulary only,
+        the same distribution as on the whole vocabulary, where every other token is -inf."""
         if log_q.shape[0] > h.shape[0]:
             raise ValueError(f"log_q: {log_q.shape[0]} depths, but the drafted block has {h.shape[0]}")
+        vocab = self.draft_vocab.to(h.device) if draft_ids and self.draft_vocab is not None else None
 
         def step(state, prev, d):
-            emb = self._token_embeddings(prev[None])[0]  # [F, H]
+            ids = prev if vocab is None or d == 0 else vocab[prev]  # the root is a target id
+            emb = self._token_embeddings(ids[None])[0]  # [F, H]
             state = self.correction.step(state, emb, h[d].expand(len(prev), -1))  # [F, r]
-            return state, torch.log_softmax(log_q[d].float()[None] + self.correction.delta(state), dim=-1)
+            delta = self.correction.delta(state)
+            if vocab is not None:
+                delta = delta.index_select(-1, vocab)
+            return state, torch.log_softmax(log_q[d].float()[None] + delta, dim=-1)
 
         return grow_path_tree(root_token, log_q.shape[0], budget, step, h.new_zeros(1, self.correction_rank),
                               clock)

@@ -5,7 +5,7 @@
 2. The target's own greedy answers, made once per target, numerics (the dtype decides near-ties),
    prompt file and length cap by ``mfd distill --temperature 0`` (batched, resumable) into
    ``--cache-dir``; every later run and every drafter reads them.
-3. Per drafter, budget and cell (chain, DDTree, MFD under both scorers):
+3. Per drafter, budget and cell (chain, DDTree, MFD under both scorers, DARTree for a Domino drafter):
    :func:`~mfd_theory.llm.measure.heldout.heldout_greedy_tau`, the tau a T = 0 decode of each
    answer measures, from one target forward per answer.
 4. Speed (``--timing-prompts`` n > 0): the first n prompts of each set are decoded for real, plain
@@ -67,10 +67,10 @@ def _answers(config, pfile: Path, dtype: str, progress: bool) -> tuple[Path, flo
 
 
 def _cells(drafter) -> list[tuple[str, str | None]]:
-    from mfd_theory.llm.measure.heldout import CELLS
+    from mfd_theory.llm.measure.heldout import default_cells
 
     K = int(getattr(drafter, "num_modes", 1))
-    return [c for c in CELLS if (c[0] == "mfd") == (K > 1)] + ([("ddtree", None)] if K > 1 else [])
+    return default_cells(drafter) + ([("ddtree", None)] if K > 1 else [])
 
 
 def _timing(target, drafter, prompts: list[list[int]], cells, budgets, max_new_tokens: int,
