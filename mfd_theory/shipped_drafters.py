@@ -15,10 +15,11 @@ Torch-free: a command's config resolves a name before any model work; the checkp
 from __future__ import annotations
 
 import difflib
-import hashlib
 import json
 import os
 from pathlib import Path
+
+from mfd_theory.shipped import file_sha256
 
 __all__ = ["FORMAT", "MAX_DRAFTER_BYTES", "MAX_RELEASE_BYTES", "RELEASE_FILE", "drafters_dir", "file_sha256",
            "is_shipped_drafter", "near_drafter_names", "read_release", "release_bytes", "shipped_drafter", "shipped_drafter_names",
@@ -36,14 +37,6 @@ def drafters_dir() -> Path:
     repository's folder; an editable install finds it there)."""
     env = os.environ.get("MFD_DRAFTERS_DIR")
     return Path(env) if env else Path(__file__).resolve().parents[1] / "drafters"
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def read_release(directory: Path | None = None) -> dict:

@@ -30,7 +30,7 @@ from mfd_theory.validation import check_choice, check_figure_file, check_int, ch
 
 __all__ = ["EXPERIMENTS", "Checked", "Command", "Interrupted", "check_config", "figure_option", "file_option", "flag", "load_preset",
            "numerics_opt", "opt",
-           "preset_names", "preset_values", "read_config", "remove_empty_tree", "save_result", "show_default", "switch", "to_toml", "wrote"]
+           "preset_names", "preset_values", "read_config", "remove_empty_tree", "save_result", "show_default", "switch", "to_toml", "wrote", "verb_argv"]
 
 #: the repository's preset files, one folder per command module (the package is installed from
 #: its checkout, so the folder sits beside ``mfd_theory/``)
@@ -617,3 +617,17 @@ def save_result(result, path: str | os.PathLike) -> Path:
     result.save(path)
     wrote(path, existed)
     return path
+
+
+def verb_argv(argv: list[str], actions: tuple[str, ...], named: str) -> list[str]:
+    """A command's first word as its ``--action`` (one of ``actions``), and the word after ``named``
+    (the verb that takes a name: ``mfd target get NAME``, ``mfd drafter pack NAME``) as its
+    ``--name``; anything else is returned as given."""
+    if argv and argv[0] in actions:
+        verb, rest = argv[0], argv[1:]
+        head = ["--action", verb]
+        if verb == named and rest and not rest[0].startswith("-"):
+            head += ["--name", rest[0]]
+            rest = rest[1:]
+        return head + rest
+    return list(argv)

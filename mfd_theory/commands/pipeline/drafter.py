@@ -17,7 +17,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from mfd_theory.configs.options import Checked, Command, opt
+from mfd_theory.configs.options import Checked, Command, opt, verb_argv
 from mfd_theory.shipped_drafters import (MAX_DRAFTER_BYTES, drafters_dir, read_release, release_bytes,
                                          shipped_drafter_names, verify_drafter)
 
@@ -67,22 +67,10 @@ CLI = Command("drafter", __name__, DrafterConfig, __doc__, out=False, models=Tru
 ))
 
 
-def _argv(argv: list[str]) -> list[str]:
-    """``pack NAME ...`` / ``list ...`` as the framework's options."""
-    if argv and argv[0] in ACTIONS:
-        verb, rest = argv[0], argv[1:]
-        head = ["--action", verb]
-        if verb == "pack" and rest and not rest[0].startswith("-"):
-            head += ["--name", rest[0]]
-            rest = rest[1:]
-        return head + rest
-    return argv
-
-
 def main(argv: list[str] | None = None):
     """``mfd drafter``; returns the listing (list) or the release entry written (pack)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    return CLI.main(_argv(argv), _run)
+    return CLI.main(verb_argv(argv, ACTIONS, "pack"), _run)
 
 
 def _run(config: DrafterConfig, opts):

@@ -18,7 +18,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from mfd_theory.configs.options import Checked, Command, opt
+from mfd_theory.configs.options import Checked, Command, opt, verb_argv
 from mfd_theory.shipped import SHIPPED, assemble_gguf, shipped_model, shipped_status, targets_dir
 
 __all__ = ["TargetConfig", "main"]
@@ -57,22 +57,10 @@ CLI = Command("target", __name__, TargetConfig, __doc__, out=False, models=True,
 ))
 
 
-def _argv(argv: list[str]) -> list[str]:
-    """``get NAME ...`` / ``list ...`` as the framework's options."""
-    if argv and argv[0] in ACTIONS:
-        verb, rest = argv[0], argv[1:]
-        head = ["--action", verb]
-        if verb == "get" and rest and not rest[0].startswith("-"):
-            head += ["--name", rest[0]]
-            rest = rest[1:]
-        return head + rest
-    return argv
-
-
 def main(argv: list[str] | None = None):
     """``mfd target``; returns the listing (list) or the directory written (get)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    return CLI.main(_argv(argv), _run)
+    return CLI.main(verb_argv(argv, ACTIONS, "get"), _run)
 
 
 def _run(config: TargetConfig, opts):
