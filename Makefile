@@ -60,14 +60,14 @@ bench: $(STAMP)
 # the drafters shipped for the real Qwen target (drafters/, RELEASE.json), retrained from a clean clone and
 # packed over the release: a corpus of the installed Python code's instructions (200 k tokens), K = 1 and
 # MFD K = 4 trained on the same data and target features, tau at T = 0 and T = 1 on all 164 HumanEval
-# problems (about 2 h 45 min on a 2-core AVX2 CPU: docs/real-targets.md#shipped-drafters)
+# problems, T = 1 at N = 32 (about 2 h 50 min on a 2-core AVX2 CPU: docs/real-targets.md#shipped-drafters)
 DRAFTERS_OUT ?= results/drafters
 drafters: $(STAMP)
 	$(BIN)/mfd corpus --preset small --target qwen2.5-coder-0.5b-instruct --label-tokens 0 --heldout-label-tokens 0 --out $(DRAFTERS_OUT)/corpus
 	$(BIN)/mfd train-drafter --preset release-k1 --data $(DRAFTERS_OUT)/corpus --features-dir $(DRAFTERS_OUT)/features --out $(DRAFTERS_OUT)/k1
 	$(BIN)/mfd train-drafter --preset release-mfd4 --data $(DRAFTERS_OUT)/corpus --features-dir $(DRAFTERS_OUT)/features --out $(DRAFTERS_OUT)/mfd4
 	$(BIN)/mfd tau --preset release --drafter $(DRAFTERS_OUT)/k1 --drafter $(DRAFTERS_OUT)/mfd4 --out $(DRAFTERS_OUT)/tau
-	$(BIN)/mfd tau --preset release --temperature 1 --drafter $(DRAFTERS_OUT)/k1 --drafter $(DRAFTERS_OUT)/mfd4 --out $(DRAFTERS_OUT)/tau-t1
+	$(BIN)/mfd tau --preset release --temperature 1 --budgets 32 --drafter $(DRAFTERS_OUT)/k1 --drafter $(DRAFTERS_OUT)/mfd4 --out $(DRAFTERS_OUT)/tau-t1
 	$(BIN)/mfd drafter pack qwen2.5-coder-0.5b-instruct-k1 --run $(DRAFTERS_OUT)/k1 --tau $(DRAFTERS_OUT)/tau --tau $(DRAFTERS_OUT)/tau-t1
 	$(BIN)/mfd drafter pack qwen2.5-coder-0.5b-instruct-mfd4 --run $(DRAFTERS_OUT)/mfd4 --tau $(DRAFTERS_OUT)/tau --tau $(DRAFTERS_OUT)/tau-t1
 	$(BIN)/mfd drafter list --verify

@@ -1,9 +1,10 @@
 """Paired comparisons of the drafters measured in this folder, from their committed tau records.
 
-Each comparison: greedy tau per HumanEval problem (all 164, the same cached greedy answers), method A
-against method B, by mfd_theory.stats.compare (one training run each: Student t over the problems'
-log ratios, so a rerun that retrains is NOT in the interval), Bonferroni over the comparisons of
-one question. Writes compare.json beside this file and prints one line per comparison.
+Each comparison: tau per HumanEval problem (all 164, the same cached answers: greedy at T = 0, the
+target's samples of seed 0 at T = 1), method A against method B, by mfd_theory.stats.compare (one
+training run each: Student t over the problems' log ratios, so a rerun that retrains is NOT in the
+interval), Bonferroni over the rows of each table. Writes compare.json beside this file and prints
+one line per comparison.
 
     .venv/bin/python records/drafters-2026-12-06/compare.py
 """
@@ -21,10 +22,14 @@ HERE = Path(__file__).resolve().parent
 SET = "code-eval"
 
 
-def cells(record: str) -> dict:
-    """{(method, scorer, budget): per-problem tau} of the one drafter a tau record measured."""
+def cells(record: str, drafter: str | None = None) -> dict:
+    """{(method, scorer, budget): per-problem tau} of the drafter a tau record measured (the one whose
+    path ends with ``drafter`` where the record measured several)."""
     rec = json.loads((HERE / record).read_text())
-    (d,) = rec["data"]["drafters"]
+    found = [d for d in rec["data"]["drafters"] if drafter is None or d["drafter"].rstrip("/").endswith(drafter)]
+    if len(found) != 1:
+        raise ValueError(f"{record}: {len(found)} drafters match {drafter!r}")
+    d = found[0]
     out = {}
     for n, b in d["sets"][SET]["budgets"].items():
         for c in b["cells"]:
@@ -32,10 +37,8 @@ def cells(record: str) -> dict:
     return out
 
 
-def main() -> list[dict]:
-    k1, k4 = cells("tau-k1-300.json"), cells("tau-k4-300.json")
-    budgets = sorted({n for (_, _, n) in k1})
-    questions = {
+def same_n(k4: dict, k1: dict, budgets) -> dict:
+    return {
         # the paper's same-N question: the MFD drafter's tree against the product drafter's DDTree
         "MFD K = 4 (mixture scorer) vs K = 1 DDTree, same N":
             [(("mfd", "mixture", n), ("ddtree", None, n)) for n in budgets],
@@ -45,20 +48,44 @@ def main() -> list[dict]:
         "K = 4 drafter's DDTree vs K = 1 DDTree, same N":
             [(("ddtree", None, n), ("ddtree", None, n)) for n in budgets],
     }
+
+
+def table(name: str, a: dict, b: dict, questions: dict) -> list[dict]:
+    """Every pair of ``questions`` ({question: [(cell of a, cell of b)]}), Bonferroni over all of them."""
     family = sum(len(v) for v in questions.values())
     rows = []
     for q, pairs in questions.items():
-        for a, b in pairs:
-            c = compare(k4[a], k1[b], family=family)
-            row = {"question": q, "a": list(a), "b": list(b), "budget": a[2], "tau_a": float(k4[a].mean()),
-                   "tau_b": float(k1[b].mean()), "gain": c.gain, "lo": c.lo, "hi": c.hi, "verdict": c.verdict,
-                   "model": c.model, "level": c.level, "family": c.family, "margin": c.margin, "prompts": c.n_prompts}
+        for ca, cb in pairs:
+            c = compare(a[ca], b[cb], family=family)
+            row = {"table": name, "question": q, "a": list(ca), "b": list(cb), "budget": ca[2],
+                   "tau_a": float(a[ca].mean()), "tau_b": float(b[cb].mean()), "gain": c.gain, "lo": c.lo, "hi": c.hi,
+                   "verdict": c.verdict, "model": c.model, "level": c.level, "family": c.family, "margin": c.margin,
+                   "prompts": c.n_prompts}
             rows.append(row)
-            print(f"{q}, N = {a[2]}: mean per-problem tau {row['tau_a']:.3f} vs {row['tau_b']:.3f}; "
-                  f"gain {c.gain:+.1%} [{c.lo:+.1%}, {c.hi:+.1%}] {c.verdict} (over problems, one run each)")
-    out = {"rule": ("paired over the 164 HumanEval problems; mfd_theory.stats.compare on per-problem greedy tau, "
-                    "one training run per drafter (Student t over problems), Bonferroni over every row"),
-           "records": ["tau-k1-300.json", "tau-k4-300.json"], "rows": rows}
+            print(f"[{name}] {q}, N = {ca[2]}: mean per-problem tau {row['tau_a']:.3f} vs {row['tau_b']:.3f}; "
+                  f"gain {c.gain:+.1%} [{c.lo:+.1%}, {c.hi:+.1%}] {c.verdict}")
+    return rows
+
+
+def main() -> list[dict]:
+    rows, records = [], []
+    k1, k4 = cells("tau-k1-300.json"), cells("tau-k4-300.json")
+    budgets = sorted({n for (_, _, n) in k1})
+    rows += table("T = 0", k4, k1, same_n(k4, k1, budgets))
+    records += ["tau-k1-300.json", "tau-k4-300.json"]
+    if (HERE / "tau-t1-k1-k4-300.json").is_file():
+        t1k1, t1k4 = cells("tau-t1-k1-k4-300.json", "k1-l1-b16/drafter"), cells("tau-t1-k1-k4-300.json", "k4-l1-b16/drafter")
+        rows += table("T = 1", t1k4, t1k1, same_n(t1k4, t1k1, budgets))
+        records.append("tau-t1-k1-k4-300.json")
+    if (HERE / "tau-k1-300-s1.json").is_file():  # a rerun: the same recipe, seed 1 against seed 0
+        s1 = cells("tau-k1-300-s1.json")
+        rows += table("K = 1 rerun", s1, k1, {"K = 1 seed 1 vs seed 0, same method and N": [
+            ((m, sc, n), (m, sc, n)) for (m, sc, n) in sorted(k1, key=lambda c: (c[2], c[0]))]})
+        records.append("tau-k1-300-s1.json")
+    out = {"rule": ("paired over the 164 HumanEval problems; mfd_theory.stats.compare on per-problem tau, one "
+                    "training run per drafter (Student t over problems: a rerun that retrains is not in the "
+                    "interval), Bonferroni over the rows of each table"),
+           "records": records, "rows": rows}
     (HERE / "compare.json").write_text(json.dumps(out, indent=1) + "\n")
     return rows
 

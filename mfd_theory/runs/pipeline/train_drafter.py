@@ -124,9 +124,9 @@ def append_run_record(out: Path, *, seconds: float, curve: list[dict], processes
             record = json.loads(path.read_text())
         except json.JSONDecodeError as exc:
             raise ValueError(f"--out: corrupt {path}: {exc}") from exc
-    record["sessions"].append({"provenance": provenance(), "seconds": round(float(seconds), 1), "processes": int(processes),
+    record["sessions"].append({"provenance": provenance(), "seconds": round(float(seconds), 3), "processes": int(processes),
                                "last_step": max((int(r["step"]) for r in curve), default=None)})
-    record["train_seconds"] = round(sum(float(e["seconds"]) for e in record["sessions"]), 1)
+    record["train_seconds"] = round(sum(float(e["seconds"]) for e in record["sessions"]), 3)
     atomic_write_text(path, json.dumps(record, indent=1) + "\n")
     return record
 
