@@ -50,6 +50,15 @@ def same_n(k4: dict, k1: dict, budgets) -> dict:
     }
 
 
+def own(budgets) -> dict:
+    """The mixture's own effect: the K = 4 drafter's mixture and best-mode trees against DDTree over
+    the same drafter's marginals (one drafter, one run: only the tree differs)."""
+    return {"MFD K = 4 (mixture) vs the same drafter's DDTree": [(("mfd", "mixture", n), ("ddtree", None, n))
+                                                                 for n in budgets],
+            "MFD K = 4 (best-mode) vs the same drafter's DDTree": [(("mfd", "best_mode", n), ("ddtree", None, n))
+                                                                   for n in budgets]}
+
+
 def table(name: str, a: dict, b: dict, questions: dict) -> list[dict]:
     """Every pair of ``questions`` ({question: [(cell of a, cell of b)]}), Bonferroni over all of them."""
     family = sum(len(v) for v in questions.values())
@@ -72,10 +81,13 @@ def main() -> list[dict]:
     k1, k4 = cells("tau-k1-300.json"), cells("tau-k4-300.json")
     budgets = sorted({n for (_, _, n) in k1})
     rows += table("T = 0", k4, k1, same_n(k4, k1, budgets))
+    rows += table("T = 0, one drafter", k4, k4, own(budgets))
     records += ["tau-k1-300.json", "tau-k4-300.json"]
     if (HERE / "tau-t1-k1-k4-300.json").is_file():
         t1k1, t1k4 = cells("tau-t1-k1-k4-300.json", "k1-l1-b16/drafter"), cells("tau-t1-k1-k4-300.json", "k4-l1-b16/drafter")
-        rows += table("T = 1", t1k4, t1k1, same_n(t1k4, t1k1, budgets))
+        b1 = sorted({n for (_, _, n) in t1k1})
+        rows += table("T = 1", t1k4, t1k1, same_n(t1k4, t1k1, b1))
+        rows += table("T = 1, one drafter", t1k4, t1k4, own(b1))
         records.append("tau-t1-k1-k4-300.json")
     if (HERE / "tau-k1-300-s1.json").is_file():  # a rerun: the same recipe, seed 1 against seed 0
         s1 = cells("tau-k1-300-s1.json")
