@@ -60,7 +60,7 @@ bench: $(STAMP)
 # the drafters shipped for the real Qwen target (drafters/, RELEASE.json), retrained from a clean clone and
 # packed over the release: a corpus of the installed Python code's instructions (200 k tokens), K = 1 and
 # MFD K = 4 trained on the same data and target features, tau at T = 0 and T = 1 on all 164 HumanEval
-# problems, T = 1 at N = 32 (about 2 h 50 min on a 2-core AVX2 CPU: docs/real-targets.md#shipped-drafters)
+# problems, T = 1 at N = 32 (about 3 h on a 2-core AVX2 CPU, from its pieces: docs/real-targets.md#shipped-drafters)
 DRAFTERS_OUT ?= results/drafters
 drafters: $(STAMP)
 	$(BIN)/mfd corpus --preset small --target qwen2.5-coder-0.5b-instruct --label-tokens 0 --heldout-label-tokens 0 --out $(DRAFTERS_OUT)/corpus
