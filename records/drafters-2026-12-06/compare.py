@@ -92,7 +92,7 @@ def main() -> list[dict]:
     if (HERE / "tau-k1-300-s1.json").is_file():  # a rerun: the same recipe, seed 1 against seed 0
         s1 = cells("tau-k1-300-s1.json")
         rows += table("K = 1 rerun", s1, k1, {"K = 1 seed 1 vs seed 0, same method and N": [
-            ((m, sc, n), (m, sc, n)) for (m, sc, n) in sorted(k1, key=lambda c: (c[2], c[0]))]})
+            ((m, sc, n), (m, sc, n)) for (m, sc, n) in sorted(set(k1) & set(s1), key=lambda c: (c[2], c[0]))]})
         records.append("tau-k1-300-s1.json")
     out = {"rule": ("paired over the 164 HumanEval problems; mfd_theory.stats.compare on per-problem tau, one "
                     "training run per drafter (Student t over problems: a rerun that retrains is not in the "
