@@ -47,6 +47,21 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "mfd"))
 import pytest  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _torch_threads_as_found():
+    """Each test leaves torch's thread count as it found it. A count left at 2 by one test (a run
+    function called in-process, a test that sets its own) made every later small-model test of
+    that worker 2-3x slower while the other worker shared the two cores (measured on the 2-core
+    host, 2026-12-06). The library's runs restore it themselves (configs.options.keeps_torch_threads,
+    tested in test_numerics); this covers what a test body sets."""
+    torch = sys.modules.get("torch")
+    before = torch.get_num_threads() if torch is not None else None
+    yield
+    torch = sys.modules.get("torch")
+    if torch is not None and before is not None and torch.get_num_threads() != before:
+        torch.set_num_threads(before)
+
+
 def _session_dir(tmp_path_factory) -> Path:
     """A folder every worker of this test session sees (and no other session): pytest-xdist gives
     each worker its own base temp folder inside the session's one."""

@@ -258,8 +258,11 @@ def test_cuda_requested_without_cuda(tmp_path):
         pytest.skip("CUDA is available here")
     from mfd_theory.commands.experiments.e2e import run
 
+    torch.set_num_threads(1)
     with pytest.raises(ValueError, match="device"):
         run(preset_config("micro", device="cuda"), tmp_path, progress=False)
+    # it had set the preset's training threads (2) before refusing: the caller's count is back
+    assert preset_config("micro").threads == 2 and torch.get_num_threads() == 1
 
 
 def test_budget_choice_without_a_profile_is_refused_before_any_work(tmp_path, capsys):

@@ -147,6 +147,29 @@ def test_a_command_restores_the_process_mode(monkeypatch):
     assert current_numerics() == "reproducible"
 
 
+def test_a_run_called_as_a_function_gives_back_the_callers_threads():
+    """keeps_torch_threads: a run that sets torch's threads (and returns, or raises) leaves the
+    caller's count; undecorated, the same function leaves its own (so the check can fail)."""
+    from mfd_theory.configs.options import keeps_torch_threads
+
+    def work(fail: bool):
+        torch.set_num_threads(3)
+        if fail:
+            raise RuntimeError("stopped")
+        return "done"
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert keeps_torch_threads(work)(False) == "done" and torch.get_num_threads() == 1
+        with pytest.raises(RuntimeError, match="stopped"):
+            keeps_torch_threads(work)(True)
+        assert torch.get_num_threads() == 1
+        assert work(False) == "done" and torch.get_num_threads() == 3  # what the decorator prevents
+    finally:
+        torch.set_num_threads(before)
+
+
 # --------------------------------------------------------------- lossless in a lower precision
 def test_logit_ulp():
     from mfd_theory.llm.measure.lossless import logit_ulp

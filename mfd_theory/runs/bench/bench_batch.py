@@ -18,6 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 import mfd_theory.runs.experiments.e2e as E
+from mfd_theory.configs.options import keeps_torch_threads
 from mfd_theory.llm.decoding.batch import speculative_generate_batch
 from mfd_theory.llm.measure.batch_predict import (
     make_batch_plan, measure_batch_profile, predict_batch_acceptance, replayed_acceptance, steady_rounds,
@@ -36,6 +37,7 @@ TREE_POLICIES = ("per_request", "global", "proportional")
 SHARED = ("global", "proportional")
 
 
+@keeps_torch_threads
 def measure(cfg, ecfg, progress: bool = True) -> dict:
     """Predictions first (written to ``bench_batch_predictions*.json``), then the measurement, for
     ``cfg`` (a :class:`~mfd_theory.commands.bench.bench_batch.BenchBatchConfig`) on the target and

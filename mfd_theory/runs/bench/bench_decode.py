@@ -10,6 +10,7 @@ import statistics
 import time
 from pathlib import Path
 
+from mfd_theory.configs.options import keeps_torch_threads
 from mfd_theory.runs.bench.shapes import SHAPES
 
 __all__ = ["build_pair", "build_target", "hybrid_profile", "measure", "round_profile", "verify_profile"]
@@ -240,6 +241,7 @@ def round_profile(target, drafter, cfg, prompt, name: str, device: str, model: s
 
 
 
+@keeps_torch_threads
 def measure(config, progress: bool = True) -> dict:
     """Every method on the same prompts (interleaved), then the profile: the round cost model of
     an attention target, or the hybrid's own Gated DeltaNet profile. The Result's data."""

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from mfd_theory.configs.options import keeps_torch_threads
 from mfd_theory.runs.bench.bench_decode import build_target
 from mfd_theory.llm import TargetModel, build_drafter
 from mfd_theory.llm.decoding.warmup import warm_up
@@ -81,6 +82,7 @@ def _verify_ms(target, prompt, tree, cfg, torch, copies: bool = False):
 
 
 
+@keeps_torch_threads
 def measure(config, modes: list[int], contexts: list[int], progress: bool = True) -> dict:
     """Every repeat of the measurement (drafting rounds, SDPA floor, verify forwards), with the
     machine's load around it: ``model``, ``width``, ``repeats``, ``load_avg_1min``, ``cpu_count``."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from mfd_theory.configs.options import keeps_torch_threads
 from mfd_theory.llm.decoding.generate_batch import generate_batch
 from mfd_theory.llm.decoding.round import batch_prompts, eos_set, prompt_ids
 from mfd_theory.llm.decoding.sampling import sampling_probs
@@ -251,6 +252,7 @@ def _load_avg() -> float | None:
         return None
 
 
+@keeps_torch_threads
 def measure(cfg, progress: bool = True) -> dict:
     """Both paths on the same prompts, ``repeats`` times interleaved (old, new, old, new, ...): each
     one's tokens, seconds, tokens/s, and model forwards (count and seconds inside them) per repeat,

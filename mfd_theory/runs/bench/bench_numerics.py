@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 
+from mfd_theory.configs.options import keeps_torch_threads
 from mfd_theory.numerics import PIN_ENV, isa_flags, numerics_provenance
 
 __all__ = ["SETTINGS", "measure", "run_settings"]
@@ -34,6 +35,7 @@ def _best(fn, reps: int) -> float:
     return best
 
 
+@keeps_torch_threads
 def measure(target: str, dtype: str, reps: int, context: int, tf_tokens: int, batch: int, threads: int) -> dict:
     """In this process: the teacher-forced forward of ``tf_tokens`` tokens (the body, no LM head),
     ``n`` new tokens after a ``context``-token cache (n = 1, 16, 64: plain decoding's step and a

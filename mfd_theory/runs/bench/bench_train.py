@@ -13,6 +13,7 @@ import time
 import numpy as np
 import torch
 
+from mfd_theory.configs.options import keeps_torch_threads
 from mfd_theory.llm.models.drafter import build_drafter
 from mfd_theory.llm.models.target import load_local_target
 from mfd_theory.llm.training.train import block_loss, default_gamma, left_align_context, position_weights
@@ -44,6 +45,7 @@ def _step(drafter, ctx, block_ids, starts, labels, weights, shared: bool) -> flo
     return float(loss.detach())
 
 
+@keeps_torch_threads
 def measure(cfg, progress: bool = True) -> dict:
     """Per block count: each path's seconds per step over ``repeats`` interleaved runs, the ratio of
     the fastest of each, and the largest difference of their losses (they must agree)."""

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from mfd_theory.configs.options import keeps_torch_threads
 from mfd_theory.formatting import method_label
 from mfd_theory.results import Result, atomic_write_bytes
 from mfd_theory.stats import compare
@@ -719,6 +720,7 @@ def _payload(cfg, cache: Path, trained: _Trained, plan: _Plan, measured: _Measur
     }
 
 
+@keeps_torch_threads
 def run_e2e(cfg, out_dir: str | Path, progress: bool = True, prepare_only: bool = False) -> Result | None:
     """Train (cached) and evaluate per ``cfg`` (an :class:`~mfd_theory.commands.experiments.e2e.E2EConfig`, whose
     values were checked when it was made); writes ``out_dir/predictions.json`` and
