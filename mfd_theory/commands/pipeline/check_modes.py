@@ -22,7 +22,7 @@ __all__ = ["CheckModesConfig", "main"]
 
 @dataclasses.dataclass(frozen=True)
 class CheckModesConfig(TargetOptions):
-    drafter: str = opt("", "the K-mode drafter checkpoint directory to check (or a train-drafter run directory)",
+    drafter: str = opt("", "the K-mode drafter to check: its checkpoint (or train-drafter run) directory, or a shipped drafter's name (mfd drafter list)",
                        required=True)
     reference: str | None = opt(None, "the DFlash checkpoint directory of the drafter's initialisation",
                                 unset="none: only whether the modes differ is checked")
