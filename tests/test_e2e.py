@@ -175,8 +175,13 @@ def test_rerun_skips_training(micro):
     cache = out / "cache"
     stamp = {p: p.stat().st_mtime for p in cache.glob("*/loss_curve.json")}
     assert len(stamp) >= 5  # target, draft LM, two block drafters, the Domino drafter
-    main(["--preset", "micro", "--out", str(out), "--quiet", "--hf-assisted", "false",
-          "--temperatures", "0", "--budgets", "8"])
+    # the evaluation's size changes no training key: one prompt of a few tokens, one timing pass,
+    # one drafter set, no ceiling (every checkpoint it needs is the micro run's)
+    main(["--preset", "micro", "--out", str(out / "rerun"), "--cache-dir", str(cache), "--quiet",
+          "--hf-assisted", "false", "--temperatures", "0", "--budgets", "8", "--eval-prompts", "1",
+          "--max-new-tokens", "4", "--timing-passes", "1", "--replicates", "1", "--calibration-prompts", "1",
+          "--profile-prompts", "1", "--ceiling-prompts", "0"])
+    assert (out / "rerun" / "end_to_end.json").is_file()
     assert {p: p.stat().st_mtime for p in cache.glob("*/loss_curve.json")} == stamp
 
 

@@ -103,7 +103,8 @@ def test_the_micro_run_measures_its_ceiling_on_calibration_prompts_only(tmp_path
 
     shutil.copytree(micro_e2e_cache, tmp_path / "cache")  # the session's micro checkpoints: one replicate's reused
     main(["--preset", "micro", "--out", str(tmp_path), "--quiet", "--temperatures", "1", "--replicates", "1",
-          "--budgets", "8", "--eval-prompts", "2", "--hf-assisted", "false", "--wta-modes", ""])
+          "--budgets", "8", "--eval-prompts", "2", "--hf-assisted", "false", "--wta-modes", "",
+          "--timing-passes", "1"])  # one timing pass: nothing here reads a time
     d = json.loads((tmp_path / "end_to_end.json").read_text())["data"]
     evaluated = {p["sha256"] for p in d["evaluation_prompts"]}
     ceiling = d["ceiling"]
