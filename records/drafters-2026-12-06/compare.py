@@ -76,6 +76,21 @@ def table(name: str, a: dict, b: dict, questions: dict) -> list[dict]:
     return rows
 
 
+def seed_spread(runs: list[dict], names: list[str]) -> list[dict]:
+    """Per cell measured on every seed: each seed's mean tau over the problems, their mean and
+    standard deviation (ddof 1) over the seeds, and the spread as a share of the mean: the size of
+    difference a single retrain makes, against which a one-seed comparison must be read."""
+    out = []
+    for c in sorted(set.intersection(*(set(r) for r in runs)), key=lambda c: (c[2], c[0])):
+        taus = np.array([r[c].mean() for r in runs])
+        row = {"cell": list(c), "records": names, "tau": [float(t) for t in taus], "mean": float(taus.mean()),
+               "sd": float(taus.std(ddof=1)), "cv": float(taus.std(ddof=1) / taus.mean())}
+        out.append(row)
+        print(f"[K = 1 over seeds] {c[0]} N = {c[2]}: tau " + " / ".join(f"{t:.3f}" for t in taus)
+              + f"; mean {row['mean']:.3f}, sd {row['sd']:.3f} ({row['cv']:.1%} of the mean)")
+    return out
+
+
 def main() -> list[dict]:
     rows, records = [], []
     k1, k4 = cells("tau-k1-300.json"), cells("tau-k4-300.json")
@@ -94,10 +109,19 @@ def main() -> list[dict]:
         rows += table("K = 1 rerun", s1, k1, {"K = 1 seed 1 vs seed 0, same method and N": [
             ((m, sc, n), (m, sc, n)) for (m, sc, n) in sorted(set(k1) & set(s1), key=lambda c: (c[2], c[0]))]})
         records.append("tau-k1-300-s1.json")
+    seeds = [f for f in ("tau-k1-300.json", "tau-k1-300-s1.json", "tau-k1-300-s2.json") if (HERE / f).is_file()]
+    if len(seeds) == 3:  # the same recipe, three seeds: how far a retrain moves tau, cell by cell
+        s2 = cells("tau-k1-300-s2.json")
+        rows += table("K = 1 rerun, seed 2", s2, k1, {"K = 1 seed 2 vs seed 0, same method and N": [
+            ((m, sc, n), (m, sc, n)) for (m, sc, n) in sorted(set(k1) & set(s2), key=lambda c: (c[2], c[0]))]})
+        records.append("tau-k1-300-s2.json")
+        out_seeds = seed_spread([cells(f) for f in seeds], seeds)
+    else:
+        out_seeds = None
     out = {"rule": ("paired over the 164 HumanEval problems; mfd_theory.stats.compare on per-problem tau, one "
                     "training run per drafter (Student t over problems: a rerun that retrains is not in the "
                     "interval), Bonferroni over the rows of each table"),
-           "records": records, "rows": rows}
+           "records": records, "rows": rows, "k1_seeds": out_seeds}
     (HERE / "compare.json").write_text(json.dumps(out, indent=1) + "\n")
     return rows
 
