@@ -8,6 +8,7 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from mfd_theory.llm.models.testing import (HYBRID_PATTERNS, OracleDrafter, tiny_hybrid, tiny_llama,  # noqa: E402,F401
@@ -29,6 +30,13 @@ def hf_greedy(model, prompt, n: int, eos: int | None = None) -> list[int]:
     with torch.no_grad():
         out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False, **kw)
     return out[0, len(prompt):].tolist()
+
+
+def greedy_answers(model, prompts, new) -> tuple[list[np.ndarray], list[int]]:
+    """Each prompt followed by its :func:`hf_greedy` answer of ``new[i]`` tokens (int64 arrays), and
+    the prompts' lengths: the held-out sequences a replay measures."""
+    seqs = [np.array(list(p) + hf_greedy(model, list(p), n), dtype=np.int64) for p, n in zip(prompts, new)]
+    return seqs, [len(p) for p in prompts]
 
 
 class DecoyDrafter(OracleDrafter):

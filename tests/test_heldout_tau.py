@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from llm_helpers import hf_greedy  # noqa: E402
+from llm_helpers import greedy_answers, hf_greedy  # noqa: E402
 
 from mfd_theory.llm import build_drafter  # noqa: E402
 from mfd_theory.llm.decoding.generate import speculative_generate  # noqa: E402
@@ -42,8 +42,7 @@ def test_heldout_tau_equals_the_decode_round_by_round(family, modes, vocab, budg
     target = family(vocab_size=V, seed=1, init_std=0.6) if family is tiny_qwen3 else family(vocab_size=V, seed=1)
     drafter = build_drafter(target, 5, 1, num_modes=modes, seed=2, mask_token_id=V - 1, target_layer_ids=[0, 2],
                             draft_vocab=vocab).eval()
-    seqs = [np.array(p + hf_greedy(target, p, n), dtype=np.int64) for p, n in zip(PROMPTS, NEW)]
-    plens = [len(p) for p in PROMPTS]
+    seqs, plens = greedy_answers(target, PROMPTS, NEW)
     got = heldout_greedy_tau(target, drafter, seqs, plens, budget, chunk=3)
     assert got["kept_tokens"] == got["answer_tokens"] == sum(NEW)
     for cell in got["cells"]:
@@ -65,8 +64,7 @@ def test_heldout_dartree_tau_equals_the_decode_round_by_round(vocab, budget):
                             rank=4, draft_vocab=vocab).eval()
     with torch.no_grad():  # a correction large enough to reorder the trees (random init is near zero)
         drafter.correction.up.weight.mul_(40.0)
-    seqs = [np.array(p + hf_greedy(target, p, n), dtype=np.int64) for p, n in zip(PROMPTS, NEW)]
-    plens = [len(p) for p in PROMPTS]
+    seqs, plens = greedy_answers(target, PROMPTS, NEW)
     got = heldout_greedy_tau(target, drafter, seqs, plens, budget, chunk=3)
     assert [(c["method"], c["scorer"]) for c in got["cells"]] == [("chain", None), ("ddtree", None), ("dartree", None)]
     for cell in got["cells"]:

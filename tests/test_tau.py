@@ -246,3 +246,36 @@ def test_sampled_prefix_cuts_where_the_forward_draws_another_token():
     flipped = seq.copy()
     flipped[p + 2] = (flipped[p + 2] + 1) % 7
     assert sampled_prefix(flipped, p, logits, {"temperature": 1.0}, 17) == p + 2
+
+
+def test_chimera_budget_adds_each_cells_dead_and_chimera_shares(run, capsys):
+    """``--chimera-budget``: every drafter's entry of the set gains the round-by-round dead and
+    chimera shares of each of its cells over the first ``--chimera-answers`` answers, what the
+    library function gives for the same answers; printed one line per cell."""
+    from mfd_theory.llm.measure.round_chimeras import round_chimeras_many
+    from mfd_theory.llm.models.drafter import load_drafter
+    from mfd_theory.llm.models.target import load_local_target
+    from mfd_theory.llm.training.distill import load_distill_data
+    from mfd_theory.runs.pipeline.tau import _cells
+
+    root, target_dir, _, argv = run
+    out = root / "tau-chimeras"
+    argv = [a for a in argv if a != "--quiet"]
+    argv[argv.index("--out") + 1] = str(out)
+    assert mfd(argv + ["--chimera-budget", "5", "--chimera-answers", "2"]) == 0
+    printed = capsys.readouterr().out
+    rec = json.loads((out / "tau.json").read_text())["data"]
+    s = rec["sets"]["alpha"]
+    seqs, plens, _ = load_distill_data(s["answers"])
+    hf, _ = load_local_target(target_dir, "cpu", "float32")
+    drafters = {row["drafter"]: load_drafter(row["drafter"], hf).eval() for row in rec["drafters"]}
+    want = round_chimeras_many(hf, drafters, seqs[:2], plens[:2], 5, {n: _cells(d) for n, d in drafters.items()})
+    for row in rec["drafters"]:
+        got = row["sets"]["alpha"]["chimeras"]
+        assert got["budget"] == 5 and got["answers"] == 2 and got["stride"] == 1
+        w = want["drafters"][row["drafter"]]
+        assert [(c["method"], c["scorer"]) for c in got["cells"]] == [(c["method"], c["scorer"]) for c in w]
+        for g, c in zip(got["cells"], w):
+            assert g["rounds"] == c["rounds"] > 0 and g["dead_share"] == c["dead_share"]
+            assert g["chimera_share"] == c["chimera_share"] and g["oracle_dead_share"] == c["oracle_dead_share"]
+            assert f"{g['method']}" in printed and "the oracle tree's dead" in printed

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mfd_theory.stats import compare
+from mfd_theory.stats import compare, runs_to_decide, tau_resolution
 
 HERE = Path(__file__).resolve().parent
 SET = "code-eval"
@@ -76,7 +76,7 @@ def table(name: str, a: dict, b: dict, questions: dict) -> list[dict]:
     return rows
 
 
-def seed_spread(runs: list[dict], names: list[str]) -> list[dict]:
+def seed_spread(runs: list[dict], names: list[str], label: str = "K = 1") -> list[dict]:
     """Per cell measured on every seed: each seed's mean tau over the problems, their mean and
     standard deviation (ddof 1) over the seeds, and the spread as a share of the mean: the size of
     difference a single retrain makes, against which a one-seed comparison must be read."""
@@ -86,9 +86,48 @@ def seed_spread(runs: list[dict], names: list[str]) -> list[dict]:
         row = {"cell": list(c), "records": names, "tau": [float(t) for t in taus], "mean": float(taus.mean()),
                "sd": float(taus.std(ddof=1)), "cv": float(taus.std(ddof=1) / taus.mean())}
         out.append(row)
-        print(f"[K = 1 over seeds] {c[0]} N = {c[2]}: tau " + " / ".join(f"{t:.3f}" for t in taus)
+        print(f"[{label} over seeds] {c[0]} {c[1] or ''} N = {c[2]}: tau " + " / ".join(f"{t:.3f}" for t in taus)
               + f"; mean {row['mean']:.3f}, sd {row['sd']:.3f} ({row['cv']:.1%} of the mean)")
     return out
+
+
+def tokens_per_problem(record: str) -> float:
+    """The mean answer length per problem of a tau record's set (its per-problem lengths are not
+    stored): the token count the resolution floor assumes for every problem."""
+    s = json.loads((HERE / record).read_text())["data"]["sets"][SET]
+    return s["answer_tokens"] / s["prompts"]
+
+
+def over_seeds(k4_runs: list[dict], k1_runs: list[dict], tokens: float, budget: int = 32) -> list[dict]:
+    """The paper's same-N question replicated over training seeds: K = 4 seed s against K = 1 seed s
+    (for every seed both have; the pairing of seeds is arbitrary, that of problems within a seed is not),
+    by mfd_theory.stats.compare's runs model (each seed's mean log ratio over the 164 problems, then
+    Student t over the seeds, with the nested and resolution floors), Bonferroni over the rows, and
+    the seeds a verdict would need at 80% power (and at the measured mean and spread: about 50%)."""
+    pairs = {"MFD K = 4 (mixture scorer) vs K = 1 DDTree": (("mfd", "mixture", budget), ("ddtree", None, budget)),
+             "MFD K = 4 (best-mode scorer) vs K = 1 DDTree": (("mfd", "best_mode", budget), ("ddtree", None, budget)),
+             "K = 4 drafter's DDTree vs K = 1 DDTree": (("ddtree", None, budget), ("ddtree", None, budget)),
+             "MFD K = 4 (mixture) vs the same drafter's DDTree": (("mfd", "mixture", budget), ("ddtree", None, budget))}
+    rows = []
+    for q, (ca, cb) in pairs.items():
+        own_tree = "same drafter" in q
+        a = np.stack([r[ca] for r in k4_runs])
+        b = np.stack([r[cb] for r in (k4_runs if own_tree else k1_runs)])
+        res = np.maximum(tau_resolution(a, tokens), tau_resolution(b, tokens))
+        c = compare(a, b, family=len(pairs), resolution=res)
+        need80 = runs_to_decide(c.run_gains, family=len(pairs), min_sd=c.se_floor * np.sqrt(c.n_runs))
+        need50 = runs_to_decide(c.run_gains, family=len(pairs), power=None, min_sd=c.se_floor * np.sqrt(c.n_runs))
+        row = {"table": "over seeds", "question": q, "a": list(ca), "b": list(cb), "budget": budget,
+               "tau_a": [float(x.mean()) for x in a], "tau_b": [float(x.mean()) for x in b],
+               "gain": c.gain, "lo": c.lo, "hi": c.hi, "verdict": c.verdict, "model": c.model, "runs": c.n_runs,
+               "level": c.level, "family": c.family, "margin": c.margin, "prompts": c.n_prompts,
+               "run_gains": list(c.run_gains), "se_from": c.se_from, "seeds_to_decide_80": need80,
+               "seeds_to_decide_50": need50}
+        rows.append(row)
+        print(f"[over seeds] {q}, N = {budget}: per-seed gains " + " / ".join(f"{g:+.1%}" for g in c.run_gains)
+              + f"; gain {c.gain:+.1%} [{c.lo:+.1%}, {c.hi:+.1%}] {c.verdict} ({c.n_runs} seeds, floor: {c.se_from}); "
+              f"seeds to decide: {need80} at 80% power, {need50} at the measured mean and spread")
+    return rows
 
 
 def main() -> list[dict]:
@@ -118,10 +157,18 @@ def main() -> list[dict]:
         out_seeds = seed_spread([cells(f) for f in seeds], seeds)
     else:
         out_seeds = None
+    k4_seeds = [f for f in ("tau-k4-300.json", "tau-k4-300-s1.json", "tau-k4-300-s2.json") if (HERE / f).is_file()]
+    out_k4_seeds, out_over = None, None
+    if len(k4_seeds) >= 2 and out_seeds is not None:  # K = 4 with seeds of its own: seed s against K = 1's seed s
+        k4_runs = [cells(f) for f in k4_seeds]
+        out_k4_seeds = seed_spread(k4_runs, k4_seeds, "K = 4")
+        out_over = over_seeds(k4_runs, [cells(f) for f in seeds][: len(k4_runs)], tokens_per_problem(seeds[0]))
+        records += k4_seeds[1:]
     out = {"rule": ("paired over the 164 HumanEval problems; mfd_theory.stats.compare on per-problem tau, one "
                     "training run per drafter (Student t over problems: a rerun that retrains is not in the "
                     "interval), Bonferroni over the rows of each table"),
-           "records": records, "rows": rows, "k1_seeds": out_seeds}
+           "records": records, "rows": rows, "k1_seeds": out_seeds,
+           "k4_seeds": out_k4_seeds, "over_seeds": out_over}
     (HERE / "compare.json").write_text(json.dumps(out, indent=1) + "\n")
     return rows
 

@@ -6,7 +6,9 @@ round for every drafter, tree method and budget: by default all 164 HumanEval pr
 evaluation prompts. ``--temperature 1`` does the same at T = 1 on answers the target samples with
 keyed draws (a sampled decode of the answer's seed emits exactly that answer, so the replay is its
 decode). With ``--timing-prompts`` it also decodes a few prompts for real and predicts
-each cell's speedup over plain decoding from its round cost and its full-set tau (``tau.json``).
+each cell's speedup over plain decoding from its round cost and its full-set tau; with
+``--chimera-budget 64`` it counts the dead nodes and chimeras of every cell's 64-node trees over the
+rounds of those decodes, beside the oracle tree's floor (``tau.json``).
 This module holds its config (no torch import); the work is in :mod:`mfd_theory.runs.pipeline.tau`.
 """
 
@@ -38,6 +40,13 @@ class TauConfig(TargetOptions):
     enable_thinking: bool = opt(False, "chat template with thinking enabled")
     timing_prompts: int = opt(0, "prompts per set also decoded for real and timed (plain decoding and every cell), "
                                  "for the round costs that turn tau into a predicted speedup (0: no timing)", ge=0)
+    chimera_budget: int = opt(0, "N > 0: also the dead and chimera shares of every cell's N-node trees (the paper "
+                                 "counts them at 64) over the rounds of the replayed decodes, each node's P(s) exact "
+                                 "from the target at T = 1, beside the oracle tree of the same N at the same roots "
+                                 "(chimeras: dead nodes that splice the oracle's paths); 0: not measured", ge=0)
+    chimera_answers: int = opt(16, "with --chimera-budget: the first N answers of each set (0: all); a round costs "
+                                   "tree forwards and an oracle search, so all of HumanEval takes hours on a CPU", ge=0)
+    chimera_stride: int = opt(1, "with --chimera-budget: every N-th round of each answer's decode", ge=1)
     cache_dir: str = opt("results/answers", "where the target's answers are kept (one folder per target, numerics, "
                                             "prompt file, and temperature and seed when sampled)")
 
@@ -51,4 +60,5 @@ CLI = Command("tau", __name__, TauConfig, __doc__, out="results/tau", models=Tru
     "mfd tau --target qwen2.5-coder-0.5b-instruct --drafter runs/k1 runs/k4  # all of HumanEval and the prose set",
     "mfd tau --target qwen2.5-coder-0.5b-instruct --drafter runs/k4 --numerics fast --timing-prompts 2  # with speed",
     "mfd tau --target /models/my-model --drafter runs/k1 --prompts eval.jsonl --budgets 32  # your prompts",
+    "mfd tau --preset c3 --drafter qwen2.5-coder-0.5b-instruct-k1 --drafter qwen2.5-coder-0.5b-instruct-mfd4  # chimeras",
 ))

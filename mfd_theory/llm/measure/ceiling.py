@@ -79,10 +79,13 @@ class TargetScorer:
     as float32 [V], as the forward made them (600 KB each at V = 152k; ``L``: only prefixes shorter
     than L are asked for). It is the drafter
     :func:`mfd_theory.path_trees.best_first` searches, with ``has_row`` / ``prefetch`` so that the
-    oracle search expands many frontier nodes per forward.
+    oracle search expands many frontier nodes per forward. ``prefilled``: the target's cache already
+    holds the context but its last token (a caller that moves one cache along an answer), and
+    nothing is prefilled.
     """
 
-    def __init__(self, model, context, L: int, temperature: float = 1.0, max_tokens: int = 1024):
+    def __init__(self, model, context, L: int, temperature: float = 1.0, max_tokens: int = 1024,
+                 prefilled: bool = False):
         self.L = check_int("L", L, 1, integral_floats=True)
         self.temperature = check_real("temperature", temperature, 0, low_open=True)
         self.max_tokens = check_int("max_tokens", max_tokens, 2)
@@ -90,7 +93,12 @@ class TargetScorer:
         self.target = _as_target(model)
         self.V = self.target.vocab_size
         self.root = ctx[-1]
-        self.target.prefill(torch.tensor(ctx[:-1]), hidden=False)
+        if not prefilled:
+            self.target.prefill(torch.tensor(ctx[:-1]), hidden=False)
+        elif self.target.cache is None or self.target.length != len(ctx) - 1 or self.target._pending:
+            # the caller keeps the cache at the context but its last token (a decode's rounds move it on)
+            raise ValueError(f"prefilled: the target's cache must hold the context but its last token "
+                             f"({len(ctx) - 1} tokens, nothing pending), it holds {self.target.length}")
         self.target.check_positions(len(ctx) + self.L)
         self.rows: dict[tuple[int, ...], np.ndarray] = {}
         self.forwards = 0  # verify forwards run

@@ -28,7 +28,8 @@ import torch
 from mfd_theory.llm.decoding.trees import build_trees
 from mfd_theory.validation import check_int
 
-__all__ = ["default_cells", "greedy_prefix", "heldout_greedy_tau", "heldout_greedy_tau_many", "sampled_prefix", "tree_accepts"]
+__all__ = ["default_cells", "greedy_prefix", "heldout_greedy_tau", "heldout_greedy_tau_many", "root_trees", "round_walk",
+           "sampled_prefix", "tree_accepts"]
 
 #: the methods and scorers this module measures (DARTree: a Domino drafter's path-grown tree)
 CELLS = (("chain", None), ("ddtree", None), ("mfd", "mixture"), ("mfd", "best_mode"), ("dartree", None))
@@ -80,7 +81,7 @@ def tree_accepts(tree, continuation: np.ndarray) -> int:
     return depth
 
 
-def _walk(acc: dict[int, int], start: int, last: int) -> list[int]:
+def round_walk(acc: dict[int, int], start: int, last: int) -> list[int]:
     """Accepted lengths of the rounds of a decode whose first root is at ``start`` and whose last
     token is at ``last``: a round at root t accepts ``acc[t]`` and hands the root to t + acc + 1."""
     out, t = [], start
@@ -114,17 +115,18 @@ def _check_cells(drafter, cells) -> list[tuple]:
     return cells
 
 
-def _roots_accepted(drafter, hidden_states, seq: np.ndarray, p: int, end: int, budgets, cells, chunk: int) -> dict:
-    """{(budget, cell): {root: accepted}} for every root of one answer (kept up to ``end``): one
-    batched drafter forward per chunk of roots serves every budget and cell."""
+def root_trees(drafter, hidden_states, seq: np.ndarray, p: int, end: int, budgets, cells, chunk: int = 32):
+    """Yield (budget, cell, root, tree) for every root of one answer (kept up to ``end``) and every
+    budget and cell: the tree a round at that root verifies (None where the answer has no token left
+    to draft; its tokens are draft-vocabulary ids when the drafter has a reduced vocabulary, as
+    :meth:`draft_index` maps the answer). One batched drafter forward per chunk of roots serves every
+    budget and cell."""
     dev = hidden_states[0].device
     L = int(drafter.block_size) - 1
     mask_id = int(drafter.mask_token_id)
     last = end - 1                                                 # index of the last token kept
     ctx_all = drafter.fuse_hidden(hidden_states)                   # [1, S, H]
     roots = np.arange(p, last)                                     # every root a round may have
-    acc = {(n, c): {} for n in budgets for c in cells}
-    draft_ids = drafter.draft_index(torch.from_numpy(seq).to(dev)).cpu().numpy()  # -1 outside
     for lo in range(0, len(roots), chunk):
         part = roots[lo: lo + chunk]
         t = torch.from_numpy(part).to(dev)
@@ -148,7 +150,15 @@ def _roots_accepted(drafter, hidden_states, seq: np.ndarray, p: int, end: int, b
                 else:
                     trees = build_trees(m, log_pi, log_q, n, depths, sc)
                 for r, tree in zip(part.tolist(), trees):
-                    acc[(n, (m, sc))][r] = tree_accepts(tree, draft_ids[r + 1: end])
+                    yield n, (m, sc), r, tree
+
+
+def _roots_accepted(drafter, hidden_states, seq: np.ndarray, p: int, end: int, budgets, cells, chunk: int) -> dict:
+    """{(budget, cell): {root: accepted}} for every root of one answer (kept up to ``end``)."""
+    acc = {(n, c): {} for n in budgets for c in cells}
+    draft_ids = drafter.draft_index(torch.from_numpy(seq).to(hidden_states[0].device)).cpu().numpy()  # -1 outside
+    for n, c, r, tree in root_trees(drafter, hidden_states, seq, p, end, budgets, cells, chunk):
+        acc[(n, c)][r] = tree_accepts(tree, draft_ids[r + 1: end])
     return acc
 
 
@@ -207,7 +217,7 @@ def heldout_greedy_tau_many(target_hf, drafters: dict, seqs, plens, budgets, cel
             acc = _roots_accepted(drafter, out.hidden_states, seq, p, end, budgets, cells[name], chunk)
             for n in budgets:
                 for c in cells[name]:
-                    walk = _walk(acc[(n, c)], p, end - 1)
+                    walk = round_walk(acc[(n, c)], p, end - 1)
                     key = (name, n, c)
                     rounds[key] += walk
                     anchors[key] += list(acc[(n, c)].values())

@@ -13,6 +13,10 @@
    per round there, and its predicted speedup on the whole set is its full-set tau times plain
    decoding's time per token over that round cost. The same rule applied to the subset's own tau
    is checked against the subset's measured speedup (``speed_check``).
+5. Chimeras (``--chimera-budget`` N > 0): over the rounds of the first ``--chimera-answers`` answers'
+   decodes, every cell's N-node tree with each node's exact P(s) under the target, its dead nodes
+   and chimeras (dead splices of the oracle tree's paths), and the oracle tree's own dead share at
+   the same roots (:mod:`~mfd_theory.llm.measure.round_chimeras`).
 """
 
 from __future__ import annotations
@@ -126,6 +130,33 @@ def vocab_coverage(drafter, seqs, plens) -> dict | None:
             "coverage": float(have[answer].mean()) if answer.size else None}
 
 
+def _chimeras(config, hf, drafters: dict, cells: dict, s: dict, results: list[dict], set_name: str,
+              progress: bool) -> None:
+    """The dead and chimera shares of every cell's trees over the rounds of the set's first
+    ``--chimera-answers`` decodes (:func:`~mfd_theory.llm.measure.round_chimeras.round_chimeras_many`),
+    into each drafter's entry of the set."""
+    from mfd_theory.llm.measure.round_chimeras import round_chimeras_many
+
+    k = config.chimera_answers or len(s["seqs"])
+    sampling = (None if config.temperature == 0
+                else {"temperature": float(config.temperature), "seeds": s["seeds"][:k]})
+    got = round_chimeras_many(hf, drafters, s["seqs"][:k], s["plens"][:k], config.chimera_budget, cells,
+                              stride=config.chimera_stride, sampling=sampling, progress=progress)
+    meta = {x: v for x, v in got.items() if x != "drafters"}
+    for row in results:
+        row["sets"][set_name]["chimeras"] = meta | {"cells": got["drafters"][row["drafter"]]}
+        if progress:
+            for c in got["drafters"][row["drafter"]]:
+                if not c["rounds"]:
+                    continue
+                print(f"{row['drafter']}: {set_name}: {c['method']}{'/' + c['scorer'] if c['scorer'] else ''} at "
+                      f"N = {config.chimera_budget}, {c['rounds']} rounds of {c['answers']} answers: dead "
+                      f"{c['dead_share'][0]:.1%}, chimeras {c['chimera_share'][0]:.1%} (P(s) <= {c['eps'][0]:g}); "
+                      f"the oracle tree's dead {c['oracle_dead_share'][0]:.1%}", flush=True)
+    if progress:
+        print(f"{set_name}: chimeras of {k} answers in {got['seconds']:.0f} s", flush=True)
+
+
 def tau(config, out_dir, drafter_dirs: list[Path], progress: bool = True) -> Result:
     """Run ``mfd tau`` (module docstring) into ``out_dir``; returns the Result (``tau.json``)."""
     from mfd_theory.llm.measure.heldout import heldout_greedy_tau_many
@@ -184,6 +215,8 @@ def tau(config, out_dir, drafter_dirs: list[Path], progress: bool = True) -> Res
                                          if ratios else None}
                 entry["timing"] = timing
             row["sets"][set_name] = entry
+        if config.chimera_budget:
+            _chimeras(config, hf, drafters, cells, s, results, set_name, progress)
             if progress:
                 n, best = max(((n, c) for n, g in per_budget.items() for c in g["cells"]), key=lambda x: x[1]["tau"])
                 print(f"{name}: {set_name}: {len(s['seqs'])} answers, best tau {best['tau']:.3f} ({best['method']}"

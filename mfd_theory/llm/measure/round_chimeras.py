@@ -1,0 +1,247 @@
+"""Dead nodes and chimeras in drafters' trees over every round of a decode (the paper's C3, on a real target).
+
+The rounds are those of the replay in :mod:`~mfd_theory.llm.measure.heldout`: a T = 0 decode of the
+target's own answer (or a sampled decode of its sampled answer) goes from root to root by what each
+round's tree accepts, so the roots, and the tree at each, are known from one target forward and
+the drafter. At a round's root, with one target cache moved along the answer to it:
+
+- every node s of the drafter's N-node tree gets its exact log P_T(s) under the target at
+  ``temperature`` (1 by default: the target's own distribution), from tree forwards
+  (:class:`~mfd_theory.llm.measure.ceiling.TargetScorer`);
+- the oracle tree of the same N and the same depth cut is built from the same context
+  (:func:`~mfd_theory.llm.measure.ceiling.oracle_tree_of`: the target's own N most probable
+  prefixes, the paths the target prefers);
+- a node is *dead* at eps when P_T(s) <= eps; a *splice* when each of its tokens is the token at
+  the same depth of some node of the oracle tree while the node is not one of them (no single path
+  the target prefers holds it, so it joins the head of one preferred path to tokens of another at a
+  fork); a *chimera* at eps when it is both. A dead node that is no splice is improbable but holds
+  some token the target's top-N prefixes never have at that depth.
+
+Shares are per round (a count over the tree's nodes) and then averaged over rounds; the oracle
+tree's dead share at the same roots is the floor a threshold counts whatever the drafter (no tree of
+N nodes within the same depth holds more nodes above eps than the N most probable prefixes do).
+The synthetic counterpart, with whole futures for the oracle's paths, is
+:func:`mfd_theory.coverage.spliced_chimera_mask`. What it measures and on what: docs/real-targets.md.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import torch
+
+from mfd_theory.llm.measure.ceiling import TargetScorer, oracle_tree_of
+from mfd_theory.llm.measure.heldout import (default_cells, greedy_prefix, root_trees, round_walk, sampled_prefix,
+                                             tree_accepts)
+from mfd_theory.llm.models.target import TargetModel
+from mfd_theory.trees import DraftTree
+from mfd_theory.validation import check_int, check_real
+
+__all__ = ["EPS", "answer_round_chimeras", "round_chimeras_many", "splices_of", "summarise_rounds"]
+
+#: the thresholds a node is dead under (P_T(s) <= eps): the paper's 1e-3 and a stricter one
+EPS = (1e-3, 1e-4)
+
+
+def splices_of(tree: DraftTree, reference: DraftTree | None) -> np.ndarray:
+    """bool [N]: the nodes of ``tree`` each of whose tokens is the token at the same depth of some
+    node of ``reference``, and which are not nodes of ``reference`` themselves (an empty or None
+    reference makes no splice)."""
+    ref = set(reference.paths()) if reference is not None and len(reference) else set()
+    allowed: dict[int, set[int]] = {}
+    for s in ref:
+        allowed.setdefault(len(s), set()).add(s[-1])
+    out = np.zeros(len(tree), dtype=bool)
+    for n, s in enumerate(tree.paths()):
+        out[n] = s not in ref and all(tok in allowed.get(d + 1, ()) for d, tok in enumerate(s))
+    return out
+
+
+def _in_target_ids(tree: DraftTree | None, vocab: np.ndarray | None) -> DraftTree | None:
+    """A tree drafted over a reduced draft vocabulary, with its tokens as target ids."""
+    if tree is None or vocab is None or not len(tree):
+        return tree
+    return DraftTree(tree.parent, vocab[tree.token], tree.depth, tree.log_score, validate=False)
+
+
+@torch.no_grad()
+def _move_to(target: TargetModel, seq: np.ndarray, held: int, r: int) -> None:
+    """Move a cache holding ``seq[:held]`` on to ``seq[:r]`` (r > held): one verify of the chain
+    seq[held + 1 : r] from the root seq[held], all of it committed."""
+    chain = [tuple(int(t) for t in seq[held + 1: held + 1 + k]) for k in range(1, r - held)]
+    tree = DraftTree.from_paths(chain) if chain else None
+    target.verify(int(seq[held]), tree, hidden=False)
+    target.commit(list(range(len(chain))))
+
+
+def _round_record(root: int, tree: DraftTree, lp: np.ndarray, oracle: DraftTree | None, oracle_lp, eps) -> dict:
+    log_eps = [math.log(e) for e in eps]
+    rec = {"root": int(root), "nodes": len(tree), "depth": int(tree.max_depth),
+           "covered": float(np.exp(lp).sum()), "dead": [int((lp <= le).sum()) for le in log_eps]}
+    if oracle is not None:
+        sp = splices_of(tree, oracle)
+        rec["splices"] = int(sp.sum())
+        rec["chimeras"] = [int((sp & (lp <= le)).sum()) for le in log_eps]
+        rec["oracle_nodes"] = len(oracle)
+        rec["oracle_covered"] = float(np.exp(oracle_lp).sum())
+        rec["oracle_dead"] = [int((oracle_lp <= le).sum()) for le in log_eps]
+    return rec
+
+
+@torch.no_grad()
+def answer_round_chimeras(target: TargetModel, drafters: dict, hidden_states, seq, p: int, end: int, budget: int,
+                          cells: dict, *, stride: int = 1, oracle: bool = True, temperature: float = 1.0,
+                          eps=EPS, chunk: int = 32, cost: dict | None = None) -> dict:
+    """{name: {cell: [round record]}} for one answer ``seq`` (a prompt of ``p`` tokens, kept up to
+    ``end``) and every drafter in ``drafters`` ({name: drafter}, ``cells`` {name: [(method, scorer)]}),
+    trees of ``budget`` nodes: the rounds of each cell's replayed decode (every ``stride``-th of
+    them), each with its tree's node count and depth, its covered mass ``covered`` (the sum of
+    P_T(s)), and per eps the dead count, and with ``oracle`` the splices, the chimeras per eps and
+    the oracle tree's nodes, covered mass and dead counts. ``hidden_states``: the target's over
+    ``seq`` (one forward, as the replay reads them). One target cache is moved along the answer; at
+    each root that some cell's rounds visit, one scorer serves the oracle and every tree. ``cost``
+    (a dict, updated in place): the roots visited, and the target's verify forwards and rows there,
+    in all and up to the end of each oracle search (the root's own row included)."""
+    stride = check_int("stride", stride, 1)
+    seq = np.asarray(seq, dtype=np.int64)
+    dev = hidden_states[0].device
+    trees: dict = {}
+    roots: dict = {}
+    for name, d in drafters.items():
+        draft_ids = d.draft_index(torch.from_numpy(seq).to(dev)).cpu().numpy()
+        acc = {c: {} for c in cells[name]}
+        for _, c, r, tree in root_trees(d, hidden_states, seq, p, end, [budget], cells[name], chunk):
+            acc[c][r] = tree_accepts(tree, draft_ids[r + 1: end])
+            trees[(name, c, r)] = tree
+        vocab = None if getattr(d, "draft_vocab", None) is None else d.draft_vocab.cpu().numpy()
+        for c in cells[name]:
+            t, visit = p, []
+            for a in round_walk(acc[c], p, end - 1):
+                visit.append(t)
+                t += a + 1
+            roots[(name, c)] = set(visit[::stride])
+            for r in roots[(name, c)]:
+                trees[(name, c, r)] = _in_target_ids(trees[(name, c, r)], vocab)
+    out = {name: {c: [] for c in cells[name]} for name in drafters}
+    need = sorted(set().union(*roots.values())) if roots else []
+    if not need:
+        return out
+    target.prefill(torch.from_numpy(seq[:p]), hidden=False)  # the first round's root is seq[p]
+    held = p
+    for r in need:
+        if r > held:
+            _move_to(target, seq, held, r)
+            held = r
+        trees_here = [(name, c, trees[(name, c, r)]) for (name, c), rs in roots.items() if r in rs]
+        # the depth cut of the round's trees (root_trees'): the oracle is held to the same
+        depth = max(min(int(drafters[name].block_size) - 1, end - r - 2) for name, _, _ in trees_here)
+        if depth < 1:
+            continue
+        scorer = TargetScorer(target, seq[: r + 1], depth, temperature, prefilled=True)
+        orc = orc_lp = None
+        if oracle:
+            orc = oracle_tree_of(scorer, budget)
+            orc_lp = scorer.log_probs(orc)
+        f_oracle, r_oracle = scorer.forwards, scorer.tokens
+        # the rows every tree's nodes need, in shared forwards (the cells' trees overlap, and the
+        # oracle's rows are held): each tree is then scored from held rows
+        scorer.prefetch(sorted({s[:-1] for _, _, t in trees_here if t is not None for s in t.paths()}))
+        for name, c, tree in trees_here:
+            if tree is None or not len(tree):
+                continue
+            out[name][c].append(_round_record(r, tree, scorer.log_probs(tree), orc, orc_lp, eps))
+        if cost is not None:
+            for key, v in (("roots", 1), ("forwards", scorer.forwards), ("rows", scorer.tokens),
+                           ("oracle_forwards", f_oracle), ("oracle_rows", r_oracle)):
+                cost[key] = cost.get(key, 0) + v
+    return out
+
+
+def _share(recs: list[dict], key: str, nodes: str, i: int | None) -> float | None:
+    """The mean over ``recs`` of each round's count ``key`` (entry ``i`` of it) over its ``nodes``."""
+    if not recs:
+        return None
+    return float(np.mean([(r[key] if i is None else r[key][i]) / r[nodes] for r in recs]))
+
+
+def summarise_rounds(per_answer: list[list[dict]], eps=EPS) -> dict:
+    """A cell's shares from its round records (``per_answer``: one list of round records per answer):
+    each share is a round's count over its tree's nodes (the oracle's over the oracle's), averaged
+    over every round of every answer (``dead_share`` etc., one entry per eps where the count is per
+    eps) and per answer (``per_answer``, for comparisons paired over answers); the mean node count
+    and covered mass; the oracle's entries None where the records hold no oracle."""
+    recs = [r for a in per_answer for r in a]
+    answers = [a for a in per_answer if a]
+    has_oracle = bool(recs) and "oracle_nodes" in recs[0]
+    keys = {"dead_share": ("dead", "nodes", True)}
+    if has_oracle:
+        keys |= {"splice_share": ("splices", "nodes", False), "chimera_share": ("chimeras", "nodes", True),
+                 "oracle_dead_share": ("oracle_dead", "oracle_nodes", True)}
+
+    def shares(rs, key, nodes, by_eps):
+        return [_share(rs, key, nodes, i) for i in range(len(eps))] if by_eps else _share(rs, key, nodes, None)
+
+    out = {"eps": list(eps), "rounds": len(recs), "answers": len(answers),
+           "nodes": float(np.mean([r["nodes"] for r in recs])) if recs else None,
+           "covered": float(np.mean([r["covered"] for r in recs])) if recs else None,
+           "oracle_covered": float(np.mean([r["oracle_covered"] for r in recs])) if has_oracle else None}
+    for name in ("dead_share", "splice_share", "chimera_share", "oracle_dead_share"):
+        out[name] = shares(recs, *keys[name]) if name in keys else None
+    out["per_answer"] = {name: [shares(a, *k) for a in answers] for name, k in keys.items()}
+    return out
+
+
+@torch.no_grad()
+def round_chimeras_many(target_hf, drafters: dict, seqs, plens, budget: int, cells: dict | None = None, *,
+                        stride: int = 1, oracle: bool = True, temperature: float = 1.0, sampling: dict | None = None,
+                        eps=EPS, chunk: int = 32, progress: bool = False) -> dict:
+    """:func:`answer_round_chimeras` over the answers ``seqs`` (prompts of ``plens`` tokens), each cut
+    where it stops being the target's greedy continuation (or, with ``sampling`` as in
+    :func:`~mfd_theory.llm.measure.heldout.heldout_greedy_tau_many`, its keyed draw), summarised
+    per drafter and cell (:func:`summarise_rounds`), with the rule, the forwards run and the time.
+    ``cells`` (default: each drafter's tau cells, as :func:`~mfd_theory.llm.measure.heldout.default_cells`)."""
+    budget = check_int("budget", budget, 1)
+    stride = check_int("stride", stride, 1)
+    check_real("temperature", temperature, 0, low_open=True)
+    if len(seqs) != len(plens):
+        raise ValueError(f"plens: need one prompt length per sequence ({len(seqs)}), got {len(plens)}")
+    if not eps or any(not 0 < float(e) < 1 for e in eps):
+        raise ValueError(f"eps: each threshold must lie in (0, 1), got {list(eps)}")
+    cells = {name: [tuple(c) for c in (cells or {}).get(name, default_cells(d))] for name, d in drafters.items()}
+    target = TargetModel(target_hf)
+    per = {name: {c: [] for c in cells[name]} for name in drafters}
+    from tqdm.auto import tqdm
+
+    t0 = time.perf_counter()
+    cost: dict = {}
+    for i, (seq, p) in enumerate(tqdm(list(zip(seqs, plens)), desc="round chimeras", unit="answer",
+                                      disable=not progress, leave=False)):
+        seq, p = np.asarray(seq, dtype=np.int64), int(p)
+        out = target_hf(input_ids=torch.from_numpy(seq)[None].to(target.device), output_hidden_states=True)
+        end = (greedy_prefix(seq, p, out.logits[0]) if sampling is None
+               else sampled_prefix(seq, p, out.logits[0], sampling, int(sampling["seeds"][i])))
+        if end - p < 1:
+            for name in drafters:
+                for c in cells[name]:
+                    per[name][c].append([])
+            continue
+        got = answer_round_chimeras(target, drafters, out.hidden_states, seq, p, end, budget, cells, stride=stride,
+                                    oracle=oracle, temperature=temperature, eps=eps, chunk=chunk, cost=cost)
+        for name in drafters:
+            for c in cells[name]:
+                per[name][c].append(got[name][c])
+    secs = time.perf_counter() - t0
+    res = {"budget": budget, "stride": stride, "temperature": float(temperature), "answers": len(seqs),
+           "seconds": round(secs, 1), "cost": cost,
+           "rule": ("every stride-th round of each answer's replayed decode; per round, the tree's nodes with "
+                    "the target's exact P(s) <= eps (dead), those whose every token is the token at the same depth "
+                    "of some node of the oracle tree (the target's own top-N prefixes, same depth cut) but which "
+                    "are no node of it (splices), and both (chimeras); shares per round, averaged over rounds; the "
+                    "oracle tree's own dead share at the same roots is the floor any N-node tree counts"),
+           "drafters": {}}
+    for name in drafters:
+        res["drafters"][name] = [{"method": m, "scorer": sc} | summarise_rounds(per[name][(m, sc)], eps)
+                                 for (m, sc) in cells[name]]
+    return res
