@@ -197,7 +197,7 @@ def test_sampled_tau_equals_real_sampled_decoding_of_each_answer(run):
     args = list(argv[:-5])
     args[args.index("--cache-dir") + 1] = str(root / "answers-t1")  # the greedy cache's test counts its folders
     assert mfd([*args, "--timing-prompts", "0", "--temperature", "1", "--seed", "3", "--out", str(out),
-                "--quiet"]) == 0
+                "--chimera-budget", "6", "--chimera-answers", "2", "--quiet"]) == 0
     rec = json.loads((out / "tau.json").read_text())
     assert rec["data"]["temperature"] == 1.0 and "T = 1 decode" in rec["data"]["rule"]
     s = rec["data"]["sets"]["alpha"]
@@ -225,6 +225,16 @@ def test_sampled_tau_equals_real_sampled_decoding_of_each_answer(run):
                     assert res.tokens == list(q[p:]) and res.tau == pytest.approx(t), (c, n)
                     checked += 1
     assert checked == (2 + 3) * 2 * 3
+    # the chimeras' rounds are the sampled decodes' rounds of the first 2 answers at N = 6 (but a last
+    # round with nothing left to draft): rounds = (answer tokens - 1) / tau, the bonus included
+    for row in rec["data"]["drafters"]:
+        ch = row["sets"]["alpha"]["chimeras"]
+        assert ch["answers"] == 2 and ch["temperature"] == 1.0
+        for c in ch["cells"]:
+            cell = next(x for x in row["sets"]["alpha"]["budgets"]["6"]["cells"]
+                        if (x["method"], x["scorer"]) == (c["method"], c["scorer"]))
+            rounds = sum((len(q) - p - 1) / t for q, p, t in zip(seqs[:2], plens[:2], cell["per_sequence_tau"][:2]))
+            assert round(rounds) - 2 <= c["rounds"] <= round(rounds), c
     # a wrong seed is a different decode: the replay is not a check that holds for any seed
     wrong = [speculative_generate(tm, None, list(q[:p]), len(q) - p, "ar", temperature=1.0, seed=sd + 1,
                                   metrics=False).tokens for q, p, sd in zip(seqs, plens, seeds)]
