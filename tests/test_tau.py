@@ -229,7 +229,7 @@ def test_sampled_tau_equals_real_sampled_decoding_of_each_answer(run):
     # round with nothing left to draft): rounds = (answer tokens - 1) / tau, the bonus included
     for row in rec["data"]["drafters"]:
         ch = row["sets"]["alpha"]["chimeras"]
-        assert ch["answers"] == 2 and ch["temperature"] == 1.0
+        assert ch["answers"] == 2 and ch["p_temperature"] == 1.0
         for c in ch["cells"]:
             cell = next(x for x in row["sets"]["alpha"]["budgets"]["6"]["cells"]
                         if (x["method"], x["scorer"]) == (c["method"], c["scorer"]))

@@ -233,13 +233,13 @@ def round_chimeras_many(target_hf, drafters: dict, seqs, plens, budget: int, cel
             for c in cells[name]:
                 per[name][c].append(got[name][c])
     secs = time.perf_counter() - t0
-    res = {"budget": budget, "stride": stride, "temperature": float(temperature), "answers": len(seqs),
+    res = {"budget": budget, "stride": stride, "p_temperature": float(temperature), "answers": len(seqs),
            "seconds": round(secs, 1), "cost": cost,
            "rule": ("every stride-th round of each answer's replayed decode; per round, the tree's nodes with "
-                    "the target's exact P(s) <= eps (dead), those whose every token is the token at the same depth "
-                    "of some node of the oracle tree (the target's own top-N prefixes, same depth cut) but which "
-                    "are no node of it (splices), and both (chimeras); shares per round, averaged over rounds; the "
-                    "oracle tree's own dead share at the same roots is the floor any N-node tree counts"),
+                    "the target's exact P(s) (at temperature p_temperature) <= eps (dead), those whose every token is "
+                    "the token at the same depth of some node of the oracle tree (the target's own top-N prefixes, same "
+                    "depth cut) but which are no node of it (splices), and both (chimeras); shares per round, averaged "
+                    "over rounds; the oracle tree's own dead share at the same roots is the floor any N-node tree counts"),
            "drafters": {}}
     for name in drafters:
         res["drafters"][name] = [{"method": m, "scorer": sc} | summarise_rounds(per[name][(m, sc)], eps)
