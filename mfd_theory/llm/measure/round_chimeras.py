@@ -216,8 +216,8 @@ def round_chimeras_many(target_hf, drafters: dict, seqs, plens, budget: int, cel
 
     t0 = time.perf_counter()
     cost: dict = {}
-    for i, (seq, p) in enumerate(tqdm(list(zip(seqs, plens)), desc="round chimeras", unit="answer",
-                                      disable=not progress, leave=False)):
+    bar = tqdm(list(zip(seqs, plens)), desc="round chimeras", unit="answer", disable=not progress, leave=False)
+    for i, (seq, p) in enumerate(bar):
         seq, p = np.asarray(seq, dtype=np.int64), int(p)
         out = target_hf(input_ids=torch.from_numpy(seq)[None].to(target.device), output_hidden_states=True)
         end = (greedy_prefix(seq, p, out.logits[0]) if sampling is None
@@ -232,6 +232,8 @@ def round_chimeras_many(target_hf, drafters: dict, seqs, plens, budget: int, cel
         for name in drafters:
             for c in cells[name]:
                 per[name][c].append(got[name][c])
+        if cost.get("roots"):  # the unit of work: a root's oracle search and trees
+            bar.set_postfix(roots=cost["roots"], s_per_root=f"{(time.perf_counter() - t0) / cost['roots']:.1f}")
     secs = time.perf_counter() - t0
     res = {"budget": budget, "stride": stride, "p_temperature": float(temperature), "answers": len(seqs),
            "seconds": round(secs, 1), "cost": cost,
