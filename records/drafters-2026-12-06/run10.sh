@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (its C3 step, every 4th round, was stopped after 8 minutes at about 10 minutes an answer; run11.sh ran every 16th round)
 # issue 54: after MFD K = 4 seed 1's training (started by run9.sh, whose shell was stopped so that
 # seed 2 does not follow this session), its greedy tau at N = 32 on all 164 HumanEval problems (the
 # tau preset 'release', budgets 32); then, once the chimera code is committed (/tmp/c3.go), C3 over
