@@ -29,7 +29,7 @@ from mfd_theory.llm.decoding.trees import build_trees
 from mfd_theory.validation import check_int
 
 __all__ = ["default_cells", "greedy_prefix", "heldout_greedy_tau", "heldout_greedy_tau_many", "root_trees", "round_walk",
-           "sampled_prefix", "tree_accepts"]
+           "roots_accepted", "sampled_prefix", "tree_accepts"]
 
 #: the methods and scorers this module measures (DARTree: a Domino drafter's path-grown tree)
 CELLS = (("chain", None), ("ddtree", None), ("mfd", "mixture"), ("mfd", "best_mode"), ("dartree", None))
@@ -153,12 +153,16 @@ def root_trees(drafter, hidden_states, seq: np.ndarray, p: int, end: int, budget
                     yield n, (m, sc), r, tree
 
 
-def _roots_accepted(drafter, hidden_states, seq: np.ndarray, p: int, end: int, budgets, cells, chunk: int) -> dict:
-    """{(budget, cell): {root: accepted}} for every root of one answer (kept up to ``end``)."""
+def roots_accepted(drafter, hidden_states, seq: np.ndarray, p: int, end: int, budgets, cells, chunk: int = 32,
+                   trees: dict | None = None) -> dict:
+    """{(budget, cell): {root: accepted}} for every root of one answer (kept up to ``end``);
+    ``trees`` (a dict, filled in place): each root's tree by (budget, cell, root)."""
     acc = {(n, c): {} for n in budgets for c in cells}
     draft_ids = drafter.draft_index(torch.from_numpy(seq).to(hidden_states[0].device)).cpu().numpy()  # -1 outside
     for n, c, r, tree in root_trees(drafter, hidden_states, seq, p, end, budgets, cells, chunk):
         acc[(n, c)][r] = tree_accepts(tree, draft_ids[r + 1: end])
+        if trees is not None:
+            trees[(n, c, r)] = tree
     return acc
 
 
@@ -214,7 +218,7 @@ def heldout_greedy_tau_many(target_hf, drafters: dict, seqs, plens, budgets, cel
         if end - p < 1:
             continue
         for name, drafter in drafters.items():
-            acc = _roots_accepted(drafter, out.hidden_states, seq, p, end, budgets, cells[name], chunk)
+            acc = roots_accepted(drafter, out.hidden_states, seq, p, end, budgets, cells[name], chunk)
             for n in budgets:
                 for c in cells[name]:
                     walk = round_walk(acc[(n, c)], p, end - 1)

@@ -33,8 +33,7 @@ import numpy as np
 import torch
 
 from mfd_theory.llm.measure.ceiling import TargetScorer, oracle_tree_of
-from mfd_theory.llm.measure.heldout import (default_cells, greedy_prefix, root_trees, round_walk, sampled_prefix,
-                                             tree_accepts)
+from mfd_theory.llm.measure.heldout import default_cells, greedy_prefix, roots_accepted, round_walk, sampled_prefix
 from mfd_theory.llm.models.target import TargetModel
 from mfd_theory.trees import DraftTree
 from mfd_theory.validation import check_int, check_real
@@ -106,15 +105,13 @@ def answer_round_chimeras(target: TargetModel, drafters: dict, hidden_states, se
     in all and up to the end of each oracle search (the root's own row included)."""
     stride = check_int("stride", stride, 1)
     seq = np.asarray(seq, dtype=np.int64)
-    dev = hidden_states[0].device
     trees: dict = {}
     roots: dict = {}
     for name, d in drafters.items():
-        draft_ids = d.draft_index(torch.from_numpy(seq).to(dev)).cpu().numpy()
-        acc = {c: {} for c in cells[name]}
-        for _, c, r, tree in root_trees(d, hidden_states, seq, p, end, [budget], cells[name], chunk):
-            acc[c][r] = tree_accepts(tree, draft_ids[r + 1: end])
-            trees[(name, c, r)] = tree
+        mine: dict = {}
+        acc = {c: a for (_, c), a in roots_accepted(d, hidden_states, seq, p, end, [budget], cells[name], chunk,
+                                                     trees=mine).items()}
+        trees.update({(name, c, r): t for (_, c, r), t in mine.items()})
         vocab = None if getattr(d, "draft_vocab", None) is None else d.draft_vocab.cpu().numpy()
         for c in cells[name]:
             t, visit = p, []
