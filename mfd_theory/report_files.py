@@ -47,6 +47,7 @@ BLOCK_FILES: dict[str, str] = {
     "real-drafters": REAL,
     "real-headline": REAL,
     "real-recipe": REAL,
+    "real-c3": REAL,
     "bench-trees": BENCHMARKS,
     "bench-fit": BENCHMARKS,
     "bench-decode": BENCHMARKS,

@@ -602,3 +602,35 @@ def test_the_reach_table_calls_the_ceiling_a_prediction_only_when_told():
     assert "| predicted tau gain |" in reach_lines([])[0]
     head = reach_lines([], "the ceiling's tau gain (same prompts)")[0]
     assert "| the ceiling's tau gain (same prompts) |" in head and "predicted" not in head
+
+
+def _c3_cell(method, scorer, dead, chim, oracle, rounds):
+    return {"method": method, "scorer": scorer, "eps": [1e-3, 1e-4], "rounds": rounds, "answers": 2, "nodes": 64.0,
+            "covered": 0.5, "oracle_covered": 12.0, "dead_share": dead, "splice_share": chim[0],
+            "chimera_share": chim, "oracle_dead_share": oracle, "per_answer": {}}
+
+
+def test_the_c3_block_shows_each_cell_once_and_the_shared_search_cost_once():
+    """real-c3: a row per drafter and cell with its shares as the record holds them (a share under a
+    tenth of a percent keeps two decimals); the search, one for every drafter, costed once; a tau
+    run that measured no chimeras is refused."""
+    cost = {"roots": 10, "forwards": 400, "rows": 5000, "oracle_forwards": 390, "oracle_rows": 4900}
+
+    def chim(cells):
+        return {"budget": 64, "stride": 4, "p_temperature": 1.0, "answers": 2, "seconds": 600.0, "cost": cost,
+                "cells": cells}
+
+    k1 = {"drafter": "/x/drafters/d-k1", "modes": 1, "sets": {"he": {"chimeras": chim(
+        [_c3_cell("ddtree", None, [0.9, 0.85], [0.25, 0.2], [0.3, 0.1], 7)])}}}
+    k4 = {"drafter": "/x/drafters/d-mfd4", "modes": 4, "sets": {"he": {"chimeras": chim(
+        [_c3_cell("mfd", "best_mode", [0.5, 0.4], [0.0004, 0.0], [0.3, 0.1], 9)])}}}
+    res = Result("tau", {"threads": 2}, {"target": "t", "dtype": "float32", "threads": 2,
+                                         "sets": {"he": {"prompts": 2}}, "drafters": [k1, k4]})
+    text = BLOCKS["real-c3"].make(Results(None, ("c3/he8-s16/tau.json",), {"c3/he8-s16/tau.json": res}))
+    rows = [ln for ln in text.splitlines() if ln.startswith("| d-")]
+    assert rows == ["| d-k1 (K = 1) | he | DDTree | 7 | 64.0 | 0.50 | 90.0% / 85.0% | 25.0% / 20.0% | 30.0% / 10.0% | 12.0 |",
+                    "| d-mfd4 (K = 4) | he | best-mode | 9 | 64.0 | 0.50 | 50.0% / 40.0% | 0.04% / 0.0% | 30.0% / 10.0% | 12.0 |"]
+    assert "10 roots in 10.0 min (60 s a root)" in text and "390 of the 400 target forwards" in text
+    del k1["sets"]["he"]["chimeras"], k4["sets"]["he"]["chimeras"]
+    with pytest.raises(ValueError, match="measured no chimeras"):
+        BLOCKS["real-c3"].make(Results(None, ("c3/he8-s16/tau.json",), {"c3/he8-s16/tau.json": res}))
