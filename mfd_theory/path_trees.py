@@ -140,6 +140,15 @@ def check_drafter(drafter, max_depth=None) -> tuple[int, int]:
     return int(L), int(V)
 
 
+#: how much of a missing row's remaining depth (L - its depth) the read-ahead of :func:`best_first`
+#: charges against the nodes the search may still emit: its descendants, not seen yet, may come
+#: before the nodes that follow it. 0 reads furthest ahead (fewest forwards, most rows read and
+#: never used); 1 reads least. On the 0.5B Qwen target (N = 64, L = 16, six roots of HumanEval
+#: answers; docs/real-targets.md) 0.5 took 0.49x the time of the one-child-per-parent read-ahead
+#: before it, 0 took 0.64x: the same trees.
+READ_AHEAD_CHARGE = 0.5
+
+
 def best_first(drafter, L: int, V: int, N: int, lookahead: int = 0):
     """The first N prefixes (length <= L) in decreasing path score: parent, token, depth, score [N].
 
@@ -157,9 +166,14 @@ def best_first(drafter, L: int, V: int, N: int, lookahead: int = 0):
     ``lookahead`` > 0, for a drafter with ``has_row(prefix)`` and ``prefetch(prefixes)`` (rows
     that cost one forward each, cheaper many at a time: the target itself, in
     :class:`mfd_theory.llm.measure.ceiling.TargetScorer`): before a node whose row the drafter
-    does not hold yet is expanded, it is asked for that row together with the rows of the best
-    ``lookahead`` children waiting in the heap (those emitted next, if any). The search and its
-    result are the same; only the rows arrive in fewer, larger batches.
+    does not hold yet is expanded, it is asked for that row together with up to ``lookahead``
+    rows the search will want next as far as the held rows tell: the search is continued
+    speculatively (a node whose row is held is expanded without being emitted) for as many nodes
+    as it may still emit (each missing row met there charged :data:`READ_AHEAD_CHARGE` of its
+    depth left), and the nodes met there shallower than L whose rows are missing are fetched, best
+    first. Paths the target prefers all deepen in the same forward instead of one
+    after another. The search and its result are the same; only the rows arrive in fewer, larger
+    batches.
     """
     paths: list[tuple[int, ...]] = []
     parent = np.empty(N, dtype=np.int64)
@@ -176,27 +190,57 @@ def best_first(drafter, L: int, V: int, N: int, lookahead: int = 0):
     batched = lookahead > 0 and callable(getattr(drafter, "prefetch", None)) and \
         callable(getattr(drafter, "has_row", None))
 
-    def upcoming() -> list[tuple[int, ...]]:
-        """The prefixes of the best ``lookahead`` heap entries that would be expanded if emitted."""
-        out = []
-        for _, p, r in heapq.nsmallest(lookahead, heap):
-            pre = (paths[p] if p >= 0 else ()) + (int(p_ids[p + 1][r]),)
-            if len(pre) < L:
-                out.append(pre)
+    # prefix -> (its best M values, their ids) for rows read ahead of their node's emission
+    ahead: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+
+    def best_m(prefix: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """The row's first M tokens by (decreasing value, increasing id), without sorting all of it:
+        every token tied with the M-th largest value is kept, then sorted, then cut to M."""
+        got = ahead.pop(prefix, None)
+        if got is not None:
+            return got
+        row = _row(drafter, prefix, V)
+        cand = np.arange(V) if M == V else np.flatnonzero(row >= np.partition(row, V - M)[V - M])
+        order = cand[np.lexsort((cand, -row[cand]))][:M]  # [M]
+        return row[order], order
+
+    def upcoming(left: int) -> list[tuple[int, ...]]:
+        """The missing rows among the next ``left`` nodes of the search continued over the held rows
+        (a held node's children join the continuation as if it had been emitted), shallower than L,
+        best first, at most ``lookahead``. Only which rows are fetched together depends on it."""
+        spec = [(k, n, paths[p] if p >= 0 else (), p_vals[p + 1], p_ids[p + 1], p_score[p + 1], r)
+                for n, (k, p, r) in enumerate(heap)]
+        heapq.heapify(spec)
+        count, out = len(spec), []
+        while spec and left > 0 and len(out) < lookahead:
+            _, _, pre, vals, ids, ps, r = heapq.heappop(spec)
+            left -= 1
+            if r + 1 < ids.shape[0]:
+                heapq.heappush(spec, (-(ps + float(vals[r + 1])), count, pre, vals, ids, ps, r + 1))
+                count += 1
+            node, s = pre + (int(ids[r]),), ps + float(vals[r])
+            if len(node) >= L:
+                continue
+            if not drafter.has_row(node):
+                out.append(node)
+                # its unseen descendants may come before what follows: charge some of its depth left
+                left -= READ_AHEAD_CHARGE * (L - len(node))
+                continue
+            if node not in ahead:
+                ahead[node] = best_m(node)
+            cv, ci = ahead[node]
+            heapq.heappush(spec, (-(s + float(cv[0])), count, node, cv, ci, s, 0))
+            count += 1
         return out
 
     def expand(slot: int, prefix: tuple[int, ...], s: float) -> None:
         if batched and not drafter.has_row(prefix):
-            drafter.prefetch([prefix, *upcoming()])
-        row = _row(drafter, prefix, V)
-        # the row's first M tokens by (decreasing value, increasing id), without sorting all of it:
-        # every token tied with the M-th largest value is kept, then sorted, then cut to M
-        cand = np.arange(V) if M == V else np.flatnonzero(row >= np.partition(row, V - M)[V - M])
-        order = cand[np.lexsort((cand, -row[cand]))][:M]  # [M]
+            drafter.prefetch([prefix, *upcoming(N - slot)])
+        vals, order = best_m(prefix)
         p_score[slot] = s
-        p_vals[slot] = row[order]
+        p_vals[slot] = vals
         p_ids[slot] = order
-        heapq.heappush(heap, (-(s + float(row[order[0]])), slot - 1, 0))
+        heapq.heappush(heap, (-(s + float(vals[0])), slot - 1, 0))
 
     if N > 0:
         expand(0, (), 0.0)

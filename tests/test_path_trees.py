@@ -35,6 +35,66 @@ def test_path_tree_is_the_tie_rule_order_of_brute_force(drafter, budget):
     np.testing.assert_array_equal(t.log_score, [ref.path_score(_table_cond(drafter), p) for p in want])
 
 
+class _Batched:
+    """A table drafter whose rows cost a forward each, many per forward (the target's shape): it
+    counts the forwards and the rows each one held."""
+
+    def __init__(self, drafter):
+        self.d, self.L, self.V = drafter, drafter.L, drafter.V
+        self.rows, self.sizes = {}, []
+
+    def has_row(self, prefix):
+        return tuple(prefix) in self.rows
+
+    def prefetch(self, prefixes):
+        want = {tuple(int(t) for t in p) for p in prefixes} - set(self.rows)
+        if want:
+            self.sizes.append(len(want))
+            self.rows.update({p: self.d.log_cond(p) for p in want})
+
+    def log_cond(self, prefix):
+        if not self.has_row(prefix):
+            self.prefetch([prefix])
+        return self.rows[tuple(prefix)]
+
+
+@given(mst.table_drafters(), mst.budgets(), st.sampled_from([1, 3, 64]))
+def test_rows_read_ahead_leave_the_search_as_it_was(drafter, budget, lookahead):
+    """Rows fetched many per forward (lookahead > 0) give exactly the unbatched emission, ties
+    included, each forward holding at most lookahead + 1 rows."""
+    from mfd_theory.path_trees import best_first
+    from mfd_theory.trees import total_prefixes
+
+    N = min(budget, total_prefixes([drafter.V] * drafter.L, budget))
+    want = best_first(drafter, drafter.L, drafter.V, N)
+    batched = _Batched(drafter)
+    got = best_first(batched, drafter.L, drafter.V, N, lookahead=lookahead)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    assert max(batched.sizes) <= lookahead + 1
+
+
+def test_rows_read_ahead_deepen_every_preferred_path_at_once():
+    """A product drafter of depth L whose top-40 tree holds many deep paths: read ahead over the
+    held rows, the search needs L forwards (one per depth below L, plus the root's), not one per path
+    and depth; no row fetched is wasted beyond the nodes a 64-row lookahead may still reach."""
+    from mfd_theory.path_trees import best_first
+
+    L, V, N = 6, 3, 40
+    mix = MixtureOfProducts(np.zeros(1), np.log(np.tile([[0.6, 0.3, 0.1]], (1, L, 1))))
+    drafter = MemoryDrafter(mix, memory=0)
+    want = best_first(drafter, L, V, N)
+    batched = _Batched(drafter)
+    got = best_first(batched, L, V, N, lookahead=64)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    assert len(batched.sizes) <= L
+    paths: list[tuple[int, ...]] = []
+    for p, t in zip(got[0], got[1]):
+        paths.append((paths[p] if p >= 0 else ()) + (int(t),))
+    assert set(batched.rows) >= {p for p in paths[:-1] if len(p) < L} | {()}  # every row the search read
+
+
 @given(mst.table_drafters(max_L=2, max_V=7), st.integers(1, 6))
 def test_vocabulary_larger_than_the_budget(drafter, budget):
     """V > N: each row is cut to its best N tokens (ties at the cut by id) before sorting."""
