@@ -144,8 +144,8 @@ def check_drafter(drafter, max_depth=None) -> tuple[int, int]:
 #: charges against the nodes the search may still emit: its descendants, not seen yet, may come
 #: before the nodes that follow it. 0 reads furthest ahead (fewest forwards, most rows read and
 #: never used); 1 reads least. On the 0.5B Qwen target (N = 64, L = 16, six roots of HumanEval
-#: answers; docs/real-targets.md) 0.5 took 0.49x the time of the one-child-per-parent read-ahead
-#: before it, 0 took 0.64x: the same trees.
+#: answers, side by side: records/c3-2026-12-06/oracle_read_ahead.log) 0.5 took 0.46x the time of
+#: the one-child-per-parent read-ahead before it, 0 took 0.62x: the same trees.
 READ_AHEAD_CHARGE = 0.5
 
 

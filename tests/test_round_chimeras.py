@@ -154,6 +154,47 @@ def test_stride_keeps_every_kth_round_and_no_oracle_leaves_its_entries_empty():
         assert set(h["per_answer"]) == {"dead_share"} and len(e["dead_share"]) == len(EPS)
 
 
+def test_a_store_resumes_answer_by_answer_and_keys_what_the_rounds_depend_on(tmp_path, monkeypatch):
+    """With ``store``, each answer's rounds are written as it ends; a rerun reads them back (nothing
+    measured again: the measurement is made to fail) and summarises to the same record; an answer
+    missing or unreadable in the store is measured again; another budget or another drafter's weights
+    is another key, so nothing stored under the first is read."""
+    from mfd_theory.llm.measure import round_chimeras as rc
+
+    target = tiny_qwen3(vocab_size=V, seed=1, init_std=0.6)
+    drafter = build_drafter(target, 4, 1, seed=2, mask_token_id=V - 1, target_layer_ids=[0, 2]).eval()
+    seqs, plens = greedy_answers(target, PROMPTS, NEW)
+    store = tmp_path / "store"
+    first = round_chimeras_many(target, {"d": drafter}, seqs, plens, 5, store=store, store_key=["t"])
+    files = sorted(store.glob("answer-*.json"))
+    assert len(files) == len(seqs) and first["resumed"] == 0
+
+    def same(a, b):
+        assert a["drafters"] == b["drafters"] and a["cost"] == b["cost"]
+        assert a["seconds"] == pytest.approx(b["seconds"], abs=0.01 * len(seqs))
+
+    real = rc.answer_round_chimeras
+    monkeypatch.setattr(rc, "answer_round_chimeras", lambda *a, **k: pytest.fail("measured again"))
+    again = round_chimeras_many(target, {"d": drafter}, seqs, plens, 5, store=store, store_key=["t"])
+    same(again, first)
+    assert again["resumed"] == len(seqs)
+    monkeypatch.setattr(rc, "answer_round_chimeras", real)
+    files[1].unlink()
+    files[2].write_text("{not json")
+    part = round_chimeras_many(target, {"d": drafter}, seqs, plens, 5, store=store, store_key=["t"])
+    assert part["resumed"] == len(seqs) - 2 and part["drafters"] == first["drafters"]
+    assert len(list(store.glob("answer-*.json"))) == len(seqs)
+    other = build_drafter(target, 4, 1, seed=3, mask_token_id=V - 1, target_layer_ids=[0, 2]).eval()
+    for kw in ({"budget": 4, "drafters": {"d": drafter}}, {"budget": 5, "drafters": {"d": other}},
+               {"budget": 5, "drafters": {"d": drafter}, "store_key": ["another target"]}):
+        got = round_chimeras_many(target, kw["drafters"], seqs, plens, kw["budget"], store=store,
+                                  store_key=kw.get("store_key", ["t"]))
+        assert got["resumed"] == 0
+    assert rc.drafter_fingerprint(drafter) != rc.drafter_fingerprint(other)
+    assert rc.drafter_fingerprint(drafter) == rc.drafter_fingerprint(
+        build_drafter(target, 4, 1, seed=2, mask_token_id=V - 1, target_layer_ids=[0, 2]).eval())
+
+
 def test_bad_arguments_are_named():
     target = tiny_qwen3(vocab_size=V, seed=1)
     drafter = build_drafter(target, 4, 1, seed=2, mask_token_id=V - 1, target_layer_ids=[0, 2]).eval()

@@ -289,3 +289,11 @@ def test_chimera_budget_adds_each_cells_dead_and_chimera_shares(run, capsys):
             assert g["rounds"] == c["rounds"] > 0 and g["dead_share"] == c["dead_share"]
             assert g["chimera_share"] == c["chimera_share"] and g["oracle_dead_share"] == c["oracle_dead_share"]
             assert f"{g['method']}" in printed and "the oracle tree's dead" in printed
+        assert got["resumed"] == 0
+    # the same command on the same --out resumes from the answers kept under <out>/chimeras/<set>/
+    assert len(list((out / "chimeras" / "alpha").glob("answer-*.json"))) == 2
+    assert mfd(argv + ["--chimera-budget", "5", "--chimera-answers", "2"]) == 0
+    again = json.loads((out / "tau.json").read_text())["data"]
+    for row, first in zip(again["drafters"], rec["drafters"]):
+        a, b = row["sets"]["alpha"]["chimeras"], first["sets"]["alpha"]["chimeras"]
+        assert a["resumed"] == 2 and a["cells"] == b["cells"] and a["cost"] == b["cost"]

@@ -95,5 +95,7 @@ def real_c3(results: Results) -> str:
         f"Shares per round, averaged over the rounds (per answer in the record). Cost, one search for every "
         f"drafter: {roots} roots in "
         f"{secs / 60:.1f} min ({span(per_root, '{:.0f}')} s a root); the oracle searches ran {ofw:,} of the "
-        f"{fw:,} target forwards and {orw:,} of the {rw:,} rows.")
+        f"{fw:,} target forwards and {orw:,} of the {rw:,} rows"
+        + (f" ({sum(c.get('resumed', 0) for c in runs)} answers read back from the store of a run stopped part "
+           "way, their time as measured then)" if any(c.get("resumed") for c in runs) else "") + ".")
     return "\n".join(lines)

@@ -26,8 +26,11 @@ The synthetic counterpart, with whole futures for the oracle's paths, is
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -38,7 +41,8 @@ from mfd_theory.llm.models.target import TargetModel
 from mfd_theory.trees import DraftTree
 from mfd_theory.validation import check_int, check_real
 
-__all__ = ["EPS", "answer_round_chimeras", "round_chimeras_many", "splices_of", "summarise_rounds"]
+__all__ = ["EPS", "answer_round_chimeras", "drafter_fingerprint", "round_chimeras_many", "splices_of",
+           "summarise_rounds"]
 
 #: the thresholds a node is dead under (P_T(s) <= eps): the paper's 1e-3 and a stricter one
 EPS = (1e-3, 1e-4)
@@ -190,15 +194,55 @@ def summarise_rounds(per_answer: list[list[dict]], eps=EPS) -> dict:
     return out
 
 
+#: the version of a stored answer's rounds: raised when what a round record holds or how it is
+#: counted changes, so that a store written before is not read as if it were now
+STORE_VERSION = 1
+
+
+@torch.no_grad()
+def drafter_fingerprint(drafter) -> str:
+    """sha256 (16 hex) of a drafter's parameters and buffers, names, shapes, dtypes and bytes: what
+    its trees depend on, whatever directory it was loaded from."""
+    h = hashlib.sha256()
+    for name, t in sorted(list(drafter.state_dict().items())):
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()[:16]
+
+
+def _answer_key(parts: list) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _read_stored(path: Path, names, cells) -> dict | None:
+    """A stored answer's rounds, cost and seconds, or None when absent or unreadable (then redone)."""
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+        got = {name: {tuple(c): d["rounds"][name][f"{c[0]}/{c[1]}"] for c in cells[name]} for name in names}
+        return {"rounds": got, "cost": d["cost"], "seconds": float(d["seconds"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 @torch.no_grad()
 def round_chimeras_many(target_hf, drafters: dict, seqs, plens, budget: int, cells: dict | None = None, *,
                         stride: int = 1, oracle: bool = True, temperature: float = 1.0, sampling: dict | None = None,
-                        eps=EPS, chunk: int = 32, progress: bool = False) -> dict:
+                        eps=EPS, chunk: int = 32, progress: bool = False, store: str | Path | None = None,
+                        store_key=None) -> dict:
     """:func:`answer_round_chimeras` over the answers ``seqs`` (prompts of ``plens`` tokens), each cut
     where it stops being the target's greedy continuation (or, with ``sampling`` as in
     :func:`~mfd_theory.llm.measure.heldout.heldout_greedy_tau_many`, its keyed draw), summarised
     per drafter and cell (:func:`summarise_rounds`), with the rule, the forwards run and the time.
-    ``cells`` (default: each drafter's tau cells, as :func:`~mfd_theory.llm.measure.heldout.default_cells`)."""
+    ``cells`` (default: each drafter's tau cells, as :func:`~mfd_theory.llm.measure.heldout.default_cells`).
+
+    ``store``: a folder where each answer's rounds, cost and seconds are written (atomically) as it
+    ends, one JSON file per answer under a key of everything they depend on (the answer's tokens and
+    prompt length, its draw, each drafter's :func:`drafter_fingerprint` and cells, budget, stride,
+    temperature, eps, oracle, :data:`STORE_VERSION` and ``store_key``: the caller's name for the target
+    and numerics); a rerun reads the answers found there instead of measuring them again, so a run
+    stopped part way resumes. ``seconds`` and ``cost`` then count every answer's own work, and
+    ``resumed`` how many answers were read back."""
     budget = check_int("budget", budget, 1)
     stride = check_int("stride", stride, 1)
     check_real("temperature", temperature, 0, low_open=True)
@@ -211,29 +255,57 @@ def round_chimeras_many(target_hf, drafters: dict, seqs, plens, budget: int, cel
     per = {name: {c: [] for c in cells[name]} for name in drafters}
     from tqdm.auto import tqdm
 
-    t0 = time.perf_counter()
+    from mfd_theory.results import atomic_write_text
+
+    if store is not None:
+        store = Path(store)
+        common = [STORE_VERSION, store_key, int(budget), stride, float(temperature), [float(e) for e in eps],
+                  bool(oracle), None if sampling is None else float(sampling["temperature"]),
+                  {name: [drafter_fingerprint(d), [list(c) for c in cells[name]]] for name, d in drafters.items()}]
     cost: dict = {}
+    secs, resumed, t_run = 0.0, 0, time.perf_counter()
     bar = tqdm(list(zip(seqs, plens)), desc="round chimeras", unit="answer", disable=not progress, leave=False)
     for i, (seq, p) in enumerate(bar):
         seq, p = np.asarray(seq, dtype=np.int64), int(p)
+        path = None
+        if store is not None:
+            draw = None if sampling is None else int(sampling["seeds"][i])
+            key = _answer_key(common + [hashlib.sha256(seq.tobytes()).hexdigest(), p, draw])
+            path = store / f"answer-{i:05d}-{key}.json"
+            got = _read_stored(path, drafters, cells) if path.is_file() else None
+            if got is not None:
+                resumed += 1
+                secs += got["seconds"]
+                for k, v in got["cost"].items():
+                    cost[k] = cost.get(k, 0) + v
+                for name in drafters:
+                    for c in cells[name]:
+                        per[name][c].append(got["rounds"][name][c])
+                continue
+        t0, mine = time.perf_counter(), {}
         out = target_hf(input_ids=torch.from_numpy(seq)[None].to(target.device), output_hidden_states=True)
         end = (greedy_prefix(seq, p, out.logits[0]) if sampling is None
                else sampled_prefix(seq, p, out.logits[0], sampling, int(sampling["seeds"][i])))
         if end - p < 1:
-            for name in drafters:
-                for c in cells[name]:
-                    per[name][c].append([])
-            continue
-        got = answer_round_chimeras(target, drafters, out.hidden_states, seq, p, end, budget, cells, stride=stride,
-                                    oracle=oracle, temperature=temperature, eps=eps, chunk=chunk, cost=cost)
+            got = {name: {c: [] for c in cells[name]} for name in drafters}
+        else:
+            got = answer_round_chimeras(target, drafters, out.hidden_states, seq, p, end, budget, cells, stride=stride,
+                                        oracle=oracle, temperature=temperature, eps=eps, chunk=chunk, cost=mine)
+        dt = time.perf_counter() - t0
+        secs += dt
+        for k, v in mine.items():
+            cost[k] = cost.get(k, 0) + v
         for name in drafters:
             for c in cells[name]:
                 per[name][c].append(got[name][c])
+        if path is not None:
+            rounds = {name: {f"{c[0]}/{c[1]}": got[name][c] for c in cells[name]} for name in drafters}
+            atomic_write_text(path, json.dumps({"rounds": rounds, "cost": mine, "seconds": round(dt, 3)}))
         if cost.get("roots"):  # the unit of work: a root's oracle search and trees
-            bar.set_postfix(roots=cost["roots"], s_per_root=f"{(time.perf_counter() - t0) / cost['roots']:.1f}")
-    secs = time.perf_counter() - t0
+            bar.set_postfix(roots=cost["roots"], s_per_root=f"{secs / cost['roots']:.1f}")
     res = {"budget": budget, "stride": stride, "p_temperature": float(temperature), "answers": len(seqs),
-           "seconds": round(secs, 1), "cost": cost,
+           "seconds": round(secs, 1), "wall_seconds": round(time.perf_counter() - t_run, 1), "resumed": resumed,
+           "cost": cost,
            "rule": ("every stride-th round of each answer's replayed decode; per round, the tree's nodes with "
                     "the target's exact P(s) (at temperature p_temperature) <= eps (dead), those whose every token is "
                     "the token at the same depth of some node of the oracle tree (the target's own top-N prefixes, same "

@@ -16,7 +16,9 @@
 5. Chimeras (``--chimera-budget`` N > 0): over the rounds of the first ``--chimera-answers`` answers'
    decodes, every cell's N-node tree with each node's exact P(s) under the target, its dead nodes
    and chimeras (dead splices of the oracle tree's paths), and the oracle tree's own dead share at
-   the same roots (:mod:`~mfd_theory.llm.measure.round_chimeras`).
+   the same roots (:mod:`~mfd_theory.llm.measure.round_chimeras`). Each answer's rounds are kept
+   under ``<out>/chimeras/<set>/`` as it ends: the same command with the same ``--out`` resumes a
+   stopped run where it stopped.
 """
 
 from __future__ import annotations
@@ -131,7 +133,7 @@ def vocab_coverage(drafter, seqs, plens) -> dict | None:
 
 
 def _chimeras(config, hf, drafters: dict, cells: dict, s: dict, results: list[dict], set_name: str,
-              progress: bool) -> None:
+              progress: bool, store: Path | None = None, store_key=None) -> None:
     """The dead and chimera shares of every cell's trees over the rounds of the set's first
     ``--chimera-answers`` decodes (:func:`~mfd_theory.llm.measure.round_chimeras.round_chimeras_many`),
     into each drafter's entry of the set."""
@@ -141,7 +143,8 @@ def _chimeras(config, hf, drafters: dict, cells: dict, s: dict, results: list[di
     sampling = (None if config.temperature == 0
                 else {"temperature": float(config.temperature), "seeds": s["seeds"][:k]})
     got = round_chimeras_many(hf, drafters, s["seqs"][:k], s["plens"][:k], config.chimera_budget, cells,
-                              stride=config.chimera_stride, sampling=sampling, progress=progress)
+                              stride=config.chimera_stride, sampling=sampling, progress=progress, store=store,
+                              store_key=store_key)
     meta = {x: v for x, v in got.items() if x != "drafters"}
     for row in results:
         row["sets"][set_name]["chimeras"] = meta | {"cells": got["drafters"][row["drafter"]]}
@@ -163,6 +166,7 @@ def tau(config, out_dir, drafter_dirs: list[Path], progress: bool = True) -> Res
     from mfd_theory.llm.models.drafter import load_drafter
     from mfd_theory.llm.models.target import TargetModel, load_local_target
     from mfd_theory.llm.training.distill import answer_seeds, load_distill_data
+    from mfd_theory.numerics import current_numerics
 
     out = make_out_dir(Path(out_dir), "--out")
     t_all = time.perf_counter()
@@ -216,7 +220,8 @@ def tau(config, out_dir, drafter_dirs: list[Path], progress: bool = True) -> Res
                 entry["timing"] = timing
             row["sets"][set_name] = entry
         if config.chimera_budget:
-            _chimeras(config, hf, drafters, cells, s, results, set_name, progress)
+            _chimeras(config, hf, drafters, cells, s, results, set_name, progress, store=out / "chimeras" / set_name,
+                      store_key=[str(config.target), dtype, current_numerics()])
             if progress:
                 n, best = max(((n, c) for n, g in per_budget.items() for c in g["cells"]), key=lambda x: x[1]["tau"])
                 print(f"{name}: {set_name}: {len(s['seqs'])} answers, best tau {best['tau']:.3f} ({best['method']}"
