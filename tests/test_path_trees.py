@@ -76,8 +76,9 @@ def test_rows_read_ahead_leave_the_search_as_it_was(drafter, budget, lookahead):
 
 def test_rows_read_ahead_deepen_every_preferred_path_at_once():
     """A product drafter of depth L whose top-40 tree holds many deep paths: read ahead over the
-    held rows, the search needs L forwards (one per depth below L, plus the root's), not one per path
-    and depth; no row fetched is wasted beyond the nodes a 64-row lookahead may still reach."""
+    held rows, the search needs at most L forwards (one per depth below L, plus the root's), not one
+    per path and depth (the one-child-per-parent read-ahead it replaced needed L + 1 here), and it
+    holds every row the search read."""
     from mfd_theory.path_trees import best_first
 
     L, V, N = 6, 3, 40
