@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "e2e": ("mfd_theory.commands.experiments.e2e", "main", "train a small Qwen3 target and drafters, measure acceptance and speedup"),
     "real": ("mfd_theory.commands.experiments.real", "main", "the shipped real targets (Qwen2.5-Coder-0.5B, SmolLM2-135M): lossless check and their own ceiling"),
     "real-drafters": ("mfd_theory.commands.experiments.real_drafters", "main", "drafters trained for a real target (K = 1, MFD K = 2 / 4, DARTree) over seeds; tau, speedup and replicated verdicts"),
+    "scaling": ("mfd_theory.commands.experiments.scaling", "main", "the data-scaling curve: a K = 1 and an MFD drafter's HumanEval tau against training tokens, MFD's gain at each size"),
     "own-target": ("mfd_theory.commands.experiments.own_target", "main", "distill, train-drafter K=1,2 and eval on a small local target"),
     "natural": ("mfd_theory.commands.experiments.natural", "main", "real text (the stdlib): target-only ceiling, the pipeline on code and prose"),
     "compare-runs": ("mfd_theory.commands.compare_runs", "main", "two runs' step records: does every checkpoint and data file have the same sha256, and which step parts them first"),

@@ -48,6 +48,7 @@ BLOCK_FILES: dict[str, str] = {
     "real-headline": REAL,
     "real-recipe": REAL,
     "real-c3": REAL,
+    "real-scaling": REAL,
     "bench-trees": BENCHMARKS,
     "bench-fit": BENCHMARKS,
     "bench-decode": BENCHMARKS,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 from mfd_theory.report import (bench, checks, e2e, front, headline, natural, own_target, real, real_drafters,
-                               round_chimeras, theory)
+                               round_chimeras, scaling, theory)
 from mfd_theory.report.inputs import Results
 
 __all__ = ["BLOCKS", "Block", "block_inputs"]
@@ -71,6 +71,8 @@ BLOCKS: dict[str, Block] = {
     "real-recipe": Block("real-recipe/real_recipe.json", real_drafters.real_recipe),
     # C3 over decoding rounds (mfd tau --preset c3): the shipped drafters on the first 8 HumanEval problems
     "real-c3": Block("c3/he8-s16/tau.json", round_chimeras.real_c3),
+    # the data-scaling curve (mfd scaling): tau against training tokens, MFD's gain at each size
+    "real-scaling": Block("scaling/scaling.json", scaling.real_scaling),
     "bench-batch": Block("bench_batch.json", bench.bench_batch),
     "bench-batch-hybrid": Block("bench_batch_qwen3_5.json", bench.bench_batch),
     "headline": Block("end_to_end.json", headline.headline, also=headline.HEADLINE_FILES),
