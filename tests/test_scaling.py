@@ -71,6 +71,9 @@ def test_the_plan_lays_out_every_kind_size_and_seed_and_reuse_takes_a_jobs_place
     assert own.tau_file == tmp_path / "out" / "tau" / "release-k1-200000-s0" / "tau.json"
     # a reused K = 4 run does not replace a K = 1 job
     assert not any(j.reused for j in jobs if j.preset == "release-mfd4")
+    # the largest size first, both kinds at a size before the next size
+    assert [(j.tokens, j.preset) for j in jobs[6:8]] == [(50000, "release-k1"), (50000, "release-mfd4")]
+    assert [j.tokens for j in jobs] == sorted((j.tokens for j in jobs), reverse=True)
 
 
 def test_a_run_is_finished_at_its_last_step_and_measured_when_its_record_names_it(tmp_path):

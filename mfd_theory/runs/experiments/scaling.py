@@ -46,16 +46,19 @@ class Job:
 
 
 def plan(config, out: str | Path) -> list[Job]:
-    """Every drafter ``config`` asks for: each ``kinds`` preset at each of ``sizes`` for seeds
-    0..``seeds``-1, and 0..``largest_seeds``-1 at the largest size; a ``--reuse`` run of the same
-    preset kind (its K and method), size and seed takes that job's place."""
+    """Every drafter ``config`` asks for, in the order they run: each ``kinds`` preset at each of
+    ``sizes`` (largest first) for seeds 0..``seeds``-1, and 0..``largest_seeds``-1 at the largest
+    size; a ``--reuse`` run of the same preset kind (its K and method), size and seed takes that
+    job's place."""
     out = Path(out)
     reused = [read_reuse(r) for r in config.reuse]
     jobs = []
     top = max(config.sizes)
-    for preset in config.kinds:
-        kind = preset_kind(preset)
-        for tokens in sorted(config.sizes):
+    # the largest size first and every kind at one size before the next size: a run cut short has
+    # whole comparisons at the sizes it reached
+    for tokens in sorted(config.sizes, reverse=True):
+        for preset in config.kinds:
+            kind = preset_kind(preset)
             for seed in range((config.largest_seeds if tokens == top else config.seeds)):
                 hit = [j for j, info in reused if info["kind"] == kind and info["max_tokens"] == tokens
                        and info["seed"] == seed]
