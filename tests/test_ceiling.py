@@ -61,6 +61,9 @@ def _prefix_lp(rows, s) -> float:
 @pytest.mark.parametrize("hybrid", [False, True], ids=["attention", "hybrid"])
 @pytest.mark.parametrize("T", [1.0, 0.7])
 def test_oracle_search_equals_brute_force_however_it_batches(hybrid, T):
+    """The same tree and rows however the search batches its forwards, and whether or not they hold
+    their rows in the cache (``hold``: on an attention target each later forward computes its new
+    nodes only; a hybrid runs as without it); the target's cache is as it was after release."""
     V, L, ctx = 4, 3, [1, 2, 3]
     model = _tiny(V, hybrid=hybrid)
     rows = _brute_force(model, ctx, L, V, T)
@@ -68,23 +71,34 @@ def test_oracle_search_equals_brute_force_however_it_batches(hybrid, T):
     want, _ = reference.top_n_tree(lambda s: _prefix_lp(rows, s), every, 30)
     target = TargetModel(model)
     tol = HYBRID if hybrid else FORWARD
-    forwards = []
-    for lookahead, max_tokens in ((0, 1024), (4, 1024), (64, 1024), (64, 4)):
-        scorer = TargetScorer(target, ctx, L, T, max_tokens=max_tokens)
-        tree = oracle_tree_of(scorer, 30, lookahead=lookahead)
-        assert tree.paths() == want, (lookahead, max_tokens)
-        np.testing.assert_allclose(tree.log_score, [_prefix_lp(rows, s) for s in want], atol=tol)
-        for s, row in rows.items():
-            if scorer.has_row(s):
-                np.testing.assert_allclose(scorer.log_cond(s), row, atol=tol)
-        forwards.append(scorer.forwards)
-    assert forwards[2] < 0.6 * forwards[0]  # the frontier batched: fewer forwards (depth bounds it), the same tree
+    forwards, computed = {}, {}
+    for hold in (False, True):
+        for lookahead, max_tokens, max_held in ((0, 1024, 8192), (4, 1024, 8192), (64, 1024, 8192), (64, 4, 8192),
+                                                (4, 1024, 12)):
+            scorer = TargetScorer(target, ctx, L, T, max_tokens=max_tokens, hold=hold, max_held=max_held)
+            assert scorer.hold == (hold and not hybrid)
+            tree = oracle_tree_of(scorer, 30, lookahead=lookahead)
+            assert tree.paths() == want, (hold, lookahead, max_tokens, max_held)
+            np.testing.assert_allclose(tree.log_score, [_prefix_lp(rows, s) for s in want], atol=tol)
+            np.testing.assert_allclose(scorer.log_probs(tree), [_prefix_lp(rows, s) for s in want], atol=tol)
+            for s, row in rows.items():
+                if scorer.has_row(s):
+                    np.testing.assert_allclose(scorer.log_cond(s), row, atol=tol)
+            scorer.release()
+            assert target._pending == 0 and target.length == len(ctx) - 1
+            forwards[(hold, lookahead, max_tokens, max_held)] = scorer.forwards
+            computed[(hold, lookahead, max_tokens, max_held)] = scorer.tokens
+    # the frontier batched: fewer forwards (depth bounds it), the same tree
+    assert forwards[(False, 64, 1024, 8192)] < 0.6 * forwards[(False, 0, 1024, 8192)]
+    if not hybrid:  # held rows are not computed again
+        for key in ((0, 1024, 8192), (4, 1024, 8192)):
+            assert computed[(True, *key)] < computed[(False, *key)], key
 
 
 def test_exact_coverage_of_any_tree_and_mixture_trees_equal_brute_force():
     """A product tree, a fitted K = 2 mixture's tree (against the reference builder's top-N by the
     mixture) and a hand-made tree: log P_T(s) of every node from the scorer equals brute force, in
-    one forward or in chunks of a few rows."""
+    one forward or in chunks of a few rows, holding the rows in the cache or not."""
     V, L, ctx, T = 4, 3, [2, 1, 3], 1.0
     model = _tiny(V, seed=1)
     rows = _brute_force(model, ctx, L, V, T)
@@ -99,8 +113,12 @@ def test_exact_coverage_of_any_tree_and_mixture_trees_equal_brute_force():
     hand = DraftTree.from_paths([(3,), (3, 0), (3, 0, 2), (1,), (1, 1)])
     for t in (product_tree(np.log(paths.marginal), 12), tree, hand):
         for max_tokens in (1024, 3):
-            scorer = TargetScorer(target, ctx, L, T, max_tokens=max_tokens)
-            np.testing.assert_allclose(scorer.log_probs(t), [_prefix_lp(rows, s) for s in t.paths()], atol=FORWARD)
+            for hold in (False, True):
+                scorer = TargetScorer(target, ctx, L, T, max_tokens=max_tokens, hold=hold)
+                for _ in range(2):  # with hold, the second time from the rows the first one kept
+                    np.testing.assert_allclose(scorer.log_probs(t), [_prefix_lp(rows, s) for s in t.paths()],
+                                               atol=FORWARD)
+                scorer.release()
 
 
 @pytest.mark.parametrize("hybrid", [False, True], ids=["attention", "hybrid"])
@@ -300,3 +318,13 @@ def test_mean_and_se_is_the_one_summary_of_the_ceiling_and_its_pooling():
     assert m == pytest.approx(statistics.mean(v)) and se == pytest.approx(statistics.stdev(v) / 2.0)
     assert mean_and_se([3.0]) == [3.0, None] and mean_and_se([None, 2.0]) == [2.0, None]
     assert mean_and_se([]) == [None, None]
+
+
+def test_a_hybrid_target_refuses_extend_and_its_scorer_runs_without_holding():
+    target = TargetModel(_tiny(4, hybrid=True))
+    target.prefill(torch.tensor([1, 2]))
+    target.verify(3, None)
+    with pytest.raises(ValueError, match="extend: attention-only"):
+        target.extend([1], [1], np.ones((1, 2), bool))
+    target.discard()
+    assert not TargetScorer(target, [1, 2, 3], 2, hold=True).hold

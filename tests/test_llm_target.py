@@ -166,3 +166,48 @@ def test_float_tree_mask_opens_exactly_the_context_and_the_ancestors():
             for j, pj in enumerate(paths):
                 is_anc = pi[: len(pj)] == pj
                 assert mask[i, past + j] == (0 if is_anc else torch.finfo(torch.float32).min)
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_extend_adds_tree_rows_on_top_of_the_pending_ones_as_a_full_recompute_does(attn):
+    """verify a tree's first level, then extend it twice (deeper nodes whose ancestors are pending
+    rows or rows of the same extend): every new row's logits equal a full forward of its path, a
+    sibling's row is hidden from it, and discard brings back the committed cache."""
+    model = tiny_qwen3(seed=1, attn=attn)
+    t = TargetModel(model)
+    prompt = [4, 8, 15, 16, 23]
+    t.prefill(torch.tensor(prompt))
+    t.verify(42, DraftTree.from_paths([(5,), (9,)]))  # pending rows: root 0, (5,) 1, (9,) 2
+    rows = {(): 0, (5,): 1, (9,): 2}
+    for new in ([(5, 2), (9, 2), (5, 2, 11)], [(9, 2, 2), (5, 7)]):
+        base = len(rows)
+        idx = {p: base + i for i, p in enumerate(new)}
+        vis = np.zeros((len(new), base + len(new)), bool)
+        for i, p in enumerate(new):
+            for d in range(len(p) + 1):
+                vis[i, rows.get(p[:d], idx.get(p[:d], -1))] = True
+        logits = t.extend([p[-1] for p in new], [len(p) for p in new], vis)
+        rows.update(idx)
+        assert logits.shape == (len(new), model.config.vocab_size) and t._pending == len(rows)
+        for i, p in enumerate(new):
+            assert torch.allclose(logits[i], _full_logits(model, prompt + [42] + list(p)), atol=ATOL), p
+    with pytest.raises(ValueError, match="commit: the pending rows were extended"):
+        t.commit([0])
+    t.discard()
+    assert t.length == len(prompt) and t.cache.get_seq_length() == len(prompt) and t._pending == 0
+    assert torch.allclose(t.verify(7, None).logits[0], _full_logits(model, prompt + [7]), atol=ATOL)
+
+
+def test_extend_bad_input(model):
+    t = TargetModel(model)
+    t.prefill(torch.tensor([1, 2, 3]))
+    with pytest.raises(ValueError, match="nothing pending"):
+        t.extend([5], [1], np.ones((1, 1), bool))
+    t.verify(9, None)
+    for tokens, depth, vis, words in (([5], [1], np.ones((1, 1), bool), r"visible \[n, 1 \+ n\]"),
+                                      ([5], [0], np.ones((1, 2), bool), "depth >= 1"),
+                                      ([5], [1], np.array([[0, 1]], bool), "sees the root"),
+                                      ([10 ** 6], [1], np.ones((1, 2), bool), "token ids")):
+        with pytest.raises(ValueError, match=words):
+            t.extend(tokens, depth, vis)
+    assert t._pending == 1  # nothing was added by a refused extend

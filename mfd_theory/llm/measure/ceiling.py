@@ -82,10 +82,18 @@ class TargetScorer:
     oracle search expands many frontier nodes per forward. ``prefilled``: the target's cache already
     holds the context but its last token (a caller that moves one cache along an answer), and
     nothing is prefilled.
+
+    ``hold``: keep the rows of every forward in the target's cache (pending, never committed) and
+    run each later forward over the new nodes alone, on top of them
+    (:meth:`~mfd_theory.llm.models.target.TargetModel.extend`), instead of over the whole prefix
+    closure of what it asks for; attention-only targets (a hybrid runs as without it). At most
+    ``max_held`` rows are held; past that they are dropped and the next forward starts anew.
+    :meth:`release` drops them (the caller's cache then holds the context but its last token
+    again); a caller that moves the cache on must call it first.
     """
 
     def __init__(self, model, context, L: int, temperature: float = 1.0, max_tokens: int = 1024,
-                 prefilled: bool = False):
+                 prefilled: bool = False, hold: bool = False, max_held: int = 8192):
         self.L = check_int("L", L, 1, integral_floats=True)
         self.temperature = check_real("temperature", temperature, 0, low_open=True)
         self.max_tokens = check_int("max_tokens", max_tokens, 2)
@@ -102,23 +110,69 @@ class TargetScorer:
         self.target.check_positions(len(ctx) + self.L)
         self.rows: dict[tuple[int, ...], np.ndarray] = {}
         self.forwards = 0  # verify forwards run
-        self.tokens = 0  # rows those forwards held
+        self.tokens = 0  # rows those forwards computed
+        self.hold = bool(hold) and getattr(self.target, "hybrid", None) is None
+        self.max_held = check_int("max_held", max_held, 2)
+        self._held: dict[tuple[int, ...], int] = {}  # prefix -> its pending cache row (root 0), with hold
         self.prefetch([()])
 
     @torch.no_grad()
     def _forward(self, prefixes) -> tuple[dict, torch.Tensor]:
-        """One forward over the closure of ``prefixes``: ({prefix: row index}, log-probs [N+1, V] on the device)."""
+        """One forward over the closure of ``prefixes`` (with ``hold``: the part of it not held):
+        ({prefix: row index}, log-probs [rows, V] on the device) of the rows it computed."""
+        if self._held:
+            nodes = [p for p in _closure(prefixes) if p not in self._held]
+            if len(self._held) + len(nodes) <= self.max_held:
+                return self._extend(nodes)
+            self.release()
         nodes = _closure(prefixes)
         tree = DraftTree.from_paths(nodes) if nodes else None
         out = self.target.verify(self.root, tree, hidden=False)
-        self.target.discard()
         self.forwards += 1
         self.tokens += len(nodes) + 1
         index = {(): 0}
         if tree is not None:
             index.update({p: n + 1 for n, p in enumerate(tree.paths())})
         logp = torch.log_softmax(out.logits.float() / self.temperature, dim=-1)  # [N+1, V]
+        if self.hold and len(index) <= self.max_held:
+            self._held = dict(index)
+            self._keep_rows(index, logp)
+        else:
+            self.target.discard()
         return index, logp
+
+    def _extend(self, nodes: list[tuple[int, ...]]) -> tuple[dict, torch.Tensor]:
+        """The rows of ``nodes`` (a closure's new part, shortest first) on top of the held ones."""
+        if not nodes:
+            return {}, torch.empty((0, self.V))
+        base = len(self._held)
+        new = {p: base + i for i, p in enumerate(nodes)}
+        visible = np.zeros((len(nodes), base + len(nodes)), dtype=bool)
+        for i, p in enumerate(nodes):
+            for d in range(len(p) + 1):  # the root, every ancestor (held or new) and the node itself
+                q = p[:d]
+                visible[i, self._held[q] if q in self._held else new[q]] = True
+        logits = self.target.extend([p[-1] for p in nodes], [len(p) for p in nodes], visible)
+        self._held.update(new)
+        self.forwards += 1
+        self.tokens += len(nodes)
+        logp = torch.log_softmax(logits / self.temperature, dim=-1)  # [n, V]
+        index = {p: i for i, p in enumerate(nodes)}
+        self._keep_rows(index, logp)
+        return index, logp
+
+    def _keep_rows(self, index: dict, logp: torch.Tensor) -> None:
+        """With ``hold``, every row a forward computed is kept (a later forward will not compute a
+        held node's row again), deeper ones than L included."""
+        keep = [p for p in index if p not in self.rows]
+        if keep:
+            self.rows.update(zip(keep, logp[[index[p] for p in keep]].cpu().numpy()))
+
+    def release(self) -> None:
+        """Drop the held rows (``hold``): the target's cache holds the context but its last token again."""
+        if self._held:
+            self.target.discard()
+            self._held = {}
 
     def has_row(self, prefix) -> bool:
         return tuple(prefix) in self.rows
@@ -157,10 +211,14 @@ class TargetScorer:
                 todo.setdefault(par, []).append(n)
         for chunk in _chunks(list(todo), self.max_tokens) if todo else []:
             index, logp = self._forward(chunk)
-            nodes = [n for par in chunk for n in todo[par]]
-            r = torch.tensor([index[parents[n]] for n in nodes], device=logp.device)
-            t = torch.tensor([paths[n][-1] for n in nodes], device=logp.device)
-            cond[nodes] = logp[r, t].double().cpu().numpy()
+            nodes = [n for par in chunk if par in index for n in todo[par]]
+            if nodes:
+                r = torch.tensor([index[parents[n]] for n in nodes], device=logp.device)
+                t = torch.tensor([paths[n][-1] for n in nodes], device=logp.device)
+                cond[nodes] = logp[r, t].double().cpu().numpy()
+            for par in chunk:  # held by an earlier forward (hold): its row was kept then
+                if par not in index:
+                    cond[todo[par]] = self.rows[par][[paths[n][-1] for n in todo[par]]]
         out = np.empty(len(paths))
         for n in range(len(paths)):
             p = tree.parent[n]

@@ -96,7 +96,7 @@ def _round_record(root: int, tree: DraftTree, lp: np.ndarray, oracle: DraftTree 
 @torch.no_grad()
 def answer_round_chimeras(target: TargetModel, drafters: dict, hidden_states, seq, p: int, end: int, budget: int,
                           cells: dict, *, stride: int = 1, oracle: bool = True, temperature: float = 1.0,
-                          eps=EPS, chunk: int = 32, cost: dict | None = None) -> dict:
+                          eps=EPS, chunk: int = 32, cost: dict | None = None, hold: bool = True) -> dict:
     """{name: {cell: [round record]}} for one answer ``seq`` (a prompt of ``p`` tokens, kept up to
     ``end``) and every drafter in ``drafters`` ({name: drafter}, ``cells`` {name: [(method, scorer)]}),
     trees of ``budget`` nodes: the rounds of each cell's replayed decode (every ``stride``-th of
@@ -106,7 +106,11 @@ def answer_round_chimeras(target: TargetModel, drafters: dict, hidden_states, se
     ``seq`` (one forward, as the replay reads them). One target cache is moved along the answer; at
     each root that some cell's rounds visit, one scorer serves the oracle and every tree. ``cost``
     (a dict, updated in place): the roots visited, and the target's verify forwards and rows there,
-    in all and up to the end of each oracle search (the root's own row included)."""
+    in all and up to the end of each oracle search (the root's own row included): the rows the
+    forwards computed. ``hold``: each root's forwards keep their rows in the target's cache and later
+    ones compute only their new nodes (:class:`~mfd_theory.llm.measure.ceiling.TargetScorer`'s
+    ``hold``; the same log-probabilities within float round-off), False: every forward runs its
+    nodes' whole prefix closure."""
     stride = check_int("stride", stride, 1)
     seq = np.asarray(seq, dtype=np.int64)
     trees: dict = {}
@@ -140,19 +144,23 @@ def answer_round_chimeras(target: TargetModel, drafters: dict, hidden_states, se
         depth = max(min(int(drafters[name].block_size) - 1, end - r - 2) for name, _, _ in trees_here)
         if depth < 1:
             continue
-        scorer = TargetScorer(target, seq[: r + 1], depth, temperature, prefilled=True)
-        orc = orc_lp = None
-        if oracle:
-            orc = oracle_tree_of(scorer, budget)
-            orc_lp = scorer.log_probs(orc)
-        f_oracle, r_oracle = scorer.forwards, scorer.tokens
-        # the rows every tree's nodes need, in shared forwards (the cells' trees overlap, and the
-        # oracle's rows are held): each tree is then scored from held rows
-        scorer.prefetch(sorted({s[:-1] for _, _, t in trees_here if t is not None for s in t.paths()}))
-        for name, c, tree in trees_here:
-            if tree is None or not len(tree):
-                continue
-            out[name][c].append(_round_record(r, tree, scorer.log_probs(tree), orc, orc_lp, eps))
+        # hold: the search's forwards run over their new nodes only, on top of the rows they hold
+        scorer = TargetScorer(target, seq[: r + 1], depth, temperature, prefilled=True, hold=hold)
+        try:
+            orc = orc_lp = None
+            if oracle:
+                orc = oracle_tree_of(scorer, budget)
+                orc_lp = scorer.log_probs(orc)
+            f_oracle, r_oracle = scorer.forwards, scorer.tokens
+            # the rows every tree's nodes need, in shared forwards (the cells' trees overlap, and the
+            # oracle's rows are held): each tree is then scored from held rows
+            scorer.prefetch(sorted({s[:-1] for _, _, t in trees_here if t is not None for s in t.paths()}))
+            for name, c, tree in trees_here:
+                if tree is None or not len(tree):
+                    continue
+                out[name][c].append(_round_record(r, tree, scorer.log_probs(tree), orc, orc_lp, eps))
+        finally:
+            scorer.release()  # the cache holds seq[:r] again, to be moved on
         if cost is not None:
             for key, v in (("roots", 1), ("forwards", scorer.forwards), ("rows", scorer.tokens),
                            ("oracle_forwards", f_oracle), ("oracle_rows", r_oracle)):

@@ -189,6 +189,7 @@ class TargetModel:
         self.length = 0  # committed tokens held in the cache
         self._pending = 0  # rows appended by the last verify, not yet committed
         self._pending_parent = np.empty(0, dtype=np.int64)  # the verified tree's parents (-1 = root)
+        self._extended = False  # rows were added to the pending ones by extend (commit refused)
         self._gdn_round = None  # a hybrid's GDN side of the pending verification
         from transformers.cache_utils import DynamicLayer
 
@@ -287,7 +288,7 @@ class TargetModel:
                 self.cache.layer_class_to_replicate = grow  # a cache built without a config adds layers lazily
         pos = torch.arange(t, device=self.device)[None]
         out = self.forward(ids, pos, None, self.cache, hidden)
-        self.length, self._pending = t, 0
+        self.length, self._pending, self._extended = t, 0, False
         return out.logits[0, -1].float(), (out.hidden_states if hidden else None)
 
     def tree_mask(self, tree: Any = None) -> torch.Tensor:
@@ -329,7 +330,44 @@ class TargetModel:
                 out = self.forward(ids.to(self.device), pos, mask, self.cache, hidden)
         self._pending = n + 1
         self._pending_parent = np.asarray(tree.parent, dtype=np.int64) if n else np.empty(0, dtype=np.int64)
+        self._extended = False
         return VerifyOutput(out.logits[0].float(), out.hidden_states if hidden else None)
+
+    @torch.no_grad()
+    def extend(self, tokens, depth, visible) -> torch.Tensor:
+        """More tree rows on top of the pending verification, kept pending with it: an oracle search
+        deepens its tree forward after forward without running the rows it holds again.
+
+        ``tokens`` [n] at ``depth`` [n] (>= 1; the pending root is depth 0, so a node sits at
+        position length + depth), each row seeing the committed context, the pending rows that
+        ``visible[:, :pending]`` marks and the new rows that ``visible[:, pending:]`` marks (its
+        ancestors among them, and itself). Returns the new rows' logits [n, V] float32. Attention-only
+        targets (a hybrid's GDN state would have to be carried from row to row); afterwards
+        :meth:`discard` drops every pending row and :meth:`commit` is refused."""
+        if self.hybrid is not None:
+            raise ValueError("extend: attention-only targets (a hybrid verifies each forward's tree from its root)")
+        if not self._pending:
+            raise ValueError("extend: nothing pending (call verify first)")
+        tok = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        dep = np.asarray(depth, dtype=np.int64).reshape(-1)
+        vis = np.asarray(visible, dtype=bool)
+        n, p = tok.size, self._pending
+        if n == 0 or dep.shape != (n,) or vis.shape != (n, p + n):
+            raise ValueError(f"extend: need tokens [n >= 1], depth [n] and visible [n, {p} + n], got {tok.shape}, "
+                             f"{dep.shape}, {vis.shape}")
+        if dep.min() < 1 or not vis[np.arange(n), p + np.arange(n)].all() or not vis[:, 0].all():
+            raise ValueError("extend: every new row has depth >= 1 and sees the root and itself")
+        if tok.min() < 0 or tok.max() >= self.vocab_size:
+            raise ValueError(f"extend: token ids must lie in [0, {self.vocab_size})")
+        self.check_positions(self.length + 1 + int(dep.max()))
+        mask = torch.zeros((n, self.length + p + n), dtype=self.dtype, device=self.device)
+        mask[:, self.length:].masked_fill_(~torch.from_numpy(vis).to(self.device), torch.finfo(self.dtype).min)
+        ids = torch.from_numpy(tok).to(self.device)[None]
+        pos = (self.length + torch.from_numpy(dep)).to(self.device)[None]
+        out = self.forward(ids, pos, mask[None, None], self.cache, hidden=False)
+        self._pending += n
+        self._extended = True
+        return out.logits[0].float()
 
     def discard(self) -> None:
         """Drop the pending verification's rows, root included: the cache holds the committed
@@ -342,6 +380,7 @@ class TargetModel:
             layer.crop(-self._pending)
         self._gdn_round = None
         self._pending = 0
+        self._extended = False
 
     @torch.no_grad()
     def commit(self, path: list[int] | np.ndarray = ()) -> None:
@@ -352,6 +391,8 @@ class TargetModel:
         splice unrelated rows into the cache, so it is refused and the verification stays pending."""
         if not self._pending:
             raise ValueError("commit: nothing to commit (call verify first)")
+        if getattr(self, "_extended", False):
+            raise ValueError("commit: the pending rows were extended (a search's rows): discard them")
         path = [int(i) for i in path]
         if any(not 0 <= i < self._pending - 1 for i in path):
             raise ValueError(f"path: node indices must lie in [0, {self._pending - 1})")
