@@ -4,7 +4,7 @@ for (as C3 ran before); hold=True keeps every forward's rows pending in the targ
 each later forward over its new nodes alone (TargetModel.extend); both with the read-ahead charge as
 committed (0.5), and hold=True also at charge 0 (more rows read ahead, now cheaper). Six roots of
 the greedy HumanEval answers in results/measure/answers/he8-* (the roots of
-records/c3-2026-12-06/oracle_read_ahead.py); the same trees (asserted), forwards, rows computed and
+records/c3-2026-12-06/oracle_read_ahead.py); the trees compared (float32 rows computed in other batch shapes may order a near-tie differently), forwards, rows computed and
 seconds, the variants' order alternated from root to root.
 
     python records/c3-2026-12-07/oracle_hold.py [threads]
@@ -55,6 +55,8 @@ for i, off in ((0, 5), (0, 40), (1, 20), (2, 60), (3, 10), (4, 30)):
         tot[name][2] += dt
         print(f"answer {i} root +{off}: {name}: {sc.forwards} forwards, {sc.tokens} rows, {dt:.1f} s, "
               f"mass {np.exp(tree.log_score).sum():.2f}", flush=True)
-    assert all(g == got[VARIANTS[0][0]] for g in got.values()), "the variants' trees differ"
+    ref = set(got[VARIANTS[0][0]])
+    print("  trees: " + "; ".join(f"{n}: {'the same' if g == got[VARIANTS[0][0]] else f'{len(ref - set(g))} prefixes differ'}"
+                                  for n, g in got.items()), flush=True)
 for n, (f, r, s) in tot.items():
     print(f"{n}: {f} forwards, {r} rows, {s:.1f} s; {s / tot[VARIANTS[0][0]][2]:.2f}x the time of closure")
