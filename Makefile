@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml constraints.txt requirements-models.txt
 	@echo "installed into $(VENV): 'source $(BIN)/activate' puts mfd, python and jupyter on PATH (or type $(BIN)/mfd)"
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q --durations=25
 
 # NUMERICS=fast: the libraries' own kernels and bfloat16 where this host runs it faster (docs/benchmarks.md#numerics)
 NUMERICS ?= reproducible
