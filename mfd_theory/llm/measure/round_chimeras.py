@@ -272,6 +272,16 @@ def round_chimeras_many(target_hf, drafters: dict, seqs, plens, budget: int, cel
                   {name: [drafter_fingerprint(d), [list(c) for c in cells[name]]] for name, d in drafters.items()}]
     cost: dict = {}
     secs, resumed, t_run = 0.0, 0, time.perf_counter()
+
+    def add(got: dict, mine: dict, dt: float) -> None:  # one answer's rounds, cost and seconds, read or measured
+        nonlocal secs
+        secs += dt
+        for k, v in mine.items():
+            cost[k] = cost.get(k, 0) + v
+        for name in drafters:
+            for c in cells[name]:
+                per[name][c].append(got[name][c])
+
     bar = tqdm(list(zip(seqs, plens)), desc="round chimeras", unit="answer", disable=not progress, leave=False)
     for i, (seq, p) in enumerate(bar):
         seq, p = np.asarray(seq, dtype=np.int64), int(p)
@@ -283,12 +293,7 @@ def round_chimeras_many(target_hf, drafters: dict, seqs, plens, budget: int, cel
             got = _read_stored(path, drafters, cells) if path.is_file() else None
             if got is not None:
                 resumed += 1
-                secs += got["seconds"]
-                for k, v in got["cost"].items():
-                    cost[k] = cost.get(k, 0) + v
-                for name in drafters:
-                    for c in cells[name]:
-                        per[name][c].append(got["rounds"][name][c])
+                add(got["rounds"], got["cost"], got["seconds"])
                 continue
         t0, mine = time.perf_counter(), {}
         out = target_hf(input_ids=torch.from_numpy(seq)[None].to(target.device), output_hidden_states=True)
@@ -300,12 +305,7 @@ def round_chimeras_many(target_hf, drafters: dict, seqs, plens, budget: int, cel
             got = answer_round_chimeras(target, drafters, out.hidden_states, seq, p, end, budget, cells, stride=stride,
                                         oracle=oracle, temperature=temperature, eps=eps, chunk=chunk, cost=mine)
         dt = time.perf_counter() - t0
-        secs += dt
-        for k, v in mine.items():
-            cost[k] = cost.get(k, 0) + v
-        for name in drafters:
-            for c in cells[name]:
-                per[name][c].append(got[name][c])
+        add(got, mine, dt)
         if path is not None:
             rounds = {name: {f"{c[0]}/{c[1]}": got[name][c] for c in cells[name]} for name in drafters}
             atomic_write_text(path, json.dumps({"rounds": rounds, "cost": mine, "seconds": round(dt, 3)}))
