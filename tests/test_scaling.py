@@ -173,3 +173,34 @@ def test_bad_options_are_one_line_errors_and_write_nothing(tmp_path, capsys, arg
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0], err
     assert not out.exists()
+
+
+def test_assemble_writes_the_curve_so_far_and_lists_what_is_pending(tmp_path, capsys):
+    from mfd_theory.runs.experiments.scaling import run
+
+    out = tmp_path / "out"
+    config = here(tmp_path, sizes=(1000, 4000), largest_seeds=2)
+    jobs = plan(config, out)
+    rng = np.random.default_rng(7)
+    for job in jobs[:3]:  # the largest size first: K = 1 seeds 0 and 1, K = 4 seed 0
+        modes = 1 if job.preset == "release-k1" else 4
+        fake_run(job.run_dir, modes=modes, seed=job.seed, max_tokens=job.tokens)
+        cells = {("ddtree", None): 1 + rng.random(PROBLEMS)}
+        if modes == 4:
+            cells[("mfd", "mixture")] = cells[("mfd", "best_mode")] = cells[("ddtree", None)] * 1.01
+        fake_tau(job.tau_file, job.run_dir, cells)
+    fake_run(jobs[3].run_dir, modes=4, seed=1, max_tokens=4000, last=100)  # half trained, not measured
+    res = run(config, out, assemble_only=True)
+    assert len(res.data["drafters"]) == 3
+    assert [(p["preset"], p["tokens"], p["seed"], p["trained"]) for p in res.data["pending"]] == [
+        ("release-mfd4", 4000, 1, False), ("release-k1", 1000, 0, False), ("release-mfd4", 1000, 0, False)]
+    saved = Result.load(out / "scaling.json")
+    text = real_scaling(Results.holding(saved, out / "scaling.json"))
+    assert "Not measured yet (3): release-mfd4 on 4,000 tokens seed 1" in text
+    assert "| K=4 | 4,000 | mixture vs K = 1 DDTree |" in text and "1 seed, 12 problems" in text
+    # nothing measured: a one-line error, and the command writes nothing
+    empty = tmp_path / "empty"
+    assert cli_main(["scaling", "--preset", "here", "--assemble", "--out", str(empty)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no drafter of the curve is measured yet" in err[0]
+    assert not empty.exists()

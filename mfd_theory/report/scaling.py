@@ -203,4 +203,8 @@ def real_scaling(results: Results) -> str:
             f"of the target's answers to all {rows[0]['prompts'] if rows else '?'} HumanEval problems (`mfd tau`), "
             f"{', '.join(dtypes)}; hosts: {', '.join(hosts)}. Assembled {str(prov.get('created', '?'))[:10]} at "
             f"`{str(prov.get('git_sha', '?'))[:7]}` from {len(rows)} drafters' tau records (each one's commit is in the record).")
+    pending = d.get("pending") or []
+    if pending:
+        head += (f" Not measured yet ({len(pending)}): "
+                 + ", ".join(f"{p['preset']} on {p['tokens']:,} tokens seed {p['seed']}" for p in pending) + ".")
     return head + "\n\n" + curve_text(d) + "\n"

@@ -10,9 +10,11 @@ its own ``mfd`` process (so that each has its own numerics), into
 
 * ``drafters/<kind>-<tokens>-s<seed>/``: the train-drafter run (a rerun resumes from its checkpoints);
 * ``tau/<kind>-<tokens>-s<seed>/tau.json``: its tau record (kept once written);
-* ``scaling.json``: per drafter its data, training and per-problem tau; the ``real-scaling`` report
-  block draws the curve from it and gives MFD's gain over the K = 1 drafter's DDTree at each size
-  as a verdict (paired over the problems, over seeds where a size has several).
+* ``scaling.json``: per drafter its data, training and per-problem tau, rewritten after each drafter
+  is measured (the ones still to come listed as pending; ``--assemble`` writes it and does nothing
+  else); the ``real-scaling`` report block draws the curve from it and gives MFD's gain over the
+  K = 1 drafter's DDTree at each size as a verdict (paired over the problems, over seeds where a
+  size has several).
 
 ``--reuse RUN=TAU`` puts a run made elsewhere (and the tau record that measured it) in the place of
 the job of the same kind, size and seed. The config lives here (no torch import); the work is in
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from mfd_theory.configs.options import Checked, Command, opt
+from mfd_theory.configs.options import Checked, Command, opt, switch
 from mfd_theory.shipped import SHIPPED
 
 __all__ = ["CLI", "ScalingConfig", "main"]
@@ -86,7 +88,9 @@ class ScalingConfig(Checked):
                 raise ValueError(f"--reuse: give RUN_DIR=TAU_JSON, got {r!r}")
 
 
-CLI = Command("scaling", __name__, ScalingConfig, __doc__, out="results/scaling", models=True, examples=(
+CLI = Command("scaling", __name__, ScalingConfig, __doc__, out="results/scaling", models=True, extras=(switch(
+    "assemble", "train and measure nothing: write scaling.json from the drafters already measured (the others "
+                "listed as pending), as the run itself does after each one"),), examples=(
     "mfd scaling --data results/corpus  # the issue's curve: four sizes up to 2 M tokens, K = 1 and MFD K = 4",
     "mfd scaling --preset here --data results/corpus-qwen  # the curve a 2-core CPU ran (up to 200 k tokens)",
 ))
@@ -103,7 +107,7 @@ def _run(config: ScalingConfig, opts):
     check_target(config.target, "--target")
     from mfd_theory.runs.experiments.scaling import run
 
-    res = run(config, opts.out, quiet=opts.quiet)
+    res = run(config, opts.out, quiet=opts.quiet, assemble_only=opts.assemble)
     from mfd_theory.report.scaling import curve_text
 
     print(curve_text(res.data))

@@ -148,14 +148,16 @@ def tau_argv(config, job: Job) -> list[str]:
     return ["tau", *argv]
 
 
-def run(config, out: str | Path, *, quiet: bool = False) -> Result:
+def run(config, out: str | Path, *, quiet: bool = False, assemble_only: bool = False) -> Result:
     """Train and measure every job of :func:`plan` that is not finished, each step an ``mfd`` process
-    of its own (its numerics are set before torch starts), then :func:`assemble` and save
-    ``scaling.json`` under ``out``."""
+    of its own (its numerics are set before torch starts), saving ``scaling.json`` under ``out``
+    after each measured job (the finished ones, the others listed as pending), so a run stopped
+    halfway leaves its curve so far. ``assemble_only``: train and measure nothing, only write it."""
     out = Path(out)
     jobs = plan(config, out)
     flags = ["--quiet"] if quiet else []
-    for i, job in enumerate(jobs):
+    save = lambda: _partial(jobs, config).save(out / "scaling.json")  # noqa: E731
+    for i, job in enumerate([] if assemble_only else jobs):
         if job.reused:
             continue
         where = f"[{i + 1}/{len(jobs)}] {job.preset} on {job.tokens:,} tokens, seed {job.seed}"
@@ -165,8 +167,20 @@ def run(config, out: str | Path, *, quiet: bool = False) -> Result:
         if not measured(job):
             print(f"{where}: tau -> {job.tau_file.parent}", flush=True)
             _step(tau_argv(config, job) + flags)
-    res = assemble(jobs, config.budget, config=dataclasses.asdict(config))
+            save()
+    if not any(j.reused or measured(j) for j in jobs):
+        raise ValueError(f"scaling: no drafter of the curve is measured yet under {out} (run without --assemble)")
+    res = _partial(jobs, config)
     res.save(out / "scaling.json")
+    return res
+
+
+def _partial(jobs: list[Job], config) -> Result:
+    """:func:`assemble` of the jobs measured so far; the others are listed in ``data["pending"]``."""
+    done = [j for j in jobs if j.reused or measured(j)]
+    res = assemble(done, config.budget, config=dataclasses.asdict(config))
+    res.data["pending"] = [{"preset": j.preset, "tokens": j.tokens, "seed": j.seed, "trained": trained(j.run_dir)}
+                           for j in jobs if j not in done]
     return res
 
 
