@@ -5,8 +5,11 @@ train-drafter`` preset: the release's K = 1 and MFD K = 4 by default) on the fir
 tokens of the same corpus (each size a prefix of the next; the target's features of the largest
 are computed once into ``--features-dir`` and read by every smaller run), ``--seeds`` seeds at each
 size and ``--largest-seeds`` at the largest, and measures each with ``mfd tau`` (greedy tau at
-``--budget`` on all 164 HumanEval problems, answers cached in ``--cache-dir``). Each step runs as
-its own ``mfd`` process (so that each has its own numerics), into
+``--budget`` on all 164 HumanEval problems, answers cached in ``--cache-dir``). Every size trains
+for its preset's steps (the release's 300 steps of 8 sequences), so the curve measures what more
+data buys at a fixed training budget (a smaller set is seen more often); a preset of other steps
+asks the other question. Each step runs as its own ``mfd`` process (so that each has its own
+numerics), into
 
 * ``drafters/<kind>-<tokens>-s<seed>/``: the train-drafter run (a rerun resumes from its checkpoints);
 * ``tau/<kind>-<tokens>-s<seed>/tau.json``: its tau record (kept once written);
