@@ -192,16 +192,21 @@ def real_scaling(results: Results) -> str:
     d = res.data
     rows = d.get("drafters") or []
     prov = res.provenance or {}
-    hosts = sorted({str(r.get("train_host")) for r in rows} | {str(r.get("tau_host")) for r in rows})
-    numer = sorted({str(r.get("train_numerics")) for r in rows})
+    def known(key: str) -> str:  # the values the rows record, and how many rows recorded none
+        vals = sorted({str(r[key]) for r in rows if r.get(key) is not None})
+        missing = sum(r.get(key) is None for r in rows)
+        return ", ".join(vals or ["-"]) + (f" ({missing} of {len(rows)} drafters' runs did not record it)"
+                                           if missing else "")
+
+    hosts = f"training {known('train_host')}; tau {known('tau_host')}"
     dtypes = sorted({str(r.get("tau_dtype")) for r in rows})
     temps = sorted({float(r.get("temperature") or 0) for r in rows})
     ids = sorted({str(r.get("ids_sha256"))[:12] for r in rows})
     head = (f"Each drafter trained on the first N tokens (whole sequences) of one corpus's instructions (each smaller "
             f"set a prefix of the larger; {len(ids)} distinct token-id hashes), by its kind's train-drafter preset, "
-            f"training numerics {', '.join(numer)}; tau at T = {', '.join(f'{t:g}' for t in temps)} over every round "
+            f"training numerics {known('train_numerics')}; tau at T = {', '.join(f'{t:g}' for t in temps)} over every round "
             f"of the target's answers to all {rows[0]['prompts'] if rows else '?'} HumanEval problems (`mfd tau`), "
-            f"{', '.join(dtypes)}; hosts: {', '.join(hosts)}. Assembled {str(prov.get('created', '?'))[:10]} at "
+            f"{', '.join(dtypes)}; hosts: {hosts}. Assembled {str(prov.get('created', '?'))[:10]} at "
             f"`{str(prov.get('git_sha', '?'))[:7]}` from {len(rows)} drafters' tau records (each one's commit is in the record).")
     pending = d.get("pending") or []
     if pending:
