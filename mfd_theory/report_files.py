@@ -49,6 +49,7 @@ BLOCK_FILES: dict[str, str] = {
     "real-recipe": REAL,
     "real-c3": REAL,
     "real-scaling": REAL,
+    "real-shipped": REAL,
     "bench-trees": BENCHMARKS,
     "bench-fit": BENCHMARKS,
     "bench-decode": BENCHMARKS,

@@ -512,8 +512,42 @@ def test_the_lossless_only_run_gets_its_own_block_with_each_checks_measured_time
     assert BLOCK_FILES["real-default"] == BLOCK_FILES["real"]
 
 
+def shipped_record(k1_tau=(1.5, 1.4, 1.6, 1.5), mix_tau=(1.55, 1.45, 1.6, 1.5), speedups=(0.4, 0.3)):
+    """A small ``mfd tau`` record of two drafters (K = 1 and K = 4) on one set of 4 problems at N = 32,
+    each with two timed problems: what make reproduce's drafter step writes."""
+    from mfd_theory.results import Result
+
+    def cell(method, scorer, per, anchor=0.4):
+        return {"method": method, "scorer": scorer, "rounds": 100, "tokens": 150, "tau": sum(per) / len(per),
+                "per_sequence_tau": list(per), "anchor_accepted": anchor}
+
+    def timing(cells):
+        return {"ar_s_per_token": 0.14, "speed_check": {"timed_prompts": 2, "median_predicted_over_measured": 1.02,
+                                                        "worst_relative_error": 0.05},
+                "cells": [{"method": m, "scorer": sc, "budget": 32, "round_s": 0.5, "tau": 1.4, "speedup": sp,
+                           "full_set_tau": 1.5, "full_set_predicted_speedup": sp + 0.01} for (m, sc), sp in cells]}
+
+    ones = (1.2, 1.1, 1.1, 1.2)
+    k1 = {"drafter": "drafters/qwen-x-k1", "modes": 1, "sets": {"code-eval": {
+        "budgets": {"32": {"budget": 32, "cells": [cell("chain", None, ones), cell("ddtree", None, k1_tau)]}},
+        "timing": timing([(("chain", None), speedups[0]), (("ddtree", None), speedups[1])])}}}
+    k4 = {"drafter": "results/run-k4/drafter", "modes": 4, "sets": {"code-eval": {
+        "budgets": {"32": {"budget": 32, "cells": [cell("chain", None, ones), cell("mfd", "mixture", mix_tau),
+                                                   cell("mfd", "best_mode", mix_tau),
+                                                   cell("ddtree", None, mix_tau)]}},
+        "timing": timing([(("mfd", "mixture"), speedups[1])])}}}
+    data = {"target": "qwen-x", "dtype": "float32", "threads": 2, "wall_s": 600.0,
+            "sets": {"code-eval": {"prompts": 4, "answer_tokens": 400, "answer_seconds": 30.0, "tau_seconds": 90.0,
+                                   "tau_answer_tokens_per_s": 4.4}},
+            "drafters": [k1, k4]}
+    return Result("tau", {"budgets": [32], "timing_prompts": 2, "numerics": None, "threads": 2}, data,
+                  provenance={"git_sha": "abcdef1234", "created": "2026-12-07T00:00:00",
+                              "numerics": {"mode": "reproducible", "cpu": "Some CPU", "isa_flags": ["avx2"]}})
+
+
 def _front_results() -> "Results":
-    """The three files the front block reads, as small dicts: two seeds, one data set at T = 0 and 1."""
+    """The three files the front block reads, as small dicts: the shipped drafters' tau record, the
+    real target's ceiling and lossless check, the chimera bound's check."""
     from mfd_theory.report import Results
     from mfd_theory.results import Result
 
@@ -521,23 +555,6 @@ def _front_results() -> "Results":
         return {"gain": gain, "lo": gain - 0.2, "hi": gain + 0.2, "verdict": verdict, "model": "runs",
                 "run_gains": list(runs), "margin": 0.03, "level": 0.95, "n_runs": len(runs), "n_prompts": 2}
 
-    def row(t, method, drafter, tau, speedup, z=None):
-        return {"dataset": "code", "temperature": t, "method": method, "drafter": drafter, "budget": 16, "K": 2
-                if drafter == "mfd-k2" else 1, "tau": tau, "speedup": speedup, "pred_gap_z": z}
-
-    runs = [{"seed": s, "rows": [row(0, "ar", "-", 1.0, None), row(0, "chain", "product", 1.1, 0.9),
-                                 row(0, "mfd", "mfd-k2", 1.4 + s / 10, 0.8), row(1, "ddtree", "product", 1.3, 0.8, 0.4),
-                                 row(1, "mfd", "mfd-k2", 1.3, 0.85, -1.3 - s)]} for s in (0, 1)]
-    mfd, ddt, chain = ({"method": "mfd", "drafter": "mfd-k2", "budget": 16, "scorer": "mixture"},
-                       {"method": "ddtree", "drafter": "product", "budget": 16, "scorer": None},
-                       {"method": "chain", "drafter": "product", "budget": None, "scorer": None})
-    verdicts = [{"dataset": "code", "temperature": t, "question": "same_n", "a": mfd, "b": ddt,
-                 "tau_cmp": cmp(0.02 + t / 100, "inconclusive"), "speed_cmp": cmp(0.0, "inconclusive")}
-                for t in (0.0, 1.0)]
-    verdicts += [{"dataset": "code", "temperature": t, "question": "against_product", "a": mfd, "b": chain,
-                  "tau_cmp": cmp(0.25, "gain"), "speed_cmp": cmp(-0.07 - t / 20, "loss" if t else "inconclusive")}
-                 for t in (0.0, 1.0)]
-    drafters = Result("real_drafters", {}, {"target": "qwen-x", "runs": runs, "verdicts": verdicts})
     tab = {"n_prompts": 4, "trees": ["product", "mixture K=2", "mixture K=8", "oracle"], "dead": {"dead_share": [0.7, 0.05]},
            "by_budget": {"64": {"coverage": {"product": [5.0, 0.1], "mixture K=2": [5.5, 0.1], "mixture K=8": [6.4, 0.1],
                                              "oracle": [6.6, 0.1]},
@@ -546,36 +563,37 @@ def _front_results() -> "Results":
     real = Result("real", {}, {"targets": {"qwen-x": {"ceiling": {"code": {"1": tab}}, "lossless": ll},
                                            "smol-y": {"lossless": {"rows": [{"equal": True}] * 20}}}})
     bound = Result("chimera_bound", {"m_max": 10}, {"verify": {"instances": 1_000_000, "violations": 0, "ties": 0}})
-    return Results(None, ("real-drafters/real_drafters.json", "real/real.json", "chimera_bound.json"),
-                   {"real-drafters/real_drafters.json": drafters, "real/real.json": real, "chimera_bound.json": bound})
+    return Results(None, ("shipped/tau.json", "real/real.json", "chimera_bound.json"),
+                   {"shipped/tau.json": shipped_record(), "real/real.json": real, "chimera_bound.json": bound})
 
 
 def test_the_front_block_answers_each_claim_in_a_short_row():
+    import copy
+
     from mfd_theory.report import BLOCKS
     from mfd_theory.report.front import MAX_ANSWER
 
     results = _front_results()
     text = BLOCKS["front"].make(results)
     rows = [ln for ln in text.splitlines() if ln.startswith("| ")][1:]
-    assert len(rows) == 8 and len(text) <= 2500
+    assert len(rows) == 7 and len(text) <= 2500
     answers = [r.split(" | ")[1] for r in rows]
     assert all(len(a) <= MAX_ANSWER and "[" not in a for a in answers)  # no intervals on the front page
-    # C1, the walk check: |z| 0.4, 1.3 (seed 0) and 0.4, 2.3 (seed 1): none beyond 4, the sum of z^2 reported
-    assert rows[0].startswith("| The decoder's walk is exact: accepted tokens = its own trees' expected acceptance")
-    assert answers[0] == "passes: |z| <= 2.3 in 4 of 4 cells x seeds; sum of z^2 7.3 (cells coupled: one sampled text)"
-    assert answers[1] == "holds: 0 violations in 1,000,000 random instances, m = 1..10"
-    assert answers[2].startswith("70% of its nodes dead, against the paper's 27-33% (4 prompts")
-    assert answers[3] == ("code T = 1 +27% (oracle +31%) over the product tree: inconclusive over prompts, one sampling "
+    assert answers[0] == "holds: 0 violations in 1,000,000 random instances, m = 1..10"
+    assert answers[1].startswith("70% of its nodes dead, against the paper's 27-33% (4 prompts")
+    assert answers[2] == ("code T = 1 +27% (oracle +31%) over the product tree: inconclusive over prompts, one sampling "
                           "seed")
-    assert answers[4] == ("holds: 40 of 40 greedy decodes equal HF `generate`; sampled walks fit the exact acceptance "
+    assert answers[3] == ("holds: 40 of 40 greedy decodes equal HF `generate`; sampled walks fit the exact acceptance "
                           "(chi-square p = 0.62)")
-    assert rows[6].startswith("| ... and decodes faster than the product drafter's chain (its faster method")
-    assert answers[5].startswith("tau +2% to +3%: inconclusive in all 2 cells (") and "seeds would decide with 80% power)" in answers[5]
-    assert answers[6] == "speed -12% to -7%: a loss on code at T = 1; inconclusive elsewhere (this run's timing)"
-    assert answers[7] == "no: speedups 0.80-0.90x; best tau 1.50 (EAGLE-3 on Qwen3-1.7B: 2.93)"
+    # the shipped drafters: tau of each (means of the per-problem tau), MFD against K = 1 paired over the problems
+    assert rows[4].startswith("| The shipped drafters draft (real Qwen target, greedy tau, N = 32, all 4 HumanEval problems)")
+    assert answers[4] == ("K = 1 DDTree 1.50; MFD K = 4 1.52 (mixture), 1.52 (best mode); EAGLE-3 on Qwen3-1.7B: 2.93, "
+                          "AngelSlim")
+    assert rows[5].startswith("| Trained MFD beats DDTree at the same N (real Qwen target, shipped K = 4 against K = 1, "
+                              "one training run each)")
+    assert re.fullmatch(r"tau mixture \+1\.\d%, \w+; best mode \+1\.\d%, \w+ \(paired over 4 problems\)", answers[5])
+    assert answers[6] == "no: 0.30-0.40x on 2 timed problems; on the whole set 0.31-0.41x (estimate)"
     # cells whose best mixture differs name their K each
-    import copy
-
     tab = results.loaded["real/real.json"].data["targets"]["qwen-x"]["ceiling"]["code"]["1"]
     prose = copy.deepcopy(tab)
     prose["by_budget"]["64"]["coverage"]["mixture K=2"] = [7.0, 0.1]
@@ -584,14 +602,16 @@ def test_the_front_block_answers_each_claim_in_a_short_row():
     row = [ln for ln in BLOCKS["front"].make(results).splitlines() if ln.startswith("| A mixture")][0]
     assert "fitted K = best" in row and "code T = 1 K = 8 +27%" in row and "prose T = 1 K = 2 +27%" in row
     del results.loaded["real/real.json"].data["targets"]["qwen-x"]["ceiling"]["prose"]
-    # what the rows say moves with the numbers: a violation, a differing decode, a faster method
+    # what the rows say moves with the numbers: a violation, a differing decode, a faster tree, a better drafter
     results.loaded["chimera_bound.json"].data["verify"]["violations"] = 3
     results.loaded["real/real.json"].data["targets"]["smol-y"]["lossless"]["rows"][0] = {"equal": False}
-    results.loaded["real-drafters/real_drafters.json"].data["runs"][0]["rows"][1]["speedup"] = 1.2
+    results.loaded["shipped/tau.json"] = shipped_record(k1_tau=(1.5,) * 4, mix_tau=(2.0,) * 4, speedups=(1.2, 0.3))
     rows = [ln for ln in BLOCKS["front"].make(results).splitlines() if ln.startswith("| ")][1:]
-    assert rows[1].split(" | ")[1].startswith("fails: 3 violations")
-    assert rows[4].split(" | ")[1].startswith("fails: 39 of 40 greedy decodes")
-    assert rows[7].split(" | ")[1].startswith("1 of 8 cells: speedups 0.80-1.20x")
+    assert rows[0].split(" | ")[1].startswith("fails: 3 violations")
+    assert rows[3].split(" | ")[1].startswith("fails: 39 of 40 greedy decodes")
+    assert rows[4].split(" | ")[1].startswith("K = 1 DDTree 1.50; MFD K = 4 2.00 (mixture)")
+    assert rows[5].split(" | ")[1] == "tau mixture +33.3%, gain; best mode +33.3%, gain (paired over 4 problems)"
+    assert rows[6].split(" | ")[1].startswith("1 of 3 trees: 0.30-1.20x on 2 timed problems")
 
 
 def test_the_reach_table_calls_the_ceiling_a_prediction_only_when_told():

@@ -37,14 +37,18 @@ def test_reproduce_records_step_times_as_it_goes(tmp_path, monkeypatch):
 def test_plan_runs_every_step_once_and_times_nothing_beside_a_timed_run():
     import mfd_theory.reproduce as reproduce
 
-    assert reproduce.STEPS == reproduce.PARTS["main"] + reproduce.PARTS["toy"]
+    assert reproduce.STEPS == reproduce.PARTS["main"] + reproduce.PARTS["drafters"] + reproduce.PARTS["toy"]
     for part in reproduce.PARTS:
         one = reproduce.plan(1, part)
         assert [(lab, w) for lab, _, _, w in one[0]] == [(s[0], "run") for s in reproduce.PARTS[part]]
-    # the main job is the real target's: one lane, the drafters' timed evaluation last
+    # the main job is the real target's: one lane, the shipped drafters' timed evaluation last; the drafter
+    # study is a part of its own, one lane too
     main = reproduce.plan(2, "main")
     assert len(main) == 1 and [s[:3] for s in main[0]] == reproduce.PARTS["main"]
-    assert main[0][-1][0] == reproduce.REAL_DRAFTERS[0] and reproduce.REAL_DRAFTERS[0] in reproduce.TIMED
+    assert main[0][-1][0] == reproduce.SHIPPED[0] and reproduce.SHIPPED[0] in reproduce.TIMED
+    assert reproduce.SHIPPED[2][:2] == ["--preset", "reproduce"] and "results/shipped" in reproduce.SHIPPED[2]
+    study = reproduce.plan(2, "drafters")
+    assert study == [[(*reproduce.REAL_DRAFTERS, "run")]] and reproduce.REAL_DRAFTERS[0] in reproduce.TIMED
     two = reproduce.plan(2, "toy")
     runs = [lab for lane in two for lab, _, _, w in lane if w == "run"]
     assert sorted(runs) == sorted(s[0] for s in reproduce.PARTS["toy"])  # every step run once, on some lane

@@ -1,4 +1,4 @@
-"""``mfd reproduce``: the main job, built around the real Qwen target (about 60 minutes on a 2-core CPU, install included; the measured time is in docs/benchmarks.md): the theory on exact multi-future distributions, the shipped real targets' lossless check and ceiling (``mfd real``), and drafters trained for the real Qwen target and compared on HumanEval and prose (``mfd real-drafters --preset reproduce``); then the theory notebooks' figures into ``paper_figs/`` and ``mfd report --record results``, which copies the results into the committed records (``records/results/``; refused for a run from a dirty tree) and rewrites the result blocks of ``docs/`` and the tracked figures from them. ``--part toy`` runs the small self-trained targets instead (the e2e grid, the hybrid GDN target, the own-target pipeline, natural text; about 85 minutes).
+"""``mfd reproduce``: the main job, built around the real Qwen target (about an hour on a 2-core CPU, install included; the times are in docs/benchmarks.md): the theory on exact multi-future distributions, the shipped real targets' lossless check and ceiling (``mfd real``), and the drafters shipped for the real Qwen target measured on all 164 HumanEval problems (``mfd tau --preset reproduce``: every tree's tau at the same N, two problems decoded for real and timed); then the theory notebooks' figures into ``paper_figs/`` and ``mfd report --record results``, which copies the results into the committed records (``records/results/``; refused for a run from a dirty tree) and rewrites the result blocks of ``docs/`` and the tracked figures from them. ``--part drafters`` runs the small drafter study instead (``mfd real-drafters --preset reproduce``: drafters trained here, three seeds per kind, compared on a few HumanEval and prose prompts decoded for real; about 45 minutes); ``--part toy`` runs the small self-trained targets (the e2e grid, the hybrid GDN target, the own-target pipeline, natural text; about 85 minutes).
 
 Runs every experiment from its preset file (``experiments/<command>/<preset>.toml``) into
 ``results/`` (each skips work already saved, so an interrupted run resumes from its caches),
@@ -46,35 +46,40 @@ NATURAL = ("natural text", "mfd_theory.commands.experiments.natural", ["--preset
 #: the shipped real targets (untimed: the lossless check and the ceiling), on every core
 REAL = ("real targets", "mfd_theory.commands.experiments.real", ["--preset", "reproduce", "--out", "results/real",
                                                                   "--figure", "paper_figs/real_ceiling.png"])
-#: drafters trained for the real Qwen target and compared on HumanEval and prose (timed: speedups)
+#: the drafters shipped for the real Qwen target (drafters/), measured on all 164 HumanEval problems:
+#: tau of every tree at the same N, and two problems decoded for real (timed: speedups)
+SHIPPED = ("shipped drafters", "mfd_theory.commands.pipeline.tau", ["--preset", "reproduce", "--out", "results/shipped"])
+#: the small drafter study: drafters trained here for the real Qwen target, 3 seeds per kind, compared on
+#: a few HumanEval and prose prompts decoded for real (timed: speedups)
 REAL_DRAFTERS = ("real drafters", "mfd_theory.commands.experiments.real_drafters",
                  ["--preset", "reproduce", "--out", "results/real-drafters",
                   "--figure", "paper_figs/real_drafters_gains.png"])
 #: each part's steps, in the order one core runs them (``--jobs 1``): the main job is the real
 #: target's; the toy part keeps what a self-trained small target shows (exact known futures of a
 #: grammar, the hybrid GDN path, the own-target pipeline, natural text trained from scratch)
-PARTS: dict[str, list[tuple[str, str, list[str]]]] = {"main": [*THEORY, REAL, REAL_DRAFTERS],
+PARTS: dict[str, list[tuple[str, str, list[str]]]] = {"main": [*THEORY, REAL, SHIPPED],
+                                                      "drafters": [REAL_DRAFTERS],
                                                       "toy": [E2E, HYBRID, OWN, NATURAL]}
 #: every step of every part
-STEPS: list[tuple[str, str, list[str]]] = [*PARTS["main"], *PARTS["toy"]]
+STEPS: list[tuple[str, str, list[str]]] = [*PARTS["main"], *PARTS["drafters"], *PARTS["toy"]]
 #: steps with a --threads option (torch threads for training) and a --prepare-only option
 #: (everything before the timed evaluation: training, and natural's ceiling)
 THREADED = {E2E[0], HYBRID[0], OWN[0], NATURAL[0]}
 PREPARED = {E2E[0], HYBRID[0], NATURAL[0]}
 #: steps whose run times decoding: nothing runs on the other core while they do
-TIMED = {E2E[0], HYBRID[0], OWN[0], NATURAL[0], REAL_DRAFTERS[0]}
+TIMED = {E2E[0], HYBRID[0], OWN[0], NATURAL[0], REAL_DRAFTERS[0], SHIPPED[0]}
 
 
 def plan(jobs: int, part: str = "main") -> list[list[tuple[str, str, list[str], str]]]:
     """The lanes of ``part`` (a key of :data:`PARTS`): one list of ``(label, module, argv, what)``
     per core, ``what`` being "run" (the whole step) or "prepare" (``--prepare-only``: everything
     before its timed evaluation). Lane 1 holds untimed work only; a "run" of a timed step
-    (:data:`TIMED`) on lane 0 waits until lane 1 has finished everything. The main part is one lane
-    whatever ``jobs`` says: its real-target steps use every core themselves."""
+    (:data:`TIMED`) on lane 0 waits until lane 1 has finished everything. The main and drafters parts
+    are one lane whatever ``jobs`` says: their real-target steps use every core themselves."""
     if part not in PARTS:
         raise ValueError(f"part: {part!r} is not one of {sorted(PARTS)}")
     steps = PARTS[part]
-    if jobs == 1 or part == "main":
+    if jobs == 1 or part != "toy":
         return [[(*s, "run") for s in steps]]
     # balanced on the run of 2026-12-01: e2e's three drafter sets (about 15 min) against the
     # hybrid's one set and natural's target, ceiling and drafters (about 23 min)
@@ -153,6 +158,7 @@ def default_jobs() -> int:
 PART_NOTEBOOKS: dict[str, list[str]] = {
     "main": ["notebooks/01_chimera_bound.ipynb", "notebooks/02_chimera_share.ipynb",
              "notebooks/03_mixture_gain.ipynb", "notebooks/05_path_gain.ipynb"],
+    "drafters": [],
     "toy": ["notebooks/04_end_to_end.ipynb"],
 }
 NOTEBOOKS: list[str] = sorted(nb for nbs in PART_NOTEBOOKS.values() for nb in nbs)
@@ -191,8 +197,10 @@ def run_notebook(path: Path, small: bool = False, timeout: int = 1800):
 @dataclasses.dataclass(frozen=True)
 class ReproduceConfig(Checked):
     part: str = opt("main", "main: the theory and the real Qwen target (the shipped targets' lossless check and ceiling, "
-                            "drafters trained for it and compared); toy: the small self-trained targets (the e2e grid, "
-                            "the hybrid GDN target, the own-target pipeline, natural text)", choices=tuple(PARTS))
+                            "the shipped drafters measured on all of HumanEval); drafters: the small drafter study "
+                            "(drafters trained here, 3 seeds per kind, compared on a few prompts); toy: the small "
+                            "self-trained targets (the e2e grid, the hybrid GDN target, the own-target pipeline, natural "
+                            "text)", choices=tuple(PARTS))
     skip_notebooks: bool = opt(False, "run the experiments only, draw no figures")
     jobs: int | None = opt(None, "the toy part's lanes: 1: every step in turn on the machine's threads; 2: the untimed work (training, "
                                  "the theory, natural text's ceiling) first in two lanes, each pinned to its own core "
