@@ -591,7 +591,8 @@ def test_the_front_block_answers_each_claim_in_a_short_row():
                           "AngelSlim")
     assert rows[5].startswith("| Trained MFD beats DDTree at the same N (real Qwen target, shipped K = 4 against K = 1, "
                               "one training run each)")
-    assert re.fullmatch(r"tau mixture \+1\.\d%, \w+; best mode \+1\.\d%, \w+ \(paired over 4 problems\)", answers[5])
+    assert re.fullmatch(r"tau mixture \+1\.\d%, \w+; best mode \+1\.\d%, \w+ \(these two drafters, paired over 4 problems; "
+                        r"no retrain in the interval\)", answers[5])
     assert answers[6] == "no: 0.30-0.40x on 2 timed problems; on the whole set 0.31-0.41x (estimate)"
     # cells whose best mixture differs name their K each
     tab = results.loaded["real/real.json"].data["targets"]["qwen-x"]["ceiling"]["code"]["1"]
@@ -610,7 +611,8 @@ def test_the_front_block_answers_each_claim_in_a_short_row():
     assert rows[0].split(" | ")[1].startswith("fails: 3 violations")
     assert rows[3].split(" | ")[1].startswith("fails: 39 of 40 greedy decodes")
     assert rows[4].split(" | ")[1].startswith("K = 1 DDTree 1.50; MFD K = 4 2.00 (mixture)")
-    assert rows[5].split(" | ")[1] == "tau mixture +33.3%, gain; best mode +33.3%, gain (paired over 4 problems)"
+    assert rows[5].split(" | ")[1] == ("tau mixture +33.3%, gain; best mode +33.3%, gain (these two drafters, paired over 4 "
+                                             "problems; no retrain in the interval)")
     assert rows[6].split(" | ")[1].startswith("1 of 3 trees: 0.30-1.20x on 2 timed problems")
 
 

@@ -108,7 +108,8 @@ def front(results: Results) -> str:
                               f"{q['verdict']}" for q in qs)
             lines.append(_row(f"Trained MFD beats DDTree at the same N (real Qwen target, shipped K = {mfd['modes']} "
                               f"against K = 1, one training run each)",
-                              f"tau {gains} (paired over {qs[0]['problems']} problems)", SHIPPED, "shipped drafters"))
+                              f"tau {gains} (these two drafters, paired over {qs[0]['problems']} problems; no retrain "
+                              "in the interval)", SHIPPED, "shipped drafters"))
         timed = [c for t in b["timing"] for c in t["cells"] if c.get("speedup") is not None]
         if timed:
             sp = [c["speedup"] for c in timed]
