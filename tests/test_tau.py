@@ -101,6 +101,30 @@ def test_speed_rule_is_tau_times_plain_time_per_token_over_round_cost(run):
         assert sc["timed_prompts"] == 2 and sc["median_predicted_over_measured"] > 0 and sc["worst_relative_error"] >= 0
 
 
+def test_the_timed_decodes_show_their_progress_and_tokens_per_second(run, capsys):
+    """The timed part of a tau run decodes for real (minutes on a CPU): a bar counts its decodes, one
+    per prompt for plain decoding and for every cell and budget, with the last decode's tokens/s."""
+    from mfd_theory.llm.models.drafter import load_drafter
+    from mfd_theory.llm.models.target import TargetModel, load_local_target
+    from mfd_theory.llm.training.distill import load_distill_data
+    from mfd_theory.runs.pipeline.tau import _timing
+
+    root, target_dir, _, _ = run
+    rec = json.loads((root / "tau" / "tau.json").read_text())["data"]
+    seqs, plens, _ = load_distill_data(rec["sets"]["alpha"]["answers"])
+    hf, _ = load_local_target(target_dir, "cpu", "float32")
+    drafter = load_drafter(next(r["drafter"] for r in rec["drafters"] if r["modes"] == 1), hf).eval()
+    prompts = [list(map(int, seqs[i][: int(plens[i])])) for i in range(2)]
+    capsys.readouterr()
+    got = _timing(TargetModel(hf), drafter, prompts, [("chain", None), ("ddtree", None)], [3], 6, progress=True,
+                  label="timed decodes, k1")
+    err = capsys.readouterr().err
+    assert len(got["cells"]) == 2
+    assert "timed decodes, k1" in err and "0/6 [" in err and "tokens/s" in err  # 2 prompts x (plain + 2 cells)
+    _timing(TargetModel(hf), drafter, prompts, [("chain", None)], [3], 6, progress=False)
+    assert "timed decodes" not in capsys.readouterr().err
+
+
 def test_bad_input_names_the_flag(run, tmp_path, capsys):
     root, target, files, _ = run
     assert mfd(["tau", "--target", str(target), "--drafter", str(tmp_path / "none"), "--prompts", files[0],

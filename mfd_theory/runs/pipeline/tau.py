@@ -80,12 +80,18 @@ def _cells(drafter) -> list[tuple[str, str | None]]:
 
 
 def _timing(target, drafter, prompts: list[list[int]], cells, budgets, max_new_tokens: int,
-            temperature: float = 0.0, seeds: list[int] | None = None) -> dict:
+            temperature: float = 0.0, seeds: list[int] | None = None, progress: bool = False,
+            label: str = "timed decodes") -> dict:
     """Real decodes of ``prompts``: plain decoding's time per token, and per cell and budget its
     time per round, its tau and its measured speedup over plain decoding on these prompts, and the
     check that can fail: each prompt's speedup predicted from the *other* prompts' round cost and
     plain time per token and its own tau, against its measured speedup (None with one prompt)."""
+    from tqdm.auto import tqdm
+
     from mfd_theory.llm.decoding.generate import speculative_generate
+
+    bar = tqdm(total=len(prompts) * (1 + len(budgets) * len(cells)), desc=label, unit="decode", disable=not progress,
+               leave=False)
 
     def run(method, budget, scorer, d):
         per = []  # [(decode seconds, tokens, rounds)] per prompt
@@ -93,6 +99,8 @@ def _timing(target, drafter, prompts: list[list[int]], cells, budgets, max_new_t
             r = speculative_generate(target, d, p, max_new_tokens, method, budget=budget, scorer=scorer, metrics=False,
                                      temperature=temperature, seed=0 if seeds is None else seeds[j])
             per.append((r.t_total - r.t_prefill, len(r.tokens), max(len(r.steps), 1)))  # decode only
+            bar.set_postfix_str(f"{method}: {len(r.tokens) / max(r.t_total - r.t_prefill, 1e-9):.1f} tokens/s")
+            bar.update()
         return np.array(per, dtype=np.float64)  # [P, 3]
 
     speculative_generate(target, None, prompts[0], 4, "ar", metrics=False)  # warm-up
@@ -116,6 +124,7 @@ def _timing(target, drafter, prompts: list[list[int]], cells, budgets, max_new_t
                 cell["held_out"] = {"predicted": pred, "measured": meas,
                                     "median_predicted_over_measured": float(np.median(np.divide(pred, meas)))}
             out["cells"].append(cell)
+    bar.close()
     return out
 
 
@@ -203,7 +212,8 @@ def tau(config, out_dir, drafter_dirs: list[Path], progress: bool = True) -> Res
                 k = min(config.timing_prompts, len(s["seqs"]))
                 prompts = [list(map(int, s["seqs"][i][: int(s["plens"][i])])) for i in range(k)]
                 timing = _timing(target, drafters[name], prompts, cells[name], config.budgets, config.max_new_tokens,
-                                 float(config.temperature), None if s["seeds"] is None else s["seeds"][:k])
+                                 float(config.temperature), None if s["seeds"] is None else s["seeds"][:k],
+                                 progress=progress, label=f"timed decodes, {Path(name).name}")
                 for c in timing["cells"]:
                     full = next(x for x in per_budget[str(c["budget"])]["cells"]
                                 if x["method"] == c["method"] and x["scorer"] == c["scorer"])
