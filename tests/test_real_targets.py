@@ -215,10 +215,16 @@ def test_reproduce_runs_real_where_the_report_block_and_headline_read_it():
     argv = next(a for _, module, a in STEPS if module == "mfd_theory.commands.experiments.real")
     out = Path(argv[argv.index("--out") + 1])
     assert Path("results") / BLOCKS["real"][0] == out / "real.json" == Path("results") / REAL
-    lane = [s[1] for s in plan(2)[0]]  # the main job, one lane: the real targets, then the drafters for them
-    assert lane[-2:] == ["mfd_theory.commands.experiments.real", "mfd_theory.commands.experiments.real_drafters"]
-    argv = next(a for _, module, a in STEPS if module == "mfd_theory.commands.experiments.real_drafters")
-    assert Path("results") / BLOCKS["real-drafters"][0] == Path(argv[argv.index("--out") + 1]) / "real_drafters.json"
+    lane = [s[1] for s in plan(2)[0]]  # the main job, one lane: the real targets, then the shipped drafters on them
+    assert lane[-2:] == ["mfd_theory.commands.experiments.real", "mfd_theory.commands.pipeline.tau"]
+    argv = plan(2)[0][-1][2]
+    # the shipped drafters' record is where the front block and real-shipped read it
+    assert Path("results") / BLOCKS["real-shipped"][0] == Path(argv[argv.index("--out") + 1]) / "tau.json" \
+        == Path("results") / BLOCKS["front"][0]
+    # the drafter study, a part of its own, writes where its blocks read
+    (step,) = plan(2, "drafters")[0]
+    assert step[1] == "mfd_theory.commands.experiments.real_drafters"
+    assert Path("results") / BLOCKS["real-drafters"][0] == Path(step[2][step[2].index("--out") + 1]) / "real_drafters.json"
 
 
 def test_two_processes_materialising_one_target_at_once_convert_it_once(tmp_path, monkeypatch):
