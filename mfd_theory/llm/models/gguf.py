@@ -12,7 +12,9 @@ conversion leaves no half directory.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import functools
 import json
 import os
 import shutil
@@ -46,14 +48,49 @@ def _versions() -> dict:
     return out
 
 
+@contextlib.contextmanager
+def _parsed_once():
+    """Within this block, the ``gguf`` package parses each file once and builds each tensor-name
+    map once. transformers reads a GGUF's header three times for one model (its config, its
+    tokenizer, its weights; about 6 s each for SmolLM2's 49 k-token vocabulary on 2 cores) and
+    rebuilds the same name map for every module of the model (397 times for SmolLM2, 7.6 s). Both
+    are read-only here (a reader opened with mode "r" is a read-only memory map; transformers only
+    looks names up in the map), so sharing them changes no byte of the result:
+    tests/test_real_targets.py compares the converted directory's logits with transformers' own
+    load of the file, bit for bit. transformers imports both names from ``gguf`` when it calls
+    them, which is what lets this block stand in for them; outside it nothing is changed."""
+    try:
+        import gguf
+    except ImportError:  # _load_gguf names the missing package
+        yield
+        return
+    reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: dict = {}
+
+    def shared_reader(path, mode="r"):
+        if mode != "r":
+            return reader(path, mode)
+        key = os.path.realpath(os.fspath(path))
+        if key not in readers:
+            readers[key] = reader(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = shared_reader, functools.lru_cache(maxsize=None)(name_map)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map
+
+
 def _load_gguf(folder: Path, name: str):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
-        tok = AutoTokenizer.from_pretrained(str(folder), gguf_file=name, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(str(folder), gguf_file=name, dtype=torch.float32,
-                                                     local_files_only=True)
+        with _parsed_once():
+            tok = AutoTokenizer.from_pretrained(str(folder), gguf_file=name, local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(str(folder), gguf_file=name, dtype=torch.float32,
+                                                         local_files_only=True)
     except ImportError as exc:
         raise ValueError(f"--gguf: reading GGUF needs the gguf package ({exc}); make install installs it") from exc
     except Exception as exc:  # noqa: BLE001 - an unreadable or unsupported file is the file's fault
