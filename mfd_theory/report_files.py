@@ -2,13 +2,14 @@
 
 This table sits in the core, apart from :mod:`mfd_theory.report` (the blocks), so that
 :mod:`mfd_theory.results` can read it without an import cycle: the ``+dirty`` mark of a result's
-git sha ignores exactly the files listed here, since ``mfd reproduce`` ends by rewriting them.
+git sha ignores exactly the files listed here and the tracked figures (:data:`FIGURES`), since
+``mfd reproduce`` rewrites them.
 Paths are relative to the repository root.
 """
 
 from __future__ import annotations
 
-__all__ = ["BLOCK_FILES", "report_files"]
+__all__ = ["BLOCK_FILES", "FIGURES", "report_files"]
 
 README = "README.md"
 RESULTS = "docs/results.md"
@@ -61,6 +62,11 @@ BLOCK_FILES: dict[str, str] = {
     "own-target": OWN_TARGET,
     "front": README,
 }
+
+
+#: the folder of the tracked figures: the runs of ``mfd reproduce`` draw into it as they finish, and
+#: ``mfd report`` redraws it from the records at the end
+FIGURES = "paper_figs"
 
 
 def report_files() -> tuple[str, ...]:

@@ -24,7 +24,7 @@ import numpy as np
 
 from mfd_theory.numerics import numerics_provenance
 
-from mfd_theory.report_files import report_files
+from mfd_theory.report_files import FIGURES, report_files
 
 __all__ = [
     "Result",
@@ -49,8 +49,11 @@ def git_sha(root: str | os.PathLike | None = None) -> str | None:
     with '+dirty' when a tracked file differs from that commit.
 
     The files ``mfd report`` writes (:func:`mfd_theory.report_files.report_files`: the README and
-    the result pages under ``docs/``) are left out of the dirty check, and only they: ``mfd
-    reproduce`` ends by rewriting them, so counting them would mark every later run '+dirty'.
+    the result pages under ``docs/``) and the tracked figures (``paper_figs/``) are left out of the
+    dirty check, and only they: ``mfd reproduce`` rewrites them (each theory run draws its figures
+    as it finishes, the report redraws them all at the end), so counting them would mark every
+    later run '+dirty', and its closing ``mfd report --record`` would refuse the whole run (as it
+    did a clean clone's on 2026-12-07, every result after the first figure-drawing step).
     Untracked files never count.
     """
     root = Path(__file__).resolve().parent.parent if root is None else Path(root)
@@ -61,7 +64,7 @@ def git_sha(root: str | os.PathLike | None = None) -> str | None:
         if sha.returncode != 0:
             return None
         # the whole repository (":/" is its top), minus the report's files (relative to root)
-        spec = [":/"] + [f":(exclude){name}" for name in report_files()]
+        spec = [":/"] + [f":(exclude){name}" for name in (*report_files(), FIGURES)]
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no", "--", *spec],
             cwd=root, capture_output=True, text=True, timeout=10,

@@ -109,20 +109,23 @@ def _git(repo, *args):
 
 
 def test_git_sha_dirty_ignores_exactly_the_files_the_report_writes(tmp_path):
-    """A run after `mfd reproduce` rewrote the README and docs/ is not '+dirty'; any other change is."""
-    from mfd_theory.report_files import report_files
+    """A run after `mfd reproduce` rewrote the README, docs/ and the tracked figures is not
+    '+dirty'; any other change is."""
+    from mfd_theory.report_files import FIGURES, report_files
     from mfd_theory.results import git_sha
 
     repo = tmp_path / "repo"
     (repo / "docs").mkdir(parents=True)
-    for name in report_files() + ("code.py", "docs/design.md"):
+    (repo / FIGURES).mkdir()
+    figures = (f"{FIGURES}/chimera_bound.png", f"{FIGURES}/real_ceiling.png")
+    for name in report_files() + figures + ("code.py", "docs/design.md"):
         (repo / name).write_text("committed\n")
     _git(repo, "init", "-q")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "x")
     sha = git_sha(repo)
     assert sha is not None and len(sha) == 40  # clean
-    for name in report_files():  # what mfd report writes: still clean
+    for name in report_files() + figures:  # what mfd report and the runs' figures write: still clean
         (repo / name).write_text("rewritten by mfd report\n")
     assert git_sha(repo) == sha
     (repo / "untracked.txt").write_text("new\n")  # untracked files never count
