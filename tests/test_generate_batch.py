@@ -6,6 +6,7 @@ on a tiny target; and ``distill_prompts`` writing the same data at any batch siz
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections import Counter
 
@@ -19,8 +20,8 @@ from llm_helpers import tiny_hybrid, tiny_qwen3  # noqa: E402
 from reference_generate import reference_draw, reference_generate, reference_probs, reference_uniform  # noqa: E402
 
 from mfd_theory.llm.decoding.generate import speculative_generate  # noqa: E402
-from mfd_theory.llm.decoding.generate_batch import (MIN_SHARED_PREFIX, can_batch, generate_batch,  # noqa: E402
-                                                    generation_probs)
+from mfd_theory.llm.decoding.generate_batch import (MIN_SHARED_PREFIX, admission_order, can_batch,  # noqa: E402
+                                                    generate_batch, generation_probs)
 from mfd_theory.llm.decoding.sampling import (NUCLEUS_GUESS, Sampler, cut_distribution, draw_tokens,  # noqa: E402
                                               inverse_cdf, keyed_uniform)
 from mfd_theory.llm.models.target import TargetModel  # noqa: E402
@@ -75,17 +76,40 @@ def test_finished_rows_are_replaced_while_prompts_wait(greedy_case):
     """Every one-token (decode) forward holds ``batch`` rows until no prompt waits, then fewer and
     fewer: a finished row's place goes to the next prompt at once."""
     model, prompts, eos, want = greedy_case
-    sizes = []
+    sizes = []  # (rows, tokens per row, first position): a decode step feeds one token past position 0
     hook = model.register_forward_pre_hook(
-        lambda mod, args, kwargs: sizes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+        lambda mod, args, kwargs: sizes.append((*kwargs["input_ids"].shape, int(kwargs["position_ids"].min()))),
+        with_kwargs=True)
     try:
         assert generate_batch(model, prompts, NEW, eos_token_id=eos, batch=3) == want
     finally:
         hook.remove()
-    decode = [b for b, q in sizes if q == 1 and b > 0]
+    decode = [b for b, q, first in sizes if q == 1 and b > 0 and first > 0]
     assert decode[0] == 3 and decode == sorted(decode, reverse=True), sizes
     # every new token but each row's last was fed exactly once (first tokens come from prefills)
     assert sum(decode) == sum(len(w) - 1 for w in want)
+
+
+def test_prompts_are_admitted_longest_first_and_prefilled_in_small_groups(greedy_case, monkeypatch):
+    """Free slots go to the longest waiting prompts first, prefilled at most PREFILL_GROUP at a time
+    (each group padded to its own longest); the rows are still the one-at-a-time answers, in prompt order."""
+    model, prompts, eos, want = greedy_case
+    assert admission_order([3, 7, 7, 1, 5]) == [1, 2, 4, 0, 3]  # longest first, ties by place
+    assert admission_order([]) == []
+    monkeypatch.setattr(importlib.import_module("mfd_theory.llm.decoding.generate_batch"), "PREFILL_GROUP", 2)
+    widths = []
+    hook = model.register_forward_pre_hook(
+        lambda mod, args, kwargs: widths.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+    try:
+        assert generate_batch(model, prompts, NEW, eos_token_id=eos, batch=len(prompts)) == want
+    finally:
+        hook.remove()
+    order = sorted(LENGTHS, reverse=True)
+    groups = [(len(order[i:i + 2]), order[i]) for i in range(0, len(order), 2)]
+    # every prompt is prefilled first (all fit the batch), in groups of two in admission order, each
+    # as wide as its longest; every later forward is a one-token decode step
+    assert widths[:len(groups)] == groups, widths
+    assert all(q == 1 for _, q in widths[len(groups):]), widths
 
 
 def test_a_row_can_end_at_its_first_token():

@@ -95,6 +95,14 @@ def test_a_sequence_cut_where_it_stops_being_greedy():
     with torch.no_grad():
         logits = target(torch.tensor(seq)[None]).logits[0]
     assert greedy_prefix(seq, 3, logits) == 3 + 6
+    # the replay computes logits from the prompt's last row on only: the same cut from those rows
+    with torch.no_grad():
+        tail = target(torch.tensor(seq)[None], logits_to_keep=len(seq) - 3 + 1).logits[0]
+    assert tail.shape[0] == len(seq) - 2
+    torch.testing.assert_close(tail, logits[2:], rtol=0, atol=1e-5)
+    assert greedy_prefix(seq, 3, tail, first_row=2) == 3 + 6
+    with pytest.raises(ValueError, match="first_row"):
+        greedy_prefix(seq, 3, tail, first_row=3)
     drafter = build_drafter(target, 4, 1, seed=0, mask_token_id=V - 1, target_layer_ids=[1]).eval()
     got = heldout_greedy_tau(target, drafter, [seq], [3], 4)
     assert (got["kept_tokens"], got["answer_tokens"]) == (6, 10)

@@ -102,12 +102,13 @@ def test_speed_rule_is_tau_times_plain_time_per_token_over_round_cost(run):
 
 
 def test_the_timed_decodes_show_their_progress_and_tokens_per_second(run, capsys):
-    """The timed part of a tau run decodes for real (minutes on a CPU): a bar counts its decodes, one
-    per prompt for plain decoding and for every cell and budget, with the last decode's tokens/s."""
+    """The timed part of a tau run decodes for real (minutes on a CPU): a bar counts plain decoding's
+    decodes (one per prompt, made once for every drafter of a set), another the drafter's (one per
+    prompt, cell and budget), with the last decode's tokens/s."""
     from mfd_theory.llm.models.drafter import load_drafter
     from mfd_theory.llm.models.target import TargetModel, load_local_target
     from mfd_theory.llm.training.distill import load_distill_data
-    from mfd_theory.runs.pipeline.tau import _timing
+    from mfd_theory.runs.pipeline.tau import _plain_timing, _timing
 
     root, target_dir, _, _ = run
     rec = json.loads((root / "tau" / "tau.json").read_text())["data"]
@@ -119,9 +120,14 @@ def test_the_timed_decodes_show_their_progress_and_tokens_per_second(run, capsys
     got = _timing(TargetModel(hf), drafter, prompts, [("chain", None), ("ddtree", None)], [3], 6, progress=True,
                   label="timed decodes, k1")
     err = capsys.readouterr().err
-    assert len(got["cells"]) == 2
-    assert "timed decodes, k1" in err and "0/6 [" in err and "tokens/s" in err  # 2 prompts x (plain + 2 cells)
-    _timing(TargetModel(hf), drafter, prompts, [("chain", None)], [3], 6, progress=False)
+    assert len(got["cells"]) == 2 and got["plain_shared"] is False
+    assert "timed decodes, plain" in err and "0/2 [" in err  # 2 prompts
+    assert "timed decodes, k1" in err and "0/4 [" in err and "tokens/s" in err  # 2 prompts x 2 cells
+    # plain decodes made once and handed to every drafter: its time per token is theirs
+    plain = _plain_timing(TargetModel(hf), prompts, 6)
+    assert plain.shape == (2, 3) and ((plain[:, 1] >= 1) & (plain[:, 1] <= 6)).all()
+    got = _timing(TargetModel(hf), drafter, prompts, [("chain", None)], [3], 6, progress=False, ar=plain)
+    assert got["plain_shared"] is True and got["ar_s_per_token"] == plain[:, 0].sum() / plain[:, 1].sum()
     assert "timed decodes" not in capsys.readouterr().err
 
 

@@ -29,12 +29,14 @@ def _lossless_line(name: str, ll: dict) -> str:
     w = ll.get("walk") or {}
     walk = (f"; at T = 1, {w['draws']:,} walks of one verified {w['nodes']}-node tree against the exact outcome "
             f"probabilities: chi-square p = {w['pvalue']:.3f} over {w['cells']} cells") if w else ""
+    rt = ll.get("random_tokens", ll["new_tokens"])
+    random_txt = f" (its decodes {rt} new tokens: its trees are rejected at the root)" if rt < ll["new_tokens"] else ""
     verdict = "**every output equal**" if not bad else (f"**{len(bad)} case{'s' if len(bad) > 1 else ''} "
                                                                  f"differ{'' if len(bad) > 1 else 's'}**: {', '.join(bad)}")
     return (f"- `{name}`: greedy output of {', '.join(methods)} against HF `generate` on {ll['n_prompts']} prompts x "
             f"{ll['new_tokens']} new tokens at N = {ll['budget']}, {len(single)} single decodes and {len(batched)} "
-            f"requests decoded as one batch, with a replay drafter (tau {tau_txt}) and a random DFlash drafter: "
-            f"{verdict}{walk}.")
+            f"requests decoded as one batch, with a replay drafter (tau {tau_txt}) and a random DFlash drafter"
+            f"{random_txt}: {verdict}{walk}.")
 
 
 def _summary_lines(name: str, pooled: dict, n: str = "64") -> list[str]:

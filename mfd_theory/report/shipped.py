@@ -92,7 +92,7 @@ def summary(data: dict) -> dict:
                     tc = [c for c in t["cells"] if str(c["budget"]) == budget]
                     timing.append({"drafter": _name(r), "ar_s_per_token": t["ar_s_per_token"],
                                    "timed_prompts": (t.get("speed_check") or {}).get("timed_prompts"),
-                                   "speed_check": t.get("speed_check"),
+                                   "speed_check": t.get("speed_check"), "plain_shared": t.get("plain_shared"),
                                    "cells": [{"cell": cell_label(c["method"], c.get("scorer")), "round_s": c["round_s"],
                                               "tau": c["tau"], "speedup": c["speedup"],
                                               "full_set_tau": c.get("full_set_tau"),
@@ -173,8 +173,10 @@ def real_shipped(results: Results) -> str:
                              f"; each timed problem's speedup predicted from the others' costs: median predicted / "
                              f"measured {sc['median_predicted_over_measured']:.2f}, worst error "
                              f"{sc['worst_relative_error']:.0%}")
+                    once = " (the same plain decodes for every drafter)" if t.get("plain_shared") else ""
                     notes.append(f"{t['drafter']}: plain decoding {1000 * t['ar_s_per_token']:.0f} ms a token over "
-                                 f"{t['timed_prompts']} timed problem{'' if t['timed_prompts'] == 1 else 's'}{check}")
+                                 f"{t['timed_prompts']} timed problem{'' if t['timed_prompts'] == 1 else 's'}{once}"
+                                 f"{check}")
                 out += ["", "; ".join(notes) + "."]
             out += ["", f"The target's answers: {s.get('answer_seconds', '?')} s (read from the cache when 0); the "
                     f"replay of every round: {s.get('tau_seconds', '?')} s ({s.get('tau_answer_tokens_per_s', '?')} "

@@ -68,6 +68,9 @@ class RealConfig(Checked):
     lossless_prompts: int = opt(4, "evaluation prompts of the lossless check (half code, half prose)", ge=1)
     lossless_tokens: int = opt(64, "new tokens per prompt in the lossless check", ge=1)
     lossless_budget: int = opt(64, "tree size N in the lossless check", ge=1)
+    lossless_random_tokens: int = opt(0, "new tokens per prompt the random DFlash drafter decodes in the lossless "
+                                         "check (0: --lossless-tokens); its trees are rejected at the root almost "
+                                         "every round, so each round repeats one event", ge=0)
     walk_draws: int = opt(20000, "walks of one verified tree at T = 1 for the chi-square check", ge=100)
 
     def validate(self) -> None:

@@ -9,7 +9,8 @@ place, and attention reads the first ``max length + 1`` columns under a float ad
 eager kernel adds the mask to the scores). Position ids are the column indices (0 at a sequence's
 first token). A row stops at its own EOS or at ``max_new_tokens``; finished rows leave at once
 (the last slots move into their places, so the active rows stay slots ``[0, B)``) and waiting
-prompts take the free slots: they are prefilled as a group, left padded under their own causal
+prompts take the free slots, longest prompt first (:func:`admission_order`): they are prefilled
+in groups of at most ``PREFILL_GROUP``, each left padded to its longest under its own causal
 mask, and their real rows written into their slots' first columns. Nothing is concatenated,
 re-padded or trimmed as rows come and go. When every prompt starts with the same tokens (a chat
 template's system turn; at least ``MIN_SHARED_PREFIX`` of them), that prefix is run once and its
@@ -44,12 +45,17 @@ from mfd_theory.llm.decoding.sampling import MIN_TEMPERATURE, cut_distribution, 
 from mfd_theory.llm.models.kv import KVBuffer
 from mfd_theory.llm.models.target import TargetModel
 
-__all__ = ["MIN_SHARED_PREFIX", "can_batch", "generate_batch", "generation_probs"]
+__all__ = ["MIN_SHARED_PREFIX", "PREFILL_GROUP", "admission_order", "can_batch", "generate_batch", "generation_probs"]
 
 #: a common prefix of every prompt (two or more) at least this long is run once and its keys and
 #: values copied into each slot (a chat template's system turn, say); a shorter one is not worth
 #: its own forward
 MIN_SHARED_PREFIX = 4
+
+#: prompts taking free slots at once are prefilled in groups of at most this many (in admission
+#: order, so of similar lengths): a group's forward pads each prompt to the group's longest, and
+#: more rows than this gain a matrix product nothing on a CPU
+PREFILL_GROUP = 16
 
 
 def generation_probs(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
@@ -370,15 +376,17 @@ def generate_batch(model, prompts, max_new_tokens: int, *, temperature: float = 
             _one_prompt(s, target, i, finish)
         bar.close()
         return out
-    waiting = deque(range(len(s.prompts)))
+    waiting = deque(admission_order([len(p) for p in s.prompts]))
     state = _Slots(target, s.batch, max(len(p) for p in s.prompts) + s.max_new_tokens)
     shared = _common_prefix(s.prompts) if len(s.prompts) > 1 else 0
     if shared >= MIN_SHARED_PREFIX:
         state.share(s.prompts[0][:shared])
     while waiting or state.rows:
         if waiting and len(state.rows) < s.batch:
-            _admit(s, state, [waiting.popleft() for _ in range(min(s.batch - len(state.rows), len(waiting)))],
-                   finish)
+            free = min(s.batch - len(state.rows), len(waiting))
+            group = [waiting.popleft() for _ in range(free)]
+            for lo in range(0, len(group), PREFILL_GROUP):  # similar lengths together: little padding
+                _admit(s, state, group[lo: lo + PREFILL_GROUP], finish)
         if state.rows:
             tokens = _draw(s, state.step(), state.rows)
             going = _emit(s, state.rows, tokens)
@@ -388,6 +396,13 @@ def generate_batch(model, prompts, max_new_tokens: int, *, temperature: float = 
             state.keep(going)
     bar.close()
     return out
+
+
+def admission_order(lengths: list[int]) -> list[int]:
+    """The order prompts take free slots in: longest first (ties by place), so that the prompts
+    prefilled together have similar lengths and their left padding, which a prefill computes like
+    real tokens, stays small."""
+    return sorted(range(len(lengths)), key=lambda i: (-int(lengths[i]), i))
 
 
 def _common_prefix(prompts: list) -> int:

@@ -35,29 +35,41 @@ __all__ = ["default_cells", "greedy_prefix", "heldout_greedy_tau", "heldout_gree
 CELLS = (("chain", None), ("ddtree", None), ("mfd", "mixture"), ("mfd", "best_mode"), ("dartree", None))
 
 
-def greedy_prefix(seq: np.ndarray, prompt_len: int, logits: torch.Tensor) -> int:
+def greedy_prefix(seq: np.ndarray, prompt_len: int, logits: torch.Tensor, first_row: int = 0) -> int:
     """Length of the longest prefix of ``seq`` whose response (tokens from ``prompt_len`` on) is the
-    target's greedy continuation under ``logits`` [len(seq), V] (row j predicts token j + 1). The
-    first response token is the prefill's argmax too. At least ``prompt_len``."""
-    nxt = logits[prompt_len - 1: len(seq) - 1].argmax(-1).cpu().numpy()
+    target's greedy continuation under ``logits`` [len(seq) - first_row, V] (row j predicts token
+    first_row + j + 1: ``first_row`` > 0 when only the last rows were computed, at most
+    ``prompt_len - 1``). The first response token is the prefill's argmax too. At least ``prompt_len``."""
+    first_row = _check_first_row(first_row, prompt_len)
+    nxt = logits[prompt_len - 1 - first_row: len(seq) - 1 - first_row].argmax(-1).cpu().numpy()
     same = nxt == np.asarray(seq[prompt_len:], dtype=np.int64)
     bad = np.flatnonzero(~same)
     return int(prompt_len + (bad[0] if bad.size else same.size))
 
 
-def sampled_prefix(seq: np.ndarray, prompt_len: int, logits: torch.Tensor, sampling: dict, seed: int) -> int:
+def _check_first_row(first_row, prompt_len: int) -> int:
+    first_row = check_int("first_row", first_row, 0)
+    if first_row > prompt_len - 1:
+        raise ValueError(f"first_row: the logits must hold the prompt's last row ({prompt_len - 1}), got "
+                         f"first_row {first_row}")
+    return first_row
+
+
+def sampled_prefix(seq: np.ndarray, prompt_len: int, logits: torch.Tensor, sampling: dict, seed: int,
+                   first_row: int = 0) -> int:
     """:func:`greedy_prefix` for a sampled answer: the length of the longest prefix of ``seq`` whose
     response is what the target draws under ``logits`` with the keyed draws of the generator seed
     ``seed`` (draw k from response token k's row, :func:`~mfd_theory.llm.decoding.sampling.draw_tokens`,
     cut by ``sampling``'s ``temperature``, ``top_k``, ``top_p``): the answer a lossless sampled
     decode of that seed emits, up to where this forward's rounding changes a draw. At least
-    ``prompt_len``."""
+    ``prompt_len``. ``first_row``: as in :func:`greedy_prefix`."""
     from mfd_theory.llm.decoding.sampling import draw_tokens
 
+    first_row = _check_first_row(first_row, prompt_len)
     n = len(seq) - prompt_len
     if n <= 0:
         return int(prompt_len)
-    rows = logits[prompt_len - 1: len(seq) - 1]
+    rows = logits[prompt_len - 1 - first_row: len(seq) - 1 - first_row]
     got = np.asarray(draw_tokens(rows, float(sampling["temperature"]), [int(seed)] * n, list(range(n)),
                                  int(sampling.get("top_k", 0)), float(sampling.get("top_p", 1.0))), dtype=np.int64)
     bad = np.flatnonzero(got != np.asarray(seq[prompt_len:], dtype=np.int64))
@@ -208,11 +220,13 @@ def heldout_greedy_tau_many(target_hf, drafters: dict, seqs, plens, budgets, cel
         if not 1 <= p < len(seq):
             raise ValueError(f"plens: a prompt of {p} tokens in a sequence of {len(seq)} leaves no answer")
         ids = torch.from_numpy(seq)[None].to(dev)
-        out = target_hf(input_ids=ids, output_hidden_states=True)
+        # hidden states at every position (the drafter's context), logits only from the prompt's
+        # last row on: the rows that check the answer (the LM head over the prompt is most of its cost)
+        out = target_hf(input_ids=ids, output_hidden_states=True, logits_to_keep=int(len(seq) - p + 1))
         if sampling is None:
-            end = greedy_prefix(seq, p, out.logits[0])
+            end = greedy_prefix(seq, p, out.logits[0], first_row=p - 1)
         else:
-            end = sampled_prefix(seq, p, out.logits[0], sampling, int(sampling["seeds"][i]))
+            end = sampled_prefix(seq, p, out.logits[0], sampling, int(sampling["seeds"][i]), first_row=p - 1)
         answer_total += len(seq) - p
         kept_total += end - p
         if end - p < 1:

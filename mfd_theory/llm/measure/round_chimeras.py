@@ -296,9 +296,10 @@ def round_chimeras_many(target_hf, drafters: dict, seqs, plens, budget: int, cel
                 add(got["rounds"], got["cost"], got["seconds"])
                 continue
         t0, mine = time.perf_counter(), {}
-        out = target_hf(input_ids=torch.from_numpy(seq)[None].to(target.device), output_hidden_states=True)
-        end = (greedy_prefix(seq, p, out.logits[0]) if sampling is None
-               else sampled_prefix(seq, p, out.logits[0], sampling, int(sampling["seeds"][i])))
+        out = target_hf(input_ids=torch.from_numpy(seq)[None].to(target.device), output_hidden_states=True,
+                        logits_to_keep=int(len(seq) - p + 1))  # logits only where they check the answer
+        end = (greedy_prefix(seq, p, out.logits[0], first_row=p - 1) if sampling is None
+               else sampled_prefix(seq, p, out.logits[0], sampling, int(sampling["seeds"][i]), first_row=p - 1))
         if end - p < 1:
             got = {name: {c: [] for c in cells[name]} for name in drafters}
         else:

@@ -120,7 +120,8 @@ def check_modes(target: Any, drafter, prompts: list[list[int]], reference=None, 
         starts = range(len(prompt), len(seq) - L)
         if not len(starts):
             continue
-        hs = hf(input_ids=torch.tensor([seq], device=dev), output_hidden_states=True).hidden_states
+        hs = hf(input_ids=torch.tensor([seq], device=dev), output_hidden_states=True,
+                logits_to_keep=1).hidden_states  # the head's rows are not read
         labels = torch.tensor(seq, device=dev)
         chains = _chains(drafter, drafter.fuse_hidden(hs), seq, starts)  # [n, K, L]
         acc += [chain_accepts(c, labels[t + 1:t + 1 + L]) for c, t in zip(chains, starts)]

@@ -1064,7 +1064,8 @@ def _drafter_loss(hf, drafter, batches: _BlockBatches, weights: torch.Tensor, co
         else:
             with torch.no_grad():
                 # Only positions < max(t) condition any block: the rest of the forward is skipped.
-                hs = hf(input_ids=ids[:, : int(t_np.max())], output_hidden_states=True).hidden_states
+                hs = hf(input_ids=ids[:, : int(t_np.max())], output_hidden_states=True,
+                        logits_to_keep=1).hidden_states  # the head's rows are not read
         seq = ids.repeat_interleave(nb, 0)                             # [b*nb, W]
         offs = t[:, None] + torch.arange(bs, device=dev)[None, :]      # [b*nb, bs]
         block_tokens = seq.gather(1, offs)                             # [b*nb, bs]
@@ -1131,7 +1132,7 @@ def mode_diagnostics(target, drafter, data: np.ndarray, prompt_len: int, n_block
     ids = torch.from_numpy(data[rows]).to(dev)                         # [n, S]
     S = ids.shape[1]
     t = torch.from_numpy(rng.integers(prompt_len, S - bs + 1, size=n_blocks)).to(dev)
-    ctx = drafter.fuse_hidden(hf(input_ids=ids, output_hidden_states=True).hidden_states)
+    ctx = drafter.fuse_hidden(hf(input_ids=ids, output_hidden_states=True, logits_to_keep=1).hidden_states)
     ctx, valid = left_align_context(ctx, t)
     blk = ids.gather(1, t[:, None] + torch.arange(bs, device=dev)[None, :])  # [n, bs]
     block_ids = torch.full_like(blk, int(drafter.mask_token_id))

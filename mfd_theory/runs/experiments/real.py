@@ -49,8 +49,10 @@ def _dtype_key(model) -> tuple:
 
 def _lossless(model, tok, prompts: dict, config, out: Path, name: str, progress: bool) -> dict:
     path = out / "lossless" / f"{name}.json"
+    random_tokens = config.lossless_random_tokens or None  # 0: every drafter decodes --lossless-tokens
     key = config_hash(config.lossless_prompts, config.lossless_tokens, config.lossless_budget, config.block_length,
-                      config.walk_draws, config.seed, *_dtype_key(model))
+                      config.walk_draws, config.seed, *_dtype_key(model), *(() if random_tokens is None
+                                                                           else (("random_tokens", random_tokens),)))
     if path.is_file():
         rec = json.loads(path.read_text())
         if rec.get("key") == key:
@@ -60,7 +62,7 @@ def _lossless(model, tok, prompts: dict, config, out: Path, name: str, progress:
     ids = [render(p.messages, tok) for p in chosen]
     t0 = time.perf_counter()
     rec = greedy_equality(model, ids, config.lossless_tokens, config.lossless_budget, config.block_length + 1,
-                          seed=config.seed, progress=progress)
+                          seed=config.seed, progress=progress, random_tokens=random_tokens)
     rec["prompt_ids"] = [f"{p.dataset}/{p.id}" for p in chosen]
     if not rec["ok"]:  # float32: any difference; a lower precision: a difference that is not a near-tie
         bad = [f"{r['drafter']} {r['method']} prompt {r['prompt']}" for r in rec["rows"] if r["bug"]]

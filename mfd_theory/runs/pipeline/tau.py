@@ -66,6 +66,7 @@ def _answers(config, pfile: Path, dtype: str, progress: bool) -> tuple[Path, flo
     if not (adir / "manifest.json").is_file():
         dc = DistillConfig(target=str(config.target), prompts=(str(pfile),), max_new_tokens=config.max_new_tokens,
                            temperature=float(config.temperature), batch=config.batch, threads=config.threads,
+                           shard_size=max(64, config.batch),  # a shard's prompts share one batch
                            seed=int(config.seed) if config.temperature > 0 else 0,
                            enable_thinking=config.enable_thinking, dtype=config.dtype, device=config.device)
         distill(dc, read_prompt_files([pfile]), str(adir), progress=progress)
@@ -79,22 +80,13 @@ def _cells(drafter) -> list[tuple[str, str | None]]:
     return default_cells(drafter) + ([("ddtree", None)] if K > 1 else [])
 
 
-def _timing(target, drafter, prompts: list[list[int]], cells, budgets, max_new_tokens: int,
-            temperature: float = 0.0, seeds: list[int] | None = None, progress: bool = False,
-            label: str = "timed decodes") -> dict:
-    """Real decodes of ``prompts``: plain decoding's time per token, and per cell and budget its
-    time per round, its tau and its measured speedup over plain decoding on these prompts, and the
-    check that can fail: each prompt's speedup predicted from the *other* prompts' round cost and
-    plain time per token and its own tau, against its measured speedup (None with one prompt)."""
-    from tqdm.auto import tqdm
-
+def _timed_runs(target, prompts: list[list[int]], max_new_tokens: int, temperature: float, seeds, bar):
+    """A function (method, budget, scorer, drafter) -> [P, 3] array of each prompt's real decode:
+    (decode seconds, tokens, rounds)."""
     from mfd_theory.llm.decoding.generate import speculative_generate
 
-    bar = tqdm(total=len(prompts) * (1 + len(budgets) * len(cells)), desc=label, unit="decode", disable=not progress,
-               leave=False)
-
     def run(method, budget, scorer, d):
-        per = []  # [(decode seconds, tokens, rounds)] per prompt
+        per = []
         for j, p in enumerate(prompts):
             r = speculative_generate(target, d, p, max_new_tokens, method, budget=budget, scorer=scorer, metrics=False,
                                      temperature=temperature, seed=0 if seeds is None else seeds[j])
@@ -103,10 +95,47 @@ def _timing(target, drafter, prompts: list[list[int]], cells, budgets, max_new_t
             bar.update()
         return np.array(per, dtype=np.float64)  # [P, 3]
 
+    return run
+
+
+def _plain_timing(target, prompts: list[list[int]], max_new_tokens: int, temperature: float = 0.0,
+                  seeds: list[int] | None = None, progress: bool = False) -> np.ndarray:
+    """Plain decoding of ``prompts`` timed once (after a warm-up), for every drafter's cells of the
+    set: [P, 3] as :func:`_timed_runs` gives."""
+    from tqdm.auto import tqdm
+
+    from mfd_theory.llm.decoding.generate import speculative_generate
+
+    bar = tqdm(total=len(prompts), desc="timed decodes, plain", unit="decode", disable=not progress, leave=False)
     speculative_generate(target, None, prompts[0], 4, "ar", metrics=False)  # warm-up
-    ar = run("ar", 1, None, None)
+    ar = _timed_runs(target, prompts, max_new_tokens, temperature, seeds, bar)("ar", 1, None, None)
+    bar.close()
+    return ar
+
+
+def _timing(target, drafter, prompts: list[list[int]], cells, budgets, max_new_tokens: int,
+            temperature: float = 0.0, seeds: list[int] | None = None, progress: bool = False,
+            label: str = "timed decodes", ar: np.ndarray | None = None) -> dict:
+    """Real decodes of ``prompts``: plain decoding's time per token, and per cell and budget its
+    time per round, its tau and its measured speedup over plain decoding on these prompts, and the
+    check that can fail: each prompt's speedup predicted from the *other* prompts' round cost and
+    plain time per token and its own tau, against its measured speedup (None with one prompt).
+    ``ar``: plain decoding's runs of the same prompts (:func:`_plain_timing`), shared by every
+    drafter of a set; None times them here."""
+    from tqdm.auto import tqdm
+
+    from mfd_theory.llm.decoding.generate import speculative_generate
+
+    shared = ar is not None
+    if ar is None:
+        ar = _plain_timing(target, prompts, max_new_tokens, temperature, seeds, progress)
+    bar = tqdm(total=len(prompts) * len(budgets) * len(cells), desc=label, unit="decode", disable=not progress,
+               leave=False)
+    run = _timed_runs(target, prompts, max_new_tokens, temperature, seeds, bar)
+    speculative_generate(target, drafter, prompts[0], 4, cells[0][0] if cells else "ar", budget=min(budgets),
+                         scorer=cells[0][1] if cells else None, metrics=False)  # warm-up of the drafter's path
     ar_tok = ar[:, 0].sum() / max(ar[:, 1].sum(), 1)
-    out = {"ar_s_per_token": ar_tok, "cells": [], "timed_prompts": len(prompts)}
+    out = {"ar_s_per_token": ar_tok, "cells": [], "timed_prompts": len(prompts), "plain_shared": shared}
     for n in budgets:
         for m, sc in cells:
             x = run(m, n, sc, drafter)
@@ -202,6 +231,7 @@ def tau(config, out_dir, drafter_dirs: list[Path], progress: bool = True) -> Res
         got = heldout_greedy_tau_many(hf, drafters, s["seqs"], s["plens"], config.budgets, cells, progress=progress,
                                       sampling=sampling)
         secs = time.perf_counter() - t0
+        plain = None  # plain decoding's timed runs of the set, made with its first drafter's timing
         s["tau_seconds"] = round(secs, 1)
         s["tau_answer_tokens_per_s"] = round(s["answer_tokens"] / max(secs, 1e-9), 1)
         for row in results:
@@ -211,9 +241,13 @@ def tau(config, out_dir, drafter_dirs: list[Path], progress: bool = True) -> Res
             if config.timing_prompts:
                 k = min(config.timing_prompts, len(s["seqs"]))
                 prompts = [list(map(int, s["seqs"][i][: int(s["plens"][i])])) for i in range(k)]
+                seeds = None if s["seeds"] is None else s["seeds"][:k]
+                if plain is None:  # once per set: every drafter's speedups are over the same plain decodes
+                    plain = _plain_timing(target, prompts, config.max_new_tokens, float(config.temperature), seeds,
+                                          progress)
                 timing = _timing(target, drafters[name], prompts, cells[name], config.budgets, config.max_new_tokens,
-                                 float(config.temperature), None if s["seeds"] is None else s["seeds"][:k],
-                                 progress=progress, label=f"timed decodes, {Path(name).name}")
+                                 float(config.temperature), seeds, progress=progress,
+                                 label=f"timed decodes, {Path(name).name}", ar=plain)
                 for c in timing["cells"]:
                     full = next(x for x in per_budget[str(c["budget"])]["cells"]
                                 if x["method"] == c["method"] and x["scorer"] == c["scorer"])
