@@ -199,3 +199,10 @@ def test_the_real_drafters_block_reports_c1_as_a_walk_check_and_the_drafter_side
     assert "Drafter-side C1 (can fail)" in text and "| 0 | product | ddtree | 1 | 16 | 3.00 | 2.00 | +50% |" in text
     d["runs"][1]["rows"] = [row(1.0)]
     assert "Walk check: passes in 2 of 2 cells x seeds" in "\n".join(_c1(d))
+    # an older record kept a shared calibration file's entries once per data set: the repeat is shown once
+    d["runs"][0]["drafter_calibration"] = cal + [dict(cal[0])]
+    text = "\n".join(_c1(d))
+    assert text.count("| 0 | product | ddtree | 1 | 16 | 3.00 | 2.00 | +50% |") == 1 and "1 row that repeated" in text
+    # where the entries name their calibration set and budget rule, the table shows both
+    d["runs"][0]["drafter_calibration"] = [cal[0] | {"calibration_set": "code", "per_round": True}]
+    assert "| 0 | code | product | ddtree | 1 | 16 (per round) | 3.00 | 2.00 | +50% |" in "\n".join(_c1(d))

@@ -185,6 +185,10 @@ def test_eval_predicts_from_calibration_prompts_before_decoding(run):
     assert not {p["sha256"] for p in pred["calibration_prompts"]} & {p["sha256"] for p in pred["evaluation_prompts"]}
     # one prediction per evaluated data set and cell
     assert {c["dataset"] for c in pred["cells"]} == {"alpha", "beta"}
+    # the calibration file serves both data sets: it is decoded once, so each cell has one entry, of no one set
+    entries = pred["calibration"]["entries"]
+    keys = [(e["method"], e["drafter"], e["scorer"], e["temperature"], e["budget"], e["per_round"]) for e in entries]
+    assert entries and len(keys) == len(set(keys)) and {e["calibration_set"] for e in entries} == {None}
     # (a greedy calibration decode of this tiny target can stop at EOS at once: no rounds, no prediction)
     predicted = [r for r in res["data"]["rows"] if r["method"] != "ar" and r["predicted_tau"] is not None]
     assert res["data"]["prediction"]["n_cells"] == len(predicted) >= 10

@@ -232,18 +232,35 @@ def _drafter_c1(runs: list[dict]) -> list[str]:
     """The drafter-side C1, which can fail: per seed and calibration cell, the mass the drafter's own
     distribution puts on its trees against their covered mass under the target (the expected
     acceptance), as :func:`mfd_theory.llm.measure.calibration.calibration_gaps` stores it in a run's
-    ``drafter_calibration``; nothing when no run kept it."""
-    rows = [(run.get("seed"), r) for run in runs for r in run.get("drafter_calibration") or []]
+    ``drafter_calibration``; nothing when no run kept it.
+
+    A row that repeats an earlier row of its seed exactly is shown once: before the fix, ``mfd eval``
+    decoded a calibration file shared by the data sets once per data set and kept both copies."""
+    rows, repeats = [], 0
+    for run in runs:
+        seen = []
+        for r in run.get("drafter_calibration") or []:
+            if r in seen:
+                repeats += 1
+                continue
+            seen.append(r)
+            rows.append((run.get("seed"), r))
     if not rows:
         return []
+    sets = any(r.get("calibration_set") for _, r in rows)
     out = ["Drafter-side C1 (can fail): on the calibration prompts, the mass each drafter's own distribution puts on "
            "the trees it drafted (its predicted acceptance) against their covered mass under the target; gap = own "
-           "mass / covered mass - 1 (> 0: over-confident):", "",
-           "| seed | drafter | method | T | N | own mass | covered mass | gap |", "|---|---|---|---|---|---|---|---|"]
+           "mass / covered mass - 1 (> 0: over-confident)"
+           + (f"; {repeats} {'row' if repeats == 1 else 'rows'} that repeated another of its seed exactly (one "
+              "shared calibration file decoded once per data set) shown once" if repeats else "") + ":", "",
+           "| seed | " + ("calibration set | " if sets else "") + "drafter | method | T | N | own mass | covered mass "
+           "| gap |", "|---|" + ("---|" if sets else "") + "---|---|---|---|---|---|---|"]
     for seed, r in rows:
         meth = "mfd best-mode" if r.get("method") == "mfd" and r.get("scorer") == "best_mode" else r.get("method")
-        out.append(f"| {seed} | {r.get('drafter')} | {meth} | {float(r.get('temperature') or 0):g} | "
-                   f"{r.get('budget', '-')} | {r['self_mass_mean']:.2f} | {r['target_mass_mean']:.2f} | "
+        budget = f"{r.get('budget', '-')}" + (" (per round)" if r.get("per_round") else "")
+        out.append(f"| {seed} | " + (f"{r.get('calibration_set') or 'shared'} | " if sets else "")
+                   + f"{r.get('drafter')} | {meth} | {float(r.get('temperature') or 0):g} | "
+                   f"{budget} | {r['self_mass_mean']:.2f} | {r['target_mass_mean']:.2f} | "
                    f"{100 * r['gap']:+.0f}% |")
     return out
 

@@ -115,6 +115,7 @@ def calibration_gaps(entries) -> list[dict]:
         s, t = e.get("mean_self_mass"), e.get("mean_target_mass")
         if s is None or t is None or t <= 0:
             continue
-        out.append({k: e.get(k) for k in ("drafter", "K", "method", "scorer", "temperature", "budget", "rounds")}
+        out.append({k: e.get(k) for k in ("drafter", "K", "method", "scorer", "temperature", "budget", "rounds",
+                                          "per_round", "calibration_set")}
                    | {"self_mass_mean": float(s), "target_mass_mean": float(t), "gap": float(s) / float(t) - 1})
     return out

@@ -76,6 +76,7 @@ class CalibrationEntry:
     target: list = field(default_factory=list)    # [rounds] arrays [size + 1]: covered mass of the first n nodes
     gains: list = field(default_factory=list)     # [rounds] arrays [size]: drafter's prefix probability, builder order
     scorer: str | None = None         # "mfd" only: "mixture" (what None becomes) or "best_mode"
+    calibration_set: str | None = None  # the calibration prompt set decoded (None: one set serves every data set)
 
     def __post_init__(self):
         self.scorer = check_scorer(self.method, self.scorer) if self.method == "mfd" else self.scorer
@@ -97,7 +98,7 @@ class CalibrationEntry:
     def summary(self) -> dict:
         mass = np.asarray(self.mass, dtype=np.float64)
         return {"method": self.method, "scorer": self.scorer, "drafter": self.drafter, "K": self.K,
-                "temperature": self.temperature,
+                "temperature": self.temperature, "calibration_set": self.calibration_set,
                 "budget": self.budget, "per_round": self.per_round, "rounds": len(self.mass),
                 "prompts": len(set(self.prompt)), "mean_target_mass": float(mass.mean()) if mass.size else None,
                 # a chain's node scores are not probabilities: no self estimate
@@ -193,7 +194,7 @@ def _cluster_mean_se(values: np.ndarray, groups: np.ndarray) -> tuple[float, flo
 
 @torch.no_grad()
 def calibrate_acceptance(target, cells: list, prompts: list, *, temperatures, max_new_tokens: int, seed: int = 0,
-                         eos_token_id=(), progress: bool = True) -> Calibration:
+                         eos_token_id=(), progress: bool = True, calibration_set: str | None = None) -> Calibration:
     """Decode the calibration ``prompts`` (token-id sequences) with every tree cell of ``cells``
     at every temperature, as the evaluation will (same budget, same per-round rule), keeping each
     round's covered mass under the decoding rule, its tree size, the covered mass of the tree's
@@ -201,7 +202,8 @@ def calibrate_acceptance(target, cells: list, prompts: list, *, temperatures, ma
 
     Sampling seeds are disjoint from the evaluation's (which uses ``seed + 1000 * prompt +
     turn``). ``eos_token_id`` as the evaluation passes it to the decoder (default: none, a fixed
-    number of tokens; None: the target's own)."""
+    number of tokens; None: the target's own). ``calibration_set``: the name of the prompt set,
+    kept on every entry (None: one set serving every data set)."""
     from tqdm.auto import tqdm
 
     if not prompts:
@@ -220,7 +222,7 @@ def calibrate_acceptance(target, cells: list, prompts: list, *, temperatures, ma
             rule = _rule_at(cell, temp)
             budget = max(1, int(cell.budget))
             e = CalibrationEntry(cell.method, _base(cell.drafter_label), cell.K, float(temp), budget, rule is not None,
-                                 scorer=cell.scorer)
+                                 scorer=cell.scorer, calibration_set=calibration_set)
             for i, p in enumerate(ids):
                 res = speculative_generate(target, cell.drafter, p, max_new_tokens, cell.method, budget=budget,
                                            temperature=temp, seed=seed + 7_000_003 + 1000 * i, keep_trees=True,

@@ -19,8 +19,8 @@ from mfd_theory.llm.measure.evaluate import (
     mfd_gains, per_prompt_records, prediction_summary, rows_from_records, speedup_check,
 )
 from mfd_theory.llm.measure.predict import (
-    attach_predictions, calibrate_acceptance, choose_budgets, load_predictions, predict_cells, prediction_check,
-    prediction_lines, prompt_digest, write_predictions,
+    Calibration, attach_predictions, calibrate_acceptance, choose_budgets, load_predictions, predict_cells,
+    prediction_check, prediction_lines, prompt_digest, write_predictions,
 )
 from mfd_theory.llm.measure.profile import measure_round_profile
 from mfd_theory.llm.models.drafter import load_drafter
@@ -144,22 +144,24 @@ def _predict(ev: _Eval):
     profile = measure_round_profile(ev.target, ev.cells, pooled[: cfg.profile_prompts], max(2, cfg.max_new_tokens),
                                     name="round_profile", device=str(ev.dist.device), model=Path(cfg.target).name,
                                     progress=ev.progress, speed_out=speed, temperatures=temps)
-    predictions, choices, cal_prompts, summaries = [], [], [], []
+    predictions, choices, cal_prompts = [], [], []
+    cals: dict = {}  # one calibration per prompt set: a shared --calibration-prompts file is decoded once
     for ds in ev.datasets:
         key = ds if ds in first else None  # a --calibration-prompts file serves every data set
-        cal = calibrate_acceptance(ev.target, ev.cells, first[key], temperatures=temps,
-                                   max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, eos_token_id=None,
-                                   progress=ev.progress)
-        cal.prompts = [{"index": i, "id": p.id, "dataset": p.dataset, "sha256": prompt_digest(ids)}
-                       for i, (p, ids) in enumerate(zip(ev.calib_sets[key], first[key]))]
+        if key not in cals:
+            cal = calibrate_acceptance(ev.target, ev.cells, first[key], temperatures=temps,
+                                       max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, eos_token_id=None,
+                                       progress=ev.progress, calibration_set=key)
+            cal.prompts = [{"index": i, "id": p.id, "dataset": p.dataset, "sha256": prompt_digest(ids)}
+                           for i, (p, ids) in enumerate(zip(ev.calib_sets[key], first[key]))]
+            cals[key] = cal
+        cal = cals[key]
         predictions += predict_cells(cal, ev.cells, temps, profile, dataset=ds,
                                      n_evaluated=sum(1 for p in ev.prompts if p.dataset == ds))
         choices += choose_budgets(cal, ev.cells, temps, profile, speed, on_grid=True, dataset=ds)
         cal_prompts += [c for c in cal.prompts if c not in cal_prompts]
-        summaries.append(cal)
-    merged = summaries[0]
-    merged.entries = [e for c in summaries for e in c.entries]
-    merged.prompts = cal_prompts
+    merged = Calibration([e for c in cals.values() for e in c.entries], cal_prompts,
+                         sum(c.seconds for c in cals.values()))
     if ev.dist.main:  # every rank calibrates (they stay in step); one writes
         write_predictions(pred_path, predictions=predictions, choices=choices, cal=merged,
                           evaluation_prompts=evaluated, profile=profile, config=ev.options, seed=cfg.seed,
