@@ -120,5 +120,20 @@ def test_calibration_predictions_and_budget_choices_keep_the_scorers_apart(setup
     picked = {(c["method"], c["scorer"], c["drafter"]) for c in choices}
     assert {("mfd", "mixture", "k3"), ("mfd", "best_mode", "k3"), ("ddtree", None, "k3")} <= picked
     assert all("naive_calibration_best" in c for c in choices)
+    # at T > 0 the naive rule reads the profile's sampled timings where given, at T = 0 the greedy ones
+    import dataclasses
+
+    from mfd_theory.llm.measure.evaluate import cell_key
+    from mfd_theory.llm.measure.predict import Calibration
+
+    hot_cal = Calibration(cal.entries + [dataclasses.replace(e, temperature=1.0) for e in cal.entries], cal.prompts)
+    sampled = {k: 100.0 / k[2] for k in speed}  # the smallest budget ran fastest sampled
+    both = choose_budgets(hot_cal, cells, (0.0, 1.0), profile, speed, on_grid=True, calibration_speed_sampled=sampled)
+    for c in both:
+        timed = speed if c["temperature"] == 0 else sampled
+        fastest = max(c["grid"], key=lambda n: (timed[cell_key(c["method"], c["drafter"], n, scorer=c["scorer"])], -n))
+        assert c["naive_calibration_best"] == fastest
+        assert c["naive_calibration_timed"] == ("greedy" if c["temperature"] == 0 else "sampled")
+    assert [c for c in both if c["temperature"] == 0] == choices
     rules = per_round_rules(choices, profile, cells)
     assert {("mfd", "k3"), ("mfd", "k3", "best_mode"), ("ddtree", "k1")} <= set(rules)

@@ -254,6 +254,9 @@ def test_mfd_gains_against_best_single_mode_tree():
 
     text = "\n".join(format_gains(g))
     assert "inconclusive" in text and "+5.0% [" in text and "no measurable" not in text
+    # a Domino drafter (K = 1, DARTree rows) listed before the product drafter is no single-mode baseline
+    domino = [_row("dartree", "domino", 1, 16, 3.5, 2.5)]
+    assert mfd_gains(rows[:1] + domino + rows[1:]) == g
 
 
 def test_cuda_requested_without_cuda(tmp_path):

@@ -308,3 +308,15 @@ def test_a_cell_limited_to_some_temperatures_is_decoded_and_calibrated_only_ther
     assert uncalibrated(cal, cells, (0.0, 1.0)) == []
     preds = predict_cells(cal, cells, (0.0, 1.0))
     assert sorted((p["temperature"], p["budget"]) for p in preds) == [(0.0, 0), (0.0, 4), (1.0, 0), (1.0, 4), (1.0, 6)]
+    # every per-round list has one entry per round, a tree-less round included (4 new tokens: the last
+    # round of a decode that accepts little has no draft), so the drafter-side means share the rounds
+    treeless = 0
+    for e in cal.entries:
+        assert len(e.prompt) == len(e.mass) == len(e.size) == len(e.target) == len(e.gains)
+        for size, cover, gains, mass in zip(e.size, e.target, e.gains, e.mass):
+            if size == 0:
+                treeless += 1
+                assert cover[-1] == mass == 0.0 and gains.size == 0
+        own = np.mean([g.sum() for g in e.gains])  # budget >= every tree here: the whole tree's own mass
+        assert e.summary()["mean_self_mass"] == pytest.approx(own) and e.summary()["rounds"] == len(e.mass)
+    assert treeless > 0

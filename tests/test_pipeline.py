@@ -189,6 +189,10 @@ def test_eval_predicts_from_calibration_prompts_before_decoding(run):
     entries = pred["calibration"]["entries"]
     keys = [(e["method"], e["drafter"], e["scorer"], e["temperature"], e["budget"], e["per_round"]) for e in entries]
     assert entries and len(keys) == len(set(keys)) and {e["calibration_set"] for e in entries} == {None}
+    # the naive rule's timings: the round profile's greedy decodes, and its sampled ones at T = 1
+    assert {c["temperature"] for c in pred["calibration_speed"]} == {0.0, 1.0}
+    assert all(c["naive_calibration_timed"] == ("greedy" if c["temperature"] == 0 else "sampled")
+               for c in pred["budget_choice"] if "naive_calibration_best" in c)
     # (a greedy calibration decode of this tiny target can stop at EOS at once: no rounds, no prediction)
     predicted = [r for r in res["data"]["rows"] if r["method"] != "ar" and r["predicted_tau"] is not None]
     assert res["data"]["prediction"]["n_cells"] == len(predicted) >= 10

@@ -115,7 +115,8 @@ def test_the_study_runs_and_resumes(tiny_target, tmp_path, capsys):
     capsys.readouterr()
     # a rerun reuses every step and gives the same rows; it draws the gains figure on request
     fig = tmp_path / "gains.png"
-    again = real_drafters.main(["--target", str(tiny_target), *ARGS, "--out", str(out), "--figure", str(fig)])
+    loud = [a for a in ARGS if a != "--quiet"]  # printing more is no other study: nothing is redone
+    again = real_drafters.main(["--target", str(tiny_target), *loud, "--out", str(out), "--figure", str(fig)])
     printed = capsys.readouterr().out
     assert printed.count("finished earlier") == 1 + 6 + 2
     assert again.data["runs"] == data["runs"] and again.data["verdicts"] == data["verdicts"]
@@ -212,6 +213,13 @@ def test_the_recipe_stage_trains_each_variant_and_measures_it_on_held_out_prompt
     capsys.readouterr()
     real_drafters.main(argv)
     assert capsys.readouterr().out.count("finished earlier") == 1 + 1 + 8
+    # another top-k retrains the soft recipe only; another budget list measures every drafter again
+    more = real_drafters.main([*argv, "--soft-top-k", "2", "--budgets", "4", "6"])
+    assert capsys.readouterr().out.count("finished earlier") == 1 + 1 + 6
+    assert all(set(m["budgets"]) == {"4", "6"} and m["measured_budgets"] == [4, 6] for m in more.data["measured"])
+    kept = next(x for x in more.data["measured"] if x["recipe"] == "tokens" and x["seed"] == 0)
+    first = next(x for x in data["measured"] if x["recipe"] == "tokens" and x["seed"] == 0)
+    assert kept["budgets"]["4"] == first["budgets"]["4"]  # the same drafter on the same answers: the same tau
 
 
 def test_reference_answers_join_the_training_data(tiny_target, tmp_path, capsys):

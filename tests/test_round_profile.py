@@ -67,8 +67,10 @@ def test_sampled_rounds_give_the_walk_without_its_draws(tiny):
     prompts = [np.arange(1, 9)]
     greedy = measure_round_profile(target, cells, prompts, 6, progress=False, context_probe=False)
     assert all(not t.walk_sampled_ms for t in greedy.overhead)
+    hot: dict = {}
     both = measure_round_profile(target, cells, prompts, 6, progress=False, context_probe=False,
-                                 temperatures=(0.0, 1.0))
+                                 temperatures=(0.0, 1.0), sampled_speed_out=hot)
+    assert set(hot) == {(c.method, c.drafter_label, c.budget) for c in cells} and all(v > 0 for v in hot.values())
     assert all(len(t.walk_sampled_ms) == len(t.tree_sizes) and min(t.walk_sampled_ms) > 0 for t in both.overhead)
     assert "sampled at T = 1" in both.note
     assert LatencyProfile.from_dict(both.to_dict()) == both

@@ -50,11 +50,13 @@ def ceiling_lines(pooled: dict, eps: float | None = None) -> list[str]:
                          + " |")
     ks = sorted({k for _, _, tab in cells for k in tab["heldout_gain"]}, key=int)
     dead_eps = f" (P(s) <= {eps:g})" if eps is not None else ""
+    sizes = sorted({tab.get("dead_at") for _, _, tab in cells} - {None})
+    dead_size = f"at N = {', '.join(map(str, sizes))}" if sizes else "at its largest size"
     lines += ["", "The block's structure: total correlation (sum of per-position entropies minus the block entropy, "
                   "nats per block: what any coupling of the positions could recover), each K's held-out "
                   "log-likelihood gain over K = 1 (nats per block) and the share of the total correlation it "
                   f"captures; the product tree's dead share{dead_eps} and dead splices (dead and the prefix of no "
-                  "sampled path) at its largest size.", "",
+                  f"sampled path) {dead_size}.", "",
               "| data set | T | prompts | total correlation | block entropy | "
               + " | ".join(f"K = {k} gain (share)" for k in ks) + " | dead share | dead splices |",
               "|---|---|---|---|---|" + "---|" * len(ks) + "---|---|"]

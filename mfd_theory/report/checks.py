@@ -241,10 +241,13 @@ def _regret_table(chk: dict) -> list[str]:
     if not reg:
         return []
     shown = [e for e in reg if e.get("reported")]
+    hot = [e for e in shown if e["temperature"] > 0]
+    timed = ("" if not hot else " (timed sampled at T > 0)" if all(e.get("calibration_timed") == "sampled" for e in hot)
+             else " (timed greedy, at every T: its sampled decodes were not used in this record)")
     lines = ["", "Budget choice before decoding, scored by its regret. Every rule chooses among the grid's "
                  "budgets: theory, the grid budget with the highest predicted speedup under the calibrated "
                  "coverage; naive rules, always the smallest budget, and the budget whose calibration decodes "
-                 "(the round profile's) ran fastest. The best budget is the fastest on the first timing pass; "
+                 f"(the round profile's) ran fastest{timed}. The best budget is the fastest on the first timing pass; "
                  "every rule is scored on the other passes (regret = best's speedup / the rule's - 1 there; "
                  "negative: the rule beat the first pass's pick), so the best cell's luck on the pass that "
                  "picked it is not counted against the rules."]

@@ -170,7 +170,8 @@ def _reach(d: dict, results: Results) -> list[str]:
                         "no drafter; Bonferroni over the rows). Not a prediction: the ceiling's prompts are the first "
                         "of the same shuffled evaluation sets, so they include the prompts the drafters were evaluated "
                         "on; it is the room the target leaves on those prompts:", "",
-                        *reach_lines(rows, "the ceiling's tau gain (same prompts)")]
+                        *reach_lines(rows, f"the ceiling's tau gain ({(results[name].config or {}).get('prompts_per_domain', '?')} "
+                                           "prompts per domain, the evaluated ones among them)")]
     return []
 
 
@@ -252,7 +253,12 @@ def _drafter_c1(runs: list[dict]) -> list[str]:
            "the trees it drafted (its predicted acceptance) against their covered mass under the target; gap = own "
            "mass / covered mass - 1 (> 0: over-confident)"
            + (f"; {repeats} {'row' if repeats == 1 else 'rows'} that repeated another of its seed exactly (one "
-              "shared calibration file decoded once per data set) shown once" if repeats else "") + ":", "",
+              "shared calibration file decoded once per data set) shown once" if repeats else "")
+           + ("; in this record the own mass is a mean over the rounds that drafted a tree and the covered mass a mean "
+              "over every round (a tree-less last round counted as 0), so each own / covered ratio is too high by the "
+              "factor rounds / rounds with a tree (a decode has at most one tree-less round); later runs average "
+              "both over every round"
+              if any("calibration_set" not in r for _, r in rows) else "") + ":", "",
            "| seed | " + ("calibration set | " if sets else "") + "drafter | method | T | N | own mass | covered mass "
            "| gap |", "|---|" + ("---|" if sets else "") + "---|---|---|---|---|---|---|"]
     for seed, r in rows:
@@ -406,8 +412,10 @@ def real_headline(results: Results) -> str:
             if rows:
                 txt = "; ".join(f"{r['dataset']} T = {r['temperature']:g}: ceiling {comparison_text(r['predicted'])}, "
                                 f"measured {100 * r['gain']:+.0f}%" for r in rows)
-                lines.append(f"| How much of the gain the target's own K-mode tree has on the same prompts (ceiling, "
-                             f"`{name}`) do the drafters reach? | {txt} | {link} |")
+                n = (results[name].config or {}).get("prompts_per_domain", "?")
+                lines.append(f"| How much of the gain the target's own K-mode tree has (ceiling, `{name}`, on {n} "
+                             f"prompts per domain that include the evaluated ones) do the drafters reach? | {txt} "
+                             f"| {link} |")
             break
     cells = [r for run in runs for r in run["rows"] if r["method"] != "ar" and r.get("speedup") is not None]
     if cells:

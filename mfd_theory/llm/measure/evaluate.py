@@ -548,7 +548,9 @@ def mfd_gains(rows: list[dict]) -> list[dict]:
     groups = sorted({(r.get("dataset"), r["temperature"]) for r in rows}, key=lambda k: (str(k[0]), k[1]))
     for ds, temp in groups:
         at = [r for r in rows if r.get("dataset") == ds and r["temperature"] == temp]
-        single_label = next((r["drafter"] for r in at if r["K"] == 1), None)
+        # the product drafter: K = 1, and no Domino drafter (K = 1 too, it decodes DARTree trees)
+        domino = {r["drafter"] for r in at if r["method"] == "dartree"}
+        single_label = next((r["drafter"] for r in at if r["K"] == 1 and r["drafter"] not in domino), None)
         if single_label is None:
             continue
         single = [r for r in at if r["drafter"] == single_label and r["tau"] is not None]

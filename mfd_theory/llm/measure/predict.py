@@ -229,12 +229,14 @@ def calibrate_acceptance(target, cells: list, prompts: list, *, temperatures, ma
                                            eos_token_id=eos, scorer=cell.scorer,
                                            **({} if rule is None else {"budget_rule": rule}))
                 for s in res.steps:  # every round counts, as in the evaluation (a tree-less last round: 0)
+                    tree = s.tree is not None and len(s.tree) > 0 and s.tree_size > 0
                     e.prompt.append(i)
-                    e.mass.append(float(s.predicted) if s.tree_size else 0.0)
-                    e.size.append(int(s.tree_size))
-                    if s.tree is not None and len(s.tree):
-                        e.target.append(subtree_coverage(s.tree, s.node_log_cond))
-                        e.gains.append(np.exp(s.tree.log_score))
+                    e.mass.append(float(s.predicted) if tree else 0.0)
+                    e.size.append(int(s.tree_size) if tree else 0)
+                    # a tree-less round covers nothing and the drafter predicts nothing for it: every
+                    # per-round list has one entry per round, so all their means share one denominator
+                    e.target.append(subtree_coverage(s.tree, s.node_log_cond) if tree else np.zeros(1))
+                    e.gains.append(np.exp(s.tree.log_score) if tree else np.zeros(0))
                 bar.update(1)
             entries.append(e)
     bar.close()
@@ -276,9 +278,10 @@ def _predict_one(cal: Calibration, cell, temperature: float, profile, cmap_cache
             out.update(source=None, predicted_accepted=None)
             return out
         src = min(larger, key=lambda x: x.budget)
-        vals = cmap(src.self_mass(n))
-        groups = np.asarray([g for g, s in zip(src.prompt, src.size) if s])
-        sizes = np.full(vals.size, float(n))
+        vals = cmap(src.self_mass(n))  # a tree-less round's own mass is 0, mapped to the map's value there
+        vals = np.where(np.asarray(src.size) > 0, vals, 0.0)
+        groups = np.asarray(src.prompt)
+        sizes = np.where(np.asarray(src.size) > 0, float(n), 0.0)
         out["source"] = "mapped"
     a, se_cal = _cluster_mean_se(vals, groups)
     se = prediction_se(se_cal, int(np.unique(groups).size), n_evaluated)
@@ -325,11 +328,13 @@ def predict_cells(cal: Calibration, cells: list, temperatures, profile=None, dat
 
 
 def choose_budgets(cal: Calibration, cells: list, temperatures, profile, calibration_speed: dict | None = None,
-                   on_grid: bool = False, dataset: str | None = None) -> list[dict]:
+                   on_grid: bool = False, dataset: str | None = None,
+                   calibration_speed_sampled: dict | None = None) -> list[dict]:
     """Per (temperature, method, scorer, drafter) of a tree method: the fixed budget with the
     highest predicted speedup, next to two naive rules over the grid: the smallest budget, and the
     budget whose calibration decodes ran fastest (``calibration_speed``: {:func:`cell_key` (method,
-    drafter, budget): speedup} from the round profile). ``on_grid``: choose among the cells'
+    drafter, budget): speedup} from the round profile's greedy decodes; at T > 0, from its sampled
+    decodes, ``calibration_speed_sampled``, where given). ``on_grid``: choose among the cells'
     budgets only; either way ``theory_grid_budget`` is the theory's choice among them, the one its
     regret is measured at (against rules that choose among the same budgets).
 
@@ -368,11 +373,15 @@ def choose_budgets(cal: Calibration, cells: list, temperatures, profile, calibra
                    "predicted_speedup_at_choice": ch.speedup,
                    "predicted_coverage_at_choice": float(curves[:, ch.budget].mean()), "max_budget": M,
                    "grid": grid, "naive_smallest": grid[0]}
-            if calibration_speed:
-                speeds = {n: calibration_speed.get(cell_key(method, label, n, scorer=scorer)) for n in grid}
+            timed, source = calibration_speed, "greedy"
+            if float(temp) > 0 and calibration_speed_sampled:  # the rule knows what ran fastest sampled
+                timed, source = calibration_speed_sampled, "sampled"
+            if timed:
+                speeds = {n: timed.get(cell_key(method, label, n, scorer=scorer)) for n in grid}
                 speeds = {n: s for n, s in speeds.items() if s is not None}
                 if speeds:
                     row["naive_calibration_best"] = max(speeds, key=lambda n: (speeds[n], -n))
+                    row["naive_calibration_timed"] = source
             out.append(row)
     return out
 
@@ -400,9 +409,11 @@ def write_predictions(path: str | Path, *, predictions: list[dict], choices: lis
     check_disjoint(cal.prompts, evaluation_prompts)
     maps = {}
     for e in (x for x in cal.entries if x.method != "chain"):
-        key = f"{e.method}/{e.drafter}/T={e.temperature:g}" + ("/best_mode" if e.scorer == "best_mode" else "")
-        if key not in maps:
-            m = cal.coverage_map(e.method, e.drafter, e.temperature, e.scorer)
+        key = (f"{e.method}/{e.drafter}/T={e.temperature:g}" + ("/best_mode" if e.scorer == "best_mode" else "")
+               + (f"/{e.calibration_set}" if e.calibration_set else ""))
+        if key not in maps:  # each calibration set's own map, as its data set's predictions used it
+            mine = Calibration([x for x in cal.entries if x.calibration_set == e.calibration_set], [])
+            m = mine.coverage_map(e.method, e.drafter, e.temperature, e.scorer)
             maps[key] = m.to_dict() if m is not None else None
     data = {"written_at_unix": time.time(), "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "cells": predictions, "budget_choice": choices,
@@ -551,7 +562,7 @@ def budget_regret(choices: list[dict], rows: list[dict]) -> list[dict]:
             continue
         entry = {"dataset": ch.get("dataset"), "K": ch.get("K"), "temperature": ch["temperature"],
                  "method": ch["method"], "scorer": scorer_of(ch), "drafter": ch["drafter"],
-                 "candidates": sorted(grid)}
+                 "candidates": sorted(grid), "calibration_timed": ch.get("naive_calibration_timed")}
         first = {n: (r.get("speedup_passes") or [None])[0] for n, r in grid.items()}
         held = {n: _held_out_speed(r) for n, r in grid.items()}
         if len(grid) < MIN_REGRET_CANDIDATES:

@@ -86,7 +86,8 @@ def _context_probe(target: TargetModel, prompt: torch.Tensor, contexts: list[int
 def measure_round_profile(target, cells: list, prompts: list, max_new_tokens: int, *, repeats: int = 1,
                           name: str = "round_profile", device: str = "cpu", model: str = "", note: str = "",
                           context_probe: bool = True, progress: bool = True,
-                          speed_out: dict | None = None, temperatures=(0.0,)) -> LatencyProfile:
+                          speed_out: dict | None = None, temperatures=(0.0,),
+                          sampled_speed_out: dict | None = None) -> LatencyProfile:
     """The round cost model of ``cells`` (:class:`~mfd_theory.llm.measure.evaluate.Cell`: method, drafter,
     budget) on this machine, from ``repeats`` greedy decodes of every calibration prompt in
     ``prompts`` (token-id sequences) with every cell, ``max_new_tokens`` each (a fixed count: no
@@ -100,8 +101,10 @@ def measure_round_profile(target, cells: list, prompts: list, max_new_tokens: in
     ``speed_out`` (a dict), when given, receives each cell's speedup over ar on these calibration
     decodes, {(method, drafter label, budget): speedup} (a best-mode mfd cell's key ends with its
     scorer, :func:`~mfd_theory.llm.measure.evaluate.cell_key`): what a naive rule that picks the
-    budget that ran fastest on the calibration prompts knows. The overhead table of "mfd" pools
-    both scorers' rounds: their trees come from one search."""
+    budget that ran fastest on the calibration prompts knows. ``sampled_speed_out`` receives the same
+    from the sampled decodes at the first T > 0 (nothing when no T > 0 is asked): what that rule knows
+    at a sampled temperature. The overhead table of "mfd" pools both scorers' rounds: their trees
+    come from one search."""
     if not isinstance(target, TargetModel):
         target = TargetModel(target)
     repeats = check_int("repeats", repeats, 1)
@@ -121,6 +124,8 @@ def measure_round_profile(target, cells: list, prompts: list, max_new_tokens: in
     hot = [float(t) for t in temperatures if float(t) > 0]
     sampled = (_decode_rounds(target, plan, ids, max_new_tokens, repeats, progress, temperature=hot[0])
                if hot else None)
+    if sampled_speed_out is not None and sampled is not None:
+        sampled_speed_out.update(_calibration_speed(plan, spec, sampled))
     tables, fit_notes = _pooled_tables(plan, rounds, sampled, draw_ms)
     notes = [note] if note else []
     notes.append(f"measured by measure_round_profile: {repeats} x {len(ids)} calibration prompt(s) x "

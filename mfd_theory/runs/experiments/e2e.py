@@ -449,13 +449,14 @@ def _mode_diagnostics(cfg, trained: _Trained) -> dict:
             for label, d in trained.labelled.items() if label.startswith("mfd-")}
 
 
-def _budget_choice(cfg, cal, grid: list, profile, speed: dict) -> tuple[list, dict, dict]:
+def _budget_choice(cfg, cal, grid: list, profile, speed: dict, hot: dict | None = None) -> tuple[list, dict, dict]:
     """(choices, per-round rules, chosen budgets off the grid): the theory's budget per tree method
     and temperature, picked from the calibration before decoding."""
     # the methods one would deploy; the ablation (ddtree on a K > 1 drafter's marginals) is a
     # diagnostic, measured on the grid only
     deployable = [c for c in grid if not (c.method == "ddtree" and c.K > 1)]
-    choices = choose_budgets(cal, deployable, cfg.temperatures, profile, speed, dataset="heldout")
+    choices = choose_budgets(cal, deployable, cfg.temperatures, profile, speed, dataset="heldout",
+                             calibration_speed_sampled=hot)
     per_round = per_round_rules(choices, profile, grid)
     # the chosen budgets off the grid are decoded too, each at the temperature(s) it was chosen for
     extra: dict = {}
@@ -475,20 +476,20 @@ def _predict_before_decoding(cfg, trained: _Trained, target, prompts: np.ndarray
                  eval_digests=[{"index": i, "id": str(i), "sha256": prompt_digest(p), "dataset": "heldout"}
                                for i, p in enumerate(prompts)])
     grid = e2e_cells(cfg, trained.labelled)
-    extra, per_round, speed, calib = {}, {}, {}, None
+    extra, per_round, speed, hot, calib = {}, {}, {}, {}, None
     if cfg.profile_prompts > 0:
         with _timed(times, "round_profile"):
             calib = calibration_prompts(trained.corpus, cfg, {d["sha256"] for d in plan.eval_digests})
             plan.profile = measure_round_profile(
                 target, grid, list(calib[: cfg.profile_prompts]), cfg.max_new_tokens, repeats=cfg.profile_repeats,
                 name="round_profile", device=str(target.device), model=f"e2e target {trained.tdir.name}",
-                progress=progress, speed_out=speed, temperatures=cfg.temperatures)
+                progress=progress, speed_out=speed, temperatures=cfg.temperatures, sampled_speed_out=hot)
         plan.cal = calibrate_acceptance(target, grid, list(calib), temperatures=cfg.temperatures,
                                         max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, progress=progress)
         plan.cal.prompts = [{"index": i, "id": f"calibration-{i}", "sha256": prompt_digest(p), "dataset": "heldout"}
                             for i, p in enumerate(calib)]
         if cfg.budget_choice:
-            plan.choices, per_round, extra = _budget_choice(cfg, plan.cal, grid, plan.profile, speed)
+            plan.choices, per_round, extra = _budget_choice(cfg, plan.cal, grid, plan.profile, speed, hot)
     plan.cells = all_cells(cfg, trained.labelled, extra, per_round)
     if plan.cal is None:
         return plan
@@ -506,7 +507,10 @@ def _predict_before_decoding(cfg, trained: _Trained, target, prompts: np.ndarray
                       config=dataclasses.asdict(cfg), seed=cfg.seed,
                       extra={"calibration_speed": [{"method": k[0], "drafter": k[1], "budget": k[2],
                                                     "scorer": k[3] if len(k) > 3 else scorer_of({"method": k[0]}),
-                                                    "speedup": v} for k, v in speed.items()]})
+                                                    "speedup": v, "temperature": t}
+                                                   for t, timed in ((0.0, speed), (next(
+                                                       (float(x) for x in cfg.temperatures if float(x) > 0), None),
+                                                       hot)) for k, v in timed.items()]})
     return plan
 
 

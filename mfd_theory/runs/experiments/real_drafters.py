@@ -61,6 +61,8 @@ def _train_key(config, kind: str, seed: int, distill_key: str, changes: dict | N
         parts.append({"references": config.references, "reference_tokens": config.reference_tokens})
     if changes:  # a recipe variant (the main drafters' keys stay what they were)
         parts.append(changes)
+        if changes.get("soft_share"):  # the soft recipe trains on the target's top-k: k changes the weights
+            parts.append({"soft_top_k": config.soft_top_k})
     if config.feature_store != "ram":  # features rounded to bfloat16 train other weights
         parts.append({"feature_store": config.feature_store})
     from mfd_theory.numerics import current_numerics
@@ -315,7 +317,8 @@ def _main_stage(config, kinds: dict, out: Path, steps: Steps, trainer: "_Trainer
         edir = out / "eval" / f"s{seed}"
         dirs = [out / "drafters" / f"s{seed}" / k / "drafter" for k in config.kinds]
         argv = _eval_argv(config, modes, config.target, dirs, files, edir, quiet)
-        key = config_hash([_train_key(config, k, seed, distill_key) for k in config.kinds], argv[4:],
+        key = config_hash([_train_key(config, k, seed, distill_key) for k in config.kinds],
+                          argv[4:len(argv) - len(quiet)],  # printing less is no other evaluation
                           {n: hashlib.sha256(files[n].read_bytes()).hexdigest() for n in ("calib", *DOMAINS)})
         steps.run(f"eval s{seed}", key, f"mfd eval, seed {seed}", edir, lambda e=edir: (e / "eval.json").is_file(),
                   lambda a=argv: eval_main(a))
@@ -423,9 +426,12 @@ def _recipe_stage(config, recipes: dict, out: Path, steps: Steps, trainer: "_Tra
         for seed in range(config.recipe_seeds):
             rdir = out / "recipes" / name / f"s{seed}"
             mpath = rdir / "heldout.json"
+            made_on = {"heldout_key": h_key, "measured_budgets": [int(n) for n in config.budgets]}
+            if mpath.is_file() and {k: json.loads(mpath.read_text()).get(k) for k in made_on} != made_on:
+                mpath.unlink()  # measured on other held-out answers or budgets (or before they were kept): again
             if not mpath.is_file():
                 drafter = load_drafter(rdir / "drafter", hf).eval()
-                got = {"budgets": {}}
+                got = {**made_on, "budgets": {}}
                 for n in config.budgets:
                     got["budgets"][str(n)] = heldout_greedy_tau(hf, drafter, hseqs, hplens, n)
                 atomic_write_text(mpath, json.dumps(got) + "\n")

@@ -141,9 +141,10 @@ def _predict(ev: _Eval):
                   "sha256": prompt_digest(first_ids(p, ev.tok, cfg.enable_thinking))} for i, p in enumerate(ev.prompts)]
     pooled = [ids for ids_ in first.values() for ids in ids_]
     speed: dict = {}
+    hot: dict = {}  # the same, from the profile's sampled decodes at its first T > 0
     profile = measure_round_profile(ev.target, ev.cells, pooled[: cfg.profile_prompts], max(2, cfg.max_new_tokens),
                                     name="round_profile", device=str(ev.dist.device), model=Path(cfg.target).name,
-                                    progress=ev.progress, speed_out=speed, temperatures=temps)
+                                    progress=ev.progress, speed_out=speed, temperatures=temps, sampled_speed_out=hot)
     predictions, choices, cal_prompts = [], [], []
     cals: dict = {}  # one calibration per prompt set: a shared --calibration-prompts file is decoded once
     for ds in ev.datasets:
@@ -158,7 +159,8 @@ def _predict(ev: _Eval):
         cal = cals[key]
         predictions += predict_cells(cal, ev.cells, temps, profile, dataset=ds,
                                      n_evaluated=sum(1 for p in ev.prompts if p.dataset == ds))
-        choices += choose_budgets(cal, ev.cells, temps, profile, speed, on_grid=True, dataset=ds)
+        choices += choose_budgets(cal, ev.cells, temps, profile, speed, on_grid=True, dataset=ds,
+                                  calibration_speed_sampled=hot)
         cal_prompts += [c for c in cal.prompts if c not in cal_prompts]
     merged = Calibration([e for c in cals.values() for e in c.entries], cal_prompts,
                          sum(c.seconds for c in cals.values()))
@@ -166,9 +168,16 @@ def _predict(ev: _Eval):
         write_predictions(pred_path, predictions=predictions, choices=choices, cal=merged,
                           evaluation_prompts=evaluated, profile=profile, config=ev.options, seed=cfg.seed,
                           extra={"calibration_speed": [{"method": k[0], "drafter": k[1], "budget": k[2],
-                                                        "scorer": k[3] if len(k) > 3 else None, "speedup": v}
-                                                       for k, v in speed.items()]})
+                                                        "scorer": k[3] if len(k) > 3 else None, "speedup": v,
+                                                        "temperature": t}
+                                                       for t, timed in ((0.0, speed), (_first_hot(temps), hot))
+                                                       for k, v in timed.items()]})
     return profile, pred_path
+
+
+def _first_hot(temperatures) -> float | None:
+    """The first T > 0 (the round profile's sampled decodes run there), or None."""
+    return next((float(t) for t in temperatures if float(t) > 0), None)
 
 
 def _write(ev: _Eval, records, profile, pred_path: Path, started: float) -> Result:
