@@ -420,8 +420,7 @@ def _recipe_stage(config, recipes: dict, out: Path, steps: Steps, trainer: "_Tra
                       lambda s=seed, r=rdir, c=changes: trainer.train("product", s, r, c))
             rec = json.loads((rdir / "study.json").read_text())
             trained.append({"recipe": name, "changes": changes, **rec})
-    trainer._load()
-    hf = trainer.target
+    hf = trainer.target  # loaded where a recipe drafter was trained in this process; else on first need
     for name in config.recipes:
         for seed in range(config.recipe_seeds):
             rdir = out / "recipes" / name / f"s{seed}"
@@ -430,6 +429,11 @@ def _recipe_stage(config, recipes: dict, out: Path, steps: Steps, trainer: "_Tra
             if mpath.is_file() and {k: json.loads(mpath.read_text()).get(k) for k in made_on} != made_on:
                 mpath.unlink()  # measured on other held-out answers or budgets (or before they were kept): again
             if not mpath.is_file():
+                if hf is None:  # the target alone: no feature pass for a measurement
+                    from mfd_theory.llm.models.target import load_local_target
+
+                    hf, _ = load_local_target(trainer.target_dir, "cpu", "auto")
+                    hf.eval().requires_grad_(False)
                 drafter = load_drafter(rdir / "drafter", hf).eval()
                 got = {**made_on, "budgets": {}}
                 for n in config.budgets:
