@@ -21,7 +21,8 @@ from mfd_theory.llm.decoding.generate import sampling_probs, speculative_generat
 from mfd_theory.llm.measure.evaluate import cell_key
 from mfd_theory.llm.models.target import TargetModel
 
-__all__ = ["device_tag", "draft_round_ms", "measure_round_profile", "trimmed_mean"]
+__all__ = ["calibration_speed_rows", "device_tag", "draft_round_ms", "first_sampled_temperature",
+           "measure_round_profile", "trimmed_mean"]
 
 TRIM = 0.1  # share of rounds dropped at each end before averaging
 
@@ -121,19 +122,33 @@ def measure_round_profile(target, cells: list, prompts: list, max_new_tokens: in
     if speed_out is not None:
         speed_out.update(_calibration_speed(plan, spec, rounds))
     draw_ms = _draw_ms(target, ids[0], repeats)
-    hot = [float(t) for t in temperatures if float(t) > 0]
-    sampled = (_decode_rounds(target, plan, ids, max_new_tokens, repeats, progress, temperature=hot[0])
-               if hot else None)
+    hot = first_sampled_temperature(temperatures)
+    sampled = (_decode_rounds(target, plan, ids, max_new_tokens, repeats, progress, temperature=hot)
+               if hot is not None else None)
     if sampled_speed_out is not None and sampled is not None:
         sampled_speed_out.update(_calibration_speed(plan, spec, sampled))
     tables, fit_notes = _pooled_tables(plan, rounds, sampled, draw_ms)
     notes = [note] if note else []
     notes.append(f"measured by measure_round_profile: {repeats} x {len(ids)} calibration prompt(s) x "
-                 f"{max_new_tokens} tokens per cell, greedy" + (f" and sampled at T = {hot[0]:g}" if hot else "")
+                 f"{max_new_tokens} tokens per cell, greedy" + (f" and sampled at T = {hot:g}" if hot is not None else "")
                  + f", {TRIM:.0%}-trimmed means of per-round times")
     probe = _probe(target, ids, max_new_tokens, max(tables["tree_sizes"])) if context_probe else None
     return LatencyProfile(name=name, device=device, model=model, assumption=False, note="; ".join(notes + fit_notes),
                           draw_ms=draw_ms, context_probe=probe, **tables)
+
+
+def first_sampled_temperature(temperatures) -> float | None:
+    """The first T > 0 of ``temperatures`` (the round profile's sampled decodes run there), or None."""
+    return next((float(t) for t in temperatures if float(t) > 0), None)
+
+
+def calibration_speed_rows(greedy: dict, sampled: dict, temperatures, scorer=lambda method: None) -> list[dict]:
+    """The naive budget rule's timings as a predictions file keeps them: one row per cell of
+    ``speed_out`` (greedy, T = 0) and of ``sampled_speed_out`` (at :func:`first_sampled_temperature`);
+    ``scorer(method)``: what a key without a scorer (a mixture mfd cell, any other method) records."""
+    hot = first_sampled_temperature(temperatures)
+    return [{"method": k[0], "drafter": k[1], "budget": k[2], "scorer": k[3] if len(k) > 3 else scorer(k[0]),
+             "speedup": v, "temperature": t} for t, timed in ((0.0, greedy), (hot, sampled)) for k, v in timed.items()]
 
 
 def _decode_rounds(target: TargetModel, plan: list[tuple], ids: list[torch.Tensor], max_new_tokens: int,

@@ -42,7 +42,7 @@ from mfd_theory.llm.measure.predict import (
     attach_predictions, calibrate_acceptance, choose_budgets, load_predictions, per_round_rules, predict_cells,
     prediction_check, prompt_digest, uncalibrated, write_predictions,
 )
-from mfd_theory.llm.measure.profile import measure_round_profile
+from mfd_theory.llm.measure.profile import calibration_speed_rows, measure_round_profile
 from mfd_theory.llm.models.fingerprint import FINGERPRINT_VERSION, target_fingerprint
 from mfd_theory.llm.training.train import (
     DrafterTrainConfig, LMConfig, LMTrainConfig, config_hash, make_distill_data, mode_diagnostics,
@@ -505,12 +505,8 @@ def _predict_before_decoding(cfg, trained: _Trained, target, prompts: np.ndarray
     write_predictions(pred_path, predictions=plan.predictions,
                       choices=plan.choices, cal=plan.cal, evaluation_prompts=plan.eval_digests, profile=plan.profile,
                       config=dataclasses.asdict(cfg), seed=cfg.seed,
-                      extra={"calibration_speed": [{"method": k[0], "drafter": k[1], "budget": k[2],
-                                                    "scorer": k[3] if len(k) > 3 else scorer_of({"method": k[0]}),
-                                                    "speedup": v, "temperature": t}
-                                                   for t, timed in ((0.0, speed), (next(
-                                                       (float(x) for x in cfg.temperatures if float(x) > 0), None),
-                                                       hot)) for k, v in timed.items()]})
+                      extra={"calibration_speed": calibration_speed_rows(
+                          speed, hot, cfg.temperatures, lambda method: scorer_of({"method": method}))})
     return plan
 
 

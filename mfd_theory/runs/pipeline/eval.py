@@ -22,7 +22,7 @@ from mfd_theory.llm.measure.predict import (
     Calibration, attach_predictions, calibrate_acceptance, choose_budgets, load_predictions, predict_cells,
     prediction_check, prediction_lines, prompt_digest, write_predictions,
 )
-from mfd_theory.llm.measure.profile import measure_round_profile
+from mfd_theory.llm.measure.profile import calibration_speed_rows, measure_round_profile
 from mfd_theory.llm.models.drafter import load_drafter
 from mfd_theory.llm.models.target import TargetModel
 from mfd_theory.llm.training.dist import setup, teardown
@@ -167,17 +167,8 @@ def _predict(ev: _Eval):
     if ev.dist.main:  # every rank calibrates (they stay in step); one writes
         write_predictions(pred_path, predictions=predictions, choices=choices, cal=merged,
                           evaluation_prompts=evaluated, profile=profile, config=ev.options, seed=cfg.seed,
-                          extra={"calibration_speed": [{"method": k[0], "drafter": k[1], "budget": k[2],
-                                                        "scorer": k[3] if len(k) > 3 else None, "speedup": v,
-                                                        "temperature": t}
-                                                       for t, timed in ((0.0, speed), (_first_hot(temps), hot))
-                                                       for k, v in timed.items()]})
+                          extra={"calibration_speed": calibration_speed_rows(speed, hot, temps)})
     return profile, pred_path
-
-
-def _first_hot(temperatures) -> float | None:
-    """The first T > 0 (the round profile's sampled decodes run there), or None."""
-    return next((float(t) for t in temperatures if float(t) > 0), None)
 
 
 def _write(ev: _Eval, records, profile, pred_path: Path, started: float) -> Result:
