@@ -121,6 +121,19 @@ def test_the_study_runs_and_resumes(tiny_target, tmp_path, capsys):
     assert printed.count("finished earlier") == 1 + 6 + 2
     assert again.data["runs"] == data["runs"] and again.data["verdicts"] == data["verdicts"]
     assert fig.stat().st_size > 10_000
+    # the recipe stage in the same folder: its tokens drafters are the main stage's, copied, not trained again
+    rec = real_drafters.main(["--target", str(tiny_target), *ARGS, "--stages", "recipe", "--recipes", "tokens",
+                              "--recipe-seeds", "2", "--heldout-prompts", "2", "--heldout-tokens", "6",
+                              "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert printed.count("(the main stage's, copied)") == 2
+    main_runs = {t["seed"]: t for t in data["trained"] if t["kind"] == "product"}
+    for t in rec.data["trained"]:
+        assert t["seconds"] == main_runs[t["seed"]]["seconds"]  # the main stage's training time, not a copy's
+        for f in ("model.safetensors", "config.json"):
+            assert ((out / "recipes" / "tokens" / f"s{t['seed']}" / "drafter" / f).read_bytes()
+                    == (out / "drafters" / f"s{t['seed']}" / "product" / "drafter" / f).read_bytes())
+    assert {m["recipe"] for m in rec.data["measured"]} == {"tokens"}
 
 
 def test_study_pairs_ask_each_question_at_the_chosen_budgets():

@@ -8,6 +8,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import shutil
 import time
 from pathlib import Path
 
@@ -387,6 +388,17 @@ def heldout_prompts(pdir: Path, config) -> Path:
     return _jsonl(pdir / "heldout.jsonl", rows)
 
 
+def _main_stage_drafter(steps: Steps, out: Path, seed: int, key: str) -> Path | None:
+    """The main stage's product drafter of ``seed`` when it finished under ``key`` (the ``tokens``
+    recipe's options, data and seed: the same weights, as runs of one seed give the same bits), else
+    None."""
+    entry = steps.data["steps"].get(f"train product s{seed}") or {}
+    rdir = out / "drafters" / f"s{seed}" / "product"
+    if entry.get("key") == key and entry.get("done") and (rdir / "study.json").is_file():
+        return rdir
+    return None
+
+
 def _recipe_stage(config, recipes: dict, out: Path, steps: Steps, trainer: "_Trainer", common: dict,
                   progress: bool) -> Result:
     """Product drafters of each recipe variant and seed, their greedy tau on held-out prompts, each
@@ -414,10 +426,15 @@ def _recipe_stage(config, recipes: dict, out: Path, steps: Steps, trainer: "_Tra
         changes = {k: (config.soft_share if v is None else v) for k, v in recipes[name].items()}
         for seed in range(config.recipe_seeds):
             rdir = out / "recipes" / name / f"s{seed}"
-            steps.run(f"recipe {name} s{seed}", _train_key(config, "product", seed, distill_key, changes or None),
-                      f"product drafter, recipe {name}, seed {seed}", rdir,
-                      lambda r=rdir: (r / "study.json").is_file(),
-                      lambda s=seed, r=rdir, c=changes: trainer.train("product", s, r, c))
+            key = _train_key(config, "product", seed, distill_key, changes or None)
+            done = _main_stage_drafter(steps, out, seed, key)
+            if done is not None:  # the main stage trained this very drafter (same key): a copy, not a retrain
+                what, work = (f"product drafter, recipe {name}, seed {seed} (the main stage's, copied)",
+                              lambda d=done, r=rdir: shutil.copytree(d, r, dirs_exist_ok=True))
+            else:
+                what, work = (f"product drafter, recipe {name}, seed {seed}",
+                              lambda s=seed, r=rdir, c=changes: trainer.train("product", s, r, c))
+            steps.run(f"recipe {name} s{seed}", key, what, rdir, lambda r=rdir: (r / "study.json").is_file(), work)
             rec = json.loads((rdir / "study.json").read_text())
             trained.append({"recipe": name, "changes": changes, **rec})
     hf = trainer.target  # loaded where a recipe drafter was trained in this process; else on first need
