@@ -43,8 +43,19 @@ def test_the_study_runs_and_resumes(tiny_target, tmp_path, capsys):
     from mfd_theory.commands.experiments import real_drafters
 
     out = tmp_path / "study"
+    recipe = ["--stages", "recipe", "--recipes", "tokens", "--heldout-prompts", "2", "--heldout-tokens", "6"]
+    # the recipe stage first, in the same folder, seed 0 only: the main stage copies its tokens drafter
+    real_drafters.main(["--target", str(tiny_target), *ARGS, *recipe, "--recipe-seeds", "1", "--out", str(out)])
+    capsys.readouterr()
     res = real_drafters.main(["--target", str(tiny_target), *ARGS, "--out", str(out)])
     data = res.data
+    assert capsys.readouterr().out.count("(the recipe stage's tokens drafter, copied)") == 1  # seed 0; seed 1 trained
+    tok0, prod0 = out / "recipes" / "tokens" / "s0", out / "drafters" / "s0" / "product"
+    assert [t["seconds"] for t in data["trained"] if (t["kind"], t["seed"]) == ("product", 0)] == [
+        json.loads((tok0 / "study.json").read_text())["seconds"]]  # the recipe stage's training time
+    for f in ("model.safetensors", "config.json"):
+        assert (prod0 / "drafter" / f).read_bytes() == (tok0 / "drafter" / f).read_bytes()
+    assert (tok0 / "heldout.json").is_file() and not (prod0 / "heldout.json").exists()  # the drafter, not its measure
     # the files it read: disjoint splits, the evaluation sets per domain
     rows = {n: [json.loads(x) for x in (out / "prompts" / f"{n}.jsonl").read_text().splitlines()]
             for n in ("train", "calib", "code", "prose")}
@@ -121,12 +132,10 @@ def test_the_study_runs_and_resumes(tiny_target, tmp_path, capsys):
     assert printed.count("finished earlier") == 1 + 6 + 2
     assert again.data["runs"] == data["runs"] and again.data["verdicts"] == data["verdicts"]
     assert fig.stat().st_size > 10_000
-    # the recipe stage in the same folder: its tokens drafters are the main stage's, copied, not trained again
-    rec = real_drafters.main(["--target", str(tiny_target), *ARGS, "--stages", "recipe", "--recipes", "tokens",
-                              "--recipe-seeds", "2", "--heldout-prompts", "2", "--heldout-tokens", "6",
-                              "--out", str(out)])
+    # the recipe stage again, two seeds: seed 0 is its own, finished; seed 1 is the main stage's, copied
+    rec = real_drafters.main(["--target", str(tiny_target), *ARGS, *recipe, "--recipe-seeds", "2", "--out", str(out)])
     printed = capsys.readouterr().out
-    assert printed.count("(the main stage's, copied)") == 2
+    assert printed.count("(the main stage's, copied)") == 1 and "recipe tokens s0: finished earlier" in printed
     main_runs = {t["seed"]: t for t in data["trained"] if t["kind"] == "product"}
     for t in rec.data["trained"]:
         assert t["seconds"] == main_runs[t["seed"]]["seconds"]  # the main stage's training time, not a copy's

@@ -306,9 +306,16 @@ def _main_stage(config, kinds: dict, out: Path, steps: Steps, trainer: "_Trainer
     for seed in range(config.seeds):
         for kind in config.kinds:
             rdir = out / "drafters" / f"s{seed}" / kind
-            steps.run(f"train {kind} s{seed}", _train_key(config, kind, seed, distill_key),
-                      f"{kind}, seed {seed}", rdir, lambda r=rdir: (r / "study.json").is_file(),
-                      lambda k=kind, s=seed, r=rdir: trainer.train(k, s, r))
+            key = _train_key(config, kind, seed, distill_key)
+            # the recipe stage's tokens drafter of this seed is this very drafter when its key is this one
+            done = (_finished_drafter(steps, f"recipe tokens s{seed}", out / "recipes" / "tokens" / f"s{seed}", key)
+                    if kind == "product" else None)
+            if done is not None:
+                what, work = (f"{kind}, seed {seed} (the recipe stage's tokens drafter, copied)",
+                              lambda d=done, r=rdir: _copy_drafter(d, r))
+            else:
+                what, work = f"{kind}, seed {seed}", lambda k=kind, s=seed, r=rdir: trainer.train(k, s, r)
+            steps.run(f"train {kind} s{seed}", key, what, rdir, lambda r=rdir: (r / "study.json").is_file(), work)
             trained.append(json.loads((rdir / "study.json").read_text()))
     feature_seconds = getattr(trainer, "feature_seconds", None)
     trainer.release()  # the evaluation loads the target itself
@@ -388,15 +395,21 @@ def heldout_prompts(pdir: Path, config) -> Path:
     return _jsonl(pdir / "heldout.jsonl", rows)
 
 
-def _main_stage_drafter(steps: Steps, out: Path, seed: int, key: str) -> Path | None:
-    """The main stage's product drafter of ``seed`` when it finished under ``key`` (the ``tokens``
-    recipe's options, data and seed: the same weights, as runs of one seed give the same bits), else
-    None."""
-    entry = steps.data["steps"].get(f"train product s{seed}") or {}
-    rdir = out / "drafters" / f"s{seed}" / "product"
+def _finished_drafter(steps: Steps, name: str, rdir: Path, key: str) -> Path | None:
+    """``rdir`` when step ``name`` finished under ``key`` and its drafter is there, else None: the main
+    stage's product drafter and the recipe stage's ``tokens`` drafter of one seed share their key
+    (options, data, seed), so either stage can copy the other's instead of training it again (runs
+    of one seed give the same bits)."""
+    entry = steps.data["steps"].get(name) or {}
     if entry.get("key") == key and entry.get("done") and (rdir / "study.json").is_file():
         return rdir
     return None
+
+
+def _copy_drafter(src: Path, dst: Path) -> None:
+    """The drafter and its training record (``study.json``, its training time kept) of ``src`` into
+    ``dst``; a recipe drafter's held-out measurement stays behind."""
+    shutil.copytree(src, dst, dirs_exist_ok=True, ignore=shutil.ignore_patterns("heldout.json"))
 
 
 def _recipe_stage(config, recipes: dict, out: Path, steps: Steps, trainer: "_Trainer", common: dict,
@@ -427,10 +440,10 @@ def _recipe_stage(config, recipes: dict, out: Path, steps: Steps, trainer: "_Tra
         for seed in range(config.recipe_seeds):
             rdir = out / "recipes" / name / f"s{seed}"
             key = _train_key(config, "product", seed, distill_key, changes or None)
-            done = _main_stage_drafter(steps, out, seed, key)
+            done = _finished_drafter(steps, f"train product s{seed}", out / "drafters" / f"s{seed}" / "product", key)
             if done is not None:  # the main stage trained this very drafter (same key): a copy, not a retrain
                 what, work = (f"product drafter, recipe {name}, seed {seed} (the main stage's, copied)",
-                              lambda d=done, r=rdir: shutil.copytree(d, r, dirs_exist_ok=True))
+                              lambda d=done, r=rdir: _copy_drafter(d, r))
             else:
                 what, work = (f"product drafter, recipe {name}, seed {seed}",
                               lambda s=seed, r=rdir, c=changes: trainer.train("product", s, r, c))
